@@ -1,0 +1,25 @@
+"""How to reach a host: one small interface (run, put, get, read_file), an SSH and a local implementation.
+
+Nothing above this package imports paramiko or fabric.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import Config, HostConfig
+from .base import Connector, Result, shell_command, mask_env
+from .local import LocalConnector
+
+
+def connect(host: HostConfig, config: Config | None = None) -> Connector:
+    base = config.base_dir if config else Path.cwd()
+    if host.is_local:
+        return LocalConnector(host, base_dir=base)
+    from .ssh import SSHConnector  # paramiko is only imported when a real SSH host is used
+
+    gateways = config.hosts if config else {}
+    return SSHConnector(host, known_hosts_base=base, hosts=gateways)
+
+
+__all__ = ["Connector", "Result", "connect", "shell_command", "mask_env"]

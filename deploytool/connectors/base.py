@@ -1,0 +1,115 @@
+"""The connector interface and the one place where remote command lines are quoted."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from ..config import HostConfig
+from ..errors import RemoteError
+
+_SECRET_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+MASK = "****"
+
+
+@dataclass(frozen=True)
+class Result:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+
+def is_secret(key: str) -> bool:
+    return bool(_SECRET_RE.search(key))
+
+
+def mask_env(env: dict[str, str] | None) -> dict[str, str]:
+    return {k: (MASK if is_secret(k) else v) for k, v in (env or {}).items()}
+
+
+def quote_path(path: str) -> str:
+    """Quote a remote path, leaving a leading ~ to the remote shell (the remote home, not ours)."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def shell_command(argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> str:
+    """argv (+ cwd, env) -> one POSIX shell line. Every user value goes through shlex.quote here."""
+    if not argv:
+        raise ValueError("empty command")
+    line = " ".join(shlex.quote(str(a)) for a in argv)
+    if env:
+        line = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + line
+    if cwd:
+        line = f"cd {quote_path(cwd)} && {line}"
+    return line
+
+
+def printable_command(argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> str:
+    """The command line as shown to people: same as shell_command, secrets masked."""
+    return shell_command(argv, cwd, mask_env(env))
+
+
+class Connector(ABC):
+    """run / put / get / read_file on one host. `remote_dir` is the path to use in commands there."""
+
+    host: HostConfig
+    remote_dir: str
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    @abstractmethod
+    def run(self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
+            stdin: bytes | None = None, timeout: float | None = None) -> Result:
+        """Run argv on the host; never raises on a non-zero exit (see `check`)."""
+
+    @abstractmethod
+    def put(self, local_path: str, remote_path: str) -> None:
+        """Copy a local file to the host (temp name, then rename)."""
+
+    @abstractmethod
+    def get(self, remote_path: str, local_path: str) -> None:
+        """Copy a file from the host (temp name, then rename: never a half-written local file)."""
+
+    @abstractmethod
+    def read_file(self, remote_path: str, max_bytes: int = 1 << 20) -> bytes | None:
+        """A small file's bytes, or None when it does not exist."""
+
+    def close(self) -> None:  # noqa: B027 - optional
+        pass
+
+    def check(self, argv: list[str], **kw) -> Result:
+        """run(), raising RemoteError with the command's last stderr line on failure."""
+        res = self.run(argv, **kw)
+        if not res.ok:
+            detail = (res.err.strip().splitlines() or res.out.strip().splitlines() or ["no output"])[-1]
+            raise RemoteError(f"`{argv[0]} …` failed (exit {res.exit_code}): {detail}")
+        return res
+
+    def python(self, *args: str) -> list[str]:
+        return [self.host.python, *args]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,75 @@
+"""The `local` host: the same operations on this machine, no SSH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..config import HostConfig
+from ..errors import RemoteError
+from .base import Connector, Result
+
+
+class LocalConnector(Connector):
+    def __init__(self, host: HostConfig, base_dir: Path):
+        self.host = host
+        self.base_dir = Path(base_dir)
+        self.remote_dir = str(self._path(host.remote_dir))
+
+    def _path(self, p: str) -> Path:
+        path = Path(os.path.expanduser(p))
+        return path if path.is_absolute() else self.base_dir / path
+
+    def run(self, argv, *, cwd=None, env=None, stdin=None, timeout=None) -> Result:
+        full_env = dict(os.environ)
+        # `python3` on the local host means the interpreter deploytool runs in (its venv has the extras)
+        full_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full_env.get("PATH", "")
+        full_env.update(env or {})
+        try:
+            proc = subprocess.run(
+                [str(a) for a in argv], cwd=str(self._path(cwd)) if cwd else None, env=full_env,
+                input=stdin if stdin is not None else b"", capture_output=True, timeout=timeout,
+            )
+        except FileNotFoundError as e:
+            return Result(127, b"", f"{argv[0]}: command not found ({e.strerror})".encode())
+        except NotADirectoryError as e:
+            return Result(1, b"", f"cd {cwd}: {e.strerror}".encode())
+        except subprocess.TimeoutExpired:
+            raise RemoteError(f"`{argv[0]} …` timed out after {timeout}s") from None
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def _copy(self, src: Path, dst: Path) -> None:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".part", dir=dst.parent)
+        os.close(fd)
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    def put(self, local_path, remote_path) -> None:
+        try:
+            self._copy(Path(local_path), self._path(remote_path))
+        except OSError as e:
+            raise RemoteError(f"cannot put {local_path} -> {remote_path}: {e.strerror}") from None
+
+    def get(self, remote_path, local_path) -> None:
+        try:
+            self._copy(self._path(remote_path), Path(local_path))
+        except OSError as e:
+            raise RemoteError(f"cannot get {remote_path}: {e.strerror}") from None
+
+    def read_file(self, remote_path, max_bytes=1 << 20):
+        try:
+            with open(self._path(remote_path), "rb") as f:
+                return f.read(max_bytes)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RemoteError(f"cannot read {remote_path}: {e.strerror}") from None

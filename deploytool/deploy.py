@@ -1,0 +1,142 @@
+"""deploy and rollback: content-addressed releases, only changed files sent, atomic switch.
+
+Two round trips for a change (plan, apply), one for a no-op. The host side is remote/release.py,
+sent as `python -c` source so it works on a host that has no release yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from remote.jobspec import JOB_FILE
+
+from .config import Config
+from .connectors import Connector
+from .errors import RemoteError
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent / "remote"
+_RELEASE_SRC = (PACKAGE_DIR / "release.py").read_text()
+
+
+@dataclass(frozen=True)
+class Release:
+    id: str
+    files: dict[str, bytes]  # path inside the release -> content
+    manifest: dict[str, str]  # path -> sha256
+
+
+@dataclass
+class DeployResult:
+    host: str
+    release: str
+    previous: str | None
+    added: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)
+    bytes_sent: int = 0
+    seconds: float = 0.0
+    dry_run: bool = False
+    pruned: list[str] = field(default_factory=list)
+    round_trips: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.modified or self.removed or self.prompts or self.release != self.previous)
+
+
+def build_release(config: Config, package_dir: Path = PACKAGE_DIR) -> Release:
+    """remote/ (sources only) + job.json from hosts.yaml; the id is the hash of the manifest."""
+    files: dict[str, bytes] = {}
+    for path in sorted(package_dir.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".txt"):
+            files[f"remote/{path.relative_to(package_dir).as_posix()}"] = path.read_bytes()
+    files[JOB_FILE] = (json.dumps(config.job.to_dict(), indent=1, sort_keys=True) + "\n").encode()
+    manifest = {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
+    rid = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
+    return Release(rid, files, manifest)
+
+
+def local_prompts(config: Config) -> dict[str, Path]:
+    """Prompt files of the job that exist beside hosts.yaml (relative path on the host -> local file)."""
+    out = {}
+    for ds in config.job.datasets:
+        p = config.base_dir / ds.prompts
+        if p.is_file():
+            out[ds.prompts] = p
+    return out
+
+
+def _sha_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def release_helper(conn: Connector, cmd: str, args: dict, stdin: bytes | None = None) -> dict:
+    res = conn.run(conn.python("-c", _RELEASE_SRC, cmd, conn.remote_dir, json.dumps(args)), stdin=stdin)
+    if not res.ok:
+        lines = res.err.strip().splitlines() or ["no output"]
+        detail = lines[-1].removeprefix("error: ")
+        if res.exit_code == 127:
+            detail = f"{conn.host.python} not found on the host (set `python` in hosts.yaml)"
+        raise RemoteError(f"{cmd} failed: {detail}")
+    try:
+        return json.loads(res.out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise RemoteError(f"{cmd}: unexpected answer from the host: {res.out[:200]!r}") from None
+
+
+def deploy_host(conn: Connector, config: Config, *, dry_run: bool = False, release: Release | None = None) -> DeployResult:
+    t0 = time.monotonic()
+    rel = release or build_release(config)
+    prompts = local_prompts(config)
+    plan = release_helper(conn, "plan", {"prompts": sorted(prompts)})
+    remote_files: dict[str, str] = plan["manifest"]
+    result = DeployResult(host=conn.name, release=rel.id, previous=plan["current"], dry_run=dry_run)
+    result.added = sorted(p for p in rel.manifest if p not in remote_files)
+    result.modified = sorted(p for p in rel.manifest if p in remote_files and remote_files[p] != rel.manifest[p])
+    result.removed = sorted(p for p in remote_files if p not in rel.manifest)
+    send_prompts = sorted(p for p, local in prompts.items() if plan["prompts"].get(p) != _sha_file(local))
+    result.prompts = send_prompts
+    to_send = result.added + result.modified
+    if rel.id in plan["releases"]:
+        to_send = []  # the host already has this exact release (e.g. after a rollback): just switch
+    if not dry_run and (rel.id != plan["current"] or send_prompts):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for p in to_send:
+                _add(tar, f"release/{p}", rel.files[p])
+            for p in send_prompts:
+                tar.add(str(prompts[p]), arcname=f"prompts/{p}", recursive=False)
+        payload = buf.getvalue()
+        result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(prompts[p].stat().st_size for p in send_prompts)
+        applied = release_helper(conn, "apply", {
+            "id": rel.id, "files": rel.manifest, "base": plan["current"], "prompts": send_prompts,
+            "keep": conn.host.keep_releases}, stdin=payload)
+        result.pruned = applied.get("pruned", [])
+    elif dry_run:
+        result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(prompts[p].stat().st_size for p in send_prompts)
+    result.seconds = time.monotonic() - t0
+    result.round_trips = getattr(conn, "round_trips", 0)
+    return result
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    info.mtime = 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+def rollback_host(conn: Connector, to: str | None = None) -> dict:
+    return release_helper(conn, "rollback", {"to": to} if to else {})

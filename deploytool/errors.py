@@ -1,0 +1,50 @@
+"""Exit codes and the one exception type that carries an expected failure to the CLI."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    REMOTE_FAILED = 1  # the remote operation (or the connection to it) failed
+    BAD_INPUT = 2  # config or flags
+
+
+class DeployToolError(Exception):
+    """An expected failure: printed as one line, no traceback."""
+
+    code: ExitCode = ExitCode.REMOTE_FAILED
+
+    def __init__(self, message: str, code: ExitCode | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class ConfigError(DeployToolError):
+    code = ExitCode.BAD_INPUT
+
+
+class UsageError(DeployToolError):
+    code = ExitCode.BAD_INPUT
+
+
+class ConnectError(DeployToolError):
+    """Unreachable host, auth failure, host-key refusal."""
+
+
+class RemoteError(DeployToolError):
+    """A command on the host failed."""
+
+
+class MultiHostError(DeployToolError):
+    """Several hosts ran; some failed. Carries every host's result (fabric's GroupException idea)."""
+
+    def __init__(self, results: dict, failures: dict[str, Exception]):
+        self.results = results
+        self.failures = failures
+        lines = [f"{host}: {err}" for host, err in failures.items()]
+        super().__init__("; ".join(lines))
+        codes = {getattr(e, "code", ExitCode.REMOTE_FAILED) for e in failures.values()}
+        self.code = ExitCode.BAD_INPUT if codes == {ExitCode.BAD_INPUT} else ExitCode.REMOTE_FAILED

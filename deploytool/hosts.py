@@ -1,0 +1,42 @@
+"""Run one operation on several hosts in parallel; keep every host's result (fabric's Group idea)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
+
+from .config import Config, HostConfig
+from .connectors import Connector, connect
+from .errors import DeployToolError, MultiHostError
+
+T = TypeVar("T")
+
+
+def on_hosts(config: Config, hosts: list[HostConfig], fn: Callable[[Connector], T]) -> dict[str, T]:
+    """fn(conn) on every host at once. One failing loses nobody else's result: all are raised together."""
+
+    def one(h: HostConfig):
+        with connect(h, config) as conn:
+            return fn(conn)
+
+    results: dict[str, T] = {}
+    failures: dict[str, Exception] = {}
+    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+        futures = {h.name: pool.submit(one, h) for h in hosts}
+        for name, fut in futures.items():
+            try:
+                results[name] = fut.result()
+            except DeployToolError as e:
+                failures[name] = e
+    if failures:
+        raise MultiHostError(results, failures)
+    return results
+
+
+def probe(conn: Connector) -> dict:
+    """Reachable, and what Python the host has."""
+    res = conn.run(conn.python("-c", "import sys,platform;print(platform.node(), sys.version.split()[0])"))
+    if not res.ok:
+        return {"ok": False, "detail": (res.err.strip().splitlines() or ["python failed"])[-1]}
+    node, _, version = res.out.strip().partition(" ")
+    return {"ok": True, "detail": f"{node}, Python {version}"}

@@ -1,0 +1,76 @@
+"""Argument parsing for `python -m remote ...` (standard library only: it runs on the host)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .jobspec import JOB_FILE, Caps, Paths, default_root, release_dir
+from .units import parse_cap, parse_dataset_list, parse_tokens
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
+    return n
+
+
+def _wrap(fn):
+    def parse(text):
+        try:
+            return fn(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-samples", type=_nonneg_int, help="target: the first N prompts of each dataset")
+    p.add_argument("--cap", action="append", type=_wrap(parse_cap), default=[], metavar="DS=N",
+                   help="per-dataset override of --max-samples (repeatable)")
+    p.add_argument("--max-tokens", type=_wrap(parse_tokens), metavar="T",
+                   help="per dataset, stop dispatching once response tokens reach T (10M, 500k)")
+    p.add_argument("--datasets", type=_wrap(parse_dataset_list), metavar="B2,B3", help="run only these")
+    p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM")
+    p.add_argument("--force", action="store_true", help="resume even if generation settings changed")
+    p.add_argument("--root", type=Path, help="remote_dir (default: the one this release lives in)")
+    p.add_argument("--job", type=Path, help=f"job spec (default: {JOB_FILE} in this release)")
+
+
+def caps_from_args(a) -> Caps:
+    return Caps(max_samples=a.max_samples, caps=dict(a.cap), max_tokens=a.max_tokens, datasets=a.datasets)
+
+
+def run_command(a, argv: list[str]) -> int:
+    from . import runner
+
+    root = (a.root or default_root()).expanduser().resolve()
+    job = (a.job or release_dir() / JOB_FILE).expanduser()
+    return runner.main(Paths(root), job, caps_from_args(a), grace=a.grace, force=a.force, argv=argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m remote", description="deploytool's host side")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the job in the foreground (same lock, outputs and status as a managed run)")
+    add_run_args(run)
+    try:
+        from . import ctl
+
+        ctl.add_parser(sub)
+    except ImportError:
+        pass
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = build_parser().parse_args(argv)
+    if a.command == "run":
+        return run_command(a, argv)
+    return a.func(a)

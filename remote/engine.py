@@ -1,0 +1,165 @@
+"""Engines: an OpenAI-compatible server (vLLM) over aiohttp, and `simulate`, a built-in stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+
+
+class EngineError(Exception):
+    pass
+
+
+class TransientError(EngineError):
+    """Timeouts, 429, 5xx, malformed replies: retry with backoff."""
+
+
+class PermanentError(EngineError):
+    """4xx other than 408/429: retrying cannot help."""
+
+
+class EngineDown(EngineError):
+    """Nothing answers at base_url: wait (with backoff) up to the engine's down_deadline."""
+
+
+@dataclass
+class Completion:
+    content: str
+    reasoning_content: str | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
+
+
+class OpenAIEngine:
+    """POST {base_url}/chat/completions, one request per prompt; the window lives in the runner."""
+
+    def __init__(self, engine: dict, sampling: dict, chat_template_kwargs: dict):
+        self.base_url = engine.get("base_url", "http://127.0.0.1:8000/v1").rstrip("/")
+        self.model = engine.get("model", "default")
+        self.timeout = float(engine.get("request_timeout", 3600))
+        self.concurrency = int(engine.get("concurrency", 256))
+        key_env = engine.get("api_key_env")
+        self.api_key = os.environ.get(key_env, "") if key_env else os.environ.get("OPENAI_API_KEY", "")
+        self.sampling = dict(sampling)
+        self.chat_template_kwargs = dict(chat_template_kwargs)
+        self._session = None
+
+    async def __aenter__(self):
+        import aiohttp  # installed with vLLM on the host; imported late so `simulate` needs nothing
+
+        self._aiohttp = aiohttp
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._session = aiohttp.ClientSession(
+            headers=headers,
+            connector=aiohttp.TCPConnector(limit=0, force_close=False),
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+        )
+        return self
+
+    async def __aexit__(self, *exc):
+        await self._session.close()
+
+    async def complete(self, messages: list, est_tokens: int, key: str) -> Completion:
+        aiohttp = self._aiohttp
+        body = {"model": self.model, "messages": messages, **self.sampling}
+        if self.chat_template_kwargs:
+            body["chat_template_kwargs"] = self.chat_template_kwargs
+        try:
+            async with self._session.post(f"{self.base_url}/chat/completions", json=body) as resp:
+                text = await resp.text()
+                status = resp.status
+        except aiohttp.ClientConnectorError as e:
+            raise EngineDown(f"cannot connect to {self.base_url}: {e.os_error or e}") from None
+        except asyncio.TimeoutError:
+            raise TransientError(f"request timed out after {self.timeout:g}s") from None
+        except (aiohttp.ClientError, ConnectionError) as e:
+            raise TransientError(f"{type(e).__name__}: {e}") from None
+        if status == 429 or status == 408 or status >= 500:
+            raise TransientError(f"HTTP {status}: {text[:200]}")
+        if status >= 400:
+            raise PermanentError(f"HTTP {status}: {text[:500]}")
+        try:
+            import json
+
+            data = json.loads(text)
+            choice = data["choices"][0]
+            msg = choice.get("message") or {}
+            usage = data.get("usage") or {}
+            content = msg.get("content")
+            if content is None and not msg.get("reasoning_content"):
+                raise ValueError("no content")
+            return Completion(
+                content=content or "",
+                reasoning_content=msg.get("reasoning_content", msg.get("reasoning")),
+                finish_reason=choice.get("finish_reason"),
+                prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                completion_tokens=int(usage.get("completion_tokens") or 0),
+                model=str(data.get("model") or self.model),
+            )
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            raise TransientError(f"malformed reply ({e}): {text[:200]!r}") from None
+
+
+_WORDS = ("the model answers with a long and careful response that walks through each step of the "
+          "reasoning before it gives the final result so that a draft model can learn").split()
+
+
+class SimulateEngine:
+    """Answers like a continuous-batching server: a shared token rate split over the requests in
+    flight, long-tailed response lengths around each dataset's est_tokens. A demo, never a fallback."""
+
+    model = "simulated"
+
+    def __init__(self, engine: dict, sampling: dict, chat_template_kwargs: dict):
+        self.tokens_per_s = float(engine.get("tokens_per_s", 50_000))
+        self.concurrency = int(engine.get("concurrency", 256))
+        self.max_tokens = int(sampling.get("max_tokens", 8192))
+        self.thinking = bool(chat_template_kwargs.get("thinking"))
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return None
+
+    def length(self, est_tokens: int, key: str) -> int:
+        rng = random.Random(key)
+        sigma = 0.6
+        mu = math.log(max(est_tokens, 1)) - sigma * sigma / 2  # lognormal with mean est_tokens
+        return max(8, int(rng.lognormvariate(mu, sigma)))
+
+    async def complete(self, messages: list, est_tokens: int, key: str) -> Completion:
+        n = self.length(est_tokens, key)
+        finish = "stop"
+        if n >= self.max_tokens:
+            n, finish = self.max_tokens, "length"
+        per_seq = self.tokens_per_s / max(1, self.concurrency)
+        await asyncio.sleep(n / per_seq)
+        words = [_WORDS[i % len(_WORDS)] for i in range(n)]
+        reasoning = " ".join(words[: max(1, n // 4)]) if self.thinking else None
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        return Completion(" ".join(words), reasoning, finish, prompt_tokens, n, self.model)
+
+
+def make_engine(engine: dict, sampling: dict, chat_template_kwargs: dict):
+    kind = engine.get("kind", "openai")
+    if kind == "simulate":
+        return SimulateEngine(engine, sampling, chat_template_kwargs)
+    if kind == "openai":
+        return OpenAIEngine(engine, sampling, chat_template_kwargs)
+    raise ValueError(f"unknown engine kind {kind!r}")
+
+
+def backoff(attempt: int, base: float, cap: float = 60.0) -> float:
+    """Exponential backoff with full jitter."""
+    return random.uniform(0.5, 1.0) * min(cap, base * (2 ** attempt))
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,110 @@
+"""Facts about processes from /proc, and small file helpers. Linux only (the GPU host)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def read_json(path) -> dict | None:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else None
+    except (FileNotFoundError, ValueError, IsADirectoryError, PermissionError):
+        return None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'
+    return data[data.rindex(")") + 2:].split()
+
+
+def start_time(pid: int) -> int | None:
+    """Start time in clock ticks since boot: with the pid, it names one process for good."""
+    f = _stat_fields(pid)
+    return int(f[19]) if f else None
+
+
+def state(pid: int) -> str | None:
+    f = _stat_fields(pid)
+    return f[0] if f else None
+
+
+def pgid(pid: int) -> int | None:
+    f = _stat_fields(pid)
+    return int(f[2]) if f else None
+
+
+def ppid(pid: int) -> int | None:
+    f = _stat_fields(pid)
+    return int(f[1]) if f else None
+
+
+def alive(pid: int) -> bool:
+    s = state(pid)
+    return s is not None and s not in ("Z", "X")
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+
+
+def cwd(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+
+
+def environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            out[k.decode(errors="replace")] = v.decode(errors="replace")
+    return out
+
+
+def uid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def is_same_process(record: dict) -> bool:
+    """The pid in a pid file still names the process that wrote it (pids are reused)."""
+    pid = record.get("pid")
+    if not isinstance(pid, int) or not alive(pid):
+        return False
+    return start_time(pid) == record.get("start_time")
+
+
+def under(path: str | None, root: Path) -> bool:
+    if not path:
+        return False
+    try:
+        Path(path).resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False

@@ -1,0 +1,280 @@
+"""Host side of deploy and rollback. Standard library only, one file: deploytool sends its source as
+`python3 -c SOURCE plan|apply|rollback ROOT ...`, so it works before any release exists on the host.
+
+apply reads a tar stream on stdin holding only the changed files; the rest are hard-linked from the
+current release. A release appears under its final name only when complete (rename), and `current`
+switches by renaming a new symlink over it: a reader sees the old release or the new, never a mix.
+"""
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import sys
+import tarfile
+import time
+
+MANIFEST = "MANIFEST.json"
+HISTORY = "history.json"
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_json(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def _write_json(path, data):
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _current_id(root):
+    try:
+        return os.path.basename(os.readlink(os.path.join(root, "current")))
+    except OSError:
+        return None
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _start_time(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            data = f.read()
+        return int(data[data.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _in_use(root):
+    """Release ids a live runner or server runs from: never pruned."""
+    used = set()
+    for name in ("runner.pid", "server.pid"):
+        rec = _read_json(os.path.join(root, "run", name), {}) or {}
+        pid = rec.get("pid")
+        if isinstance(pid, int) and _pid_alive(pid) and _start_time(pid) == rec.get("start_time"):
+            rel = rec.get("release") or ""
+            used.add(os.path.basename(rel.rstrip("/")))
+    return used
+
+
+def _prompt_hash(root, rel):
+    """sha256 of a prompt file, cached by (size, mtime) so big files are not re-read on every deploy."""
+    path = os.path.join(root, rel)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    cache_path = os.path.join(root, "data", "prompts", ".hashes.json")
+    cache = _read_json(cache_path, {}) or {}
+    key = "%d:%d" % (st.st_size, st.st_mtime_ns)
+    hit = cache.get(rel)
+    if hit and hit.get("key") == key:
+        return hit["sha256"]
+    digest = sha256_file(path)
+    cache[rel] = {"key": key, "sha256": digest}
+    try:
+        _write_json(cache_path, cache)
+    except OSError:
+        pass
+    return digest
+
+
+def plan(root, args):
+    """What the host has: current release id and manifest, releases, prompt hashes."""
+    root = os.path.expanduser(root)
+    cur = _current_id(root)
+    manifest = _read_json(os.path.join(root, "releases", cur, MANIFEST), {}) if cur else {}
+    rel_dir = os.path.join(root, "releases")
+    releases = sorted(d for d in os.listdir(rel_dir) if not d.startswith(".")) if os.path.isdir(rel_dir) else []
+    prompts = {p: _prompt_hash(root, p) for p in args.get("prompts", [])}
+    return {"root": os.path.abspath(root), "current": cur, "manifest": manifest.get("files", {}),
+            "releases": releases, "prompts": prompts, "in_use": sorted(_in_use(root))}
+
+
+def _safe_member(name):
+    parts = name.split("/")
+    if name.startswith("/") or ".." in parts or not name:
+        raise ValueError("unsafe path in upload: %r" % name)
+    return parts
+
+
+def _clean_stale_tmp(rel_dir):
+    for d in os.listdir(rel_dir):
+        if d.startswith(".tmp-"):
+            try:
+                pid = int(d.rsplit("-", 1)[1])
+            except ValueError:
+                pid = 0
+            if not pid or not _pid_alive(pid):
+                shutil.rmtree(os.path.join(rel_dir, d), ignore_errors=True)
+
+
+def _switch(root, rid):
+    link = os.path.join(root, "current")
+    tmp = "%s.tmp-%d" % (link, os.getpid())
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(os.path.join("releases", rid), tmp)
+    os.replace(tmp, link)
+    hist_path = os.path.join(root, "releases", HISTORY)
+    hist = _read_json(hist_path, []) or []
+    hist.append({"id": rid, "time": time.time()})
+    _write_json(hist_path, hist[-100:])
+
+
+def _prune(root, keep):
+    rel_dir = os.path.join(root, "releases")
+    cur = _current_id(root)
+    protect = _in_use(root) | {cur}
+    hist = [h["id"] for h in (_read_json(os.path.join(rel_dir, HISTORY), []) or [])]
+    prev = [h for h in reversed(hist) if h != cur]
+    if prev:
+        protect.add(prev[0])  # what rollback goes back to
+    dirs = [d for d in os.listdir(rel_dir) if not d.startswith(".") and os.path.isdir(os.path.join(rel_dir, d))]
+    # most recently used first (history order), then by mtime for releases older than the history
+    order = {rid: i for i, rid in enumerate(hist)}
+    dirs.sort(key=lambda d: (order.get(d, -1), os.stat(os.path.join(rel_dir, d)).st_mtime), reverse=True)
+    removed = []
+    for d in dirs[keep:]:
+        if d not in protect:
+            shutil.rmtree(os.path.join(rel_dir, d), ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+def apply(root, args, stream):
+    """Build releases/<id> from the upload + hard links to the base release; switch current; prune."""
+    root = os.path.expanduser(root)
+    rid, files, base = args["id"], args["files"], args.get("base")
+    rel_dir = os.path.join(root, "releases")
+    os.makedirs(rel_dir, exist_ok=True)
+    for d in ("data/prompts", "data/outputs", "run", "logs"):
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    _clean_stale_tmp(rel_dir)
+    final = os.path.join(rel_dir, rid)
+    tmp = os.path.join(rel_dir, ".tmp-%s-%d" % (rid, os.getpid()))
+    os.makedirs(tmp)
+    placed_prompts = []
+    prompt_tmps = []
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for m in tar:
+                parts = _safe_member(m.name)
+                if not m.isfile():
+                    continue
+                data = tar.extractfile(m).read()
+                if parts[0] == "release":
+                    dst = os.path.join(tmp, *parts[1:])
+                elif parts[0] == "prompts":
+                    rel = "/".join(parts[1:])
+                    if rel not in args.get("prompts", []):
+                        raise ValueError("upload names a prompt file the job does not: %r" % rel)
+                    target = os.path.join(root, rel)
+                    dst = os.path.join(os.path.dirname(target), ".%s.%d.part" % (os.path.basename(target), os.getpid()))
+                    prompt_tmps.append((dst, target, rel))
+                else:
+                    raise ValueError("unexpected upload member %r" % m.name)
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                with open(dst, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(dst, 0o644)
+        if not os.path.isdir(final):
+            base_dir = os.path.join(rel_dir, base) if base else None
+            for path, digest in files.items():
+                dst = os.path.join(tmp, *_safe_member(path))
+                if os.path.exists(dst):
+                    continue
+                src = os.path.join(base_dir, path) if base_dir else None
+                if not src or not os.path.exists(src):
+                    raise ValueError("file %s is neither uploaded nor in release %s" % (path, base))
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                try:
+                    os.link(src, dst)  # releases are never modified in place, so sharing inodes is safe
+                except OSError:
+                    shutil.copy2(src, dst)
+            for path, digest in files.items():
+                if sha256_file(os.path.join(tmp, *path.split("/"))) != digest:
+                    raise ValueError("file %s arrived corrupted (hash mismatch)" % path)
+            _write_json(os.path.join(tmp, MANIFEST), {"id": rid, "files": files, "created": time.time()})
+            os.rename(tmp, final)
+        else:
+            shutil.rmtree(tmp)  # same content already on the host: reuse it
+        for part, target, rel in prompt_tmps:
+            os.replace(part, target)
+            placed_prompts.append(rel)
+        previous = _current_id(root)
+        _switch(root, rid)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for part, _, _ in prompt_tmps:
+            if os.path.exists(part):
+                os.unlink(part)
+        raise
+    removed = _prune(root, int(args.get("keep", 5)))
+    return {"current": rid, "previous": previous, "prompts": placed_prompts, "pruned": removed}
+
+
+def rollback(root, args):
+    root = os.path.expanduser(root)
+    rel_dir = os.path.join(root, "releases")
+    cur = _current_id(root)
+    hist = [h["id"] for h in (_read_json(os.path.join(rel_dir, HISTORY), []) or [])]
+    target = args.get("to")
+    if not target:
+        target = next((h for h in reversed(hist) if h != cur and os.path.isdir(os.path.join(rel_dir, h))), None)
+    if not target:
+        raise ValueError("no previous release to roll back to")
+    if not os.path.isdir(os.path.join(rel_dir, target)):
+        raise ValueError("release %s is not on the host" % target)
+    _switch(root, target)
+    return {"current": target, "previous": cur}
+
+
+def main(argv):
+    cmd, root = argv[0], argv[1]
+    args = json.loads(argv[2]) if len(argv) > 2 else {}
+    try:
+        if cmd == "plan":
+            out = plan(root, args)
+        elif cmd == "apply":
+            out = apply(root, args, sys.stdin.buffer)
+        elif cmd == "rollback":
+            out = rollback(root, args)
+        else:
+            raise ValueError("unknown command %r" % cmd)
+    except (ValueError, OSError, tarfile.TarError) as e:
+        sys.stderr.write("error: %s\n" % e)
+        return 1
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,543 @@
+"""The runner: every selected prompt through the engine, a continuous window of requests in flight.
+
+Resumable (records already written are skipped by id), capped (first N prompts per dataset, a token
+budget), durable (one complete line per record, fsync every second), and re-cappable while running
+(run/control.json).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import fcntl
+import json
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import procinfo
+from .engine import EngineDown, PermanentError, TransientError, backoff, make_engine
+from .jobspec import Caps, Dataset, Job, Paths, release_dir, write_json_atomic
+from .outputs import AppendFile, count_lines, encode_record, repair_tail, scan
+from .prompts import Prompt, load_prompts
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"
+RATE_WINDOW = 60.0
+
+
+class BadInput(Exception):
+    pass
+
+
+class LockHeld(Exception):
+    pass
+
+
+class Log:
+    def __init__(self, path: Path, echo: bool):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(path, "a", buffering=1)
+        self.echo = echo
+
+    def __call__(self, msg: str) -> None:
+        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}"
+        self.f.write(line + "\n")
+        if self.echo:
+            print(line, file=sys.stderr, flush=True)
+
+
+def acquire_lock(paths: Paths):
+    """One runner per remote_dir: an flock held for the runner's life (released by the kernel on kill -9)."""
+    paths.ensure()
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        holder = procinfo.read_json(paths.pidfile) or {}
+        raise LockHeld(f"another runner is already running in {paths.root} (pid {holder.get('pid', '?')})") from None
+    return fd
+
+
+@dataclass
+class DatasetRun:
+    spec: Dataset
+    prompts: list[Prompt]
+    done: set[str]
+    tokens: dict[str, int]
+    errors: int
+    out: AppendFile
+    err: AppendFile
+    target_n: int = 0
+    done_in_target: int = 0
+    next_pos: int = 0
+    in_flight: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)  # permanent failures in this run: not retried until restart
+    new_records: int = 0
+    finish_length: int = 0
+    empty: int = 0
+    events: collections.deque = field(default_factory=collections.deque)  # (t, tokens)
+    budget: int | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(self.tokens.values())
+
+    def set_target(self, n: int | None, budget: int | None) -> None:
+        self.target_n = len(self.prompts) if n is None else min(n, len(self.prompts))
+        self.done_in_target = sum(1 for p in self.prompts[: self.target_n] if p.id in self.done)
+        self.next_pos = min(self.next_pos, self.target_n)
+        self.budget = budget
+        self._tok = self.completion_tokens
+
+    def budget_reached(self) -> bool:
+        return self.budget is not None and self._tok >= self.budget
+
+    def next_prompt(self) -> Prompt | None:
+        if self.budget_reached():
+            return None
+        while self.next_pos < self.target_n:
+            p = self.prompts[self.next_pos]
+            self.next_pos += 1
+            if p.id in self.done or p.id in self.in_flight or p.id in self.failed:
+                continue
+            return p
+        return None
+
+    def record_done(self, p: Prompt, tokens: int) -> None:
+        self.done.add(p.id)
+        self.tokens[p.id] = tokens
+        self._tok += tokens
+        self.new_records += 1
+        if p.index < self.target_n:
+            self.done_in_target += 1
+
+    def state(self) -> str:
+        if self.done_in_target >= self.target_n or (self.budget_reached() and not self.in_flight):
+            return "complete"
+        if self.in_flight:
+            return "running"
+        if self.next_pos >= self.target_n and self.failed:
+            return "incomplete"  # every prompt tried; the missing ones are in <DS>.errors.jsonl
+        return "running" if self.new_records else "pending"
+
+
+class Runner:
+    def __init__(self, paths: Paths, job: Job, caps: Caps, *, grace: float = 30.0, force: bool = False,
+                 echo: bool = False):
+        self.paths, self.job, self.caps = paths, job, caps
+        self.grace, self.force = grace, force
+        self.log = Log(paths.log, echo)
+        self.engine_cfg = job.engine
+        self.concurrency = int(job.engine.get("concurrency", 256))
+        self.max_retries = int(job.engine.get("max_retries", 8))
+        self.retry_base = float(job.engine.get("retry_base", 1.0))
+        self.down_deadline = float(job.engine.get("down_deadline", 1800))
+        self.stall_after = float(job.engine.get("stall_minutes", 10)) * 60
+        self.model_name = "simulated" if job.engine.get("kind") == "simulate" else job.engine.get("model", "default")
+        self.runs: dict[str, DatasetRun] = {}
+        self.state = "starting"
+        self.message = ""
+        self.stopping = False
+        self.draining = False
+        self.fatal: str | None = None
+        self.down_since: float | None = None
+        self.engine_error: str | None = None
+        self.last_completion = time.time()
+        self.started_at = time.time()
+        self.retries = 0
+        self.control_seq = 0
+        self._control_mtime = None
+        self.token = os.environ.get(TOKEN_ENV) or os.urandom(8).hex()
+        self.in_flight_total = 0
+
+    # ------------------------------------------------------------------ preparation
+
+    def fingerprint(self) -> dict:
+        return {"model": self.model_name, "sampling": self.job.sampling,
+                "chat_template_kwargs": self.job.chat_template_kwargs}
+
+    def _open_dataset(self, spec: Dataset) -> DatasetRun:
+        path = self.paths.root / spec.prompts
+        if not path.exists():
+            raise BadInput(f"{spec.name}: prompts file {path} not found (deploy it, or fix job.datasets.{spec.name}.prompts)")
+        out_path = self.paths.output(spec.name)
+        repair_tail(out_path, self.log)
+        repair_tail(self.paths.errors(spec.name), self.log)
+        existing = scan(out_path)
+        if existing.duplicates:
+            self.log(f"{spec.name}: {existing.duplicates} duplicate ids in {out_path.name} (first record of each kept)")
+        meta_path = self.paths.meta(spec.name)
+        fp = self.fingerprint()
+        meta = procinfo.read_json(meta_path)
+        if meta and existing.ids:
+            old = {k: meta.get(k) for k in fp}
+            if old != json.loads(json.dumps(fp)):
+                diff = ", ".join(k for k in fp if old.get(k) != json.loads(json.dumps(fp[k])))
+                if not self.force:
+                    raise BadInput(
+                        f"{spec.name}: {len(existing.ids)} records were made with different {diff} "
+                        f"({old}); resuming would mix settings in one dataset: restore the settings, "
+                        f"move {out_path.name} aside, or pass --force")
+                self.log(f"{spec.name}: --force: resuming with changed {diff}")
+                fp = dict(fp, previous=[old] + list(meta.get("previous", [])))
+        if not meta or meta.get("model") != fp["model"] or self.force:
+            write_json_atomic(meta_path, fp)
+        prompts = load_prompts(path, spec.name)
+        run = DatasetRun(spec, prompts, set(existing.ids), dict(existing.tokens),
+                         count_lines(self.paths.errors(spec.name)),
+                         AppendFile(out_path), AppendFile(self.paths.errors(spec.name)))
+        return run
+
+    def apply_caps(self, caps: Caps) -> None:
+        self.caps = caps
+        for spec in self.job.datasets:
+            if caps.selected(spec.name) and spec.name not in self.runs:
+                self.runs[spec.name] = self._open_dataset(spec)
+        for name, run in self.runs.items():
+            if caps.selected(name):
+                run.set_target(caps.target(name), caps.max_tokens)
+            else:
+                run.set_target(0, caps.max_tokens)  # deselected live: dispatch nothing more
+
+    def prepare(self) -> None:
+        unknown = [n for n in (self.caps.datasets or []) + list(self.caps.caps) if n not in self.job.names()]
+        if unknown:
+            raise BadInput(f"unknown dataset {', '.join(unknown)}; the job has {', '.join(self.job.names())}")
+        self.apply_caps(self.caps)
+        for name, run in self.runs.items():
+            bad = [p for p in run.prompts[: run.target_n] if p.messages is None and p.id not in run.done]
+            for p in bad:
+                self._write_error(run, p, p.problem or "unreadable prompt", 0)
+                run.failed.add(p.id)
+
+    # ------------------------------------------------------------------ the window
+
+    def next_prompt(self) -> tuple[DatasetRun, Prompt] | None:
+        if self.stopping or self.draining or self.fatal:
+            return None
+        for spec in self.job.datasets:  # job order: the window rolls from one dataset into the next
+            run = self.runs.get(spec.name)
+            if run is None:
+                continue
+            p = run.next_prompt()
+            if p is not None:
+                return run, p
+        return None
+
+    async def _process(self, engine, run: DatasetRun, p: Prompt) -> None:
+        attempt, down_attempt = 0, 0
+        try:
+            while True:
+                try:
+                    c = await engine.complete(p.messages, run.spec.est_tokens, p.id)
+                    break
+                except EngineDown as e:
+                    now = time.time()
+                    if self.down_since is None:
+                        self.down_since = now
+                        self.log(f"engine unreachable: {e}; retrying for up to {self.down_deadline:g}s")
+                    self.engine_error = str(e)
+                    if now - self.down_since > self.down_deadline:
+                        self.fatal = f"engine unreachable for {now - self.down_since:.0f}s: {e}"
+                        return
+                    down_attempt += 1
+                    await asyncio.sleep(backoff(min(down_attempt, 6), self.retry_base))
+                except TransientError as e:
+                    attempt += 1
+                    self.retries += 1
+                    self.engine_error = str(e)
+                    if attempt > self.max_retries:
+                        self._write_error(run, p, f"gave up after {attempt} attempts: {e}", attempt)
+                        run.failed.add(p.id)
+                        return
+                    await asyncio.sleep(backoff(attempt - 1, self.retry_base))
+                except PermanentError as e:
+                    self._write_error(run, p, str(e), attempt + 1)
+                    run.failed.add(p.id)
+                    return
+            if self.down_since is not None:
+                self.log(f"engine reachable again after {time.time() - self.down_since:.0f}s")
+            self.down_since, self.engine_error = None, None
+            self._write_record(run, p, c)
+        finally:
+            run.in_flight.discard(p.id)
+
+    def _write_record(self, run: DatasetRun, p: Prompt, c) -> None:
+        assistant = {"role": "assistant", "content": c.content}
+        if c.reasoning_content is not None:
+            assistant["reasoning_content"] = c.reasoning_content
+        rec = {
+            "id": p.id, "dataset": run.spec.name, "index": p.index, "finish_reason": c.finish_reason,
+            "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens},
+            "conversations": list(p.messages) + [assistant], "model": c.model, "created": int(time.time()),
+        }
+        run.out.append(encode_record(rec))
+        run.record_done(p, c.completion_tokens)
+        now = time.time()
+        run.events.append((now, c.completion_tokens))
+        self.last_completion = now
+        if c.finish_reason == "length":
+            run.finish_length += 1
+        if not c.content.strip():
+            run.empty += 1
+
+    def _write_error(self, run: DatasetRun, p: Prompt, reason: str, attempts: int) -> None:
+        rec = {"id": p.id, "dataset": run.spec.name, "index": p.index, "error": reason,
+               "attempts": attempts, "time": int(time.time())}
+        run.err.append((json.dumps(rec, ensure_ascii=False) + "\n").encode())
+        run.errors += 1
+        self.log(f"{run.spec.name} {p.id}: error: {reason}")
+
+    async def _window(self, engine) -> None:
+        tasks: set[asyncio.Task] = set()
+        self._tasks = tasks
+        while True:
+            while len(tasks) < self.concurrency:
+                nxt = self.next_prompt()
+                if nxt is None:
+                    break
+                run, p = nxt
+                run.in_flight.add(p.id)
+                tasks.add(asyncio.ensure_future(self._process(engine, run, p)))
+            self.in_flight_total = len(tasks)
+            if not tasks:
+                return
+            done, _ = await asyncio.wait(tasks, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+            tasks.difference_update(done)
+            for t in done:
+                if t.exception() is not None:
+                    raise t.exception()
+            if self.fatal:
+                return
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def _check_control(self) -> None:
+        try:
+            mtime = self.paths.control.stat().st_mtime_ns
+        except FileNotFoundError:
+            return
+        if mtime == self._control_mtime:
+            return
+        self._control_mtime = mtime
+        ctl = procinfo.read_json(self.paths.control)
+        if not ctl or int(ctl.get("seq", 0)) <= self.control_seq:
+            return
+        if ctl.get("token") not in (None, self.token):
+            return  # meant for another runner
+        self.control_seq = int(ctl["seq"])
+        if ctl.get("drain"):
+            self.draining = True
+            self.log(f"control {self.control_seq}: drain: no new requests; finishing {self.in_flight_total} in flight")
+            return
+        if "caps" in ctl:
+            try:
+                caps = Caps.from_dict(ctl["caps"])
+                unknown = [n for n in (caps.datasets or []) + list(caps.caps) if n not in self.job.names()]
+                if unknown:
+                    raise BadInput(f"unknown dataset {', '.join(unknown)}")
+                self.apply_caps(caps)
+                self.log(f"control {self.control_seq}: caps now " + self.caps_line())
+            except (BadInput, OSError, ValueError) as e:
+                self.log(f"control {self.control_seq}: refused: {e}")
+
+    def caps_line(self) -> str:
+        return ", ".join(f"{n}={r.target_n}" for n, r in self.runs.items())
+
+    async def _housekeeping(self) -> None:
+        while True:
+            self._check_control()
+            for run in self.runs.values():
+                run.out.sync()
+                run.err.sync()
+            self.write_status()
+            await asyncio.sleep(1.0)
+
+    def status(self) -> dict:
+        now = time.time()
+        window = max(1.0, min(RATE_WINDOW, now - self.started_at))
+        total_tok_rate = total_sample_rate = 0.0
+        ds_out = {}
+        remaining_tokens_before = 0.0
+        for spec in self.job.datasets:
+            run = self.runs.get(spec.name)
+            if run is None:
+                continue
+            while run.events and run.events[0][0] < now - RATE_WINDOW:
+                run.events.popleft()
+            tok_rate = sum(t for _, t in run.events) / window
+            sample_rate = len(run.events) / window
+            total_tok_rate += tok_rate
+            total_sample_rate += sample_rate
+            mean = (run.completion_tokens / len(run.tokens)) if len(run.tokens) >= 1 else spec.est_tokens
+            remaining = max(0, run.target_n - run.done_in_target)
+            rem_tok = remaining * mean
+            if run.budget is not None:
+                rem_tok = min(rem_tok, max(0, run.budget - run.completion_tokens))
+            if run.state() == "complete":
+                rem_tok = 0
+            remaining_tokens_before += rem_tok
+            ds_out[spec.name] = {
+                "state": run.state(), "done": run.done_in_target, "target": run.target_n,
+                "records": len(run.done), "prompts": len(run.prompts),
+                "completion_tokens": run.completion_tokens, "mean_tokens": round(mean, 1),
+                "errors": run.errors, "failed_this_run": len(run.failed), "in_flight": len(run.in_flight),
+                "finish_length": run.finish_length, "empty": run.empty,
+                "tokens_per_s": round(tok_rate, 1), "samples_per_s": round(sample_rate, 3),
+                "budget": run.budget, "budget_reached": run.budget_reached(),
+                "remaining_tokens": int(rem_tok), "eta_s": None, "_cum": remaining_tokens_before,
+            }
+        for d in ds_out.values():
+            cum = d.pop("_cum")
+            if d["state"] == "complete":
+                d["eta_s"] = 0
+            elif total_tok_rate > 0:
+                d["eta_s"] = int(cum / total_tok_rate)  # datasets run in job order, so ETAs accumulate
+        stalled = (self.state == "running" and self.in_flight_total > 0
+                   and now - self.last_completion > self.stall_after)
+        return {
+            "state": self.state, "message": self.message, "pid": os.getpid(), "token": self.token,
+            "started_at": self.started_at, "updated_at": now, "release": str(release_dir()),
+            "root": str(self.paths.root), "caps": self.caps.to_dict(), "control_seq": self.control_seq,
+            "draining": self.draining,
+            "engine": {"kind": self.engine_cfg.get("kind", "openai"), "model": self.model_name,
+                       "base_url": self.engine_cfg.get("base_url"), "reachable": self.down_since is None,
+                       "down_since": self.down_since, "last_error": self.engine_error},
+            "concurrency": self.concurrency, "in_flight": self.in_flight_total,
+            "tokens_per_s": round(total_tok_rate, 1), "samples_per_s": round(total_sample_rate, 3),
+            "completion_tokens": sum(d["completion_tokens"] for d in ds_out.values()),
+            "errors": sum(d["errors"] for d in ds_out.values()), "retries": self.retries,
+            "eta_s": int(remaining_tokens_before / total_tok_rate) if total_tok_rate > 0 else None,
+            "stalled": stalled, "last_completion_at": self.last_completion,
+            "datasets": ds_out,
+        }
+
+    def write_status(self) -> None:
+        write_json_atomic(self.paths.status, self.status())
+
+    # ------------------------------------------------------------------ main
+
+    async def _main(self) -> int:
+        loop = asyncio.get_running_loop()
+        stop_event = asyncio.Event()
+
+        def on_signal(signame):
+            if self.stopping:
+                self.log(f"{signame} again: stopping now")
+                self.grace = 0
+            self.stopping = True
+            stop_event.set()
+            self.log(f"{signame}: no new requests; {self.in_flight_total} in flight get {self.grace:g}s to finish")
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+        house = asyncio.ensure_future(self._housekeeping())
+        code = EXIT_OK
+        try:
+            async with make_engine(self.job.engine, self.job.sampling, self.job.chat_template_kwargs) as engine:
+                self.state = "running"
+                self.write_status()
+                window = asyncio.ensure_future(self._window(engine))
+                stopper = asyncio.ensure_future(stop_event.wait())
+                await asyncio.wait({window, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if not window.done():
+                    # stopping: the window dispatches nothing more; in-flight requests get the grace period
+                    deadline = time.monotonic() + self.grace
+                    while not window.done() and time.monotonic() < deadline and self.grace > 0:
+                        await asyncio.wait({window}, timeout=0.2)
+                    if not window.done():
+                        lost = len(self._tasks)
+                        for t in list(self._tasks):
+                            t.cancel()
+                        window.cancel()
+                        await asyncio.gather(window, *self._tasks, return_exceptions=True)
+                        self.log(f"grace period over: {lost} in-flight requests abandoned (they are redone on resume)")
+                stopper.cancel()
+                if window.done() and not window.cancelled() and window.exception():
+                    raise window.exception()
+            if self.fatal:
+                self.state, self.message, code = "failed", self.fatal, EXIT_FAILED
+                self.log(f"failed: {self.fatal}")
+            elif self.stopping or self.draining:
+                self.state, self.message = "stopped", "stopped by signal" if self.stopping else "drained"
+                self.log(f"stopped: {self.summary()}")
+            else:
+                self.state = "finished"
+                errors = sum(len(r.failed) for r in self.runs.values())
+                self.message = f"{errors} prompts failed permanently: see *.errors.jsonl; a restart retries them" if errors else ""
+                self.log(f"finished: {self.summary()}" + (f"; {self.message}" if errors else ""))
+        finally:
+            house.cancel()
+            for run in self.runs.values():
+                run.out.close()
+                run.err.close()
+        return code
+
+    def summary(self) -> str:
+        return ", ".join(f"{n} {r.done_in_target}/{r.target_n}" for n, r in self.runs.items())
+
+    def run(self) -> int:
+        self.log(f"runner start pid {os.getpid()} release {release_dir()} engine "
+                 f"{self.engine_cfg.get('kind')} ({self.model_name}) concurrency {self.concurrency}")
+        if self.engine_cfg.get("kind") == "simulate":
+            self.log("engine is `simulate`: a built-in stand-in, no model is called (records say model \"simulated\")")
+        self.log("caps: " + self.caps_line())
+        for name, run in self.runs.items():
+            state = "already complete" if run.state() == "complete" else f"{run.target_n - run.done_in_target} to do"
+            self.log(f"{name}: {run.done_in_target}/{run.target_n} done, {state}")
+        try:
+            code = asyncio.run(self._main())
+        except Exception as e:  # a real bug: keep the traceback in the log, say so in status
+            import traceback
+
+            self.log("crashed:\n" + traceback.format_exc())
+            self.state, self.message = "failed", f"runner crashed: {type(e).__name__}: {e}"
+            code = EXIT_FAILED
+        self.write_status()
+        return code
+
+
+def write_pidfile(paths: Paths, token: str, argv: list[str]) -> None:
+    pid = os.getpid()
+    write_json_atomic(paths.pidfile, {
+        "pid": pid, "pgid": os.getpgid(0), "sid": os.getsid(0), "start_time": procinfo.start_time(pid),
+        "token": token, "release": str(release_dir()), "root": str(paths.root),
+        "argv": argv, "started_at": time.time(),
+    })
+
+
+def main(paths: Paths, job_path: Path, caps: Caps, *, grace: float, force: bool, argv: list[str]) -> int:
+    echo = sys.stderr.isatty()
+    try:
+        lock_fd = acquire_lock(paths)
+    except LockHeld as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        job = Job.load(job_path)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: cannot read job spec {job_path}: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    runner = Runner(paths, job, caps, grace=grace, force=force, echo=echo)
+    os.environ[TOKEN_ENV] = runner.token  # children (none today) inherit it, so stop can find them
+    write_pidfile(paths, runner.token, argv)
+    try:
+        runner.prepare()
+    except BadInput as e:
+        runner.state, runner.message = "failed", str(e)
+        runner.log(f"refused: {e}")
+        runner.write_status()
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    code = runner.run()
+    os.close(lock_fd)
+    return code
+
+
+random.seed()

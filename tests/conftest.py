@@ -1,0 +1,180 @@
+"""Test rig: a real OpenSSH sshd on 127.0.0.1, a real OpenAI-compatible server, and isolation from the
+developer's own ~/.ssh, agent and hosts.yaml."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deploytool.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout=10.0, interval=0.05, what="condition"):
+    """Readiness by polling, never a fixed sleep."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def keygen(path: Path) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+class Sshd:
+    """One sshd process with its own host key, on a free port."""
+
+    def __init__(self, root: Path, authorized: Path, host_key: Path | None = None):
+        self.root = root
+        self.port = free_port()
+        self.host_key = host_key or keygen(root / "ssh_host_ed25519_key")
+        self.config = root / "sshd_config"
+        self.config.write_text(f"""
+Port {self.port}
+ListenAddress 127.0.0.1
+HostKey {self.host_key}
+PidFile {root}/sshd.pid
+AuthorizedKeysFile {authorized}
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+UsePAM no
+StrictModes no
+PermitRootLogin yes
+AllowAgentForwarding yes
+Subsystem sftp internal-sftp
+LogLevel ERROR
+MaxSessions 100
+MaxStartups 100
+""")
+        self.proc = None
+
+    def start(self) -> "Sshd":
+        Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation dir when running as root
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.root / "sshd.log", "ab"))
+
+        def banner():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"sshd exited: {(self.root / 'sshd.log').read_text()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    return s.recv(64).startswith(b"SSH-")
+            except OSError:
+                return False
+
+        wait_for(banner, what="sshd banner")
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+    def known_hosts_line(self) -> str:
+        pub = Path(str(self.host_key) + ".pub").read_text().split()
+        return f"[127.0.0.1]:{self.port} {pub[0]} {pub[1]}\n"
+
+
+@pytest.fixture(scope="session")
+def ssh_rig(tmp_path_factory):
+    if not os.path.exists(SSHD):
+        pytest.fail("OpenSSH sshd is not installed: run the README test command (it installs openssh-server)")
+    root = tmp_path_factory.mktemp("sshd")
+    client_key = keygen(root / "id_client")
+    authorized = root / "authorized_keys"
+    authorized.write_text(Path(str(client_key) + ".pub").read_text())
+    sshd = Sshd(root, authorized).start()
+    known = root / "known_hosts"
+    known.write_text(sshd.known_hosts_line())
+    yield {"sshd": sshd, "client_key": client_key, "known_hosts": known, "root": root, "authorized": authorized}
+    sshd.stop()
+
+
+@pytest.fixture(autouse=True)
+def isolate_user(tmp_path, monkeypatch):
+    """Keep the developer's ~/.ssh (config, keys, known_hosts), agent and hosts.yaml out of every test."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.delenv("DEPLOYTOOL_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def ssh_host_entry(rig, remote_dir: Path | str, **extra) -> dict:
+    entry = {"host": "127.0.0.1", "port": rig["sshd"].port, "user": getpass.getuser(),
+             "identity_file": str(rig["client_key"]), "known_hosts": str(rig["known_hosts"]),
+             "remote_dir": str(remote_dir), "python": shutil.which("python3") or "python3"}
+    entry.update(extra)
+    return entry
+
+
+def base_job(datasets: dict | None = None, engine: dict | None = None) -> dict:
+    return {
+        "datasets": datasets or {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 1577}},
+        "engine": engine or {"kind": "simulate", "concurrency": 8, "tokens_per_s": 1_000_000},
+        "sampling": {"max_tokens": 8192, "temperature": 1.0},
+        "chat_template_kwargs": {"thinking": True},
+    }
+
+
+def write_config(dir_: Path, hosts: dict, job: dict | None = None, default_host: str | None = None, **top):
+    data = {"default_host": default_host or next(iter(hosts)), "hosts": hosts, "job": job or base_job()}
+    data.update(top)
+    path = dir_ / "hosts.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_config(path)
+
+
+def write_prompts(path: Path, n: int, dataset: str = "B1", fmt: str = "messages") -> list[str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ids = []
+    with open(path, "w") as f:
+        for i in range(n):
+            q = f"question {i} of {dataset}"
+            if fmt == "messages":
+                obj = {"id": f"{dataset}-{i:06d}", "messages": [{"role": "user", "content": q}]}
+            else:
+                obj = {"prompt": q}
+            f.write(json.dumps(obj) + "\n")
+            ids.append(f"{dataset}-{i:06d}")
+    return ids
+
+
+@pytest.fixture
+def openai_server():
+    from tests.openai_server import FakeOpenAI
+
+    servers = []
+
+    def make(**kw):
+        srv = FakeOpenAI(**kw).start()
+        servers.append(srv)
+        return srv
+
+    yield make
+    for s in servers:
+        s.stop()

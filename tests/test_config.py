@@ -1,0 +1,105 @@
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from deploytool.config import load_config
+from deploytool.errors import ConfigError, ExitCode
+from tests.conftest import REPO, base_job
+
+GOOD = {"default_host": "local", "hosts": {"local": {"connect": "local", "remote_dir": ".x"}}, "job": base_job()}
+
+
+def write(tmp_path, data) -> str:
+    p = tmp_path / "hosts.yaml"
+    p.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return str(p)
+
+
+def with_(**changes):
+    import copy
+
+    d = copy.deepcopy(GOOD)
+    for path, value in changes.items():
+        cur = d
+        keys = path.split("__")
+        for k in keys[:-1]:
+            cur = cur.setdefault(k, {})
+        cur[keys[-1]] = value
+    return d
+
+
+def test_shipped_hosts_yaml_loads_with_eight_datasets_and_local_default():
+    cfg = load_config(REPO / "hosts.yaml")
+    assert cfg.default_host == "local" and cfg.hosts["local"].is_local
+    assert cfg.job.dataset_names() == [f"B{i}" for i in range(1, 9)]
+    est = {d.name: d.est_tokens for d in cfg.job.datasets}
+    assert est["B1"] == 1577 and est["B8"] == 8000
+    assert "gpu1" not in cfg.hosts  # the example GPU host ships commented out
+    assert cfg.server.args == ("--tensor-parallel-size", "8", "--trust-remote-code")
+
+
+def test_defaults_are_inherited_and_overridden(tmp_path):
+    d = with_(defaults={"user": "ml", "port": 2222, "python": "/opt/venv/bin/python"},
+              hosts__gpu1={"host": "10.1.2.3", "port": 22})
+    cfg = load_config(write(tmp_path, d))
+    assert cfg.hosts["gpu1"].user == "ml" and cfg.hosts["gpu1"].port == 22
+    assert cfg.hosts["gpu1"].python == "/opt/venv/bin/python"
+    assert cfg.hosts["gpu1"].host_key == "strict"
+
+
+@pytest.mark.parametrize("data, expected", [
+    (with_(hosts__gpu1={"host": "x", "port": "abc"}), 'hosts.gpu1.port: expected an integer 1-65535, got "abc"'),
+    (with_(hosts__gpu1={"host": "x", "port": 70000}), "hosts.gpu1.port: expected an integer 1-65535, got 70000"),
+    (with_(hosts__gpu1={"host": "x", "prot": 22}), "hosts.gpu1.prot: unknown key (did you mean 'port'?)"),
+    (with_(defaults={"remote_dri": "/x"}), "defaults.remote_dri: unknown key (did you mean 'remote_dir'?)"),
+    (with_(default_host="gpu9"), 'default_host: "gpu9" is not in hosts'),
+    (with_(hosts__gpu1={"host": "x", "host_key": "yolo"}), "hosts.gpu1.host_key: expected one of strict, accept-new"),
+    (with_(job__engine={"kind": "tgi"}), 'job.engine.kind: expected one of openai, simulate, got "tgi"'),
+    (with_(job__datasets={"B 1": {"prompts": "p.jsonl"}}), "job.datasets.B 1: dataset name must match"),
+    (with_(job__datasets={"B1": {"prompts": "/etc/passwd"}}), "job.datasets.B1.prompts: must be a relative path"),
+    (with_(job__engine={"concurrency": 0}), "job.engine.concurrency: expected an integer 1-100000, got 0"),
+    (with_(job__sampling={"max_tokens": "lots"}), "job.sampling.max_tokens: expected a token count"),
+    (with_(job__sampling={"temprature": 1.0}), "job.sampling.temprature: unknown key (did you mean 'temperature'?)"),
+    (with_(server={"args": ["--tp", {"x": 1}]}), "server.args[1]: expected a string"),
+    (with_(hosts__gpu1={"host": "x", "forward_agent": "yes"}), 'hosts.gpu1.forward_agent: expected true or false'),
+    (dict(GOOD, jobs={}), "jobs: unknown key (did you mean 'job'?)"),
+])
+def test_config_errors_name_the_key(tmp_path, data, expected):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, data))
+    assert expected in str(e.value)
+    assert e.value.code == ExitCode.BAD_INPUT
+    assert "\n" not in str(e.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_yaml_syntax_error_gives_line(tmp_path):
+    p = write(tmp_path, "default_host: local\nhosts:\n  local: {connect: local\n")
+    with pytest.raises(ConfigError, match=r"YAML syntax error at line \d+"):
+        load_config(p)
+
+
+def run_cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "deploytool", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_cli_bad_config_exits_2_with_one_line_and_no_traceback(tmp_path):
+    p = write(tmp_path, with_(hosts__gpu1={"host": "x", "port": "abc"}))
+    res = run_cli("--config", p, "hosts", cwd=tmp_path)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines == ['error: hosts.gpu1.port: expected an integer 1-65535, got "abc"']
+
+
+def test_cli_unknown_host_exits_2(tmp_path):
+    p = write(tmp_path, GOOD)
+    res = run_cli("--config", p, "hosts", "--host", "lcoal", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "unknown host 'lcoal' (did you mean 'local'?)" in res.stderr
+    assert "Traceback" not in res.stderr
