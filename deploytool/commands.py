@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+from . import control
 from . import deploy as deploy_mod
 from . import render
 from .config import load_config
@@ -59,4 +62,30 @@ def rollback(host_spec: str | None, *, to: str | None = None) -> int:
         render.console.print(f"[bold]{r['host']}[/]: current -> {r['current']} (was {r['previous']})")
 
     _run(config, host_spec, lambda conn: dict(deploy_mod.rollback_host(conn, to), host=conn.name), show)
+    return ExitCode.OK
+
+
+def restart(host_spec: str | None, *, hard=False, drain=False, dry_run=False, force_gpu=False, **flags) -> int:
+    config = load_config()
+    run_flags = control.parse_run_flags(config, **flags)  # bad flags: exit 2 before any host is touched
+    _run(config, host_spec, lambda conn: control.restart(conn, run_flags, hard=hard, drain=drain, dry_run=dry_run,
+                                                         force_gpu=force_gpu), render.restart_result)
+    return ExitCode.OK
+
+
+def stop(host_spec: str | None, *, grace: float = 30.0, drain: bool = False) -> int:
+    config = load_config()
+    if grace < 0:
+        raise DeployToolError(f"--grace must be >= 0, got {grace}", ExitCode.BAD_INPUT)
+    _run(config, host_spec, lambda conn: control.stop(conn, grace, drain), render.stop_result)
+    return ExitCode.OK
+
+
+def status(host_spec: str | None, *, as_json: bool = False) -> int:
+    config = load_config()
+    if as_json:
+        results = _run(config, host_spec, control.status, lambda r: None)
+        print(json.dumps(results, indent=1))
+    else:
+        _run(config, host_spec, control.status, render.status_screen)
     return ExitCode.OK

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,7 @@ def _sha_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def release_helper(conn: Connector, cmd: str, args: dict, stdin: bytes | None = None) -> dict:
+def release_helper(conn: Connector, cmd: str, args: dict, stdin=None) -> dict:
     res = conn.run(conn.python("-c", _RELEASE_SRC, cmd, conn.remote_dir, json.dumps(args)), stdin=stdin)
     if not res.ok:
         lines = res.err.strip().splitlines() or ["no output"]
@@ -111,17 +112,17 @@ def deploy_host(conn: Connector, config: Config, *, dry_run: bool = False, relea
     if rel.id in plan["releases"]:
         to_send = []  # the host already has this exact release (e.g. after a rollback): just switch
     if not dry_run and (rel.id != plan["current"] or send_prompts):
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            for p in to_send:
-                _add(tar, f"release/{p}", rel.files[p])
-            for p in send_prompts:
-                tar.add(str(prompts[p]), arcname=f"prompts/{p}", recursive=False)
-        payload = buf.getvalue()
-        result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(prompts[p].stat().st_size for p in send_prompts)
-        applied = release_helper(conn, "apply", {
-            "id": rel.id, "files": rel.manifest, "base": plan["current"], "prompts": send_prompts,
-            "keep": conn.host.keep_releases}, stdin=payload)
+        with tempfile.TemporaryFile() as payload:  # spooled to disk: prompt files can be gigabytes
+            with tarfile.open(fileobj=payload, mode="w") as tar:
+                for p in to_send:
+                    _add(tar, f"release/{p}", rel.files[p])
+                for p in send_prompts:
+                    tar.add(str(prompts[p]), arcname=f"prompts/{p}", recursive=False)
+            payload.seek(0)
+            result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(prompts[p].stat().st_size for p in send_prompts)
+            applied = release_helper(conn, "apply", {
+                "id": rel.id, "files": rel.manifest, "base": plan["current"], "prompts": send_prompts,
+                "keep": conn.host.keep_releases}, stdin=payload)
         result.pruned = applied.get("pruned", [])
     elif dry_run:
         result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(prompts[p].stat().st_size for p in send_prompts)

@@ -15,6 +15,7 @@ class DeployToolError(Exception):
     """An expected failure: printed as one line, no traceback."""
 
     code: ExitCode = ExitCode.REMOTE_FAILED
+    details: list[str] = []  # lines shown before the one-line error (e.g. the runner's last log lines)
 
     def __init__(self, message: str, code: ExitCode | None = None):
         super().__init__(message)

@@ -45,3 +45,92 @@ def hosts_table(rows: list[tuple[str, str, str, str]], out: Console | None = Non
     for row in rows:
         t.add_row(*row)
     (out or console).print(t)
+
+
+def _eta(seconds) -> str:
+    if seconds is None:
+        return "?"
+    seconds = max(0, int(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _tok(n) -> str:
+    n = float(n or 0)
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+def caps_table(caps: dict, out: Console | None = None) -> None:
+    if not caps:
+        return
+    t = Table("dataset", "done", "target", "state", box=None, pad_edge=False)
+    for name, d in caps.items():
+        t.add_row(name, f"{d['done']:,}", f"{d['target']:,}", d["state"])
+    (out or console).print(t)
+
+
+def restart_result(r: dict, out: Console | None = None) -> None:
+    out = out or console
+    host = f"[bold]{r['host']}[/]"
+    if r.get("dry_run"):
+        running = r.get("running")
+        what = {"live": "re-cap the running runner live (nothing lost)",
+                "restart": f"stop runner pid {running and running['pid']} and start a new one",
+                "start": "start a runner"}[r["mode"]]
+        out.print(f"{host}: dry run: would {what} with caps {r['caps']}")
+        return
+    if r["mode"] == "live":
+        out.print(f"{host}: re-capped live: runner pid {r['pid']} kept running, no request lost")
+    else:
+        stopped = r.get("stopped") or {}
+        if stopped.get("was_running"):
+            extra = f", strays {stopped['strays']}" if stopped.get("strays") else ""
+            killed = f", SIGKILL {stopped['killed']}" if stopped.get("killed") else ""
+            out.print(f"{host}: stopped pid(s) {stopped['stopped']}{extra}{killed}; "
+                      f"in-flight requests lost: {r.get('lost_in_flight', 0)}")
+        out.print(f"{host}: started runner pid {r['pid']} from release {r['release'].rstrip('/').rsplit('/', 1)[-1]}; "
+                  f"state {r['state']}")
+        gpu = r.get("gpu") or {}
+        if gpu.get("note"):
+            out.print(f"  {gpu['note']}")
+    caps_table(r.get("caps") or {}, out)
+
+
+def stop_result(r: dict, out: Console | None = None) -> None:
+    out = out or console
+    if not r.get("was_running"):
+        out.print(f"[bold]{r['host']}[/]: no runner was running")
+        return
+    killed = f"; SIGKILL after the grace period: {r['killed']}" if r.get("killed") else ""
+    out.print(f"[bold]{r['host']}[/]: stopped {r['stopped']}{killed}; in-flight requests lost: {r['lost_in_flight']}")
+
+
+def status_screen(s: dict, out: Console | None = None) -> None:
+    out = out or console
+    runner = s.get("runner") or {}
+    state = s.get("state", "?")
+    up = f", up {_eta(runner.get('uptime_s'))}" if runner.get("alive") else ""
+    out.print(f"[bold]{s['host']}[/]: {state}{' (pid ' + str(runner.get('pid')) + up + ')' if runner.get('alive') else ''}"
+              f"  release {s.get('current_release') or 'none'}")
+    if s.get("message"):
+        out.print(f"  {s['message']}")
+    ds = s.get("datasets") or {}
+    if ds:
+        t = Table("dataset", "done/target", "state", "tokens", "tok/s", "ETA", "errors", "length-cut", box=None)
+        for name, d in ds.items():
+            t.add_row(name, f"{d['done']:,}/{d['target']:,}", d["state"], _tok(d["completion_tokens"]),
+                      _tok(d.get("tokens_per_s")), "-" if d["state"] == "complete" else _eta(d.get("eta_s")),
+                      str(d.get("errors", 0)),
+                      str(d.get("finish_length", 0)))
+        out.print(t)
+        eng = s.get("engine") or {}
+        health = "reachable" if eng.get("reachable", True) else f"UNREACHABLE ({eng.get('last_error')})"
+        out.print(f"  total {_tok(s.get('completion_tokens'))} tokens, {_tok(s.get('tokens_per_s'))} tok/s, "
+                  f"ETA {_eta(s.get('eta_s'))}; engine {eng.get('kind')} {health}; errors {s.get('errors', 0)}"
+                  f"{'; STALLED' if s.get('stalled') else ''}")
+    if s.get("strays"):
+        out.print(f"  [red]runner processes without a pid file: {s['strays']} (restart or stop takes care of them)[/]")

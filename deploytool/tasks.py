@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 
 from invoke import Collection, Exit, Task, task
 
@@ -13,12 +14,12 @@ HOST_HELP = "host name(s) from hosts.yaml, comma-separated (default: default_hos
 
 
 class HostTask(Task):
-    """`--host`/`-H` for the host flag; `-h` always stays help."""
+    """`--host`/`-H` for the host flag; `-h` always stays help; no guessed one-letter flags
+    (`-a` for --max-tokens would surprise at 3 a.m.)."""
 
     def arg_opts(self, name, default, taken_names):
-        opts = super().arg_opts(name, default, set(taken_names) | {"h", "H"})
-        if name == "host":
-            opts["names"] = ["host", "H"]
+        opts = super().arg_opts(name, default, taken_names)
+        opts["names"] = opts["names"][:1] + (["H"] if name == "host" else [])
         return opts
 
 
@@ -30,6 +31,8 @@ def _cli(fn):
         try:
             code = fn(c, *args, **kwargs)
         except DeployToolError as e:
+            for line in e.details:
+                print(f"  | {line}", file=sys.stderr)
             raise Exit(f"error: {e}", int(e.code)) from None
         if code:
             raise Exit(code=int(code))
@@ -58,4 +61,43 @@ def rollback(c, host="", to=""):
     return commands.rollback(host or None, to=to or None)
 
 
-ns = Collection(hosts, deploy, rollback)
+RUN_HELP = {
+    "host": HOST_HELP,
+    "max_samples": "target: the first N prompts of each dataset",
+    "cap": "DS=N: per-dataset override of --max-samples (repeatable)",
+    "max_tokens": "per dataset, stop dispatching once response tokens reach T (10M, 500k, 2500000)",
+    "datasets": "run only these datasets, comma-separated (B2,B3)",
+    "grace": "seconds in-flight requests get to finish after SIGTERM before SIGKILL",
+    "hard": "always a real restart, never a live re-cap",
+    "drain": "stop dispatching and let in-flight requests finish before restarting",
+    "dry_run": "say what would happen, change nothing",
+    "force": "resume even if model/sampling settings differ from the existing outputs",
+    "force_gpu": "start even if other processes hold GPU memory",
+}
+
+
+@task(klass=HostTask, iterable=["cap"], help=RUN_HELP)
+@_cli
+def restart(c, host="", max_samples="", cap=None, max_tokens="", datasets="", grace=30.0, hard=False,
+            drain=False, dry_run=False, force=False, force_gpu=False):
+    """Apply new caps live, or stop the job cleanly and start it again; resume where it was."""
+    return commands.restart(host or None, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu,
+                            max_samples=max_samples or None, caps=cap or (), max_tokens=max_tokens or None,
+                            datasets=datasets or None, grace=grace, force=force)
+
+
+@task(klass=HostTask, help={"host": HOST_HELP, "grace": RUN_HELP["grace"], "drain": RUN_HELP["drain"]})
+@_cli
+def stop(c, host="", grace=30.0, drain=False):
+    """Stop the job: SIGTERM, grace period, SIGKILL of the whole process tree."""
+    return commands.stop(host or None, grace=grace, drain=drain)
+
+
+@task(klass=HostTask, help={"host": HOST_HELP, "json": "print the raw status as JSON"})
+@_cli
+def status(c, host="", json=False):
+    """One screen: job state, per-dataset done/target, tokens, rate, ETA, errors."""
+    return commands.status(host or None, as_json=json)
+
+
+ns = Collection(hosts, deploy, rollback, restart, stop, status)

@@ -155,6 +155,7 @@ class Runner:
         self._control_mtime = None
         self.token = os.environ.get(TOKEN_ENV) or os.urandom(8).hex()
         self.in_flight_total = 0
+        self.abandoned = 0  # in-flight requests cut off by a stop (redone on resume)
 
     # ------------------------------------------------------------------ preparation
 
@@ -351,13 +352,16 @@ class Runner:
         return ", ".join(f"{n}={r.target_n}" for n, r in self.runs.items())
 
     async def _housekeeping(self) -> None:
+        tick = 0
         while True:
-            self._check_control()
-            for run in self.runs.values():
-                run.out.sync()
-                run.err.sync()
-            self.write_status()
-            await asyncio.sleep(1.0)
+            self._check_control()  # a stat() every 0.25 s: a re-cap lands fast
+            if tick % 4 == 0:
+                for run in self.runs.values():
+                    run.out.sync()
+                    run.err.sync()
+                self.write_status()
+            tick += 1
+            await asyncio.sleep(0.25)
 
     def status(self) -> dict:
         now = time.time()
@@ -405,7 +409,7 @@ class Runner:
             "state": self.state, "message": self.message, "pid": os.getpid(), "token": self.token,
             "started_at": self.started_at, "updated_at": now, "release": str(release_dir()),
             "root": str(self.paths.root), "caps": self.caps.to_dict(), "control_seq": self.control_seq,
-            "draining": self.draining,
+            "draining": self.draining, "abandoned": self.abandoned,
             "engine": {"kind": self.engine_cfg.get("kind", "openai"), "model": self.model_name,
                        "base_url": self.engine_cfg.get("base_url"), "reachable": self.down_since is None,
                        "down_since": self.down_since, "last_error": self.engine_error},
@@ -452,7 +456,7 @@ class Runner:
                     while not window.done() and time.monotonic() < deadline and self.grace > 0:
                         await asyncio.wait({window}, timeout=0.2)
                     if not window.done():
-                        lost = len(self._tasks)
+                        lost = self.abandoned = len(self._tasks)
                         for t in list(self._tasks):
                             t.cancel()
                         window.cancel()
@@ -527,6 +531,7 @@ def main(paths: Paths, job_path: Path, caps: Caps, *, grace: float, force: bool,
     runner = Runner(paths, job, caps, grace=grace, force=force, echo=echo)
     os.environ[TOKEN_ENV] = runner.token  # children (none today) inherit it, so stop can find them
     write_pidfile(paths, runner.token, argv)
+    runner.write_status()  # `starting`, with this runner's pid and token
     try:
         runner.prepare()
     except BadInput as e:

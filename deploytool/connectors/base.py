@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -79,8 +80,8 @@ class Connector(ABC):
 
     @abstractmethod
     def run(self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
-            stdin: bytes | None = None, timeout: float | None = None) -> Result:
-        """Run argv on the host; never raises on a non-zero exit (see `check`)."""
+            stdin: bytes | typing.BinaryIO | None = None, timeout: float | None = None) -> Result:
+        """Run argv on the host (stdin: bytes or a binary file); never raises on a non-zero exit."""
 
     @abstractmethod
     def put(self, local_path: str, remote_path: str) -> None:

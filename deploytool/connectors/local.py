@@ -29,10 +29,14 @@ class LocalConnector(Connector):
         # `python3` on the local host means the interpreter deploytool runs in (its venv has the extras)
         full_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full_env.get("PATH", "")
         full_env.update(env or {})
+        # a real file is handed over as the child's stdin; bytes go through a pipe
+        if cwd and not self._path(cwd).is_dir():
+            return Result(2, b"", f"cd: can't cd to {cwd}: No such file or directory".encode())
+        io_kw = {"stdin": stdin} if hasattr(stdin, "fileno") else {"input": stdin if stdin is not None else b""}
         try:
             proc = subprocess.run(
                 [str(a) for a in argv], cwd=str(self._path(cwd)) if cwd else None, env=full_env,
-                input=stdin if stdin is not None else b"", capture_output=True, timeout=timeout,
+                capture_output=True, timeout=timeout, **io_kw,
             )
         except FileNotFoundError as e:
             return Result(127, b"", f"{argv[0]}: command not found ({e.strerror})".encode())

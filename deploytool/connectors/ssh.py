@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import os
 import posixpath
 import select
@@ -180,9 +181,17 @@ class SSHConnector(Connector):
                 # a thread, so a command that talks while it reads cannot deadlock us
                 def feed():
                     try:
-                        chan.sendall(stdin)
+                        # fixed-size chunks: paramiko's sendall re-slices its whole argument per packet
+                        reader = stdin.read if hasattr(stdin, "read") else io.BytesIO(stdin).read
+                        for chunk in iter(lambda: reader(1 << 18), b""):
+                            chan.sendall(chunk)
+                    except (OSError, EOFError, paramiko.SSHException):
+                        pass  # the main loop reports the broken channel
                     finally:
-                        chan.shutdown_write()
+                        try:
+                            chan.shutdown_write()
+                        except (OSError, EOFError, paramiko.SSHException):
+                            pass
                 writer = threading.Thread(target=feed, daemon=True)
                 writer.start()
             else:

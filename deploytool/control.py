@@ -1,0 +1,100 @@
+"""restart / stop / status: validate flags here, decide and act on the host (`python -m remote ctl`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from remote.units import parse_cap, parse_dataset_list, parse_tokens
+
+from .config import Config
+from .connectors import Connector
+from .errors import RemoteError, UsageError
+
+NOT_DEPLOYED = 97
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """Caps for a run, validated against hosts.yaml before anything on a host is touched."""
+
+    max_samples: int | None = None
+    caps: tuple[tuple[str, int], ...] = ()
+    max_tokens: int | None = None
+    datasets: tuple[str, ...] | None = None
+    grace: float = 30.0
+    force: bool = False
+
+    def argv(self) -> list[str]:
+        out: list[str] = []
+        if self.max_samples is not None:
+            out += ["--max-samples", str(self.max_samples)]
+        for name, n in self.caps:
+            out += ["--cap", f"{name}={n}"]
+        if self.max_tokens is not None:
+            out += ["--max-tokens", str(self.max_tokens)]
+        if self.datasets:
+            out += ["--datasets", ",".join(self.datasets)]
+        out += ["--grace", f"{self.grace:g}"]
+        if self.force:
+            out.append("--force")
+        return out
+
+
+def parse_run_flags(config: Config, *, max_samples=None, caps=(), max_tokens=None, datasets=None,
+                    grace=30.0, force=False) -> RunFlags:
+    known = config.job.dataset_names()
+    try:
+        ms = None
+        if max_samples not in (None, ""):
+            ms = int(str(max_samples))
+            if ms < 0:
+                raise ValueError(f"--max-samples must be >= 0, got {ms}")
+        parsed_caps = tuple(parse_cap(c) for c in (caps or ()))
+        mt = parse_tokens(max_tokens) if max_tokens not in (None, "") else None
+        ds = parse_dataset_list(datasets) if datasets else None
+        g = float(grace)
+        if g < 0:
+            raise ValueError(f"--grace must be >= 0, got {grace}")
+    except ValueError as e:
+        msg = str(e)
+        if "invalid literal for int()" in msg:
+            msg = f"--max-samples expects a whole number, got {max_samples!r}"
+        raise UsageError(msg) from None
+    unknown = [n for n in list(ds or []) + [c[0] for c in parsed_caps] if n not in known]
+    if unknown:
+        raise UsageError(f"unknown dataset {', '.join(unknown)}; hosts.yaml has {', '.join(known)}")
+    return RunFlags(ms, parsed_caps, mt, tuple(ds) if ds else None, g, bool(force))
+
+
+def ctl(conn: Connector, *args: str, timeout: float | None = None) -> dict:
+    """Run `python -m remote ctl ARGS` from the host's current release; return its JSON answer."""
+    script = '[ -d current ] || exit 97; cd current && exec "$@"'
+    res = conn.run(["sh", "-c", script, "sh", *conn.python("-m", "remote", "ctl", *args)],
+                   cwd=conn.remote_dir, timeout=timeout)
+    if res.exit_code == NOT_DEPLOYED or (not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)):
+        raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")
+    try:
+        answer = json.loads(res.out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        detail = (res.err.strip().splitlines() or ["no output"])[-1]
+        raise RemoteError(f"`remote ctl {args[0]}` failed (exit {res.exit_code}): {detail}") from None
+    if not answer.get("ok"):
+        err = RemoteError(answer.get("error", "failed"))
+        err.details = answer.get("log") or []
+        raise err
+    return answer
+
+
+def restart(conn: Connector, flags: RunFlags, *, hard=False, drain=False, dry_run=False, force_gpu=False) -> dict:
+    args = ["restart", *flags.argv()]
+    args += ["--hard"] * hard + ["--drain"] * drain + ["--dry-run"] * dry_run + ["--force-gpu"] * force_gpu
+    return dict(ctl(conn, *args), host=conn.name)
+
+
+def stop(conn: Connector, grace: float = 30.0, drain: bool = False) -> dict:
+    return dict(ctl(conn, "stop", "--grace", f"{grace:g}", *(["--drain"] if drain else [])), host=conn.name)
+
+
+def status(conn: Connector) -> dict:
+    return dict(ctl(conn, "status"), host=conn.name)

@@ -1,0 +1,348 @@
+"""Process control on the host: `python -m remote ctl start|stop|restart|status`.
+
+Never by name: a runner is found by its pid file (pid + start time + job token) or, for one started
+by hand, by its command line *and* a working directory or --root inside this remote_dir. Every
+answer is one JSON object on stdout, so deploytool makes one SSH round trip per command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import gpu, procinfo
+from .cli import add_run_args
+from .jobspec import JOB_FILE, Caps, Job, Paths, default_root, release_dir, write_json_atomic
+from .runner import TOKEN_ENV
+
+RUNNER_MARKERS = (("-m", "remote", "run"), ("-m", "remote.run_inference"), ("run_inference.py",))
+
+
+class CtlError(Exception):
+    def __init__(self, message: str, code: int = 1, **extra):
+        super().__init__(message)
+        self.code, self.extra = code, extra
+
+
+# ------------------------------------------------------------------ finding our processes
+
+def _looks_like_runner(argv: list[str]) -> bool:
+    joined = " ".join(argv)
+    if not argv or "python" not in os.path.basename(argv[0]):
+        return False
+    if "-m remote run" in joined or "-m remote.run_inference" in joined:
+        return True
+    return any(os.path.basename(a) == "run_inference.py" for a in argv[1:3])
+
+
+def _root_arg(argv: list[str], cwd: str | None) -> Path | None:
+    for i, a in enumerate(argv):
+        if a == "--root" and i + 1 < len(argv):
+            p = Path(argv[i + 1]).expanduser()
+            return p if p.is_absolute() or not cwd else Path(cwd) / p
+        if a.startswith("--root="):
+            return Path(a.split("=", 1)[1]).expanduser()
+    return None
+
+
+def managed_runner(paths: Paths) -> dict | None:
+    """The pid file's runner if that process is still the one that wrote it."""
+    rec = procinfo.read_json(paths.pidfile)
+    if rec and procinfo.is_same_process(rec):
+        return rec
+    return None
+
+
+def stray_runners(paths: Paths, exclude: set[int]) -> list[int]:
+    """Runners of this remote_dir without a valid pid file (started by hand, pid file lost).
+
+    Ours means: same user, a runner's command line, and a working directory (or --root) inside
+    this remote_dir. A process elsewhere whose command line merely mentions run_inference is not.
+    """
+    me = os.getuid()
+    found = []
+    for pid in procinfo.all_pids():
+        if pid in exclude or pid == os.getpid() or procinfo.uid(pid) != me:
+            continue
+        argv = procinfo.cmdline(pid)
+        if not _looks_like_runner(argv):
+            continue
+        cwd = procinfo.cwd(pid)
+        root = _root_arg(argv, cwd)
+        if (root is not None and procinfo.under(str(root), paths.root)) or (root is None and procinfo.under(cwd, paths.root)):
+            found.append(pid)
+    return found
+
+
+def token_holders(token: str) -> list[int]:
+    """Every process of ours whose environment carries the job token (re-parented children too)."""
+    me = os.getuid()
+    return [pid for pid in procinfo.all_pids()
+            if pid != os.getpid() and procinfo.uid(pid) == me and procinfo.environ(pid).get(TOKEN_ENV) == token]
+
+
+# ------------------------------------------------------------------ stopping
+
+def _signal(pid: int, start: int | None, sig: int, group: bool) -> bool:
+    """Signal pid (or its group) only if it is still the process we identified (pids are reused)."""
+    if procinfo.start_time(pid) != start or not procinfo.alive(pid):
+        return False
+    try:
+        if group and procinfo.pgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _wait_gone(targets: dict[int, int | None], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p, st in targets.items() if procinfo.alive(p) and procinfo.start_time(p) == st]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float = 3600.0) -> dict:
+    rec = managed_runner(paths)
+    exclude = set()
+    targets: dict[int, int | None] = {}
+    token = None
+    if rec:
+        targets[rec["pid"]] = rec["start_time"]
+        token = rec.get("token")
+        exclude.add(rec["pid"])
+    strays = stray_runners(paths, exclude)
+    for pid in strays:
+        targets[pid] = procinfo.start_time(pid)
+    if not targets:
+        return {"stopped": [], "killed": [], "strays": [], "lost_in_flight": 0, "was_running": False}
+    before = procinfo.read_json(paths.status) or {}
+    in_flight_before = int(before.get("in_flight") or 0)
+    drained = False
+    if drain and rec:
+        seq = int((procinfo.read_json(paths.control) or {}).get("seq", 0)) + 1
+        write_json_atomic(paths.control, {"seq": seq, "drain": True, "token": token})
+        drained = not _wait_gone({rec["pid"]: rec["start_time"]}, drain_timeout)
+    for pid, st in targets.items():
+        _signal(pid, st, signal.SIGTERM, group=True)
+    left = _wait_gone(targets, grace)
+    killed = []
+    for pid in left:
+        if _signal(pid, targets[pid], signal.SIGKILL, group=True):
+            killed.append(pid)
+    # workers that left the group or were re-parented still carry the token
+    extra = token_holders(token) if token else []
+    for pid in extra:
+        st = procinfo.start_time(pid)
+        if _signal(pid, st, signal.SIGKILL, group=False):
+            killed.append(pid)
+    _wait_gone({p: procinfo.start_time(p) for p in killed}, 5)
+    after = procinfo.read_json(paths.status) or {}
+    if killed and rec and rec["pid"] in killed:
+        lost = int(after.get("in_flight") or in_flight_before)
+        _mark_stopped(paths, rec, f"killed after {grace:g}s grace")
+    else:
+        lost = int(after.get("abandoned") or 0)
+    return {"stopped": sorted(targets), "killed": sorted(set(killed)), "strays": strays,
+            "lost_in_flight": 0 if drained else lost, "was_running": True, "drained": drained}
+
+
+def _mark_stopped(paths: Paths, rec: dict, why: str) -> None:
+    st = procinfo.read_json(paths.status)
+    if st and st.get("pid") == rec["pid"] and st.get("state") in ("starting", "running"):
+        st.update(state="stopped", message=why, updated_at=time.time())
+        write_json_atomic(paths.status, st)
+
+
+# ------------------------------------------------------------------ starting
+
+def lock_is_free(paths: Paths) -> bool:
+    paths.ensure()
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def run_flags(a) -> list[str]:
+    flags = []
+    if a.max_samples is not None:
+        flags += ["--max-samples", str(a.max_samples)]
+    for name, n in a.cap:
+        flags += ["--cap", f"{name}={n}"]
+    if a.max_tokens is not None:
+        flags += ["--max-tokens", str(a.max_tokens)]
+    if a.datasets:
+        flags += ["--datasets", ",".join(a.datasets)]
+    flags += ["--grace", str(a.grace)]
+    if a.force:
+        flags.append("--force")
+    return flags
+
+
+def tail_log(paths: Paths, n: int = 20) -> list[str]:
+    try:
+        with open(paths.log, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            return f.read().decode(errors="replace").splitlines()[-n:]
+    except FileNotFoundError:
+        return []
+
+
+def start(paths: Paths, a) -> dict:
+    if not lock_is_free(paths) or managed_runner(paths):
+        rec = managed_runner(paths) or {}
+        raise CtlError(f"a runner is already running in {paths.root} (pid {rec.get('pid', '?')}); use restart")
+    gpu_report = gpu.check(paths, job_engine_port(), force=a.force_gpu)
+    token = secrets.token_hex(12)
+    env = dict(os.environ, **{TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
+    rel = release_dir()
+    argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root), *run_flags(a)]
+    paths.ensure()
+    with open(paths.log, "ab") as log:
+        # own session, no terminal, output to the log: the SSH command returns at once
+        proc = subprocess.Popen(argv, cwd=rel, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + a.wait
+    while True:
+        st = procinfo.read_json(paths.status) or {}
+        if st.get("token") == token and st.get("state") in ("running", "finished", "stopped"):
+            break
+        code = proc.poll()
+        if code is not None:
+            raise CtlError(f"the runner exited with code {code} during start-up", code=1,
+                           log=tail_log(paths), status=st if st.get("token") == token else None)
+        if time.monotonic() > deadline:
+            raise CtlError(f"the runner did not report running within {a.wait:g}s", log=tail_log(paths))
+        time.sleep(0.05)
+    return {"pid": proc.pid, "token": token, "release": str(rel), "state": st.get("state"),
+            "caps": {n: {"done": d["done"], "target": d["target"], "state": d["state"]}
+                     for n, d in st.get("datasets", {}).items()}, "gpu": gpu_report}
+
+
+def job_engine_port() -> int | None:
+    try:
+        job = Job.load(release_dir() / JOB_FILE)
+    except (OSError, ValueError, KeyError):
+        return None
+    if job.engine.get("kind") != "openai":
+        return None
+    from urllib.parse import urlparse
+
+    return urlparse(job.engine.get("base_url", "")).port
+
+
+# ------------------------------------------------------------------ restart: live re-cap or real
+
+def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> dict:
+    seq = int((procinfo.read_json(paths.control) or {}).get("seq", 0)) + 1
+    write_json_atomic(paths.control, {"seq": seq, "caps": caps.to_dict(), "token": rec.get("token")})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = procinfo.read_json(paths.status) or {}
+        if int(st.get("control_seq") or 0) >= seq:
+            return st
+        if not procinfo.is_same_process(rec):
+            break
+        time.sleep(0.05)
+    raise CtlError("the running runner did not take the new caps (see logs/runner.log); use --hard to restart it")
+
+
+def restart(paths: Paths, a) -> dict:
+    caps = Caps(a.max_samples, dict(a.cap), a.max_tokens, a.datasets)
+    rec = managed_runner(paths)
+    same_release = rec is not None and Path(rec.get("release", "")).resolve() == release_dir()
+    if a.dry_run:
+        mode = "live" if same_release and not a.hard else ("restart" if rec else "start")
+        return {"mode": mode, "dry_run": True, "running": rec, "caps": caps.to_dict()}
+    if same_release and not a.hard:
+        st = recap(paths, rec, caps)
+        return {"mode": "live", "pid": rec["pid"], "lost_in_flight": 0, "state": st.get("state"),
+                "caps": {n: {"done": d["done"], "target": d["target"], "state": d["state"]}
+                         for n, d in st.get("datasets", {}).items()}}
+    stopped = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
+    started = start(paths, a)
+    return dict(started, mode="restart" if stopped["was_running"] else "start", stopped=stopped,
+                lost_in_flight=stopped["lost_in_flight"])
+
+
+def status(paths: Paths) -> dict:
+    st = procinfo.read_json(paths.status) or {"state": "never run"}
+    rec = managed_runner(paths)
+    if st.get("state") in ("starting", "running") and not rec:
+        st = dict(st, state="stopped", message="the runner is gone without writing its status (killed?)")
+    try:
+        current = os.readlink(paths.root / "current")
+    except OSError:
+        current = None
+    st["runner"] = {"alive": rec is not None, "pid": rec and rec["pid"], "release": rec and rec.get("release"),
+                    "uptime_s": (time.time() - rec["started_at"]) if rec else None}
+    st["current_release"] = current
+    st["strays"] = stray_runners(paths, {rec["pid"]} if rec else set())
+    st.pop("token", None)
+    return st
+
+
+# ------------------------------------------------------------------ CLI
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("ctl", help="process control: start, stop, restart, status (JSON on stdout)")
+    csub = p.add_subparsers(dest="ctl_command", required=True)
+    for name in ("start", "restart"):
+        c = csub.add_parser(name)
+        add_run_args(c)
+        c.add_argument("--wait", type=float, default=300.0, help="seconds to wait for the runner to report running")
+        c.add_argument("--force-gpu", action="store_true", help="start even if other processes hold GPU memory")
+        if name == "restart":
+            c.add_argument("--hard", action="store_true", help="always a real restart, never a live re-cap")
+            c.add_argument("--drain", action="store_true", help="let in-flight requests finish before restarting")
+            c.add_argument("--drain-timeout", type=float, default=3600.0)
+            c.add_argument("--dry-run", action="store_true")
+    s = csub.add_parser("stop")
+    s.add_argument("--grace", type=float, default=30.0)
+    s.add_argument("--drain", action="store_true")
+    s.add_argument("--drain-timeout", type=float, default=3600.0)
+    s.add_argument("--root", type=Path)
+    st = csub.add_parser("status")
+    st.add_argument("--root", type=Path)
+    p.set_defaults(func=main)
+
+
+def main(a) -> int:
+    paths = Paths((a.root or default_root()).expanduser().resolve())
+    try:
+        if a.ctl_command == "start":
+            out = start(paths, a)
+        elif a.ctl_command == "restart":
+            out = restart(paths, a)
+        elif a.ctl_command == "stop":
+            out = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
+        else:
+            out = status(paths)
+        print(json.dumps({"ok": True, **out}))
+        return 0
+    except CtlError as e:
+        print(json.dumps({"ok": False, "error": str(e), **e.extra}))
+        return e.code
+    except gpu.GPUBusy as e:
+        print(json.dumps({"ok": False, "error": str(e), "gpu": e.report}))
+        return 1
+

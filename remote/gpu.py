@@ -1,0 +1,106 @@
+"""Who holds GPU memory (nvidia-smi), and which of them are allowed to (the inference server)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from . import procinfo
+
+
+class GPUBusy(Exception):
+    def __init__(self, message: str, report: dict):
+        super().__init__(message)
+        self.report = report
+
+
+def compute_apps() -> list[dict] | None:
+    """[{pid, used_mib}] from nvidia-smi, or None where there is no nvidia-smi."""
+    exe = os.environ.get("DEPLOYTOOL_NVIDIA_SMI") or shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    apps = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            used = int(parts[1]) if parts[1].isdigit() else 0
+            apps.append({"pid": int(parts[0]), "used_mib": used})
+    return apps
+
+
+def _listener_pids(port: int) -> set[int]:
+    """pids with a listening TCP socket on `port` (the OpenAI-compatible server)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(cols[9])
+        except (OSError, StopIteration, IndexError, ValueError):
+            continue
+    if not inodes:
+        return set()
+    pids = set()
+    for pid in procinfo.all_pids():
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    pids.add(pid)
+                    break
+        except OSError:
+            continue
+    return pids
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid in procinfo.all_pids():
+        parent = procinfo.ppid(pid)
+        if parent is not None:
+            children.setdefault(parent, []).append(pid)
+    out, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo.extend(children.get(pid, []))
+    return out
+
+
+def allowed_pids(paths, engine_port: int | None) -> set[int]:
+    """The inference server may hold GPU memory: the managed server's processes (its token), and the
+    process serving the engine's port with all its descendants (vLLM's engine core and TP workers)."""
+    allowed: set[int] = set()
+    rec = procinfo.read_json(paths.run / "server.pid")
+    if rec and procinfo.is_same_process(rec):
+        token = rec.get("token")
+        allowed |= {p for p in procinfo.all_pids() if token and procinfo.environ(p).get("DEPLOYTOOL_SERVER_TOKEN") == token}
+        allowed.add(rec["pid"])
+    servers = _listener_pids(engine_port) if engine_port else set()
+    return _descendants(servers | allowed)
+
+
+def check(paths, engine_port: int | None, force: bool = False) -> dict:
+    apps = compute_apps()
+    if apps is None:
+        return {"checked": False, "note": "no nvidia-smi on this host: GPU check skipped"}
+    allowed = allowed_pids(paths, engine_port)
+    others = [dict(a, cmd=" ".join(procinfo.cmdline(a["pid"]))[:120]) for a in apps if a["pid"] not in allowed]
+    report = {"checked": True, "apps": apps, "blocking": others}
+    if others and not force:
+        names = ", ".join(f"pid {o['pid']} ({o['used_mib']} MiB: {o['cmd'] or '?'})" for o in others)
+        raise GPUBusy(f"GPU memory is held by processes that are not the inference server: {names}; "
+                      "stop them (or pass --force-gpu to start anyway)", report)
+    return report

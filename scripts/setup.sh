@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Everything a fresh machine needs: OpenSSH (the tests start a real sshd) and a venv with the package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ] || ! command -v ssh-keygen >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null
+  else
+    echo "error: OpenSSH server is missing: run 'sudo apt-get install -y openssh-server' and retry" >&2
+    exit 1
+  fi
+fi
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,remote]'

@@ -1,0 +1,314 @@
+"""restart / stop / status over the real sshd, with the real runner against the OpenAI test server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from deploytool import control
+from deploytool.connectors import connect
+from deploytool.deploy import deploy_host
+from deploytool.errors import RemoteError, UsageError
+from remote import procinfo
+from tests.conftest import REPO, base_job, ssh_host_entry, wait_for, write_config, write_prompts
+
+
+@pytest.fixture
+def job(tmp_path, ssh_rig, openai_server):
+    """A deployed job on the sshd host, talking to a slow-enough OpenAI test server."""
+    srv = openai_server(latency=0.25)
+    project = tmp_path / "project"
+    project.mkdir()
+    for ds in ("B1", "B2"):
+        write_prompts(project / "data" / "prompts" / f"{ds}.jsonl", 400, ds)
+    host_dir = tmp_path / "host"
+    spec = base_job(
+        datasets={ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in ("B1", "B2")},
+        engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 4, "retry_base": 0.01})
+    cfg = write_config(project, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec)
+    conn = connect(cfg.hosts["gpu"], cfg)
+    deploy_host(conn, cfg)
+    yield {"cfg": cfg, "conn": conn, "srv": srv, "host_dir": host_dir, "project": project}
+    try:
+        control.stop(conn, grace=0)
+    finally:
+        conn.close()
+
+
+def flags(cfg, **kw):
+    return control.parse_run_flags(cfg, **kw)
+
+
+def runners_of(root: Path) -> list[int]:
+    from remote.ctl import stray_runners
+    from remote.jobspec import Paths
+
+    return stray_runners(Paths(root), set())
+
+
+def outputs(root: Path, ds: str) -> list[str]:
+    p = root / "data" / "outputs" / f"{ds}.jsonl"
+    return [json.loads(l)["id"] for l in p.read_text().splitlines()] if p.exists() else []
+
+
+def status(root: Path) -> dict:
+    return json.loads((root / "run" / "status.json").read_text())
+
+
+def test_restart_starts_then_live_recap_keeps_the_process(job):
+    cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
+    r1 = control.restart(conn, flags(cfg, max_samples=300))
+    assert r1["mode"] == "start" and r1["state"] == "running"
+    assert r1["caps"]["B1"]["target"] == 300
+    wait_for(lambda: len(outputs(root, "B1")) >= 8, what="progress")
+    r2 = control.restart(conn, flags(cfg, max_samples=20, caps=["B2=5"]))
+    assert r2["mode"] == "live" and r2["pid"] == r1["pid"] and r2["lost_in_flight"] == 0
+    assert r2["caps"]["B1"]["target"] == 20 and r2["caps"]["B2"]["target"] == 5
+    wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
+    assert max(srv.attempts.values()) == 1  # the server saw no request twice
+    assert len(outputs(root, "B2")) == 5 and set(outputs(root, "B1")) >= {f"B1-{i:06d}" for i in range(20)}
+    wait_for(lambda: runners_of(root) == [], what="the finished runner exits")
+
+
+def test_hard_restart_leaves_exactly_one_runner_and_loses_nothing(job):
+    cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
+    r1 = control.restart(conn, flags(cfg, max_samples=60, grace=10))
+    wait_for(lambda: len(outputs(root, "B1")) >= 4, what="progress")
+    r2 = control.restart(conn, flags(cfg, max_samples=60, grace=10), hard=True)
+    assert r2["mode"] == "restart" and r2["pid"] != r1["pid"]
+    assert r2["stopped"]["stopped"] == [r1["pid"]] and r2["stopped"]["killed"] == []
+    assert r2["lost_in_flight"] == 0  # graceful: in-flight requests finished inside the grace period
+    assert not procinfo.alive(r1["pid"])
+    assert runners_of(root) == [r2["pid"]]
+    wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
+    for ds in ("B1", "B2"):
+        got = outputs(root, ds)
+        assert sorted(got) == [f"{ds}-{i:06d}" for i in range(60)]
+
+
+def test_kill_9_then_restart_resumes_without_loss_or_duplicates(job):
+    cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
+    r1 = control.restart(conn, flags(cfg, max_samples=40))
+    wait_for(lambda: len(outputs(root, "B1")) >= 6, what="progress")
+    os.kill(r1["pid"], signal.SIGKILL)
+    wait_for(lambda: not procinfo.alive(r1["pid"]), what="runner dead")
+    st = control.status(conn)
+    assert st["state"] == "stopped" and not st["runner"]["alive"]
+    r2 = control.restart(conn, flags(cfg, max_samples=40))
+    assert r2["mode"] == "start"
+    wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
+    for ds in ("B1", "B2"):
+        got = outputs(root, ds)
+        assert len(got) == len(set(got)) and sorted(got) == [f"{ds}-{i:06d}" for i in range(40)]
+
+
+def test_drain_restart_loses_no_request(job):
+    cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
+    control.restart(conn, flags(cfg, max_samples=60))
+    wait_for(lambda: srv.in_flight == 4, what="window full")
+    r = control.restart(conn, flags(cfg, max_samples=60), hard=True, drain=True)
+    assert r["mode"] == "restart" and r["lost_in_flight"] == 0 and r["stopped"]["drained"]
+    wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
+    assert max(srv.attempts.values()) == 1
+
+
+def test_grace_0_restart_reports_lost_requests(job):
+    cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
+    job["srv"].latency = 2.0
+    control.restart(conn, flags(cfg, max_samples=60, grace=0))
+    # the count comes from the runner's status file, written once a second
+    wait_for(lambda: srv.in_flight == 4 and status(root)["in_flight"] == 4, what="window full")
+    r = control.restart(conn, flags(cfg, max_samples=60, grace=0), hard=True)
+    assert r["lost_in_flight"] == 4, r["stopped"]
+
+
+def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
+    cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
+    current = (root / "current").resolve()
+    hand = subprocess.Popen([sys.executable, "-m", "remote", "run", "--max-samples", "50"], cwd=current,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_for(lambda: (root / "run" / "runner.pid").exists() and status(root)["state"] == "running", what="hand runner")
+    (root / "run" / "runner.pid").unlink()  # the pid file is lost
+    # decoys: same names, other directories
+    decoy_dir = tmp_path / "elsewhere"
+    decoy_dir.mkdir()
+    (decoy_dir / "run_inference.py").write_text("import time\ntime.sleep(600)\n")
+    decoy1 = subprocess.Popen([sys.executable, "run_inference.py", "--max-samples", "7000"], cwd=decoy_dir)
+    decoy2 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "-m", "remote", "run"], cwd=decoy_dir)
+    try:
+        assert control.status(conn)["strays"] == [hand.pid]
+        r = control.restart(conn, flags(cfg, max_samples=50, grace=5))
+        assert hand.pid in r["stopped"]["strays"]
+        assert hand.wait(10) is not None
+        assert decoy1.poll() is None and decoy2.poll() is None
+        assert runners_of(root) == [r["pid"]]
+    finally:
+        for p in (decoy1, decoy2, hand):
+            p.kill()
+            p.wait()
+
+
+def test_runner_ignoring_sigterm_is_killed_with_its_children(job, tmp_path):
+    conn, root = job["conn"], job["host_dir"]
+    child_pid_file = tmp_path / "child.pid"
+    script = textwrap.dedent(f"""
+        import os, signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # a worker in a session of its own (like vLLM's), which outlives its parent
+        child = subprocess.Popen([sys.executable, "-c", "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"], start_new_session=True)
+        open({str(child_pid_file)!r}, "w").write(str(child.pid))
+        time.sleep(600)
+    """)
+    token = "tok-ignore-term"
+    proc = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ, DEPLOYTOOL_JOB_TOKEN=token),
+                            start_new_session=True)
+    wait_for(child_pid_file.exists, what="child")
+    child = int(child_pid_file.read_text())
+    (root / "run").mkdir(exist_ok=True)
+    (root / "run" / "runner.pid").write_text(json.dumps(
+        {"pid": proc.pid, "start_time": procinfo.start_time(proc.pid), "token": token, "release": str(root)}))
+    r = control.stop(conn, grace=1)
+    assert r["stopped"] == [proc.pid] and proc.pid in r["killed"] and child in r["killed"]
+    assert proc.wait(5) == -signal.SIGKILL
+    wait_for(lambda: not procinfo.alive(child), what="child gone")
+    assert control.stop(conn, grace=1)["was_running"] is False  # idempotent
+
+
+def test_stale_pid_file_of_a_reused_pid_is_not_signalled(job):
+    conn, root = job["conn"], job["host_dir"]
+    innocent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        (root / "run").mkdir(exist_ok=True)
+        (root / "run" / "runner.pid").write_text(json.dumps(
+            {"pid": innocent.pid, "start_time": 12345, "token": "old"}))  # same pid, different process
+        assert control.stop(conn, grace=0)["was_running"] is False
+        assert innocent.poll() is None
+    finally:
+        innocent.kill()
+        innocent.wait()
+
+
+def test_invalid_flags_change_nothing(job):
+    cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
+    r = control.restart(conn, flags(cfg, max_samples=100))
+    for bad in ({"max_samples": "-1"}, {"max_samples": "ten"}, {"caps": ["B9=3"]}, {"caps": ["B1"]},
+                {"max_tokens": "10Q"}, {"datasets": "B1,B9"}, {"datasets": "B1;rm"}):
+        with pytest.raises(UsageError):
+            flags(cfg, **bad)
+    # the same through the CLI: exit 2, and the runner is untouched
+    res = subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg.path), "restart",
+                          "--max-samples", "-5"], cwd=job["project"], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.startswith("error: --max-samples must be >= 0")
+    assert procinfo.alive(r["pid"]) and status(root)["caps"]["max_samples"] == 100
+
+
+def test_second_start_refused_by_lock(job):
+    cfg, conn = job["cfg"], job["conn"]
+    control.restart(conn, flags(cfg, max_samples=100))
+    with pytest.raises(RemoteError, match="already running"):
+        control.ctl(conn, "start", "--max-samples", "5")
+
+
+def test_runner_dying_at_start_shows_its_log(job):
+    cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
+    (root / "data" / "prompts" / "B2.jsonl").unlink()
+    with pytest.raises(RemoteError) as e:
+        control.restart(conn, flags(cfg, max_samples=10))
+    assert "exited with code 2" in str(e.value)
+    assert any("prompts file" in line for line in e.value.details)
+
+
+def test_not_deployed_is_one_clear_line(ssh_rig, tmp_path):
+    cfg = write_config(tmp_path, {"gpu": ssh_host_entry(ssh_rig, tmp_path / "empty")})
+    with connect(cfg.hosts["gpu"], cfg) as conn:
+        with pytest.raises(RemoteError, match=r"nothing deployed .*run `invoke deploy` first"):
+            control.status(conn)
+
+
+def test_new_release_means_real_restart(job, tmp_path):
+    import shutil
+
+    from deploytool.deploy import PACKAGE_DIR, build_release
+
+    cfg, conn = job["cfg"], job["conn"]
+    r1 = control.restart(conn, flags(cfg, max_samples=100))
+    pkg = tmp_path / "pkg"
+    shutil.copytree(PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg / "extra.py").write_text("# new code\n")
+    new = deploy_host(conn, cfg, release=build_release(cfg, pkg))
+    r2 = control.restart(conn, flags(cfg, max_samples=100, grace=5))
+    assert r2["mode"] == "restart" and r2["pid"] != r1["pid"] and r2["release"].endswith(new.release)
+
+
+def test_gpu_check_refuses_foreign_gpu_memory(job, tmp_path):
+    root = job["host_dir"]
+    # a process that is no child of anything of ours (re-parented to init), holding "GPU memory"
+    hog = int(subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                             text=True).stdout)
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\necho '{hog}, 40960'\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, DEPLOYTOOL_NVIDIA_SMI=str(fake))
+    cmd = [sys.executable, "-m", "remote", "ctl", "start", "--max-samples", "3"]
+    try:
+        res = subprocess.run(cmd, cwd=(root / "current").resolve(), env=env, capture_output=True, text=True)
+        out = json.loads(res.stdout)
+        assert res.returncode == 1 and f"pid {hog} (40960 MiB: sleep 600)" in out["error"] and "--force-gpu" in out["error"]
+        assert not (root / "run" / "runner.pid").exists()
+        res = subprocess.run(cmd + ["--force-gpu"], cwd=(root / "current").resolve(), env=env, capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+    finally:
+        os.kill(hog, signal.SIGKILL)
+
+
+def test_gpu_check_allows_the_engine_server_session(job, tmp_path):
+    """GPU memory held by the process serving the engine's port (and its children: vLLM workers) is fine."""
+    from remote import gpu
+    from remote.jobspec import Paths
+
+    srv_proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import socket, subprocess, sys, time
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+        w = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print(s.getsockname()[1], w.pid, flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        port, worker = map(int, srv_proc.stdout.readline().split())
+        fake = tmp_path / "nvidia-smi"
+        fake.write_text(f"#!/bin/sh\necho '{srv_proc.pid}, 100'\necho '{worker}, 90000'\n")
+        fake.chmod(0o755)
+        os.environ["DEPLOYTOOL_NVIDIA_SMI"] = str(fake)
+        try:
+            report = gpu.check(Paths(job["host_dir"]), port)
+            assert report["checked"] and report["blocking"] == []
+            with pytest.raises(gpu.GPUBusy):
+                gpu.check(Paths(job["host_dir"]), None)  # not the engine's server: refused
+        finally:
+            del os.environ["DEPLOYTOOL_NVIDIA_SMI"]
+    finally:
+        os.killpg(srv_proc.pid, signal.SIGKILL)
+        srv_proc.wait()
+
+
+def test_cli_status_json_and_stop(job):
+    cfg, root = job["cfg"], job["host_dir"]
+    base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
+    res = subprocess.run(base + ["restart", "--max-samples", "100", "--cap", "B2=3"], cwd=job["project"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "started runner pid" in res.stdout and "B2" in res.stdout
+    res = subprocess.run(base + ["status", "--json"], cwd=job["project"], capture_output=True, text=True)
+    st = json.loads(res.stdout)["gpu"]
+    assert st["state"] == "running" and st["datasets"]["B2"]["target"] == 3 and "token" not in st
+    res = subprocess.run(base + ["stop", "--grace", "5"], cwd=job["project"], capture_output=True, text=True)
+    assert res.returncode == 0 and "gpu: stopped" in res.stdout
+    assert status(root)["state"] == "stopped"
+    wait_for(lambda: runners_of(root) == [], what="no runner left")

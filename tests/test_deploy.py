@@ -1,0 +1,209 @@
+"""deploy / rollback over the real sshd (and the local connector for the parts that do not need SSH)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploytool.connectors import connect
+from deploytool.deploy import PACKAGE_DIR, build_release, deploy_host, release_helper, rollback_host
+from deploytool.errors import RemoteError
+from tests.conftest import REPO, free_port, ssh_host_entry, wait_for, write_config, write_prompts
+
+
+@pytest.fixture
+def env(tmp_path, ssh_rig):
+    """A project dir (hosts.yaml, prompts, a private copy of remote/) and an SSH host dir."""
+    project = tmp_path / "project"
+    project.mkdir()
+    write_prompts(project / "data" / "prompts" / "B1.jsonl", 20)
+    pkg = project / "remote"
+    shutil.copytree(PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    host_dir = tmp_path / "host"
+    cfg = write_config(project, {"gpu": ssh_host_entry(ssh_rig, host_dir, keep_releases=3)})
+    conn = connect(cfg.hosts["gpu"], cfg)
+    yield {"cfg": cfg, "pkg": pkg, "host_dir": host_dir, "conn": conn, "project": project}
+    conn.close()
+
+
+def deploy(env, **kw):
+    env["conn"].round_trips = 0
+    return deploy_host(env["conn"], env["cfg"], release=build_release(env["cfg"], env["pkg"]), **kw)
+
+
+def current(env) -> Path:
+    return (env["host_dir"] / "current").resolve()
+
+
+def test_first_deploy_then_noop_then_one_file(env):
+    r1 = deploy(env)
+    assert r1.previous is None and "remote/runner.py" in r1.added and "job.json" in r1.added
+    assert r1.prompts == ["data/prompts/B1.jsonl"]
+    cur = current(env)
+    assert cur.parent.name == "releases" and cur.name == r1.release
+    assert (cur / "remote" / "runner.py").read_bytes() == (env["pkg"] / "runner.py").read_bytes()
+    assert (env["host_dir"] / "data" / "prompts" / "B1.jsonl").read_bytes() == \
+        (env["project"] / "data" / "prompts" / "B1.jsonl").read_bytes()
+    job = json.loads((cur / "job.json").read_text())
+    assert list(job["datasets"]) == ["B1"]
+
+    r2 = deploy(env)
+    assert not r2.changed and r2.bytes_sent == 0
+    assert r2.round_trips == 1  # one look at the host's manifest, nothing else
+
+    with open(env["pkg"] / "units.py", "a") as f:
+        f.write("\n# changed\n")
+    r3 = deploy(env)
+    assert r3.modified == ["remote/units.py"] and not r3.added and not r3.removed and not r3.prompts
+    assert r3.bytes_sent == (env["pkg"] / "units.py").stat().st_size
+    assert r3.round_trips == 2
+    new = current(env)
+    assert new.name == r3.release != r1.release
+    # unchanged files are shared with the old release on the host (hard links), not sent again
+    assert os.stat(new / "remote" / "runner.py").st_ino == os.stat(cur / "remote" / "runner.py").st_ino
+    assert (cur / "remote" / "units.py").read_text() != (new / "remote" / "units.py").read_text()
+
+
+def test_dry_run_changes_nothing(env):
+    r = deploy(env, dry_run=True)
+    assert r.dry_run and r.added and r.bytes_sent > 0
+    assert not (env["host_dir"] / "current").exists()
+
+
+def test_rollback_and_redeploy(env):
+    r1 = deploy(env)
+    (env["pkg"] / "new_module.py").write_text("X = 1\n")
+    r2 = deploy(env)
+    assert r2.added == ["remote/new_module.py"]
+    out = rollback_host(env["conn"])
+    assert out == {"current": r1.release, "previous": r2.release}
+    assert current(env).name == r1.release
+    assert not (current(env) / "remote" / "new_module.py").exists()
+    r3 = deploy(env)  # same content as r2: the release is on the host already, only the switch happens
+    assert r3.release == r2.release and r3.bytes_sent == 0 and current(env).name == r2.release
+
+
+def test_rollback_without_previous_is_clear(env):
+    deploy(env)
+    with pytest.raises(RemoteError, match="no previous release"):
+        rollback_host(env["conn"])
+
+
+def test_prompt_file_replaced_atomically_and_outputs_untouched(env):
+    deploy(env)
+    outputs = env["host_dir"] / "data" / "outputs"
+    (outputs / "B1.jsonl").write_text('{"id": "x"}\n')
+    write_prompts(env["project"] / "data" / "prompts" / "B1.jsonl", 30)
+    r = deploy(env)
+    assert r.prompts == ["data/prompts/B1.jsonl"] and not r.added and not r.modified
+    assert len((env["host_dir"] / "data" / "prompts" / "B1.jsonl").read_text().splitlines()) == 30
+    assert (outputs / "B1.jsonl").read_text() == '{"id": "x"}\n'
+    assert not list((env["host_dir"] / "data" / "prompts").glob("*.part"))
+
+
+def test_running_process_keeps_its_old_release(env):
+    deploy(env)
+    old = current(env)
+    # a "job" running from the old release: it imports its code at start and reads a file later
+    script = ("import sys,time; sys.path.insert(0, '.'); import remote.units as u; f=open('remote/units.py');"
+              "open(sys.argv[1],'w').write('ready'); time.sleep(1.5); print(f.read().count('changed'), hasattr(u, 'NEW'))")
+    flag = env["host_dir"] / "ready"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(flag)], cwd=old, stdout=subprocess.PIPE, text=True)
+    wait_for(flag.exists, what="job started")
+    with open(env["pkg"] / "units.py", "a") as f:
+        f.write("\nNEW = 'changed'\n")
+    deploy(env)
+    assert current(env) != old
+    out, _ = proc.communicate(timeout=10)
+    assert out.split() == ["0", "False"]  # it saw its own code, never the new file
+    assert "changed" not in (old / "remote" / "units.py").read_text()
+
+
+def test_release_in_use_by_runner_is_never_pruned(env):
+    first = deploy(env).release
+    rec = {"pid": os.getpid(), "start_time": __import__("remote.procinfo").procinfo.start_time(os.getpid()),
+           "release": str(env["host_dir"] / "releases" / first)}
+    (env["host_dir"] / "run" / "runner.pid").write_text(json.dumps(rec))
+    for i in range(5):
+        (env["pkg"] / "units.py").write_text((env["pkg"] / "units.py").read_text() + f"\n# v{i}\n")
+        deploy(env)
+    left = sorted(p.name for p in (env["host_dir"] / "releases").iterdir() if p.is_dir())
+    assert first in left  # a live runner uses it
+    assert len(left) <= 3 + 1
+
+
+def test_interrupted_upload_leaves_current_and_next_deploy_works(env):
+    r1 = deploy(env)
+    (env["pkg"] / "units.py").write_text((env["pkg"] / "units.py").read_text() + "\n# v2\n")
+    rel = build_release(env["cfg"], env["pkg"])
+    # a dropped connection: the host sees the upload stream end half-way
+    with pytest.raises(RemoteError, match="apply failed"):
+        release_helper(env["conn"], "apply", {"id": rel.id, "files": rel.manifest, "base": r1.release,
+                                              "prompts": [], "keep": 3}, stdin=b"\x00" * 700)
+    assert current(env).name == r1.release
+    assert not [p for p in (env["host_dir"] / "releases").iterdir() if p.name.startswith(".tmp-")]
+    r2 = deploy(env)
+    assert current(env).name == r2.release == rel.id
+
+
+def test_kill_9_of_local_deploy_mid_upload(env, tmp_path):
+    r1 = deploy(env)
+    big = env["project"] / "data" / "prompts" / "B1.jsonl"
+    with open(big, "w") as f:  # a prompt file large enough to be mid-upload when we kill
+        line = json.dumps({"prompt": "x" * 1000}) + "\n"
+        for _ in range(150_000):
+            f.write(line)
+    cmd = [sys.executable, "-m", "deploytool", "--config", str(env["cfg"].path), "deploy"]
+    proc = subprocess.Popen(cmd, cwd=env["project"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ))
+    wait_for(lambda: any(p.name.startswith(".tmp-") for p in (env["host_dir"] / "releases").iterdir()) or proc.poll() is not None,
+             timeout=30, interval=0.005, what="upload in progress")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert current(env).name == r1.release
+    prompts = env["host_dir"] / "data" / "prompts" / "B1.jsonl"
+    assert len(prompts.read_text().splitlines()) == 20  # the old prompt file, whole
+    r2 = deploy(env)
+    assert r2.prompts == ["data/prompts/B1.jsonl"]
+    assert prompts.stat().st_size == big.stat().st_size
+    wait_for(lambda: not [p for p in (env["host_dir"] / "releases").iterdir() if p.name.startswith(".tmp-")],
+             what="stale temp dirs cleaned")
+
+
+def test_two_hosts_one_unreachable(ssh_rig, tmp_path):
+    project = tmp_path / "p"
+    project.mkdir()
+    write_prompts(project / "data" / "prompts" / "B1.jsonl", 5)
+    cfg = write_config(project, {
+        "good": ssh_host_entry(ssh_rig, tmp_path / "good"),
+        "down": ssh_host_entry(ssh_rig, tmp_path / "down", port=free_port()),
+        "local": {"connect": "local", "remote_dir": str(tmp_path / "loc")},
+    })
+    res = subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg.path), "deploy", "-H", "good,down,local"],
+                         cwd=project, capture_output=True, text=True)
+    assert res.returncode == 1
+    assert "good: deployed release" in res.stdout and "local: deployed release" in res.stdout
+    assert "down: FAILED: cannot connect to down" in res.stdout and "connection refused" in res.stdout
+    assert "error: 1 of 3 hosts failed: down" in res.stderr
+    assert (tmp_path / "good" / "current").exists() and (tmp_path / "loc" / "current").exists()
+
+
+def test_local_host_deploy_and_cli_output(tmp_path):
+    project = tmp_path / "p"
+    project.mkdir()
+    write_prompts(project / "data" / "prompts" / "B1.jsonl", 5)
+    cfg = write_config(project, {"local": {"connect": "local", "remote_dir": ".deploytool/local"}})
+    cmd = [sys.executable, "-m", "deploytool", "--config", str(cfg.path), "deploy"]
+    first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert "added" in first.stdout and "remote/runner.py" in first.stdout
+    assert (project / ".deploytool" / "local" / "current" / "remote" / "runner.py").exists()
+    second = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert "nothing changed" in second.stdout and "0 bytes" in second.stdout

@@ -1,0 +1,330 @@
+"""The remote runner against a real OpenAI-compatible HTTP server (tests/openai_server.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from remote.outputs import encode_record, repair_tail, scan
+from remote.prompts import load_prompts
+from tests.conftest import REPO, wait_for, write_prompts
+
+
+def make_root(tmp_path: Path, sizes: dict[str, int], engine: dict, est: dict | None = None) -> Path:
+    root = tmp_path / "root"
+    for ds, n in sizes.items():
+        write_prompts(root / "data" / "prompts" / f"{ds}.jsonl", n, ds)
+    job = {"datasets": {ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": (est or {}).get(ds, 100)} for ds in sizes},
+           "engine": {"kind": "openai", "model": "test-model", "concurrency": 8, "retry_base": 0.01,
+                      "request_timeout": 5, **engine},
+           "sampling": {"max_tokens": 512, "temperature": 1.0}, "chat_template_kwargs": {"thinking": True}}
+    (root / "job.json").write_text(json.dumps(job))
+    return root
+
+
+def runner_cmd(root: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "remote", "run", "--root", str(root), "--job", str(root / "job.json"), *args]
+
+
+def run(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(runner_cmd(root, *args), cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def records(root: Path, ds: str) -> list[dict]:
+    p = root / "data" / "outputs" / f"{ds}.jsonl"
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines()]  # every line must be valid JSON
+
+
+def ids(root: Path, ds: str) -> list[str]:
+    return [r["id"] for r in records(root, ds)]
+
+
+def status(root: Path) -> dict:
+    return json.loads((root / "run" / "status.json").read_text())
+
+
+def expected(ds: str, n: int) -> list[str]:
+    return [f"{ds}-{i:06d}" for i in range(n)]
+
+
+def test_caps_per_dataset_caps_and_selection(tmp_path, openai_server):
+    srv = openai_server()
+    root = make_root(tmp_path, {"B1": 20, "B2": 20, "B3": 20}, {"base_url": srv.url})
+    res = run(root, "--max-samples", "7", "--cap", "B2=3", "--datasets", "B1,B2")
+    assert res.returncode == 0, res.stderr
+    assert sorted(ids(root, "B1")) == expected("B1", 7)
+    assert sorted(ids(root, "B2")) == expected("B2", 3)
+    assert ids(root, "B3") == []
+    st = status(root)
+    assert st["state"] == "finished"
+    assert st["datasets"]["B1"] | {} and st["datasets"]["B1"]["done"] == 7 and st["datasets"]["B1"]["target"] == 7
+    assert st["datasets"]["B2"]["state"] == "complete"
+    rec = records(root, "B1")[0]
+    assert rec["conversations"][-1]["role"] == "assistant"
+    assert rec["conversations"][-1]["reasoning_content"] == "thinking"
+    assert rec["finish_reason"] == "stop" and rec["usage"]["completion_tokens"] > 0
+    assert rec["model"] == "test-model" and rec["dataset"] == "B1"
+
+
+def test_cap_larger_than_dataset_takes_all(tmp_path, openai_server):
+    srv = openai_server()
+    root = make_root(tmp_path, {"B1": 5}, {"base_url": srv.url})
+    assert run(root, "--max-samples", "7000").returncode == 0
+    assert sorted(ids(root, "B1")) == expected("B1", 5)
+    assert status(root)["datasets"]["B1"]["target"] == 5
+
+
+def test_token_budget_stops_dispatch_overshoot_bounded_by_window(tmp_path, openai_server):
+    srv = openai_server(tokens=100)
+    root = make_root(tmp_path, {"B1": 50}, {"base_url": srv.url, "concurrency": 1})
+    assert run(root, "--max-tokens", "350").returncode == 0
+    assert len(ids(root, "B1")) == 4  # 100, 200, 300 < 350; the 4th reaches it
+    root2 = make_root(tmp_path / "b", {"B1": 50}, {"base_url": srv.url, "concurrency": 4})
+    assert run(root2, "--max-tokens", "350").returncode == 0
+    assert 4 <= len(ids(root2, "B1")) <= 4 + 4 - 1
+    st = status(root2)["datasets"]["B1"]
+    assert st["budget_reached"] and st["state"] == "complete"
+
+
+def _prewrite(root: Path, ds: str, n: int, tokens: int = 100) -> None:
+    out = root / "data" / "outputs"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{ds}.jsonl", "ab") as f:
+        for i in range(n):
+            f.write(encode_record({"id": f"{ds}-{i:06d}", "dataset": ds, "index": i, "finish_reason": "stop",
+                                   "usage": {"prompt_tokens": 5, "completion_tokens": tokens},
+                                   "conversations": [], "model": "test-model", "created": 0}))
+    (out / f"{ds}.meta.json").write_text(json.dumps(
+        {"model": "test-model", "sampling": {"max_tokens": 512, "temperature": 1.0},
+         "chat_template_kwargs": {"thinking": True}}))
+
+
+def test_worked_example_b1_complete_b2_resumes_to_cap(tmp_path, openai_server):
+    """SPEC §1 scaled by 1/100: B1 100 prompts all done, B2 147 prompts with 16 done, --max-samples 70."""
+    srv = openai_server()
+    root = make_root(tmp_path, {"B1": 100, "B2": 147, "B3": 90}, {"base_url": srv.url})
+    _prewrite(root, "B1", 100)
+    _prewrite(root, "B2", 16)
+    res = run(root, "--max-samples", "70")
+    assert res.returncode == 0, res.stderr
+    assert len(ids(root, "B1")) == 100  # already complete under the new cap: untouched
+    b2 = ids(root, "B2")
+    assert len(b2) == len(set(b2)) == 70 and sorted(b2) == expected("B2", 70)
+    assert sorted(ids(root, "B3")) == expected("B3", 70)
+    # the server never saw a prompt whose record existed
+    asked = {json.loads(k)[0]["content"] for k in srv.attempts}
+    assert not any(q.startswith("question") and " of B1" in q for q in asked)
+    assert not any(f"question {i} of B2" in asked for i in range(16))
+    log = (root / "logs" / "runner.log").read_text()
+    assert "B1: 70/70 done, already complete" in log
+    assert "B2: 16/70 done, 54 to do" in log
+
+
+def test_kill_9_at_random_moments_then_resume_exactly_once(tmp_path, openai_server):
+    srv = openai_server(latency=0.01)
+    root = make_root(tmp_path, {"B1": 150, "B2": 150}, {"base_url": srv.url, "concurrency": 16})
+    rng = random.Random(1)
+    for _ in range(6):
+        proc = subprocess.Popen(runner_cmd(root), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 1.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for ds in ("B1", "B2"):  # whatever state the kill left, every line is either complete or repaired on start
+            p = root / "data" / "outputs" / f"{ds}.jsonl"
+            if p.exists() and rng.random() < 0.5:
+                with open(p, "ab") as f:
+                    f.write(b'{"id": "B1-torn", "dataset": "B1", "ind')  # simulate a torn write
+    res = run(root)
+    assert res.returncode == 0, res.stderr
+    for ds in ("B1", "B2"):
+        got = ids(root, ds)
+        assert len(got) == len(set(got)), "duplicate id after resume"
+        assert sorted(got) == expected(ds, 150)
+
+
+def test_injected_5xx_429_malformed_and_timeouts_all_complete(tmp_path, openai_server):
+    srv = openai_server(fail_rate=0.10, rate_limit_rate=0.05, malformed_rate=0.05, hang_rate=0.02)
+    root = make_root(tmp_path, {"B1": 120}, {"base_url": srv.url, "concurrency": 16, "request_timeout": 1})
+    res = run(root)
+    assert res.returncode == 0, res.stderr
+    assert sorted(ids(root, "B1")) == expected("B1", 120)
+    assert not (root / "data" / "outputs" / "B1.errors.jsonl").read_text()
+    assert status(root)["retries"] > 0
+
+
+def test_permanent_error_lands_in_errors_file_and_is_retried_on_restart(tmp_path, openai_server):
+    srv = openai_server(bad_request_ids={"question 3 of B1"})
+    root = make_root(tmp_path, {"B1": 10}, {"base_url": srv.url})
+    assert run(root).returncode == 0
+    assert sorted(ids(root, "B1")) == [i for i in expected("B1", 10) if i != "B1-000003"]
+    errs = [json.loads(l) for l in (root / "data" / "outputs" / "B1.errors.jsonl").read_text().splitlines()]
+    assert [e["id"] for e in errs] == ["B1-000003"] and "HTTP 400" in errs[0]["error"]
+    st = status(root)
+    assert st["datasets"]["B1"]["state"] == "incomplete" and st["errors"] == 1
+    srv.bad_request_ids.clear()
+    assert run(root).returncode == 0
+    assert sorted(ids(root, "B1")) == expected("B1", 10)
+
+
+def test_torn_last_line_is_repaired_and_kept_aside(tmp_path, openai_server):
+    srv = openai_server()
+    root = make_root(tmp_path, {"B1": 5}, {"base_url": srv.url})
+    _prewrite(root, "B1", 3)
+    out = root / "data" / "outputs" / "B1.jsonl"
+    with open(out, "ab") as f:
+        f.write(b'{"id": "B1-000003", "dataset": "B1", "index": 3, "finish_re')
+    assert run(root).returncode == 0
+    assert sorted(ids(root, "B1")) == expected("B1", 5)
+    assert (root / "data" / "outputs" / "B1.jsonl.torn").read_bytes().startswith(b'{"id": "B1-000003"')
+
+
+def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
+    srv = openai_server()
+    root = make_root(tmp_path, {"B1": 6}, {"base_url": srv.url})
+    assert run(root, "--max-samples", "2").returncode == 0
+    job = json.loads((root / "job.json").read_text())
+    job["sampling"]["temperature"] = 0.6
+    (root / "job.json").write_text(json.dumps(job))
+    res = run(root)
+    assert res.returncode == 2
+    assert "different sampling" in res.stderr and "--force" in res.stderr
+    assert len(ids(root, "B1")) == 2 and status(root)["state"] == "failed"
+    assert run(root, "--force").returncode == 0
+    assert len(ids(root, "B1")) == 6
+    meta = json.loads((root / "data" / "outputs" / "B1.meta.json").read_text())
+    assert meta["sampling"]["temperature"] == 0.6 and meta["previous"][0]["sampling"]["temperature"] == 1.0
+
+
+def test_engine_down_waits_then_fails_after_deadline(tmp_path):
+    from tests.conftest import free_port
+
+    root = make_root(tmp_path, {"B1": 3}, {"base_url": f"http://127.0.0.1:{free_port()}/v1", "down_deadline": 1.5})
+    res = run(root)
+    assert res.returncode == 1
+    st = status(root)
+    assert st["state"] == "failed" and "engine unreachable" in st["message"]
+    assert st["engine"]["reachable"] is False
+    assert "engine unreachable" in (root / "logs" / "runner.log").read_text()
+
+
+def test_sigterm_finishes_in_flight_and_stops(tmp_path, openai_server):
+    srv = openai_server(latency=1.0)
+    root = make_root(tmp_path, {"B1": 100}, {"base_url": srv.url, "concurrency": 4})
+    proc = subprocess.Popen(runner_cmd(root, "--grace", "10"), cwd=REPO, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: srv.in_flight == 4, what="4 requests in flight")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    st = status(root)
+    assert st["state"] == "stopped"
+    assert len(ids(root, "B1")) >= 4  # the in-flight ones finished inside the grace period
+    assert sum(srv.requests.values()) == len(ids(root, "B1"))
+
+
+def test_second_runner_is_refused_by_the_lock(tmp_path, openai_server):
+    srv = openai_server(latency=0.5)
+    root = make_root(tmp_path, {"B1": 50}, {"base_url": srv.url, "concurrency": 2})
+    proc = subprocess.Popen(runner_cmd(root), cwd=REPO, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (root / "run" / "status.json").exists(), what="status")
+        res = run(root)
+        assert res.returncode == 1 and "already running" in res.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("start, new", [(20, 30), (200, 12)])
+def test_live_recap_through_control_file(tmp_path, openai_server, start, new):
+    srv = openai_server(latency=0.3)
+    root = make_root(tmp_path, {"B1": 200}, {"base_url": srv.url, "concurrency": 2})
+    proc = subprocess.Popen(runner_cmd(root, "--max-samples", str(start)), cwd=REPO, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: len(ids(root, "B1")) >= 2, what="first records")
+        (root / "run" / "control.json").write_text(json.dumps({"seq": 1, "caps": {"max_samples": new}}))
+        assert proc.wait(60) == 0
+    finally:
+        proc.kill()
+    got = ids(root, "B1")
+    assert len(got) == len(set(got)) and set(expected("B1", new)) <= set(got)
+    assert len(got) == new if new > start else len(got) < start
+    st = status(root)
+    assert st["control_seq"] == 1 and st["datasets"]["B1"]["target"] == new
+    assert max(srv.attempts.values()) == 1  # nothing asked twice: the re-cap lost no request
+
+
+def test_simulate_engine_runs_without_a_server(tmp_path):
+    root = make_root(tmp_path, {"B1": 10, "B8": 4}, {"kind": "simulate", "tokens_per_s": 1_000_000}, est={"B8": 8000})
+    assert run(root).returncode == 0
+    recs = records(root, "B8")
+    assert len(recs) == 4 and all(r["model"] == "simulated" for r in recs)
+    lengths = [r["usage"]["completion_tokens"] for r in records(root, "B1") + recs]
+    assert len(set(lengths)) > 1  # long-tailed, not constant
+    assert "simulate" in (root / "logs" / "runner.log").read_text()
+
+
+def test_run_inference_alias(tmp_path, openai_server):
+    srv = openai_server()
+    root = make_root(tmp_path, {"B1": 3}, {"base_url": srv.url})
+    res = subprocess.run([sys.executable, "-m", "remote.run_inference", "--root", str(root), "--job",
+                          str(root / "job.json"), "--max-samples", "2"], cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert len(ids(root, "B1")) == 2
+
+
+def test_bad_flags_exit_2(tmp_path):
+    root = make_root(tmp_path, {"B1": 3}, {})
+    assert run(root, "--max-samples", "-3").returncode == 2
+    assert run(root, "--cap", "B1").returncode == 2
+    assert run(root, "--max-tokens", "lots").returncode == 2
+    res = run(root, "--datasets", "B9")
+    assert res.returncode == 2 and "unknown dataset B9" in res.stderr
+
+
+# ------------------------------------------------------------------ units
+
+def test_prompt_formats(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text("\n".join([
+        json.dumps({"messages": [{"role": "user", "content": "a"}]}),
+        json.dumps({"conversations": [{"from": "human", "value": "b"}, {"from": "gpt", "value": "old"}]}),
+        json.dumps({"id": "x7", "conversations": [{"role": "user", "content": "c"}]}),
+        "",
+        json.dumps({"prompt": "d"}),
+        "not json",
+        json.dumps({"id": "x7", "prompt": "dup"}),
+    ]) + "\n")
+    ps = load_prompts(p, "D")
+    assert [x.id for x in ps[:4]] == ["D-000000", "D-000001", "x7", "D-000003"]
+    assert ps[1].messages == [{"role": "user", "content": "b"}]  # the old answer is dropped
+    assert ps[3].messages == [{"role": "user", "content": "d"}]
+    assert ps[4].messages is None and "invalid prompt line" in ps[4].problem
+    assert ps[5].messages is None and "duplicate id" in ps[5].problem
+
+
+def test_scan_fast_path_matches_json_and_handles_foreign_lines(tmp_path):
+    p = tmp_path / "o.jsonl"
+    with open(p, "wb") as f:
+        for i in range(1000):
+            f.write(encode_record({"id": f'B"{i}', "dataset": "B", "index": i, "finish_reason": None,
+                                   "usage": {"prompt_tokens": 1, "completion_tokens": i}, "conversations": []}))
+        f.write(b'{"usage": {"completion_tokens": 5}, "id": "hand-written"}\n')
+    ex = scan(p)
+    assert len(ex.ids) == 1001 and ex.tokens['B"7'] == 7 and ex.tokens["hand-written"] == 5
+
+
+def test_repair_tail_cuts_invalid_last_line(tmp_path):
+    p = tmp_path / "o.jsonl"
+    p.write_bytes(b'{"id": 1}\n{"id": 2}\n{"id": 3, \n')
+    assert repair_tail(p) > 0
+    assert p.read_bytes() == b'{"id": 1}\n{"id": 2}\n'
+    assert repair_tail(p) == 0
