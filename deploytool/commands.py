@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from . import control
+from . import control, planning, tail as tail_mod
 from . import deploy as deploy_mod
 from . import render
 from .config import load_config
@@ -88,4 +88,37 @@ def status(host_spec: str | None, *, as_json: bool = False) -> int:
         print(json.dumps(results, indent=1))
     else:
         _run(config, host_spec, control.status, render.status_screen)
+    return ExitCode.OK
+
+
+def tail(host_spec: str | None, *, once: bool = False, log: bool = False) -> int:
+    config = load_config()
+    hosts = config.select_hosts(host_spec)
+    return tail_mod.watch(config, hosts, once=once, log=log, live=render.console.is_terminal, out=render.console)
+
+
+def plan(host_spec: str | None, *, tokens_per_dataset: str, tokens_per_s: str | None = None, apply: bool = False) -> int:
+    config = load_config()
+    target, rate = planning.parse_plan_args(tokens_per_dataset, tokens_per_s)
+    results = _run(config, host_spec, lambda conn: planning.plan_host(conn, target, rate), render.plan_result)
+    if apply:
+        for name, r in results.items():
+            caps = [f"{ds}={row['cap']}" for ds, row in r["datasets"].items()]
+            flags = control.parse_run_flags(config, caps=caps)
+            render.console.print(f"[bold]{name}[/]: applying caps {', '.join(caps)}")
+            _run(config, name, lambda conn: control.restart(conn, flags), render.restart_result)
+    return ExitCode.OK
+
+
+def pull(host_spec: str | None, *, to: str = "pulled", refetch: bool = False) -> int:
+    from pathlib import Path
+
+    from . import pull as pull_mod
+
+    config = load_config()
+    results = _run(config, host_spec, lambda conn: pull_mod.pull_host(conn, Path(to), refetch=refetch), render.pull_result)
+    refused = [f"{h}:{n}" for h, r in results.items() for n in r.refused]
+    if refused:
+        raise DeployToolError(f"local copies differ from the host's files ({', '.join(refused)}): "
+                              "move them aside or pass --refetch to download them again")
     return ExitCode.OK

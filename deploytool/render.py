@@ -134,3 +134,34 @@ def status_screen(s: dict, out: Console | None = None) -> None:
                   f"{'; STALLED' if s.get('stalled') else ''}")
     if s.get("strays"):
         out.print(f"  [red]runner processes without a pid file: {s['strays']} (restart or stop takes care of them)[/]")
+
+
+def plan_result(r: dict, out: Console | None = None) -> None:
+    out = out or console
+    out.print(f"[bold]{r['host']}[/]: caps for {_tok(r['tokens_per_dataset'])} response tokens per dataset")
+    t = Table("dataset", "records", "mean tok", "basis", "cap", "to do", "tokens to do", "ETA", box=None)
+    short = False
+    for name, d in r["datasets"].items():
+        fewer = bool(d["prompts"]) and d["target"] < d["cap"]
+        short |= fewer
+        t.add_row(name, f"{d['records']:,}", f"{d['mean_tokens']:,.0f}",
+                  "measured" if d["source"].startswith("measured") else "estimate",
+                  f"{d['cap']:,}" + ("*" if fewer else ""), f"{d['todo']:,}", _tok(d["tokens_todo"]), _eta(d["eta_s"]))
+    out.print(t)
+    out.print("  basis: measured mean of the records on the host (50 or more), else est_tokens from hosts.yaml")
+    if short:
+        out.print("  * the dataset has fewer prompts than the cap: all of them are done")
+    if r["tokens_per_s"]:
+        total = sum(d["tokens_todo"] for d in r["datasets"].values())
+        out.print(f"  {_tok(total)} tokens to do at {_tok(r['tokens_per_s'])} tok/s ({r['rate_source']}): "
+                  f"about {_eta(total / r['tokens_per_s'])}")
+    else:
+        out.print("  no measured throughput (the job is not running): pass --tokens-per-s for an ETA")
+
+
+def pull_result(r, out: Console | None = None) -> None:
+    out = out or console
+    out.print(f"[bold]{r.host}[/]: pulled into {r.dest}: {_size(r.bytes)} received")
+    for name, f in r.files.items():
+        if f["action"] != "unchanged":
+            out.print(f"  {f['action']:10} {name} ({_size(f['bytes'])})")

@@ -100,4 +100,30 @@ def status(c, host="", json=False):
     return commands.status(host or None, as_json=json)
 
 
-ns = Collection(hosts, deploy, rollback, restart, stop, status)
+@task(klass=HostTask, help={"host": HOST_HELP, "once": "print one snapshot and exit",
+                            "log": "follow logs/runner.log instead of the progress view"})
+@_cli
+def tail(c, host="", once=False, log=False):
+    """Live per-dataset progress until the run ends; Ctrl-C detaches and never stops the job."""
+    return commands.tail(host or None, once=once, log=log)
+
+
+@task(klass=HostTask, help={"host": HOST_HELP, "tokens_per_dataset": "response-token target per dataset (10M, 500k)",
+                            "tokens_per_s": "throughput for the ETA when none is measured",
+                            "apply": "restart (live where possible) with exactly these caps"})
+@_cli
+def plan(c, tokens_per_dataset, host="", tokens_per_s="", apply=False):
+    """Per-dataset caps and ETA from measured (else estimated) mean response length."""
+    return commands.plan(host or None, tokens_per_dataset=tokens_per_dataset, tokens_per_s=tokens_per_s or None,
+                         apply=apply)
+
+
+@task(klass=HostTask, help={"host": HOST_HELP, "to": "local folder (one subfolder per host)",
+                            "refetch": "download again any file whose local copy is not a prefix of the host's"})
+@_cli
+def pull(c, host="", to="pulled", refetch=False):
+    """Copy data/outputs/ back, only what is new."""
+    return commands.pull(host or None, to=to, refetch=refetch)
+
+
+ns = Collection(hosts, deploy, rollback, restart, stop, status, tail, plan, pull)

@@ -301,6 +301,43 @@ def status(paths: Paths) -> dict:
     return st
 
 
+# ------------------------------------------------------------------ pull support
+
+PREFIX_BLOCK = 64 * 1024
+
+
+def prefix_hash(path: Path, end: int) -> str | None:
+    """sha256 of the last block before `end`: enough to tell an appended file from a replaced one."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as f:
+            start = max(0, end - PREFIX_BLOCK)
+            f.seek(start)
+            data = f.read(end - start)
+    except FileNotFoundError:
+        return None
+    return hashlib.sha256(data).hexdigest() if len(data) == end - max(0, end - PREFIX_BLOCK) else None
+
+
+def output_files(paths: Paths, have: dict) -> dict:
+    out = {}
+    if not paths.outputs.is_dir():
+        return out
+    for p in sorted(paths.outputs.iterdir()):
+        if not p.is_file() or p.name.startswith("."):
+            continue
+        size = p.stat().st_size
+        local = have.get(p.name)
+        entry = {"size": size}
+        if isinstance(local, int) and 0 < local <= size:
+            entry["prefix_sha256"] = prefix_hash(p, local)
+        if not p.name.endswith(".jsonl") and not p.name.endswith(".torn"):
+            entry["sha256"] = prefix_hash(p, size) if size <= PREFIX_BLOCK else None
+        out[p.name] = entry
+    return out
+
+
 # ------------------------------------------------------------------ CLI
 
 def add_parser(sub) -> None:
@@ -323,6 +360,13 @@ def add_parser(sub) -> None:
     s.add_argument("--root", type=Path)
     st = csub.add_parser("status")
     st.add_argument("--root", type=Path)
+    pl = csub.add_parser("plan")
+    pl.add_argument("--tokens-per-dataset", required=True)
+    pl.add_argument("--datasets")
+    pl.add_argument("--root", type=Path)
+    fi = csub.add_parser("files", help="sizes and prefix hashes of data/outputs files, for pull")
+    fi.add_argument("--have", default="{}", help='JSON {name: local size}')
+    fi.add_argument("--root", type=Path)
     p.set_defaults(func=main)
 
 
@@ -335,6 +379,17 @@ def main(a) -> int:
             out = restart(paths, a)
         elif a.ctl_command == "stop":
             out = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
+        elif a.ctl_command == "plan":
+            from .plan import plan
+            from .units import parse_dataset_list, parse_tokens
+
+            job = Job.load(release_dir() / JOB_FILE)
+            st = procinfo.read_json(paths.status) or {}
+            out = {"datasets": plan(paths, job, parse_tokens(a.tokens_per_dataset), parse_dataset_list(a.datasets)),
+                   "tokens_per_s": st.get("tokens_per_s") if st.get("state") == "running" else None,
+                   "state": st.get("state")}
+        elif a.ctl_command == "files":
+            out = {"files": output_files(paths, json.loads(a.have))}
         else:
             out = status(paths)
         print(json.dumps({"ok": True, **out}))

@@ -392,7 +392,7 @@ class Runner:
                 "records": len(run.done), "prompts": len(run.prompts),
                 "completion_tokens": run.completion_tokens, "mean_tokens": round(mean, 1),
                 "errors": run.errors, "failed_this_run": len(run.failed), "in_flight": len(run.in_flight),
-                "finish_length": run.finish_length, "empty": run.empty,
+                "new_records": run.new_records, "finish_length": run.finish_length, "empty": run.empty,
                 "tokens_per_s": round(tok_rate, 1), "samples_per_s": round(sample_rate, 3),
                 "budget": run.budget, "budget_reached": run.budget_reached(),
                 "remaining_tokens": int(rem_tok), "eta_s": None, "_cum": remaining_tokens_before,

@@ -46,9 +46,9 @@ def keygen(path: Path) -> Path:
 class Sshd:
     """One sshd process with its own host key, on a free port."""
 
-    def __init__(self, root: Path, authorized: Path, host_key: Path | None = None):
+    def __init__(self, root: Path, authorized: Path, host_key: Path | None = None, port: int | None = None):
         self.root = root
-        self.port = free_port()
+        self.port = port or free_port()
         self.host_key = host_key or keygen(root / "ssh_host_ed25519_key")
         self.config = root / "sshd_config"
         self.config.write_text(f"""
@@ -89,9 +89,18 @@ MaxStartups 100
         return self
 
     def stop(self) -> None:
+        """Stop the listener and drop every session it serves (as a host going away would)."""
         if self.proc and self.proc.poll() is None:
+            from remote import procinfo
+
+            sessions = [p for p in procinfo.all_pids() if procinfo.ppid(p) == self.proc.pid]
             self.proc.terminate()
             self.proc.wait(10)
+            for pid in sessions:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
 
     def known_hosts_line(self) -> str:
         pub = Path(str(self.host_key) + ".pub").read_text().split()

@@ -95,6 +95,10 @@ class Connector(ABC):
     def read_file(self, remote_path: str, max_bytes: int = 1 << 20) -> bytes | None:
         """A small file's bytes, or None when it does not exist."""
 
+    @abstractmethod
+    def read_range(self, remote_path: str, offset: int, length: int, chunk: int = 1 << 20):
+        """Yield the bytes of remote_path[offset:offset+length] in chunks (for incremental pull)."""
+
     def close(self) -> None:  # noqa: B027 - optional
         pass
 

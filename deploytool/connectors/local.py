@@ -77,3 +77,18 @@ class LocalConnector(Connector):
             return None
         except OSError as e:
             raise RemoteError(f"cannot read {remote_path}: {e.strerror}") from None
+
+    def read_range(self, remote_path, offset, length, chunk=1 << 20):
+        try:
+            f = open(self._path(remote_path), "rb")
+        except OSError as e:
+            raise RemoteError(f"cannot read {remote_path}: {e.strerror}") from None
+        with f:
+            f.seek(offset)
+            left = length
+            while left > 0:
+                data = f.read(min(chunk, left))
+                if not data:
+                    break
+                left -= len(data)
+                yield data

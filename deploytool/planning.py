@@ -1,0 +1,34 @@
+"""plan: caps that reach a token target per dataset, with the ETA at the measured throughput."""
+
+from __future__ import annotations
+
+from remote.units import parse_tokens
+
+from .connectors import Connector
+from .control import ctl
+from .errors import UsageError
+
+
+def parse_plan_args(tokens_per_dataset: str, tokens_per_s: str | None) -> tuple[int, float | None]:
+    try:
+        target = parse_tokens(tokens_per_dataset)
+        rate = float(parse_tokens(tokens_per_s)) if tokens_per_s else None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if target <= 0:
+        raise UsageError("--tokens-per-dataset must be positive")
+    if rate is not None and rate <= 0:
+        raise UsageError("--tokens-per-s must be positive")
+    return target, rate
+
+
+def plan_host(conn: Connector, tokens_per_dataset: int, tokens_per_s: float | None) -> dict:
+    answer = ctl(conn, "plan", "--tokens-per-dataset", str(tokens_per_dataset))
+    rate = tokens_per_s or answer.get("tokens_per_s") or None
+    rate_source = "--tokens-per-s" if tokens_per_s else ("measured (last minute)" if rate else None)
+    cum = 0
+    for row in answer["datasets"].values():
+        cum += row["tokens_todo"]
+        row["eta_s"] = int(cum / rate) if rate else None  # datasets run in job order
+    return {"host": conn.name, "datasets": answer["datasets"], "tokens_per_s": rate, "rate_source": rate_source,
+            "tokens_per_dataset": tokens_per_dataset}

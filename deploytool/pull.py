@@ -1,0 +1,131 @@
+"""pull: copy data/outputs/ back, sending only what is new.
+
+Output files are append-only, so a local copy is a prefix of the host's file: only bytes past the
+local size are sent, after checking that the last block of the shared prefix hashes the same.
+Only whole lines are appended, and a tail torn by a killed pull is cut on the next one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from remote.ctl import PREFIX_BLOCK
+
+from .connectors import Connector
+from .control import ctl
+
+
+@dataclass
+class PullResult:
+    host: str
+    dest: str
+    files: dict[str, dict] = field(default_factory=dict)  # name -> {action, bytes}
+    refused: list[str] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f["bytes"] for f in self.files.values())
+
+
+def _append_only(name: str) -> bool:
+    return name.endswith(".jsonl") or name.endswith(".torn")
+
+
+def _local_prefix_hash(path: Path, end: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, end - PREFIX_BLOCK))
+        return hashlib.sha256(f.read(end - max(0, end - PREFIX_BLOCK))).hexdigest()
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """A pull killed mid-append leaves a partial line: cut back to the last newline."""
+    size = path.stat().st_size
+    if size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(max(0, size - (1 << 20)))
+        block = f.read()
+        if block.endswith(b"\n"):
+            return
+        nl = block.rfind(b"\n")
+        keep = size - len(block) + nl + 1 if nl >= 0 else 0
+        f.truncate(keep)
+
+
+def _fetch_whole(conn: Connector, remote: str, local: Path, size: int) -> int:
+    local.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", suffix=".part", dir=local.parent)
+    n = 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in conn.read_range(remote, 0, size):
+                f.write(chunk)
+                n += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, local)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return n
+
+
+def _append_new(conn: Connector, remote: str, local: Path, start: int, end: int) -> int:
+    """Append remote[start:end] up to its last complete line. Returns bytes received."""
+    received = 0
+    pending = b""
+    with open(local, "ab") as f:
+        for chunk in conn.read_range(remote, start, end - start):
+            received += len(chunk)
+            pending += chunk
+            cut = pending.rfind(b"\n") + 1
+            if cut:
+                f.write(pending[:cut])
+                pending = pending[cut:]
+        f.flush()
+        os.fsync(f.fileno())
+    return received
+
+
+def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResult:
+    local_dir = Path(dest) / conn.name
+    local_dir.mkdir(parents=True, exist_ok=True)
+    have = {}
+    for p in local_dir.iterdir():
+        if p.is_file() and not p.name.startswith("."):
+            if _append_only(p.name):
+                _cut_torn_tail(p)
+            have[p.name] = p.stat().st_size
+    info = ctl(conn, "files", "--have", json.dumps(have))["files"]
+    result = PullResult(conn.name, str(local_dir))
+    remote_dir = f"{conn.remote_dir.rstrip('/')}/data/outputs"
+    for name, e in info.items():
+        local, remote, size = local_dir / name, f"{remote_dir}/{name}", e["size"]
+        mine = have.get(name, 0)
+        if not _append_only(name):
+            same = name in have and e.get("sha256") and e["sha256"] == _local_prefix_hash(local, mine) and mine == size
+            if same:
+                result.files[name] = {"action": "unchanged", "bytes": 0}
+            else:
+                result.files[name] = {"action": "fetched", "bytes": _fetch_whole(conn, remote, local, size)}
+            continue
+        diverged = mine > size or (mine > 0 and e.get("prefix_sha256") != _local_prefix_hash(local, mine))
+        if diverged:
+            if not refetch:
+                result.refused.append(name)
+                result.files[name] = {"action": "refused: local copy is not a prefix of the host's file", "bytes": 0}
+                continue
+            result.files[name] = {"action": "re-fetched", "bytes": _fetch_whole(conn, remote, local, size)}
+        elif size > mine:
+            if mine == 0:
+                local.touch()
+            result.files[name] = {"action": "appended" if mine else "fetched",
+                                  "bytes": _append_new(conn, remote, local, mine, size)}
+        else:
+            result.files[name] = {"action": "unchanged", "bytes": 0}
+    return result

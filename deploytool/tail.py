@@ -1,0 +1,214 @@
+"""tail: watch status.json (and optionally runner.log) over one kept-open connection per host.
+
+Reads only small files and new log bytes each second; reconnects with backoff when a connection
+drops, without losing its place in the log; Ctrl-C detaches and never touches the job.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .config import Config, HostConfig
+from .connectors import Connector, connect
+from .errors import ConnectError, DeployToolError
+from .progress import STALE_AFTER, TERMINAL
+
+SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
+
+
+@dataclass
+class HostWatch:
+    """One host's connection, last snapshot and log position."""
+
+    host: HostConfig
+    config: Config | None
+    conn: Connector | None = None
+    status: dict | None = None
+    note: str | None = None
+    failures: int = 0
+    retry_at: float = 0.0
+    log_offset: int | None = None
+    log_head: bytes = b""
+    log_partial: bytes = b""
+    checked_stale_at: float = 0.0
+    connect_fn: Callable[[HostConfig, Config | None], Connector] = field(default=connect)
+
+    @property
+    def base(self) -> str:
+        return (self.conn.remote_dir if self.conn else self.host.remote_dir).rstrip("/")
+
+    def _conn(self) -> Connector:
+        if self.conn is None:
+            self.conn = self.connect_fn(self.host, self.config)
+        return self.conn
+
+    def _failed(self, e: Exception, now: float) -> None:
+        self.failures += 1
+        delay = min(30.0, 0.5 * 2 ** (self.failures - 1))
+        self.retry_at = now + delay
+        self.note = f"connection lost ({e}); reconnecting in {delay:.0f}s"
+        if self.conn is not None:
+            self.conn.close()
+
+    def poll_status(self, now: float) -> None:
+        if now < self.retry_at:
+            return
+        try:
+            conn = self._conn()
+            raw = conn.read_file(f"{conn.remote_dir.rstrip('/')}/run/status.json")
+            if self.failures:
+                self.note = None
+            self.failures = 0
+            if raw is None:
+                self.note = "no run/status.json yet (has the job been started?)"
+                return
+            try:
+                self.status = json.loads(raw)
+            except ValueError:
+                return  # caught between write and rename on a host without atomic rename: next poll
+            upd = self.status.get("updated_at") or 0
+            if (self.status.get("state") not in TERMINAL and now - upd > STALE_AFTER
+                    and now - self.checked_stale_at > STALE_AFTER):
+                # a runner killed with -9 never writes `stopped`: ask the host whether it is alive
+                from .control import status as ctl_status
+
+                self.checked_stale_at = now
+                live = ctl_status(conn)
+                if not live["runner"]["alive"]:
+                    self.status = dict(self.status, state=live["state"], message=live.get("message", ""))
+        except ConnectError as e:
+            self._failed(e, now)
+        except DeployToolError as e:
+            self.note = str(e)
+
+    def poll_log(self, now: float) -> list[str]:
+        """New complete lines of runner.log since the last call; none twice, none skipped."""
+        if now < self.retry_at:
+            return []
+        path = f"{self.base}/logs/runner.log"
+        try:
+            conn = self._conn()
+            lines: list[str] = []
+            head = b"".join(conn.read_range(path, 0, SIGNATURE))
+            if self.log_offset is None:
+                self.log_offset, self.log_head = 0, head
+            elif self.log_head and head[: len(self.log_head)] != self.log_head:
+                # rotated: finish the old file (renamed to .1) from our offset, then the new one from 0
+                try:
+                    old_head = b"".join(conn.read_range(path + ".1", 0, len(self.log_head)))
+                    if old_head == self.log_head:
+                        lines += self._take(b"".join(conn.read_range(path + ".1", self.log_offset, 1 << 40)), final=True)
+                except DeployToolError:
+                    pass
+                self.log_offset, self.log_head, self.log_partial = 0, head, b""
+            elif not self.log_head:
+                self.log_head = head
+            data = b"".join(conn.read_range(path, self.log_offset, 1 << 40))
+            lines += self._take(data)
+            self.failures = 0
+            return lines
+        except ConnectError as e:
+            self._failed(e, now)
+            return []
+        except DeployToolError:
+            return []  # no log yet
+
+    def _take(self, data: bytes, final: bool = False) -> list[str]:
+        self.log_offset += len(data)
+        buf = self.log_partial + data
+        *complete, rest = buf.split(b"\n")
+        self.log_partial = b"" if final else rest
+        out = [c.decode("utf-8", "replace") for c in complete]
+        if final and rest:
+            out.append(rest.decode("utf-8", "replace"))
+        return out
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+def exit_code(statuses: list[dict | None]) -> int | None:
+    """None while any host still runs; then 0 if every job finished, else 1."""
+    if any(s is None or s.get("state") not in TERMINAL for s in statuses):
+        return None
+    return 0 if all(s["state"] == "finished" for s in statuses) else 1
+
+
+def watch(config: Config, hosts: list[HostConfig], *, once: bool = False, log: bool = False,
+          interval: float = 1.0, live: bool = True, out=None, clock=time.time, sleep=time.sleep,
+          max_seconds: float | None = None) -> int:
+    """The tail loop. `out` is a rich Console. Returns the exit code."""
+    from rich.live import Live
+
+    from . import progress
+
+    watches = [HostWatch(h, config) for h in hosts]
+    started = clock()
+
+    def snapshot():
+        return {w.host.name: w.status for w in watches}, {w.host.name: w.note for w in watches}
+
+    def poll():
+        now = clock()
+        for w in watches:
+            w.poll_status(now)
+        return now
+
+    try:
+        if once:
+            now = poll()
+            snaps, notes = snapshot()
+            if live:
+                out.print(progress.view(snaps, notes, now))
+            else:
+                for name, st in snaps.items():
+                    out.print(progress.plain_line(name, st, now, notes[name]), soft_wrap=True)
+            return 0
+        if log:
+            while True:
+                now = clock()
+                for w in watches:
+                    prefix = f"{w.host.name}| " if len(watches) > 1 else ""
+                    for line in w.poll_log(now):
+                        out.print(prefix + line, markup=False, highlight=False, soft_wrap=True)
+                    if w.note and w.failures:
+                        out.print(f"{w.host.name}: {w.note}", style="yellow")
+                    w.poll_status(now)
+                code = exit_code([w.status for w in watches])
+                if code is not None:
+                    for w in watches:  # the runner's last lines
+                        for line in w.poll_log(clock()):
+                            out.print(line, markup=False, highlight=False, soft_wrap=True)
+                    return code
+                if max_seconds is not None and clock() - started > max_seconds:
+                    return 0
+                sleep(interval)
+        if live:
+            with Live(console=out, refresh_per_second=4, transient=False) as lv:
+                while True:
+                    now = poll()
+                    snaps, notes = snapshot()
+                    lv.update(progress.view(snaps, notes, now))
+                    code = exit_code(list(snaps.values()))
+                    if code is not None or (max_seconds is not None and now - started > max_seconds):
+                        return code or 0
+                    sleep(interval)
+        while True:
+            now = poll()
+            snaps, notes = snapshot()
+            for name, st in snaps.items():
+                out.print(progress.plain_line(name, st, now, notes[name]), soft_wrap=True)
+            code = exit_code(list(snaps.values()))
+            if code is not None or (max_seconds is not None and now - started > max_seconds):
+                return code or 0
+            sleep(interval)
+    except KeyboardInterrupt:
+        out.print("detached; the job keeps running (`invoke tail` to watch again, `invoke stop` to stop it)")
+        return 0
+    finally:
+        for w in watches:
+            w.close()

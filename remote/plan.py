@@ -1,0 +1,40 @@
+"""Caps from a token target: per dataset, how many samples reach T tokens at the measured mean length."""
+
+from __future__ import annotations
+
+from .jobspec import Job, Paths
+from .outputs import scan
+from .prompts import load_prompts
+
+MIN_MEASURED = 50  # fewer records than this: the mean is noise, use est_tokens
+
+
+def cap_for(tokens_per_dataset: int, mean_tokens: float) -> int:
+    """Samples whose expected response tokens reach the target (floor: never over budget by design)."""
+    return int(tokens_per_dataset // max(mean_tokens, 1.0))
+
+
+def plan(paths: Paths, job: Job, tokens_per_dataset: int, datasets: list[str] | None = None) -> dict:
+    rows = {}
+    for ds in job.datasets:
+        if datasets and ds.name not in datasets:
+            continue
+        ex = scan(paths.output(ds.name))
+        records = len(ex.ids)
+        measured = sum(ex.tokens.values()) / records if records else None
+        if records >= MIN_MEASURED:
+            mean, source = measured, f"measured over {records:,} records"
+        else:
+            mean, source = float(ds.est_tokens), f"est_tokens (only {records} records)"
+        cap = cap_for(tokens_per_dataset, mean)
+        prompt_path = paths.root / ds.prompts
+        prompts = load_prompts(prompt_path, ds.name) if prompt_path.exists() else []
+        target = min(cap, len(prompts)) if prompts else cap
+        done = sum(1 for p in prompts[:target] if p.id in ex.ids) if prompts else min(records, cap)
+        todo = max(0, target - done)
+        rows[ds.name] = {
+            "prompts": len(prompts), "records": records, "mean_tokens": round(mean, 1), "source": source,
+            "cap": cap, "target": target, "done": done, "todo": todo, "tokens_todo": int(todo * mean),
+            "tokens_done": sum(ex.tokens.values()),
+        }
+    return rows

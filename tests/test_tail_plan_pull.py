@@ -1,0 +1,319 @@
+"""tail (rendering, end, reconnect, --log), plan (SPEC §1 caps), pull (only new bytes)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from deploytool import progress
+from deploytool.connectors import connect
+from deploytool.deploy import deploy_host
+from deploytool.pull import pull_host
+from deploytool.tail import HostWatch, watch
+from remote.jobspec import Job, Paths
+from remote.outputs import encode_record
+from remote.plan import plan
+from tests.conftest import Sshd, base_job, ssh_host_entry, write_config, write_prompts
+
+NOW = 1_764_500_000.0
+
+
+def spec_status(**over) -> dict:
+    """SPEC §1 mid-run: B1 complete, B2 at 1,639 of 7,000."""
+    st = {
+        "state": "running", "pid": 4242, "started_at": NOW - 3 * 3600, "updated_at": NOW - 1,
+        "in_flight": 256, "concurrency": 256, "completion_tokens": 21_987_000, "tokens_per_s": 3200.0,
+        "eta_s": 9 * 3600, "errors": 2, "retries": 5, "stalled": False,
+        "engine": {"kind": "openai", "reachable": True},
+        "datasets": {
+            "B1": {"done": 7000, "target": 7000, "state": "complete", "completion_tokens": 15_770_000,
+                   "tokens_per_s": 0, "eta_s": 0, "new_records": 0, "finish_length": 0},
+            "B2": {"done": 1639, "target": 7000, "state": "running", "completion_tokens": 6_217_000,
+                   "tokens_per_s": 3200, "eta_s": 6 * 3600 + 21 * 60, "new_records": 100, "finish_length": 3},
+            "B3": {"done": 0, "target": 7000, "state": "pending", "completion_tokens": 0, "tokens_per_s": 0,
+                   "eta_s": None, "new_records": 0, "finish_length": 0},
+        },
+    }
+    st.update(over)
+    return st
+
+
+def render(obj, width=100) -> str:
+    buf = io.StringIO()
+    Console(file=buf, force_terminal=True, width=width, color_system=None).print(obj)
+    return buf.getvalue()
+
+
+def test_tail_view_shows_the_right_figures():
+    text = render(progress.view({"gpu1": spec_status()}, {}, now=NOW))
+    assert "gpu1: running" in text and "in flight 256/256" in text
+    assert "7,000/7,000" in text and "1,639/7,000" in text and "0/7,000" in text
+    assert "15.8M" in text and "6.2M" in text  # per-dataset response tokens
+    assert "6h21m" in text  # B2's ETA
+    assert "total 22.0M tokens · 3.2k tok/s · ETA 9h00m · elapsed 3h00m" in text
+    assert "errors 2" in text and "finish=length 3.0%" in text and "retries 5" in text
+
+
+def test_tail_view_flags_trouble():
+    st = spec_status(stalled=True, engine={"kind": "openai", "reachable": False, "down_since": NOW - 600,
+                                           "last_error": "cannot connect"}, updated_at=NOW - 120)
+    text = render(progress.view({"gpu1": st}, {"gpu1": "connection lost; reconnecting in 2s"}, now=NOW))
+    assert "ENGINE UNREACHABLE for 10m00s: cannot connect" in text
+    assert "STALLED" in text and "status not updated for 2m00s" in text
+    assert "reconnecting in 2s" in text
+
+
+def test_multi_host_view_has_grand_total():
+    text = render(progress.view({"a": spec_status(), "b": spec_status(eta_s=3600)}, {}, now=NOW))
+    assert "a: running" in text and "b: running" in text
+    assert "all hosts: 44.0M tokens · 6.4k tok/s · ETA 9h00m" in text
+
+
+def _local_host(tmp_path, status: dict | None):
+    root = tmp_path / "host"
+    (root / "run").mkdir(parents=True)
+    if status is not None:
+        (root / "run" / "status.json").write_text(json.dumps(status))
+    cfg = write_config(tmp_path, {"local": {"connect": "local", "remote_dir": str(root)}})
+    return cfg, root
+
+
+class FakeClock:
+    def __init__(self, t=NOW):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+@pytest.mark.parametrize("state, code", [("finished", 0), ("failed", 1), ("stopped", 1)])
+def test_tail_ends_with_the_jobs_exit_code(tmp_path, state, code):
+    cfg, root = _local_host(tmp_path, spec_status())
+    clock = FakeClock()
+    buf = io.StringIO()
+    polls = []
+
+    def sleep(s):
+        clock.sleep(s)
+        polls.append(1)
+        if len(polls) == 3:  # the job ends while we watch
+            (root / "run" / "status.json").write_text(json.dumps(spec_status(state=state, updated_at=clock.t)))
+
+    rc = watch(cfg, list(cfg.hosts.values()), live=False, out=Console(file=buf, width=200), clock=clock, sleep=sleep)
+    assert rc == code
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 4 and "running" in lines[0] and state in lines[-1]
+
+
+def test_tail_once_and_live_render(tmp_path):
+    cfg, root = _local_host(tmp_path, spec_status(state="finished"))
+    buf = io.StringIO()
+    con = Console(file=buf, force_terminal=True, width=100, color_system=None)
+    assert watch(cfg, list(cfg.hosts.values()), once=True, live=True, out=con, clock=FakeClock()) == 0
+    assert "1,639/7,000" in buf.getvalue()
+    buf2 = io.StringIO()
+    con2 = Console(file=buf2, force_terminal=True, width=100, color_system=None)
+    assert watch(cfg, list(cfg.hosts.values()), live=True, out=con2, clock=FakeClock(), sleep=lambda s: None) == 0
+    assert "finished" in buf2.getvalue()
+
+
+def test_tail_notices_a_runner_killed_without_status(tmp_path):
+    """status.json still says running, but nobody updates it: tail asks the host and ends."""
+    cfg, root = _local_host(tmp_path, None)
+    project = tmp_path / "p"
+    project.mkdir()
+    write_prompts(project / "data" / "prompts" / "B1.jsonl", 3)
+    cfg = write_config(project, {"local": {"connect": "local", "remote_dir": str(root)}})
+    with connect(cfg.hosts["local"], cfg) as conn:
+        deploy_host(conn, cfg)
+    (root / "run" / "status.json").write_text(json.dumps(spec_status(updated_at=NOW - 100)))
+    buf = io.StringIO()
+    rc = watch(cfg, list(cfg.hosts.values()), live=False, out=Console(file=buf, width=300), clock=FakeClock(),
+               sleep=lambda s: None, max_seconds=5)
+    assert rc == 1 and "stopped" in buf.getvalue()
+
+
+@pytest.fixture
+def own_sshd(ssh_rig, tmp_path):
+    """An sshd of this test's own, so it can be restarted mid-tail."""
+    root = tmp_path / "sshd"
+    root.mkdir()
+    sshd = Sshd(root, ssh_rig["authorized"], host_key=ssh_rig["sshd"].host_key).start()
+    kh = tmp_path / "kh"
+    kh.write_text(sshd.known_hosts_line())
+    yield sshd, kh
+    sshd.stop()
+
+
+def test_tail_survives_sshd_restart_and_log_lines_exactly_once(ssh_rig, own_sshd, tmp_path):
+    sshd, kh = own_sshd
+    host_dir = tmp_path / "host"
+    (host_dir / "run").mkdir(parents=True)
+    (host_dir / "logs").mkdir()
+    log = host_dir / "logs" / "runner.log"
+    (host_dir / "run" / "status.json").write_text(json.dumps(spec_status()))
+    cfg = write_config(tmp_path, {"gpu": ssh_host_entry(ssh_rig, host_dir, port=sshd.port, known_hosts=str(kh))})
+    w = HostWatch(cfg.hosts["gpu"], cfg)
+    seen: list[str] = []
+    written: list[str] = []
+
+    def write_lines(n):
+        with open(log, "a") as f:
+            for _ in range(n):
+                line = f"2026-11-30 12:00:00 line {len(written)}"
+                written.append(line)
+                f.write(line + "\n")
+
+    t = NOW
+    write_lines(5)
+    with open(log, "a") as f:
+        f.write("2026-11-30 12:00:00 half a li")  # the runner is mid-write: not shown yet
+    w.poll_status(t)
+    seen += w.poll_log(t)
+    assert w.status["state"] == "running" and seen == written
+    with open(log, "a") as f:
+        f.write("ne\n")
+    written.append("2026-11-30 12:00:00 half a line")
+    sshd.stop()  # the connection drops
+    write_lines(3)
+    w.poll_status(t + 1)
+    assert "connection lost" in (w.note or "") and w.status["state"] == "running"  # last snapshot kept
+    seen += w.poll_log(t + 1)  # still in backoff: nothing, nothing lost
+    restarted = Sshd(sshd.root, ssh_rig["authorized"], host_key=sshd.host_key, port=sshd.port).start()
+    try:
+        (host_dir / "run" / "status.json").write_text(json.dumps(spec_status(state="finished")))
+        write_lines(2)
+        w.poll_status(t + 60)
+        assert w.status["state"] == "finished" and w.note is None
+        seen += w.poll_log(t + 60)
+        # rotation: the log is renamed to .1 after more lines were written, and a new one starts
+        write_lines(2)
+        os.rename(log, str(log) + ".1")
+        write_lines(3)
+        seen += w.poll_log(t + 61)
+        assert seen == written  # every line exactly once, in order
+        w.close()
+    finally:
+        restarted.stop()
+
+
+# ------------------------------------------------------------------ plan
+
+def _records(path: Path, ds: str, n: int, tokens: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        for i in range(n):
+            f.write(encode_record({"id": f"{ds}-{i:06d}", "dataset": ds, "index": i, "finish_reason": "stop",
+                                   "usage": {"prompt_tokens": 1, "completion_tokens": tokens}}))
+
+
+def test_plan_reproduces_spec_caps(tmp_path):
+    root = tmp_path / "host"
+    est = {"B1": 1577, "B2": 4116, "B3": 2000, "B4": 4000, "B5": 4000, "B6": 1500, "B7": 1500, "B8": 8000}
+    (tmp_path / "job.json").write_text(json.dumps({"datasets": {d: {"prompts": f"data/prompts/{d}.jsonl", "est_tokens": e}
+                                                                for d, e in est.items()}}))
+    job = Job.load(tmp_path / "job.json")
+    write_prompts(root / "data" / "prompts" / "B1.jsonl", 10_000, "B1")
+    write_prompts(root / "data" / "prompts" / "B2.jsonl", 14_714, "B2")
+    _records(root / "data" / "outputs" / "B1.jsonl", "B1", 10_000, 1577)
+    _records(root / "data" / "outputs" / "B2.jsonl", "B2", 1639, 3793)  # measured 3,793 beats the 4,116 estimate
+    rows = plan(Paths(root), job, 10_000_000)
+    caps = {d: r["cap"] for d, r in rows.items()}
+    assert caps == {"B1": 6341, "B2": 2636, "B3": 5000, "B4": 2500, "B5": 2500, "B6": 6666, "B7": 6666, "B8": 1250}
+    assert rows["B2"]["source"].startswith("measured") and rows["B8"]["source"].startswith("est_tokens")
+    assert rows["B2"]["done"] == 1639 and rows["B2"]["todo"] == 2636 - 1639
+    assert rows["B1"]["todo"] == 0
+
+
+def test_plan_cli_and_apply_on_local_host(tmp_path):
+    import subprocess
+    import sys
+
+    project = tmp_path / "p"
+    project.mkdir()
+    write_prompts(project / "data" / "prompts" / "B1.jsonl", 30)
+    cfg = write_config(project, {"local": {"connect": "local", "remote_dir": ".host"}})
+    base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
+    assert subprocess.run(base + ["deploy"], capture_output=True).returncode == 0
+    res = subprocess.run(base + ["plan", "--tokens-per-dataset", "15k", "--tokens-per-s", "1000", "--apply"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "B1" in res.stdout and "9" in res.stdout and "applying caps B1=9" in res.stdout  # 15,000 // 1,577
+    st = json.loads((project / ".host" / "run" / "status.json").read_text())
+    assert st["datasets"]["B1"]["target"] == 9
+    bad = subprocess.run(base + ["plan", "--tokens-per-dataset", "lots"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "token count" in bad.stderr
+
+
+# ------------------------------------------------------------------ pull
+
+@pytest.fixture
+def pulled(ssh_rig, tmp_path):
+    host_dir = tmp_path / "host"
+    project = tmp_path / "p"
+    project.mkdir()
+    write_prompts(project / "data" / "prompts" / "B1.jsonl", 3)
+    cfg = write_config(project, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=base_job())
+    conn = connect(cfg.hosts["gpu"], cfg)
+    deploy_host(conn, cfg)
+    yield conn, host_dir / "data" / "outputs", tmp_path / "local"
+    conn.close()
+
+
+def test_pull_sends_only_new_bytes(pulled):
+    conn, remote, local = pulled
+    out = remote / "B1.jsonl"
+    _records(out, "B1", 2000, 100)
+    (remote / "B1.meta.json").write_text('{"model": "m"}')
+    r1 = pull_host(conn, local)
+    assert (local / "gpu" / "B1.jsonl").read_bytes() == out.read_bytes()
+    assert r1.files["B1.jsonl"]["bytes"] == out.stat().st_size
+    before = out.stat().st_size
+    _records(out, "B1", 100, 100)
+    with open(out, "ab") as f:
+        f.write(b'{"id": "torn')  # the runner is mid-write: only whole lines come over
+    r2 = pull_host(conn, local)
+    new = out.stat().st_size - before
+    assert r2.files["B1.jsonl"] == {"action": "appended", "bytes": new}
+    assert r2.files["B1.meta.json"]["action"] == "unchanged"
+    assert (local / "gpu" / "B1.jsonl").read_bytes() == out.read_bytes()[: out.read_bytes().rfind(b"\n") + 1]
+    r3 = pull_host(conn, local)
+    assert r3.files["B1.jsonl"]["bytes"] == len(b'{"id": "torn')  # only the still-torn tail is looked at again
+
+
+def test_pull_refuses_when_prefix_differs_and_refetches_on_request(pulled):
+    conn, remote, local = pulled
+    _records(remote / "B1.jsonl", "B1", 50, 100)
+    pull_host(conn, local)
+    mine = local / "gpu" / "B1.jsonl"
+    data = bytearray(mine.read_bytes())
+    data[-20] = ord("X")  # the local copy no longer matches the host's
+    mine.write_bytes(bytes(data))
+    _records(remote / "B1.jsonl", "B1", 5, 100)
+    r = pull_host(conn, local)
+    assert r.refused == ["B1.jsonl"] and mine.read_bytes() == bytes(data)  # left as it was
+    r = pull_host(conn, local, refetch=True)
+    assert r.files["B1.jsonl"]["action"] == "re-fetched"
+    assert mine.read_bytes() == (remote / "B1.jsonl").read_bytes()
+
+
+def test_pull_repairs_a_local_copy_torn_by_a_killed_pull(pulled):
+    conn, remote, local = pulled
+    _records(remote / "B1.jsonl", "B1", 20, 100)
+    pull_host(conn, local)
+    mine = local / "gpu" / "B1.jsonl"
+    good = mine.read_bytes()
+    with open(mine, "ab") as f:  # what a pull killed mid-append leaves
+        f.write((remote / "B1.jsonl").read_bytes()[:30])
+    _records(remote / "B1.jsonl", "B1", 3, 100)
+    pull_host(conn, local)
+    assert mine.read_bytes() == (remote / "B1.jsonl").read_bytes() and mine.read_bytes().startswith(good)
