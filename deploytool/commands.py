@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from . import control, planning, tail as tail_mod
+from . import control, planning, server as server_mod, tail as tail_mod
 from . import deploy as deploy_mod
 from . import render
 from .config import load_config
@@ -65,11 +65,40 @@ def rollback(host_spec: str | None, *, to: str | None = None) -> int:
     return ExitCode.OK
 
 
-def restart(host_spec: str | None, *, hard=False, drain=False, dry_run=False, force_gpu=False, **flags) -> int:
+def restart(host_spec: str | None, *, hard=False, drain=False, dry_run=False, force_gpu=False,
+            with_server=True, **flags) -> int:
     config = load_config()
     run_flags = control.parse_run_flags(config, **flags)  # bad flags: exit 2 before any host is touched
-    _run(config, host_spec, lambda conn: control.restart(conn, run_flags, hard=hard, drain=drain, dry_run=dry_run,
-                                                         force_gpu=force_gpu), render.restart_result)
+    start_server = with_server and not dry_run and server_mod.manages_engine(config)
+
+    def one(conn):
+        if start_server:
+            up = server_mod.status(conn)
+            if not up.get("up"):
+                render.console.print(f"{conn.name}: the engine's server is down: starting it first")
+                render.server_started(server_mod.start(conn, config.server, progress=render.console.print))
+        return control.restart(conn, run_flags, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu)
+
+    _run(config, host_spec, one, render.restart_result)
+    return ExitCode.OK
+
+
+def server_start(host_spec: str | None) -> int:
+    config = load_config()
+    _run(config, host_spec, lambda conn: server_mod.start(conn, config.server, progress=render.console.print),
+         render.server_started)
+    return ExitCode.OK
+
+
+def server_stop(host_spec: str | None, *, grace: float = 30.0) -> int:
+    config = load_config()
+    _run(config, host_spec, lambda conn: server_mod.stop(conn, grace), render.server_stopped)
+    return ExitCode.OK
+
+
+def server_status(host_spec: str | None) -> int:
+    config = load_config()
+    _run(config, host_spec, server_mod.status, render.server_status)
     return ExitCode.OK
 
 

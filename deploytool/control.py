@@ -69,8 +69,13 @@ def parse_run_flags(config: Config, *, max_samples=None, caps=(), max_tokens=Non
 
 def ctl(conn: Connector, *args: str, timeout: float | None = None) -> dict:
     """Run `python -m remote ctl ARGS` from the host's current release; return its JSON answer."""
+    return call(conn, "ctl", *args, timeout=timeout)
+
+
+def call(conn: Connector, *args: str, timeout: float | None = None) -> dict:
+    """Run `python -m remote ARGS` from the host's current release; return its JSON answer."""
     script = '[ -d current ] || exit 97; cd current && exec "$@"'
-    res = conn.run(["sh", "-c", script, "sh", *conn.python("-m", "remote", "ctl", *args)],
+    res = conn.run(["sh", "-c", script, "sh", *conn.python("-m", "remote", *args)],
                    cwd=conn.remote_dir, timeout=timeout)
     if res.exit_code == NOT_DEPLOYED or (not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)):
         raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")
@@ -78,7 +83,7 @@ def ctl(conn: Connector, *args: str, timeout: float | None = None) -> dict:
         answer = json.loads(res.out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         detail = (res.err.strip().splitlines() or ["no output"])[-1]
-        raise RemoteError(f"`remote ctl {args[0]}` failed (exit {res.exit_code}): {detail}") from None
+        raise RemoteError(f"`remote {' '.join(args[:2])}` failed (exit {res.exit_code}): {detail}") from None
     if not answer.get("ok"):
         err = RemoteError(answer.get("error", "failed"))
         err.details = answer.get("log") or []

@@ -165,3 +165,49 @@ def pull_result(r, out: Console | None = None) -> None:
     for name, f in r.files.items():
         if f["action"] != "unchanged":
             out.print(f"  {f['action']:10} {name} ({_size(f['bytes'])})")
+
+
+def server_started(r: dict, out: Console | None = None) -> None:
+    out = out or console
+    if r.get("already"):
+        out.print(f"[bold]{r['host']}[/]: server already up (pid {r['pid']}, {r['model']} on port {r['port']})")
+        return
+    out.print(f"[bold]{r['host']}[/]: server up: pid {r['pid']}, {r['model']} on port {r['port']}, "
+              f"ready after {_eta(r.get('ready_after_s'))}")
+    out.print(f"  command: {' '.join(r.get('argv', []))}", markup=False)
+    if r.get("env"):
+        out.print("  env: " + " ".join(f"{k}={v}" for k, v in r["env"].items()), markup=False)
+    out.print(f"  smoke test: {r.get('smoke', '')[:80]!r}", markup=False)
+
+
+def server_stopped(r: dict, out: Console | None = None) -> None:
+    out = out or console
+    if not r.get("was_running"):
+        out.print(f"[bold]{r['host']}[/]: no server was running")
+        return
+    line = f"[bold]{r['host']}[/]: server pid {r['pid']} stopped"
+    if r.get("killed"):
+        line += f"; SIGKILL: {r['killed']}"
+    gpu = r.get("gpu")
+    if gpu is None:
+        line += "; no nvidia-smi (GPU memory not checked)"
+    elif gpu["free"]:
+        line += "; its GPU memory is free"
+    else:
+        line += f"; [red]GPU memory still held by {[a['pid'] for a in gpu['still_held_by']]}[/]"
+    out.print(line)
+
+
+def server_status(r: dict, out: Console | None = None) -> None:
+    out = out or console
+    if not r.get("up"):
+        out.print(f"[bold]{r['host']}[/]: server down")
+        return
+    out.print(f"[bold]{r['host']}[/]: server {'up' if r['ready'] else 'starting'}: pid {r['pid']}, {r['model']} "
+              f"on port {r['port']}, uptime {_eta(r['uptime_s'])}")
+    m = r.get("metrics")
+    if m:
+        kv = f"{m['kv_cache_usage']:.0%}" if m.get("kv_cache_usage") is not None else "?"
+        rate = _tok(m["generation_tokens_per_s"]) if m.get("generation_tokens_per_s") is not None else "?"
+        out.print(f"  requests running {m.get('running'):.0f}, waiting {m.get('waiting'):.0f}; KV cache {kv}; "
+                  f"generation {rate} tok/s")

@@ -76,12 +76,13 @@ RUN_HELP = {
 }
 
 
-@task(klass=HostTask, iterable=["cap"], help=RUN_HELP)
+@task(klass=HostTask, iterable=["cap"], help=dict(RUN_HELP, no_server="do not start the vLLM server when it is down"))
 @_cli
 def restart(c, host="", max_samples="", cap=None, max_tokens="", datasets="", grace=30.0, hard=False,
-            drain=False, dry_run=False, force=False, force_gpu=False):
+            drain=False, dry_run=False, force=False, force_gpu=False, no_server=False):
     """Apply new caps live, or stop the job cleanly and start it again; resume where it was."""
     return commands.restart(host or None, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu,
+                            with_server=not no_server,
                             max_samples=max_samples or None, caps=cap or (), max_tokens=max_tokens or None,
                             datasets=datasets or None, grace=grace, force=force)
 
@@ -126,4 +127,26 @@ def pull(c, host="", to="pulled", refetch=False):
     return commands.pull(host or None, to=to, refetch=refetch)
 
 
-ns = Collection(hosts, deploy, rollback, restart, stop, status, tail, plan, pull)
+@task(name="start", klass=HostTask, help={"host": HOST_HELP})
+@_cli
+def server_start(c, host=""):
+    """Start the vLLM server from hosts.yaml `server:`, wait until it answers, smoke-test it."""
+    return commands.server_start(host or None)
+
+
+@task(name="stop", klass=HostTask, help={"host": HOST_HELP, "grace": "seconds before SIGKILL"})
+@_cli
+def server_stop(c, host="", grace=30.0):
+    """Stop the vLLM server and every worker it left; wait for its GPU memory to be free."""
+    return commands.server_stop(host or None, grace=grace)
+
+
+@task(name="status", klass=HostTask, help={"host": HOST_HELP})
+@_cli
+def server_status(c, host=""):
+    """Server up/down, model, uptime, and running/waiting requests, KV cache, tokens/s from /metrics."""
+    return commands.server_status(host or None)
+
+
+ns = Collection(hosts, deploy, rollback, restart, stop, status, tail, plan, pull,
+                Collection("server", server_start, server_stop, server_status))

@@ -59,12 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the job in the foreground (same lock, outputs and status as a managed run)")
     add_run_args(run)
-    try:
-        from . import ctl
+    from . import ctl, server
 
-        ctl.add_parser(sub)
-    except ImportError:
-        pass
+    ctl.add_parser(sub)
+    server.add_parser(sub)
     return parser
 
 

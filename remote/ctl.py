@@ -12,13 +12,12 @@ import fcntl
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from . import gpu, procinfo
+from . import gpu, kill, procinfo
 from .cli import add_run_args
 from .jobspec import JOB_FILE, Caps, Job, Paths, default_root, release_dir, write_json_atomic
 from .runner import TOKEN_ENV
@@ -82,37 +81,7 @@ def stray_runners(paths: Paths, exclude: set[int]) -> list[int]:
     return found
 
 
-def token_holders(token: str) -> list[int]:
-    """Every process of ours whose environment carries the job token (re-parented children too)."""
-    me = os.getuid()
-    return [pid for pid in procinfo.all_pids()
-            if pid != os.getpid() and procinfo.uid(pid) == me and procinfo.environ(pid).get(TOKEN_ENV) == token]
-
-
 # ------------------------------------------------------------------ stopping
-
-def _signal(pid: int, start: int | None, sig: int, group: bool) -> bool:
-    """Signal pid (or its group) only if it is still the process we identified (pids are reused)."""
-    if procinfo.start_time(pid) != start or not procinfo.alive(pid):
-        return False
-    try:
-        if group and procinfo.pgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def _wait_gone(targets: dict[int, int | None], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [p for p, st in targets.items() if procinfo.alive(p) and procinfo.start_time(p) == st]
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(0.05)
-
 
 def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float = 3600.0) -> dict:
     rec = managed_runner(paths)
@@ -134,21 +103,8 @@ def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float =
     if drain and rec:
         seq = int((procinfo.read_json(paths.control) or {}).get("seq", 0)) + 1
         write_json_atomic(paths.control, {"seq": seq, "drain": True, "token": token})
-        drained = not _wait_gone({rec["pid"]: rec["start_time"]}, drain_timeout)
-    for pid, st in targets.items():
-        _signal(pid, st, signal.SIGTERM, group=True)
-    left = _wait_gone(targets, grace)
-    killed = []
-    for pid in left:
-        if _signal(pid, targets[pid], signal.SIGKILL, group=True):
-            killed.append(pid)
-    # workers that left the group or were re-parented still carry the token
-    extra = token_holders(token) if token else []
-    for pid in extra:
-        st = procinfo.start_time(pid)
-        if _signal(pid, st, signal.SIGKILL, group=False):
-            killed.append(pid)
-    _wait_gone({p: procinfo.start_time(p) for p in killed}, 5)
+        drained = not kill.wait_gone({rec["pid"]: rec["start_time"]}, drain_timeout)
+    killed = kill.terminate(targets, grace, TOKEN_ENV, token)
     after = procinfo.read_json(paths.status) or {}
     if killed and rec and rec["pid"] in killed:
         lost = int(after.get("in_flight") or in_flight_before)

@@ -1,0 +1,67 @@
+"""server.start / stop / status: the long-lived vLLM server, driven through `python -m remote server`."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from typing import Callable
+from urllib.parse import urlparse
+
+from .config import Config, ServerSpec
+from .connectors import Connector
+from .control import call
+from .errors import RemoteError
+
+
+def spec_json(spec: ServerSpec) -> str:
+    d = asdict(spec)
+    d["args"] = list(spec.args)
+    return json.dumps(d)
+
+
+def manages_engine(config: Config) -> bool:
+    """The job's engine is the server deploytool runs (same host, same port)."""
+    eng = config.job.engine
+    if eng.kind != "openai":
+        return False
+    url = urlparse(eng.base_url)
+    return url.hostname in ("127.0.0.1", "localhost", "::1") and (url.port or 80) == config.server.port
+
+
+def start(conn: Connector, spec: ServerSpec, *, poll: float = 2.0, progress: Callable[[str], None] = lambda s: None,
+          clock=time.monotonic, sleep=time.sleep) -> dict:
+    started = call(conn, "server", "start", "--spec", spec_json(spec))
+    if started.get("already"):
+        return dict(started, host=conn.name)
+    t0 = clock()
+    last_note = 0.0
+    while True:
+        c = call(conn, "server", "check")
+        if c["ready"]:
+            break
+        elapsed = clock() - t0
+        if not c["alive"]:
+            err = RemoteError(f"the server died during start-up after {elapsed:.0f}s (logs/server.log)")
+            err.details = c.get("log") or []
+            raise err
+        if elapsed > spec.ready_timeout:
+            err = RemoteError(f"the server is not ready after {spec.ready_timeout}s (server.ready_timeout); it is "
+                              "still running: `invoke server.status` to watch, `invoke server.stop` to give up")
+            err.details = c.get("log") or []
+            raise err
+        if clock() - last_note >= 15 or not last_note:
+            last_line = (c.get("log") or [""])[-1][:100]
+            progress(f"{conn.name}: loading {spec.model}: {elapsed:.0f}s of up to {spec.ready_timeout}s; {last_line}")
+            last_note = clock()
+        sleep(poll)
+    smoke = call(conn, "server", "smoke", "--spec", spec_json(spec))
+    return dict(started, host=conn.name, ready_after_s=clock() - t0, smoke=smoke["answer"])
+
+
+def stop(conn: Connector, grace: float = 30.0) -> dict:
+    return dict(call(conn, "server", "stop", "--grace", f"{grace:g}"), host=conn.name)
+
+
+def status(conn: Connector) -> dict:
+    return dict(call(conn, "server", "status"), host=conn.name)

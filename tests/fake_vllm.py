@@ -1,0 +1,81 @@
+"""A stand-in `vllm` executable for the tests: `vllm serve MODEL --port P [options]`.
+
+Like vLLM it loads for a while before it answers, spawns worker processes in process groups of their
+own (which outlive a killed parent), and serves the OpenAI API and Prometheus /metrics.
+Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N.
+"""
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("cmd")
+    p.add_argument("model")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--fake-delay", type=float, default=0.5)
+    p.add_argument("--fake-die", action="store_true")
+    p.add_argument("--fake-degenerate", action="store_true")
+    p.add_argument("--fake-workers", type=int, default=2)
+    a, rest = p.parse_known_args()
+    print(f"fake vllm {a.cmd} {a.model} port {a.port} extra {rest}", flush=True)
+    workers = [subprocess.Popen([sys.executable, "-c", "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                 "time.sleep(3600)"], start_new_session=True) for _ in range(a.fake_workers)]
+    print("workers " + " ".join(str(w.pid) for w in workers), flush=True)
+    for i in range(3):
+        print(f"Loading safetensors checkpoint shards: {i + 1}/3", flush=True)
+        time.sleep(a.fake_delay / 3)
+    if a.fake_die:
+        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
+        sys.exit(1)
+    t0 = time.time()
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _send(self, code, body, ctype="application/json"):
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": a.model}]})
+            elif self.path == "/metrics":
+                gen = int((time.time() - t0) * 1000)
+                self._send(200, "# HELP vllm:num_requests_running x\n"
+                                f'vllm:num_requests_running{{model_name="{a.model}"}} 3.0\n'
+                                f'vllm:num_requests_waiting{{model_name="{a.model}"}} 1.0\n'
+                                f'vllm:kv_cache_usage_perc{{model_name="{a.model}"}} 0.42\n'
+                                f'vllm:generation_tokens_total{{model_name="{a.model}"}} {gen}.0\n', "text/plain")
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length", 0))
+            json.loads(self.rfile.read(n))
+            text = "the " * 40 if a.fake_degenerate else "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
+            self._send(200, {"model": a.model, "choices": [{"index": 0, "finish_reason": "stop",
+                              "message": {"role": "assistant", "content": text}}],
+                             "usage": {"prompt_tokens": 12, "completion_tokens": 20}})
+
+    srv = ThreadingHTTPServer(("127.0.0.1", a.port), H)
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
+    print("INFO: Application startup complete.", flush=True)
+    srv.serve_forever()
+    print("shutting down (workers are left behind, as vLLM's sometimes are)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

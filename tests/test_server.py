@@ -1,0 +1,163 @@
+"""server.start / stop / status over the real sshd with a stand-in `vllm` (tests/fake_vllm.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploytool import server
+from deploytool.connectors import connect
+from deploytool.deploy import deploy_host
+from deploytool.errors import RemoteError
+from remote import procinfo
+from remote.server import degenerate
+from tests.conftest import REPO, base_job, free_port, ssh_host_entry, wait_for, write_config, write_prompts
+
+
+def fake_vllm(tmp_path: Path) -> Path:
+    exe = tmp_path / "bin" / "vllm"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = 'vllm'\n"
+                   f"runpy.run_path({str(REPO / 'tests' / 'fake_vllm.py')!r}, run_name='__main__')\n")
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.fixture
+def host(tmp_path, ssh_rig):
+    project = tmp_path / "p"
+    project.mkdir()
+    write_prompts(project / "data" / "prompts" / "B1.jsonl", 30)
+    port = free_port()
+    exe = fake_vllm(tmp_path)
+
+    def make(*args, ready_timeout=60):
+        job = base_job(engine={"kind": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": "kimi",
+                               "concurrency": 4, "retry_base": 0.01})
+        cfg = write_config(project, {"gpu": ssh_host_entry(ssh_rig, tmp_path / "host")}, job=job,
+                           server={"command": str(exe), "model": "kimi", "port": port, "args": list(args),
+                                   "env": {"HF_TOKEN": "hf_secret_value", "VLLM_LOGGING_LEVEL": "INFO"},
+                                   "ready_timeout": ready_timeout})
+        conn = connect(cfg.hosts["gpu"], cfg)
+        deploy_host(conn, cfg)
+        made.append(conn)
+        return cfg, conn
+
+    made = []
+    yield make
+    for conn in made:
+        server.stop(conn, grace=0)
+        conn.close()
+
+
+def server_tree(host_dir: Path) -> list[int]:
+    rec = json.loads((host_dir / "run" / "server.pid").read_text())
+    token = rec["token"]
+    return [p for p in procinfo.all_pids() if procinfo.environ(p).get("DEPLOYTOOL_SERVER_TOKEN") == token]
+
+
+def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
+    cfg, conn = host("--tensor-parallel-size", "8", "--fake-delay", "1.5")
+    notes = []
+    r = server.start(conn, cfg.server, poll=0.2, progress=notes.append)
+    assert r["ready_after_s"] >= 1.0 and r["smoke"].startswith("1, 2, 3")
+    assert r["argv"][1:5] == ["serve", "kimi", "--port", str(cfg.server.port)] and "--tensor-parallel-size" in r["argv"]
+    assert r["env"]["HF_TOKEN"] == "****" and r["env"]["VLLM_LOGGING_LEVEL"] == "INFO"
+    assert notes and "loading kimi" in notes[0]
+    pidfile = (tmp_path / "host" / "run" / "server.pid").read_text()
+    assert "hf_secret_value" not in pidfile
+    again = server.start(conn, cfg.server)
+    assert again["already"] and again["pid"] == r["pid"]
+    st = server.status(conn)
+    assert st["up"] and st["ready"] and st["model"] == "kimi"
+    m = st["metrics"]
+    assert m["running"] == 3 and m["waiting"] == 1 and m["kv_cache_usage"] == pytest.approx(0.42)
+    assert 500 < m["generation_tokens_per_s"] < 2000
+
+
+def test_server_dying_in_startup_is_reported_with_its_log(host):
+    cfg, conn = host("--fake-die")
+    with pytest.raises(RemoteError, match="died during start-up") as e:
+        server.start(conn, cfg.server, poll=0.2)
+    assert any("CUDA out of memory" in line for line in e.value.details)
+
+
+def test_startup_timeout_is_reported(host):
+    cfg, conn = host("--fake-delay", "30", ready_timeout=1)
+    with pytest.raises(RemoteError, match="not ready after 1s"):
+        server.start(conn, cfg.server, poll=0.2)
+
+
+def test_degenerate_smoke_answer_is_rejected(host):
+    cfg, conn = host("--fake-degenerate")
+    with pytest.raises(RemoteError, match="degenerate .*one token repeated"):
+        server.start(conn, cfg.server, poll=0.2)
+
+
+def test_stop_leaves_no_process_alive_workers_included(host, tmp_path):
+    cfg, conn = host("--fake-workers", "3")
+    r = server.start(conn, cfg.server, poll=0.2)
+    tree = server_tree(tmp_path / "host")
+    assert r["pid"] in tree and len(tree) == 4  # the server and 3 workers in groups of their own
+    assert len({procinfo.pgid(p) for p in tree}) == 4
+    out = server.stop(conn, grace=2)
+    assert out["was_running"] and out["alive"] == []
+    assert set(out["killed"]) >= set(tree) - {r["pid"]}  # the workers ignored SIGTERM and outlived the parent
+    wait_for(lambda: not any(procinfo.alive(p) for p in tree), what="whole tree gone")
+    assert server.status(conn) == {"ok": True, "up": False, "host": "gpu"}
+    assert server.stop(conn)["was_running"] is False
+
+
+def test_port_in_use_is_refused(host):
+    import socket
+
+    cfg, conn = host()
+    s = socket.socket()
+    s.bind(("127.0.0.1", cfg.server.port))
+    s.listen()
+    try:
+        with pytest.raises(RemoteError, match=rf"port {cfg.server.port} is already in use by pid"):
+            server.start(conn, cfg.server)
+    finally:
+        s.close()
+
+
+def test_restart_starts_the_server_first_then_the_runner_uses_it(host, tmp_path):
+    import subprocess
+
+    cfg, conn = host()
+    res = subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg.path), "restart", "--max-samples", "5"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "starting it first" in res.stdout and "server up" in res.stdout and "started runner" in res.stdout
+    assert "hf_secret_value" not in res.stdout and "HF_TOKEN=****" in res.stdout
+    out = tmp_path / "host" / "data" / "outputs" / "B1.jsonl"
+    wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 5, what="records from the server")
+    assert json.loads(out.read_text().splitlines()[0])["model"] == "kimi"
+
+
+def test_server_stop_waits_for_gpu_memory(tmp_path, monkeypatch):
+    from remote import server as remote_server
+
+    sleeper = __import__("subprocess").Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\nkill -0 {sleeper.pid} 2>/dev/null && echo '{sleeper.pid}, 1000'\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DEPLOYTOOL_NVIDIA_SMI", str(fake))
+    held = remote_server.wait_gpu_free({sleeper.pid}, timeout=0.3)
+    assert held == {"free": False, "still_held_by": [{"pid": sleeper.pid, "used_mib": 1000}]}
+    sleeper.kill()
+    sleeper.wait()
+    assert remote_server.wait_gpu_free({sleeper.pid}, timeout=5) == {"free": True, "still_held_by": []}
+
+
+@pytest.mark.parametrize("text, bad", [
+    ("", True), ("the the the the the the the the the", True), ("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!", True),
+    ("1, 2, 3, 4, 5, 6, 7, 8, 9, 10", False), ("Sure: one two three.", False),
+])
+def test_degenerate_detector(text, bad):
+    assert (degenerate(text) is not None) == bad
