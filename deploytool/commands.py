@@ -135,7 +135,7 @@ def plan(host_spec: str | None, *, tokens_per_dataset: str, tokens_per_s: str | 
             caps = [f"{ds}={row['cap']}" for ds, row in r["datasets"].items()]
             flags = control.parse_run_flags(config, caps=caps)
             render.console.print(f"[bold]{name}[/]: applying caps {', '.join(caps)}")
-            _run(config, name, lambda conn: control.restart(conn, flags), render.restart_result)
+            _run(config, name, lambda conn, flags=flags: control.restart(conn, flags), render.restart_result)
     return ExitCode.OK
 
 

@@ -7,7 +7,6 @@ answer is one JSON object on stdout, so deploytool makes one SSH round trip per 
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import json
 import os

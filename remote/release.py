@@ -7,7 +7,6 @@ switches by renaming a new symlink over it: a reader sees the old release or the
 """
 
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -207,7 +206,7 @@ def apply(root, args, stream):
                 os.chmod(dst, 0o644)
         if not os.path.isdir(final):
             base_dir = os.path.join(rel_dir, base) if base else None
-            for path, digest in files.items():
+            for path in files:
                 dst = os.path.join(tmp, *_safe_member(path))
                 if os.path.exists(dst):
                     continue

@@ -211,11 +211,13 @@ class Runner:
         if unknown:
             raise BadInput(f"unknown dataset {', '.join(unknown)}; the job has {', '.join(self.job.names())}")
         self.apply_caps(self.caps)
-        for name, run in self.runs.items():
-            bad = [p for p in run.prompts[: run.target_n] if p.messages is None and p.id not in run.done]
-            for p in bad:
-                self._write_error(run, p, p.problem or "unreadable prompt", 0)
-                run.failed.add(p.id)
+        for run in self.runs.values():
+            reported = error_ids(self.paths.errors(run.spec.name))
+            for p in run.prompts[: run.target_n]:
+                if p.messages is None and p.id not in run.done:
+                    if p.id not in reported:  # said once in errors.jsonl, not again on every start
+                        self._write_error(run, p, p.problem or "unreadable prompt", 0)
+                    run.failed.add(p.id)
 
     # ------------------------------------------------------------------ the window
 
@@ -505,6 +507,20 @@ class Runner:
             code = EXIT_FAILED
         self.write_status()
         return code
+
+
+def error_ids(path: Path) -> set[str]:
+    ids = set()
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    ids.add(str(json.loads(line)["id"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except FileNotFoundError:
+        pass
+    return ids
 
 
 def write_pidfile(paths: Paths, token: str, argv: list[str]) -> None:

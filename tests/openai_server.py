@@ -37,6 +37,9 @@ class FakeOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self.busy_slot_time = 0.0
+        self.t_first: float | None = None  # first request in, last answer out: measured throughput window
+        self.t_last: float | None = None
+        self.lengths = None  # optional callable(key) -> output tokens (e.g. long-tailed)
         self.port = 0
         self._loop = None
         self._runner = None
@@ -47,6 +50,8 @@ class FakeOpenAI:
         return json.dumps(body.get("messages"), sort_keys=True)
 
     def tokens_for(self, key: str) -> int:
+        if self.lengths is not None:
+            return self.lengths(key)
         if self.tokens is not None:
             return self.tokens
         return 50 + int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 200
@@ -56,6 +61,8 @@ class FakeOpenAI:
 
     async def chat(self, request):
         body = await request.json()
+        if self.t_first is None:
+            self.t_first = time.monotonic()
         key = self.prompt_key(body)
         self.attempts[key] += 1
         self.in_flight += 1
@@ -85,6 +92,7 @@ class FakeOpenAI:
             if roll < self.malformed_rate:
                 return web.Response(text='{"choices": [', content_type="application/json")
             self.requests[key] += 1
+            self.t_last = time.monotonic()
             return web.json_response({
                 "id": f"cmpl-{self.rng.getrandbits(32):x}", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model", self.model),

@@ -17,7 +17,7 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError, UsageError
 from remote import procinfo
-from tests.conftest import REPO, base_job, ssh_host_entry, wait_for, write_config, write_prompts
+from tests.conftest import base_job, ssh_host_entry, wait_for, write_config, write_prompts
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_restart_starts_then_live_recap_keeps_the_process(job):
 
 
 def test_hard_restart_leaves_exactly_one_runner_and_loses_nothing(job):
-    cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
+    cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
     r1 = control.restart(conn, flags(cfg, max_samples=60, grace=10))
     wait_for(lambda: len(outputs(root, "B1")) >= 4, what="progress")
     r2 = control.restart(conn, flags(cfg, max_samples=60, grace=10), hard=True)

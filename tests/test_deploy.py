@@ -15,7 +15,7 @@ import pytest
 from deploytool.connectors import connect
 from deploytool.deploy import PACKAGE_DIR, build_release, deploy_host, release_helper, rollback_host
 from deploytool.errors import RemoteError
-from tests.conftest import REPO, free_port, ssh_host_entry, wait_for, write_config, write_prompts
+from tests.conftest import free_port, ssh_host_entry, wait_for, write_config, write_prompts
 
 
 @pytest.fixture

@@ -1,0 +1,53 @@
+"""Shared set-up for the benchmarks: a real sshd on 127.0.0.1 with generated keys (the test rig's)."""
+
+from __future__ import annotations
+
+import getpass
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.conftest import Sshd, keygen, ssh_host_entry, write_config  # noqa: E402
+
+
+class Rig:
+    def __init__(self):
+        self.root = Path(tempfile.mkdtemp(prefix="deploytool-bench-"))
+        self.key = keygen(self.root / "id_client")
+        auth = self.root / "authorized_keys"
+        auth.write_text(Path(str(self.key) + ".pub").read_text())
+        self.sshd = Sshd(self.root, auth).start()
+        self.known_hosts = self.root / "known_hosts"
+        self.known_hosts.write_text(self.sshd.known_hosts_line())
+        self.user = getpass.getuser()
+
+    def host_entry(self, remote_dir, **kw) -> dict:
+        return ssh_host_entry({"sshd": self.sshd, "client_key": self.key, "known_hosts": self.known_hosts},
+                              remote_dir, **kw)
+
+    def ssh_opts(self) -> list[str]:
+        return ["-i", str(self.key), "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
+
+    def close(self):
+        self.sshd.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def timed(fn, repeat: int = 5) -> tuple[float, list[float]]:
+    """Median wall seconds of fn() over `repeat` runs (and all of them)."""
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs), runs
+
+
+__all__ = ["Rig", "timed", "write_config", "REPO"]

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The main job on the built-in `local` host (no GPU, no SSH): set up, deploy, start with caps, watch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH"
+invoke deploy
+invoke restart --max-samples "${MAX_SAMPLES:-24}"
+invoke tail
