@@ -75,7 +75,7 @@ def ctl(conn: Connector, *args: str, timeout: float | None = None) -> dict:
 def call(conn: Connector, *args: str, timeout: float | None = None) -> dict:
     """Run `python -m remote ARGS` from the host's current release; return its JSON answer."""
     script = '[ -d current ] || exit 97; cd current && exec "$@"'
-    res = conn.run(["sh", "-c", script, "sh", *conn.python("-m", "remote", *args)],
+    res = conn.run(["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", *args)],
                    cwd=conn.remote_dir, timeout=timeout)
     if res.exit_code == NOT_DEPLOYED or (not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)):
         raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")

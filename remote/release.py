@@ -256,11 +256,25 @@ def rollback(root, args):
     return {"current": target, "previous": cur}
 
 
+def session(root, stdin, stdout):
+    """plan and apply in one SSH session: a request line, the plan line back, then an optional apply
+    line followed by the upload. EOF after the plan means: nothing to do."""
+    request = json.loads(stdin.readline() or b"{}")
+    stdout.write(json.dumps(plan(root, request)) + "\n")
+    stdout.flush()
+    line = stdin.readline()
+    if not line.strip():
+        return {"applied": False}
+    return dict(apply(root, json.loads(line), stdin), applied=True)
+
+
 def main(argv):
     cmd, root = argv[0], argv[1]
     args = json.loads(argv[2]) if len(argv) > 2 else {}
     try:
-        if cmd == "plan":
+        if cmd == "session":
+            out = session(root, sys.stdin.buffer, sys.stdout)
+        elif cmd == "plan":
             out = plan(root, args)
         elif cmd == "apply":
             out = apply(root, args, sys.stdin.buffer)

@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -136,7 +137,7 @@ def isolate_user(tmp_path, monkeypatch):
 def ssh_host_entry(rig, remote_dir: Path | str, **extra) -> dict:
     entry = {"host": "127.0.0.1", "port": rig["sshd"].port, "user": getpass.getuser(),
              "identity_file": str(rig["client_key"]), "known_hosts": str(rig["known_hosts"]),
-             "remote_dir": str(remote_dir), "python": shutil.which("python3") or "python3"}
+             "remote_dir": str(remote_dir), "python": sys.executable}
     entry.update(extra)
     return entry
 

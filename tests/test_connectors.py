@@ -1,6 +1,7 @@
 """The connector contract, over a real sshd and the local connector alike."""
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,18 @@ def test_put_get_roundtrip_byte_identical_with_weird_names(conn, tmp_path):
     conn.get(remote_path, str(back))
     assert back.read_bytes() == data
     assert not list(back.parent.glob("*.part"))  # no temp file left behind
+
+
+def test_start_converses_over_one_session(conn):
+    p = conn.start([sys.executable, "-c", "import sys\nfor line in sys.stdin:\n    print(line.strip().upper(), flush=True)\n"
+                    "sys.stderr.write('bye')\nsys.exit(4)"])
+    p.write(b"hello\n")
+    assert p.readline() == b"HELLO\n"  # an answer comes back before stdin is closed
+    p.write(b"again\n")
+    assert p.readline() == b"AGAIN\n"
+    p.close_stdin()
+    res = p.finish()
+    assert res.exit_code == 4 and res.err == "bye"
 
 
 def test_read_missing_file_is_none(conn):

@@ -68,6 +68,23 @@ def printable_command(argv: list[str], cwd: str | None = None, env: dict[str, st
     return shell_command(argv, cwd, mask_env(env))
 
 
+class RemoteProcess(ABC):
+    """A command still running on the host, for a conversation over its stdin/stdout."""
+
+    @abstractmethod
+    def write(self, data: bytes) -> None: ...
+
+    @abstractmethod
+    def close_stdin(self) -> None: ...
+
+    @abstractmethod
+    def readline(self) -> bytes: ...
+
+    @abstractmethod
+    def finish(self) -> Result:
+        """Wait for the exit; the rest of stdout, all of stderr, the exit code."""
+
+
 class Connector(ABC):
     """run / put / get / read_file on one host. `remote_dir` is the path to use in commands there."""
 
@@ -82,6 +99,10 @@ class Connector(ABC):
     def run(self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
             stdin: bytes | typing.BinaryIO | None = None, timeout: float | None = None) -> Result:
         """Run argv on the host (stdin: bytes or a binary file); never raises on a non-zero exit."""
+
+    @abstractmethod
+    def start(self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None) -> RemoteProcess:
+        """Start argv on the host and talk to it (one session for a whole exchange)."""
 
     @abstractmethod
     def put(self, local_path: str, remote_path: str) -> None:

@@ -11,7 +11,38 @@ from pathlib import Path
 
 from ..config import HostConfig
 from ..errors import RemoteError
-from .base import Connector, Result
+from .base import Connector, RemoteProcess, Result
+
+
+class _LocalProcess(RemoteProcess):
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.proc.stdin.write(data)
+        except BrokenPipeError:
+            pass  # finish() reports how the command ended
+
+    def close_stdin(self) -> None:
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            self.proc.stdin = None  # communicate() must not flush it again
+
+    def readline(self) -> bytes:
+        try:
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        return self.proc.stdout.readline()
+
+    def finish(self) -> Result:
+        self.close_stdin()
+        out, err = self.proc.communicate()
+        return Result(self.proc.returncode, out, err)
 
 
 class LocalConnector(Connector):
@@ -45,6 +76,21 @@ class LocalConnector(Connector):
         except subprocess.TimeoutExpired:
             raise RemoteError(f"`{argv[0]} …` timed out after {timeout}s") from None
         return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def _env(self, env):
+        full_env = dict(os.environ)
+        full_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full_env.get("PATH", "")
+        full_env.update(env or {})
+        return full_env
+
+    def start(self, argv, *, cwd=None, env=None) -> RemoteProcess:
+        try:
+            proc = subprocess.Popen([str(a) for a in argv], cwd=str(self._path(cwd)) if cwd else None,
+                                    env=self._env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+        except OSError as e:
+            raise RemoteError(f"cannot start {argv[0]}: {e.strerror}") from None
+        return _LocalProcess(proc)
 
     def _copy(self, src: Path, dst: Path) -> None:
         dst.parent.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from paramiko.ssh_exception import NoValidConnectionsError
 
 from ..config import HostConfig
 from ..errors import ConnectError, RemoteError
-from .base import Connector, Result, shell_command
+from .base import Connector, RemoteProcess, Result, shell_command
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -52,6 +52,44 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
             f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
         client.get_host_keys().add(hostname, key.get_name(), key)
         self.on_accept(hostname, key)
+
+
+class _SSHProcess(RemoteProcess):
+    def __init__(self, owner: "SSHConnector", chan):
+        self.owner, self.chan = owner, chan
+        self.out = chan.makefile("rb")
+        self.err = chan.makefile_stderr("rb")
+
+    def _guard(self, fn, *args):
+        try:
+            return fn(*args)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise self.owner._lost(e) from None
+
+    def write(self, data: bytes) -> None:
+        for i in range(0, len(data), 1 << 18):
+            self._guard(self.chan.sendall, data[i:i + (1 << 18)])
+
+    def close_stdin(self) -> None:
+        self._guard(self.chan.shutdown_write)
+
+    def readline(self) -> bytes:
+        return self._guard(self.out.readline)
+
+    def finish(self) -> Result:
+        if not self.chan.closed:
+            try:
+                self.chan.shutdown_write()
+            except (paramiko.SSHException, OSError, EOFError):
+                pass
+        out = self._guard(self.out.read)
+        err = self._guard(self.err.read)
+        code = self.chan.recv_exit_status()
+        transport = self.owner._conn.transport if self.owner._conn else None
+        if code == -1 and (transport is None or not transport.is_active()):
+            raise self.owner._lost(EOFError("the connection closed before the command finished"))
+        self.chan.close()
+        return Result(code, out, err)
 
 
 class SSHConnector(Connector):
@@ -212,7 +250,7 @@ class SSHConnector(Connector):
                 if deadline and time.monotonic() > deadline:
                     chan.close()
                     raise RemoteError(f"`{argv[0]} …` timed out after {timeout}s")
-                select.select([chan], [], [], 0.2)
+                select.select([chan], [], [], 0.01)  # exit-status wakes no pipe: poll briefly
             code = chan.recv_exit_status()
             if code == -1 and not conn.transport.is_active():
                 raise EOFError("the connection closed before the command finished")
@@ -224,6 +262,18 @@ class SSHConnector(Connector):
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise self._lost(e) from None
         return Result(code, bytes(out), bytes(err))
+
+    def start(self, argv, *, cwd=None, env=None) -> RemoteProcess:
+        conn = self._open()
+        self.round_trips += 1
+        try:
+            chan = conn.transport.open_session()
+            if self.host.forward_agent:
+                AgentRequestHandler(chan)
+            chan.exec_command(shell_command(argv, cwd, env))
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise self._lost(e) from None
+        return _SSHProcess(self, chan)
 
     def _sftp_client(self):
         conn = self._open()
