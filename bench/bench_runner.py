@@ -68,11 +68,11 @@ def throughput(latency: float, rounds: int) -> None:
             srv.stop()
 
 
-def lognormal_lengths(mean: int, sigma: float = 1.0):
+def lognormal_lengths(mean: int, sigma: float = 0.8, cap: int = 4096):
     mu = math.log(mean) - sigma * sigma / 2
 
     def length(key: str) -> int:
-        return max(16, min(8192, int(random.Random(key).lognormvariate(mu, sigma))))
+        return max(16, min(cap, int(random.Random(key).lognormvariate(mu, sigma))))
     return length
 
 
@@ -90,9 +90,10 @@ async def chunked_baseline(url: str, n: int, chunk: int) -> None:
 
 
 def occupancy(slots: int, n: int, token_time: float) -> None:
-    print(f"2. slot occupancy: {slots} batch slots, {n} prompts, lognormal lengths (mean 400 tokens, sigma 1.0), "
+    print(f"2. slot occupancy: {slots} batch slots, {n} prompts, lognormal lengths (mean 400, sigma 0.8, cap 4096), "
           f"{token_time * 1000:.1f} ms/token")
-    for label in ("runner (continuous window, concurrency = 2 x slots)", "chunked generate(chunk of slots)"):
+    for label in ("runner (continuous window, concurrency = 2 x slots)", "chunked generate, chunk = slots",
+                  "chunked generate, chunk = 8 x slots"):
         srv = FakeOpenAI(slots=slots, token_time=token_time).start()
         srv.lengths = lognormal_lengths(400)
         try:
@@ -102,10 +103,10 @@ def occupancy(slots: int, n: int, token_time: float) -> None:
                     root = make_root(Path(d), n, {"base_url": srv.url, "concurrency": 2 * slots})
                     run_runner(root)
             else:
-                asyncio.run(chunked_baseline(srv.url, n, slots))
+                asyncio.run(chunked_baseline(srv.url, n, slots * (8 if "8 x" in label else 1)))
             elapsed = srv.t_last - srv.t_first
             occ = srv.busy_slot_time / (slots * elapsed)
-            print(f"   {label:52s}: occupancy {occ:.3f}, wall {elapsed:6.1f}s, total {time.perf_counter() - t0:6.1f}s")
+            print(f"   {label:50s}: occupancy {occ:.3f}, wall {elapsed:6.1f}s, total {time.perf_counter() - t0:6.1f}s")
         finally:
             srv.stop()
 
@@ -127,14 +128,19 @@ def resume(records: int) -> None:
             f.write(b'{"id": "B1-torn", "dataset"')  # a crash mid-write
         size = out.stat().st_size
         job = Job.load(root / "job.json")
-        t0 = time.perf_counter()
-        runner = Runner(Paths(root), job, Caps())
-        runner.prepare()
-        elapsed = time.perf_counter() - t0
-        run = runner.runs["B1"]
-        assert len(run.done) == records and run.target_n == records + 1000
-        print(f"   {size / 1e6:.0f} MB of outputs: repair + index + prompts ready in {elapsed:.2f}s "
-              f"({len(run.done):,} ids, {run.target_n - run.done_in_target:,} left to do)")
+        for label in ("first start (prompt index built)", "restart (prompt index cached)"):
+            t0 = time.perf_counter()
+            runner = Runner(Paths(root), job, Caps())
+            runner.prepare()
+            elapsed = time.perf_counter() - t0
+            run = runner.runs["B1"]
+            assert len(run.done) == records and run.target_n == records + 1000
+            print(f"   {label:34s}: {size / 1e6:.0f} MB of outputs repaired + indexed, {run.target_n:,} prompts: "
+                  f"{elapsed:.2f}s ({run.target_n - run.done_in_target:,} left to do)")
+            for r in runner.runs.values():
+                r.out.close()
+                r.err.close()
+                r.prompts.close()
 
 
 def main():
@@ -142,8 +148,8 @@ def main():
     ap.add_argument("--latency", type=float, default=0.5)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--slots", type=int, default=64)
-    ap.add_argument("--prompts", type=int, default=1500)
-    ap.add_argument("--token-time", type=float, default=0.0002)
+    ap.add_argument("--prompts", type=int, default=3000)
+    ap.add_argument("--token-time", type=float, default=0.0005)
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--only", choices=["throughput", "occupancy", "resume"])
     a = ap.parse_args()

@@ -12,10 +12,9 @@ from pathlib import Path
 # Records are written with these keys first, so resume can read ids and token counts without
 # parsing multi-kilobyte conversations (1M records resume in seconds). Other lines fall back to json.
 _HEAD_RE = re.compile(
-    rb'^\{"id": ("(?:[^"\\\n]|\\.)*"), "dataset": "[^"\n]*", "index": -?\d+, "finish_reason": [^,\n]*, '
-    rb'"usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)\}[^\n]*$',
-    re.M,
-)
+    rb'\n\{"id": "((?:[^"\\\n]|\\.)*)", "dataset": "[^"\n]*", "index": -?\d+, "finish_reason": [^,\n]*, '
+    rb'"usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)\}'
+)  # starts with a literal, so the regex engine jumps from line start to line start
 _CHUNK = 32 << 20
 
 
@@ -105,18 +104,24 @@ def scan(path: Path) -> Existing:
             if not buf:
                 continue
             n_lines = buf.count(b"\n")
-            found = [(m.group(1), m.group(2)) for m in _HEAD_RE.finditer(buf)]
+            found = _HEAD_RE.findall(b"\n" + buf)
             if len(found) == n_lines:
-                pairs = [(json.loads(i) if b"\\" in i else i[1:-1].decode(), int(t)) for i, t in found]
+                # the fast path, in C as far as possible: 1M records in a few seconds
+                raw_ids, raw_toks = zip(*found)
+                joined = b"\x00".join(raw_ids)
+                if b"\\" in joined:
+                    ids = [json.loads(b'"' + i + b'"') for i in raw_ids]
+                else:
+                    ids = joined.decode().split("\x00")
+                toks = list(map(int, raw_toks))
             else:
                 pairs = [p for p in map(_parse_line, buf.splitlines()) if p]
-            for rid, toks in pairs:
-                ex.lines += 1
-                if rid in ex.ids:
-                    ex.duplicates += 1
-                    continue
-                ex.ids.add(rid)
-                ex.tokens[rid] = toks
+                ids, toks = [i for i, _ in pairs], [t for _, t in pairs]
+            before = len(ex.tokens)
+            ex.tokens.update(zip(ids, toks))  # in C; a duplicate id (never written by us) counts once
+            ex.lines += len(ids)
+            ex.duplicates += len(ids) - (len(ex.tokens) - before)
+    ex.ids = set(ex.tokens)
     return ex
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .jobspec import Job, Paths
 from .outputs import scan
-from .prompts import load_prompts
+from .prompts import PromptFile
 
 MIN_MEASURED = 50  # fewer records than this: the mean is noise, use est_tokens
 
@@ -28,9 +28,14 @@ def plan(paths: Paths, job: Job, tokens_per_dataset: int, datasets: list[str] | 
             mean, source = float(ds.est_tokens), f"est_tokens (only {records} records)"
         cap = cap_for(tokens_per_dataset, mean)
         prompt_path = paths.root / ds.prompts
-        prompts = load_prompts(prompt_path, ds.name) if prompt_path.exists() else []
-        target = min(cap, len(prompts)) if prompts else cap
-        done = sum(1 for p in prompts[:target] if p.id in ex.ids) if prompts else min(records, cap)
+        ids = []
+        if prompt_path.exists():
+            pf = PromptFile(prompt_path, ds.name, cache_dir=paths.run / "prompt-index")
+            ids = pf.ids
+            pf.close()
+        prompts = ids
+        target = min(cap, len(ids)) if ids else cap
+        done = sum(1 for pid in ids[:target] if pid in ex.ids) if ids else min(records, cap)
         todo = max(0, target - done)
         rows[ds.name] = {
             "prompts": len(prompts), "records": records, "mean_tokens": round(mean, 1), "source": source,

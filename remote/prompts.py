@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from dataclasses import dataclass
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -47,26 +49,90 @@ def to_messages(obj: dict) -> list:
     return msgs
 
 
-def load_prompts(path, dataset: str) -> list[Prompt]:
-    """Every non-blank line in file order; unreadable lines are kept with a `problem` so they are reported."""
-    out: list[Prompt] = []
-    seen: set[str] = set()
-    with open(path, "rb") as f:
-        for raw in f:
+class PromptFile:
+    """A prompt file's ids (all of them, in file order) and line offsets; a prompt's messages are read
+    and parsed only when it is dispatched. The index is cached per file version (size, mtime), so a
+    restart over a million prompts does not parse them all again. The file stays open: a deploy that
+    replaces it (rename) does not change what this run reads."""
+
+    def __init__(self, path, dataset: str, cache_dir: Path | None = None):
+        self.path, self.dataset = Path(path), dataset
+        self._f = open(self.path, "rb")
+        st = os.fstat(self._f.fileno())
+        key = f"{st.st_size}-{st.st_mtime_ns}-{dataset}"
+        cache = Path(cache_dir) / f"{dataset}.prompt-index.json" if cache_dir else None
+        data = None
+        if cache is not None:
+            try:
+                with open(cache) as f:
+                    data = json.load(f)
+                if data.get("key") != key:
+                    data = None
+            except (OSError, ValueError):
+                data = None
+        if data is None:
+            data = self._build()
+            data["key"] = key
+            if cache is not None:
+                try:
+                    cache.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+                    with open(tmp, "w") as f:
+                        json.dump(data, f)
+                    os.replace(tmp, cache)
+                except OSError:
+                    pass  # a cache only
+        self.ids: list[str] = data["ids"]
+        self.offsets: list[int] = data["offsets"]
+        self.problems: dict[int, str] = {int(k): v for k, v in data["problems"].items()}
+
+    def _build(self) -> dict:
+        ids, offsets, problems = [], [], {}
+        seen: set[str] = set()
+        pos = 0
+        self._f.seek(0)
+        for raw in self._f:
+            start, pos = pos, pos + len(raw)
             if not raw.strip():
                 continue
-            index = len(out)
-            default_id = f"{dataset}-{index:06d}"
+            index = len(ids)
+            default_id = f"{self.dataset}-{index:06d}"
+            offsets.append(start)
             try:
                 obj = json.loads(raw)
                 if not isinstance(obj, dict):
                     raise ValueError("line is not a JSON object")
                 pid = str(obj["id"]) if obj.get("id") is not None else default_id
+                to_messages(obj)
                 if pid in seen:
-                    out.append(Prompt(f"{default_id}-dup", index, None, f"duplicate id {pid!r}"))
-                    continue
-                out.append(Prompt(pid, index, to_messages(obj)))
+                    problems[index] = f"duplicate id {pid!r}"
+                    pid = f"{default_id}-dup"
                 seen.add(pid)
+                ids.append(pid)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                out.append(Prompt(default_id, index, None, f"invalid prompt line {index + 1}: {e}"))
-    return out
+                ids.append(default_id)
+                problems[index] = f"invalid prompt line {index + 1}: {e}"
+        return {"ids": ids, "offsets": offsets, "problems": problems}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> Prompt:
+        pid = self.ids[index]
+        if index in self.problems:
+            return Prompt(pid, index, None, self.problems[index])
+        self._f.seek(self.offsets[index])
+        obj = json.loads(self._f.readline())
+        return Prompt(pid, index, to_messages(obj))
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def load_prompts(path, dataset: str) -> list[Prompt]:
+    """Every non-blank line in file order; unreadable lines are kept with a `problem` so they are reported."""
+    pf = PromptFile(path, dataset)
+    try:
+        return [pf[i] for i in range(len(pf))]
+    finally:
+        pf.close()

@@ -23,7 +23,7 @@ from . import procinfo
 from .engine import EngineDown, PermanentError, TransientError, backoff, make_engine
 from .jobspec import Caps, Dataset, Job, Paths, release_dir, write_json_atomic
 from .outputs import AppendFile, count_lines, encode_record, repair_tail, scan
-from .prompts import Prompt, load_prompts
+from .prompts import Prompt, PromptFile
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"
@@ -67,7 +67,7 @@ def acquire_lock(paths: Paths):
 @dataclass
 class DatasetRun:
     spec: Dataset
-    prompts: list[Prompt]
+    prompts: PromptFile
     done: set[str]
     tokens: dict[str, int]
     errors: int
@@ -90,7 +90,7 @@ class DatasetRun:
 
     def set_target(self, n: int | None, budget: int | None) -> None:
         self.target_n = len(self.prompts) if n is None else min(n, len(self.prompts))
-        self.done_in_target = sum(1 for p in self.prompts[: self.target_n] if p.id in self.done)
+        self.done_in_target = sum(1 for pid in self.prompts.ids[: self.target_n] if pid in self.done)
         self.next_pos = min(self.next_pos, self.target_n)
         self.budget = budget
         self._tok = self.completion_tokens
@@ -101,12 +101,13 @@ class DatasetRun:
     def next_prompt(self) -> Prompt | None:
         if self.budget_reached():
             return None
+        ids = self.prompts.ids
         while self.next_pos < self.target_n:
-            p = self.prompts[self.next_pos]
+            i = self.next_pos
             self.next_pos += 1
-            if p.id in self.done or p.id in self.in_flight or p.id in self.failed:
+            if ids[i] in self.done or ids[i] in self.in_flight or ids[i] in self.failed:
                 continue
-            return p
+            return self.prompts[i]  # read and parsed only now
         return None
 
     def record_done(self, p: Prompt, tokens: int) -> None:
@@ -189,7 +190,7 @@ class Runner:
                 fp = dict(fp, previous=[old] + list(meta.get("previous", [])))
         if not meta or meta.get("model") != fp["model"] or self.force:
             write_json_atomic(meta_path, fp)
-        prompts = load_prompts(path, spec.name)
+        prompts = PromptFile(path, spec.name, cache_dir=self.paths.run / "prompt-index")
         run = DatasetRun(spec, prompts, set(existing.ids), dict(existing.tokens),
                          count_lines(self.paths.errors(spec.name)),
                          AppendFile(out_path), AppendFile(self.paths.errors(spec.name)))
@@ -213,8 +214,9 @@ class Runner:
         self.apply_caps(self.caps)
         for run in self.runs.values():
             reported = error_ids(self.paths.errors(run.spec.name))
-            for p in run.prompts[: run.target_n]:
-                if p.messages is None and p.id not in run.done:
+            for index in sorted(run.prompts.problems):
+                p = run.prompts[index]
+                if index < run.target_n and p.id not in run.done:
                     if p.id not in reported:  # said once in errors.jsonl, not again on every start
                         self._write_error(run, p, p.problem or "unreadable prompt", 0)
                     run.failed.add(p.id)
@@ -298,8 +300,19 @@ class Runner:
         self.log(f"{run.spec.name} {p.id}: error: {reason}")
 
     async def _window(self, engine) -> None:
+        """Keep `concurrency` requests in flight: refill a slot the moment one frees (a done-callback
+        wakes us; no O(window) asyncio.wait per completion)."""
         tasks: set[asyncio.Task] = set()
         self._tasks = tasks
+        wake = asyncio.Event()
+        crashed: list[BaseException] = []
+
+        def done(t: asyncio.Task) -> None:
+            tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                crashed.append(t.exception())
+            wake.set()
+
         while True:
             while len(tasks) < self.concurrency:
                 nxt = self.next_prompt()
@@ -307,17 +320,19 @@ class Runner:
                     break
                 run, p = nxt
                 run.in_flight.add(p.id)
-                tasks.add(asyncio.ensure_future(self._process(engine, run, p)))
+                t = asyncio.ensure_future(self._process(engine, run, p))
+                tasks.add(t)
+                t.add_done_callback(done)
             self.in_flight_total = len(tasks)
-            if not tasks:
+            if crashed:
+                raise crashed[0]
+            if not tasks or self.fatal:
                 return
-            done, _ = await asyncio.wait(tasks, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
-            tasks.difference_update(done)
-            for t in done:
-                if t.exception() is not None:
-                    raise t.exception()
-            if self.fatal:
-                return
+            wake.clear()
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=0.5)  # also re-check stop/caps twice a second
+            except asyncio.TimeoutError:
+                pass
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -483,6 +498,7 @@ class Runner:
             for run in self.runs.values():
                 run.out.close()
                 run.err.close()
+                run.prompts.close()
         return code
 
     def summary(self) -> str:
