@@ -128,7 +128,7 @@ def resume(records: int) -> None:
             f.write(b'{"id": "B1-torn", "dataset"')  # a crash mid-write
         size = out.stat().st_size
         job = Job.load(root / "job.json")
-        for label in ("first start (prompt index built)", "restart (prompt index cached)"):
+        for label in ("first start (indexes built)", "restart (indexes in place)"):
             t0 = time.perf_counter()
             runner = Runner(Paths(root), job, Caps())
             runner.prepare()

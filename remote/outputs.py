@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -82,46 +83,162 @@ def _parse_line(line: bytes) -> tuple[str, int] | None:
         return None
 
 
-def scan(path: Path) -> Existing:
-    """ids and completion tokens of every record in an output file (after repair_tail)."""
-    ex = Existing()
+def _ids_tokens(found: list[tuple[bytes, bytes]]) -> tuple[list[str], list[int]]:
+    """(raw JSON-string body, raw int) pairs -> str ids and int tokens, in C as far as possible."""
+    if not found:
+        return [], []
+    raw_ids, raw_toks = zip(*found)
+    joined = b"\x00".join(raw_ids)
+    if b"\\" in joined:
+        ids = [json.loads(b'"' + i + b'"') for i in raw_ids]
+    else:
+        ids = joined.decode().split("\x00")
+    return ids, list(map(int, raw_toks))
+
+
+def scan_range(path: Path, start: int = 0, with_ends: bool = False) -> tuple[list[str], list[int], list[int]]:
+    """ids, completion tokens (and each record's end offset) of the records from byte `start` on."""
+    ids: list[str] = []
+    toks: list[int] = []
+    ends: list[int] = []
     try:
         f = open(path, "rb")
     except FileNotFoundError:
-        return ex
+        return ids, toks, ends
     with f:
+        f.seek(start)
+        pos = start  # file offset of buf[0]
         rest = b""
         while True:
             data = f.read(_CHUNK)
-            if not data and not rest:
-                break
             buf = rest + data
-            if data:
-                cut = buf.rfind(b"\n") + 1
-                buf, rest = buf[:cut], buf[cut:]
-            else:
-                rest = b""
-            if not buf:
-                continue
-            n_lines = buf.count(b"\n")
-            found = _HEAD_RE.findall(b"\n" + buf)
-            if len(found) == n_lines:
-                # the fast path, in C as far as possible: 1M records in a few seconds
-                raw_ids, raw_toks = zip(*found)
-                joined = b"\x00".join(raw_ids)
-                if b"\\" in joined:
-                    ids = [json.loads(b'"' + i + b'"') for i in raw_ids]
+            cut = buf.rfind(b"\n") + 1
+            buf, rest = buf[:cut], buf[cut:]
+            if buf:
+                n_lines = buf.count(b"\n")
+                b2 = b"\n" + buf
+                if with_ends:
+                    ms = list(_HEAD_RE.finditer(b2))
+                    found = [m.groups() for m in ms]
                 else:
-                    ids = joined.decode().split("\x00")
-                toks = list(map(int, raw_toks))
-            else:
-                pairs = [p for p in map(_parse_line, buf.splitlines()) if p]
-                ids, toks = [i for i, _ in pairs], [t for _, t in pairs]
-            before = len(ex.tokens)
-            ex.tokens.update(zip(ids, toks))  # in C; a duplicate id (never written by us) counts once
-            ex.lines += len(ids)
-            ex.duplicates += len(ids) - (len(ex.tokens) - before)
+                    found = _HEAD_RE.findall(b2)
+                if len(found) == n_lines:
+                    i, t = _ids_tokens(found)
+                    if with_ends:
+                        starts = [m.start() for m in ms]  # line k starts at buf[starts[k]]
+                        ends += [pos + e for e in starts[1:]] + [pos + len(buf)]
+                else:  # lines written by someone else: parse them one by one
+                    i, t, off = [], [], pos
+                    for line in buf.splitlines(keepends=True):
+                        off += len(line)
+                        got = _parse_line(line)
+                        if got:
+                            i.append(got[0])
+                            t.append(got[1])
+                            ends.append(off)
+                ids += i
+                toks += t
+                pos += len(buf)
+            if not data:
+                break
+    return ids, toks, ends
+
+
+def scan(path: Path) -> Existing:
+    """ids and completion tokens of every record in an output file (after repair_tail)."""
+    ids, toks, _ = scan_range(path)
+    ex = Existing(lines=len(ids))
+    ex.tokens.update(zip(ids, toks))
     ex.ids = set(ex.tokens)
+    ex.duplicates = len(ids) - len(ex.ids)
+    return ex
+
+
+# ------------------------------------------------------------------ the sidecar index
+
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+
+
+def index_path(path: Path) -> Path:
+    return path.with_name(path.name + ".idx")
+
+
+def index_line(rid: str, tokens: int, end: int) -> bytes:
+    quoted = json.dumps(rid, ensure_ascii=False) if _NEEDS_ESCAPE.search(rid) else f'"{rid}"'
+    return f"{quoted}\t{tokens}\t{end}\n".encode()
+
+
+def _read_index(idx: Path) -> tuple[list[str], list[int], list[int], bool]:
+    """Entries of an index file, and whether the file is exactly those entries (no torn tail)."""
+    try:
+        data = idx.read_bytes()
+    except FileNotFoundError:
+        return [], [], [], True
+    whole = data[: data.rfind(b"\n") + 1]
+    n = whole.count(b"\n")
+    # JSON strings hold no raw tab or newline, so splitting on both gives id, tokens, end triples
+    parts = whole.replace(b"\t", b"\n").split(b"\n")[:-1]
+    try:
+        if len(parts) != 3 * n:
+            raise ValueError("not three fields a line")
+        raw_ids = parts[0::3]
+        joined = b"\x00".join(raw_ids)
+        if b"\\" in joined:
+            ids = [json.loads(i) for i in raw_ids]
+        elif n:
+            if joined.count(b'"') != 2 * n or not (joined.startswith(b'"') and joined.endswith(b'"')):
+                raise ValueError("unquoted id")
+            ids = joined[1:-1].decode().split('"\x00"')
+        else:
+            ids = []
+        toks = list(map(int, parts[1::3]))
+        ends = list(map(int, parts[2::3]))
+    except (ValueError, UnicodeDecodeError):
+        return [], [], [], False  # not ours: rebuild
+    return ids, toks, ends, len(whole) == len(data)
+
+
+def _record_at(path: Path, start: int, end: int) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            got = _parse_line(f.read(end - start))
+    except OSError:
+        return None
+    return got[0] if got else None
+
+
+def load_existing(path: Path, log=None, update_index: bool = True) -> Existing:
+    """What an output file holds, read through its sidecar index `<file>.idx` (id, tokens, end offset
+    per record): a restart reads ~30 bytes per record, not the whole responses. Only records past the
+    last indexed one are scanned. An index that does not match the file is rebuilt."""
+    idx = index_path(path)
+    size = path.stat().st_size if path.exists() else 0
+    ids, toks, ends, clean = _read_index(idx)
+    keep = bisect.bisect_right(ends, size)  # entries past a repaired (cut) tail go
+    rewrite = not clean or keep < len(ends)
+    ids, toks, ends = ids[:keep], toks[:keep], ends[:keep]
+    if ends:
+        prev = ends[-2] if len(ends) > 1 else 0
+        if any(a >= b for a, b in zip(ends[-3:], ends[-2:])) or _record_at(path, prev, ends[-1]) != ids[-1]:
+            if log:
+                log(f"{path.name}: its index does not match it: rebuilding the index")
+            ids, toks, ends, rewrite = [], [], [], True
+    t_ids, t_toks, t_ends = scan_range(path, ends[-1] if ends else 0, with_ends=True)
+    if update_index and (rewrite or t_ids):
+        if rewrite:
+            tmp = idx.with_name(f".{idx.name}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                f.write(b"".join(index_line(i, t, e) for i, t, e in zip(ids, toks, ends)))
+            os.replace(tmp, idx)
+        with open(idx, "ab") as f:
+            f.write(b"".join(index_line(i, t, e) for i, t, e in zip(t_ids, t_toks, t_ends)))
+    ids += t_ids
+    toks += t_toks
+    ex = Existing(lines=len(ids))
+    ex.tokens.update(zip(ids, toks))
+    ex.ids = set(ex.tokens)
+    ex.duplicates = len(ids) - len(ex.ids)
     return ex
 
 
@@ -142,19 +259,23 @@ def encode_record(rec: dict) -> bytes:
 class AppendFile:
     """One complete line per write(2) with O_APPEND; fsync at most once a second."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, indexed: bool = False):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.index = AppendFile(index_path(path)) if indexed else None
         self.dirty = False
         self.last_sync = time.monotonic()
 
-    def append(self, data: bytes) -> None:
+    def append(self, data: bytes, rid: str | None = None, tokens: int = 0) -> None:
         view = memoryview(data)
         while view:
             n = os.write(self.fd, view)
             view = view[n:]
         self.dirty = True
+        if self.index is not None and rid is not None:
+            # after the record: a crash leaves the index behind the file, never ahead of it
+            self.index.append(index_line(rid, tokens, os.lseek(self.fd, 0, os.SEEK_CUR)))
         if time.monotonic() - self.last_sync >= 1.0:
             self.sync()
 
@@ -162,8 +283,12 @@ class AppendFile:
         if self.dirty:
             os.fsync(self.fd)
             self.dirty = False
+        if self.index is not None:
+            self.index.sync()
         self.last_sync = time.monotonic()
 
     def close(self) -> None:
         self.sync()
         os.close(self.fd)
+        if self.index is not None:
+            self.index.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .jobspec import Job, Paths
-from .outputs import scan
+from .outputs import load_existing
 from .prompts import PromptFile
 
 MIN_MEASURED = 50  # fewer records than this: the mean is noise, use est_tokens
@@ -19,7 +19,7 @@ def plan(paths: Paths, job: Job, tokens_per_dataset: int, datasets: list[str] | 
     for ds in job.datasets:
         if datasets and ds.name not in datasets:
             continue
-        ex = scan(paths.output(ds.name))
+        ex = load_existing(paths.output(ds.name), update_index=False)  # read-only: the runner may be writing
         records = len(ex.ids)
         measured = sum(ex.tokens.values()) / records if records else None
         if records >= MIN_MEASURED:

@@ -22,7 +22,7 @@ from pathlib import Path
 from . import procinfo
 from .engine import EngineDown, PermanentError, TransientError, backoff, make_engine
 from .jobspec import Caps, Dataset, Job, Paths, release_dir, write_json_atomic
-from .outputs import AppendFile, count_lines, encode_record, repair_tail, scan
+from .outputs import AppendFile, count_lines, encode_record, load_existing, repair_tail
 from .prompts import Prompt, PromptFile
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -171,7 +171,7 @@ class Runner:
         out_path = self.paths.output(spec.name)
         repair_tail(out_path, self.log)
         repair_tail(self.paths.errors(spec.name), self.log)
-        existing = scan(out_path)
+        existing = load_existing(out_path, self.log)
         if existing.duplicates:
             self.log(f"{spec.name}: {existing.duplicates} duplicate ids in {out_path.name} (first record of each kept)")
         meta_path = self.paths.meta(spec.name)
@@ -193,7 +193,7 @@ class Runner:
         prompts = PromptFile(path, spec.name, cache_dir=self.paths.run / "prompt-index")
         run = DatasetRun(spec, prompts, set(existing.ids), dict(existing.tokens),
                          count_lines(self.paths.errors(spec.name)),
-                         AppendFile(out_path), AppendFile(self.paths.errors(spec.name)))
+                         AppendFile(out_path, indexed=True), AppendFile(self.paths.errors(spec.name)))
         return run
 
     def apply_caps(self, caps: Caps) -> None:
@@ -282,7 +282,7 @@ class Runner:
             "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens},
             "conversations": list(p.messages) + [assistant], "model": c.model, "created": int(time.time()),
         }
-        run.out.append(encode_record(rec))
+        run.out.append(encode_record(rec), p.id, c.completion_tokens)
         run.record_done(p, c.completion_tokens)
         now = time.time()
         run.events.append((now, c.completion_tokens))

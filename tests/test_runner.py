@@ -327,3 +327,39 @@ def test_repair_tail_cuts_invalid_last_line(tmp_path):
     assert repair_tail(p) > 0
     assert p.read_bytes() == b'{"id": 1}\n{"id": 2}\n'
     assert repair_tail(p) == 0
+
+
+def test_sidecar_index_is_used_trimmed_and_rebuilt(tmp_path):
+    from remote.outputs import AppendFile, index_path, load_existing
+
+    out = tmp_path / "B1.jsonl"
+    f = AppendFile(out, indexed=True)
+    for i in range(50):
+        rec = {"id": f"B1-{i:06d}", "dataset": "B1", "index": i, "finish_reason": "stop",
+               "usage": {"prompt_tokens": 1, "completion_tokens": i}, "conversations": []}
+        f.append(encode_record(rec), rec["id"], i)
+    f.close()
+    idx = index_path(out)
+    assert len(idx.read_text().splitlines()) == 50
+    ex = load_existing(out)
+    assert len(ex.ids) == 50 and ex.tokens["B1-000049"] == 49
+    # records the index missed (a crash between the two writes) are scanned and indexed
+    with open(out, "ab") as fo:
+        fo.write(encode_record({"id": "late", "dataset": "B1", "index": 50, "finish_reason": "stop",
+                                "usage": {"prompt_tokens": 1, "completion_tokens": 7}}))
+    with open(idx, "ab") as fi:
+        fi.write(b'"B1-0000')  # and the index itself torn
+    ex = load_existing(out)
+    assert "late" in ex.ids and len(ex.ids) == 51
+    assert len(idx.read_text().splitlines()) == 51 and idx.read_bytes().endswith(b"\n")
+    # the output cut back (torn-line repair): index entries past the end go
+    data = out.read_bytes()
+    out.write_bytes(data[: data.rfind(b"\n", 0, len(data) - 1) + 1])
+    ex = load_existing(out)
+    assert "late" not in ex.ids and len(ex.ids) == 50 and len(idx.read_text().splitlines()) == 50
+    # an index that describes another file is rebuilt from the file
+    out.write_bytes(b"".join(encode_record({"id": f"X{i}", "dataset": "B1", "index": i, "finish_reason": "stop",
+                                             "usage": {"prompt_tokens": 1, "completion_tokens": 3}}) for i in range(60)))
+    ex = load_existing(out)
+    assert ex.ids == {f"X{i}" for i in range(60)}
+    assert idx.read_text().splitlines()[0].startswith('"X0"\t3\t')
