@@ -78,8 +78,10 @@ def main():
         def manual():
             subprocess.run(scp, check=True)
             subprocess.run(ssh + [f"pkill -f {pattern}"], check=False)
-            subprocess.run(ssh + [f"cd {manual_dir} && nohup {sys.executable} {manual_dir}/run_inference.py "
-                                  f"--max-samples 7000 > run.log 2>&1 < /dev/null &"], check=True)
+            # `cd X && nohup … &` would background the whole list in a subshell that keeps the session's
+            # output open, and ssh would hang: the classic trap; `;` keeps `&` on nohup alone
+            subprocess.run(ssh + [f"cd {manual_dir}; nohup {sys.executable} {manual_dir}/run_inference.py "
+                                  f"--max-samples 7000 > run.log 2>&1 < /dev/null &"], check=True, timeout=60)
         t_manual, _ = timed(manual, a.repeat)
         subprocess.run(ssh + [f"pkill -f {pattern}"], check=False)
 

@@ -214,6 +214,8 @@ def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> dict:
     while time.monotonic() < deadline:
         st = procinfo.read_json(paths.status) or {}
         if int(st.get("control_seq") or 0) >= seq:
+            if st.get("control_error"):
+                raise CtlError(f"the running runner refused the new caps: {st['control_error']}")
             return st
         if not procinfo.is_same_process(rec):
             break

@@ -153,6 +153,7 @@ class Runner:
         self.started_at = time.time()
         self.retries = 0
         self.control_seq = 0
+        self.control_error: str | None = None
         self._control_mtime = None
         self.token = os.environ.get(TOKEN_ENV) or os.urandom(8).hex()
         self.in_flight_total = 0
@@ -197,10 +198,10 @@ class Runner:
         return run
 
     def apply_caps(self, caps: Caps) -> None:
-        self.caps = caps
-        for spec in self.job.datasets:
+        for spec in self.job.datasets:  # open what is newly selected first: a failure changes nothing
             if caps.selected(spec.name) and spec.name not in self.runs:
                 self.runs[spec.name] = self._open_dataset(spec)
+        self.caps = caps
         for name, run in self.runs.items():
             if caps.selected(name):
                 run.set_target(caps.target(name), caps.max_tokens)
@@ -361,9 +362,12 @@ class Runner:
                 if unknown:
                     raise BadInput(f"unknown dataset {', '.join(unknown)}")
                 self.apply_caps(caps)
+                self.control_error = None
                 self.log(f"control {self.control_seq}: caps now " + self.caps_line())
             except (BadInput, OSError, ValueError) as e:
+                self.control_error = str(e)
                 self.log(f"control {self.control_seq}: refused: {e}")
+        self.write_status()  # the caller waits for control_seq: answer now, not at the next tick
 
     def caps_line(self) -> str:
         return ", ".join(f"{n}={r.target_n}" for n, r in self.runs.items())
@@ -425,7 +429,8 @@ class Runner:
         return {
             "state": self.state, "message": self.message, "pid": os.getpid(), "token": self.token,
             "started_at": self.started_at, "updated_at": now, "release": str(release_dir()),
-            "root": str(self.paths.root), "caps": self.caps.to_dict(), "control_seq": self.control_seq,
+            "root": str(self.paths.root), "caps": self.caps.to_dict(),
+            "control_seq": self.control_seq, "control_error": self.control_error,
             "draining": self.draining, "abandoned": self.abandoned,
             "engine": {"kind": self.engine_cfg.get("kind", "openai"), "model": self.model_name,
                        "base_url": self.engine_cfg.get("base_url"), "reachable": self.down_since is None,
