@@ -103,7 +103,14 @@ def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float =
         seq = int((procinfo.read_json(paths.control) or {}).get("seq", 0)) + 1
         write_json_atomic(paths.control, {"seq": seq, "drain": True, "token": token})
         drained = not kill.wait_gone({rec["pid"]: rec["start_time"]}, drain_timeout)
-    killed = kill.terminate(targets, grace, TOKEN_ENV, token)
+    margin = 0.0
+    if rec:
+        # the runner itself lets in-flight work finish for `grace`, then writes its final status;
+        # our SIGKILL comes a little later, only for a runner that does not stop by itself
+        seq = int((procinfo.read_json(paths.control) or {}).get("seq", 0)) + 1
+        write_json_atomic(paths.control, {"seq": seq, "grace": grace, "token": token})
+        margin = 3.0
+    killed = kill.terminate(targets, grace + margin, TOKEN_ENV, token)
     after = procinfo.read_json(paths.status) or {}
     if killed and rec and rec["pid"] in killed:
         lost = int(after.get("in_flight") or in_flight_before)

@@ -351,6 +351,8 @@ class Runner:
         if ctl.get("token") not in (None, self.token):
             return  # meant for another runner
         self.control_seq = int(ctl["seq"])
+        if ctl.get("grace") is not None:
+            self.grace = max(0.0, float(ctl["grace"]))  # `stop --grace S` says how long in-flight work gets
         if ctl.get("drain"):
             self.draining = True
             self.log(f"control {self.control_seq}: drain: no new requests; finishing {self.in_flight_total} in flight")
@@ -454,6 +456,7 @@ class Runner:
         stop_event = asyncio.Event()
 
         def on_signal(signame):
+            self._check_control()  # a stop writes its grace period there just before the signal
             if self.stopping:
                 self.log(f"{signame} again: stopping now")
                 self.grace = 0
