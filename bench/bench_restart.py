@@ -17,9 +17,8 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from common import REPO, Rig, timed, write_config  # noqa: E402
+from common import Rig, timed, write_config  # noqa: E402
 
 from deploytool import control
 from deploytool.connectors import connect

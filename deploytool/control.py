@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from remote.cli import run_argv
 from remote.units import parse_cap, parse_dataset_list, parse_tokens
 
 from .config import Config
@@ -26,19 +27,7 @@ class RunFlags:
     force: bool = False
 
     def argv(self) -> list[str]:
-        out: list[str] = []
-        if self.max_samples is not None:
-            out += ["--max-samples", str(self.max_samples)]
-        for name, n in self.caps:
-            out += ["--cap", f"{name}={n}"]
-        if self.max_tokens is not None:
-            out += ["--max-tokens", str(self.max_tokens)]
-        if self.datasets:
-            out += ["--datasets", ",".join(self.datasets)]
-        out += ["--grace", f"{self.grace:g}"]
-        if self.force:
-            out.append("--force")
-        return out
+        return run_argv(self.max_samples, self.caps, self.max_tokens, self.datasets, self.grace, self.force)
 
 
 def parse_run_flags(config: Config, *, max_samples=None, caps=(), max_tokens=None, datasets=None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
@@ -17,7 +18,12 @@ def on_hosts(config: Config, hosts: list[HostConfig], fn: Callable[[Connector], 
 
     def one(h: HostConfig):
         with connect(h, config) as conn:
-            return fn(conn)
+            try:
+                return fn(conn)
+            finally:
+                for key in getattr(conn, "accepted", []):  # trust on first use is said out loud
+                    print(f"{h.name}: trusted a new host key (host_key: accept-new): {key}, now in known_hosts",
+                          file=sys.stderr)
 
     results: dict[str, T] = {}
     failures: dict[str, Exception] = {}

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .deploy import DeployResult
+from .progress import fmt_duration as _eta, fmt_tokens as _tok
 
 console = Console(highlight=False)
 
@@ -45,23 +46,6 @@ def hosts_table(rows: list[tuple[str, str, str, str]], out: Console | None = Non
     for row in rows:
         t.add_row(*row)
     (out or console).print(t)
-
-
-def _eta(seconds) -> str:
-    if seconds is None:
-        return "?"
-    seconds = max(0, int(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
-
-
-def _tok(n) -> str:
-    n = float(n or 0)
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f}{unit}"
-    return f"{n:.0f}"
 
 
 def caps_table(caps: dict, out: Console | None = None) -> None:

@@ -42,6 +42,23 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", type=Path, help=f"job spec (default: {JOB_FILE} in this release)")
 
 
+def run_argv(max_samples=None, caps=(), max_tokens=None, datasets=None, grace=30.0, force=False) -> list[str]:
+    """The `run` flags for these values: the one place both sides build a runner's command line."""
+    out: list[str] = []
+    if max_samples is not None:
+        out += ["--max-samples", str(max_samples)]
+    for name, n in caps:
+        out += ["--cap", f"{name}={n}"]
+    if max_tokens is not None:
+        out += ["--max-tokens", str(max_tokens)]
+    if datasets:
+        out += ["--datasets", ",".join(datasets)]
+    out += ["--grace", f"{grace:g}"]
+    if force:
+        out.append("--force")
+    return out
+
+
 def caps_from_args(a) -> Caps:
     return Caps(max_samples=a.max_samples, caps=dict(a.cap), max_tokens=a.max_tokens, datasets=a.datasets)
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from . import gpu, kill, procinfo
-from .cli import add_run_args
+from .cli import add_run_args, run_argv
 from .jobspec import JOB_FILE, Caps, Job, Paths, default_root, release_dir, write_json_atomic
 from .runner import TOKEN_ENV
 
@@ -144,19 +144,7 @@ def lock_is_free(paths: Paths) -> bool:
 
 
 def run_flags(a) -> list[str]:
-    flags = []
-    if a.max_samples is not None:
-        flags += ["--max-samples", str(a.max_samples)]
-    for name, n in a.cap:
-        flags += ["--cap", f"{name}={n}"]
-    if a.max_tokens is not None:
-        flags += ["--max-tokens", str(a.max_tokens)]
-    if a.datasets:
-        flags += ["--datasets", ",".join(a.datasets)]
-    flags += ["--grace", str(a.grace)]
-    if a.force:
-        flags.append("--force")
-    return flags
+    return run_argv(a.max_samples, a.cap, a.max_tokens, a.datasets, a.grace, a.force)
 
 
 def tail_log(paths: Paths, n: int = 20) -> list[str]:

@@ -103,3 +103,12 @@ def test_cli_unknown_host_exits_2(tmp_path):
     assert res.returncode == 2
     assert "unknown host 'lcoal' (did you mean 'local'?)" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_host_flag_is_H_and_h_stays_help(tmp_path):
+    p = write(tmp_path, GOOD)
+    res = run_cli("--config", p, "deploy", "-h", cwd=tmp_path)
+    assert res.returncode == 0 and "--host=STRING" in res.stdout and "-H STRING" in res.stdout
+    res = run_cli("--config", p, "deploy", "-H", "local", "--dry-run", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "local: would deploy release" in res.stdout

@@ -180,3 +180,14 @@ def test_local_connector_missing_command():
     c = connect(HostConfig(name="l", connect="local", remote_dir="/tmp"), None)
     res = c.run(["definitely-not-a-command-xyz"])
     assert res.exit_code == 127
+
+
+def test_accept_new_is_said_out_loud(ssh_rig, tmp_path):
+    import sys as _sys
+
+    kh = tmp_path / "kh"
+    cfg = write_config(tmp_path, {"h": ssh_host_entry(ssh_rig, tmp_path / "r", known_hosts=str(kh), host_key="accept-new")})
+    res = subprocess.run([_sys.executable, "-m", "deploytool", "--config", str(cfg.path), "hosts"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "h: trusted a new host key (host_key: accept-new): [127.0.0.1]:" in res.stderr and "SHA256:" in res.stderr

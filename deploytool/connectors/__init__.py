@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import Config, HostConfig
-from .base import Connector, Result, shell_command, mask_env
+from .base import Connector, Result, shell_command
 from .local import LocalConnector
 
 
@@ -22,4 +22,4 @@ def connect(host: HostConfig, config: Config | None = None) -> Connector:
     return SSHConnector(host, known_hosts_base=base, hosts=gateways)
 
 
-__all__ = ["Connector", "Result", "connect", "shell_command", "mask_env"]
+__all__ = ["Connector", "Result", "connect", "shell_command"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 import typing
 from abc import ABC, abstractmethod
@@ -11,8 +10,6 @@ from dataclasses import dataclass
 from ..config import HostConfig
 from ..errors import RemoteError
 
-_SECRET_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
-MASK = "****"
 
 
 @dataclass(frozen=True)
@@ -34,12 +31,15 @@ class Result:
         return self.stderr.decode("utf-8", "replace")
 
 
-def is_secret(key: str) -> bool:
-    return bool(_SECRET_RE.search(key))
-
-
-def mask_env(env: dict[str, str] | None) -> dict[str, str]:
-    return {k: (MASK if is_secret(k) else v) for k, v in (env or {}).items()}
+def read_chunks(f, length: int, chunk: int):
+    """Yield up to `length` bytes of an open file in chunks (both connectors' read_range)."""
+    left = length
+    while left > 0:
+        data = f.read(min(chunk, left))
+        if not data:
+            break
+        left -= len(data)
+        yield data
 
 
 def quote_path(path: str) -> str:
@@ -61,11 +61,6 @@ def shell_command(argv: list[str], cwd: str | None = None, env: dict[str, str] |
     if cwd:
         line = f"cd {quote_path(cwd)} && {line}"
     return line
-
-
-def printable_command(argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> str:
-    """The command line as shown to people: same as shell_command, secrets masked."""
-    return shell_command(argv, cwd, mask_env(env))
 
 
 class RemoteProcess(ABC):

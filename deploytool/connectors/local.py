@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..config import HostConfig
 from ..errors import RemoteError
-from .base import Connector, RemoteProcess, Result
+from .base import Connector, RemoteProcess, Result, read_chunks
 
 
 class _LocalProcess(RemoteProcess):
@@ -131,10 +131,4 @@ class LocalConnector(Connector):
             raise RemoteError(f"cannot read {remote_path}: {e.strerror}") from None
         with f:
             f.seek(offset)
-            left = length
-            while left > 0:
-                data = f.read(min(chunk, left))
-                if not data:
-                    break
-                left -= len(data)
-                yield data
+            yield from read_chunks(f, length, chunk)

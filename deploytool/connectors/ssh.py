@@ -21,7 +21,7 @@ from paramiko.ssh_exception import NoValidConnectionsError
 
 from ..config import HostConfig
 from ..errors import ConnectError, RemoteError
-from .base import Connector, RemoteProcess, Result, shell_command
+from .base import Connector, RemoteProcess, Result, read_chunks, shell_command
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -205,15 +205,22 @@ class SSHConnector(Connector):
         self.close()
         return ConnectError(f"connection to {self._where()} lost: {e or type(e).__name__}")
 
-    def run(self, argv, *, cwd=None, env=None, stdin=None, timeout=None) -> Result:
-        cmd = shell_command(argv, cwd, env)
+    def _exec(self, argv, cwd, env):
+        """A new session running argv: the one place a command line reaches the host."""
         conn = self._open()
         self.round_trips += 1
         try:
             chan = conn.transport.open_session()
             if self.host.forward_agent:
                 AgentRequestHandler(chan)
-            chan.exec_command(cmd)
+            chan.exec_command(shell_command(argv, cwd, env))
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise self._lost(e) from None
+        return conn, chan
+
+    def run(self, argv, *, cwd=None, env=None, stdin=None, timeout=None) -> Result:
+        conn, chan = self._exec(argv, cwd, env)
+        try:
             writer = None
             if stdin:
                 # a thread, so a command that talks while it reads cannot deadlock us
@@ -264,16 +271,7 @@ class SSHConnector(Connector):
         return Result(code, bytes(out), bytes(err))
 
     def start(self, argv, *, cwd=None, env=None) -> RemoteProcess:
-        conn = self._open()
-        self.round_trips += 1
-        try:
-            chan = conn.transport.open_session()
-            if self.host.forward_agent:
-                AgentRequestHandler(chan)
-            chan.exec_command(shell_command(argv, cwd, env))
-        except (paramiko.SSHException, OSError, EOFError) as e:
-            raise self._lost(e) from None
-        return _SSHProcess(self, chan)
+        return _SSHProcess(self, self._exec(argv, cwd, env)[1])
 
     def _sftp_client(self):
         conn = self._open()
@@ -335,13 +333,7 @@ class SSHConnector(Connector):
                     return
                 f.seek(offset)
                 f.prefetch(end)  # pipelined reads up to `end`: not one round trip per block
-                left = end - offset
-                while left > 0:
-                    data = f.read(min(chunk, left))
-                    if not data:
-                        break
-                    left -= len(data)
-                    yield data
+                yield from read_chunks(f, end - offset, chunk)
         except FileNotFoundError:
             raise RemoteError(f"cannot read {remote_path}: no such file") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
