@@ -176,12 +176,14 @@ class Runner:
         if existing.duplicates:
             self.log(f"{spec.name}: {existing.duplicates} duplicate ids in {out_path.name} (first record of each kept)")
         meta_path = self.paths.meta(spec.name)
-        fp = self.fingerprint()
+        fp = json.loads(json.dumps(self.fingerprint()))  # as it reads back from JSON
         meta = procinfo.read_json(meta_path)
-        if meta and existing.ids:
-            old = {k: meta.get(k) for k in fp}
-            if old != json.loads(json.dumps(fp)):
-                diff = ", ".join(k for k in fp if old.get(k) != json.loads(json.dumps(fp[k])))
+        old = {k: meta.get(k) for k in fp} if meta else None
+        if old is None:
+            write_json_atomic(meta_path, fp)
+        elif old != fp:
+            if existing.ids:
+                diff = ", ".join(k for k in fp if old.get(k) != fp[k])
                 if not self.force:
                     raise BadInput(
                         f"{spec.name}: {len(existing.ids)} records were made with different {diff} "
@@ -189,8 +191,7 @@ class Runner:
                         f"move {out_path.name} aside, or pass --force")
                 self.log(f"{spec.name}: --force: resuming with changed {diff}")
                 fp = dict(fp, previous=[old] + list(meta.get("previous", [])))
-        if not meta or meta.get("model") != fp["model"] or self.force:
-            write_json_atomic(meta_path, fp)
+            write_json_atomic(meta_path, fp)  # what the records from now on are made with
         prompts = PromptFile(path, spec.name, cache_dir=self.paths.run / "prompt-index")
         run = DatasetRun(spec, prompts, set(existing.ids), dict(existing.tokens),
                          count_lines(self.paths.errors(spec.name)),

@@ -363,3 +363,17 @@ def test_sidecar_index_is_used_trimmed_and_rebuilt(tmp_path):
     ex = load_existing(out)
     assert ex.ids == {f"X{i}" for i in range(60)}
     assert idx.read_text().splitlines()[0].startswith('"X0"\t3\t')
+
+
+def test_settings_changed_before_any_record_are_simply_recorded(tmp_path, openai_server):
+    srv = openai_server()
+    root = make_root(tmp_path, {"B1": 4}, {"base_url": srv.url})
+    assert run(root, "--max-samples", "0").returncode == 0  # meta written, no record yet
+    job = json.loads((root / "job.json").read_text())
+    job["sampling"]["temperature"] = 0.3
+    (root / "job.json").write_text(json.dumps(job))
+    assert run(root, "--max-samples", "2").returncode == 0
+    assert json.loads((root / "data" / "outputs" / "B1.meta.json").read_text())["sampling"]["temperature"] == 0.3
+    job["sampling"]["temperature"] = 1.0
+    (root / "job.json").write_text(json.dumps(job))
+    assert run(root).returncode == 2  # now there are records made at 0.3
