@@ -21,7 +21,6 @@ from .cli import add_run_args, run_argv
 from .jobspec import JOB_FILE, Caps, Job, Paths, default_root, release_dir, write_json_atomic
 from .runner import TOKEN_ENV
 
-RUNNER_MARKERS = (("-m", "remote", "run"), ("-m", "remote.run_inference"), ("run_inference.py",))
 
 
 class CtlError(Exception):

@@ -12,7 +12,6 @@ import collections
 import fcntl
 import json
 import os
-import random
 import signal
 import sys
 import time
@@ -69,7 +68,7 @@ class DatasetRun:
     spec: Dataset
     prompts: PromptFile
     done: set[str]
-    tokens: dict[str, int]
+    tokens_total: int  # response tokens of every record of the dataset (the budget counts them)
     errors: int
     out: AppendFile
     err: AppendFile
@@ -86,17 +85,16 @@ class DatasetRun:
 
     @property
     def completion_tokens(self) -> int:
-        return sum(self.tokens.values())
+        return self.tokens_total
 
     def set_target(self, n: int | None, budget: int | None) -> None:
         self.target_n = len(self.prompts) if n is None else min(n, len(self.prompts))
         self.done_in_target = sum(1 for pid in self.prompts.ids[: self.target_n] if pid in self.done)
         self.next_pos = min(self.next_pos, self.target_n)
         self.budget = budget
-        self._tok = self.completion_tokens
 
     def budget_reached(self) -> bool:
-        return self.budget is not None and self._tok >= self.budget
+        return self.budget is not None and self.tokens_total >= self.budget
 
     def next_prompt(self) -> Prompt | None:
         if self.budget_reached():
@@ -112,8 +110,7 @@ class DatasetRun:
 
     def record_done(self, p: Prompt, tokens: int) -> None:
         self.done.add(p.id)
-        self.tokens[p.id] = tokens
-        self._tok += tokens
+        self.tokens_total += tokens
         self.new_records += 1
         if p.index < self.target_n:
             self.done_in_target += 1
@@ -193,7 +190,7 @@ class Runner:
                 fp = dict(fp, previous=[old] + list(meta.get("previous", [])))
             write_json_atomic(meta_path, fp)  # what the records from now on are made with
         prompts = PromptFile(path, spec.name, cache_dir=self.paths.run / "prompt-index")
-        run = DatasetRun(spec, prompts, set(existing.ids), dict(existing.tokens),
+        run = DatasetRun(spec, prompts, existing.ids, sum(existing.tokens.values()),
                          count_lines(self.paths.errors(spec.name)),
                          AppendFile(out_path, indexed=True), AppendFile(self.paths.errors(spec.name)))
         return run
@@ -403,7 +400,7 @@ class Runner:
             sample_rate = len(run.events) / window
             total_tok_rate += tok_rate
             total_sample_rate += sample_rate
-            mean = (run.completion_tokens / len(run.tokens)) if len(run.tokens) >= 1 else spec.est_tokens
+            mean = run.completion_tokens / len(run.done) if run.done else spec.est_tokens
             remaining = max(0, run.target_n - run.done_in_target)
             rem_tok = remaining * mean
             if run.budget is not None:
@@ -585,5 +582,3 @@ def main(paths: Paths, job_path: Path, caps: Caps, *, grace: float, force: bool,
     os.close(lock_fd)
     return code
 
-
-random.seed()
