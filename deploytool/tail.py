@@ -34,6 +34,7 @@ class HostWatch:
     log_head: bytes = b""
     log_partial: bytes = b""
     checked_stale_at: float = 0.0
+    verdict: dict | None = None  # the host said this status file's runner is gone
     connect_fn: Callable[[HostConfig, Config | None], Connector] = field(default=connect)
 
     @property
@@ -70,7 +71,9 @@ class HostWatch:
             except ValueError:
                 return  # caught between write and rename on a host without atomic rename: next poll
             upd = self.status.get("updated_at") or 0
-            if (self.status.get("state") not in TERMINAL and now - upd > STALE_AFTER
+            if self.verdict and self.verdict["updated_at"] == upd:
+                self.status = dict(self.status, **self.verdict["override"])  # still the dead runner's file
+            elif (self.status.get("state") not in TERMINAL and now - upd > STALE_AFTER
                     and now - self.checked_stale_at > STALE_AFTER):
                 # a runner killed with -9 never writes `stopped`: ask the host whether it is alive
                 from .control import status as ctl_status
@@ -78,7 +81,9 @@ class HostWatch:
                 self.checked_stale_at = now
                 live = ctl_status(conn)
                 if not live["runner"]["alive"]:
-                    self.status = dict(self.status, state=live["state"], message=live.get("message", ""))
+                    override = {"state": live["state"], "message": live.get("message", "")}
+                    self.verdict = {"updated_at": upd, "override": override}
+                    self.status = dict(self.status, **override)
         except ConnectError as e:
             self._failed(e, now)
         except DeployToolError as e:
@@ -158,7 +163,17 @@ def watch(config: Config, hosts: list[HostConfig], *, once: bool = False, log: b
             w.poll_status(now)
         return now
 
+    def never_started() -> bool:
+        """Every host answered and none has ever run the job: nothing will ever end the watch."""
+        return all(w.status is None and not w.failures and w.note for w in watches)
+
     try:
+        if not once and not log:
+            poll()
+            if never_started():
+                for w in watches:
+                    out.print(f"{w.host.name}: {w.note}; start it with `invoke restart`")
+                return 1
         if once:
             now = poll()
             snaps, notes = snapshot()

@@ -316,3 +316,11 @@ def test_pull_repairs_a_local_copy_torn_by_a_killed_pull(pulled):
     _records(remote / "B1.jsonl", "B1", 3, 100)
     pull_host(conn, local)
     assert mine.read_bytes() == (remote / "B1.jsonl").read_bytes() and mine.read_bytes().startswith(good)
+
+
+def test_tail_without_any_run_says_so_and_ends(tmp_path):
+    cfg, root = _local_host(tmp_path, None)
+    buf = io.StringIO()
+    rc = watch(cfg, list(cfg.hosts.values()), live=False, out=Console(file=buf, width=300), clock=FakeClock(),
+               sleep=lambda s: None)
+    assert rc == 1 and "no run/status.json yet" in buf.getvalue() and "invoke restart" in buf.getvalue()
