@@ -32,17 +32,17 @@ def _run(config, host_spec, fn, show):
 def hosts(host_spec: str | None) -> int:
     config = load_config()
     selected = config.select_hosts(host_spec)
+    try:
+        results, failures = on_hosts(config, selected, probe), {}  # all hosts at once
+    except MultiHostError as e:
+        results, failures = e.results, e.failures
     rows = []
-    failed = False
     for h in selected:
         where = "local" if h.is_local else f"{h.user + '@' if h.user else ''}{h.address}:{h.port or 22}"
-        try:
-            res = on_hosts(config, [h], probe)[h.name]
-            check = ("ok: " if res["ok"] else "FAILED: ") + res["detail"]
-            failed |= not res["ok"]
-        except MultiHostError as e:
-            check, failed = f"FAILED: {e.failures[h.name]}", True
+        res = results.get(h.name)
+        check = f"FAILED: {failures[h.name]}" if h.name in failures else ("ok: " if res["ok"] else "FAILED: ") + res["detail"]
         rows.append((h.name + (" (default)" if h.name == config.default_host else ""), where, h.remote_dir, check))
+    failed = bool(failures) or not all(r["ok"] for r in results.values())
     render.hosts_table(rows)
     return ExitCode.REMOTE_FAILED if failed else ExitCode.OK
 
