@@ -7,14 +7,13 @@ Only whole lines are appended, and a tail torn by a killed pull is cut on the ne
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from remote.ctl import PREFIX_BLOCK
+from remote.ctl import prefix_hash
 
 from .connectors import Connector
 from .control import ctl
@@ -34,12 +33,6 @@ class PullResult:
 
 def _append_only(name: str) -> bool:
     return name.endswith(".jsonl") or name.endswith(".torn")
-
-
-def _local_prefix_hash(path: Path, end: int) -> str:
-    with open(path, "rb") as f:
-        f.seek(max(0, end - PREFIX_BLOCK))
-        return hashlib.sha256(f.read(end - max(0, end - PREFIX_BLOCK))).hexdigest()
 
 
 def _cut_torn_tail(path: Path) -> None:
@@ -108,13 +101,13 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
         local, remote, size = local_dir / name, f"{remote_dir}/{name}", e["size"]
         mine = have.get(name, 0)
         if not _append_only(name):
-            same = name in have and e.get("sha256") and e["sha256"] == _local_prefix_hash(local, mine) and mine == size
+            same = name in have and e.get("sha256") and e["sha256"] == prefix_hash(local, mine) and mine == size
             if same:
                 result.files[name] = {"action": "unchanged", "bytes": 0}
             else:
                 result.files[name] = {"action": "fetched", "bytes": _fetch_whole(conn, remote, local, size)}
             continue
-        diverged = mine > size or (mine > 0 and e.get("prefix_sha256") != _local_prefix_hash(local, mine))
+        diverged = mine > size or (mine > 0 and e.get("prefix_sha256") != prefix_hash(local, mine))
         if diverged:
             if not refetch:
                 result.refused.append(name)

@@ -59,7 +59,7 @@ class HostWatch:
             return
         try:
             conn = self._conn()
-            raw = conn.read_file(f"{conn.remote_dir.rstrip('/')}/run/status.json")
+            raw = conn.read_file(f"{self.base}/run/status.json")
             if self.failures:
                 self.note = None
             self.failures = 0

@@ -52,10 +52,18 @@ def _root_arg(argv: list[str], cwd: str | None) -> Path | None:
 
 def managed_runner(paths: Paths) -> dict | None:
     """The pid file's runner if that process is still the one that wrote it."""
-    rec = procinfo.read_json(paths.pidfile)
-    if rec and procinfo.is_same_process(rec):
-        return rec
-    return None
+    return procinfo.live_record(paths.pidfile)
+
+
+def send_control(paths: Paths, token: str | None, **request) -> int:
+    """Ask the running runner something through run/control.json; returns the request's seq."""
+    seq = int((procinfo.read_json(paths.control) or {}).get("seq", 0)) + 1
+    write_json_atomic(paths.control, {"seq": seq, "token": token, **request})
+    return seq
+
+
+def caps_summary(st: dict) -> dict:
+    return {n: {"done": d["done"], "target": d["target"], "state": d["state"]} for n, d in st.get("datasets", {}).items()}
 
 
 def stray_runners(paths: Paths, exclude: set[int]) -> list[int]:
@@ -99,15 +107,13 @@ def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float =
     in_flight_before = int(before.get("in_flight") or 0)
     drained = False
     if drain and rec:
-        seq = int((procinfo.read_json(paths.control) or {}).get("seq", 0)) + 1
-        write_json_atomic(paths.control, {"seq": seq, "drain": True, "token": token})
+        send_control(paths, token, drain=True)
         drained = not kill.wait_gone({rec["pid"]: rec["start_time"]}, drain_timeout)
     margin = 0.0
     if rec:
         # the runner itself lets in-flight work finish for `grace`, then writes its final status;
         # our SIGKILL comes a little later, only for a runner that does not stop by itself
-        seq = int((procinfo.read_json(paths.control) or {}).get("seq", 0)) + 1
-        write_json_atomic(paths.control, {"seq": seq, "grace": grace, "token": token})
+        send_control(paths, token, grace=grace)
         margin = 3.0
     killed = kill.terminate(targets, grace + margin, TOKEN_ENV, token)
     after = procinfo.read_json(paths.status) or {}
@@ -146,16 +152,6 @@ def run_flags(a) -> list[str]:
     return run_argv(a.max_samples, a.cap, a.max_tokens, a.datasets, a.grace, a.force)
 
 
-def tail_log(paths: Paths, n: int = 20) -> list[str]:
-    try:
-        with open(paths.log, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            return f.read().decode(errors="replace").splitlines()[-n:]
-    except FileNotFoundError:
-        return []
-
-
 def start(paths: Paths, a) -> dict:
     if not lock_is_free(paths) or managed_runner(paths):
         rec = managed_runner(paths) or {}
@@ -178,13 +174,12 @@ def start(paths: Paths, a) -> dict:
         code = proc.poll()
         if code is not None:
             raise CtlError(f"the runner exited with code {code} during start-up", code=1,
-                           log=tail_log(paths), status=st if st.get("token") == token else None)
+                           log=procinfo.tail_lines(paths.log, 20), status=st if st.get("token") == token else None)
         if time.monotonic() > deadline:
-            raise CtlError(f"the runner did not report running within {a.wait:g}s", log=tail_log(paths))
+            raise CtlError(f"the runner did not report running within {a.wait:g}s", log=procinfo.tail_lines(paths.log, 20))
         time.sleep(0.05)
     return {"pid": proc.pid, "token": token, "release": str(rel), "state": st.get("state"),
-            "caps": {n: {"done": d["done"], "target": d["target"], "state": d["state"]}
-                     for n, d in st.get("datasets", {}).items()}, "gpu": gpu_report}
+            "caps": caps_summary(st), "gpu": gpu_report}
 
 
 def job_engine_port() -> int | None:
@@ -202,8 +197,7 @@ def job_engine_port() -> int | None:
 # ------------------------------------------------------------------ restart: live re-cap or real
 
 def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> dict:
-    seq = int((procinfo.read_json(paths.control) or {}).get("seq", 0)) + 1
-    write_json_atomic(paths.control, {"seq": seq, "caps": caps.to_dict(), "token": rec.get("token")})
+    seq = send_control(paths, rec.get("token"), caps=caps.to_dict())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = procinfo.read_json(paths.status) or {}
@@ -227,8 +221,7 @@ def restart(paths: Paths, a) -> dict:
     if same_release and not a.hard:
         st = recap(paths, rec, caps)
         return {"mode": "live", "pid": rec["pid"], "lost_in_flight": 0, "state": st.get("state"),
-                "caps": {n: {"done": d["done"], "target": d["target"], "state": d["state"]}
-                         for n, d in st.get("datasets", {}).items()}}
+                "caps": caps_summary(st)}
     stopped = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
     started = start(paths, a)
     return dict(started, mode="restart" if stopped["was_running"] else "start", stopped=stopped,
@@ -258,17 +251,18 @@ PREFIX_BLOCK = 64 * 1024
 
 
 def prefix_hash(path: Path, end: int) -> str | None:
-    """sha256 of the last block before `end`: enough to tell an appended file from a replaced one."""
+    """sha256 of the last block before `end`: enough to tell an appended file from a replaced one.
+    Both sides of pull call this one function, so they hash the same bytes."""
     import hashlib
 
+    start = max(0, end - PREFIX_BLOCK)
     try:
         with open(path, "rb") as f:
-            start = max(0, end - PREFIX_BLOCK)
             f.seek(start)
             data = f.read(end - start)
     except FileNotFoundError:
         return None
-    return hashlib.sha256(data).hexdigest() if len(data) == end - max(0, end - PREFIX_BLOCK) else None
+    return hashlib.sha256(data).hexdigest() if len(data) == end - start else None
 
 
 def output_files(paths: Paths, have: dict) -> dict:

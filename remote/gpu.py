@@ -82,11 +82,13 @@ def _descendants(roots: set[int]) -> set[int]:
 def allowed_pids(paths, engine_port: int | None) -> set[int]:
     """The inference server may hold GPU memory: the managed server's processes (its token), and the
     process serving the engine's port with all its descendants (vLLM's engine core and TP workers)."""
+    from .kill import token_holders
+    from .server import TOKEN_ENV, pidfile  # imported here: server imports this module
+
     allowed: set[int] = set()
-    rec = procinfo.read_json(paths.run / "server.pid")
-    if rec and procinfo.is_same_process(rec):
-        token = rec.get("token")
-        allowed |= {p for p in procinfo.all_pids() if token and procinfo.environ(p).get("DEPLOYTOOL_SERVER_TOKEN") == token}
+    rec = procinfo.live_record(pidfile(paths))
+    if rec:
+        allowed |= set(token_holders(TOKEN_ENV, rec["token"])) if rec.get("token") else set()
         allowed.add(rec["pid"])
     servers = _listener_pids(engine_port) if engine_port else set()
     return _descendants(servers | allowed)

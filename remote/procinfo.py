@@ -100,6 +100,23 @@ def is_same_process(record: dict) -> bool:
     return start_time(pid) == record.get("start_time")
 
 
+def live_record(path) -> dict | None:
+    """A pid file's record if its process is still the one that wrote it, else None."""
+    rec = read_json(path)
+    return rec if rec and is_same_process(rec) else None
+
+
+def tail_lines(path, n: int, window: int = 256 * 1024) -> list[str]:
+    """The last n lines of a (log) file, reading at most `window` bytes from its end."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - window))
+            return f.read().decode(errors="replace").splitlines()[-n:]
+    except FileNotFoundError:
+        return []
+
+
 def under(path: str | None, root: Path) -> bool:
     if not path:
         return False

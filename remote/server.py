@@ -42,8 +42,7 @@ def logfile(paths: Paths) -> Path:
 
 
 def managed(paths: Paths) -> dict | None:
-    rec = procinfo.read_json(pidfile(paths))
-    return rec if rec and procinfo.is_same_process(rec) else None
+    return procinfo.live_record(pidfile(paths))
 
 
 def resolve_command(spec: dict) -> str:
@@ -68,16 +67,6 @@ def build_argv(spec: dict) -> list[str]:
 
 def masked(env: dict) -> dict:
     return {k: ("****" if _SECRET.search(k) else v) for k, v in env.items()}
-
-
-def tail(path: Path, n: int) -> list[str]:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 256 * 1024))
-            return f.read().decode(errors="replace").splitlines()[-n:]
-    except FileNotFoundError:
-        return []
 
 
 def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
@@ -123,7 +112,7 @@ def check(paths: Paths) -> dict:
     """One look: is the server alive, is it ready (GET /v1/models), the log's last lines."""
     rec = procinfo.read_json(pidfile(paths))
     if not rec:
-        return {"alive": False, "ready": False, "started": False, "log": tail(logfile(paths), 30)}
+        return {"alive": False, "ready": False, "started": False, "log": procinfo.tail_lines(logfile(paths), 30)}
     alive = procinfo.is_same_process(rec)
     code, body = _get(f"http://127.0.0.1:{rec['port']}/v1/models", timeout=3) if alive else (0, "")
     models = []
@@ -134,7 +123,7 @@ def check(paths: Paths) -> dict:
             pass
     return {"alive": alive, "ready": alive and code == 200, "started": True, "pid": rec["pid"], "port": rec["port"],
             "models": models, "elapsed_s": time.time() - rec.get("started_at", time.time()),
-            "log": tail(logfile(paths), 30 if not alive else 1)}
+            "log": procinfo.tail_lines(logfile(paths), 30 if not alive else 1)}
 
 
 def degenerate(text: str) -> str | None:
