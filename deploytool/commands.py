@@ -21,7 +21,7 @@ def _run(config, host_spec, fn, show):
         for name in e.results:
             show(e.results[name])
         if len(hosts) == 1:
-            raise
+            raise next(iter(e.failures.values())) from None  # its own message and log lines
         render.failures(e.failures)
         raise DeployToolError(f"{len(e.failures)} of {len(hosts)} hosts failed: {', '.join(e.failures)}", e.code) from None
     for name in results:
@@ -33,17 +33,21 @@ def hosts(host_spec: str | None) -> int:
     config = load_config()
     selected = config.select_hosts(host_spec)
     try:
-        results, failures = on_hosts(config, selected, probe), {}  # all hosts at once
+        results, failures = on_hosts(config, selected, lambda conn: probe(conn, config.job.engine.kind)), {}
     except MultiHostError as e:
         results, failures = e.results, e.failures
-    rows = []
+    rows, problems = [], []
     for h in selected:
         where = "local" if h.is_local else f"{h.user + '@' if h.user else ''}{h.address}:{h.port or 22}"
         res = results.get(h.name)
-        check = f"FAILED: {failures[h.name]}" if h.name in failures else ("ok: " if res["ok"] else "FAILED: ") + res["detail"]
+        if h.name in failures or not res["ok"]:
+            problems.append((h.name, str(failures[h.name]) if h.name in failures else res["detail"]))
+            check = "FAILED (below)"
+        else:
+            check = "ok: " + res["detail"]
         rows.append((h.name + (" (default)" if h.name == config.default_host else ""), where, h.remote_dir, check))
-    failed = bool(failures) or not all(r["ok"] for r in results.values())
-    render.hosts_table(rows)
+    failed = bool(problems)
+    render.hosts_table(rows, problems)
     return ExitCode.REMOTE_FAILED if failed else ExitCode.OK
 
 

@@ -79,6 +79,7 @@ class JobSpec:
     engine: EngineSpec
     sampling: dict = field(default_factory=dict)
     chat_template_kwargs: dict = field(default_factory=dict)
+    extra_body: dict = field(default_factory=dict)  # sent as-is with every request; part of the fingerprint
 
     def dataset_names(self) -> list[str]:
         return [d.name for d in self.datasets]
@@ -90,6 +91,7 @@ class JobSpec:
             "engine": asdict(self.engine),
             "sampling": dict(self.sampling),
             "chat_template_kwargs": dict(self.chat_template_kwargs),
+            "extra_body": dict(self.extra_body),
         }
 
 
@@ -280,7 +282,7 @@ def _parse_host(name: str, defaults: dict, raw: Any) -> HostConfig:
 
 def _parse_job(raw: Any) -> JobSpec:
     job = _mapping("job", raw, optional=False)
-    _check_keys("job", job, ("datasets", "engine", "sampling", "chat_template_kwargs"))
+    _check_keys("job", job, ("datasets", "engine", "sampling", "chat_template_kwargs", "extra_body"))
     ds_raw = _mapping("job.datasets", job.get("datasets"), optional=False)
     if not ds_raw:
         raise ConfigError("job.datasets: expected at least one dataset")
@@ -300,14 +302,24 @@ def _parse_job(raw: Any) -> JobSpec:
         datasets.append(DatasetSpec(name=name, prompts=prompts, est_tokens=est))
     engine = EngineSpec(**_fields("job.engine", _mapping("job.engine", job.get("engine")), ENGINE_FIELDS))
     sampling = _mapping("job.sampling", job.get("sampling"))
-    _check_keys("job.sampling", sampling, SAMPLING_KEYS)
+    for key in sampling:
+        if key not in SAMPLING_KEYS:
+            raise ConfigError(f"job.sampling.{key}: unknown key{_suggest(key, SAMPLING_KEYS)}; fields beyond "
+                              "OpenAI's sampling (vLLM's repetition_detection, thinking_token_budget, …) "
+                              "go in job.extra_body")
     if "max_tokens" in sampling:
         sampling = dict(sampling, max_tokens=_tokens("job.sampling.max_tokens", sampling["max_tokens"]))
     for key in ("temperature", "top_p", "min_p"):
         if key in sampling:
             _num(0.0)(f"job.sampling.{key}", sampling[key])
     kwargs = _free_map("job.chat_template_kwargs", job.get("chat_template_kwargs"))
-    return JobSpec(datasets=tuple(datasets), engine=engine, sampling=dict(sampling), chat_template_kwargs=kwargs)
+    extra = _free_map("job.extra_body", job.get("extra_body"))
+    clash = sorted(set(extra) & ({"model", "messages", "chat_template_kwargs"} | set(SAMPLING_KEYS)))
+    if clash:
+        raise ConfigError(f"job.extra_body.{clash[0]}: set it in its own place (job.sampling, "
+                          "job.chat_template_kwargs, job.engine.model), not in extra_body")
+    return JobSpec(datasets=tuple(datasets), engine=engine, sampling=dict(sampling), chat_template_kwargs=kwargs,
+                   extra_body=extra)
 
 
 def parse_config(data: Any, path: Path) -> Config:

@@ -74,10 +74,19 @@ def call(conn: Connector, *args: str, timeout: float | None = None) -> dict:
         detail = (res.err.strip().splitlines() or ["no output"])[-1]
         raise RemoteError(f"`remote {' '.join(args[:2])}` failed (exit {res.exit_code}): {detail}") from None
     if not answer.get("ok"):
-        err = RemoteError(answer.get("error", "failed"))
-        err.details = answer.get("log") or []
-        raise err
+        if answer.get("preflight"):
+            raise RemoteError("nothing was stopped: " + preflight_message(conn.name, answer["preflight"]))
+        raise RemoteError(answer.get("error", "failed"), details=answer.get("log") or ())
     return answer
+
+
+def preflight_message(host: str, problem: dict) -> str:
+    """One line with the fix, for a host whose Python cannot run the job's engine."""
+    mods = ", ".join(problem["missing"])
+    why = "; ".join(problem["missing"].values())
+    return (f"the host's python ({problem['python']}) cannot import {mods} ({why}), which job.engine.kind "
+            f"{problem['engine']} needs: point hosts.{host}.python (or defaults.python) at the Python of the "
+            "vLLM environment (e.g. ~/vllm-venv/bin/python)")
 
 
 def restart(conn: Connector, flags: RunFlags, *, hard=False, drain=False, dry_run=False, force_gpu=False) -> dict:

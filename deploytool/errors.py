@@ -15,12 +15,13 @@ class DeployToolError(Exception):
     """An expected failure: printed as one line, no traceback."""
 
     code: ExitCode = ExitCode.REMOTE_FAILED
-    details: list[str] = []  # lines shown before the one-line error (e.g. the runner's last log lines)
 
-    def __init__(self, message: str, code: ExitCode | None = None):
+    def __init__(self, message: str, code: ExitCode | None = None, details=()):
         super().__init__(message)
         if code is not None:
             self.code = code
+        # lines shown before the one-line error (the runner's or the server's last log lines)
+        self.details: tuple[str, ...] = tuple(details or ())
 
 
 class ConfigError(DeployToolError):
@@ -46,6 +47,7 @@ class MultiHostError(DeployToolError):
         self.results = results
         self.failures = failures
         lines = [f"{host}: {err}" for host, err in failures.items()]
-        super().__init__("; ".join(lines))
         codes = {getattr(e, "code", ExitCode.REMOTE_FAILED) for e in failures.values()}
-        self.code = ExitCode.BAD_INPUT if codes == {ExitCode.BAD_INPUT} else ExitCode.REMOTE_FAILED
+        code = ExitCode.BAD_INPUT if codes == {ExitCode.BAD_INPUT} else ExitCode.REMOTE_FAILED
+        details = [f"{host}: {line}" for host, err in failures.items() for line in getattr(err, "details", ())]
+        super().__init__("; ".join(lines), code, details)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
 from .config import Config, HostConfig
 from .connectors import Connector, connect
+from .control import preflight_message
 from .errors import DeployToolError, MultiHostError
 
 T = TypeVar("T")
@@ -39,10 +41,18 @@ def on_hosts(config: Config, hosts: list[HostConfig], fn: Callable[[Connector], 
     return results
 
 
-def probe(conn: Connector) -> dict:
-    """Reachable, and what Python the host has."""
-    res = conn.run(conn.python("-c", "import sys,platform;print(platform.node(), sys.version.split()[0])"))
-    if not res.ok:
+def probe(conn: Connector, engine_kind: str = "simulate") -> dict:
+    """Reachable, what Python the host has, and whether it imports what the job's engine needs."""
+    from remote.preflight import ENGINE_MODULES, PROBE
+
+    script = "import sys,platform;print(platform.node(), sys.version.split()[0], sys.executable)\n" + PROBE
+    res = conn.run(conn.python("-c", script, *ENGINE_MODULES.get(engine_kind, ())))
+    lines = res.out.strip().splitlines()
+    if not res.ok or len(lines) < 2:
         return {"ok": False, "detail": (res.err.strip().splitlines() or ["python failed"])[-1]}
-    node, _, version = res.out.strip().partition(" ")
+    node, version, executable = (lines[0].split(" ", 2) + ["", ""])[:3]
+    missing = json.loads(lines[-1])
+    if missing:
+        return {"ok": False, "detail": preflight_message(
+            conn.name, {"python": executable or conn.host.python, "engine": engine_kind, "missing": missing})}
     return {"ok": True, "detail": f"{node}, Python {version}"}

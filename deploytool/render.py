@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .deploy import DeployResult
@@ -38,14 +39,20 @@ def deploy_result(r: DeployResult, out: Console | None = None) -> None:
 def failures(errs: dict[str, Exception], out: Console | None = None) -> None:
     out = out or console
     for host, e in errs.items():
-        out.print(f"[bold red]{host}[/]: FAILED: {e}")
+        out.print(f"[bold red]{host}[/]: FAILED: {escape(str(e))}")
+        for line in getattr(e, "details", ()):
+            out.print(f"  {host} | {line}", markup=False, highlight=False)
 
 
-def hosts_table(rows: list[tuple[str, str, str, str]], out: Console | None = None) -> None:
+def hosts_table(rows: list[tuple[str, str, str, str]], problems: list[tuple[str, str]] = (),
+                out: Console | None = None) -> None:
+    out = out or console
     t = Table("host", "address", "remote_dir", "check")
     for row in rows:
         t.add_row(*row)
-    (out or console).print(t)
+    out.print(t)
+    for host, why in problems:  # whole sentences, never squeezed into a table cell
+        out.print(f"[bold red]{host}[/]: {escape(why)}", soft_wrap=True)
 
 
 def caps_table(caps: dict, out: Console | None = None) -> None:
@@ -193,5 +200,8 @@ def server_status(r: dict, out: Console | None = None) -> None:
     if m:
         kv = f"{m['kv_cache_usage']:.0%}" if m.get("kv_cache_usage") is not None else "?"
         rate = _tok(m["generation_tokens_per_s"]) if m.get("generation_tokens_per_s") is not None else "?"
-        out.print(f"  requests running {m.get('running'):.0f}, waiting {m.get('waiting'):.0f}; KV cache {kv}; "
+        def n(v):
+            return "?" if v is None else f"{v:.0f}"
+
+        out.print(f"  requests running {n(m.get('running'))}, waiting {n(m.get('waiting'))}; KV cache {kv}; "
                   f"generation {rate} tok/s")

@@ -42,14 +42,12 @@ def start(conn: Connector, spec: ServerSpec, *, poll: float = 2.0, progress: Cal
             break
         elapsed = clock() - t0
         if not c["alive"]:
-            err = RemoteError(f"the server died during start-up after {elapsed:.0f}s (logs/server.log)")
-            err.details = c.get("log") or []
-            raise err
+            raise RemoteError(f"the server died during start-up after {elapsed:.0f}s (logs/server.log)",
+                              details=c.get("log") or ())
         if elapsed > spec.ready_timeout:
-            err = RemoteError(f"the server is not ready after {spec.ready_timeout}s (server.ready_timeout); it is "
-                              "still running: `invoke server.status` to watch, `invoke server.stop` to give up")
-            err.details = c.get("log") or []
-            raise err
+            raise RemoteError(f"the server is not ready after {spec.ready_timeout}s (server.ready_timeout); it is "
+                              "still running: `invoke server.status` to watch, `invoke server.stop` to give up",
+                              details=c.get("log") or ())
         if clock() - last_note >= 15 or not last_note:
             last_line = (c.get("log") or [""])[-1][:100]
             progress(f"{conn.name}: loading {spec.model}: {elapsed:.0f}s of up to {spec.ready_timeout}s; {last_line}")

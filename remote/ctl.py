@@ -315,9 +315,26 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
+def preflight() -> None:
+    """Refuse a start or restart, before anything is stopped, when this Python cannot run the engine."""
+    from .preflight import engine_problem
+
+    try:
+        kind = Job.load(release_dir() / JOB_FILE).engine.get("kind", "openai")
+    except (OSError, ValueError, KeyError):
+        return  # no readable job spec: the runner says so itself, with its log lines
+    problem = engine_problem(kind)
+    if problem:
+        mods = ", ".join(problem["missing"])
+        raise CtlError(f"{problem['python']} cannot import {mods}, which the {kind} engine needs; nothing was "
+                       "stopped", preflight=problem)
+
+
 def main(a) -> int:
     paths = Paths((a.root or default_root()).expanduser().resolve())
     try:
+        if a.ctl_command in ("start", "restart"):
+            preflight()
         if a.ctl_command == "start":
             out = start(paths, a)
         elif a.ctl_command == "restart":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import random
@@ -34,20 +35,63 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     model: str
+    prompt_token_ids: list | None = None  # vLLM `return_token_ids`: the exact tokens a draft model trains on
+    token_ids: list | None = None
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def parse_reply(data, fallback_model: str) -> Completion:
+    """One chat-completion body -> Completion. Current vLLM (>= 0.16) sends every field, `null` where
+    unset, and the thinking in `reasoning`; older vLLM, SGLang and DeepSeek-style APIs send
+    `reasoning_content`. `content: null` is an answer (cut by max_tokens inside the thinking, or
+    thinking only): it is recorded, never asked again. Only a body without a usable choice is
+    malformed (ValueError)."""
+    if not isinstance(data, dict):
+        raise ValueError("the body is not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("no choices")
+    choice = choices[0]
+    msg = choice.get("message")
+    if not isinstance(msg, dict):
+        raise ValueError("choice without a message")
+    content = msg.get("content")
+    if content is not None and not isinstance(content, str):
+        raise ValueError(f"content is {type(content).__name__}, not text")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    token_ids = choice.get("token_ids")
+    prompt_ids = data.get("prompt_token_ids")
+    return Completion(
+        content=content or "",
+        reasoning_content=_text(msg.get("reasoning")) or _text(msg.get("reasoning_content")),
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        model=str(data.get("model") or fallback_model),
+        prompt_token_ids=prompt_ids if isinstance(prompt_ids, list) else None,
+        token_ids=token_ids if isinstance(token_ids, list) else None,
+    )
 
 
 class OpenAIEngine:
     """POST {base_url}/chat/completions, one request per prompt; the window lives in the runner."""
 
-    def __init__(self, engine: dict, sampling: dict, chat_template_kwargs: dict):
+    def __init__(self, job):
+        engine = job.engine
         self.base_url = engine.get("base_url", "http://127.0.0.1:8000/v1").rstrip("/")
         self.model = engine.get("model", "default")
         self.timeout = float(engine.get("request_timeout", 3600))
         self.concurrency = int(engine.get("concurrency", 256))
         key_env = engine.get("api_key_env")
         self.api_key = os.environ.get(key_env, "") if key_env else os.environ.get("OPENAI_API_KEY", "")
-        self.sampling = dict(sampling)
-        self.chat_template_kwargs = dict(chat_template_kwargs)
+        # everything but the messages is the same for every request: build it once
+        self.fixed = {"model": self.model, **job.sampling}
+        if job.chat_template_kwargs:
+            self.fixed["chat_template_kwargs"] = dict(job.chat_template_kwargs)
+        self.fixed.update(job.extra_body)  # vLLM's extras (repetition_detection, return_token_ids, ...) as-is
         self._session = None
 
     async def __aenter__(self):
@@ -67,9 +111,7 @@ class OpenAIEngine:
 
     async def complete(self, messages: list, est_tokens: int, key: str) -> Completion:
         aiohttp = self._aiohttp
-        body = {"model": self.model, "messages": messages, **self.sampling}
-        if self.chat_template_kwargs:
-            body["chat_template_kwargs"] = self.chat_template_kwargs
+        body = {**self.fixed, "messages": messages}
         try:
             async with self._session.post(f"{self.base_url}/chat/completions", json=body) as resp:
                 text = await resp.text()
@@ -85,24 +127,8 @@ class OpenAIEngine:
         if status >= 400:
             raise PermanentError(f"HTTP {status}: {text[:500]}")
         try:
-            import json
-
-            data = json.loads(text)
-            choice = data["choices"][0]
-            msg = choice.get("message") or {}
-            usage = data.get("usage") or {}
-            content = msg.get("content")
-            if content is None and not msg.get("reasoning_content"):
-                raise ValueError("no content")
-            return Completion(
-                content=content or "",
-                reasoning_content=msg.get("reasoning_content", msg.get("reasoning")),
-                finish_reason=choice.get("finish_reason"),
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-                model=str(data.get("model") or self.model),
-            )
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            return parse_reply(json.loads(text), self.model)
+        except (ValueError, TypeError) as e:
             raise TransientError(f"malformed reply ({e}): {text[:200]!r}") from None
 
 
@@ -116,11 +142,12 @@ class SimulateEngine:
 
     model = "simulated"
 
-    def __init__(self, engine: dict, sampling: dict, chat_template_kwargs: dict):
+    def __init__(self, job):
+        engine, sampling = job.engine, job.sampling
         self.tokens_per_s = float(engine.get("tokens_per_s", 50_000))
         self.concurrency = int(engine.get("concurrency", 256))
         self.max_tokens = int(sampling.get("max_tokens", 8192))
-        self.thinking = bool(chat_template_kwargs.get("thinking"))
+        self.thinking = bool(job.chat_template_kwargs.get("thinking"))
 
     async def __aenter__(self):
         return self
@@ -147,12 +174,12 @@ class SimulateEngine:
         return Completion(" ".join(words), reasoning, finish, prompt_tokens, n, self.model)
 
 
-def make_engine(engine: dict, sampling: dict, chat_template_kwargs: dict):
-    kind = engine.get("kind", "openai")
+def make_engine(job):
+    kind = job.engine.get("kind", "openai")
     if kind == "simulate":
-        return SimulateEngine(engine, sampling, chat_template_kwargs)
+        return SimulateEngine(job)
     if kind == "openai":
-        return OpenAIEngine(engine, sampling, chat_template_kwargs)
+        return OpenAIEngine(job)
     raise ValueError(f"unknown engine kind {kind!r}")
 
 

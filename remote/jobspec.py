@@ -24,6 +24,7 @@ class Job:
     engine: dict
     sampling: dict
     chat_template_kwargs: dict
+    extra_body: dict = field(default_factory=dict)  # sent as-is with every request (vLLM's extras)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Job":
@@ -32,7 +33,7 @@ class Job:
         ds = tuple(Dataset(name=k, prompts=v["prompts"], est_tokens=int(v.get("est_tokens", 2000)))
                    for k, v in raw["datasets"].items())
         return cls(ds, dict(raw.get("engine", {})), dict(raw.get("sampling", {})),
-                   dict(raw.get("chat_template_kwargs", {})))
+                   dict(raw.get("chat_template_kwargs", {})), dict(raw.get("extra_body") or {}))
 
     def names(self) -> list[str]:
         return [d.name for d in self.datasets]

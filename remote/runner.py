@@ -27,6 +27,7 @@ from .prompts import Prompt, PromptFile
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"
 RATE_WINDOW = 60.0
+FINGERPRINT_ABSENT = {"extra_body": {}}
 
 
 class BadInput(Exception):
@@ -160,7 +161,7 @@ class Runner:
 
     def fingerprint(self) -> dict:
         return {"model": self.model_name, "sampling": self.job.sampling,
-                "chat_template_kwargs": self.job.chat_template_kwargs}
+                "chat_template_kwargs": self.job.chat_template_kwargs, "extra_body": self.job.extra_body}
 
     def _open_dataset(self, spec: Dataset) -> DatasetRun:
         path = self.paths.root / spec.prompts
@@ -175,7 +176,8 @@ class Runner:
         meta_path = self.paths.meta(spec.name)
         fp = json.loads(json.dumps(self.fingerprint()))  # as it reads back from JSON
         meta = procinfo.read_json(meta_path)
-        old = {k: meta.get(k) for k in fp} if meta else None
+        # a key the meta file predates reads as its empty value: adding a setting later is no change
+        old = {k: meta.get(k, FINGERPRINT_ABSENT.get(k)) for k in fp} if meta else None
         if old is None:
             write_json_atomic(meta_path, fp)
         elif old != fp:
@@ -281,6 +283,9 @@ class Runner:
             "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens},
             "conversations": list(p.messages) + [assistant], "model": c.model, "created": int(time.time()),
         }
+        if c.token_ids is not None:  # extra_body.return_token_ids: keep the exact tokens
+            rec["prompt_token_ids"] = c.prompt_token_ids
+            rec["token_ids"] = c.token_ids
         run.out.append(encode_record(rec), p.id, c.completion_tokens)
         run.record_done(p, c.completion_tokens)
         now = time.time()
@@ -467,7 +472,7 @@ class Runner:
         house = asyncio.ensure_future(self._housekeeping())
         code = EXIT_OK
         try:
-            async with make_engine(self.job.engine, self.job.sampling, self.job.chat_template_kwargs) as engine:
+            async with make_engine(self.job) as engine:
                 self.state = "running"
                 self.write_status()
                 window = asyncio.ensure_future(self._window(engine))

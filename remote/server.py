@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from . import gpu, kill, procinfo
+from . import gpu, kill, metrics, procinfo
 from .jobspec import Paths, default_root, write_json_atomic
 
 TOKEN_ENV = "DEPLOYTOOL_SERVER_TOKEN"
@@ -189,16 +189,7 @@ def wait_gpu_free(pids: set[int], timeout: float) -> dict | None:
 
 def _metrics(port: int) -> dict:
     code, text = _get(f"http://127.0.0.1:{port}/metrics", timeout=3)
-    if code != 200:
-        return {}
-    vals: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        m = re.match(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+([-+\d.eEinfNa]+)", line)
-        if m:
-            vals[m.group(1)] = vals.get(m.group(1), 0.0) + float(m.group(3))
-    return vals
+    return metrics.snapshot(text) if code == 200 else {}
 
 
 def status(paths: Paths) -> dict:
@@ -209,15 +200,14 @@ def status(paths: Paths) -> dict:
     m1 = _metrics(rec["port"])
     out = {"up": True, "ready": c["ready"], "pid": rec["pid"], "port": rec["port"], "model": rec["model"],
            "uptime_s": time.time() - rec["started_at"], "metrics": None}
-    if m1:
+    if any(v is not None for v in m1.values()):
         t1 = time.monotonic()
         time.sleep(1.0)
         m2 = _metrics(rec["port"])
-        gen = "vllm:generation_tokens_total"
-        rate = (m2.get(gen, 0) - m1.get(gen, 0)) / (time.monotonic() - t1) if gen in m1 and gen in m2 else None
-        kv = m2.get("vllm:kv_cache_usage_perc", m2.get("vllm:gpu_cache_usage_perc"))
-        out["metrics"] = {"running": m2.get("vllm:num_requests_running"), "waiting": m2.get("vllm:num_requests_waiting"),
-                          "kv_cache_usage": kv, "generation_tokens_per_s": rate}
+        g1, g2 = m1["generation_tokens"], m2.get("generation_tokens")
+        rate = (g2 - g1) / (time.monotonic() - t1) if g1 is not None and g2 is not None else None
+        out["metrics"] = {"running": m2.get("running"), "waiting": m2.get("waiting"),
+                          "kv_cache_usage": m2.get("kv_cache"), "generation_tokens_per_s": rate}
     return out
 
 

@@ -1,5 +1,13 @@
 """A real HTTP server speaking the OpenAI chat-completions API, with injectable latency and failures.
 
+Two reply shapes: `classic` (older vLLM, SGLang: thinking in `reasoning_content`, unset fields left
+out) and `vllm`, byte for byte what current vLLM (>= 0.16) serializes, after
+vllm/entrypoints/openai/chat_completion/protocol.py: every field present, `null` where unset, the
+thinking in `message.reasoning`, `tool_calls` left out when empty, `stop_reason`, `token_ids` and
+`prompt_token_ids` (lists only with `return_token_ids`), `usage.prompt_tokens_details`. An answer cut
+by `max_tokens` inside its thinking has `content: null` and `finish_reason: "length"`. `/metrics`
+speaks vLLM's Prometheus names with `model_name` and `engine` labels, one series per engine.
+
 Used by the tests and benchmarks (127.0.0.1 only). Runs in a thread (`FakeOpenAI().start()`) or as
 `python -m tests.openai_server --port N`.
 """
@@ -22,7 +30,8 @@ class FakeOpenAI:
     def __init__(self, *, latency: float = 0.0, fail_rate: float = 0.0, rate_limit_rate: float = 0.0,
                  hang_rate: float = 0.0, malformed_rate: float = 0.0, bad_request_ids: set[str] | None = None,
                  tokens: int | None = None, seed: int = 0, model: str = "test-model", slots: int | None = None,
-                 token_time: float = 0.0):
+                 token_time: float = 0.0, shape: str = "classic", cut_in_thinking: float = 0.0,
+                 engines: int = 1):
         self.latency = latency
         self.fail_rate, self.rate_limit_rate = fail_rate, rate_limit_rate
         self.hang_rate, self.malformed_rate = hang_rate, malformed_rate
@@ -32,6 +41,13 @@ class FakeOpenAI:
         self.model = model
         self.slots = asyncio.Semaphore(slots) if slots else None  # continuous batching: fixed batch slots
         self.token_time = token_time  # seconds per output token inside a slot
+        assert shape in ("classic", "vllm"), shape
+        self.shape = shape
+        self.cut_in_thinking = cut_in_thinking  # share of prompts (fixed per prompt) cut by max_tokens while thinking
+        self.engines = engines  # data-parallel engines reported in /metrics
+        self.slot_count = slots
+        self.generated_tokens = 0
+        self.bodies: list[dict] = []  # every request body, as received
         self.requests: collections.Counter = collections.Counter()  # prompt text -> times answered OK
         self.attempts: collections.Counter = collections.Counter()
         self.in_flight = 0
@@ -61,6 +77,7 @@ class FakeOpenAI:
 
     async def chat(self, request):
         body = await request.json()
+        self.bodies.append(body)
         if self.t_first is None:
             self.t_first = time.monotonic()
         key = self.prompt_key(body)
@@ -93,21 +110,76 @@ class FakeOpenAI:
                 return web.Response(text='{"choices": [', content_type="application/json")
             self.requests[key] += 1
             self.t_last = time.monotonic()
-            return web.json_response({
-                "id": f"cmpl-{self.rng.getrandbits(32):x}", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model", self.model),
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                    "role": "assistant", "content": f"answer with {n} tokens",
-                    "reasoning_content": "thinking" if (body.get("chat_template_kwargs") or {}).get("thinking") else None}}],
-                "usage": {"prompt_tokens": len(text) // 4, "completion_tokens": n, "total_tokens": len(text) // 4 + n},
-            })
+            return web.json_response(self.reply(body, key, n, len(text) // 4))
         finally:
             self.in_flight -= 1
+
+    def is_cut(self, key: str) -> bool:
+        h = int(hashlib.sha256(b"cut" + key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+        return h < self.cut_in_thinking
+
+    def reply(self, body: dict, key: str, n: int, prompt_tokens: int) -> dict:
+        thinking = bool((body.get("chat_template_kwargs") or {}).get("thinking"))
+        content, reasoning, finish = f"answer with {n} tokens", "thinking" if thinking else None, "stop"
+        if thinking and self.is_cut(key):  # max_tokens ran out before the thinking ended
+            n = int(body.get("max_tokens") or n)
+            content, reasoning, finish = None, f"thinking for {n} tokens and still going", "length"
+        self.generated_tokens += n
+        usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + n, "completion_tokens": n}
+        ids = bool(body.get("return_token_ids"))
+        if self.shape == "classic":
+            return {
+                "id": f"cmpl-{self.rng.getrandbits(32):x}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model", self.model),
+                "choices": [{"index": 0, "finish_reason": finish, "message": {
+                    "role": "assistant", "content": content, "reasoning_content": reasoning}}],
+                "usage": usage,
+            }
+        return {  # field for field, in order, as vLLM's ChatCompletionResponse serializes
+            "id": f"chatcmpl-{self.rng.getrandbits(64):016x}", "object": "chat.completion",
+            "created": int(time.time()), "model": body.get("model", self.model),
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": None, "annotations": None,
+                            "audio": None, "function_call": None, "reasoning": reasoning},
+                "logprobs": None, "finish_reason": finish, "stop_reason": None,
+                "token_ids": list(range(1000, 1000 + n)) if ids else None, "routed_experts": None,
+            }],
+            "service_tier": None, "system_fingerprint": None,
+            "usage": dict(usage, prompt_tokens_details=None),
+            "prompt_logprobs": None, "prompt_token_ids": list(range(prompt_tokens)) if ids else None,
+            "prompt_text": None, "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None,
+        }
+
+    async def metrics(self, request):
+        """vLLM's Prometheus series, one per engine (data parallel), split as vLLM would report them."""
+        slots = self.slot_count or 10**9
+        running_total = min(self.in_flight, slots)
+        waiting_total = self.in_flight - running_total
+        lines = []
+
+        def series(name, kind, per_engine):
+            lines.append(f"# HELP {name} {name}.")
+            lines.append(f"# TYPE {name} {kind}")
+            for e, v in enumerate(per_engine):
+                lines.append(f'{name}{{engine="{e}",model_name="{self.model}"}} {float(v)}')
+
+        def split(v):
+            return [v // self.engines + (1 if i < v % self.engines else 0) for i in range(self.engines)]
+
+        series("vllm:num_requests_running", "gauge", split(running_total))
+        series("vllm:num_requests_waiting", "gauge", split(waiting_total))
+        per_engine_slots = max(1, slots // self.engines) if self.slot_count else 10**9
+        series("vllm:kv_cache_usage_perc", "gauge", [min(1.0, r / per_engine_slots) for r in split(running_total)])
+        series("vllm:num_preemptions_total", "counter", [0] * self.engines)
+        series("vllm:generation_tokens_total", "counter", split(self.generated_tokens))
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 << 20)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/metrics", self.metrics)
         return app
 
     @property
@@ -145,8 +217,11 @@ def main() -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--latency", type=float, default=0.0)
     p.add_argument("--fail-rate", type=float, default=0.0)
+    p.add_argument("--shape", choices=["classic", "vllm"], default="classic")
+    p.add_argument("--cut-in-thinking", type=float, default=0.0)
     a = p.parse_args()
-    srv = FakeOpenAI(latency=a.latency, fail_rate=a.fail_rate).start(a.port)
+    srv = FakeOpenAI(latency=a.latency, fail_rate=a.fail_rate, shape=a.shape,
+                     cut_in_thinking=a.cut_in_thinking).start(a.port)
     print(srv.url, flush=True)
     try:
         while True:
