@@ -46,6 +46,7 @@ class DeployResult:
     dry_run: bool = False
     pruned: list[str] = field(default_factory=list)
     round_trips: int = 0
+    prompts_in_use: dict[str, int] = field(default_factory=dict)  # prompt file replaced -> pid of the runner using it
 
     @property
     def changed(self) -> bool:
@@ -122,6 +123,8 @@ def deploy_host(conn: Connector, config: Config, *, dry_run: bool = False, relea
     result.modified = sorted(p for p in rel.manifest if p in remote_files and remote_files[p] != rel.manifest[p])
     result.removed = sorted(p for p in remote_files if p not in rel.manifest)
     result.prompts = send_prompts = sorted(p for p, local in prompts.items() if plan["prompts"].get(p) != _sha_file(local))
+    running = plan.get("running_prompts") or {}
+    result.prompts_in_use = {p: running[p] for p in send_prompts if p in running}
     # the host already has this exact release (e.g. after a rollback): only the switch is needed
     to_send = [] if rel.id in plan["releases"] else result.added + result.modified
     result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(prompts[p].stat().st_size for p in send_prompts)

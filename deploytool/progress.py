@@ -62,6 +62,14 @@ def health(st: dict, now: float) -> tuple[str, bool]:
     return " · ".join(parts), bad
 
 
+def notices(st: dict) -> list[str]:
+    """Things the user should act on that are not failures: prompt files replaced under a running job."""
+    changed = [n for n, d in (st.get("datasets") or {}).items() if d.get("prompts_changed")]
+    if changed and st.get("state") not in TERMINAL:
+        return [f"{', '.join(changed)}: prompts changed on the host; `invoke restart` to use them"]
+    return []
+
+
 def totals(statuses: list[dict]) -> dict:
     tok = sum(s.get("completion_tokens", 0) for s in statuses)
     rate = sum(s.get("tokens_per_s", 0) or 0 for s in statuses)
@@ -94,6 +102,7 @@ def host_view(host: str, st: dict | None, now: float, note: str | None = None):
                  f" · elapsed {fmt_duration(now - started) if started else '?'}")
     line, bad = health(st, now)
     parts = [head, table, total, Text(line, style="red" if bad else "dim")]
+    parts += [Text(n, style="yellow") for n in notices(st)]
     if st.get("message"):
         parts.append(Text(st["message"], style="yellow"))
     if note:
@@ -121,4 +130,4 @@ def plain_line(host: str, st: dict | None, now: float, note: str | None = None) 
     eta = fmt_duration(st.get("eta_s")) if st.get("state") not in TERMINAL else "-"
     out = (f"{stamp} {host}: {st.get('state')} | {ds} | {fmt_tokens(st.get('completion_tokens'))} tok "
            f"{fmt_tokens(st.get('tokens_per_s'))} tok/s ETA {eta} | {line}")
-    return out + (f" | {note}" if note else "")
+    return out + "".join(f" | {n}" for n in notices(st)) + (f" | {note}" if note else "")

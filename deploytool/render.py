@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .deploy import DeployResult
-from .progress import fmt_duration as _eta, fmt_tokens as _tok
+from .progress import fmt_duration as _eta, fmt_tokens as _tok, notices
 
 console = Console(highlight=False)
 
@@ -31,6 +31,12 @@ def deploy_result(r: DeployResult, out: Console | None = None) -> None:
                                 ("removed", r.removed, "red"), ("prompts", r.prompts, "cyan")):
         for item in items:
             out.print(f"  [{style}]{label:8}[/] {item}")
+    if r.prompts_in_use:
+        files = ", ".join(r.prompts_in_use)
+        pid = next(iter(r.prompts_in_use.values()))
+        will = "would replace" if r.dry_run else "replaced"
+        out.print(f"  [yellow]{will} {files}, in use by the running job (pid {pid})[/]: it keeps reading the "
+                  "file it opened; `invoke restart` reloads it live (records already written still count)")
     sent = "would send" if r.dry_run else "sent"
     extra = f"; pruned {', '.join(r.pruned)}" if r.pruned else ""
     out.print(f"  {sent} {_size(r.bytes_sent)} in {r.seconds:.2f}s{extra}")
@@ -76,6 +82,8 @@ def restart_result(r: dict, out: Console | None = None) -> None:
         return
     if r["mode"] == "live":
         out.print(f"{host}: re-capped live: runner pid {r['pid']} kept running, no request lost")
+        for name, change in (r.get("reloaded") or {}).items():
+            out.print(f"  {name}: prompts {change['from']:,} → {change['to']:,}, reloaded")
     else:
         stopped = r.get("stopped") or {}
         if stopped.get("was_running"):
@@ -123,6 +131,8 @@ def status_screen(s: dict, out: Console | None = None) -> None:
         out.print(f"  total {_tok(s.get('completion_tokens'))} tokens, {_tok(s.get('tokens_per_s'))} tok/s, "
                   f"ETA {_eta(s.get('eta_s'))}; engine {eng.get('kind')} {health}; errors {s.get('errors', 0)}"
                   f"{'; STALLED' if s.get('stalled') else ''}")
+    for note in notices(s):
+        out.print(f"  [yellow]{escape(note)}[/]")
     if s.get("strays"):
         out.print(f"  [red]runner processes without a pid file: {s['strays']} (restart or stop takes care of them)[/]")
 

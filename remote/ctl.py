@@ -203,7 +203,7 @@ def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> dict:
         st = procinfo.read_json(paths.status) or {}
         if int(st.get("control_seq") or 0) >= seq:
             if st.get("control_error"):
-                raise CtlError(f"the running runner refused the new caps: {st['control_error']}")
+                raise CtlError(f"the running runner refused: {st['control_error']}")
             return st
         if not procinfo.is_same_process(rec):
             break
@@ -221,7 +221,7 @@ def restart(paths: Paths, a) -> dict:
     if same_release and not a.hard:
         st = recap(paths, rec, caps)
         return {"mode": "live", "pid": rec["pid"], "lost_in_flight": 0, "state": st.get("state"),
-                "caps": caps_summary(st)}
+                "caps": caps_summary(st), "reloaded": st.get("reloaded") or {}}
     stopped = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
     started = start(paths, a)
     return dict(started, mode="restart" if stopped["was_running"] else "start", stopped=stopped,

@@ -59,7 +59,8 @@ class PromptFile:
         self.path, self.dataset = Path(path), dataset
         self._f = open(self.path, "rb")
         st = os.fstat(self._f.fileno())
-        key = f"{st.st_size}-{st.st_mtime_ns}-{dataset}"
+        self.identity = file_identity(st)
+        key = f"v2-{st.st_size}-{st.st_mtime_ns}-{dataset}"
         cache = Path(cache_dir) / f"{dataset}.prompt-index.json" if cache_dir else None
         data = None
         if cache is not None:
@@ -85,9 +86,12 @@ class PromptFile:
         self.ids: list[str] = data["ids"]
         self.offsets: list[int] = data["offsets"]
         self.problems: dict[int, str] = {int(k): v for k, v in data["problems"].items()}
+        # every line names its own id: a rewrite of the file cannot make an old id name another prompt
+        self.explicit_ids: bool = data["explicit_ids"]
 
     def _build(self) -> dict:
         ids, offsets, problems = [], [], {}
+        explicit = True
         seen: set[str] = set()
         pos = 0
         self._f.seek(0)
@@ -103,6 +107,7 @@ class PromptFile:
                 if not isinstance(obj, dict):
                     raise ValueError("line is not a JSON object")
                 pid = str(obj["id"]) if obj.get("id") is not None else default_id
+                explicit = explicit and obj.get("id") is not None
                 to_messages(obj)
                 if pid in seen:
                     problems[index] = f"duplicate id {pid!r}"
@@ -111,8 +116,31 @@ class PromptFile:
                 ids.append(pid)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 ids.append(default_id)
+                explicit = False
                 problems[index] = f"invalid prompt line {index + 1}: {e}"
-        return {"ids": ids, "offsets": offsets, "problems": problems}
+        return {"ids": ids, "offsets": offsets, "problems": problems, "explicit_ids": explicit}
+
+    def changed_on_disk(self) -> bool:
+        """The path now names another file version than the one this object reads (a deploy replaced it)."""
+        try:
+            return file_identity(os.stat(self.path)) != self.identity
+        except OSError:
+            return False  # gone: keep reading ours; a start would say it is missing
+
+    def is_prefix_of(self, other: "PromptFile") -> bool:
+        """Every byte of this file starts `other` too: prompts were only appended."""
+        size = self.identity["size"]
+        if other.identity["size"] < size:
+            return False
+        left = size
+        self._f.seek(0)
+        other._f.seek(0)
+        while left > 0:
+            n = min(left, 1 << 20)
+            if self._f.read(n) != other._f.read(n):
+                return False
+            left -= n
+        return True
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -127,6 +155,10 @@ class PromptFile:
 
     def close(self) -> None:
         self._f.close()
+
+
+def file_identity(st: os.stat_result) -> dict:
+    return {"size": st.st_size, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
 
 
 def load_prompts(path, dataset: str) -> list[Prompt]:

@@ -81,6 +81,24 @@ def _in_use(root):
     return used
 
 
+def _running_prompts(root):
+    """Prompt files (relative paths) a live runner has open, read from its status: replacing one changes
+    nothing for it until `restart` reloads it."""
+    rec = _read_json(os.path.join(root, "run", "runner.pid"), {}) or {}
+    pid = rec.get("pid")
+    if not (isinstance(pid, int) and _pid_alive(pid) and _start_time(pid) == rec.get("start_time")):
+        return {}
+    st = _read_json(os.path.join(root, "run", "status.json"), {}) or {}
+    if st.get("pid") != pid:
+        return {}
+    out = {}
+    for d in (st.get("datasets") or {}).values():
+        f = d.get("prompts_file") or {}
+        if f.get("path"):
+            out[f["path"]] = pid
+    return out
+
+
 def _prompt_hash(root, rel):
     """sha256 of a prompt file, cached by (size, mtime) so big files are not re-read on every deploy."""
     path = os.path.join(root, rel)
@@ -112,7 +130,8 @@ def plan(root, args):
     releases = sorted(d for d in os.listdir(rel_dir) if not d.startswith(".")) if os.path.isdir(rel_dir) else []
     prompts = {p: _prompt_hash(root, p) for p in args.get("prompts", [])}
     return {"root": os.path.abspath(root), "current": cur, "manifest": manifest.get("files", {}),
-            "releases": releases, "prompts": prompts, "in_use": sorted(_in_use(root))}
+            "releases": releases, "prompts": prompts, "in_use": sorted(_in_use(root)),
+            "running_prompts": _running_prompts(root)}
 
 
 def _safe_member(name):

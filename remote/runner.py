@@ -83,6 +83,8 @@ class DatasetRun:
     empty: int = 0
     events: collections.deque = field(default_factory=collections.deque)  # (t, tokens)
     budget: int | None = None
+    reindexed: dict[str, int] = field(default_factory=dict)  # in flight across a reload: id -> new index
+    prompts_changed: bool = False  # the file on disk is newer than the one in use
 
     @property
     def completion_tokens(self) -> int:
@@ -113,8 +115,22 @@ class DatasetRun:
         self.done.add(p.id)
         self.tokens_total += tokens
         self.new_records += 1
-        if p.index < self.target_n:
+        index = self.reindexed.pop(p.id, p.index)
+        if 0 <= index < self.target_n:
             self.done_in_target += 1
+
+    def reload(self, new: PromptFile) -> None:
+        """Use `new` from now on. Requests in flight keep the prompt they were sent with; their ids are
+        looked up in the new file so they count towards its target (or not, if they left it)."""
+        if self.in_flight:
+            self.reindexed = {pid: -1 for pid in self.in_flight}
+            for i, pid in enumerate(new.ids):
+                if pid in self.reindexed:
+                    self.reindexed[pid] = i
+        old, self.prompts = self.prompts, new
+        old.close()
+        self.next_pos = 0  # scan the new order once; done and in-flight ids are skipped
+        self.prompts_changed = False
 
     def state(self) -> str:
         if self.done_in_target >= self.target_n or (self.budget_reached() and not self.in_flight):
@@ -156,6 +172,7 @@ class Runner:
         self.token = os.environ.get(TOKEN_ENV) or os.urandom(8).hex()
         self.in_flight_total = 0
         self.abandoned = 0  # in-flight requests cut off by a stop (redone on resume)
+        self.reloaded: dict[str, dict] = {}  # prompt files reloaded by the last re-cap: name -> {from, to}
 
     # ------------------------------------------------------------------ preparation
 
@@ -197,16 +214,53 @@ class Runner:
                          AppendFile(out_path, indexed=True), AppendFile(self.paths.errors(spec.name)))
         return run
 
+    def _reloads(self, caps: Caps) -> dict[str, PromptFile]:
+        """The prompt files a deploy replaced under selected datasets, opened and checked; raises
+        BadInput (closing them all) where reloading would make an old id name another prompt."""
+        fresh: dict[str, PromptFile] = {}
+        try:
+            for name, run in self.runs.items():
+                if not caps.selected(name) or not run.prompts.changed_on_disk():
+                    continue
+                new = PromptFile(run.prompts.path, name, cache_dir=self.paths.run / "prompt-index")
+                fresh[name] = new
+                if not (run.prompts.is_prefix_of(new) or (run.prompts.explicit_ids and new.explicit_ids)):
+                    raise BadInput(
+                        f"{name}: {run.spec.prompts} was rewritten, not only appended to, and its prompts have "
+                        f"no `id`: line-number ids of the {len(run.done)} records already written could now name "
+                        "other prompts, so it is not reloaded live and nothing changed. Give every prompt an "
+                        "`id` (then it reloads live), or `invoke restart --hard` to start from the new file")
+        except BaseException:
+            for pf in fresh.values():
+                pf.close()
+            raise
+        return fresh
+
     def apply_caps(self, caps: Caps) -> None:
-        for spec in self.job.datasets:  # open what is newly selected first: a failure changes nothing
-            if caps.selected(spec.name) and spec.name not in self.runs:
-                self.runs[spec.name] = self._open_dataset(spec)
+        reloads = self._reloads(caps)  # checked before anything changes
+        try:
+            for spec in self.job.datasets:  # open what is newly selected first: a failure changes nothing
+                if caps.selected(spec.name) and spec.name not in self.runs:
+                    self.runs[spec.name] = self._open_dataset(spec)
+        except BaseException:
+            for pf in reloads.values():
+                pf.close()
+            raise
+        self.reloaded = {}
+        for name, new in reloads.items():
+            run = self.runs[name]
+            self.reloaded[name] = {"from": len(run.prompts), "to": len(new)}
+            run.reload(new)
+            self.log(f"{name}: prompts file changed on the host: reloaded, {self.reloaded[name]['from']} -> "
+                     f"{len(new)} prompts")
         self.caps = caps
         for name, run in self.runs.items():
             if caps.selected(name):
                 run.set_target(caps.target(name), caps.max_tokens)
             else:
                 run.set_target(0, caps.max_tokens)  # deselected live: dispatch nothing more
+        for name in reloads:
+            self._report_problems(self.runs[name])
 
     def prepare(self) -> None:
         unknown = [n for n in (self.caps.datasets or []) + list(self.caps.caps) if n not in self.job.names()]
@@ -214,13 +268,19 @@ class Runner:
             raise BadInput(f"unknown dataset {', '.join(unknown)}; the job has {', '.join(self.job.names())}")
         self.apply_caps(self.caps)
         for run in self.runs.values():
-            reported = error_ids(self.paths.errors(run.spec.name))
-            for index in sorted(run.prompts.problems):
-                p = run.prompts[index]
-                if index < run.target_n and p.id not in run.done:
-                    if p.id not in reported:  # said once in errors.jsonl, not again on every start
-                        self._write_error(run, p, p.problem or "unreadable prompt", 0)
-                    run.failed.add(p.id)
+            self._report_problems(run)
+
+    def _report_problems(self, run: DatasetRun) -> None:
+        """Unreadable prompt lines inside the target: into errors.jsonl once, never sent."""
+        if not run.prompts.problems:
+            return
+        reported = error_ids(self.paths.errors(run.spec.name))
+        for index in sorted(run.prompts.problems):
+            p = run.prompts[index]
+            if index < run.target_n and p.id not in run.done:
+                if p.id not in reported:  # said once in errors.jsonl, not again on every start
+                    self._write_error(run, p, p.problem or "unreadable prompt", 0)
+                run.failed.add(p.id)
 
     # ------------------------------------------------------------------ the window
 
@@ -381,6 +441,9 @@ class Runner:
         tick = 0
         while True:
             self._check_control()  # a stat() every 0.25 s: a re-cap lands fast
+            if tick % 10 == 0:  # a deploy may have replaced a prompt file: say so, reload on re-cap
+                for run in self.runs.values():
+                    run.prompts_changed = run.prompts.changed_on_disk()
             if tick % 4 == 0:
                 for run in self.runs.values():
                     run.out.sync()
@@ -422,6 +485,7 @@ class Runner:
                 "tokens_per_s": round(tok_rate, 1), "samples_per_s": round(sample_rate, 3),
                 "budget": run.budget, "budget_reached": run.budget_reached(),
                 "remaining_tokens": int(rem_tok), "eta_s": None, "_cum": remaining_tokens_before,
+                "prompts_file": dict(run.prompts.identity, path=spec.prompts), "prompts_changed": run.prompts_changed,
             }
         for d in ds_out.values():
             cum = d.pop("_cum")
@@ -435,7 +499,7 @@ class Runner:
             "state": self.state, "message": self.message, "pid": os.getpid(), "token": self.token,
             "started_at": self.started_at, "updated_at": now, "release": str(release_dir()),
             "root": str(self.paths.root), "caps": self.caps.to_dict(),
-            "control_seq": self.control_seq, "control_error": self.control_error,
+            "control_seq": self.control_seq, "control_error": self.control_error, "reloaded": self.reloaded,
             "draining": self.draining, "abandoned": self.abandoned,
             "engine": {"kind": self.engine_cfg.get("kind", "openai"), "model": self.model_name,
                        "base_url": self.engine_cfg.get("base_url"), "reachable": self.down_since is None,

@@ -318,7 +318,7 @@ def test_live_recap_refused_by_the_runner_is_reported(job):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
     r = control.restart(conn, flags(cfg, max_samples=100, datasets="B1"))
     (root / "data" / "prompts" / "B2.jsonl").unlink()  # B2 cannot be opened now
-    with pytest.raises(RemoteError, match="refused the new caps: B2: prompts file"):
+    with pytest.raises(RemoteError, match="refused: B2: prompts file"):
         control.restart(conn, flags(cfg, max_samples=100))
     assert procinfo.alive(r["pid"])  # the runner goes on with what it had
     assert status(root)["caps"]["datasets"] == ["B1"]

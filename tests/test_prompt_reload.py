@@ -1,0 +1,138 @@
+"""Prompt files deployed under a running job: flagged, reloaded by a plain `restart`, or refused when
+reloading would make old line-number ids name other prompts (real sshd, real HTTP test server)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploytool import control
+from deploytool.connectors import connect
+from deploytool.deploy import deploy_host
+from deploytool.errors import RemoteError
+from remote import procinfo
+from tests.conftest import base_job, ssh_host_entry, wait_for, write_config, write_prompts
+
+
+def cli(cfg, *args, timeout=180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def status(host_dir: Path) -> dict:
+    return json.loads((host_dir / "run" / "status.json").read_text())
+
+
+def record_ids(host_dir: Path, ds: str) -> list[str]:
+    p = host_dir / "data" / "outputs" / f"{ds}.jsonl"
+    return [json.loads(line)["id"] for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def append_prompts(path: Path, start: int, n: int, with_ids: bool) -> None:
+    with open(path, "a") as f:
+        for i in range(start, start + n):
+            obj = {"prompt": f"new question {i}"}
+            if with_ids:
+                obj = {"id": f"B2-{i:06d}", "messages": [{"role": "user", "content": f"new question {i}"}]}
+            f.write(json.dumps(obj) + "\n")
+
+
+@pytest.fixture
+def project(tmp_path, ssh_rig, openai_server):
+    srv = openai_server(latency=0.5)
+    proj = tmp_path / "p"
+    proj.mkdir()
+    host_dir = tmp_path / "host"
+
+    def make(b2_fmt: str, b1: int = 40, b2: int = 30):
+        write_prompts(proj / "data" / "prompts" / "B1.jsonl", b1, "B1")
+        write_prompts(proj / "data" / "prompts" / "B2.jsonl", b2, "B2", fmt=b2_fmt)
+        spec = base_job(datasets={ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in ("B1", "B2")},
+                        engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 2,
+                                "retry_base": 0.01})
+        return write_config(proj, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec)
+
+    yield make, srv, proj, host_dir
+    subprocess.run([sys.executable, "-m", "deploytool", "--config", str(proj / "hosts.yaml"), "stop", "--grace", "0"],
+                   capture_output=True, timeout=60)
+
+
+def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(project):
+    make, srv, proj, host_dir = project
+    cfg = make("prompt")  # no ids: line numbers are the ids, as in the report
+    assert cli(cfg, "deploy").returncode == 0
+    assert cli(cfg, "restart", "--max-samples", "100").returncode == 0
+    wait_for(lambda: len(record_ids(host_dir, "B1")) >= 2, timeout=30, what="first records")
+
+    append_prompts(proj / "data" / "prompts" / "B2.jsonl", 30, 20, with_ids=False)
+    dry = cli(cfg, "deploy", "--dry-run")
+    assert "would replace data/prompts/B2.jsonl, in use by the running job" in dry.stdout.replace("\n", " ")
+    res = cli(cfg, "deploy")
+    assert res.returncode == 0 and "in use by the running job" in res.stdout
+    wait_for(lambda: status(host_dir)["datasets"]["B2"]["prompts_changed"], timeout=15, what="change noticed")
+    res = cli(cfg, "status")
+    assert "B2: prompts changed on the host; `invoke restart` to use them" in res.stdout
+    assert status(host_dir)["datasets"]["B2"]["target"] == 30
+
+    res = cli(cfg, "restart", "--max-samples", "100")  # unchanged caps
+    assert res.returncode == 0, res.stderr
+    assert "re-capped live" in res.stdout and "B2: prompts 30 → 50, reloaded" in res.stdout
+    st = status(host_dir)
+    assert st["datasets"]["B2"]["target"] == 50 and not st["datasets"]["B2"]["prompts_changed"]
+    assert st["datasets"]["B2"]["prompts_file"]["size"] == (proj / "data" / "prompts" / "B2.jsonl").stat().st_size
+    assert cli(cfg, "tail").returncode == 0
+    assert sorted(record_ids(host_dir, "B2")) == [f"B2-{i:06d}" for i in range(50)]
+    assert sorted(record_ids(host_dir, "B1")) == [f"B1-{i:06d}" for i in range(40)]
+    assert len(srv.attempts) == 90 and set(srv.attempts.values()) == {1}  # nothing in flight was lost or redone
+
+
+def test_rewritten_file_with_ids_reloads_live(project):
+    make, srv, proj, host_dir = project
+    cfg = make("messages", b1=20, b2=10)
+    conn = connect(cfg.hosts["gpu"], cfg)
+    try:
+        deploy_host(conn, cfg)
+        r = control.restart(conn, control.parse_run_flags(cfg, max_samples=100))
+        path = proj / "data" / "prompts" / "B2.jsonl"
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join(list(reversed(lines))[:8]) + "\n")  # reordered, two dropped
+        append_prompts(path, 10, 5, with_ids=True)
+        deploy_host(conn, cfg)
+        again = control.restart(conn, control.parse_run_flags(cfg, max_samples=100))
+        assert again["mode"] == "live" and again["pid"] == r["pid"]
+        assert again["reloaded"] == {"B2": {"from": 10, "to": 13}}
+        wait_for(lambda: status(host_dir)["state"] == "finished", timeout=60, what="finished")
+        expected = sorted({json.loads(x)["id"] for x in path.read_text().splitlines()})
+        got = record_ids(host_dir, "B2")
+        assert len(got) == len(set(got)) and set(expected) <= set(got)
+        assert status(host_dir)["datasets"]["B2"]["done"] == 13
+    finally:
+        conn.close()
+
+
+def test_rewritten_file_without_ids_is_refused_and_the_runner_untouched(project):
+    make, srv, proj, host_dir = project
+    cfg = make("prompt", b1=40, b2=10)
+    conn = connect(cfg.hosts["gpu"], cfg)
+    try:
+        deploy_host(conn, cfg)
+        r = control.restart(conn, control.parse_run_flags(cfg, max_samples=100))
+        path = proj / "data" / "prompts" / "B2.jsonl"
+        path.write_text(json.dumps({"prompt": "inserted at the top"}) + "\n" + path.read_text())
+        deploy_host(conn, cfg)
+        before = status(host_dir)
+        with pytest.raises(RemoteError) as e:
+            control.restart(conn, control.parse_run_flags(cfg, max_samples=100))
+        msg = str(e.value)
+        assert "B2: data/prompts/B2.jsonl was rewritten, not only appended to" in msg
+        assert "`id`" in msg and "--hard" in msg and "nothing changed" in msg
+        assert procinfo.alive(r["pid"])
+        after = status(host_dir)
+        assert after["pid"] == r["pid"] and after["datasets"]["B2"]["target"] == before["datasets"]["B2"]["target"] == 10
+        assert after["datasets"]["B2"]["prompts_file"] == before["datasets"]["B2"]["prompts_file"]
+    finally:
+        conn.close()
