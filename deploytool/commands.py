@@ -118,7 +118,7 @@ def status(host_spec: str | None, *, as_json: bool = False) -> int:
     config = load_config()
     if as_json:
         results = _run(config, host_spec, control.status, lambda r: None)
-        print(json.dumps(results, indent=1))
+        print(json.dumps({name: st.to_dict() for name, st in results.items()}, indent=1))
     else:
         _run(config, host_spec, control.status, render.status_screen)
     return ExitCode.OK

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from remote.cli import run_argv
+from remote.status import JobStatus
 from remote.units import parse_cap, parse_dataset_list, parse_tokens
 
 from .config import Config
@@ -99,5 +100,5 @@ def stop(conn: Connector, grace: float = 30.0, drain: bool = False) -> dict:
     return dict(ctl(conn, "stop", "--grace", f"{grace:g}", *(["--drain"] if drain else [])), host=conn.name)
 
 
-def status(conn: Connector) -> dict:
-    return dict(ctl(conn, "status"), host=conn.name)
+def status(conn: Connector) -> JobStatus:
+    return replace(JobStatus.from_dict(ctl(conn, "status")), host=conn.name)

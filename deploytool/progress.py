@@ -10,7 +10,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-TERMINAL = {"finished", "failed", "stopped"}
+from remote.status import JobStatus
+
 STALE_AFTER = 30.0  # seconds without a status update before we ask whether the runner is alive
 
 
@@ -33,51 +34,62 @@ def fmt_duration(seconds) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def health(st: dict, now: float) -> tuple[str, bool]:
+def health(st: JobStatus, now: float) -> tuple[str, bool]:
     """The health line, and whether anything in it needs attention."""
-    eng = st.get("engine") or {}
+    eng = st.engine
     parts, bad = [], False
-    if eng.get("reachable", True):
-        parts.append(f"engine {eng.get('kind', '?')} reachable")
+    if eng.reachable:
+        parts.append(f"engine {eng.kind} reachable")
     else:
-        down = now - eng["down_since"] if eng.get("down_since") else None
-        parts.append(f"ENGINE UNREACHABLE for {fmt_duration(down)}: {eng.get('last_error') or '?'}")
+        down = now - eng.down_since if eng.down_since else None
+        parts.append(f"ENGINE UNREACHABLE for {fmt_duration(down)}: {eng.last_error or '?'}")
         bad = True
-    ds = (st.get("datasets") or {}).values()
-    new = sum(d.get("new_records", 0) for d in ds)
-    length = sum(d.get("finish_length", 0) for d in ds)
-    errors = st.get("errors", 0)
-    parts.append(f"errors {errors}")
-    bad |= bool(errors)
-    parts.append(f"finish=length {length / new:.1%}" if new else "finish=length -")
-    if st.get("retries"):
-        parts.append(f"retries {st['retries']}")
-    if st.get("stalled"):
+    new = st.new_records
+    parts.append(f"errors {st.errors}")
+    bad |= bool(st.errors)
+    parts.append(f"finish=length {st.finish_length / new:.1%}" if new else "finish=length -")
+    if st.retries:
+        parts.append(f"retries {st.retries}")
+    if st.stalled:
         parts.append("STALLED: nothing finished for a while")
         bad = True
-    upd = st.get("updated_at")
-    if upd and st.get("state") not in TERMINAL and now - upd > STALE_AFTER:
-        parts.append(f"status not updated for {fmt_duration(now - upd)}")
+    if st.updated_at and not st.terminal and now - st.updated_at > STALE_AFTER:
+        parts.append(f"status not updated for {fmt_duration(now - st.updated_at)}")
         bad = True
     return " · ".join(parts), bad
 
 
-def notices(st: dict) -> list[str]:
+def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:
+    """One line per server when the job uses several (or one is down), and whether it needs attention."""
+    if len(st.endpoints) < 2 and all(e.reachable for e in st.endpoints):
+        return []
+    out = []
+    for e in st.endpoints:
+        if e.reachable:
+            out.append((f"server {e.url}: up · in flight {e.in_flight}/{e.concurrency} · "
+                        f"{fmt_tokens(e.tokens_per_s)} tok/s · {e.requests:,} answered · errors {e.errors}", False))
+        else:
+            out.append((f"server {e.url}: DOWN for {fmt_duration(e.down_for(now))}: {e.last_error or '?'} · "
+                        f"{e.requests:,} answered · errors {e.errors}", True))
+    return out
+
+
+def notices(st: JobStatus) -> list[str]:
     """Things the user should act on that are not failures: prompt files replaced under a running job."""
-    changed = [n for n, d in (st.get("datasets") or {}).items() if d.get("prompts_changed")]
-    if changed and st.get("state") not in TERMINAL:
+    changed = [n for n, d in st.datasets.items() if d.prompts_changed]
+    if changed and not st.terminal:
         return [f"{', '.join(changed)}: prompts changed on the host; `invoke restart` to use them"]
     return []
 
 
-def totals(statuses: list[dict]) -> dict:
-    tok = sum(s.get("completion_tokens", 0) for s in statuses)
-    rate = sum(s.get("tokens_per_s", 0) or 0 for s in statuses)
-    etas = [s.get("eta_s") for s in statuses if s.get("state") not in TERMINAL]
+def totals(statuses: list[JobStatus]) -> dict:
+    tok = sum(s.completion_tokens for s in statuses)
+    rate = sum(s.tokens_per_s or 0 for s in statuses)
+    etas = [s.eta_s for s in statuses if not s.terminal]
     return {"tokens": tok, "tokens_per_s": rate, "eta_s": max(etas) if etas and None not in etas else (None if etas else 0)}
 
 
-def host_view(host: str, st: dict | None, now: float, note: str | None = None):
+def host_view(host: str, st: JobStatus | None, now: float, note: str | None = None):
     if st is None:
         return Text(f"{host}: no status yet" + (f" ({note})" if note else ""), style="yellow")
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
@@ -85,32 +97,31 @@ def host_view(host: str, st: dict | None, now: float, note: str | None = None):
                     ("tokens", {"justify": "right"}), ("tok/s", {"justify": "right"}), ("ETA", {"justify": "right"}),
                     ("state", {})):
         table.add_column(col, **kw)
-    for name, d in (st.get("datasets") or {}).items():
-        target = max(d.get("target", 0), 0)
-        bar = ProgressBar(total=max(target, 1), completed=min(d.get("done", 0), target) if target else 1, width=24,
-                          complete_style="green" if d.get("state") == "complete" else "cyan")
-        eta = "-" if d.get("state") == "complete" else fmt_duration(d.get("eta_s"))
-        table.add_row(name, bar, f"{d.get('done', 0):,}/{target:,}", fmt_tokens(d.get("completion_tokens")),
-                      fmt_tokens(d.get("tokens_per_s")), eta, d.get("state", "?"))
-    started = st.get("started_at")
-    state = st.get("state", "?")
-    state_style = {"finished": "green", "failed": "red", "stopped": "yellow"}.get(state, "bold")
-    head = Text.assemble((f"{host}", "bold"), ": ", (state, state_style),
-                         f"  pid {st.get('pid', '?')}  in flight {st.get('in_flight', 0)}/{st.get('concurrency', '?')}")
-    total = Text(f"total {fmt_tokens(st.get('completion_tokens'))} tokens · {fmt_tokens(st.get('tokens_per_s'))} tok/s"
-                 f" · ETA {fmt_duration(st.get('eta_s')) if state not in TERMINAL else '-'}"
-                 f" · elapsed {fmt_duration(now - started) if started else '?'}")
+    for name, d in st.datasets.items():
+        target = max(d.target, 0)
+        bar = ProgressBar(total=max(target, 1), completed=min(d.done, target) if target else 1, width=24,
+                          complete_style="green" if d.is_complete else "cyan")
+        eta = "-" if d.is_complete else fmt_duration(d.eta_s)
+        table.add_row(name, bar, f"{d.done:,}/{target:,}", fmt_tokens(d.completion_tokens),
+                      fmt_tokens(d.tokens_per_s), eta, d.state)
+    state_style = {"finished": "green", "failed": "red", "stopped": "yellow"}.get(st.state, "bold")
+    head = Text.assemble((f"{host}", "bold"), ": ", (st.state, state_style),
+                         f"  pid {st.pid or '?'}  in flight {st.in_flight}/{st.concurrency or '?'}")
+    total = Text(f"total {fmt_tokens(st.completion_tokens)} tokens · {fmt_tokens(st.tokens_per_s)} tok/s"
+                 f" · ETA {fmt_duration(st.eta_s) if not st.terminal else '-'}"
+                 f" · elapsed {fmt_duration(now - st.started_at) if st.started_at else '?'}")
     line, bad = health(st, now)
     parts = [head, table, total, Text(line, style="red" if bad else "dim")]
+    parts += [Text(text, style="red" if down else "dim") for text, down in endpoint_lines(st, now)]
     parts += [Text(n, style="yellow") for n in notices(st)]
-    if st.get("message"):
-        parts.append(Text(st["message"], style="yellow"))
+    if st.message:
+        parts.append(Text(st.message, style="yellow"))
     if note:
         parts.append(Text(note, style="yellow"))
     return Group(*parts)
 
 
-def view(snapshots: dict[str, dict | None], notes: dict[str, str | None], now: float | None = None):
+def view(snapshots: dict[str, JobStatus | None], notes: dict[str, str | None], now: float | None = None):
     now = time.time() if now is None else now
     parts = [host_view(h, st, now, notes.get(h)) for h, st in snapshots.items()]
     present = [s for s in snapshots.values() if s]
@@ -121,13 +132,14 @@ def view(snapshots: dict[str, dict | None], notes: dict[str, str | None], now: f
     return Group(*parts)
 
 
-def plain_line(host: str, st: dict | None, now: float, note: str | None = None) -> str:
+def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = None) -> str:
     stamp = time.strftime("%H:%M:%S", time.localtime(now))
     if st is None:
         return f"{stamp} {host}: no status yet" + (f" ({note})" if note else "")
-    ds = " ".join(f"{n} {d.get('done', 0)}/{d.get('target', 0)}" for n, d in (st.get("datasets") or {}).items())
+    ds = " ".join(f"{n} {d.done}/{d.target}" for n, d in st.datasets.items())
     line, _ = health(st, now)
-    eta = fmt_duration(st.get("eta_s")) if st.get("state") not in TERMINAL else "-"
-    out = (f"{stamp} {host}: {st.get('state')} | {ds} | {fmt_tokens(st.get('completion_tokens'))} tok "
-           f"{fmt_tokens(st.get('tokens_per_s'))} tok/s ETA {eta} | {line}")
-    return out + "".join(f" | {n}" for n in notices(st)) + (f" | {note}" if note else "")
+    eta = fmt_duration(st.eta_s) if not st.terminal else "-"
+    out = (f"{stamp} {host}: {st.state} | {ds} | {fmt_tokens(st.completion_tokens)} tok "
+           f"{fmt_tokens(st.tokens_per_s)} tok/s ETA {eta} | {line}")
+    down = [text for text, bad in endpoint_lines(st, now) if bad]
+    return out + "".join(f" | {x}" for x in down + notices(st)) + (f" | {note}" if note else "")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from remote.status import JobStatus
+
 from .deploy import DeployResult
-from .progress import fmt_duration as _eta, fmt_tokens as _tok, notices
+from .progress import endpoint_lines, fmt_duration as _eta, fmt_tokens as _tok, notices
 
 console = Console(highlight=False)
 
@@ -108,33 +112,31 @@ def stop_result(r: dict, out: Console | None = None) -> None:
     out.print(f"[bold]{r['host']}[/]: stopped {r['stopped']}{killed}; in-flight requests lost: {r['lost_in_flight']}")
 
 
-def status_screen(s: dict, out: Console | None = None) -> None:
+def status_screen(s: JobStatus, out: Console | None = None, now: float | None = None) -> None:
     out = out or console
-    runner = s.get("runner") or {}
-    state = s.get("state", "?")
-    up = f", up {_eta(runner.get('uptime_s'))}" if runner.get("alive") else ""
-    out.print(f"[bold]{s['host']}[/]: {state}{' (pid ' + str(runner.get('pid')) + up + ')' if runner.get('alive') else ''}"
-              f"  release {s.get('current_release') or 'none'}")
-    if s.get("message"):
-        out.print(f"  {s['message']}")
-    ds = s.get("datasets") or {}
-    if ds:
+    now = time.time() if now is None else now
+    r = s.runner
+    alive = f" (pid {r.pid}, up {_eta(r.uptime_s)})" if r and r.alive else ""
+    out.print(f"[bold]{s.host}[/]: {s.state}{alive}  release {s.current_release or 'none'}")
+    if s.message:
+        out.print(f"  {escape(s.message)}")
+    if s.datasets:
         t = Table("dataset", "done/target", "state", "tokens", "tok/s", "ETA", "errors", "length-cut", box=None)
-        for name, d in ds.items():
-            t.add_row(name, f"{d['done']:,}/{d['target']:,}", d["state"], _tok(d["completion_tokens"]),
-                      _tok(d.get("tokens_per_s")), "-" if d["state"] == "complete" else _eta(d.get("eta_s")),
-                      str(d.get("errors", 0)),
-                      str(d.get("finish_length", 0)))
+        for name, d in s.datasets.items():
+            t.add_row(name, f"{d.done:,}/{d.target:,}", d.state, _tok(d.completion_tokens), _tok(d.tokens_per_s),
+                      "-" if d.is_complete else _eta(d.eta_s), str(d.errors), str(d.finish_length))
         out.print(t)
-        eng = s.get("engine") or {}
-        health = "reachable" if eng.get("reachable", True) else f"UNREACHABLE ({eng.get('last_error')})"
-        out.print(f"  total {_tok(s.get('completion_tokens'))} tokens, {_tok(s.get('tokens_per_s'))} tok/s, "
-                  f"ETA {_eta(s.get('eta_s'))}; engine {eng.get('kind')} {health}; errors {s.get('errors', 0)}"
-                  f"{'; STALLED' if s.get('stalled') else ''}")
+        eng = s.engine
+        health = "reachable" if eng.reachable else f"UNREACHABLE ({eng.last_error})"
+        out.print(f"  total {_tok(s.completion_tokens)} tokens, {_tok(s.tokens_per_s)} tok/s, "
+                  f"ETA {_eta(s.eta_s)}; engine {eng.kind} {health}; errors {s.errors}"
+                  f"{'; STALLED' if s.stalled else ''}", markup=False)
+    for line, down in endpoint_lines(s, now):
+        out.print(f"  {line}", style="red" if down else None, markup=False)
     for note in notices(s):
         out.print(f"  [yellow]{escape(note)}[/]")
-    if s.get("strays"):
-        out.print(f"  [red]runner processes without a pid file: {s['strays']} (restart or stop takes care of them)[/]")
+    if s.strays:
+        out.print(f"  [red]runner processes without a pid file: {s.strays} (restart or stop takes care of them)[/]")
 
 
 def plan_result(r: dict, out: Console | None = None) -> None:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .config import Config, HostConfig
 from .connectors import Connector, connect
 from .errors import ConnectError, DeployToolError
-from .progress import STALE_AFTER, TERMINAL
+from remote.status import FINISHED, JobStatus
+
+from .progress import STALE_AFTER
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
 
@@ -26,7 +28,7 @@ class HostWatch:
     host: HostConfig
     config: Config | None
     conn: Connector | None = None
-    status: dict | None = None
+    status: JobStatus | None = None
     note: str | None = None
     failures: int = 0
     retry_at: float = 0.0
@@ -67,23 +69,23 @@ class HostWatch:
                 self.note = "no run/status.json yet (has the job been started?)"
                 return
             try:
-                self.status = json.loads(raw)
-            except ValueError:
+                self.status = JobStatus.from_dict(json.loads(raw))
+            except (ValueError, TypeError):
                 return  # caught between write and rename on a host without atomic rename: next poll
-            upd = self.status.get("updated_at") or 0
+            upd = self.status.updated_at or 0
             if self.verdict and self.verdict["updated_at"] == upd:
-                self.status = dict(self.status, **self.verdict["override"])  # still the dead runner's file
-            elif (self.status.get("state") not in TERMINAL and now - upd > STALE_AFTER
+                self.status = replace(self.status, **self.verdict["override"])  # still the dead runner's file
+            elif (not self.status.terminal and now - upd > STALE_AFTER
                     and now - self.checked_stale_at > STALE_AFTER):
                 # a runner killed with -9 never writes `stopped`: ask the host whether it is alive
                 from .control import status as ctl_status
 
                 self.checked_stale_at = now
                 live = ctl_status(conn)
-                if not live["runner"]["alive"]:
-                    override = {"state": live["state"], "message": live.get("message", "")}
+                if not (live.runner and live.runner.alive):
+                    override = {"state": live.state, "message": live.message}
                     self.verdict = {"updated_at": upd, "override": override}
-                    self.status = dict(self.status, **override)
+                    self.status = replace(self.status, **override)
         except ConnectError as e:
             self._failed(e, now)
         except DeployToolError as e:
@@ -136,11 +138,11 @@ class HostWatch:
             self.conn.close()
 
 
-def exit_code(statuses: list[dict | None]) -> int | None:
+def exit_code(statuses: list[JobStatus | None]) -> int | None:
     """None while any host still runs; then 0 if every job finished, else 1."""
-    if any(s is None or s.get("state") not in TERMINAL for s in statuses):
+    if any(s is None or not s.terminal for s in statuses):
         return None
-    return 0 if all(s["state"] == "finished" for s in statuses) else 1
+    return 0 if all(s.state == FINISHED for s in statuses) else 1
 
 
 def watch(config: Config, hosts: list[HostConfig], *, once: bool = False, log: bool = False,

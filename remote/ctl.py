@@ -20,6 +20,7 @@ from . import gpu, kill, procinfo
 from .cli import add_run_args, run_argv
 from .jobspec import JOB_FILE, Caps, Job, Paths, default_root, release_dir, write_json_atomic
 from .runner import TOKEN_ENV
+from .status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
 
 
 
@@ -62,8 +63,8 @@ def send_control(paths: Paths, token: str | None, **request) -> int:
     return seq
 
 
-def caps_summary(st: dict) -> dict:
-    return {n: {"done": d["done"], "target": d["target"], "state": d["state"]} for n, d in st.get("datasets", {}).items()}
+def caps_summary(st: JobStatus) -> dict:
+    return {n: {"done": d.done, "target": d.target, "state": d.state} for n, d in st.datasets.items()}
 
 
 def stray_runners(paths: Paths, exclude: set[int]) -> list[int]:
@@ -103,8 +104,8 @@ def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float =
         targets[pid] = procinfo.start_time(pid)
     if not targets:
         return {"stopped": [], "killed": [], "strays": [], "lost_in_flight": 0, "was_running": False}
-    before = procinfo.read_json(paths.status) or {}
-    in_flight_before = int(before.get("in_flight") or 0)
+    before = JobStatus.read(paths.status) or JobStatus()
+    in_flight_before = before.in_flight
     drained = False
     if drain and rec:
         send_control(paths, token, drain=True)
@@ -116,21 +117,21 @@ def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float =
         send_control(paths, token, grace=grace)
         margin = 3.0
     killed = kill.terminate(targets, grace + margin, TOKEN_ENV, token)
-    after = procinfo.read_json(paths.status) or {}
+    after = JobStatus.read(paths.status) or JobStatus()
     if killed and rec and rec["pid"] in killed:
-        lost = int(after.get("in_flight") or in_flight_before)
+        lost = after.in_flight or in_flight_before
         _mark_stopped(paths, rec, f"killed after {grace:g}s grace")
     else:
-        lost = int(after.get("abandoned") or 0)
+        lost = after.abandoned
     return {"stopped": sorted(targets), "killed": sorted(set(killed)), "strays": strays,
             "lost_in_flight": 0 if drained else lost, "was_running": True, "drained": drained}
 
 
 def _mark_stopped(paths: Paths, rec: dict, why: str) -> None:
-    st = procinfo.read_json(paths.status)
-    if st and st.get("pid") == rec["pid"] and st.get("state") in ("starting", "running"):
-        st.update(state="stopped", message=why, updated_at=time.time())
-        write_json_atomic(paths.status, st)
+    st = JobStatus.read(paths.status)
+    if st and st.pid == rec["pid"] and st.state in (STARTING, RUNNING):
+        st.state, st.message, st.updated_at = STOPPED, why, time.time()
+        write_json_atomic(paths.status, st.to_dict())
 
 
 # ------------------------------------------------------------------ starting
@@ -168,17 +169,17 @@ def start(paths: Paths, a) -> dict:
                                 start_new_session=True, close_fds=True)
     deadline = time.monotonic() + a.wait
     while True:
-        st = procinfo.read_json(paths.status) or {}
-        if st.get("token") == token and st.get("state") in ("running", "finished", "stopped"):
+        st = JobStatus.read(paths.status) or JobStatus()
+        if st.token == token and st.state in (RUNNING, FINISHED, STOPPED):
             break
         code = proc.poll()
         if code is not None:
             raise CtlError(f"the runner exited with code {code} during start-up", code=1,
-                           log=procinfo.tail_lines(paths.log, 20), status=st if st.get("token") == token else None)
+                           log=procinfo.tail_lines(paths.log, 20))
         if time.monotonic() > deadline:
             raise CtlError(f"the runner did not report running within {a.wait:g}s", log=procinfo.tail_lines(paths.log, 20))
         time.sleep(0.05)
-    return {"pid": proc.pid, "token": token, "release": str(rel), "state": st.get("state"),
+    return {"pid": proc.pid, "token": token, "release": str(rel), "state": st.state,
             "caps": caps_summary(st), "gpu": gpu_report}
 
 
@@ -196,14 +197,14 @@ def job_engine_port() -> int | None:
 
 # ------------------------------------------------------------------ restart: live re-cap or real
 
-def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> dict:
+def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> JobStatus:
     seq = send_control(paths, rec.get("token"), caps=caps.to_dict())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        st = procinfo.read_json(paths.status) or {}
-        if int(st.get("control_seq") or 0) >= seq:
-            if st.get("control_error"):
-                raise CtlError(f"the running runner refused: {st['control_error']}")
+        st = JobStatus.read(paths.status) or JobStatus()
+        if st.control_seq >= seq:
+            if st.control_error:
+                raise CtlError(f"the running runner refused: {st.control_error}")
             return st
         if not procinfo.is_same_process(rec):
             break
@@ -220,8 +221,8 @@ def restart(paths: Paths, a) -> dict:
         return {"mode": mode, "dry_run": True, "running": rec, "caps": caps.to_dict()}
     if same_release and not a.hard:
         st = recap(paths, rec, caps)
-        return {"mode": "live", "pid": rec["pid"], "lost_in_flight": 0, "state": st.get("state"),
-                "caps": caps_summary(st), "reloaded": st.get("reloaded") or {}}
+        return {"mode": "live", "pid": rec["pid"], "lost_in_flight": 0, "state": st.state,
+                "caps": caps_summary(st), "reloaded": st.reloaded}
     stopped = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
     started = start(paths, a)
     return dict(started, mode="restart" if stopped["was_running"] else "start", stopped=stopped,
@@ -229,20 +230,20 @@ def restart(paths: Paths, a) -> dict:
 
 
 def status(paths: Paths) -> dict:
-    st = procinfo.read_json(paths.status) or {"state": "never run"}
+    st = JobStatus.read(paths.status) or JobStatus()
     rec = managed_runner(paths)
-    if st.get("state") in ("starting", "running") and not rec:
-        st = dict(st, state="stopped", message="the runner is gone without writing its status (killed?)")
+    if st.state in (STARTING, RUNNING) and not rec:
+        st.state, st.message = STOPPED, "the runner is gone without writing its status (killed?)"
     try:
         current = os.readlink(paths.root / "current")
     except OSError:
         current = None
-    st["runner"] = {"alive": rec is not None, "pid": rec and rec["pid"], "release": rec and rec.get("release"),
-                    "uptime_s": (time.time() - rec["started_at"]) if rec else None}
-    st["current_release"] = current
-    st["strays"] = stray_runners(paths, {rec["pid"]} if rec else set())
-    st.pop("token", None)
-    return st
+    st.runner = RunnerInfo(alive=rec is not None, pid=rec and rec["pid"], release=rec and rec.get("release"),
+                           uptime_s=(time.time() - rec["started_at"]) if rec else None)
+    st.current_release = current
+    st.strays = stray_runners(paths, {rec["pid"]} if rec else set())
+    st.token = None
+    return st.to_dict()
 
 
 # ------------------------------------------------------------------ pull support
@@ -346,10 +347,10 @@ def main(a) -> int:
             from .units import parse_dataset_list, parse_tokens
 
             job = Job.load(release_dir() / JOB_FILE)
-            st = procinfo.read_json(paths.status) or {}
+            st = JobStatus.read(paths.status) or JobStatus()
             out = {"datasets": plan(paths, job, parse_tokens(a.tokens_per_dataset), parse_dataset_list(a.datasets)),
-                   "tokens_per_s": st.get("tokens_per_s") if st.get("state") == "running" else None,
-                   "state": st.get("state")}
+                   "tokens_per_s": st.tokens_per_s if st.state == RUNNING else None,
+                   "state": st.state}
         elif a.ctl_command == "files":
             out = {"files": output_files(paths, json.loads(a.have))}
         else:

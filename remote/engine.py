@@ -18,13 +18,24 @@ class EngineError(Exception):
 class TransientError(EngineError):
     """Timeouts, 429, 5xx, malformed replies: retry with backoff."""
 
+    def __init__(self, message: str, timeout: bool = False):
+        super().__init__(message)
+        self.timeout = timeout  # the server may be gone: the pool asks it
+
 
 class PermanentError(EngineError):
     """4xx other than 408/429: retrying cannot help."""
 
 
 class EngineDown(EngineError):
-    """Nothing answers at base_url: wait (with backoff) up to the engine's down_deadline."""
+    """The server refuses connections, or dropped this one mid-request (its process died): the request
+    goes to another server, or waits for this one to answer again (up to the engine's down_deadline)."""
+
+
+def base_urls(engine: dict) -> list[str]:
+    """`base_urls`, else `base_url` as a list of one."""
+    urls = engine.get("base_urls") or [engine.get("base_url") or "http://127.0.0.1:8000/v1"]
+    return [u.rstrip("/") for u in urls]
 
 
 @dataclass
@@ -81,7 +92,7 @@ class OpenAIEngine:
 
     def __init__(self, job):
         engine = job.engine
-        self.base_url = engine.get("base_url", "http://127.0.0.1:8000/v1").rstrip("/")
+        self.base_urls = base_urls(engine)
         self.model = engine.get("model", "default")
         self.timeout = float(engine.get("request_timeout", 3600))
         self.concurrency = int(engine.get("concurrency", 256))
@@ -109,17 +120,31 @@ class OpenAIEngine:
     async def __aexit__(self, *exc):
         await self._session.close()
 
-    async def complete(self, messages: list, est_tokens: int, key: str) -> Completion:
+    async def probe(self, url: str) -> str | None:
+        """None when the server answers HTTP at all (any status), else why not."""
+        try:
+            async with self._session.get(f"{url}/models", timeout=self._aiohttp.ClientTimeout(total=10)) as resp:
+                await resp.read()
+            return None
+        except asyncio.TimeoutError:
+            return "no answer within 10s"
+        except (self._aiohttp.ClientError, OSError) as e:
+            return f"{type(e).__name__}: {e}"
+
+    async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
         aiohttp = self._aiohttp
         body = {**self.fixed, "messages": messages}
         try:
-            async with self._session.post(f"{self.base_url}/chat/completions", json=body) as resp:
+            async with self._session.post(f"{url}/chat/completions", json=body) as resp:
                 text = await resp.text()
                 status = resp.status
         except aiohttp.ClientConnectorError as e:
-            raise EngineDown(f"cannot connect to {self.base_url}: {e.os_error or e}") from None
+            raise EngineDown(f"cannot connect to {url}: {e.os_error or e}") from None
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError,
+                ConnectionResetError) as e:
+            raise EngineDown(f"{url} dropped the connection ({type(e).__name__}: {e})") from None
         except asyncio.TimeoutError:
-            raise TransientError(f"request timed out after {self.timeout:g}s") from None
+            raise TransientError(f"request timed out after {self.timeout:g}s", timeout=True) from None
         except (aiohttp.ClientError, ConnectionError) as e:
             raise TransientError(f"{type(e).__name__}: {e}") from None
         if status == 429 or status == 408 or status >= 500:
@@ -141,6 +166,7 @@ class SimulateEngine:
     flight, long-tailed response lengths around each dataset's est_tokens. A demo, never a fallback."""
 
     model = "simulated"
+    base_urls = ["simulate"]
 
     def __init__(self, job):
         engine, sampling = job.engine, job.sampling
@@ -161,7 +187,10 @@ class SimulateEngine:
         mu = math.log(max(est_tokens, 1)) - sigma * sigma / 2  # lognormal with mean est_tokens
         return max(8, int(rng.lognormvariate(mu, sigma)))
 
-    async def complete(self, messages: list, est_tokens: int, key: str) -> Completion:
+    async def probe(self, url: str) -> str | None:
+        return None
+
+    async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
         n = self.length(est_tokens, key)
         finish = "stop"
         if n >= self.max_tokens:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import fcntl
+import heapq
+import itertools
 import json
 import os
 import signal
@@ -20,6 +22,9 @@ from pathlib import Path
 
 from . import procinfo
 from .engine import EngineDown, PermanentError, TransientError, backoff, make_engine
+from .pool import Endpoint, Pool
+from .status import (COMPLETE, FAILED, FINISHED, INCOMPLETE, PENDING, RUNNING, STARTING, STOPPED, DatasetStatus,
+                     EngineStatus, JobStatus)
 from .jobspec import Caps, Dataset, Job, Paths, release_dir, write_json_atomic
 from .outputs import AppendFile, count_lines, encode_record, load_existing, repair_tail
 from .prompts import Prompt, PromptFile
@@ -28,6 +33,7 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"
 RATE_WINDOW = 60.0
 FINGERPRINT_ABSENT = {"extra_body": {}}
+_SEQ = itertools.count()  # tie-break in the retry queue: prompts never compare
 
 
 class BadInput(Exception):
@@ -85,6 +91,11 @@ class DatasetRun:
     budget: int | None = None
     reindexed: dict[str, int] = field(default_factory=dict)  # in flight across a reload: id -> new index
     prompts_changed: bool = False  # the file on disk is newer than the one in use
+    # prompts to send again (a retry after its backoff, or back from a server that went away)
+    queue: list = field(default_factory=list)  # heap of (not before, seq, Prompt)
+    queued: set[str] = field(default_factory=set)
+    attempts: dict[str, int] = field(default_factory=dict)  # transient failures per prompt in this run
+    requeues: dict[str, int] = field(default_factory=dict)  # times a server went away under the prompt
 
     @property
     def completion_tokens(self) -> int:
@@ -99,17 +110,40 @@ class DatasetRun:
     def budget_reached(self) -> bool:
         return self.budget is not None and self.tokens_total >= self.budget
 
-    def next_prompt(self) -> Prompt | None:
+    def requeue(self, p: Prompt, not_before: float) -> None:
+        self.queued.add(p.id)
+        heapq.heappush(self.queue, (not_before, next(_SEQ), p))
+
+    def _skip(self, pid: str) -> bool:
+        return pid in self.done or pid in self.in_flight or pid in self.failed or pid in self.queued
+
+    def next_prompt(self, now: float) -> Prompt | None:
         if self.budget_reached():
             return None
+        while self.queue and self.queue[0][0] <= now:
+            p = heapq.heappop(self.queue)[2]
+            self.queued.discard(p.id)
+            if p.id not in self.done and p.index < self.target_n:  # a re-cap may have lowered the target
+                return p
         ids = self.prompts.ids
         while self.next_pos < self.target_n:
             i = self.next_pos
             self.next_pos += 1
-            if ids[i] in self.done or ids[i] in self.in_flight or ids[i] in self.failed:
+            if self._skip(ids[i]):
                 continue
             return self.prompts[i]  # read and parsed only now
         return None
+
+    def has_work(self) -> bool:
+        """Something is left to send, now or after a backoff (without taking it)."""
+        if self.budget_reached():
+            return False
+        if self.queue:
+            return True
+        ids = self.prompts.ids
+        while self.next_pos < self.target_n and self._skip(ids[self.next_pos]):
+            self.next_pos += 1
+        return self.next_pos < self.target_n
 
     def record_done(self, p: Prompt, tokens: int) -> None:
         self.done.add(p.id)
@@ -134,12 +168,12 @@ class DatasetRun:
 
     def state(self) -> str:
         if self.done_in_target >= self.target_n or (self.budget_reached() and not self.in_flight):
-            return "complete"
-        if self.in_flight:
-            return "running"
+            return COMPLETE
+        if self.in_flight or self.queue:
+            return RUNNING
         if self.next_pos >= self.target_n and self.failed:
-            return "incomplete"  # every prompt tried; the missing ones are in <DS>.errors.jsonl
-        return "running" if self.new_records else "pending"
+            return INCOMPLETE  # every prompt tried; the missing ones are in <DS>.errors.jsonl
+        return RUNNING if self.new_records else PENDING
 
 
 class Runner:
@@ -149,19 +183,20 @@ class Runner:
         self.grace, self.force = grace, force
         self.log = Log(paths.log, echo)
         self.engine_cfg = job.engine
-        self.concurrency = int(job.engine.get("concurrency", 256))
+        self.concurrency = int(job.engine.get("concurrency", 256))  # per server
         self.max_retries = int(job.engine.get("max_retries", 8))
+        self.max_requeues = max(16, 2 * self.max_retries)
+        self.pool: Pool | None = None
         self.retry_base = float(job.engine.get("retry_base", 1.0))
         self.down_deadline = float(job.engine.get("down_deadline", 1800))
         self.stall_after = float(job.engine.get("stall_minutes", 10)) * 60
         self.model_name = "simulated" if job.engine.get("kind") == "simulate" else job.engine.get("model", "default")
         self.runs: dict[str, DatasetRun] = {}
-        self.state = "starting"
+        self.state = STARTING
         self.message = ""
         self.stopping = False
         self.draining = False
         self.fatal: str | None = None
-        self.down_since: float | None = None
         self.engine_error: str | None = None
         self.last_completion = time.time()
         self.started_at = time.time()
@@ -284,54 +319,63 @@ class Runner:
 
     # ------------------------------------------------------------------ the window
 
-    def next_prompt(self) -> tuple[DatasetRun, Prompt] | None:
+    def next_prompt(self, now: float) -> tuple[DatasetRun, Prompt] | None:
         if self.stopping or self.draining or self.fatal:
             return None
         for spec in self.job.datasets:  # job order: the window rolls from one dataset into the next
             run = self.runs.get(spec.name)
             if run is None:
                 continue
-            p = run.next_prompt()
+            p = run.next_prompt(now)
             if p is not None:
                 return run, p
         return None
 
-    async def _process(self, engine, run: DatasetRun, p: Prompt) -> None:
-        attempt, down_attempt = 0, 0
+    def has_work(self) -> bool:
+        if self.stopping or self.draining or self.fatal:
+            return False
+        return any(run.has_work() for run in self.runs.values())
+
+    async def _process(self, engine, ep: Endpoint, run: DatasetRun, p: Prompt) -> None:
+        """One request to one server. Whatever happens, the prompt ends recorded, in the errors file, or
+        back in the queue (never lost, never recorded twice)."""
         try:
-            while True:
-                try:
-                    c = await engine.complete(p.messages, run.spec.est_tokens, p.id)
-                    break
-                except EngineDown as e:
-                    now = time.time()
-                    if self.down_since is None:
-                        self.down_since = now
-                        self.log(f"engine unreachable: {e}; retrying for up to {self.down_deadline:g}s")
-                    self.engine_error = str(e)
-                    if now - self.down_since > self.down_deadline:
-                        self.fatal = f"engine unreachable for {now - self.down_since:.0f}s: {e}"
-                        return
-                    down_attempt += 1
-                    await asyncio.sleep(backoff(min(down_attempt, 6), self.retry_base))
-                except TransientError as e:
-                    attempt += 1
-                    self.retries += 1
-                    self.engine_error = str(e)
-                    if attempt > self.max_retries:
-                        self._write_error(run, p, f"gave up after {attempt} attempts: {e}", attempt)
-                        run.failed.add(p.id)
-                        return
-                    await asyncio.sleep(backoff(attempt - 1, self.retry_base))
-                except PermanentError as e:
-                    self._write_error(run, p, str(e), attempt + 1)
+            try:
+                c = await engine.complete(ep.url, p.messages, run.spec.est_tokens, p.id)
+            except EngineDown as e:
+                now = time.time()
+                self.pool.mark_down(ep, str(e), now)
+                self.engine_error = str(e)
+                n = run.requeues[p.id] = run.requeues.get(p.id, 0) + 1
+                if n > self.max_requeues:  # a prompt that takes every server down with it
+                    self._write_error(run, p, f"servers went away under it {n} times: {e}", n)
                     run.failed.add(p.id)
                     return
-            if self.down_since is not None:
-                self.log(f"engine reachable again after {time.time() - self.down_since:.0f}s")
-            self.down_since, self.engine_error = None, None
+                run.requeue(p, now)  # not a retry of the prompt: another server takes it
+                return
+            except TransientError as e:
+                n = run.attempts[p.id] = run.attempts.get(p.id, 0) + 1
+                self.retries += 1
+                ep.errors += 1
+                self.engine_error = str(e)
+                if e.timeout:
+                    ep.check_now = True  # is the server still there?
+                if n > self.max_retries:
+                    self._write_error(run, p, f"gave up after {n} attempts: {e}", n)
+                    run.failed.add(p.id)
+                    return
+                run.requeue(p, time.time() + backoff(n - 1, self.retry_base))
+                return
+            except PermanentError as e:
+                ep.errors += 1
+                self._write_error(run, p, str(e), run.attempts.get(p.id, 0) + 1)
+                run.failed.add(p.id)
+                return
+            self.engine_error = None
             self._write_record(run, p, c)
+            self.pool.answered(ep, c.completion_tokens, time.time())
         finally:
+            ep.in_flight -= 1
             run.in_flight.discard(p.id)
 
     def _write_record(self, run: DatasetRun, p: Prompt, c) -> None:
@@ -364,8 +408,8 @@ class Runner:
         self.log(f"{run.spec.name} {p.id}: error: {reason}")
 
     async def _window(self, engine) -> None:
-        """Keep `concurrency` requests in flight: refill a slot the moment one frees (a done-callback
-        wakes us; no O(window) asyncio.wait per completion)."""
+        """Keep `concurrency` requests in flight on every reachable server: refill a slot the moment one
+        frees (a done-callback wakes us; no O(window) asyncio.wait per completion)."""
         tasks: set[asyncio.Task] = set()
         self._tasks = tasks
         wake = asyncio.Event()
@@ -378,23 +422,32 @@ class Runner:
             wake.set()
 
         while True:
-            while len(tasks) < self.concurrency:
-                nxt = self.next_prompt()
+            now = time.time()
+            while True:
+                ep = self.pool.pick()
+                if ep is None:
+                    break
+                nxt = self.next_prompt(now)
                 if nxt is None:
                     break
                 run, p = nxt
                 run.in_flight.add(p.id)
-                t = asyncio.ensure_future(self._process(engine, run, p))
+                ep.in_flight += 1
+                t = asyncio.ensure_future(self._process(engine, ep, run, p))
                 tasks.add(t)
                 t.add_done_callback(done)
             self.in_flight_total = len(tasks)
             if crashed:
                 raise crashed[0]
-            if not tasks or self.fatal:
+            down = self.pool.all_down_since()
+            if down is not None and now - down > self.down_deadline and not self.fatal:
+                what = "engine unreachable" if len(self.pool.endpoints) == 1 else "every engine server unreachable"
+                self.fatal = f"{what} for {now - down:.0f}s: {self.engine_error}"
+            if self.fatal or (not tasks and not self.has_work()):
                 return
             wake.clear()
             try:
-                await asyncio.wait_for(wake.wait(), timeout=0.5)  # also re-check stop/caps twice a second
+                await asyncio.wait_for(wake.wait(), timeout=0.25)  # also: backoffs due, servers back, stop, caps
             except asyncio.TimeoutError:
                 pass
 
@@ -452,11 +505,12 @@ class Runner:
             tick += 1
             await asyncio.sleep(0.25)
 
-    def status(self) -> dict:
+    def status(self) -> JobStatus:
         now = time.time()
         window = max(1.0, min(RATE_WINDOW, now - self.started_at))
         total_tok_rate = total_sample_rate = 0.0
-        ds_out = {}
+        datasets: dict[str, DatasetStatus] = {}
+        cum: dict[str, float] = {}
         remaining_tokens_before = 0.0
         for spec in self.job.datasets:
             run = self.runs.get(spec.name)
@@ -473,48 +527,48 @@ class Runner:
             rem_tok = remaining * mean
             if run.budget is not None:
                 rem_tok = min(rem_tok, max(0, run.budget - run.completion_tokens))
-            if run.state() == "complete":
+            state = run.state()
+            if state == COMPLETE:
                 rem_tok = 0
             remaining_tokens_before += rem_tok
-            ds_out[spec.name] = {
-                "state": run.state(), "done": run.done_in_target, "target": run.target_n,
-                "records": len(run.done), "prompts": len(run.prompts),
-                "completion_tokens": run.completion_tokens, "mean_tokens": round(mean, 1),
-                "errors": run.errors, "failed_this_run": len(run.failed), "in_flight": len(run.in_flight),
-                "new_records": run.new_records, "finish_length": run.finish_length, "empty": run.empty,
-                "tokens_per_s": round(tok_rate, 1), "samples_per_s": round(sample_rate, 3),
-                "budget": run.budget, "budget_reached": run.budget_reached(),
-                "remaining_tokens": int(rem_tok), "eta_s": None, "_cum": remaining_tokens_before,
-                "prompts_file": dict(run.prompts.identity, path=spec.prompts), "prompts_changed": run.prompts_changed,
-            }
-        for d in ds_out.values():
-            cum = d.pop("_cum")
-            if d["state"] == "complete":
-                d["eta_s"] = 0
+            cum[spec.name] = remaining_tokens_before
+            datasets[spec.name] = DatasetStatus(
+                state=state, done=run.done_in_target, target=run.target_n, records=len(run.done),
+                prompts=len(run.prompts), completion_tokens=run.completion_tokens, mean_tokens=round(mean, 1),
+                errors=run.errors, failed_this_run=len(run.failed), in_flight=len(run.in_flight),
+                new_records=run.new_records, finish_length=run.finish_length, empty=run.empty,
+                tokens_per_s=round(tok_rate, 1), samples_per_s=round(sample_rate, 3), budget=run.budget,
+                budget_reached=run.budget_reached(), remaining_tokens=int(rem_tok),
+                prompts_file=dict(run.prompts.identity, path=spec.prompts), prompts_changed=run.prompts_changed)
+        for name, d in datasets.items():
+            if d.state == COMPLETE:
+                d.eta_s = 0
             elif total_tok_rate > 0:
-                d["eta_s"] = int(cum / total_tok_rate)  # datasets run in job order, so ETAs accumulate
-        stalled = (self.state == "running" and self.in_flight_total > 0
+                d.eta_s = int(cum[name] / total_tok_rate)  # datasets run in job order, so ETAs accumulate
+        stalled = (self.state == RUNNING and self.in_flight_total > 0
                    and now - self.last_completion > self.stall_after)
-        return {
-            "state": self.state, "message": self.message, "pid": os.getpid(), "token": self.token,
-            "started_at": self.started_at, "updated_at": now, "release": str(release_dir()),
-            "root": str(self.paths.root), "caps": self.caps.to_dict(),
-            "control_seq": self.control_seq, "control_error": self.control_error, "reloaded": self.reloaded,
-            "draining": self.draining, "abandoned": self.abandoned,
-            "engine": {"kind": self.engine_cfg.get("kind", "openai"), "model": self.model_name,
-                       "base_url": self.engine_cfg.get("base_url"), "reachable": self.down_since is None,
-                       "down_since": self.down_since, "last_error": self.engine_error},
-            "concurrency": self.concurrency, "in_flight": self.in_flight_total,
-            "tokens_per_s": round(total_tok_rate, 1), "samples_per_s": round(total_sample_rate, 3),
-            "completion_tokens": sum(d["completion_tokens"] for d in ds_out.values()),
-            "errors": sum(d["errors"] for d in ds_out.values()), "retries": self.retries,
-            "eta_s": int(remaining_tokens_before / total_tok_rate) if total_tok_rate > 0 else None,
-            "stalled": stalled, "last_completion_at": self.last_completion,
-            "datasets": ds_out,
-        }
+        endpoints = [e.status(now, self.started_at) for e in self.pool.endpoints] if self.pool else []
+        return JobStatus(
+            state=self.state, message=self.message, pid=os.getpid(), token=self.token,
+            started_at=self.started_at, updated_at=now, release=str(release_dir()), root=str(self.paths.root),
+            caps=self.caps.to_dict(), control_seq=self.control_seq, control_error=self.control_error,
+            reloaded=self.reloaded, draining=self.draining, abandoned=self.abandoned,
+            engine=EngineStatus(kind=self.engine_cfg.get("kind", "openai"), model=self.model_name,
+                                base_urls=[e.url for e in self.pool.endpoints] if self.pool else [],
+                                reachable=self.pool is None or self.pool.any_reachable(),
+                                down_since=self.pool.all_down_since() if self.pool else None,
+                                last_error=self.engine_error),
+            endpoints=endpoints,
+            concurrency=self.pool.capacity if self.pool else self.concurrency, in_flight=self.in_flight_total,
+            tokens_per_s=round(total_tok_rate, 1), samples_per_s=round(total_sample_rate, 3),
+            completion_tokens=sum(d.completion_tokens for d in datasets.values()),
+            errors=sum(d.errors for d in datasets.values()), retries=self.retries,
+            eta_s=int(remaining_tokens_before / total_tok_rate) if total_tok_rate > 0 else None,
+            stalled=stalled, last_completion_at=self.last_completion, datasets=datasets,
+        )
 
     def write_status(self) -> None:
-        write_json_atomic(self.paths.status, self.status())
+        write_json_atomic(self.paths.status, self.status().to_dict())
 
     # ------------------------------------------------------------------ main
 
@@ -537,7 +591,9 @@ class Runner:
         code = EXIT_OK
         try:
             async with make_engine(self.job) as engine:
-                self.state = "running"
+                self.pool = Pool(engine.base_urls, self.concurrency, self.retry_base, self.log)
+                prober = asyncio.ensure_future(self.pool.probe_forever(engine.probe))
+                self.state = RUNNING
                 self.write_status()
                 window = asyncio.ensure_future(self._window(engine))
                 stopper = asyncio.ensure_future(stop_event.wait())
@@ -555,16 +611,17 @@ class Runner:
                         await asyncio.gather(window, *self._tasks, return_exceptions=True)
                         self.log(f"grace period over: {lost} in-flight requests abandoned (they are redone on resume)")
                 stopper.cancel()
+                prober.cancel()
                 if window.done() and not window.cancelled() and window.exception():
                     raise window.exception()
             if self.fatal:
-                self.state, self.message, code = "failed", self.fatal, EXIT_FAILED
+                self.state, self.message, code = FAILED, self.fatal, EXIT_FAILED
                 self.log(f"failed: {self.fatal}")
             elif self.stopping or self.draining:
-                self.state, self.message = "stopped", "stopped by signal" if self.stopping else "drained"
+                self.state, self.message = STOPPED, "stopped by signal" if self.stopping else "drained"
                 self.log(f"stopped: {self.summary()}")
             else:
-                self.state = "finished"
+                self.state = FINISHED
                 errors = sum(len(r.failed) for r in self.runs.values())
                 self.message = f"{errors} prompts failed permanently: see *.errors.jsonl; a restart retries them" if errors else ""
                 self.log(f"finished: {self.summary()}" + (f"; {self.message}" if errors else ""))
@@ -586,7 +643,7 @@ class Runner:
             self.log("engine is `simulate`: a built-in stand-in, no model is called (records say model \"simulated\")")
         self.log("caps: " + self.caps_line())
         for name, run in self.runs.items():
-            state = "already complete" if run.state() == "complete" else f"{run.target_n - run.done_in_target} to do"
+            state = "already complete" if run.state() == COMPLETE else f"{run.target_n - run.done_in_target} to do"
             self.log(f"{name}: {run.done_in_target}/{run.target_n} done, {state}")
         try:
             code = asyncio.run(self._main())
@@ -594,7 +651,7 @@ class Runner:
             import traceback
 
             self.log("crashed:\n" + traceback.format_exc())
-            self.state, self.message = "failed", f"runner crashed: {type(e).__name__}: {e}"
+            self.state, self.message = FAILED, f"runner crashed: {type(e).__name__}: {e}"
             code = EXIT_FAILED
         self.write_status()
         return code
@@ -642,7 +699,7 @@ def main(paths: Paths, job_path: Path, caps: Caps, *, grace: float, force: bool,
     try:
         runner.prepare()
     except BadInput as e:
-        runner.state, runner.message = "failed", str(e)
+        runner.state, runner.message = FAILED, str(e)
         runner.log(f"refused: {e}")
         runner.write_status()
         print(f"error: {e}", file=sys.stderr)

@@ -100,7 +100,7 @@ def test_kill_9_then_restart_resumes_without_loss_or_duplicates(job):
     os.kill(r1["pid"], signal.SIGKILL)
     wait_for(lambda: not procinfo.alive(r1["pid"]), what="runner dead")
     st = control.status(conn)
-    assert st["state"] == "stopped" and not st["runner"]["alive"]
+    assert st.state == "stopped" and not st.runner.alive
     r2 = control.restart(conn, flags(cfg, max_samples=40))
     assert r2["mode"] == "start"
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
@@ -143,7 +143,7 @@ def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
     decoy1 = subprocess.Popen([sys.executable, "run_inference.py", "--max-samples", "7000"], cwd=decoy_dir)
     decoy2 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "-m", "remote", "run"], cwd=decoy_dir)
     try:
-        assert control.status(conn)["strays"] == [hand.pid]
+        assert control.status(conn).strays == [hand.pid]
         r = control.restart(conn, flags(cfg, max_samples=50, grace=5))
         assert hand.pid in r["stopped"]["strays"]
         assert hand.wait(10) is not None
@@ -307,7 +307,7 @@ def test_cli_status_json_and_stop(job):
     assert "started runner pid" in res.stdout and "B2" in res.stdout
     res = subprocess.run(base + ["status", "--json"], cwd=job["project"], capture_output=True, text=True)
     st = json.loads(res.stdout)["gpu"]
-    assert st["state"] == "running" and st["datasets"]["B2"]["target"] == 3 and "token" not in st
+    assert st["state"] == "running" and st["datasets"]["B2"]["target"] == 3 and st["token"] is None
     res = subprocess.run(base + ["stop", "--grace", "5"], cwd=job["project"], capture_output=True, text=True)
     assert res.returncode == 0 and "gpu: stopped" in res.stdout
     assert status(root)["state"] == "stopped"

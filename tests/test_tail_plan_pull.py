@@ -18,6 +18,7 @@ from deploytool.tail import HostWatch, watch
 from remote.jobspec import Job, Paths
 from remote.outputs import encode_record
 from remote.plan import plan
+from remote.status import JobStatus
 from tests.conftest import Sshd, base_job, ssh_host_entry, write_config, write_prompts
 
 NOW = 1_764_500_000.0
@@ -43,6 +44,10 @@ def spec_status(**over) -> dict:
     return st
 
 
+def typed(**over) -> JobStatus:
+    return JobStatus.from_dict(spec_status(**over))
+
+
 def render(obj, width=100) -> str:
     buf = io.StringIO()
     Console(file=buf, force_terminal=True, width=width, color_system=None).print(obj)
@@ -50,7 +55,7 @@ def render(obj, width=100) -> str:
 
 
 def test_tail_view_shows_the_right_figures():
-    text = render(progress.view({"gpu1": spec_status()}, {}, now=NOW))
+    text = render(progress.view({"gpu1": typed()}, {}, now=NOW))
     assert "gpu1: running" in text and "in flight 256/256" in text
     assert "7,000/7,000" in text and "1,639/7,000" in text and "0/7,000" in text
     assert "15.8M" in text and "6.2M" in text  # per-dataset response tokens
@@ -60,7 +65,7 @@ def test_tail_view_shows_the_right_figures():
 
 
 def test_tail_view_flags_trouble():
-    st = spec_status(stalled=True, engine={"kind": "openai", "reachable": False, "down_since": NOW - 600,
+    st = typed(stalled=True, engine={"kind": "openai", "reachable": False, "down_since": NOW - 600,
                                            "last_error": "cannot connect"}, updated_at=NOW - 120)
     text = render(progress.view({"gpu1": st}, {"gpu1": "connection lost; reconnecting in 2s"}, now=NOW))
     assert "ENGINE UNREACHABLE for 10m00s: cannot connect" in text
@@ -69,7 +74,7 @@ def test_tail_view_flags_trouble():
 
 
 def test_multi_host_view_has_grand_total():
-    text = render(progress.view({"a": spec_status(), "b": spec_status(eta_s=3600)}, {}, now=NOW))
+    text = render(progress.view({"a": typed(), "b": typed(eta_s=3600)}, {}, now=NOW))
     assert "a: running" in text and "b: running" in text
     assert "all hosts: 44.0M tokens · 6.4k tok/s · ETA 9h00m" in text
 
@@ -178,21 +183,21 @@ def test_tail_survives_sshd_restart_and_log_lines_exactly_once(ssh_rig, own_sshd
         f.write("2026-11-30 12:00:00 half a li")  # the runner is mid-write: not shown yet
     w.poll_status(t)
     seen += w.poll_log(t)
-    assert w.status["state"] == "running" and seen == written
+    assert w.status.state == "running" and seen == written
     with open(log, "a") as f:
         f.write("ne\n")
     written.append("2026-11-30 12:00:00 half a line")
     sshd.stop()  # the connection drops
     write_lines(3)
     w.poll_status(t + 1)
-    assert "connection lost" in (w.note or "") and w.status["state"] == "running"  # last snapshot kept
+    assert "connection lost" in (w.note or "") and w.status.state == "running"  # last snapshot kept
     seen += w.poll_log(t + 1)  # still in backoff: nothing, nothing lost
     restarted = Sshd(sshd.root, ssh_rig["authorized"], host_key=sshd.host_key, port=sshd.port).start()
     try:
         (host_dir / "run" / "status.json").write_text(json.dumps(spec_status(state="finished")))
         write_lines(2)
         w.poll_status(t + 60)
-        assert w.status["state"] == "finished" and w.note is None
+        assert w.status.state == "finished" and w.note is None
         seen += w.poll_log(t + 60)
         # rotation: the log is renamed to .1 after more lines were written, and a new one starts
         write_lines(2)

@@ -1,0 +1,177 @@
+"""status.json, the one typed definition: the runner writes it (atomically, every second); `ctl status`,
+tail, status and plan read it. Derived values are properties here, so no reader recomputes them.
+
+Readers ignore keys they do not know (a newer runner) and fill defaults for keys that are missing (an
+older one), so both sides of a deploy can read each other's files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+# the job's states
+STARTING, RUNNING, FINISHED, FAILED, STOPPED = "starting", "running", "finished", "failed", "stopped"
+NEVER_RUN = "never run"
+TERMINAL = frozenset({FINISHED, FAILED, STOPPED})
+# a dataset's states
+PENDING, COMPLETE, INCOMPLETE = "pending", "complete", "incomplete"  # and RUNNING
+
+
+def _known(cls, d: dict) -> dict:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
+@dataclass
+class DatasetStatus:
+    state: str = PENDING
+    done: int = 0  # records among the target's prompts
+    target: int = 0
+    records: int = 0  # every record of the dataset, in the target or not
+    prompts: int = 0
+    completion_tokens: int = 0
+    mean_tokens: float = 0.0
+    errors: int = 0  # lines in <DS>.errors.jsonl
+    failed_this_run: int = 0
+    in_flight: int = 0
+    new_records: int = 0
+    finish_length: int = 0
+    empty: int = 0
+    tokens_per_s: float = 0.0
+    samples_per_s: float = 0.0
+    budget: int | None = None
+    budget_reached: bool = False
+    remaining_tokens: int = 0
+    eta_s: int | None = None
+    prompts_file: dict = field(default_factory=dict)  # path, size, mtime, inode of the file in use
+    prompts_changed: bool = False  # the file on the host is not the one in use
+
+    @property
+    def is_complete(self) -> bool:
+        return self.state == COMPLETE
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DatasetStatus":
+        return cls(**_known(cls, d))
+
+
+@dataclass
+class EndpointStatus:
+    """One OpenAI-compatible server the runner sends requests to."""
+
+    url: str
+    reachable: bool = True
+    in_flight: int = 0
+    concurrency: int = 0
+    tokens_per_s: float = 0.0
+    requests: int = 0  # answered
+    errors: int = 0
+    down_since: float | None = None
+    last_error: str | None = None
+    metrics: dict | None = None  # the server's own view from /metrics, where sampled
+
+    def down_for(self, now: float) -> float | None:
+        return None if self.down_since is None else now - self.down_since
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EndpointStatus":
+        return cls(**_known(cls, d))
+
+
+@dataclass
+class EngineStatus:
+    kind: str = "openai"
+    model: str = ""
+    base_urls: list = field(default_factory=list)
+    reachable: bool = True  # at least one server answers
+    down_since: float | None = None  # every server has been unreachable since then
+    last_error: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EngineStatus":
+        return cls(**_known(cls, d))
+
+
+@dataclass
+class RunnerInfo:
+    """Added by `ctl status` on the host: is the pid file's process still the runner that wrote it."""
+
+    alive: bool = False
+    pid: int | None = None
+    release: str | None = None
+    uptime_s: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunnerInfo":
+        return cls(**_known(cls, d))
+
+
+@dataclass
+class JobStatus:
+    state: str = NEVER_RUN
+    message: str = ""
+    pid: int | None = None
+    token: str | None = None
+    started_at: float | None = None
+    updated_at: float | None = None
+    release: str | None = None
+    root: str | None = None
+    caps: dict = field(default_factory=dict)
+    control_seq: int = 0
+    control_error: str | None = None
+    reloaded: dict = field(default_factory=dict)  # prompt files the last re-cap reloaded: name -> {from, to}
+    draining: bool = False
+    abandoned: int = 0
+    engine: EngineStatus = field(default_factory=EngineStatus)
+    endpoints: list[EndpointStatus] = field(default_factory=list)
+    concurrency: int = 0  # requests kept in flight, over every server
+    in_flight: int = 0
+    tokens_per_s: float = 0.0
+    samples_per_s: float = 0.0
+    completion_tokens: int = 0
+    errors: int = 0
+    retries: int = 0
+    eta_s: int | None = None
+    stalled: bool = False
+    last_completion_at: float | None = None
+    datasets: dict[str, DatasetStatus] = field(default_factory=dict)
+    # filled in by `ctl status` on the host, and by deploytool
+    runner: RunnerInfo | None = None
+    current_release: str | None = None
+    strays: list = field(default_factory=list)
+    host: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def new_records(self) -> int:
+        return sum(d.new_records for d in self.datasets.values())
+
+    @property
+    def finish_length(self) -> int:
+        return sum(d.finish_length for d in self.datasets.values())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "JobStatus":
+        d = _known(cls, d)
+        d["engine"] = EngineStatus.from_dict(d.get("engine") or {})
+        d["endpoints"] = [EndpointStatus.from_dict(e) for e in d.get("endpoints") or []]
+        d["datasets"] = {n: DatasetStatus.from_dict(x) for n, x in (d.get("datasets") or {}).items()}
+        if d.get("runner") is not None:
+            d["runner"] = RunnerInfo.from_dict(d["runner"])
+        return cls(**d)
+
+    @classmethod
+    def read(cls, path: Path) -> "JobStatus | None":
+        try:
+            with open(path) as f:
+                return cls.from_dict(json.load(f))
+        except (OSError, ValueError, TypeError):
+            return None
