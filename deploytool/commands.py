@@ -33,7 +33,8 @@ def hosts(host_spec: str | None) -> int:
     config = load_config()
     selected = config.select_hosts(host_spec)
     try:
-        results, failures = on_hosts(config, selected, lambda conn: probe(conn, config.job.engine.kind)), {}
+        results, failures = on_hosts(config, selected,
+                                     lambda conn: probe(conn, config.job_for(conn.name).engine.kind)), {}
     except MultiHostError as e:
         results, failures = e.results, e.failures
     rows, problems = [], []
@@ -53,8 +54,9 @@ def hosts(host_spec: str | None) -> int:
 
 def deploy(host_spec: str | None, *, dry_run: bool = False) -> int:
     config = load_config()
-    release = deploy_mod.build_release(config)
-    _run(config, host_spec, lambda conn: deploy_mod.deploy_host(conn, config, dry_run=dry_run, release=release),
+    releases = {h.name: deploy_mod.build_release(config, host=h.name) for h in config.select_hosts(host_spec)}
+    _run(config, host_spec,
+         lambda conn: deploy_mod.deploy_host(conn, config, dry_run=dry_run, release=releases[conn.name]),
          render.deploy_result)
     return ExitCode.OK
 
@@ -73,14 +75,13 @@ def restart(host_spec: str | None, *, hard=False, drain=False, dry_run=False, fo
             with_server=True, **flags) -> int:
     config = load_config()
     run_flags = control.parse_run_flags(config, **flags)  # bad flags: exit 2 before any host is touched
-    start_server = with_server and not dry_run and server_mod.manages_engine(config)
-
     def one(conn):
-        if start_server:
+        if with_server and not dry_run and server_mod.manages_engine(config, conn.name):
             up = server_mod.status(conn)
             if not up.get("up"):
                 render.console.print(f"{conn.name}: the engine's server is down: starting it first")
-                render.server_started(server_mod.start(conn, config.server, progress=render.console.print))
+                render.server_started(server_mod.start(conn, config.server_for(conn.name),
+                                                       progress=render.console.print))
         return control.restart(conn, run_flags, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu)
 
     _run(config, host_spec, one, render.restart_result)
@@ -89,7 +90,8 @@ def restart(host_spec: str | None, *, hard=False, drain=False, dry_run=False, fo
 
 def server_start(host_spec: str | None) -> int:
     config = load_config()
-    _run(config, host_spec, lambda conn: server_mod.start(conn, config.server, progress=render.console.print),
+    _run(config, host_spec,
+         lambda conn: server_mod.start(conn, config.server_for(conn.name), progress=render.console.print),
          render.server_started)
     return ExitCode.OK
 

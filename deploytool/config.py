@@ -61,7 +61,8 @@ class DatasetSpec:
 @dataclass(frozen=True)
 class EngineSpec:
     kind: str = "openai"
-    base_url: str = "http://127.0.0.1:8000/v1"
+    base_url: str = "http://127.0.0.1:8000/v1"  # the first of base_urls
+    base_urls: tuple[str, ...] = ()  # every server of the job; `concurrency` requests in flight on each
     model: str = "default"
     concurrency: int = 256
     api_key_env: str | None = None  # name of an env var on the host holding the API key
@@ -86,9 +87,11 @@ class JobSpec:
 
     def to_dict(self) -> dict:
         """The job spec as the runner reads it (job.json inside a release)."""
+        engine = asdict(self.engine)
+        engine["base_urls"] = list(self.engine.base_urls)
         return {
             "datasets": {d.name: {"prompts": d.prompts, "est_tokens": d.est_tokens} for d in self.datasets},
-            "engine": asdict(self.engine),
+            "engine": engine,
             "sampling": dict(self.sampling),
             "chat_template_kwargs": dict(self.chat_template_kwargs),
             "extra_body": dict(self.extra_body),
@@ -103,6 +106,7 @@ class ServerSpec:
     args: tuple[str, ...] = ()
     env: dict = field(default_factory=dict)
     ready_timeout: int = 1800
+    headless: bool = False  # a vLLM data-parallel worker (--headless): serves no HTTP; ready when alive
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,16 @@ class Config:
     path: Path
     default_host: str
     hosts: dict[str, HostConfig]
-    job: JobSpec
+    job: JobSpec  # the top-level job; a host may override parts of it (job_for)
     server: ServerSpec
+    host_jobs: dict[str, JobSpec] = field(default_factory=dict)  # hosts with a `job:` of their own
+    host_servers: dict[str, ServerSpec] = field(default_factory=dict)
+
+    def job_for(self, host: str) -> JobSpec:
+        return self.host_jobs.get(host, self.job)
+
+    def server_for(self, host: str) -> ServerSpec:
+        return self.host_servers.get(host, self.server)
 
     def host(self, name: str) -> HostConfig:
         if name not in self.hosts:
@@ -215,6 +227,23 @@ def _free_map(where: str, v: Any) -> dict:
     return dict(_mapping(where, v))
 
 
+def _url(where: str, v: Any) -> str:
+    v = _str(where, v)
+    if not v.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: expected an http:// or https:// URL, got {_show(v)}")
+    return v
+
+
+def _url_list(where: str, v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or not v:
+        raise ConfigError(f"{where}: expected a list of one or more URLs, got {_show(v)}")
+    urls = tuple(_url(f"{where}[{i}]", u) for i, u in enumerate(v))
+    dup = next((u for u in urls if urls.count(u) > 1), None)
+    if dup:
+        raise ConfigError(f"{where}: {dup} is listed twice")
+    return urls
+
+
 def _tokens(where: str, v: Any) -> int:
     try:
         n = parse_tokens(v)
@@ -243,7 +272,8 @@ HOST_FIELDS: dict[str, Callable[[str, Any], Any]] = {
 }
 ENGINE_FIELDS = {
     "kind": _choice(ENGINE_KINDS),
-    "base_url": _str,
+    "base_url": _url,
+    "base_urls": _url_list,
     "model": _str,
     "concurrency": _int(1, 100_000),
     "api_key_env": _str,
@@ -261,7 +291,9 @@ SERVER_FIELDS = {
     "args": _str_list,
     "env": _str_map,
     "ready_timeout": _int(1),
+    "headless": _bool,
 }
+HOST_OVERRIDES = ("engine", "sampling", "extra_body", "chat_template_kwargs")  # what hosts.NAME.job may hold
 
 
 def _fields(where: str, data: dict, spec: dict) -> dict:
@@ -274,13 +306,45 @@ def _parse_host(name: str, defaults: dict, raw: Any) -> HostConfig:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"hosts: host names must be non-empty strings, got {_show(name)}")
     values = dict(defaults)
-    values.update(_fields(where, _mapping(where, raw), HOST_FIELDS))
+    raw = _mapping(where, raw)
+    _check_keys(where, raw, [*HOST_FIELDS, "job", "server"])
+    own = {k: v for k, v in raw.items() if k not in ("job", "server")}  # job/server overrides: parsed apart
+    values.update(_fields(where, own, HOST_FIELDS))
     if values.get("connect", "ssh") == "ssh" and "host" not in values:
         values["host"] = name  # an ~/.ssh/config alias works as the entry's name
     return HostConfig(name=name, **values)
 
 
-def _parse_job(raw: Any) -> JobSpec:
+def _engine(where: str, raw: dict) -> EngineSpec:
+    values = _fields(where, _mapping(where, raw), ENGINE_FIELDS)
+    if "base_url" in values and "base_urls" in values:
+        raise ConfigError(f"{where}: give base_url (one server) or base_urls (several), not both")
+    urls = values.pop("base_urls", None) or (values.get("base_url", EngineSpec.base_url),)
+    return EngineSpec(**dict(values, base_url=urls[0], base_urls=tuple(urls)))
+
+
+def _merge_job(name: str, top: dict, override: Any) -> dict:
+    """hosts.NAME.job over the top-level job, key by key inside each mapping; every key checked under its
+    own name (hosts.NAME.job.engine.kind), not the merged one."""
+    where = f"hosts.{name}.job"
+    override = _mapping(where, override)
+    _check_keys(where, override, HOST_OVERRIDES)
+    merged = dict(top)
+    for key, value in override.items():
+        value = _mapping(f"{where}.{key}", value)
+        if key == "engine":
+            _fields(f"{where}.engine", value, ENGINE_FIELDS)
+            if "base_url" in value or "base_urls" in value:  # a host's own server(s) replace the top-level ones
+                base = {k: v for k, v in (top.get("engine") or {}).items() if k not in ("base_url", "base_urls")}
+            else:
+                base = dict(top.get("engine") or {})
+            merged["engine"] = dict(base, **value)
+        else:
+            merged[key] = dict(top.get(key) or {}, **value)
+    return merged
+
+
+def _parse_job(raw: Any, where: str = "job") -> JobSpec:
     job = _mapping("job", raw, optional=False)
     _check_keys("job", job, ("datasets", "engine", "sampling", "chat_template_kwargs", "extra_body"))
     ds_raw = _mapping("job.datasets", job.get("datasets"), optional=False)
@@ -288,35 +352,35 @@ def _parse_job(raw: Any) -> JobSpec:
         raise ConfigError("job.datasets: expected at least one dataset")
     datasets = []
     for name, spec in ds_raw.items():
-        where = f"job.datasets.{name}"
+        at = f"job.datasets.{name}"
         if not isinstance(name, str) or not DATASET_NAME_RE.match(name):
-            raise ConfigError(f"{where}: dataset name must match {DATASET_NAME_RE.pattern}")
-        spec = _mapping(where, spec, optional=False)
-        _check_keys(where, spec, ("prompts", "est_tokens"))
+            raise ConfigError(f"{at}: dataset name must match {DATASET_NAME_RE.pattern}")
+        spec = _mapping(at, spec, optional=False)
+        _check_keys(at, spec, ("prompts", "est_tokens"))
         if "prompts" not in spec:
-            raise ConfigError(f"{where}.prompts: required (path on the host, relative to remote_dir)")
-        prompts = _str(f"{where}.prompts", spec["prompts"])
+            raise ConfigError(f"{at}.prompts: required (path on the host, relative to remote_dir)")
+        prompts = _str(f"{at}.prompts", spec["prompts"])
         if prompts.startswith("/") or ".." in Path(prompts).parts:
-            raise ConfigError(f"{where}.prompts: must be a relative path inside remote_dir, got {_show(prompts)}")
-        est = _tokens(f"{where}.est_tokens", spec.get("est_tokens", 2000))
+            raise ConfigError(f"{at}.prompts: must be a relative path inside remote_dir, got {_show(prompts)}")
+        est = _tokens(f"{at}.est_tokens", spec.get("est_tokens", 2000))
         datasets.append(DatasetSpec(name=name, prompts=prompts, est_tokens=est))
-    engine = EngineSpec(**_fields("job.engine", _mapping("job.engine", job.get("engine")), ENGINE_FIELDS))
-    sampling = _mapping("job.sampling", job.get("sampling"))
+    engine = _engine(f"{where}.engine", job.get("engine"))
+    sampling = _mapping(f"{where}.sampling", job.get("sampling"))
     for key in sampling:
         if key not in SAMPLING_KEYS:
-            raise ConfigError(f"job.sampling.{key}: unknown key{_suggest(key, SAMPLING_KEYS)}; fields beyond "
+            raise ConfigError(f"{where}.sampling.{key}: unknown key{_suggest(key, SAMPLING_KEYS)}; fields beyond "
                               "OpenAI's sampling (vLLM's repetition_detection, thinking_token_budget, …) "
                               "go in job.extra_body")
     if "max_tokens" in sampling:
-        sampling = dict(sampling, max_tokens=_tokens("job.sampling.max_tokens", sampling["max_tokens"]))
+        sampling = dict(sampling, max_tokens=_tokens(f"{where}.sampling.max_tokens", sampling["max_tokens"]))
     for key in ("temperature", "top_p", "min_p"):
         if key in sampling:
-            _num(0.0)(f"job.sampling.{key}", sampling[key])
-    kwargs = _free_map("job.chat_template_kwargs", job.get("chat_template_kwargs"))
-    extra = _free_map("job.extra_body", job.get("extra_body"))
+            _num(0.0)(f"{where}.sampling.{key}", sampling[key])
+    kwargs = _free_map(f"{where}.chat_template_kwargs", job.get("chat_template_kwargs"))
+    extra = _free_map(f"{where}.extra_body", job.get("extra_body"))
     clash = sorted(set(extra) & ({"model", "messages", "chat_template_kwargs"} | set(SAMPLING_KEYS)))
     if clash:
-        raise ConfigError(f"job.extra_body.{clash[0]}: set it in its own place (job.sampling, "
+        raise ConfigError(f"{where}.extra_body.{clash[0]}: set it in its own place (job.sampling, "
                           "job.chat_template_kwargs, job.engine.model), not in extra_body")
     return JobSpec(datasets=tuple(datasets), engine=engine, sampling=dict(sampling), chat_template_kwargs=kwargs,
                    extra_body=extra)
@@ -341,7 +405,18 @@ def parse_config(data: Any, path: Path) -> Config:
         raise ConfigError(f"default_host: {_show(default_host)} is not in hosts{_suggest(default_host, hosts)}")
     job = _parse_job(data.get("job"))
     server = _fields("server", _mapping("server", data.get("server")), SERVER_FIELDS)
-    return Config(path=path, default_host=default_host, hosts=hosts, job=job, server=ServerSpec(**server))
+    host_jobs, host_servers = {}, {}
+    for name, raw in hosts_raw.items():
+        if not isinstance(raw, dict):
+            continue
+        if raw.get("job") is not None:
+            host_jobs[name] = _parse_job(_merge_job(name, data["job"], raw["job"]), where=f"hosts.{name}.job")
+        if raw.get("server") is not None:
+            where = f"hosts.{name}.server"
+            host_servers[name] = ServerSpec(**dict(server, **_fields(where, _mapping(where, raw["server"]),
+                                                                    SERVER_FIELDS)))
+    return Config(path=path, default_host=default_host, hosts=hosts, job=job, server=ServerSpec(**server),
+                  host_jobs=host_jobs, host_servers=host_servers)
 
 
 def find_config(explicit: str | None = None) -> Path:

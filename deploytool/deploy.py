@@ -53,13 +53,15 @@ class DeployResult:
         return bool(self.added or self.modified or self.removed or self.prompts or self.release != self.previous)
 
 
-def build_release(config: Config, package_dir: Path = PACKAGE_DIR) -> Release:
-    """remote/ (sources only) + job.json from hosts.yaml; the id is the hash of the manifest."""
+def build_release(config: Config, package_dir: Path = PACKAGE_DIR, host: str | None = None) -> Release:
+    """remote/ (sources only) + job.json from hosts.yaml (with `host`'s own overrides); the id is the hash
+    of the manifest."""
     files: dict[str, bytes] = {}
     for path in sorted(package_dir.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".txt"):
             files[f"remote/{path.relative_to(package_dir).as_posix()}"] = path.read_bytes()
-    files[JOB_FILE] = (json.dumps(config.job.to_dict(), indent=1, sort_keys=True) + "\n").encode()
+    job = config.job_for(host) if host else config.job
+    files[JOB_FILE] = (json.dumps(job.to_dict(), indent=1, sort_keys=True) + "\n").encode()
     manifest = {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
     rid = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
     return Release(rid, files, manifest)
@@ -109,7 +111,7 @@ def _helper_error(conn: Connector, cmd: str, res) -> RemoteError:
 def deploy_host(conn: Connector, config: Config, *, dry_run: bool = False, release: Release | None = None) -> DeployResult:
     """One SSH session: ask the host what it has, then (if anything changed) send only that."""
     t0 = time.monotonic()
-    rel = release or build_release(config)
+    rel = release or build_release(config, host=conn.name)
     prompts = local_prompts(config)
     proc = conn.start(_helper_argv(conn, "session"))
     proc.write((json.dumps({"prompts": sorted(prompts)}) + "\n").encode())

@@ -175,12 +175,16 @@ def server_started(r: dict, out: Console | None = None) -> None:
     if r.get("already"):
         out.print(f"[bold]{r['host']}[/]: server already up (pid {r['pid']}, {r['model']} on port {r['port']})")
         return
-    out.print(f"[bold]{r['host']}[/]: server up: pid {r['pid']}, {r['model']} on port {r['port']}, "
+    where = "headless worker" if r.get("headless") else f"on port {r['port']}"
+    out.print(f"[bold]{r['host']}[/]: server up: pid {r['pid']}, {r['model']} {where}, "
               f"ready after {_eta(r.get('ready_after_s'))}")
     out.print(f"  command: {' '.join(r.get('argv', []))}", markup=False)
     if r.get("env"):
         out.print("  env: " + " ".join(f"{k}={v}" for k, v in r["env"].items()), markup=False)
-    out.print(f"  smoke test: {r.get('smoke', '')[:80]!r}", markup=False)
+    if r.get("headless"):
+        out.print("  headless data-parallel worker: no HTTP, no smoke test (the head answers for the group)")
+    else:
+        out.print(f"  smoke test: {(r.get('smoke') or '')[:80]!r}", markup=False)
 
 
 def server_stopped(r: dict, out: Console | None = None) -> None:
@@ -206,8 +210,9 @@ def server_status(r: dict, out: Console | None = None) -> None:
     if not r.get("up"):
         out.print(f"[bold]{r['host']}[/]: server down")
         return
+    where = "as a headless data-parallel worker" if r.get("headless") else f"on port {r['port']}"
     out.print(f"[bold]{r['host']}[/]: server {'up' if r['ready'] else 'starting'}: pid {r['pid']}, {r['model']} "
-              f"on port {r['port']}, uptime {_eta(r['uptime_s'])}")
+              f"{where}, uptime {_eta(r['uptime_s'])}")
     m = r.get("metrics")
     if m:
         kv = f"{m['kv_cache_usage']:.0%}" if m.get("kv_cache_usage") is not None else "?"

@@ -13,6 +13,8 @@ from .connectors import Connector
 from .control import call
 from .errors import RemoteError
 
+HEADLESS_SETTLE_S = 5.0  # a headless worker alive this long got past its start-up checks
+
 
 def spec_json(spec: ServerSpec) -> str:
     d = asdict(spec)
@@ -20,13 +22,16 @@ def spec_json(spec: ServerSpec) -> str:
     return json.dumps(d)
 
 
-def manages_engine(config: Config) -> bool:
-    """The job's engine is the server deploytool runs (same host, same port)."""
-    eng = config.job.engine
-    if eng.kind != "openai":
+def manages_engine(config: Config, host: str) -> bool:
+    """The host's job talks to the server deploytool runs on that host (same host, same port)."""
+    eng, server = config.job_for(host).engine, config.server_for(host)
+    if eng.kind != "openai" or server.headless:
         return False
-    url = urlparse(eng.base_url)
-    return url.hostname in ("127.0.0.1", "localhost", "::1") and (url.port or 80) == config.server.port
+    for u in eng.base_urls:
+        url = urlparse(u)
+        if url.hostname in ("127.0.0.1", "localhost", "::1") and (url.port or 80) == server.port:
+            return True
+    return False
 
 
 def start(conn: Connector, spec: ServerSpec, *, poll: float = 2.0, progress: Callable[[str], None] = lambda s: None,
@@ -38,8 +43,11 @@ def start(conn: Connector, spec: ServerSpec, *, poll: float = 2.0, progress: Cal
     last_note = 0.0
     while True:
         c = call(conn, "server", "check")
-        if c["ready"]:
+        if c["ready"] and not spec.headless:
             break
+        if c["ready"] and c.get("elapsed_s", 0) >= HEADLESS_SETTLE_S:
+            # a data-parallel worker serves no HTTP: alive for a while is ready; the head is what answers
+            return dict(started, host=conn.name, ready_after_s=clock() - t0, smoke=None, headless=True)
         elapsed = clock() - t0
         if not c["alive"]:
             raise RemoteError(f"the server died during start-up after {elapsed:.0f}s (logs/server.log)",

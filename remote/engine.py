@@ -142,7 +142,7 @@ class OpenAIEngine:
             raise EngineDown(f"cannot connect to {url}: {e.os_error or e}") from None
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError,
                 ConnectionResetError) as e:
-            raise EngineDown(f"{url} dropped the connection ({type(e).__name__}: {e})") from None
+            raise EngineDown(f"connection dropped mid-request ({type(e).__name__}: {e})") from None
         except asyncio.TimeoutError:
             raise TransientError(f"request timed out after {self.timeout:g}s", timeout=True) from None
         except (aiohttp.ClientError, ConnectionError) as e:

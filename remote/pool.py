@@ -87,8 +87,8 @@ class Pool:
         e.probe_attempt, e.next_probe = 0, now + backoff(0, self.retry_base)
         others = sum(1 for x in self.endpoints if x.reachable)
         then = f"{others} other server(s) carry on" if others else "no server left: waiting for one to answer"
-        self.log(f"server {e.url} unreachable: {why}; its {e.in_flight} other request(s) in flight go back to the "
-                 f"queue as they fail; {then}")
+        self.log(f"server {e.url} unreachable: {why}; its {e.in_flight} request(s) in flight go back to the queue "
+                 f"as they fail; {then}")
 
     def mark_up(self, e: Endpoint, now: float) -> None:
         if not e.reachable:

@@ -84,7 +84,8 @@ def start(paths: Paths, spec: dict) -> dict:
     if rec:
         return {"already": True, "pid": rec["pid"], "port": rec["port"], "model": rec["model"]}
     port = int(spec["port"])
-    holders = gpu._listener_pids(port)
+    headless = bool(spec.get("headless"))
+    holders = set() if headless else gpu._listener_pids(port)  # a headless worker serves no HTTP
     if holders:
         names = ", ".join(f"pid {p} ({' '.join(procinfo.cmdline(p))[:80]})" for p in sorted(holders))
         raise ServerError(f"port {port} is already in use by {names}: stop it or change server.port")
@@ -102,7 +103,7 @@ def start(paths: Paths, spec: dict) -> dict:
     write_json_atomic(pidfile(paths), {
         "pid": proc.pid, "start_time": procinfo.start_time(proc.pid), "token": token, "port": port,
         "model": spec["model"], "argv": argv, "env": masked(spec.get("env", {})), "started_at": time.time(),
-        "release": str(release_dir()),
+        "release": str(release_dir()), "headless": headless,
     })
     return {"already": False, "pid": proc.pid, "port": port, "model": spec["model"], "argv": argv,
             "env": masked(spec.get("env", {}))}
@@ -114,6 +115,10 @@ def check(paths: Paths) -> dict:
     if not rec:
         return {"alive": False, "ready": False, "started": False, "log": procinfo.tail_lines(logfile(paths), 30)}
     alive = procinfo.is_same_process(rec)
+    if rec.get("headless"):  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
+        return {"alive": alive, "ready": alive, "started": True, "pid": rec["pid"], "port": rec["port"],
+                "models": [], "headless": True, "elapsed_s": time.time() - rec.get("started_at", time.time()),
+                "log": procinfo.tail_lines(logfile(paths), 30 if not alive else 1)}
     code, body = _get(f"http://127.0.0.1:{rec['port']}/v1/models", timeout=3) if alive else (0, "")
     models = []
     if code == 200:
@@ -197,9 +202,11 @@ def status(paths: Paths) -> dict:
     if not rec:
         return {"up": False}
     c = check(paths)
-    m1 = _metrics(rec["port"])
     out = {"up": True, "ready": c["ready"], "pid": rec["pid"], "port": rec["port"], "model": rec["model"],
-           "uptime_s": time.time() - rec["started_at"], "metrics": None}
+           "uptime_s": time.time() - rec["started_at"], "metrics": None, "headless": bool(rec.get("headless"))}
+    if out["headless"]:
+        return out
+    m1 = _metrics(rec["port"])
     if any(v is not None for v in m1.values()):
         t1 = time.monotonic()
         time.sleep(1.0)

@@ -2,7 +2,8 @@
 
 Like vLLM it loads for a while before it answers, spawns worker processes in process groups of their
 own (which outlive a killed parent), and serves the OpenAI API and Prometheus /metrics.
-Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N.
+Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N. `--headless` serves no
+HTTP, as vLLM's data-parallel workers do.
 """
 
 import argparse
@@ -24,6 +25,7 @@ def main():
     p.add_argument("--fake-die", action="store_true")
     p.add_argument("--fake-degenerate", action="store_true")
     p.add_argument("--fake-workers", type=int, default=2)
+    p.add_argument("--headless", action="store_true", help="a data-parallel worker: no API server, like vLLM's")
     a, rest = p.parse_known_args()
     print(f"fake vllm {a.cmd} {a.model} port {a.port} extra {rest}", flush=True)
     workers = [subprocess.Popen([sys.executable, "-c", "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -36,6 +38,12 @@ def main():
         print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
         sys.exit(1)
     t0 = time.time()
+    if a.headless:
+        print("INFO: headless mode: engine cores only, no API server", flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        stop.wait()
+        return
 
     class H(BaseHTTPRequestHandler):
         def log_message(self, *args):

@@ -48,6 +48,8 @@ class FakeOpenAI:
         self.slot_count = slots
         self.generated_tokens = 0
         self.bodies: list[dict] = []  # every request body, as received
+        self.slot_intervals: list[tuple[float, float]] = []  # (start, end) of each request in a batch slot
+        self.t_last_arrival: float | None = None
         self.requests: collections.Counter = collections.Counter()  # prompt text -> times answered OK
         self.attempts: collections.Counter = collections.Counter()
         self.in_flight = 0
@@ -78,8 +80,9 @@ class FakeOpenAI:
     async def chat(self, request):
         body = await request.json()
         self.bodies.append(body)
+        self.t_last_arrival = time.monotonic()
         if self.t_first is None:
-            self.t_first = time.monotonic()
+            self.t_first = self.t_last_arrival
         key = self.prompt_key(body)
         self.attempts[key] += 1
         self.in_flight += 1
@@ -103,7 +106,9 @@ class FakeOpenAI:
                 async with self.slots:
                     t0 = time.monotonic()
                     await asyncio.sleep(self.latency + n * self.token_time)
-                    self.busy_slot_time += time.monotonic() - t0
+                    t1 = time.monotonic()
+                    self.busy_slot_time += t1 - t0
+                    self.slot_intervals.append((t0, t1))
             elif self.latency:
                 await asyncio.sleep(self.latency)
             if roll < self.malformed_rate:
@@ -113,6 +118,13 @@ class FakeOpenAI:
             return web.json_response(self.reply(body, key, n, len(text) // 4))
         finally:
             self.in_flight -= 1
+
+    def occupancy(self, start: float, end: float) -> float:
+        """Share of the batch slots busy between start and end (monotonic clock)."""
+        if not self.slot_count or end <= start:
+            return 0.0
+        busy = sum(max(0.0, min(t1, end) - max(t0, start)) for t0, t1 in self.slot_intervals)
+        return busy / (self.slot_count * (end - start))
 
     def is_cut(self, key: str) -> bool:
         h = int(hashlib.sha256(b"cut" + key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
@@ -175,11 +187,17 @@ class FakeOpenAI:
         series("vllm:generation_tokens_total", "counter", split(self.generated_tokens))
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
+    async def stats(self, request):
+        """What this server has seen, for tests that run it as a separate process."""
+        return web.json_response({"answered": sum(self.requests.values()), "attempts": sum(self.attempts.values()),
+                                  "in_flight": self.in_flight, "max_in_flight": self.max_in_flight})
+
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 << 20)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/stats", self.stats)
         return app
 
     @property
@@ -219,9 +237,11 @@ def main() -> None:
     p.add_argument("--fail-rate", type=float, default=0.0)
     p.add_argument("--shape", choices=["classic", "vllm"], default="classic")
     p.add_argument("--cut-in-thinking", type=float, default=0.0)
+    p.add_argument("--slots", type=int, default=None)
+    p.add_argument("--token-time", type=float, default=0.0)
     a = p.parse_args()
-    srv = FakeOpenAI(latency=a.latency, fail_rate=a.fail_rate, shape=a.shape,
-                     cut_in_thinking=a.cut_in_thinking).start(a.port)
+    srv = FakeOpenAI(latency=a.latency, fail_rate=a.fail_rate, shape=a.shape, cut_in_thinking=a.cut_in_thinking,
+                     slots=a.slots, token_time=a.token_time).start(a.port)
     print(srv.url, flush=True)
     try:
         while True:

@@ -38,6 +38,34 @@ def test_shipped_hosts_yaml_loads_with_eight_datasets_and_local_default():
     assert est["B1"] == 1577 and est["B8"] == 8000
     assert "gpu1" not in cfg.hosts  # the example GPU host ships commented out
     assert cfg.server.args == ("--tensor-parallel-size", "8", "--trust-remote-code")
+    assert cfg.job.engine.kind == "openai" and cfg.job_for("local").engine.kind == "simulate"  # demo runs anywhere
+
+
+def test_per_host_job_and_server_merge_key_by_key(tmp_path):
+    d = with_(job__engine={"kind": "simulate", "concurrency": 8, "model": "kimi"},
+              job__extra_body={"return_token_ids": True},
+              server={"model": "kimi", "port": 8000, "args": ["--tensor-parallel-size", "8"]},
+              hosts__gpu1={"host": "x", "job": {"engine": {"kind": "openai", "base_urls": ["http://127.0.0.1:8000/v1",
+                                                                                        "http://gpu2:8000/v1"]},
+                                               "sampling": {"temperature": 0.6},
+                                               "extra_body": {"repetition_detection": {"min_count": 4}}},
+                           "server": {"headless": True, "args": ["--headless"]}})
+    cfg = load_config(write(tmp_path, d))
+    assert cfg.job_for("local").engine.kind == "simulate" and cfg.job_for("local") is cfg.job
+    gpu = cfg.job_for("gpu1")
+    assert gpu.engine.kind == "openai" and gpu.engine.concurrency == 8 and gpu.engine.model == "kimi"  # inherited
+    assert gpu.engine.base_urls == ("http://127.0.0.1:8000/v1", "http://gpu2:8000/v1")
+    assert gpu.engine.base_url == "http://127.0.0.1:8000/v1"
+    assert gpu.sampling == {"max_tokens": 8192, "temperature": 0.6}
+    assert gpu.extra_body == {"return_token_ids": True, "repetition_detection": {"min_count": 4}}
+    assert cfg.server_for("local").headless is False and cfg.server_for("gpu1").headless is True
+    assert cfg.server_for("gpu1").args == ("--headless",) and cfg.server_for("gpu1").port == 8000
+    assert gpu.to_dict()["engine"]["base_urls"] == ["http://127.0.0.1:8000/v1", "http://gpu2:8000/v1"]
+
+
+def test_base_url_is_a_list_of_one(tmp_path):
+    cfg = load_config(write(tmp_path, with_(job__engine={"kind": "openai", "base_url": "http://127.0.0.1:9/v1"})))
+    assert cfg.job.engine.base_urls == ("http://127.0.0.1:9/v1",)
 
 
 def test_defaults_are_inherited_and_overridden(tmp_path):
@@ -65,6 +93,17 @@ def test_defaults_are_inherited_and_overridden(tmp_path):
     (with_(job__sampling={"repetition_detection": {}}), "go in job.extra_body"),
     (with_(job__extra_body=["x"]), "job.extra_body: expected a mapping"),
     (with_(job__extra_body={"max_tokens": 5}), "job.extra_body.max_tokens: set it in its own place"),
+    (with_(job__engine={"base_url": "http://a:1/v1", "base_urls": ["http://b:1/v1"]}),
+     "job.engine: give base_url (one server) or base_urls (several), not both"),
+    (with_(job__engine={"base_urls": []}), "job.engine.base_urls: expected a list of one or more URLs"),
+    (with_(job__engine={"base_urls": ["gpu1:8000"]}), 'job.engine.base_urls[0]: expected an http:// or https:// URL'),
+    (with_(job__engine={"base_urls": ["http://a/v1", "http://a/v1"]}), "job.engine.base_urls: http://a/v1 is listed twice"),
+    (with_(hosts__gpu1={"host": "x", "job": {"engin": {}}}), "hosts.gpu1.job.engin: unknown key (did you mean 'engine'?)"),
+    (with_(hosts__gpu1={"host": "x", "job": {"datasets": {}}}), "hosts.gpu1.job.datasets: unknown key"),
+    (with_(hosts__gpu1={"host": "x", "job": {"engine": {"kind": "tgi"}}}), 'hosts.gpu1.job.engine.kind: expected one of'),
+    (with_(hosts__gpu1={"host": "x", "job": {"sampling": {"temprature": 1}}}), "hosts.gpu1.job.sampling.temprature"),
+    (with_(hosts__gpu1={"host": "x", "server": {"headles": True}}), "hosts.gpu1.server.headles: unknown key"),
+    (with_(hosts__gpu1={"host": "x", "jobs": {}}), "hosts.gpu1.jobs: unknown key (did you mean 'job'?)"),
     (with_(server={"args": ["--tp", {"x": 1}]}), "server.args[1]: expected a string"),
     (with_(hosts__gpu1={"host": "x", "forward_agent": "yes"}), 'hosts.gpu1.forward_agent: expected true or false'),
     (dict(GOOD, jobs={}), "jobs: unknown key (did you mean 'job'?)"),

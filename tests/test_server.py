@@ -154,6 +154,41 @@ def test_server_stop_waits_for_gpu_memory(tmp_path, monkeypatch):
     assert remote_server.wait_gpu_free({sleeper.pid}, timeout=5) == {"free": True, "still_held_by": []}
 
 
+def test_data_parallel_group_on_two_hosts_headless_worker(tmp_path, ssh_rig):
+    import subprocess
+
+    project = tmp_path / "p"
+    project.mkdir()
+    write_prompts(project / "data" / "prompts" / "B1.jsonl", 3)
+    exe = fake_vllm(tmp_path)
+    head_port, worker_port = free_port(), free_port()
+    head = ssh_host_entry(ssh_rig, tmp_path / "head")
+    worker = ssh_host_entry(ssh_rig, tmp_path / "worker")
+    worker["server"] = {"headless": True, "port": worker_port,
+                        "args": ["--fake-delay", "0.2", "--fake-workers", "1", "--headless"]}
+    job = base_job(engine={"kind": "openai", "base_url": f"http://127.0.0.1:{head_port}/v1", "model": "kimi"})
+    cfg = write_config(project, {"head": head, "worker": worker}, job=job,
+                       server={"command": str(exe), "model": "kimi", "port": head_port,
+                               "args": ["--fake-delay", "0.2", "--fake-workers", "1"]})
+    base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
+    try:
+        assert subprocess.run(base + ["deploy", "--host", "head,worker"], capture_output=True).returncode == 0
+        res = subprocess.run(base + ["server.start", "--host", "head,worker"], capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"head: server up: pid" in res.stdout and f"on port {head_port}" in res.stdout
+        assert "smoke test: '1, 2, 3" in res.stdout
+        assert "worker: server up: pid" in res.stdout and "headless worker, ready after" in res.stdout
+        assert "no HTTP, no smoke test" in res.stdout
+        assert json.loads((tmp_path / "worker" / "run" / "server.pid").read_text())["headless"] is True
+        res = subprocess.run(base + ["server.status", "--host", "head,worker"], capture_output=True, text=True)
+        assert "head: server up" in res.stdout and "worker: server up" in res.stdout
+        assert "as a headless data-parallel worker" in res.stdout
+        res = subprocess.run(base + ["server.stop", "--host", "head,worker"], capture_output=True, text=True)
+        assert res.returncode == 0 and "head: server pid" in res.stdout and "worker: server pid" in res.stdout
+    finally:
+        subprocess.run(base + ["server.stop", "--host", "head,worker", "--grace", "0"], capture_output=True)
+
+
 @pytest.mark.parametrize("text, bad", [
     ("", True), ("the the the the the the the the the", True), ("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!", True),
     ("1, 2, 3, 4, 5, 6, 7, 8, 9, 10", False), ("Sure: one two three.", False),
