@@ -1,22 +1,23 @@
-"""What each command does: load config, act on hosts, render. Returns an exit code or raises."""
+"""What each command does: load config, act on hosts, render. Returns an exit code or raises.
+
+Each command imports what it uses when it runs: `deploytool --help` or `status` on the local host
+should not pay for rich tables, tarfile or paramiko it never touches.
+"""
 
 from __future__ import annotations
 
-import json
-
-from . import control, planning, server as server_mod, tail as tail_mod
-from . import deploy as deploy_mod
-from . import render
 from .config import load_config
 from .errors import DeployToolError, ExitCode, MultiHostError
-from .hosts import on_hosts, probe
 
 
 def _run(config, host_spec, fn, show):
     """on_hosts + render every host's result, failures included, then re-raise one error for all."""
+    from . import render
+    from .hosts import on_hosts
+
     hosts = config.select_hosts(host_spec)
     try:
-        results = on_hosts(config, hosts, fn)
+        results = on_hosts(config, hosts, fn, render.trusted_key)
     except MultiHostError as e:
         for name in e.results:
             show(e.results[name])
@@ -30,11 +31,14 @@ def _run(config, host_spec, fn, show):
 
 
 def hosts(host_spec: str | None) -> int:
+    from . import render
+    from .hosts import on_hosts, probe
+
     config = load_config()
     selected = config.select_hosts(host_spec)
     try:
-        results, failures = on_hosts(config, selected,
-                                     lambda conn: probe(conn, config.job_for(conn.name).engine.kind)), {}
+        results, failures = on_hosts(config, selected, lambda conn: probe(conn, config.job_for(conn.name).engine.kind),
+                                     render.trusted_key), {}
     except MultiHostError as e:
         results, failures = e.results, e.failures
     rows, problems = [], []
@@ -47,12 +51,13 @@ def hosts(host_spec: str | None) -> int:
         else:
             check = "ok: " + res["detail"]
         rows.append((h.name + (" (default)" if h.name == config.default_host else ""), where, h.remote_dir, check))
-    failed = bool(problems)
     render.hosts_table(rows, problems)
-    return ExitCode.REMOTE_FAILED if failed else ExitCode.OK
+    return ExitCode.REMOTE_FAILED if problems else ExitCode.OK
 
 
 def deploy(host_spec: str | None, *, dry_run: bool = False) -> int:
+    from . import deploy as deploy_mod, render
+
     config = load_config()
     releases = {h.name: deploy_mod.build_release(config, host=h.name) for h in config.select_hosts(host_spec)}
     _run(config, host_spec,
@@ -62,26 +67,27 @@ def deploy(host_spec: str | None, *, dry_run: bool = False) -> int:
 
 
 def rollback(host_spec: str | None, *, to: str | None = None) -> int:
+    from . import deploy as deploy_mod, render
+
     config = load_config()
-
-    def show(r):
-        render.console.print(f"[bold]{r['host']}[/]: current -> {r['current']} (was {r['previous']})")
-
-    _run(config, host_spec, lambda conn: dict(deploy_mod.rollback_host(conn, to), host=conn.name), show)
+    _run(config, host_spec, lambda conn: dict(deploy_mod.rollback_host(conn, to), host=conn.name),
+         render.rollback_result)
     return ExitCode.OK
 
 
 def restart(host_spec: str | None, *, hard=False, drain=False, dry_run=False, force_gpu=False,
             with_server=True, **flags) -> int:
+    from . import control, render, server as server_mod
+
     config = load_config()
     run_flags = control.parse_run_flags(config, **flags)  # bad flags: exit 2 before any host is touched
+
     def one(conn):
         if with_server and not dry_run and server_mod.manages_engine(config, conn.name):
             up = server_mod.status(conn)
             if not up.get("up"):
-                render.console.print(f"{conn.name}: the engine's server is down: starting it first")
-                render.server_started(server_mod.start(conn, config.server_for(conn.name),
-                                                       progress=render.console.print))
+                render.note(f"{conn.name}: the engine's server is down: starting it first")
+                render.server_started(server_mod.start(conn, config.server_for(conn.name), progress=render.note))
         return control.restart(conn, run_flags, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu)
 
     _run(config, host_spec, one, render.restart_result)
@@ -89,26 +95,33 @@ def restart(host_spec: str | None, *, hard=False, drain=False, dry_run=False, fo
 
 
 def server_start(host_spec: str | None) -> int:
+    from . import render, server as server_mod
+
     config = load_config()
-    _run(config, host_spec,
-         lambda conn: server_mod.start(conn, config.server_for(conn.name), progress=render.console.print),
+    _run(config, host_spec, lambda conn: server_mod.start(conn, config.server_for(conn.name), progress=render.note),
          render.server_started)
     return ExitCode.OK
 
 
 def server_stop(host_spec: str | None, *, grace: float = 30.0) -> int:
+    from . import render, server as server_mod
+
     config = load_config()
     _run(config, host_spec, lambda conn: server_mod.stop(conn, grace), render.server_stopped)
     return ExitCode.OK
 
 
 def server_status(host_spec: str | None) -> int:
+    from . import render, server as server_mod
+
     config = load_config()
     _run(config, host_spec, server_mod.status, render.server_status)
     return ExitCode.OK
 
 
 def stop(host_spec: str | None, *, grace: float = 30.0, drain: bool = False) -> int:
+    from . import control, render
+
     config = load_config()
     if grace < 0:
         raise DeployToolError(f"--grace must be >= 0, got {grace}", ExitCode.BAD_INPUT)
@@ -117,22 +130,27 @@ def stop(host_spec: str | None, *, grace: float = 30.0, drain: bool = False) -> 
 
 
 def status(host_spec: str | None, *, as_json: bool = False) -> int:
+    from . import control, render
+
     config = load_config()
     if as_json:
-        results = _run(config, host_spec, control.status, lambda r: None)
-        print(json.dumps({name: st.to_dict() for name, st in results.items()}, indent=1))
+        render.status_json(_run(config, host_spec, control.status, lambda r: None))
     else:
         _run(config, host_spec, control.status, render.status_screen)
     return ExitCode.OK
 
 
 def tail(host_spec: str | None, *, once: bool = False, log: bool = False) -> int:
+    from . import render, tail as tail_mod
+
     config = load_config()
     hosts = config.select_hosts(host_spec)
     return tail_mod.watch(config, hosts, once=once, log=log, live=render.console.is_terminal, out=render.console)
 
 
 def plan(host_spec: str | None, *, tokens_per_dataset: str, tokens_per_s: str | None = None, apply: bool = False) -> int:
+    from . import control, planning, render
+
     config = load_config()
     target, rate = planning.parse_plan_args(tokens_per_dataset, tokens_per_s)
     results = _run(config, host_spec, lambda conn: planning.plan_host(conn, target, rate), render.plan_result)
@@ -140,7 +158,7 @@ def plan(host_spec: str | None, *, tokens_per_dataset: str, tokens_per_s: str | 
         for name, r in results.items():
             caps = [f"{ds}={row['cap']}" for ds, row in r["datasets"].items()]
             flags = control.parse_run_flags(config, caps=caps)
-            render.console.print(f"[bold]{name}[/]: applying caps {', '.join(caps)}")
+            render.note(f"[bold]{name}[/]: applying caps {', '.join(caps)}")
             _run(config, name, lambda conn, flags=flags: control.restart(conn, flags), render.restart_result)
     return ExitCode.OK
 
@@ -148,7 +166,7 @@ def plan(host_spec: str | None, *, tokens_per_dataset: str, tokens_per_s: str | 
 def pull(host_spec: str | None, *, to: str = "pulled", refetch: bool = False) -> int:
     from pathlib import Path
 
-    from . import pull as pull_mod
+    from . import pull as pull_mod, render
 
     config = load_config()
     results = _run(config, host_spec, lambda conn: pull_mod.pull_host(conn, Path(to), refetch=refetch), render.pull_result)

@@ -433,7 +433,7 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     except OSError as e:
         raise ConfigError(f"{p}: cannot read config: {e.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 10x faster
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from remote.cli import run_argv
 from remote.status import JobStatus
 from remote.units import parse_cap, parse_dataset_list, parse_tokens
 
@@ -28,6 +27,8 @@ class RunFlags:
     force: bool = False
 
     def argv(self) -> list[str]:
+        from remote.cli import run_argv
+
         return run_argv(self.max_samples, self.caps, self.max_tokens, self.datasets, self.grace, self.force)
 
 
@@ -70,10 +71,9 @@ def call(conn: Connector, *args: str, timeout: float | None = None) -> dict:
     if res.exit_code == NOT_DEPLOYED or (not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)):
         raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")
     try:
-        answer = json.loads(res.out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        detail = (res.err.strip().splitlines() or ["no output"])[-1]
-        raise RemoteError(f"`remote {' '.join(args[:2])}` failed (exit {res.exit_code}): {detail}") from None
+        answer = res.answer()
+    except ValueError:
+        raise RemoteError(f"`remote {' '.join(args[:2])}` failed (exit {res.exit_code}): {res.why()}") from None
     if not answer.get("ok"):
         if answer.get("preflight"):
             raise RemoteError("nothing was stopped: " + preflight_message(conn.name, answer["preflight"]))

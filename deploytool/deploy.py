@@ -90,8 +90,8 @@ def release_helper(conn: Connector, cmd: str, args: dict, stdin=None) -> dict:
     if not res.ok:
         raise _helper_error(conn, cmd, res)
     try:
-        return json.loads(res.out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+        return res.answer()
+    except ValueError:
         raise RemoteError(f"{cmd}: unexpected answer from the host: {res.out[:200]!r}") from None
 
 
@@ -101,8 +101,7 @@ def _helper_argv(conn: Connector, cmd: str, *args: str) -> list[str]:
 
 
 def _helper_error(conn: Connector, cmd: str, res) -> RemoteError:
-    lines = res.err.strip().splitlines() or ["no output"]
-    detail = lines[-1].removeprefix("error: ")
+    detail = res.why().removeprefix("error: ")
     if res.exit_code == 127:
         detail = f"{conn.host.python} not found on the host (set `python` in hosts.yaml)"
     return RemoteError(f"{cmd} failed: {detail}")
@@ -153,10 +152,10 @@ def deploy_host(conn: Connector, config: Config, *, dry_run: bool = False, relea
         res = proc.finish()
         if not res.ok:
             raise _helper_error(conn, "deploy", res)
-        applied = json.loads(res.out.strip().splitlines()[-1])
+        applied = res.answer()
         result.pruned = applied.get("pruned", [])
     result.seconds = time.monotonic() - t0
-    result.round_trips = getattr(conn, "round_trips", 0)
+    result.round_trips = conn.round_trips
     return result
 
 

@@ -43,11 +43,11 @@ class RemoteError(DeployToolError):
 class MultiHostError(DeployToolError):
     """Several hosts ran; some failed. Carries every host's result (fabric's GroupException idea)."""
 
-    def __init__(self, results: dict, failures: dict[str, Exception]):
+    def __init__(self, results: dict, failures: dict[str, DeployToolError]):
         self.results = results
         self.failures = failures
         lines = [f"{host}: {err}" for host, err in failures.items()]
-        codes = {getattr(e, "code", ExitCode.REMOTE_FAILED) for e in failures.values()}
+        codes = {e.code for e in failures.values()}
         code = ExitCode.BAD_INPUT if codes == {ExitCode.BAD_INPUT} else ExitCode.REMOTE_FAILED
-        details = [f"{host}: {line}" for host, err in failures.items() for line in getattr(err, "details", ())]
+        details = [f"{host}: {line}" for host, err in failures.items() for line in err.details]
         super().__init__("; ".join(lines), code, details)

@@ -3,32 +3,31 @@
 from __future__ import annotations
 
 import json
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
 from .config import Config, HostConfig
 from .connectors import Connector, connect
-from .control import preflight_message
 from .errors import DeployToolError, MultiHostError
 
 T = TypeVar("T")
 
 
-def on_hosts(config: Config, hosts: list[HostConfig], fn: Callable[[Connector], T]) -> dict[str, T]:
-    """fn(conn) on every host at once. One failing loses nobody else's result: all are raised together."""
+def on_hosts(config: Config, hosts: list[HostConfig], fn: Callable[[Connector], T],
+             trusted: Callable[[str, str], None]) -> dict[str, T]:
+    """fn(conn) on every host at once. One failing loses nobody else's result: all are raised together.
+    `trusted(host, key)` hears of every host key accepted on first use, to say it out loud."""
 
     def one(h: HostConfig):
         with connect(h, config) as conn:
             try:
                 return fn(conn)
             finally:
-                for key in getattr(conn, "accepted", []):  # trust on first use is said out loud
-                    print(f"{h.name}: trusted a new host key (host_key: accept-new): {key}, now in known_hosts",
-                          file=sys.stderr)
+                for key in conn.accepted:
+                    trusted(h.name, key)
 
     results: dict[str, T] = {}
-    failures: dict[str, Exception] = {}
+    failures: dict[str, DeployToolError] = {}
     with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
         futures = {h.name: pool.submit(one, h) for h in hosts}
         for name, fut in futures.items():
@@ -45,11 +44,13 @@ def probe(conn: Connector, engine_kind: str = "simulate") -> dict:
     """Reachable, what Python the host has, and whether it imports what the job's engine needs."""
     from remote.preflight import ENGINE_MODULES, PROBE
 
+    from .control import preflight_message
+
     script = "import sys,platform;print(platform.node(), sys.version.split()[0], sys.executable)\n" + PROBE
     res = conn.run(conn.python("-c", script, *ENGINE_MODULES.get(engine_kind, ())))
     lines = res.out.strip().splitlines()
     if not res.ok or len(lines) < 2:
-        return {"ok": False, "detail": (res.err.strip().splitlines() or ["python failed"])[-1]}
+        return {"ok": False, "detail": res.why("python failed")}
     node, version, executable = (lines[0].split(" ", 2) + ["", ""])[:3]
     missing = json.loads(lines[-1])
     if missing:

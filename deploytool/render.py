@@ -8,10 +8,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from typing import TYPE_CHECKING
+
 from remote.status import JobStatus
 
-from .deploy import DeployResult
+from .errors import DeployToolError
 from .progress import endpoint_lines, fmt_duration as _eta, fmt_tokens as _tok, notices
+
+if TYPE_CHECKING:
+    from .deploy import DeployResult  # a type only: deploy's tarfile and hashlib stay unimported for `status`
 
 console = Console(highlight=False)
 
@@ -22,6 +27,28 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def note(text: str, out: Console | None = None) -> None:
+    """A progress line between results (rich markup allowed)."""
+    (out or console).print(text)
+
+
+def trusted_key(host: str, key: str) -> None:
+    """Trust on first use is said out loud, on stderr so it survives `--json` and pipes."""
+    import sys
+
+    print(f"{host}: trusted a new host key (host_key: accept-new): {key}, now in known_hosts", file=sys.stderr)
+
+
+def status_json(results: dict) -> None:
+    import json
+
+    print(json.dumps({name: st.to_dict() for name, st in results.items()}, indent=1))
+
+
+def rollback_result(r: dict, out: Console | None = None) -> None:
+    (out or console).print(f"[bold]{r['host']}[/]: current -> {r['current']} (was {r['previous']})")
 
 
 def deploy_result(r: DeployResult, out: Console | None = None) -> None:
@@ -46,11 +73,11 @@ def deploy_result(r: DeployResult, out: Console | None = None) -> None:
     out.print(f"  {sent} {_size(r.bytes_sent)} in {r.seconds:.2f}s{extra}")
 
 
-def failures(errs: dict[str, Exception], out: Console | None = None) -> None:
+def failures(errs: dict[str, DeployToolError], out: Console | None = None) -> None:
     out = out or console
     for host, e in errs.items():
         out.print(f"[bold red]{host}[/]: FAILED: {escape(str(e))}")
-        for line in getattr(e, "details", ()):
+        for line in e.details:
             out.print(f"  {host} | {line}", markup=False, highlight=False)
 
 

@@ -145,84 +145,127 @@ def exit_code(statuses: list[JobStatus | None]) -> int | None:
     return 0 if all(s.state == FINISHED for s in statuses) else 1
 
 
+class _View:
+    """What one tick of the watch shows. The driver (`watch`) polls; views only draw."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def show(self, watches: list[HostWatch], now: float) -> None:
+        raise NotImplementedError
+
+    def finish(self, watches: list[HostWatch], now: float) -> None:
+        """The job ended: anything left to show."""
+
+
+def _snapshots(watches: list[HostWatch]):
+    return {w.host.name: w.status for w in watches}, {w.host.name: w.note for w in watches}
+
+
+class LiveView(_View):
+    """rich's Live: the bars redrawn in place (a terminal)."""
+
+    def __enter__(self):
+        from rich.live import Live
+
+        self.live = Live(console=self.out, refresh_per_second=4, transient=False)
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.live.__exit__(*exc)
+
+    def show(self, watches, now):
+        from . import progress
+
+        self.live.update(progress.view(*_snapshots(watches), now))
+
+
+class SnapshotView(_View):
+    """One rich snapshot per tick (`--once` on a terminal)."""
+
+    def show(self, watches, now):
+        from . import progress
+
+        self.out.print(progress.view(*_snapshots(watches), now))
+
+
+class PlainView(_View):
+    """One plain line per host per tick (not a terminal: logs, pipes, CI)."""
+
+    def show(self, watches, now):
+        from . import progress
+
+        for w in watches:
+            self.out.print(progress.plain_line(w.host.name, w.status, now, w.note), soft_wrap=True)
+
+
+class LogView(_View):
+    """runner.log as it grows (`--log`); a prefix per host when there are several."""
+
+    def show(self, watches, now):
+        for w in watches:
+            self._lines(w, w.poll_log(now), len(watches) > 1)
+            if w.note and w.failures:
+                self.out.print(f"{w.host.name}: {w.note}", style="yellow")
+
+    def finish(self, watches, now):
+        for w in watches:  # the runner's last lines
+            self._lines(w, w.poll_log(now), len(watches) > 1)
+
+    def _lines(self, w, lines, prefixed):
+        for line in lines:
+            self.out.print((f"{w.host.name}| " if prefixed else "") + line, markup=False, highlight=False,
+                           soft_wrap=True)
+
+
 def watch(config: Config, hosts: list[HostConfig], *, once: bool = False, log: bool = False,
           interval: float = 1.0, live: bool = True, out=None, clock=time.time, sleep=time.sleep,
           max_seconds: float | None = None) -> int:
-    """The tail loop. `out` is a rich Console. Returns the exit code."""
-    from rich.live import Live
-
-    from . import progress
-
+    """The tail loop: poll every host, let the view draw, stop when every job has ended. `out` is a rich
+    Console. Returns the exit code (0 every job finished, 1 one failed or stopped)."""
     watches = [HostWatch(h, config) for h in hosts]
+    if log:
+        view: _View = LogView(out)
+    elif once:
+        view = SnapshotView(out) if live else PlainView(out)
+    else:
+        view = LiveView(out) if live else PlainView(out)
     started = clock()
-
-    def snapshot():
-        return {w.host.name: w.status for w in watches}, {w.host.name: w.note for w in watches}
-
-    def poll():
-        now = clock()
-        for w in watches:
-            w.poll_status(now)
-        return now
-
-    def never_started() -> bool:
-        """Every host answered and none has ever run the job: nothing will ever end the watch."""
-        return all(w.status is None and not w.failures and w.note for w in watches)
-
     try:
         if not once and not log:
-            poll()
-            if never_started():
+            for w in watches:
+                w.poll_status(clock())
+            if all(w.status is None and not w.failures and w.note for w in watches):
+                # every host answered and none has ever run the job: nothing would ever end the watch
                 for w in watches:
                     out.print(f"{w.host.name}: {w.note}; start it with `invoke restart`")
                 return 1
-        if once:
-            now = poll()
-            snaps, notes = snapshot()
-            if live:
-                out.print(progress.view(snaps, notes, now))
-            else:
-                for name, st in snaps.items():
-                    out.print(progress.plain_line(name, st, now, notes[name]), soft_wrap=True)
-            return 0
-        if log:
+        with view:
             while True:
                 now = clock()
-                for w in watches:
-                    prefix = f"{w.host.name}| " if len(watches) > 1 else ""
-                    for line in w.poll_log(now):
-                        out.print(prefix + line, markup=False, highlight=False, soft_wrap=True)
-                    if w.note and w.failures:
-                        out.print(f"{w.host.name}: {w.note}", style="yellow")
-                    w.poll_status(now)
+                if not log:
+                    for w in watches:
+                        w.poll_status(now)
+                view.show(watches, now)
+                if log:
+                    for w in watches:
+                        w.poll_status(now)
+                if once:
+                    return 0
                 code = exit_code([w.status for w in watches])
                 if code is not None:
-                    for w in watches:  # the runner's last lines
-                        for line in w.poll_log(clock()):
-                            out.print(line, markup=False, highlight=False, soft_wrap=True)
+                    view.finish(watches, clock())
                     return code
                 if max_seconds is not None and clock() - started > max_seconds:
                     return 0
                 sleep(interval)
-        if live:
-            with Live(console=out, refresh_per_second=4, transient=False) as lv:
-                while True:
-                    now = poll()
-                    snaps, notes = snapshot()
-                    lv.update(progress.view(snaps, notes, now))
-                    code = exit_code(list(snaps.values()))
-                    if code is not None or (max_seconds is not None and now - started > max_seconds):
-                        return code or 0
-                    sleep(interval)
-        while True:
-            now = poll()
-            snaps, notes = snapshot()
-            for name, st in snaps.items():
-                out.print(progress.plain_line(name, st, now, notes[name]), soft_wrap=True)
-            code = exit_code(list(snaps.values()))
-            if code is not None or (max_seconds is not None and now - started > max_seconds):
-                return code or 0
-            sleep(interval)
     except KeyboardInterrupt:
         out.print("detached; the job keeps running (`invoke tail` to watch again, `invoke stop` to stop it)")
         return 0

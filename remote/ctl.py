@@ -18,8 +18,7 @@ from pathlib import Path
 
 from . import gpu, kill, procinfo
 from .cli import add_run_args, run_argv
-from .jobspec import JOB_FILE, Caps, Job, Paths, default_root, release_dir, write_json_atomic
-from .runner import TOKEN_ENV
+from .jobspec import JOB_FILE, TOKEN_ENV, Caps, Job, Paths, default_root, release_dir, write_json_atomic
 from .status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 JOB_FILE = "job.json"
+TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"  # the runner's token, inherited by anything it starts: stop finds them by it
 RELEASE_MARKER = "MANIFEST.json"
 
 

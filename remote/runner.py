@@ -25,12 +25,11 @@ from .engine import EngineDown, PermanentError, TransientError, backoff, make_en
 from .pool import Endpoint, Pool
 from .status import (COMPLETE, FAILED, FINISHED, INCOMPLETE, PENDING, RUNNING, STARTING, STOPPED, DatasetStatus,
                      EngineStatus, JobStatus)
-from .jobspec import Caps, Dataset, Job, Paths, release_dir, write_json_atomic
+from .jobspec import TOKEN_ENV, Caps, Dataset, Job, Paths, release_dir, write_json_atomic
 from .outputs import AppendFile, count_lines, encode_record, load_existing, repair_tail
 from .prompts import Prompt, PromptFile
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"
 RATE_WINDOW = 60.0
 FINGERPRINT_ABSENT = {"extra_body": {}}
 _SEQ = itertools.count()  # tie-break in the retry queue: prompts never compare

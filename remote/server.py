@@ -16,8 +16,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from . import gpu, kill, metrics, procinfo
@@ -70,6 +68,9 @@ def masked(env: dict) -> dict:
 
 
 def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request  # here: `ctl status` imports this module and never needs it
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status, r.read().decode(errors="replace")
@@ -145,6 +146,9 @@ def degenerate(text: str) -> str | None:
 
 
 def smoke(paths: Paths, model: str) -> dict:
+    import urllib.error
+    import urllib.request
+
     rec = managed(paths)
     if not rec:
         raise ServerError("the server is not running")

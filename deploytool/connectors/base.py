@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import typing
 from abc import ABC, abstractmethod
@@ -29,6 +30,20 @@ class Result:
     @property
     def err(self) -> str:
         return self.stderr.decode("utf-8", "replace")
+
+    def last_line(self) -> str:
+        """The last line of stdout: where host-side commands put their one JSON answer."""
+        lines = self.out.strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def answer(self):
+        """The JSON answer on the last line of stdout (ValueError when there is none)."""
+        return json.loads(self.last_line())
+
+    def why(self, default: str = "no output") -> str:
+        """The line that says why it failed: the last of stderr, else of stdout."""
+        lines = self.err.strip().splitlines() or self.out.strip().splitlines()
+        return lines[-1] if lines else default
 
 
 def read_chunks(f, length: int, chunk: int):
@@ -85,6 +100,8 @@ class Connector(ABC):
 
     host: HostConfig
     remote_dir: str
+    round_trips: int = 0  # commands and file operations sent to the host so far (benchmarks report it)
+    accepted: typing.Sequence[str] = ()  # host keys trusted on first use by this connection (accept-new): said out loud
 
     @property
     def name(self) -> str:
@@ -122,8 +139,7 @@ class Connector(ABC):
         """run(), raising RemoteError with the command's last stderr line on failure."""
         res = self.run(argv, **kw)
         if not res.ok:
-            detail = (res.err.strip().splitlines() or res.out.strip().splitlines() or ["no output"])[-1]
-            raise RemoteError(f"`{argv[0]} …` failed (exit {res.exit_code}): {detail}")
+            raise RemoteError(f"`{argv[0]} …` failed (exit {res.exit_code}): {res.why()}")
         return res
 
     def python(self, *args: str) -> list[str]:
