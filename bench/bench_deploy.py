@@ -28,7 +28,9 @@ def make_tree(dst: Path, n_files: int = 50) -> Path:
     i = 0
     while len([p for p in dst.rglob("*.py")]) < n_files:
         (dst / "extra").mkdir(exist_ok=True)
-        (dst / "extra" / f"mod_{i:02d}.py").write_text("".join(f"X_{j} = {rng.random()!r}\n" for j in range(150)))
+        (dst / "extra" / f"mod_{i:02d}.py").write_text(
+            "".join(f"X_{j} = {rng.random()!r}\n" for j in range(150))
+        )
         i += 1
     return dst
 
@@ -50,8 +52,16 @@ def main():
 
         scp_dest = rig.root / "scp-dest"
         scp_dest.mkdir()
-        scp = ["scp", "-r", "-q", "-P", str(rig.sshd.port), *rig.ssh_opts(), str(tree),
-               f"{rig.user}@127.0.0.1:{scp_dest}/"]
+        scp = [
+            "scp",
+            "-r",
+            "-q",
+            "-P",
+            str(rig.sshd.port),
+            *rig.ssh_opts(),
+            str(tree),
+            f"{rig.user}@127.0.0.1:{scp_dest}/",
+        ]
         t_scp, _ = timed(lambda: subprocess.run(scp, check=True), a.repeat)
 
         conn = connect(cfg.hosts["gpu"], cfg)
@@ -70,7 +80,9 @@ def main():
 
         def one_file():
             counter[0] += 1
-            (tree / "units.py").write_text((REPO / "remote" / "units.py").read_text() + f"\n# rev {counter[0]}\n")
+            (tree / "units.py").write_text(
+                (REPO / "remote" / "units.py").read_text() + f"\n# rev {counter[0]}\n"
+            )
             with connect(cfg.hosts["gpu"], cfg) as c:
                 r = deploy_host(c, cfg, release=build_release(cfg, tree))
                 assert r.modified == ["remote/units.py"], r.modified
@@ -83,16 +95,26 @@ def main():
         # the command as a user types it (Python start-up and imports included)
         cli = [sys.executable, "-m", "deploytool", "--config", str(cfg.path), "deploy"]
         subprocess.run(cli, check=True, capture_output=True)
-        t_cli_noop, _ = timed(lambda: subprocess.run(cli, check=True, capture_output=True), a.repeat)
+        t_cli_noop, _ = timed(
+            lambda: subprocess.run(cli, check=True, capture_output=True), a.repeat
+        )
 
-        print(f"tree: {files} files, {size / 1024:.0f} KiB; sshd on 127.0.0.1:{rig.sshd.port}; median of {a.repeat}")
+        print(
+            f"tree: {files} files, {size / 1024:.0f} KiB; sshd on 127.0.0.1:{rig.sshd.port}; median of {a.repeat}"
+        )
         print(f"scp -r                       {t_scp * 1000:7.0f} ms   1.00x")
-        print(f"deploy, no-op (in-process)   {t_noop * 1000:7.0f} ms   {t_noop / t_scp:.2f}x   "
-              f"{trips['noop']} round trip(s) after connect, 0 bytes of file data")
-        print(f"deploy, one file changed     {t_one * 1000:7.0f} ms   {t_one / t_scp:.2f}x   "
-              f"{trips['one']} round trip(s) after connect, {trips['one_bytes']} bytes of file data")
-        print(f"`deploytool deploy` no-op    {t_cli_noop * 1000:7.0f} ms   {t_cli_noop / t_scp:.2f}x   "
-              "(the whole command: Python start-up, imports, config, connect; this repo's remote/)")
+        print(
+            f"deploy, no-op (in-process)   {t_noop * 1000:7.0f} ms   {t_noop / t_scp:.2f}x   "
+            f"{trips['noop']} round trip(s) after connect, 0 bytes of file data"
+        )
+        print(
+            f"deploy, one file changed     {t_one * 1000:7.0f} ms   {t_one / t_scp:.2f}x   "
+            f"{trips['one']} round trip(s) after connect, {trips['one_bytes']} bytes of file data"
+        )
+        print(
+            f"`deploytool deploy` no-op    {t_cli_noop * 1000:7.0f} ms   {t_cli_noop / t_scp:.2f}x   "
+            "(the whole command: Python start-up, imports, config, connect; this repo's remote/)"
+        )
     finally:
         rig.close()
 

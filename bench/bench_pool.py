@@ -34,11 +34,28 @@ def make_root(root: Path, n: int, engine: dict) -> Path:
     (root / "data" / "prompts").mkdir(parents=True)
     with open(root / "data" / "prompts" / "B1.jsonl", "w") as f:
         for i in range(n):
-            f.write(json.dumps({"id": f"B1-{i:06d}", "messages": [{"role": "user", "content": f"q{i}"}]}) + "\n")
-    (root / "job.json").write_text(json.dumps({
-        "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 400}},
-        "engine": {"kind": "openai", "model": "m", "retry_base": 0.05, "request_timeout": 120, **engine},
-        "sampling": {"max_tokens": 4096}, "chat_template_kwargs": {}}))
+            f.write(
+                json.dumps(
+                    {"id": f"B1-{i:06d}", "messages": [{"role": "user", "content": f"q{i}"}]}
+                )
+                + "\n"
+            )
+    (root / "job.json").write_text(
+        json.dumps(
+            {
+                "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 400}},
+                "engine": {
+                    "kind": "openai",
+                    "model": "m",
+                    "retry_base": 0.05,
+                    "request_timeout": 120,
+                    **engine,
+                },
+                "sampling": {"max_tokens": 4096},
+                "chat_template_kwargs": {},
+            }
+        )
+    )
     return root
 
 
@@ -49,12 +66,28 @@ def lengths(key: str) -> int:
 
 
 def run_runner(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "remote", "run", "--root", str(root), "--job", str(root / "job.json")],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "remote",
+            "run",
+            "--root",
+            str(root),
+            "--job",
+            str(root / "job.json"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def scale(prompts: int, slots: int, token_ms: float, counts: list[int]) -> None:
-    print(f"1. {prompts} prompts, servers of {slots} slots at {token_ms} ms/token, concurrency {slots} per server")
+    print(
+        f"1. {prompts} prompts, servers of {slots} slots at {token_ms} ms/token, concurrency {slots} per server"
+    )
     base = None
     for n in counts:
         servers = []
@@ -64,7 +97,9 @@ def scale(prompts: int, slots: int, token_ms: float, counts: list[int]) -> None:
             servers.append(srv.start())
         try:
             with tempfile.TemporaryDirectory() as d:
-                root = make_root(Path(d), prompts, {"base_urls": [s.url for s in servers], "concurrency": slots})
+                root = make_root(
+                    Path(d), prompts, {"base_urls": [s.url for s in servers], "concurrency": slots}
+                )
                 res = run_runner(root)
                 assert res.returncode == 0, res.stderr
                 lines = (root / "data" / "outputs" / "B1.jsonl").read_text().splitlines()
@@ -74,9 +109,11 @@ def scale(prompts: int, slots: int, token_ms: float, counts: list[int]) -> None:
             base = base or makespan
             occ = [s.occupancy(s.t_first, s.t_last_arrival) for s in servers]
             answered = [sum(s.requests.values()) for s in servers]
-            print(f"   {n} server(s): makespan {makespan:6.2f}s  speed-up {base / makespan:4.2f}x "
-                  f"({base / makespan / n:.2f} of {n}x)  occupancy while fed min {min(occ):.3f} "
-                  f"mean {sum(occ) / n:.3f}  records {len(lines)}  answered per server {answered}")
+            print(
+                f"   {n} server(s): makespan {makespan:6.2f}s  speed-up {base / makespan:4.2f}x "
+                f"({base / makespan / n:.2f} of {n}x)  occupancy while fed min {min(occ):.3f} "
+                f"mean {sum(occ) / n:.3f}  records {len(lines)}  answered per server {answered}"
+            )
         finally:
             for s in servers:
                 s.stop()
@@ -85,18 +122,37 @@ def scale(prompts: int, slots: int, token_ms: float, counts: list[int]) -> None:
 def kill_one(prompts: int) -> None:
     from tests.test_pool import ServerProcess
 
-    print("2. four servers as processes (latency 0.3 s, concurrency 8 each), one killed with SIGKILL mid-run")
+    print(
+        "2. four servers as processes (latency 0.3 s, concurrency 8 each), one killed with SIGKILL mid-run"
+    )
     servers = [ServerProcess(latency=0.3).start() for _ in range(4)]
     try:
         with tempfile.TemporaryDirectory() as d:
-            root = make_root(Path(d), prompts, {"base_urls": [s.url for s in servers], "concurrency": 8,
-                                                "retry_base": 0.05})
-            proc = subprocess.Popen([sys.executable, "-m", "remote", "run", "--root", str(root), "--job",
-                                     str(root / "job.json")], cwd=REPO, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+            root = make_root(
+                Path(d),
+                prompts,
+                {"base_urls": [s.url for s in servers], "concurrency": 8, "retry_base": 0.05},
+            )
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "remote",
+                    "run",
+                    "--root",
+                    str(root),
+                    "--job",
+                    str(root / "job.json"),
+                ],
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             out = root / "data" / "outputs" / "B1.jsonl"
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < prompts // 3):
+            while time.monotonic() < deadline and (
+                not out.exists() or len(out.read_text().splitlines()) < prompts // 3
+            ):
                 time.sleep(0.05)
             servers[2].proc.send_signal(signal.SIGKILL)
             killed_at = len(out.read_text().splitlines())
@@ -105,10 +161,16 @@ def kill_one(prompts: int) -> None:
             log = (root / "logs" / "runner.log").read_text()
             requeued = [line for line in log.splitlines() if "unreachable" in line]
             st = json.loads((root / "run" / "status.json").read_text())
-            print(f"   killed after {killed_at} records; runner exit {proc.returncode}, state {st['state']}")
-            print(f"   records {len(ids)} of {prompts}: missing {prompts - len(set(ids))}, duplicated "
-                  f"{len(ids) - len(set(ids))}; retries counted {st['retries']}")
-            print(f"   runner log: {requeued[0].split(' ', 2)[2] if requeued else 'no server marked down'}")
+            print(
+                f"   killed after {killed_at} records; runner exit {proc.returncode}, state {st['state']}"
+            )
+            print(
+                f"   records {len(ids)} of {prompts}: missing {prompts - len(set(ids))}, duplicated "
+                f"{len(ids) - len(set(ids))}; retries counted {st['retries']}"
+            )
+            print(
+                f"   runner log: {requeued[0].split(' ', 2)[2] if requeued else 'no server marked down'}"
+            )
     finally:
         for s in servers:
             s.stop()

@@ -37,26 +37,47 @@ def main():
             for i in range(100_000):
                 f.write(json.dumps({"prompt": f"q{i}"}) + "\n")
         host_dir = rig.root / "host"
-        job = {"datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 2000}},
-               "engine": {"kind": "simulate", "concurrency": 64, "tokens_per_s": 20000},
-               "sampling": {"max_tokens": 8192}, "chat_template_kwargs": {}}
+        job = {
+            "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 2000}},
+            "engine": {"kind": "simulate", "concurrency": 64, "tokens_per_s": 20000},
+            "sampling": {"max_tokens": 8192},
+            "chat_template_kwargs": {},
+        }
         cfg = write_config(project, {"gpu": rig.host_entry(host_dir)}, job=job)
         with connect(cfg.hosts["gpu"], cfg) as conn:
             deploy_host(conn, cfg)
             control.restart(conn, control.parse_run_flags(cfg, max_samples=100_000, grace=0))
 
-        cli = [sys.executable, "-m", "deploytool", "--config", str(cfg.path), "restart", "--max-samples", "100000",
-               "--grace", "0"]
-        t_hard, _ = timed(lambda: subprocess.run(cli + ["--hard"], check=True, capture_output=True), a.repeat)
+        cli = [
+            sys.executable,
+            "-m",
+            "deploytool",
+            "--config",
+            str(cfg.path),
+            "restart",
+            "--max-samples",
+            "100000",
+            "--grace",
+            "0",
+        ]
+        t_hard, _ = timed(
+            lambda: subprocess.run(cli + ["--hard"], check=True, capture_output=True), a.repeat
+        )
         caps = [100_000 - i for i in range(1, a.repeat + 2)]
         it = iter(caps)
-        t_live, _ = timed(lambda: subprocess.run(cli[:-3] + [str(next(it)), "--grace", "0"], check=True,
-                                                 capture_output=True), a.repeat)
+        t_live, _ = timed(
+            lambda: subprocess.run(
+                cli[:-3] + [str(next(it)), "--grace", "0"], check=True, capture_output=True
+            ),
+            a.repeat,
+        )
 
         with connect(cfg.hosts["gpu"], cfg) as conn:
             conn.round_trips = 0
             t0 = time.perf_counter()
-            control.restart(conn, control.parse_run_flags(cfg, max_samples=100_000, grace=0), hard=True)
+            control.restart(
+                conn, control.parse_run_flags(cfg, max_samples=100_000, grace=0), hard=True
+            )
             inproc = time.perf_counter() - t0
             trips_hard = conn.round_trips
             conn.round_trips = 0
@@ -71,27 +92,51 @@ def main():
         script.write_text("import time\nwhile True:\n    time.sleep(1)\n")
         target = f"{rig.user}@127.0.0.1"
         ssh = ["ssh", "-p", str(rig.sshd.port), *rig.ssh_opts(), target]
-        scp = ["scp", "-q", "-P", str(rig.sshd.port), *rig.ssh_opts(), str(script), f"{target}:{manual_dir}/"]
-        pattern = f"{manual_dir}/run_[i]nference.py"  # scoped so the benchmark never hits anything else
+        scp = [
+            "scp",
+            "-q",
+            "-P",
+            str(rig.sshd.port),
+            *rig.ssh_opts(),
+            str(script),
+            f"{target}:{manual_dir}/",
+        ]
+        pattern = (
+            f"{manual_dir}/run_[i]nference.py"  # scoped so the benchmark never hits anything else
+        )
 
         def manual():
             subprocess.run(scp, check=True)
             subprocess.run(ssh + [f"pkill -f {pattern}"], check=False)
             # `cd X && nohup … &` would background the whole list in a subshell that keeps the session's
             # output open, and ssh would hang: the classic trap; `;` keeps `&` on nohup alone
-            subprocess.run(ssh + [f"cd {manual_dir}; nohup {sys.executable} {manual_dir}/run_inference.py "
-                                  f"--max-samples 7000 > run.log 2>&1 < /dev/null &"], check=True, timeout=60)
+            subprocess.run(
+                ssh
+                + [
+                    f"cd {manual_dir}; nohup {sys.executable} {manual_dir}/run_inference.py "
+                    f"--max-samples 7000 > run.log 2>&1 < /dev/null &"
+                ],
+                check=True,
+                timeout=60,
+            )
+
         t_manual, _ = timed(manual, a.repeat)
         subprocess.run(ssh + [f"pkill -f {pattern}"], check=False)
 
         print(f"sshd on 127.0.0.1:{rig.sshd.port}; median of {a.repeat}")
-        print(f"manual: scp + ssh pkill -f + ssh nohup        {t_manual * 1000:6.0f} ms  (3 SSH connections, "
-              "no check that anything started)")
-        print(f"`deploytool restart --hard --grace 0`         {t_hard * 1000:6.0f} ms  ({t_hard / t_manual:.2f}x manual; "
-              f"1 connection, {trips_hard} round trip after it; waits for `running`)")
+        print(
+            f"manual: scp + ssh pkill -f + ssh nohup        {t_manual * 1000:6.0f} ms  (3 SSH connections, "
+            "no check that anything started)"
+        )
+        print(
+            f"`deploytool restart --hard --grace 0`         {t_hard * 1000:6.0f} ms  ({t_hard / t_manual:.2f}x manual; "
+            f"1 connection, {trips_hard} round trip after it; waits for `running`)"
+        )
         print(f"   the same, in-process (no Python start-up)  {inproc * 1000:6.0f} ms")
-        print(f"`deploytool restart` caps only (live re-cap)  {t_live * 1000:6.0f} ms  ({t_live / t_manual:.2f}x manual; "
-              f"{trips_live} round trip; no request lost)")
+        print(
+            f"`deploytool restart` caps only (live re-cap)  {t_live * 1000:6.0f} ms  ({t_live / t_manual:.2f}x manual; "
+            f"{trips_live} round trip; no request lost)"
+        )
     finally:
         rig.close()
 

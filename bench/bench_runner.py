@@ -35,23 +35,49 @@ def make_root(root: Path, n: int, engine: dict) -> Path:
     (root / "data" / "prompts").mkdir(parents=True)
     with open(root / "data" / "prompts" / "B1.jsonl", "w") as f:
         for i in range(n):
-            f.write(json.dumps({"id": f"B1-{i:07d}", "messages": [{"role": "user", "content": f"q{i}"}]}) + "\n")
-    (root / "job.json").write_text(json.dumps({
-        "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 100}},
-        "engine": {"kind": "openai", "model": "m", "retry_base": 0.05, **engine},
-        "sampling": {"max_tokens": 512}, "chat_template_kwargs": {}}))
+            f.write(
+                json.dumps(
+                    {"id": f"B1-{i:07d}", "messages": [{"role": "user", "content": f"q{i}"}]}
+                )
+                + "\n"
+            )
+    (root / "job.json").write_text(
+        json.dumps(
+            {
+                "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 100}},
+                "engine": {"kind": "openai", "model": "m", "retry_base": 0.05, **engine},
+                "sampling": {"max_tokens": 512},
+                "chat_template_kwargs": {},
+            }
+        )
+    )
     return root
 
 
 def run_runner(root: Path) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "remote", "run", "--root", str(root), "--job", str(root / "job.json")],
-                   cwd=REPO, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "remote",
+            "run",
+            "--root",
+            str(root),
+            "--job",
+            str(root / "job.json"),
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - t0
 
 
 def throughput(latency: float, rounds: int) -> None:
-    print(f"1. window throughput, fixed latency L = {latency}s, {rounds} rounds of requests per run")
+    print(
+        f"1. window throughput, fixed latency L = {latency}s, {rounds} rounds of requests per run"
+    )
     for conc in (64, 256, 1024):
         srv = FakeOpenAI(latency=latency, tokens=10).start()
         try:
@@ -62,8 +88,10 @@ def throughput(latency: float, rounds: int) -> None:
                 elapsed = srv.t_last - srv.t_first
                 ideal = conc / latency
                 got = n / elapsed
-                print(f"   concurrency {conc:5d}: {got:8.1f} req/s of ideal {ideal:7.1f} = {got / ideal:.3f}  "
-                      f"(max in flight seen by the server: {srv.max_in_flight})")
+                print(
+                    f"   concurrency {conc:5d}: {got:8.1f} req/s of ideal {ideal:7.1f} = {got / ideal:.3f}  "
+                    f"(max in flight seen by the server: {srv.max_in_flight})"
+                )
         finally:
             srv.stop()
 
@@ -73,6 +101,7 @@ def lognormal_lengths(mean: int, sigma: float = 0.8, cap: int = 4096):
 
     def length(key: str) -> int:
         return max(16, min(cap, int(random.Random(key).lognormvariate(mu, sigma))))
+
     return length
 
 
@@ -81,19 +110,30 @@ async def chunked_baseline(url: str, n: int, chunk: int) -> None:
     import aiohttp
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+
         async def one(i):
-            body = {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 512}
+            body = {
+                "model": "m",
+                "messages": [{"role": "user", "content": f"q{i}"}],
+                "max_tokens": 512,
+            }
             async with s.post(f"{url}/chat/completions", json=body) as r:
                 await r.read()
+
         for start in range(0, n, chunk):
             await asyncio.gather(*(one(i) for i in range(start, min(n, start + chunk))))
 
 
 def occupancy(slots: int, n: int, token_time: float) -> None:
-    print(f"2. slot occupancy: {slots} batch slots, {n} prompts, lognormal lengths (mean 400, sigma 0.8, cap 4096), "
-          f"{token_time * 1000:.1f} ms/token")
-    for label in ("runner (continuous window, concurrency = 2 x slots)", "chunked generate, chunk = slots",
-                  "chunked generate, chunk = 8 x slots"):
+    print(
+        f"2. slot occupancy: {slots} batch slots, {n} prompts, lognormal lengths (mean 400, sigma 0.8, cap 4096), "
+        f"{token_time * 1000:.1f} ms/token"
+    )
+    for label in (
+        "runner (continuous window, concurrency = 2 x slots)",
+        "chunked generate, chunk = slots",
+        "chunked generate, chunk = 8 x slots",
+    ):
         srv = FakeOpenAI(slots=slots, token_time=token_time).start()
         srv.lengths = lognormal_lengths(400)
         try:
@@ -106,7 +146,9 @@ def occupancy(slots: int, n: int, token_time: float) -> None:
                 asyncio.run(chunked_baseline(srv.url, n, slots * (8 if "8 x" in label else 1)))
             elapsed = srv.t_last - srv.t_first
             occ = srv.busy_slot_time / (slots * elapsed)
-            print(f"   {label:50s}: occupancy {occ:.3f}, wall {elapsed:6.1f}s, total {time.perf_counter() - t0:6.1f}s")
+            print(
+                f"   {label:50s}: occupancy {occ:.3f}, wall {elapsed:6.1f}s, total {time.perf_counter() - t0:6.1f}s"
+            )
         finally:
             srv.stop()
 
@@ -114,17 +156,33 @@ def occupancy(slots: int, n: int, token_time: float) -> None:
 def resume(records: int) -> None:
     print(f"3. resume from {records:,} existing records")
     with tempfile.TemporaryDirectory() as d:
-        root = make_root(Path(d), records + 1000, {"base_url": "http://127.0.0.1:9/v1", "concurrency": 256})
+        root = make_root(
+            Path(d), records + 1000, {"base_url": "http://127.0.0.1:9/v1", "concurrency": 256}
+        )
         out = root / "data" / "outputs" / "B1.jsonl"
         out.parent.mkdir(parents=True)
-        answer = "word " * 60  # ~300 bytes of response text; real records are larger, the index reads the head only
+        answer = (
+            "word " * 60
+        )  # ~300 bytes of response text; real records are larger, the index reads the head only
         with open(out, "wb") as f:
             for i in range(records):
-                f.write(encode_record({"id": f"B1-{i:07d}", "dataset": "B1", "index": i, "finish_reason": "stop",
-                                       "usage": {"prompt_tokens": 10, "completion_tokens": 1500},
-                                       "conversations": [{"role": "user", "content": f"q{i}"},
-                                                         {"role": "assistant", "content": answer}],
-                                       "model": "m", "created": 1764500000}))
+                f.write(
+                    encode_record(
+                        {
+                            "id": f"B1-{i:07d}",
+                            "dataset": "B1",
+                            "index": i,
+                            "finish_reason": "stop",
+                            "usage": {"prompt_tokens": 10, "completion_tokens": 1500},
+                            "conversations": [
+                                {"role": "user", "content": f"q{i}"},
+                                {"role": "assistant", "content": answer},
+                            ],
+                            "model": "m",
+                            "created": 1764500000,
+                        }
+                    )
+                )
             f.write(b'{"id": "B1-torn", "dataset"')  # a crash mid-write
         size = out.stat().st_size
         job = Job.load(root / "job.json")
@@ -135,8 +193,10 @@ def resume(records: int) -> None:
             elapsed = time.perf_counter() - t0
             run = runner.runs["B1"]
             assert len(run.done) == records and run.target_n == records + 1000
-            print(f"   {label:34s}: {size / 1e6:.0f} MB of outputs repaired + indexed, {run.target_n:,} prompts: "
-                  f"{elapsed:.2f}s ({run.target_n - run.done_in_target:,} left to do)")
+            print(
+                f"   {label:34s}: {size / 1e6:.0f} MB of outputs repaired + indexed, {run.target_n:,} prompts: "
+                f"{elapsed:.2f}s ({run.target_n - run.done_in_target:,} left to do)"
+            )
             for r in runner.runs.values():
                 r.out.close()
                 r.err.close()

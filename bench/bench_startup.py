@@ -33,8 +33,16 @@ def make_prompts(dst, mib: float, datasets=8) -> list[str]:
         with open(path, "w") as f:
             size, i = 0, 0
             while size < per:
-                words = " ".join(rng.choice(("alpha", "beta", "gamma", "delta", "prompt", "tokens")) for _ in range(60))
-                line = json.dumps({"id": f"B{d}-{i:06d}", "messages": [{"role": "user", "content": words}]}) + "\n"
+                words = " ".join(
+                    rng.choice(("alpha", "beta", "gamma", "delta", "prompt", "tokens"))
+                    for _ in range(60)
+                )
+                line = (
+                    json.dumps(
+                        {"id": f"B{d}-{i:06d}", "messages": [{"role": "user", "content": words}]}
+                    )
+                    + "\n"
+                )
                 f.write(line)
                 size += len(line)
                 i += 1
@@ -50,9 +58,11 @@ def imports(repeat: int) -> None:
     inv = t("import invoke")
     tasks = t("import deploytool.tasks")
     para = t("import paramiko, fabric")
-    print(f"3. python -c pass {base * 1000:.0f} ms; + import invoke {(inv - base) * 1000:.0f} ms; "
-          f"+ import deploytool.tasks {(tasks - base) * 1000:.0f} ms (invoke included); "
-          f"paramiko+fabric, imported only when an SSH host is used, would add {(para - base) * 1000:.0f} ms")
+    print(
+        f"3. python -c pass {base * 1000:.0f} ms; + import invoke {(inv - base) * 1000:.0f} ms; "
+        f"+ import deploytool.tasks {(tasks - base) * 1000:.0f} ms (invoke included); "
+        f"paramiko+fabric, imported only when an SSH host is used, would add {(para - base) * 1000:.0f} ms"
+    )
 
 
 def main():
@@ -66,45 +76,84 @@ def main():
         project.mkdir()
         names = make_prompts(project, a.prompt_mib)
         datasets = {n: {"prompts": f"data/prompts/{n}.jsonl", "est_tokens": 1000} for n in names}
-        hosts = {"gpu": rig.host_entry(rig.root / "host"), "local": {"connect": "local", "remote_dir": str(rig.root / "lh")}}
+        hosts = {
+            "gpu": rig.host_entry(rig.root / "host"),
+            "local": {"connect": "local", "remote_dir": str(rig.root / "lh")},
+        }
         cfg = write_config(project, hosts, job=base_job(datasets=datasets))
         tree = rig.root / "tree"
-        shutil.copytree(REPO / "remote", tree / "remote", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            REPO / "remote", tree / "remote", ignore=shutil.ignore_patterns("__pycache__")
+        )
         shutil.copytree(project / "data", tree / "data")
         files = [p for p in tree.rglob("*") if p.is_file()]
         size = sum(p.stat().st_size for p in files)
 
         dest = rig.root / "scp-dest"
         dest.mkdir()
-        scp = ["scp", "-r", "-q", "-P", str(rig.sshd.port), *rig.ssh_opts(), str(tree / "remote"), str(tree / "data"),
-               f"{rig.user}@127.0.0.1:{dest}/"]
+        scp = [
+            "scp",
+            "-r",
+            "-q",
+            "-P",
+            str(rig.sshd.port),
+            *rig.ssh_opts(),
+            str(tree / "remote"),
+            str(tree / "data"),
+            f"{rig.user}@127.0.0.1:{dest}/",
+        ]
         t_scp, _ = timed(lambda: subprocess.run(scp, check=True), a.repeat)
 
         cli = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
         subprocess.run(cli + ["deploy", "--host", "gpu,local"], check=True, capture_output=True)
-        t_noop, _ = timed(lambda: subprocess.run(cli + ["deploy", "--host", "gpu"], check=True, capture_output=True),
-                          a.repeat)
+        t_noop, _ = timed(
+            lambda: subprocess.run(
+                cli + ["deploy", "--host", "gpu"], check=True, capture_output=True
+            ),
+            a.repeat,
+        )
         rev = [1000]
 
         def one_file():
             rev[0] += 1
-            write_config(project, hosts, job=base_job(datasets=dict(datasets, B1={"prompts": "data/prompts/B1.jsonl",
-                                                                                   "est_tokens": rev[0]})))
-            out = subprocess.run(cli + ["deploy", "--host", "gpu"], check=True, capture_output=True, text=True).stdout
+            write_config(
+                project,
+                hosts,
+                job=base_job(
+                    datasets=dict(
+                        datasets, B1={"prompts": "data/prompts/B1.jsonl", "est_tokens": rev[0]}
+                    )
+                ),
+            )
+            out = subprocess.run(
+                cli + ["deploy", "--host", "gpu"], check=True, capture_output=True, text=True
+            ).stdout
             assert "modified job.json" in " ".join(out.split()), out
 
         t_one, _ = timed(one_file, a.repeat)
-        subprocess.run(cli + ["restart", "--host", "local", "--max-samples", "2"], check=True, capture_output=True)
+        subprocess.run(
+            cli + ["restart", "--host", "local", "--max-samples", "2"],
+            check=True,
+            capture_output=True,
+        )
         subprocess.run(cli + ["tail", "--host", "local"], capture_output=True)
-        t_status, runs = timed(lambda: subprocess.run(cli + ["status", "--host", "local"], check=True,
-                                                      capture_output=True), a.repeat)
-        print(f"tree: remote/ + data/prompts/: {len(files)} files, {size / (1 << 20):.1f} MiB; loopback sshd; "
-              f"median of {a.repeat}")
+        t_status, runs = timed(
+            lambda: subprocess.run(
+                cli + ["status", "--host", "local"], check=True, capture_output=True
+            ),
+            a.repeat,
+        )
+        print(
+            f"tree: remote/ + data/prompts/: {len(files)} files, {size / (1 << 20):.1f} MiB; loopback sshd; "
+            f"median of {a.repeat}"
+        )
         print(f"1. scp -r                        {t_scp * 1000:6.0f} ms  1.00x")
         print(f"   `deploytool deploy` no-op     {t_noop * 1000:6.0f} ms  {t_noop / t_scp:.2f}x")
         print(f"   `deploytool deploy` one file  {t_one * 1000:6.0f} ms  {t_one / t_scp:.2f}x")
-        print(f"2. `deploytool status` (local)   {t_status * 1000:6.0f} ms  (min {min(runs) * 1000:.0f}, "
-              f"max {max(runs) * 1000:.0f})")
+        print(
+            f"2. `deploytool status` (local)   {t_status * 1000:6.0f} ms  (min {min(runs) * 1000:.0f}, "
+            f"max {max(runs) * 1000:.0f})"
+        )
         imports(a.repeat)
     finally:
         rig.close()

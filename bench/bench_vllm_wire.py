@@ -26,8 +26,12 @@ from tests.openai_server import FakeOpenAI
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--prompts", type=int, default=160)
-    p.add_argument("--cut", type=float, default=0.2, help="share of answers cut inside their thinking")
-    p.add_argument("--code", type=Path, default=REPO, help="checkout whose `remote` runner to measure")
+    p.add_argument(
+        "--cut", type=float, default=0.2, help="share of answers cut inside their thinking"
+    )
+    p.add_argument(
+        "--code", type=Path, default=REPO, help="checkout whose `remote` runner to measure"
+    )
     p.add_argument("--timeout", type=float, default=300)
     a = p.parse_args()
     srv = FakeOpenAI(shape="vllm", cut_in_thinking=a.cut, latency=0.005).start()
@@ -37,32 +41,80 @@ def main() -> None:
             (root / "data" / "prompts").mkdir(parents=True)
             with open(root / "data" / "prompts" / "B8.jsonl", "w") as f:
                 for i in range(a.prompts):
-                    f.write(json.dumps({"id": f"B8-{i:06d}", "messages": [{"role": "user", "content": f"q{i}"}]}) + "\n")
-            (root / "job.json").write_text(json.dumps({
-                "datasets": {"B8": {"prompts": "data/prompts/B8.jsonl", "est_tokens": 8000}},
-                "engine": {"kind": "openai", "base_url": srv.url, "model": "moonshotai/Kimi-K2.5", "concurrency": 32,
-                           "retry_base": 0.01, "max_retries": 8},
-                "sampling": {"max_tokens": 8192, "temperature": 1.0, "top_p": 0.95},
-                "chat_template_kwargs": {"thinking": True}}))
+                    f.write(
+                        json.dumps(
+                            {
+                                "id": f"B8-{i:06d}",
+                                "messages": [{"role": "user", "content": f"q{i}"}],
+                            }
+                        )
+                        + "\n"
+                    )
+            (root / "job.json").write_text(
+                json.dumps(
+                    {
+                        "datasets": {
+                            "B8": {"prompts": "data/prompts/B8.jsonl", "est_tokens": 8000}
+                        },
+                        "engine": {
+                            "kind": "openai",
+                            "base_url": srv.url,
+                            "model": "moonshotai/Kimi-K2.5",
+                            "concurrency": 32,
+                            "retry_base": 0.01,
+                            "max_retries": 8,
+                        },
+                        "sampling": {"max_tokens": 8192, "temperature": 1.0, "top_p": 0.95},
+                        "chat_template_kwargs": {"thinking": True},
+                    }
+                )
+            )
             t0 = time.perf_counter()
             try:
-                res = subprocess.run([sys.executable, "-m", "remote", "run", "--root", str(root), "--job",
-                                      str(root / "job.json")], cwd=a.code, capture_output=True, timeout=a.timeout)
+                res = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "remote",
+                        "run",
+                        "--root",
+                        str(root),
+                        "--job",
+                        str(root / "job.json"),
+                    ],
+                    cwd=a.code,
+                    capture_output=True,
+                    timeout=a.timeout,
+                )
                 code = res.returncode
             except subprocess.TimeoutExpired:
                 code = "timeout"
             seconds = time.perf_counter() - t0
             out = root / "data" / "outputs"
-            recs = [json.loads(x) for x in (out / "B8.jsonl").read_text().splitlines()] if (out / "B8.jsonl").exists() else []
-            errs = (out / "B8.errors.jsonl").read_text().splitlines() if (out / "B8.errors.jsonl").exists() else []
+            recs = (
+                [json.loads(x) for x in (out / "B8.jsonl").read_text().splitlines()]
+                if (out / "B8.jsonl").exists()
+                else []
+            )
+            errs = (
+                (out / "B8.errors.jsonl").read_text().splitlines()
+                if (out / "B8.errors.jsonl").exists()
+                else []
+            )
             requests = sum(srv.attempts.values())
             cut = sum(1 for r in recs if r["finish_reason"] == "length")
             kept = sum(1 for r in recs if r["conversations"][-1].get("reasoning_content"))
-            print(f"runner from {a.code} (exit {code}, {seconds:.1f}s): {a.prompts} prompts, {a.cut:.0%} cut inside "
-                  f"their thinking")
-            print(f"  requests {requests} = {requests / a.prompts:.2f} per prompt; most for one prompt "
-                  f"{max(srv.attempts.values())}")
-            print(f"  records {len(recs)} (finish=length {cut}, thinking kept in {kept}); errors-file lines {len(errs)}")
+            print(
+                f"runner from {a.code} (exit {code}, {seconds:.1f}s): {a.prompts} prompts, {a.cut:.0%} cut inside "
+                f"their thinking"
+            )
+            print(
+                f"  requests {requests} = {requests / a.prompts:.2f} per prompt; most for one prompt "
+                f"{max(srv.attempts.values())}"
+            )
+            print(
+                f"  records {len(recs)} (finish=length {cut}, thinking kept in {kept}); errors-file lines {len(errs)}"
+            )
     finally:
         srv.stop()
 

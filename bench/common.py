@@ -28,12 +28,25 @@ class Rig:
         self.user = getpass.getuser()
 
     def host_entry(self, remote_dir, **kw) -> dict:
-        return ssh_host_entry({"sshd": self.sshd, "client_key": self.key, "known_hosts": self.known_hosts},
-                              remote_dir, **kw)
+        return ssh_host_entry(
+            {"sshd": self.sshd, "client_key": self.key, "known_hosts": self.known_hosts},
+            remote_dir,
+            **kw,
+        )
 
     def ssh_opts(self) -> list[str]:
-        return ["-i", str(self.key), "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-                "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
+        return [
+            "-i",
+            str(self.key),
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ]
 
     def close(self):
         self.sshd.stop()

@@ -24,7 +24,9 @@ def _run(config, host_spec, fn, show):
         if len(hosts) == 1:
             raise next(iter(e.failures.values())) from None  # its own message and log lines
         render.failures(e.failures)
-        raise DeployToolError(f"{len(e.failures)} of {len(hosts)} hosts failed: {', '.join(e.failures)}", e.code) from None
+        raise DeployToolError(
+            f"{len(e.failures)} of {len(hosts)} hosts failed: {', '.join(e.failures)}", e.code
+        ) from None
     for name in results:
         show(results[name])
     return results
@@ -37,74 +39,127 @@ def hosts(host_spec: str | None) -> int:
     config = load_config()
     selected = config.select_hosts(host_spec)
     try:
-        results, failures = on_hosts(config, selected, lambda conn: probe(conn, config.job_for(conn.name).engine.kind),
-                                     render.trusted_key), {}
+        results, failures = (
+            on_hosts(
+                config,
+                selected,
+                lambda conn: probe(conn, config.job_for(conn.name).engine.kind),
+                render.trusted_key,
+            ),
+            {},
+        )
     except MultiHostError as e:
         results, failures = e.results, e.failures
     rows, problems = [], []
     for h in selected:
-        where = "local" if h.is_local else f"{h.user + '@' if h.user else ''}{h.address}:{h.port or 22}"
+        where = (
+            "local" if h.is_local else f"{h.user + '@' if h.user else ''}{h.address}:{h.port or 22}"
+        )
         res = results.get(h.name)
         if h.name in failures or not res["ok"]:
-            problems.append((h.name, str(failures[h.name]) if h.name in failures else res["detail"]))
+            problems.append(
+                (h.name, str(failures[h.name]) if h.name in failures else res["detail"])
+            )
             check = "FAILED (below)"
         else:
             check = "ok: " + res["detail"]
-        rows.append((h.name + (" (default)" if h.name == config.default_host else ""), where, h.remote_dir, check))
+        rows.append(
+            (
+                h.name + (" (default)" if h.name == config.default_host else ""),
+                where,
+                h.remote_dir,
+                check,
+            )
+        )
     render.hosts_table(rows, problems)
     return ExitCode.REMOTE_FAILED if problems else ExitCode.OK
 
 
 def deploy(host_spec: str | None, *, dry_run: bool = False) -> int:
-    from . import deploy as deploy_mod, render
+    from . import deploy as deploy_mod
+    from . import render
 
     config = load_config()
-    releases = {h.name: deploy_mod.build_release(config, host=h.name) for h in config.select_hosts(host_spec)}
-    _run(config, host_spec,
-         lambda conn: deploy_mod.deploy_host(conn, config, dry_run=dry_run, release=releases[conn.name]),
-         render.deploy_result)
+    releases = {
+        h.name: deploy_mod.build_release(config, host=h.name)
+        for h in config.select_hosts(host_spec)
+    }
+    _run(
+        config,
+        host_spec,
+        lambda conn: deploy_mod.deploy_host(
+            conn, config, dry_run=dry_run, release=releases[conn.name]
+        ),
+        render.deploy_result,
+    )
     return ExitCode.OK
 
 
 def rollback(host_spec: str | None, *, to: str | None = None) -> int:
-    from . import deploy as deploy_mod, render
+    from . import deploy as deploy_mod
+    from . import render
 
     config = load_config()
-    _run(config, host_spec, lambda conn: dict(deploy_mod.rollback_host(conn, to), host=conn.name),
-         render.rollback_result)
+    _run(
+        config,
+        host_spec,
+        lambda conn: dict(deploy_mod.rollback_host(conn, to), host=conn.name),
+        render.rollback_result,
+    )
     return ExitCode.OK
 
 
-def restart(host_spec: str | None, *, hard=False, drain=False, dry_run=False, force_gpu=False,
-            with_server=True, **flags) -> int:
-    from . import control, render, server as server_mod
+def restart(
+    host_spec: str | None,
+    *,
+    hard=False,
+    drain=False,
+    dry_run=False,
+    force_gpu=False,
+    with_server=True,
+    **flags,
+) -> int:
+    from . import control, render
+    from . import server as server_mod
 
     config = load_config()
-    run_flags = control.parse_run_flags(config, **flags)  # bad flags: exit 2 before any host is touched
+    run_flags = control.parse_run_flags(
+        config, **flags
+    )  # bad flags: exit 2 before any host is touched
 
     def one(conn):
         if with_server and not dry_run and server_mod.manages_engine(config, conn.name):
             up = server_mod.status(conn)
             if not up.get("up"):
                 render.note(f"{conn.name}: the engine's server is down: starting it first")
-                render.server_started(server_mod.start(conn, config.server_for(conn.name), progress=render.note))
-        return control.restart(conn, run_flags, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu)
+                render.server_started(
+                    server_mod.start(conn, config.server_for(conn.name), progress=render.note)
+                )
+        return control.restart(
+            conn, run_flags, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu
+        )
 
     _run(config, host_spec, one, render.restart_result)
     return ExitCode.OK
 
 
 def server_start(host_spec: str | None) -> int:
-    from . import render, server as server_mod
+    from . import render
+    from . import server as server_mod
 
     config = load_config()
-    _run(config, host_spec, lambda conn: server_mod.start(conn, config.server_for(conn.name), progress=render.note),
-         render.server_started)
+    _run(
+        config,
+        host_spec,
+        lambda conn: server_mod.start(conn, config.server_for(conn.name), progress=render.note),
+        render.server_started,
+    )
     return ExitCode.OK
 
 
 def server_stop(host_spec: str | None, *, grace: float = 30.0) -> int:
-    from . import render, server as server_mod
+    from . import render
+    from . import server as server_mod
 
     config = load_config()
     _run(config, host_spec, lambda conn: server_mod.stop(conn, grace), render.server_stopped)
@@ -112,7 +167,8 @@ def server_stop(host_spec: str | None, *, grace: float = 30.0) -> int:
 
 
 def server_status(host_spec: str | None) -> int:
-    from . import render, server as server_mod
+    from . import render
+    from . import server as server_mod
 
     config = load_config()
     _run(config, host_spec, server_mod.status, render.server_status)
@@ -141,37 +197,61 @@ def status(host_spec: str | None, *, as_json: bool = False) -> int:
 
 
 def tail(host_spec: str | None, *, once: bool = False, log: bool = False) -> int:
-    from . import render, tail as tail_mod
+    from . import render
+    from . import tail as tail_mod
 
     config = load_config()
     hosts = config.select_hosts(host_spec)
-    return tail_mod.watch(config, hosts, once=once, log=log, live=render.console.is_terminal, out=render.console)
+    return tail_mod.watch(
+        config, hosts, once=once, log=log, live=render.console.is_terminal, out=render.console
+    )
 
 
-def plan(host_spec: str | None, *, tokens_per_dataset: str, tokens_per_s: str | None = None, apply: bool = False) -> int:
+def plan(
+    host_spec: str | None,
+    *,
+    tokens_per_dataset: str,
+    tokens_per_s: str | None = None,
+    apply: bool = False,
+) -> int:
     from . import control, planning, render
 
     config = load_config()
     target, rate = planning.parse_plan_args(tokens_per_dataset, tokens_per_s)
-    results = _run(config, host_spec, lambda conn: planning.plan_host(conn, target, rate), render.plan_result)
+    results = _run(
+        config, host_spec, lambda conn: planning.plan_host(conn, target, rate), render.plan_result
+    )
     if apply:
         for name, r in results.items():
             caps = [f"{ds}={row['cap']}" for ds, row in r["datasets"].items()]
             flags = control.parse_run_flags(config, caps=caps)
             render.note(f"[bold]{name}[/]: applying caps {', '.join(caps)}")
-            _run(config, name, lambda conn, flags=flags: control.restart(conn, flags), render.restart_result)
+            _run(
+                config,
+                name,
+                lambda conn, flags=flags: control.restart(conn, flags),
+                render.restart_result,
+            )
     return ExitCode.OK
 
 
 def pull(host_spec: str | None, *, to: str = "pulled", refetch: bool = False) -> int:
     from pathlib import Path
 
-    from . import pull as pull_mod, render
+    from . import pull as pull_mod
+    from . import render
 
     config = load_config()
-    results = _run(config, host_spec, lambda conn: pull_mod.pull_host(conn, Path(to), refetch=refetch), render.pull_result)
+    results = _run(
+        config,
+        host_spec,
+        lambda conn: pull_mod.pull_host(conn, Path(to), refetch=refetch),
+        render.pull_result,
+    )
     refused = [f"{h}:{n}" for h, r in results.items() for n in r.refused]
     if refused:
-        raise DeployToolError(f"local copies differ from the host's files ({', '.join(refused)}): "
-                              "move them aside or pass --refetch to download them again")
+        raise DeployToolError(
+            f"local copies differ from the host's files ({', '.join(refused)}): "
+            "move them aside or pass --refetch to download them again"
+        )
     return ExitCode.OK

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,8 +19,17 @@ HOST_KEY_MODES = ("strict", "accept-new")
 CONNECT_KINDS = ("ssh", "local")
 ENGINE_KINDS = ("openai", "simulate")
 SAMPLING_KEYS = (
-    "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
-    "frequency_penalty", "repetition_penalty", "seed", "stop", "n",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "seed",
+    "stop",
+    "n",
 )
 
 
@@ -62,7 +71,9 @@ class DatasetSpec:
 class EngineSpec:
     kind: str = "openai"
     base_url: str = "http://127.0.0.1:8000/v1"  # the first of base_urls
-    base_urls: tuple[str, ...] = ()  # every server of the job; `concurrency` requests in flight on each
+    base_urls: tuple[
+        str, ...
+    ] = ()  # every server of the job; `concurrency` requests in flight on each
     model: str = "default"
     concurrency: int = 256
     api_key_env: str | None = None  # name of an env var on the host holding the API key
@@ -80,7 +91,9 @@ class JobSpec:
     engine: EngineSpec
     sampling: dict = field(default_factory=dict)
     chat_template_kwargs: dict = field(default_factory=dict)
-    extra_body: dict = field(default_factory=dict)  # sent as-is with every request; part of the fingerprint
+    extra_body: dict = field(
+        default_factory=dict
+    )  # sent as-is with every request; part of the fingerprint
 
     def dataset_names(self) -> list[str]:
         return [d.name for d in self.datasets]
@@ -90,7 +103,9 @@ class JobSpec:
         engine = asdict(self.engine)
         engine["base_urls"] = list(self.engine.base_urls)
         return {
-            "datasets": {d.name: {"prompts": d.prompts, "est_tokens": d.est_tokens} for d in self.datasets},
+            "datasets": {
+                d.name: {"prompts": d.prompts, "est_tokens": d.est_tokens} for d in self.datasets
+            },
             "engine": engine,
             "sampling": dict(self.sampling),
             "chat_template_kwargs": dict(self.chat_template_kwargs),
@@ -106,7 +121,9 @@ class ServerSpec:
     args: tuple[str, ...] = ()
     env: dict = field(default_factory=dict)
     ready_timeout: int = 1800
-    headless: bool = False  # a vLLM data-parallel worker (--headless): serves no HTTP; ready when alive
+    headless: bool = (
+        False  # a vLLM data-parallel worker (--headless): serves no HTTP; ready when alive
+    )
 
 
 @dataclass(frozen=True)
@@ -127,7 +144,9 @@ class Config:
 
     def host(self, name: str) -> HostConfig:
         if name not in self.hosts:
-            raise ConfigError(f"unknown host {name!r}{_suggest(name, self.hosts)}; configured: {', '.join(self.hosts)}")
+            raise ConfigError(
+                f"unknown host {name!r}{_suggest(name, self.hosts)}; configured: {', '.join(self.hosts)}"
+            )
         return self.hosts[name]
 
     def select_hosts(self, spec: str | None) -> list[HostConfig]:
@@ -142,6 +161,7 @@ class Config:
 
 
 # ---------------------------------------------------------------- validation helpers
+
 
 def _suggest(word: str, choices) -> str:
     close = difflib.get_close_matches(str(word), list(choices), n=1)
@@ -173,6 +193,7 @@ def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, Any], i
             return v
         rng = f" {lo}-{hi}" if hi is not None else (f" >= {lo}" if lo is not None else "")
         raise ConfigError(f"{where}: expected an integer{rng}, got {_show(v)}")
+
     return check
 
 
@@ -181,6 +202,7 @@ def _num(lo: float = 0.0) -> Callable[[str, Any], float]:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= lo:
             return float(v)
         raise ConfigError(f"{where}: expected a number >= {lo:g}, got {_show(v)}")
+
     return check
 
 
@@ -200,7 +222,10 @@ def _choice(choices) -> Callable[[str, Any], str]:
     def check(where: str, v: Any) -> str:
         if v in choices:
             return v
-        raise ConfigError(f"{where}: expected one of {', '.join(choices)}, got {_show(v)}{_suggest(v, choices)}")
+        raise ConfigError(
+            f"{where}: expected one of {', '.join(choices)}, got {_show(v)}{_suggest(v, choices)}"
+        )
+
     return check
 
 
@@ -293,7 +318,12 @@ SERVER_FIELDS = {
     "ready_timeout": _int(1),
     "headless": _bool,
 }
-HOST_OVERRIDES = ("engine", "sampling", "extra_body", "chat_template_kwargs")  # what hosts.NAME.job may hold
+HOST_OVERRIDES = (
+    "engine",
+    "sampling",
+    "extra_body",
+    "chat_template_kwargs",
+)  # what hosts.NAME.job may hold
 
 
 def _fields(where: str, data: dict, spec: dict) -> dict:
@@ -308,7 +338,9 @@ def _parse_host(name: str, defaults: dict, raw: Any) -> HostConfig:
     values = dict(defaults)
     raw = _mapping(where, raw)
     _check_keys(where, raw, [*HOST_FIELDS, "job", "server"])
-    own = {k: v for k, v in raw.items() if k not in ("job", "server")}  # job/server overrides: parsed apart
+    own = {
+        k: v for k, v in raw.items() if k not in ("job", "server")
+    }  # job/server overrides: parsed apart
     values.update(_fields(where, own, HOST_FIELDS))
     if values.get("connect", "ssh") == "ssh" and "host" not in values:
         values["host"] = name  # an ~/.ssh/config alias works as the entry's name
@@ -334,8 +366,14 @@ def _merge_job(name: str, top: dict, override: Any) -> dict:
         value = _mapping(f"{where}.{key}", value)
         if key == "engine":
             _fields(f"{where}.engine", value, ENGINE_FIELDS)
-            if "base_url" in value or "base_urls" in value:  # a host's own server(s) replace the top-level ones
-                base = {k: v for k, v in (top.get("engine") or {}).items() if k not in ("base_url", "base_urls")}
+            if (
+                "base_url" in value or "base_urls" in value
+            ):  # a host's own server(s) replace the top-level ones
+                base = {
+                    k: v
+                    for k, v in (top.get("engine") or {}).items()
+                    if k not in ("base_url", "base_urls")
+                }
             else:
                 base = dict(top.get("engine") or {})
             merged["engine"] = dict(base, **value)
@@ -346,7 +384,9 @@ def _merge_job(name: str, top: dict, override: Any) -> dict:
 
 def _parse_job(raw: Any, where: str = "job") -> JobSpec:
     job = _mapping("job", raw, optional=False)
-    _check_keys("job", job, ("datasets", "engine", "sampling", "chat_template_kwargs", "extra_body"))
+    _check_keys(
+        "job", job, ("datasets", "engine", "sampling", "chat_template_kwargs", "extra_body")
+    )
     ds_raw = _mapping("job.datasets", job.get("datasets"), optional=False)
     if not ds_raw:
         raise ConfigError("job.datasets: expected at least one dataset")
@@ -361,29 +401,44 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
             raise ConfigError(f"{at}.prompts: required (path on the host, relative to remote_dir)")
         prompts = _str(f"{at}.prompts", spec["prompts"])
         if prompts.startswith("/") or ".." in Path(prompts).parts:
-            raise ConfigError(f"{at}.prompts: must be a relative path inside remote_dir, got {_show(prompts)}")
+            raise ConfigError(
+                f"{at}.prompts: must be a relative path inside remote_dir, got {_show(prompts)}"
+            )
         est = _tokens(f"{at}.est_tokens", spec.get("est_tokens", 2000))
         datasets.append(DatasetSpec(name=name, prompts=prompts, est_tokens=est))
     engine = _engine(f"{where}.engine", job.get("engine"))
     sampling = _mapping(f"{where}.sampling", job.get("sampling"))
     for key in sampling:
         if key not in SAMPLING_KEYS:
-            raise ConfigError(f"{where}.sampling.{key}: unknown key{_suggest(key, SAMPLING_KEYS)}; fields beyond "
-                              "OpenAI's sampling (vLLM's repetition_detection, thinking_token_budget, …) "
-                              "go in job.extra_body")
+            raise ConfigError(
+                f"{where}.sampling.{key}: unknown key{_suggest(key, SAMPLING_KEYS)}; fields beyond "
+                "OpenAI's sampling (vLLM's repetition_detection, thinking_token_budget, …) "
+                "go in job.extra_body"
+            )
     if "max_tokens" in sampling:
-        sampling = dict(sampling, max_tokens=_tokens(f"{where}.sampling.max_tokens", sampling["max_tokens"]))
+        sampling = dict(
+            sampling, max_tokens=_tokens(f"{where}.sampling.max_tokens", sampling["max_tokens"])
+        )
     for key in ("temperature", "top_p", "min_p"):
         if key in sampling:
             _num(0.0)(f"{where}.sampling.{key}", sampling[key])
     kwargs = _free_map(f"{where}.chat_template_kwargs", job.get("chat_template_kwargs"))
     extra = _free_map(f"{where}.extra_body", job.get("extra_body"))
-    clash = sorted(set(extra) & ({"model", "messages", "chat_template_kwargs"} | set(SAMPLING_KEYS)))
+    clash = sorted(
+        set(extra) & ({"model", "messages", "chat_template_kwargs"} | set(SAMPLING_KEYS))
+    )
     if clash:
-        raise ConfigError(f"{where}.extra_body.{clash[0]}: set it in its own place (job.sampling, "
-                          "job.chat_template_kwargs, job.engine.model), not in extra_body")
-    return JobSpec(datasets=tuple(datasets), engine=engine, sampling=dict(sampling), chat_template_kwargs=kwargs,
-                   extra_body=extra)
+        raise ConfigError(
+            f"{where}.extra_body.{clash[0]}: set it in its own place (job.sampling, "
+            "job.chat_template_kwargs, job.engine.model), not in extra_body"
+        )
+    return JobSpec(
+        datasets=tuple(datasets),
+        engine=engine,
+        sampling=dict(sampling),
+        chat_template_kwargs=kwargs,
+        extra_body=extra,
+    )
 
 
 def parse_config(data: Any, path: Path) -> Config:
@@ -402,7 +457,9 @@ def parse_config(data: Any, path: Path) -> Config:
     if default_host is None:
         default_host = next(iter(hosts))
     if default_host not in hosts:
-        raise ConfigError(f"default_host: {_show(default_host)} is not in hosts{_suggest(default_host, hosts)}")
+        raise ConfigError(
+            f"default_host: {_show(default_host)} is not in hosts{_suggest(default_host, hosts)}"
+        )
     job = _parse_job(data.get("job"))
     server = _fields("server", _mapping("server", data.get("server")), SERVER_FIELDS)
     host_jobs, host_servers = {}, {}
@@ -410,13 +467,23 @@ def parse_config(data: Any, path: Path) -> Config:
         if not isinstance(raw, dict):
             continue
         if raw.get("job") is not None:
-            host_jobs[name] = _parse_job(_merge_job(name, data["job"], raw["job"]), where=f"hosts.{name}.job")
+            host_jobs[name] = _parse_job(
+                _merge_job(name, data["job"], raw["job"]), where=f"hosts.{name}.job"
+            )
         if raw.get("server") is not None:
             where = f"hosts.{name}.server"
-            host_servers[name] = ServerSpec(**dict(server, **_fields(where, _mapping(where, raw["server"]),
-                                                                    SERVER_FIELDS)))
-    return Config(path=path, default_host=default_host, hosts=hosts, job=job, server=ServerSpec(**server),
-                  host_jobs=host_jobs, host_servers=host_servers)
+            host_servers[name] = ServerSpec(
+                **dict(server, **_fields(where, _mapping(where, raw["server"]), SERVER_FIELDS))
+            )
+    return Config(
+        path=path,
+        default_host=default_host,
+        hosts=hosts,
+        job=job,
+        server=ServerSpec(**server),
+        host_jobs=host_jobs,
+        host_servers=host_servers,
+    )
 
 
 def find_config(explicit: str | None = None) -> Path:
@@ -429,11 +496,15 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     try:
         text = p.read_text()
     except FileNotFoundError:
-        raise ConfigError(f"{p}: config file not found (pass --config or set {CONFIG_ENV})") from None
+        raise ConfigError(
+            f"{p}: config file not found (pass --config or set {CONFIG_ENV})"
+        ) from None
     except OSError as e:
         raise ConfigError(f"{p}: cannot read config: {e.strerror}") from None
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: 10x faster
+        data = yaml.load(
+            text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        )  # libyaml: 10x faster
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 
 from remote.status import JobStatus
@@ -29,11 +28,21 @@ class RunFlags:
     def argv(self) -> list[str]:
         from remote.cli import run_argv
 
-        return run_argv(self.max_samples, self.caps, self.max_tokens, self.datasets, self.grace, self.force)
+        return run_argv(
+            self.max_samples, self.caps, self.max_tokens, self.datasets, self.grace, self.force
+        )
 
 
-def parse_run_flags(config: Config, *, max_samples=None, caps=(), max_tokens=None, datasets=None,
-                    grace=30.0, force=False) -> RunFlags:
+def parse_run_flags(
+    config: Config,
+    *,
+    max_samples=None,
+    caps=(),
+    max_tokens=None,
+    datasets=None,
+    grace=30.0,
+    force=False,
+) -> RunFlags:
     known = config.job.dataset_names()
     try:
         ms = None
@@ -66,17 +75,26 @@ def ctl(conn: Connector, *args: str, timeout: float | None = None) -> dict:
 def call(conn: Connector, *args: str, timeout: float | None = None) -> dict:
     """Run `python -m remote ARGS` from the host's current release; return its JSON answer."""
     script = '[ -d current ] || exit 97; cd current && exec "$@"'
-    res = conn.run(["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", *args)],
-                   cwd=conn.remote_dir, timeout=timeout)
-    if res.exit_code == NOT_DEPLOYED or (not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)):
+    res = conn.run(
+        ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", *args)],
+        cwd=conn.remote_dir,
+        timeout=timeout,
+    )
+    if res.exit_code == NOT_DEPLOYED or (
+        not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)
+    ):
         raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")
     try:
         answer = res.answer()
     except ValueError:
-        raise RemoteError(f"`remote {' '.join(args[:2])}` failed (exit {res.exit_code}): {res.why()}") from None
+        raise RemoteError(
+            f"`remote {' '.join(args[:2])}` failed (exit {res.exit_code}): {res.why()}"
+        ) from None
     if not answer.get("ok"):
         if answer.get("preflight"):
-            raise RemoteError("nothing was stopped: " + preflight_message(conn.name, answer["preflight"]))
+            raise RemoteError(
+                "nothing was stopped: " + preflight_message(conn.name, answer["preflight"])
+            )
         raise RemoteError(answer.get("error", "failed"), details=answer.get("log") or ())
     return answer
 
@@ -85,19 +103,30 @@ def preflight_message(host: str, problem: dict) -> str:
     """One line with the fix, for a host whose Python cannot run the job's engine."""
     mods = ", ".join(problem["missing"])
     why = "; ".join(problem["missing"].values())
-    return (f"the host's python ({problem['python']}) cannot import {mods} ({why}), which job.engine.kind "
-            f"{problem['engine']} needs: point hosts.{host}.python (or defaults.python) at the Python of the "
-            "vLLM environment (e.g. ~/vllm-venv/bin/python)")
+    return (
+        f"the host's python ({problem['python']}) cannot import {mods} ({why}), which job.engine.kind "
+        f"{problem['engine']} needs: point hosts.{host}.python (or defaults.python) at the Python of the "
+        "vLLM environment (e.g. ~/vllm-venv/bin/python)"
+    )
 
 
-def restart(conn: Connector, flags: RunFlags, *, hard=False, drain=False, dry_run=False, force_gpu=False) -> dict:
+def restart(
+    conn: Connector, flags: RunFlags, *, hard=False, drain=False, dry_run=False, force_gpu=False
+) -> dict:
     args = ["restart", *flags.argv()]
-    args += ["--hard"] * hard + ["--drain"] * drain + ["--dry-run"] * dry_run + ["--force-gpu"] * force_gpu
+    args += (
+        ["--hard"] * hard
+        + ["--drain"] * drain
+        + ["--dry-run"] * dry_run
+        + ["--force-gpu"] * force_gpu
+    )
     return dict(ctl(conn, *args), host=conn.name)
 
 
 def stop(conn: Connector, grace: float = 30.0, drain: bool = False) -> dict:
-    return dict(ctl(conn, "stop", "--grace", f"{grace:g}", *(["--drain"] if drain else [])), host=conn.name)
+    return dict(
+        ctl(conn, "stop", "--grace", f"{grace:g}", *(["--drain"] if drain else [])), host=conn.name
+    )
 
 
 def status(conn: Connector) -> JobStatus:

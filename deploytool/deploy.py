@@ -46,19 +46,33 @@ class DeployResult:
     dry_run: bool = False
     pruned: list[str] = field(default_factory=list)
     round_trips: int = 0
-    prompts_in_use: dict[str, int] = field(default_factory=dict)  # prompt file replaced -> pid of the runner using it
+    prompts_in_use: dict[str, int] = field(
+        default_factory=dict
+    )  # prompt file replaced -> pid of the runner using it
 
     @property
     def changed(self) -> bool:
-        return bool(self.added or self.modified or self.removed or self.prompts or self.release != self.previous)
+        return bool(
+            self.added
+            or self.modified
+            or self.removed
+            or self.prompts
+            or self.release != self.previous
+        )
 
 
-def build_release(config: Config, package_dir: Path = PACKAGE_DIR, host: str | None = None) -> Release:
+def build_release(
+    config: Config, package_dir: Path = PACKAGE_DIR, host: str | None = None
+) -> Release:
     """remote/ (sources only) + job.json from hosts.yaml (with `host`'s own overrides); the id is the hash
     of the manifest."""
     files: dict[str, bytes] = {}
     for path in sorted(package_dir.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".txt"):
+        if (
+            path.is_file()
+            and "__pycache__" not in path.parts
+            and path.suffix in (".py", ".json", ".txt")
+        ):
             files[f"remote/{path.relative_to(package_dir).as_posix()}"] = path.read_bytes()
     job = config.job_for(host) if host else config.job
     files[JOB_FILE] = (json.dumps(job.to_dict(), indent=1, sort_keys=True) + "\n").encode()
@@ -107,7 +121,9 @@ def _helper_error(conn: Connector, cmd: str, res) -> RemoteError:
     return RemoteError(f"{cmd} failed: {detail}")
 
 
-def deploy_host(conn: Connector, config: Config, *, dry_run: bool = False, release: Release | None = None) -> DeployResult:
+def deploy_host(
+    conn: Connector, config: Config, *, dry_run: bool = False, release: Release | None = None
+) -> DeployResult:
     """One SSH session: ask the host what it has, then (if anything changed) send only that."""
     t0 = time.monotonic()
     rel = release or build_release(config, host=conn.name)
@@ -121,14 +137,20 @@ def deploy_host(conn: Connector, config: Config, *, dry_run: bool = False, relea
     remote_files: dict[str, str] = plan["manifest"]
     result = DeployResult(host=conn.name, release=rel.id, previous=plan["current"], dry_run=dry_run)
     result.added = sorted(p for p in rel.manifest if p not in remote_files)
-    result.modified = sorted(p for p in rel.manifest if p in remote_files and remote_files[p] != rel.manifest[p])
+    result.modified = sorted(
+        p for p in rel.manifest if p in remote_files and remote_files[p] != rel.manifest[p]
+    )
     result.removed = sorted(p for p in remote_files if p not in rel.manifest)
-    result.prompts = send_prompts = sorted(p for p, local in prompts.items() if plan["prompts"].get(p) != _sha_file(local))
+    result.prompts = send_prompts = sorted(
+        p for p, local in prompts.items() if plan["prompts"].get(p) != _sha_file(local)
+    )
     running = plan.get("running_prompts") or {}
     result.prompts_in_use = {p: running[p] for p in send_prompts if p in running}
     # the host already has this exact release (e.g. after a rollback): only the switch is needed
     to_send = [] if rel.id in plan["releases"] else result.added + result.modified
-    result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(prompts[p].stat().st_size for p in send_prompts)
+    result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(
+        prompts[p].stat().st_size for p in send_prompts
+    )
     if dry_run or (rel.id == plan["current"] and not send_prompts):
         proc.close_stdin()
         res = proc.finish()
@@ -144,8 +166,20 @@ def deploy_host(conn: Connector, config: Config, *, dry_run: bool = False, relea
                 for p in send_prompts:
                     tar.add(str(prompts[p]), arcname=f"prompts/{p}", recursive=False)
             payload.seek(0)
-            proc.write((json.dumps({"id": rel.id, "files": rel.manifest, "base": plan["current"],
-                                    "prompts": send_prompts, "keep": conn.host.keep_releases}) + "\n").encode())
+            proc.write(
+                (
+                    json.dumps(
+                        {
+                            "id": rel.id,
+                            "files": rel.manifest,
+                            "base": plan["current"],
+                            "prompts": send_prompts,
+                            "keep": conn.host.keep_releases,
+                        }
+                    )
+                    + "\n"
+                ).encode()
+            )
             for chunk in iter(lambda: payload.read(1 << 20), b""):
                 proc.write(chunk)
         proc.close_stdin()

@@ -13,8 +13,12 @@ from .errors import DeployToolError, MultiHostError
 T = TypeVar("T")
 
 
-def on_hosts(config: Config, hosts: list[HostConfig], fn: Callable[[Connector], T],
-             trusted: Callable[[str, str], None]) -> dict[str, T]:
+def on_hosts(
+    config: Config,
+    hosts: list[HostConfig],
+    fn: Callable[[Connector], T],
+    trusted: Callable[[str, str], None],
+) -> dict[str, T]:
     """fn(conn) on every host at once. One failing loses nobody else's result: all are raised together.
     `trusted(host, key)` hears of every host key accepted on first use, to say it out loud."""
 
@@ -46,7 +50,10 @@ def probe(conn: Connector, engine_kind: str = "simulate") -> dict:
 
     from .control import preflight_message
 
-    script = "import sys,platform;print(platform.node(), sys.version.split()[0], sys.executable)\n" + PROBE
+    script = (
+        "import sys,platform;print(platform.node(), sys.version.split()[0], sys.executable)\n"
+        + PROBE
+    )
     res = conn.run(conn.python("-c", script, *ENGINE_MODULES.get(engine_kind, ())))
     lines = res.out.strip().splitlines()
     if not res.ok or len(lines) < 2:
@@ -54,6 +61,15 @@ def probe(conn: Connector, engine_kind: str = "simulate") -> dict:
     node, version, executable = (lines[0].split(" ", 2) + ["", ""])[:3]
     missing = json.loads(lines[-1])
     if missing:
-        return {"ok": False, "detail": preflight_message(
-            conn.name, {"python": executable or conn.host.python, "engine": engine_kind, "missing": missing})}
+        return {
+            "ok": False,
+            "detail": preflight_message(
+                conn.name,
+                {
+                    "python": executable or conn.host.python,
+                    "engine": engine_kind,
+                    "missing": missing,
+                },
+            ),
+        }
     return {"ok": True, "detail": f"{node}, Python {version}"}

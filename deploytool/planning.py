@@ -30,5 +30,10 @@ def plan_host(conn: Connector, tokens_per_dataset: int, tokens_per_s: float | No
     for row in answer["datasets"].values():
         cum += row["tokens_todo"]
         row["eta_s"] = int(cum / rate) if rate else None  # datasets run in job order
-    return {"host": conn.name, "datasets": answer["datasets"], "tokens_per_s": rate, "rate_source": rate_source,
-            "tokens_per_dataset": tokens_per_dataset}
+    return {
+        "host": conn.name,
+        "datasets": answer["datasets"],
+        "tokens_per_s": rate,
+        "rate_source": rate_source,
+        "tokens_per_dataset": tokens_per_dataset,
+    }

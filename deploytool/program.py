@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+
 from invoke import Argument, Program
 
 from . import __version__
@@ -14,7 +15,12 @@ class DeployToolProgram(Program):
     def core_args(self):
         # invoke's own -f/--config (an invoke config file) gives way to ours: the hosts.yaml to read
         args = [a for a in super().core_args() if "config" not in a.names]
-        args.append(Argument(names=("config", "c"), help=f"hosts.yaml to read (default: ${CONFIG_ENV} or ./hosts.yaml)"))
+        args.append(
+            Argument(
+                names=("config", "c"),
+                help=f"hosts.yaml to read (default: ${CONFIG_ENV} or ./hosts.yaml)",
+            )
+        )
         return args
 
     def parse_core(self, argv):
@@ -29,7 +35,9 @@ class DeployToolProgram(Program):
             self.config.merge()
 
 
-program = DeployToolProgram(name="deploytool", binary="deploytool", version=__version__, namespace=ns)
+program = DeployToolProgram(
+    name="deploytool", binary="deploytool", version=__version__, namespace=ns
+)
 
 
 def main() -> None:

@@ -66,11 +66,21 @@ def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:
     out = []
     for e in st.endpoints:
         if e.reachable:
-            out.append((f"server {e.url}: up · in flight {e.in_flight}/{e.concurrency} · "
-                        f"{fmt_tokens(e.tokens_per_s)} tok/s · {e.requests:,} answered · errors {e.errors}", False))
+            out.append(
+                (
+                    f"server {e.url}: up · in flight {e.in_flight}/{e.concurrency} · "
+                    f"{fmt_tokens(e.tokens_per_s)} tok/s · {e.requests:,} answered · errors {e.errors}",
+                    False,
+                )
+            )
         else:
-            out.append((f"server {e.url}: DOWN for {fmt_duration(e.down_for(now))}: {e.last_error or '?'} · "
-                        f"{e.requests:,} answered · errors {e.errors}", True))
+            out.append(
+                (
+                    f"server {e.url}: DOWN for {fmt_duration(e.down_for(now))}: {e.last_error or '?'} · "
+                    f"{e.requests:,} answered · errors {e.errors}",
+                    True,
+                )
+            )
     return out
 
 
@@ -86,30 +96,57 @@ def totals(statuses: list[JobStatus]) -> dict:
     tok = sum(s.completion_tokens for s in statuses)
     rate = sum(s.tokens_per_s or 0 for s in statuses)
     etas = [s.eta_s for s in statuses if not s.terminal]
-    return {"tokens": tok, "tokens_per_s": rate, "eta_s": max(etas) if etas and None not in etas else (None if etas else 0)}
+    return {
+        "tokens": tok,
+        "tokens_per_s": rate,
+        "eta_s": max(etas) if etas and None not in etas else (None if etas else 0),
+    }
 
 
 def host_view(host: str, st: JobStatus | None, now: float, note: str | None = None):
     if st is None:
         return Text(f"{host}: no status yet" + (f" ({note})" if note else ""), style="yellow")
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
-    for col, kw in (("dataset", {}), ("", {"width": 24}), ("done/target", {"justify": "right"}),
-                    ("tokens", {"justify": "right"}), ("tok/s", {"justify": "right"}), ("ETA", {"justify": "right"}),
-                    ("state", {})):
+    for col, kw in (
+        ("dataset", {}),
+        ("", {"width": 24}),
+        ("done/target", {"justify": "right"}),
+        ("tokens", {"justify": "right"}),
+        ("tok/s", {"justify": "right"}),
+        ("ETA", {"justify": "right"}),
+        ("state", {}),
+    ):
         table.add_column(col, **kw)
     for name, d in st.datasets.items():
         target = max(d.target, 0)
-        bar = ProgressBar(total=max(target, 1), completed=min(d.done, target) if target else 1, width=24,
-                          complete_style="green" if d.is_complete else "cyan")
+        bar = ProgressBar(
+            total=max(target, 1),
+            completed=min(d.done, target) if target else 1,
+            width=24,
+            complete_style="green" if d.is_complete else "cyan",
+        )
         eta = "-" if d.is_complete else fmt_duration(d.eta_s)
-        table.add_row(name, bar, f"{d.done:,}/{target:,}", fmt_tokens(d.completion_tokens),
-                      fmt_tokens(d.tokens_per_s), eta, d.state)
+        table.add_row(
+            name,
+            bar,
+            f"{d.done:,}/{target:,}",
+            fmt_tokens(d.completion_tokens),
+            fmt_tokens(d.tokens_per_s),
+            eta,
+            d.state,
+        )
     state_style = {"finished": "green", "failed": "red", "stopped": "yellow"}.get(st.state, "bold")
-    head = Text.assemble((f"{host}", "bold"), ": ", (st.state, state_style),
-                         f"  pid {st.pid or '?'}  in flight {st.in_flight}/{st.concurrency or '?'}")
-    total = Text(f"total {fmt_tokens(st.completion_tokens)} tokens · {fmt_tokens(st.tokens_per_s)} tok/s"
-                 f" · ETA {fmt_duration(st.eta_s) if not st.terminal else '-'}"
-                 f" · elapsed {fmt_duration(now - st.started_at) if st.started_at else '?'}")
+    head = Text.assemble(
+        (f"{host}", "bold"),
+        ": ",
+        (st.state, state_style),
+        f"  pid {st.pid or '?'}  in flight {st.in_flight}/{st.concurrency or '?'}",
+    )
+    total = Text(
+        f"total {fmt_tokens(st.completion_tokens)} tokens · {fmt_tokens(st.tokens_per_s)} tok/s"
+        f" · ETA {fmt_duration(st.eta_s) if not st.terminal else '-'}"
+        f" · elapsed {fmt_duration(now - st.started_at) if st.started_at else '?'}"
+    )
     line, bad = health(st, now)
     parts = [head, table, total, Text(line, style="red" if bad else "dim")]
     parts += [Text(text, style="red" if down else "dim") for text, down in endpoint_lines(st, now)]
@@ -121,14 +158,21 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
     return Group(*parts)
 
 
-def view(snapshots: dict[str, JobStatus | None], notes: dict[str, str | None], now: float | None = None):
+def view(
+    snapshots: dict[str, JobStatus | None], notes: dict[str, str | None], now: float | None = None
+):
     now = time.time() if now is None else now
     parts = [host_view(h, st, now, notes.get(h)) for h, st in snapshots.items()]
     present = [s for s in snapshots.values() if s]
     if len(snapshots) > 1 and present:
         t = totals(present)
-        parts.append(Text(f"all hosts: {fmt_tokens(t['tokens'])} tokens · {fmt_tokens(t['tokens_per_s'])} tok/s · "
-                          f"ETA {fmt_duration(t['eta_s'])}", style="bold"))
+        parts.append(
+            Text(
+                f"all hosts: {fmt_tokens(t['tokens'])} tokens · {fmt_tokens(t['tokens_per_s'])} tok/s · "
+                f"ETA {fmt_duration(t['eta_s'])}",
+                style="bold",
+            )
+        )
     return Group(*parts)
 
 
@@ -139,7 +183,9 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
     ds = " ".join(f"{n} {d.done}/{d.target}" for n, d in st.datasets.items())
     line, _ = health(st, now)
     eta = fmt_duration(st.eta_s) if not st.terminal else "-"
-    out = (f"{stamp} {host}: {st.state} | {ds} | {fmt_tokens(st.completion_tokens)} tok "
-           f"{fmt_tokens(st.tokens_per_s)} tok/s ETA {eta} | {line}")
+    out = (
+        f"{stamp} {host}: {st.state} | {ds} | {fmt_tokens(st.completion_tokens)} tok "
+        f"{fmt_tokens(st.tokens_per_s)} tok/s ETA {eta} | {line}"
+    )
     down = [text for text, bad in endpoint_lines(st, now) if bad]
     return out + "".join(f" | {x}" for x in down + notices(st)) + (f" | {note}" if note else "")

@@ -101,24 +101,40 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
         local, remote, size = local_dir / name, f"{remote_dir}/{name}", e["size"]
         mine = have.get(name, 0)
         if not _append_only(name):
-            same = name in have and e.get("sha256") and e["sha256"] == prefix_hash(local, mine) and mine == size
+            same = (
+                name in have
+                and e.get("sha256")
+                and e["sha256"] == prefix_hash(local, mine)
+                and mine == size
+            )
             if same:
                 result.files[name] = {"action": "unchanged", "bytes": 0}
             else:
-                result.files[name] = {"action": "fetched", "bytes": _fetch_whole(conn, remote, local, size)}
+                result.files[name] = {
+                    "action": "fetched",
+                    "bytes": _fetch_whole(conn, remote, local, size),
+                }
             continue
         diverged = mine > size or (mine > 0 and e.get("prefix_sha256") != prefix_hash(local, mine))
         if diverged:
             if not refetch:
                 result.refused.append(name)
-                result.files[name] = {"action": "refused: local copy is not a prefix of the host's file", "bytes": 0}
+                result.files[name] = {
+                    "action": "refused: local copy is not a prefix of the host's file",
+                    "bytes": 0,
+                }
                 continue
-            result.files[name] = {"action": "re-fetched", "bytes": _fetch_whole(conn, remote, local, size)}
+            result.files[name] = {
+                "action": "re-fetched",
+                "bytes": _fetch_whole(conn, remote, local, size),
+            }
         elif size > mine:
             if mine == 0:
                 local.touch()
-            result.files[name] = {"action": "appended" if mine else "fetched",
-                                  "bytes": _append_new(conn, remote, local, mine, size)}
+            result.files[name] = {
+                "action": "appended" if mine else "fetched",
+                "bytes": _append_new(conn, remote, local, mine, size),
+            }
         else:
             result.files[name] = {"action": "unchanged", "bytes": 0}
     return result

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from typing import TYPE_CHECKING
-
 from remote.status import JobStatus
 
 from .errors import DeployToolError
-from .progress import endpoint_lines, fmt_duration as _eta, fmt_tokens as _tok, notices
+from .progress import endpoint_lines, notices
+from .progress import fmt_duration as _eta
+from .progress import fmt_tokens as _tok
 
 if TYPE_CHECKING:
-    from .deploy import DeployResult  # a type only: deploy's tarfile and hashlib stay unimported for `status`
+    from .deploy import (
+        DeployResult,
+    )  # a type only: deploy's tarfile and hashlib stay unimported for `status`
 
 console = Console(highlight=False)
 
@@ -38,7 +41,10 @@ def trusted_key(host: str, key: str) -> None:
     """Trust on first use is said out loud, on stderr so it survives `--json` and pipes."""
     import sys
 
-    print(f"{host}: trusted a new host key (host_key: accept-new): {key}, now in known_hosts", file=sys.stderr)
+    print(
+        f"{host}: trusted a new host key (host_key: accept-new): {key}, now in known_hosts",
+        file=sys.stderr,
+    )
 
 
 def status_json(results: dict) -> None:
@@ -55,19 +61,27 @@ def deploy_result(r: DeployResult, out: Console | None = None) -> None:
     out = out or console
     verb = "would deploy" if r.dry_run else "deployed"
     if not r.changed:
-        out.print(f"[bold]{r.host}[/]: nothing changed (release {r.release} is current); 0 bytes of file data sent")
+        out.print(
+            f"[bold]{r.host}[/]: nothing changed (release {r.release} is current); 0 bytes of file data sent"
+        )
         return
     out.print(f"[bold]{r.host}[/]: {verb} release {r.release} (was {r.previous or 'none'})")
-    for label, items, style in (("added", r.added, "green"), ("modified", r.modified, "yellow"),
-                                ("removed", r.removed, "red"), ("prompts", r.prompts, "cyan")):
+    for label, items, style in (
+        ("added", r.added, "green"),
+        ("modified", r.modified, "yellow"),
+        ("removed", r.removed, "red"),
+        ("prompts", r.prompts, "cyan"),
+    ):
         for item in items:
             out.print(f"  [{style}]{label:8}[/] {item}")
     if r.prompts_in_use:
         files = ", ".join(r.prompts_in_use)
         pid = next(iter(r.prompts_in_use.values()))
         will = "would replace" if r.dry_run else "replaced"
-        out.print(f"  [yellow]{will} {files}, in use by the running job (pid {pid})[/]: it keeps reading the "
-                  "file it opened; `invoke restart` reloads it live (records already written still count)")
+        out.print(
+            f"  [yellow]{will} {files}, in use by the running job (pid {pid})[/]: it keeps reading the "
+            "file it opened; `invoke restart` reloads it live (records already written still count)"
+        )
     sent = "would send" if r.dry_run else "sent"
     extra = f"; pruned {', '.join(r.pruned)}" if r.pruned else ""
     out.print(f"  {sent} {_size(r.bytes_sent)} in {r.seconds:.2f}s{extra}")
@@ -81,8 +95,11 @@ def failures(errs: dict[str, DeployToolError], out: Console | None = None) -> No
             out.print(f"  {host} | {line}", markup=False, highlight=False)
 
 
-def hosts_table(rows: list[tuple[str, str, str, str]], problems: list[tuple[str, str]] = (),
-                out: Console | None = None) -> None:
+def hosts_table(
+    rows: list[tuple[str, str, str, str]],
+    problems: list[tuple[str, str]] = (),
+    out: Console | None = None,
+) -> None:
     out = out or console
     t = Table("host", "address", "remote_dir", "check")
     for row in rows:
@@ -106,9 +123,11 @@ def restart_result(r: dict, out: Console | None = None) -> None:
     host = f"[bold]{r['host']}[/]"
     if r.get("dry_run"):
         running = r.get("running")
-        what = {"live": "re-cap the running runner live (nothing lost)",
-                "restart": f"stop runner pid {running and running['pid']} and start a new one",
-                "start": "start a runner"}[r["mode"]]
+        what = {
+            "live": "re-cap the running runner live (nothing lost)",
+            "restart": f"stop runner pid {running and running['pid']} and start a new one",
+            "start": "start a runner",
+        }[r["mode"]]
         out.print(f"{host}: dry run: would {what} with caps {r['caps']}")
         return
     if r["mode"] == "live":
@@ -120,10 +139,14 @@ def restart_result(r: dict, out: Console | None = None) -> None:
         if stopped.get("was_running"):
             extra = f", strays {stopped['strays']}" if stopped.get("strays") else ""
             killed = f", SIGKILL {stopped['killed']}" if stopped.get("killed") else ""
-            out.print(f"{host}: stopped pid(s) {stopped['stopped']}{extra}{killed}; "
-                      f"in-flight requests lost: {r.get('lost_in_flight', 0)}")
-        out.print(f"{host}: started runner pid {r['pid']} from release {r['release'].rstrip('/').rsplit('/', 1)[-1]}; "
-                  f"state {r['state']}")
+            out.print(
+                f"{host}: stopped pid(s) {stopped['stopped']}{extra}{killed}; "
+                f"in-flight requests lost: {r.get('lost_in_flight', 0)}"
+            )
+        out.print(
+            f"{host}: started runner pid {r['pid']} from release {r['release'].rstrip('/').rsplit('/', 1)[-1]}; "
+            f"state {r['state']}"
+        )
         gpu = r.get("gpu") or {}
         if gpu.get("note"):
             out.print(f"  {gpu['note']}")
@@ -136,7 +159,9 @@ def stop_result(r: dict, out: Console | None = None) -> None:
         out.print(f"[bold]{r['host']}[/]: no runner was running")
         return
     killed = f"; SIGKILL after the grace period: {r['killed']}" if r.get("killed") else ""
-    out.print(f"[bold]{r['host']}[/]: stopped {r['stopped']}{killed}; in-flight requests lost: {r['lost_in_flight']}")
+    out.print(
+        f"[bold]{r['host']}[/]: stopped {r['stopped']}{killed}; in-flight requests lost: {r['lost_in_flight']}"
+    )
 
 
 def status_screen(s: JobStatus, out: Console | None = None, now: float | None = None) -> None:
@@ -148,45 +173,85 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
     if s.message:
         out.print(f"  {escape(s.message)}")
     if s.datasets:
-        t = Table("dataset", "done/target", "state", "tokens", "tok/s", "ETA", "errors", "length-cut", box=None)
+        t = Table(
+            "dataset",
+            "done/target",
+            "state",
+            "tokens",
+            "tok/s",
+            "ETA",
+            "errors",
+            "length-cut",
+            box=None,
+        )
         for name, d in s.datasets.items():
-            t.add_row(name, f"{d.done:,}/{d.target:,}", d.state, _tok(d.completion_tokens), _tok(d.tokens_per_s),
-                      "-" if d.is_complete else _eta(d.eta_s), str(d.errors), str(d.finish_length))
+            t.add_row(
+                name,
+                f"{d.done:,}/{d.target:,}",
+                d.state,
+                _tok(d.completion_tokens),
+                _tok(d.tokens_per_s),
+                "-" if d.is_complete else _eta(d.eta_s),
+                str(d.errors),
+                str(d.finish_length),
+            )
         out.print(t)
         eng = s.engine
         health = "reachable" if eng.reachable else f"UNREACHABLE ({eng.last_error})"
-        out.print(f"  total {_tok(s.completion_tokens)} tokens, {_tok(s.tokens_per_s)} tok/s, "
-                  f"ETA {_eta(s.eta_s)}; engine {eng.kind} {health}; errors {s.errors}"
-                  f"{'; STALLED' if s.stalled else ''}", markup=False)
+        out.print(
+            f"  total {_tok(s.completion_tokens)} tokens, {_tok(s.tokens_per_s)} tok/s, "
+            f"ETA {_eta(s.eta_s)}; engine {eng.kind} {health}; errors {s.errors}"
+            f"{'; STALLED' if s.stalled else ''}",
+            markup=False,
+        )
     for line, down in endpoint_lines(s, now):
         out.print(f"  {line}", style="red" if down else None, markup=False)
     for note in notices(s):
         out.print(f"  [yellow]{escape(note)}[/]")
     if s.strays:
-        out.print(f"  [red]runner processes without a pid file: {s.strays} (restart or stop takes care of them)[/]")
+        out.print(
+            f"  [red]runner processes without a pid file: {s.strays} (restart or stop takes care of them)[/]"
+        )
 
 
 def plan_result(r: dict, out: Console | None = None) -> None:
     out = out or console
-    out.print(f"[bold]{r['host']}[/]: caps for {_tok(r['tokens_per_dataset'])} response tokens per dataset")
-    t = Table("dataset", "records", "mean tok", "basis", "cap", "to do", "tokens to do", "ETA", box=None)
+    out.print(
+        f"[bold]{r['host']}[/]: caps for {_tok(r['tokens_per_dataset'])} response tokens per dataset"
+    )
+    t = Table(
+        "dataset", "records", "mean tok", "basis", "cap", "to do", "tokens to do", "ETA", box=None
+    )
     short = False
     for name, d in r["datasets"].items():
         fewer = bool(d["prompts"]) and d["target"] < d["cap"]
         short |= fewer
-        t.add_row(name, f"{d['records']:,}", f"{d['mean_tokens']:,.0f}",
-                  "measured" if d["source"].startswith("measured") else "estimate",
-                  f"{d['cap']:,}" + ("*" if fewer else ""), f"{d['todo']:,}", _tok(d["tokens_todo"]), _eta(d["eta_s"]))
+        t.add_row(
+            name,
+            f"{d['records']:,}",
+            f"{d['mean_tokens']:,.0f}",
+            "measured" if d["source"].startswith("measured") else "estimate",
+            f"{d['cap']:,}" + ("*" if fewer else ""),
+            f"{d['todo']:,}",
+            _tok(d["tokens_todo"]),
+            _eta(d["eta_s"]),
+        )
     out.print(t)
-    out.print("  basis: measured mean of the records on the host (50 or more), else est_tokens from hosts.yaml")
+    out.print(
+        "  basis: measured mean of the records on the host (50 or more), else est_tokens from hosts.yaml"
+    )
     if short:
         out.print("  * the dataset has fewer prompts than the cap: all of them are done")
     if r["tokens_per_s"]:
         total = sum(d["tokens_todo"] for d in r["datasets"].values())
-        out.print(f"  {_tok(total)} tokens to do at {_tok(r['tokens_per_s'])} tok/s ({r['rate_source']}): "
-                  f"about {_eta(total / r['tokens_per_s'])}")
+        out.print(
+            f"  {_tok(total)} tokens to do at {_tok(r['tokens_per_s'])} tok/s ({r['rate_source']}): "
+            f"about {_eta(total / r['tokens_per_s'])}"
+        )
     else:
-        out.print("  no measured throughput (the job is not running): pass --tokens-per-s for an ETA")
+        out.print(
+            "  no measured throughput (the job is not running): pass --tokens-per-s for an ETA"
+        )
 
 
 def pull_result(r, out: Console | None = None) -> None:
@@ -200,16 +265,22 @@ def pull_result(r, out: Console | None = None) -> None:
 def server_started(r: dict, out: Console | None = None) -> None:
     out = out or console
     if r.get("already"):
-        out.print(f"[bold]{r['host']}[/]: server already up (pid {r['pid']}, {r['model']} on port {r['port']})")
+        out.print(
+            f"[bold]{r['host']}[/]: server already up (pid {r['pid']}, {r['model']} on port {r['port']})"
+        )
         return
     where = "headless worker" if r.get("headless") else f"on port {r['port']}"
-    out.print(f"[bold]{r['host']}[/]: server up: pid {r['pid']}, {r['model']} {where}, "
-              f"ready after {_eta(r.get('ready_after_s'))}")
+    out.print(
+        f"[bold]{r['host']}[/]: server up: pid {r['pid']}, {r['model']} {where}, "
+        f"ready after {_eta(r.get('ready_after_s'))}"
+    )
     out.print(f"  command: {' '.join(r.get('argv', []))}", markup=False)
     if r.get("env"):
         out.print("  env: " + " ".join(f"{k}={v}" for k, v in r["env"].items()), markup=False)
     if r.get("headless"):
-        out.print("  headless data-parallel worker: no HTTP, no smoke test (the head answers for the group)")
+        out.print(
+            "  headless data-parallel worker: no HTTP, no smoke test (the head answers for the group)"
+        )
     else:
         out.print(f"  smoke test: {(r.get('smoke') or '')[:80]!r}", markup=False)
 
@@ -238,14 +309,23 @@ def server_status(r: dict, out: Console | None = None) -> None:
         out.print(f"[bold]{r['host']}[/]: server down")
         return
     where = "as a headless data-parallel worker" if r.get("headless") else f"on port {r['port']}"
-    out.print(f"[bold]{r['host']}[/]: server {'up' if r['ready'] else 'starting'}: pid {r['pid']}, {r['model']} "
-              f"{where}, uptime {_eta(r['uptime_s'])}")
+    out.print(
+        f"[bold]{r['host']}[/]: server {'up' if r['ready'] else 'starting'}: pid {r['pid']}, {r['model']} "
+        f"{where}, uptime {_eta(r['uptime_s'])}"
+    )
     m = r.get("metrics")
     if m:
         kv = f"{m['kv_cache_usage']:.0%}" if m.get("kv_cache_usage") is not None else "?"
-        rate = _tok(m["generation_tokens_per_s"]) if m.get("generation_tokens_per_s") is not None else "?"
+        rate = (
+            _tok(m["generation_tokens_per_s"])
+            if m.get("generation_tokens_per_s") is not None
+            else "?"
+        )
+
         def n(v):
             return "?" if v is None else f"{v:.0f}"
 
-        out.print(f"  requests running {n(m.get('running'))}, waiting {n(m.get('waiting'))}; KV cache {kv}; "
-                  f"generation {rate} tok/s")
+        out.print(
+            f"  requests running {n(m.get('running'))}, waiting {n(m.get('waiting'))}; KV cache {kv}; "
+            f"generation {rate} tok/s"
+        )

@@ -34,8 +34,15 @@ def manages_engine(config: Config, host: str) -> bool:
     return False
 
 
-def start(conn: Connector, spec: ServerSpec, *, poll: float = 2.0, progress: Callable[[str], None] = lambda s: None,
-          clock=time.monotonic, sleep=time.sleep) -> dict:
+def start(
+    conn: Connector,
+    spec: ServerSpec,
+    *,
+    poll: float = 2.0,
+    progress: Callable[[str], None] = lambda s: None,
+    clock=time.monotonic,
+    sleep=time.sleep,
+) -> dict:
     started = call(conn, "server", "start", "--spec", spec_json(spec))
     if started.get("already"):
         return dict(started, host=conn.name)
@@ -47,18 +54,26 @@ def start(conn: Connector, spec: ServerSpec, *, poll: float = 2.0, progress: Cal
             break
         if c["ready"] and c.get("elapsed_s", 0) >= HEADLESS_SETTLE_S:
             # a data-parallel worker serves no HTTP: alive for a while is ready; the head is what answers
-            return dict(started, host=conn.name, ready_after_s=clock() - t0, smoke=None, headless=True)
+            return dict(
+                started, host=conn.name, ready_after_s=clock() - t0, smoke=None, headless=True
+            )
         elapsed = clock() - t0
         if not c["alive"]:
-            raise RemoteError(f"the server died during start-up after {elapsed:.0f}s (logs/server.log)",
-                              details=c.get("log") or ())
+            raise RemoteError(
+                f"the server died during start-up after {elapsed:.0f}s (logs/server.log)",
+                details=c.get("log") or (),
+            )
         if elapsed > spec.ready_timeout:
-            raise RemoteError(f"the server is not ready after {spec.ready_timeout}s (server.ready_timeout); it is "
-                              "still running: `invoke server.status` to watch, `invoke server.stop` to give up",
-                              details=c.get("log") or ())
+            raise RemoteError(
+                f"the server is not ready after {spec.ready_timeout}s (server.ready_timeout); it is "
+                "still running: `invoke server.status` to watch, `invoke server.stop` to give up",
+                details=c.get("log") or (),
+            )
         if clock() - last_note >= 15 or not last_note:
             last_line = (c.get("log") or [""])[-1][:100]
-            progress(f"{conn.name}: loading {spec.model}: {elapsed:.0f}s of up to {spec.ready_timeout}s; {last_line}")
+            progress(
+                f"{conn.name}: loading {spec.model}: {elapsed:.0f}s of up to {spec.ready_timeout}s; {last_line}"
+            )
             last_note = clock()
         sleep(poll)
     smoke = call(conn, "server", "smoke", "--spec", spec_json(spec))

@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from remote.status import FINISHED, JobStatus
+
 from .config import Config, HostConfig
 from .connectors import Connector, connect
 from .errors import ConnectError, DeployToolError
-from remote.status import FINISHED, JobStatus
-
 from .progress import STALE_AFTER
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
@@ -74,9 +74,14 @@ class HostWatch:
                 return  # caught between write and rename on a host without atomic rename: next poll
             upd = self.status.updated_at or 0
             if self.verdict and self.verdict["updated_at"] == upd:
-                self.status = replace(self.status, **self.verdict["override"])  # still the dead runner's file
-            elif (not self.status.terminal and now - upd > STALE_AFTER
-                    and now - self.checked_stale_at > STALE_AFTER):
+                self.status = replace(
+                    self.status, **self.verdict["override"]
+                )  # still the dead runner's file
+            elif (
+                not self.status.terminal
+                and now - upd > STALE_AFTER
+                and now - self.checked_stale_at > STALE_AFTER
+            ):
                 # a runner killed with -9 never writes `stopped`: ask the host whether it is alive
                 from .control import status as ctl_status
 
@@ -107,7 +112,10 @@ class HostWatch:
                 try:
                     old_head = b"".join(conn.read_range(path + ".1", 0, len(self.log_head)))
                     if old_head == self.log_head:
-                        lines += self._take(b"".join(conn.read_range(path + ".1", self.log_offset, 1 << 40)), final=True)
+                        lines += self._take(
+                            b"".join(conn.read_range(path + ".1", self.log_offset, 1 << 40)),
+                            final=True,
+                        )
                 except DeployToolError:
                     pass
                 self.log_offset, self.log_head, self.log_partial = 0, head, b""
@@ -221,13 +229,27 @@ class LogView(_View):
 
     def _lines(self, w, lines, prefixed):
         for line in lines:
-            self.out.print((f"{w.host.name}| " if prefixed else "") + line, markup=False, highlight=False,
-                           soft_wrap=True)
+            self.out.print(
+                (f"{w.host.name}| " if prefixed else "") + line,
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
-def watch(config: Config, hosts: list[HostConfig], *, once: bool = False, log: bool = False,
-          interval: float = 1.0, live: bool = True, out=None, clock=time.time, sleep=time.sleep,
-          max_seconds: float | None = None) -> int:
+def watch(
+    config: Config,
+    hosts: list[HostConfig],
+    *,
+    once: bool = False,
+    log: bool = False,
+    interval: float = 1.0,
+    live: bool = True,
+    out=None,
+    clock=time.time,
+    sleep=time.sleep,
+    max_seconds: float | None = None,
+) -> int:
     """The tail loop: poll every host, let the view draw, stop when every job has ended. `out` is a rich
     Console. Returns the exit code (0 every job finished, 1 one failed or stopped)."""
     watches = [HostWatch(h, config) for h in hosts]
@@ -267,7 +289,9 @@ def watch(config: Config, hosts: list[HostConfig], *, once: bool = False, log: b
                     return 0
                 sleep(interval)
     except KeyboardInterrupt:
-        out.print("detached; the job keeps running (`invoke tail` to watch again, `invoke stop` to stop it)")
+        out.print(
+            "detached; the job keeps running (`invoke tail` to watch again, `invoke stop` to stop it)"
+        )
         return 0
     finally:
         for w in watches:

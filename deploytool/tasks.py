@@ -76,18 +76,47 @@ RUN_HELP = {
 }
 
 
-@task(klass=HostTask, iterable=["cap"], help=dict(RUN_HELP, no_server="do not start the vLLM server when it is down"))
+@task(
+    klass=HostTask,
+    iterable=["cap"],
+    help=dict(RUN_HELP, no_server="do not start the vLLM server when it is down"),
+)
 @_cli
-def restart(c, host="", max_samples="", cap=None, max_tokens="", datasets="", grace=30.0, hard=False,
-            drain=False, dry_run=False, force=False, force_gpu=False, no_server=False):
+def restart(
+    c,
+    host="",
+    max_samples="",
+    cap=None,
+    max_tokens="",
+    datasets="",
+    grace=30.0,
+    hard=False,
+    drain=False,
+    dry_run=False,
+    force=False,
+    force_gpu=False,
+    no_server=False,
+):
     """Apply new caps live, or stop the job cleanly and start it again; resume where it was."""
-    return commands.restart(host or None, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu,
-                            with_server=not no_server,
-                            max_samples=max_samples or None, caps=cap or (), max_tokens=max_tokens or None,
-                            datasets=datasets or None, grace=grace, force=force)
+    return commands.restart(
+        host or None,
+        hard=hard,
+        drain=drain,
+        dry_run=dry_run,
+        force_gpu=force_gpu,
+        with_server=not no_server,
+        max_samples=max_samples or None,
+        caps=cap or (),
+        max_tokens=max_tokens or None,
+        datasets=datasets or None,
+        grace=grace,
+        force=force,
+    )
 
 
-@task(klass=HostTask, help={"host": HOST_HELP, "grace": RUN_HELP["grace"], "drain": RUN_HELP["drain"]})
+@task(
+    klass=HostTask, help={"host": HOST_HELP, "grace": RUN_HELP["grace"], "drain": RUN_HELP["drain"]}
+)
 @_cli
 def stop(c, host="", grace=30.0, drain=False):
     """Stop the job: SIGTERM, grace period, SIGKILL of the whole process tree."""
@@ -101,26 +130,48 @@ def status(c, host="", json=False):
     return commands.status(host or None, as_json=json)
 
 
-@task(klass=HostTask, help={"host": HOST_HELP, "once": "print one snapshot and exit",
-                            "log": "follow logs/runner.log instead of the progress view"})
+@task(
+    klass=HostTask,
+    help={
+        "host": HOST_HELP,
+        "once": "print one snapshot and exit",
+        "log": "follow logs/runner.log instead of the progress view",
+    },
+)
 @_cli
 def tail(c, host="", once=False, log=False):
     """Live per-dataset progress until the run ends; Ctrl-C detaches and never stops the job."""
     return commands.tail(host or None, once=once, log=log)
 
 
-@task(klass=HostTask, help={"host": HOST_HELP, "tokens_per_dataset": "response-token target per dataset (10M, 500k)",
-                            "tokens_per_s": "throughput for the ETA when none is measured",
-                            "apply": "restart (live where possible) with exactly these caps"})
+@task(
+    klass=HostTask,
+    help={
+        "host": HOST_HELP,
+        "tokens_per_dataset": "response-token target per dataset (10M, 500k)",
+        "tokens_per_s": "throughput for the ETA when none is measured",
+        "apply": "restart (live where possible) with exactly these caps",
+    },
+)
 @_cli
 def plan(c, tokens_per_dataset, host="", tokens_per_s="", apply=False):
     """Per-dataset caps and ETA from measured (else estimated) mean response length."""
-    return commands.plan(host or None, tokens_per_dataset=tokens_per_dataset, tokens_per_s=tokens_per_s or None,
-                         apply=apply)
+    return commands.plan(
+        host or None,
+        tokens_per_dataset=tokens_per_dataset,
+        tokens_per_s=tokens_per_s or None,
+        apply=apply,
+    )
 
 
-@task(klass=HostTask, help={"host": HOST_HELP, "to": "local folder (one subfolder per host)",
-                            "refetch": "download again any file whose local copy is not a prefix of the host's"})
+@task(
+    klass=HostTask,
+    help={
+        "host": HOST_HELP,
+        "to": "local folder (one subfolder per host)",
+        "refetch": "download again any file whose local copy is not a prefix of the host's",
+    },
+)
 @_cli
 def pull(c, host="", to="pulled", refetch=False):
     """Copy data/outputs/ back, only what is new."""
@@ -148,5 +199,15 @@ def server_status(c, host=""):
     return commands.server_status(host or None)
 
 
-ns = Collection(hosts, deploy, rollback, restart, stop, status, tail, plan, pull,
-                Collection("server", server_start, server_stop, server_status))
+ns = Collection(
+    hosts,
+    deploy,
+    rollback,
+    restart,
+    stop,
+    status,
+    tail,
+    plan,
+    pull,
+    Collection("server", server_start, server_stop, server_status),
+)

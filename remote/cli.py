@@ -26,23 +26,44 @@ def _wrap(fn):
             return fn(text)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
+
     return parse
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-samples", type=_nonneg_int, help="target: the first N prompts of each dataset")
-    p.add_argument("--cap", action="append", type=_wrap(parse_cap), default=[], metavar="DS=N",
-                   help="per-dataset override of --max-samples (repeatable)")
-    p.add_argument("--max-tokens", type=_wrap(parse_tokens), metavar="T",
-                   help="per dataset, stop dispatching once response tokens reach T (10M, 500k)")
-    p.add_argument("--datasets", type=_wrap(parse_dataset_list), metavar="B2,B3", help="run only these")
-    p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM")
-    p.add_argument("--force", action="store_true", help="resume even if generation settings changed")
+    p.add_argument(
+        "--max-samples", type=_nonneg_int, help="target: the first N prompts of each dataset"
+    )
+    p.add_argument(
+        "--cap",
+        action="append",
+        type=_wrap(parse_cap),
+        default=[],
+        metavar="DS=N",
+        help="per-dataset override of --max-samples (repeatable)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=_wrap(parse_tokens),
+        metavar="T",
+        help="per dataset, stop dispatching once response tokens reach T (10M, 500k)",
+    )
+    p.add_argument(
+        "--datasets", type=_wrap(parse_dataset_list), metavar="B2,B3", help="run only these"
+    )
+    p.add_argument(
+        "--grace", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM"
+    )
+    p.add_argument(
+        "--force", action="store_true", help="resume even if generation settings changed"
+    )
     p.add_argument("--root", type=Path, help="remote_dir (default: the one this release lives in)")
     p.add_argument("--job", type=Path, help=f"job spec (default: {JOB_FILE} in this release)")
 
 
-def run_argv(max_samples=None, caps=(), max_tokens=None, datasets=None, grace=30.0, force=False) -> list[str]:
+def run_argv(
+    max_samples=None, caps=(), max_tokens=None, datasets=None, grace=30.0, force=False
+) -> list[str]:
     """The `run` flags for these values: the one place both sides build a runner's command line."""
     out: list[str] = []
     if max_samples is not None:
@@ -60,7 +81,9 @@ def run_argv(max_samples=None, caps=(), max_tokens=None, datasets=None, grace=30
 
 
 def caps_from_args(a) -> Caps:
-    return Caps(max_samples=a.max_samples, caps=dict(a.cap), max_tokens=a.max_tokens, datasets=a.datasets)
+    return Caps(
+        max_samples=a.max_samples, caps=dict(a.cap), max_tokens=a.max_tokens, datasets=a.datasets
+    )
 
 
 def run_command(a, argv: list[str]) -> int:
@@ -74,7 +97,9 @@ def run_command(a, argv: list[str]) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m remote", description="deploytool's host side")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the job in the foreground (same lock, outputs and status as a managed run)")
+    run = sub.add_parser(
+        "run", help="run the job in the foreground (same lock, outputs and status as a managed run)"
+    )
     add_run_args(run)
     from . import ctl, server
 

@@ -18,9 +18,17 @@ from pathlib import Path
 
 from . import gpu, kill, procinfo
 from .cli import add_run_args, run_argv
-from .jobspec import JOB_FILE, TOKEN_ENV, Caps, Job, Paths, default_root, release_dir, write_json_atomic
+from .jobspec import (
+    JOB_FILE,
+    TOKEN_ENV,
+    Caps,
+    Job,
+    Paths,
+    default_root,
+    release_dir,
+    write_json_atomic,
+)
 from .status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
-
 
 
 class CtlError(Exception):
@@ -30,6 +38,7 @@ class CtlError(Exception):
 
 
 # ------------------------------------------------------------------ finding our processes
+
 
 def _looks_like_runner(argv: list[str]) -> bool:
     joined = " ".join(argv)
@@ -63,7 +72,9 @@ def send_control(paths: Paths, token: str | None, **request) -> int:
 
 
 def caps_summary(st: JobStatus) -> dict:
-    return {n: {"done": d.done, "target": d.target, "state": d.state} for n, d in st.datasets.items()}
+    return {
+        n: {"done": d.done, "target": d.target, "state": d.state} for n, d in st.datasets.items()
+    }
 
 
 def stray_runners(paths: Paths, exclude: set[int]) -> list[int]:
@@ -82,12 +93,15 @@ def stray_runners(paths: Paths, exclude: set[int]) -> list[int]:
             continue
         cwd = procinfo.cwd(pid)
         root = _root_arg(argv, cwd)
-        if (root is not None and procinfo.under(str(root), paths.root)) or (root is None and procinfo.under(cwd, paths.root)):
+        if (root is not None and procinfo.under(str(root), paths.root)) or (
+            root is None and procinfo.under(cwd, paths.root)
+        ):
             found.append(pid)
     return found
 
 
 # ------------------------------------------------------------------ stopping
+
 
 def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float = 3600.0) -> dict:
     rec = managed_runner(paths)
@@ -102,7 +116,13 @@ def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float =
     for pid in strays:
         targets[pid] = procinfo.start_time(pid)
     if not targets:
-        return {"stopped": [], "killed": [], "strays": [], "lost_in_flight": 0, "was_running": False}
+        return {
+            "stopped": [],
+            "killed": [],
+            "strays": [],
+            "lost_in_flight": 0,
+            "was_running": False,
+        }
     before = JobStatus.read(paths.status) or JobStatus()
     in_flight_before = before.in_flight
     drained = False
@@ -122,8 +142,14 @@ def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float =
         _mark_stopped(paths, rec, f"killed after {grace:g}s grace")
     else:
         lost = after.abandoned
-    return {"stopped": sorted(targets), "killed": sorted(set(killed)), "strays": strays,
-            "lost_in_flight": 0 if drained else lost, "was_running": True, "drained": drained}
+    return {
+        "stopped": sorted(targets),
+        "killed": sorted(set(killed)),
+        "strays": strays,
+        "lost_in_flight": 0 if drained else lost,
+        "was_running": True,
+        "drained": drained,
+    }
 
 
 def _mark_stopped(paths: Paths, rec: dict, why: str) -> None:
@@ -134,6 +160,7 @@ def _mark_stopped(paths: Paths, rec: dict, why: str) -> None:
 
 
 # ------------------------------------------------------------------ starting
+
 
 def lock_is_free(paths: Paths) -> bool:
     paths.ensure()
@@ -155,7 +182,9 @@ def run_flags(a) -> list[str]:
 def start(paths: Paths, a) -> dict:
     if not lock_is_free(paths) or managed_runner(paths):
         rec = managed_runner(paths) or {}
-        raise CtlError(f"a runner is already running in {paths.root} (pid {rec.get('pid', '?')}); use restart")
+        raise CtlError(
+            f"a runner is already running in {paths.root} (pid {rec.get('pid', '?')}); use restart"
+        )
     gpu_report = gpu.check(paths, job_engine_port(), force=a.force_gpu)
     token = secrets.token_hex(12)
     env = dict(os.environ, **{TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
@@ -164,8 +193,16 @@ def start(paths: Paths, a) -> dict:
     paths.ensure()
     with open(paths.log, "ab") as log:
         # own session, no terminal, output to the log: the SSH command returns at once
-        proc = subprocess.Popen(argv, cwd=rel, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=rel,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
     deadline = time.monotonic() + a.wait
     while True:
         st = JobStatus.read(paths.status) or JobStatus()
@@ -173,13 +210,25 @@ def start(paths: Paths, a) -> dict:
             break
         code = proc.poll()
         if code is not None:
-            raise CtlError(f"the runner exited with code {code} during start-up", code=1,
-                           log=procinfo.tail_lines(paths.log, 20))
+            raise CtlError(
+                f"the runner exited with code {code} during start-up",
+                code=1,
+                log=procinfo.tail_lines(paths.log, 20),
+            )
         if time.monotonic() > deadline:
-            raise CtlError(f"the runner did not report running within {a.wait:g}s", log=procinfo.tail_lines(paths.log, 20))
+            raise CtlError(
+                f"the runner did not report running within {a.wait:g}s",
+                log=procinfo.tail_lines(paths.log, 20),
+            )
         time.sleep(0.05)
-    return {"pid": proc.pid, "token": token, "release": str(rel), "state": st.state,
-            "caps": caps_summary(st), "gpu": gpu_report}
+    return {
+        "pid": proc.pid,
+        "token": token,
+        "release": str(rel),
+        "state": st.state,
+        "caps": caps_summary(st),
+        "gpu": gpu_report,
+    }
 
 
 def job_engine_port() -> int | None:
@@ -196,6 +245,7 @@ def job_engine_port() -> int | None:
 
 # ------------------------------------------------------------------ restart: live re-cap or real
 
+
 def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> JobStatus:
     seq = send_control(paths, rec.get("token"), caps=caps.to_dict())
     deadline = time.monotonic() + timeout
@@ -208,7 +258,9 @@ def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> JobStat
         if not procinfo.is_same_process(rec):
             break
         time.sleep(0.05)
-    raise CtlError("the running runner did not take the new caps (see logs/runner.log); use --hard to restart it")
+    raise CtlError(
+        "the running runner did not take the new caps (see logs/runner.log); use --hard to restart it"
+    )
 
 
 def restart(paths: Paths, a) -> dict:
@@ -220,12 +272,22 @@ def restart(paths: Paths, a) -> dict:
         return {"mode": mode, "dry_run": True, "running": rec, "caps": caps.to_dict()}
     if same_release and not a.hard:
         st = recap(paths, rec, caps)
-        return {"mode": "live", "pid": rec["pid"], "lost_in_flight": 0, "state": st.state,
-                "caps": caps_summary(st), "reloaded": st.reloaded}
+        return {
+            "mode": "live",
+            "pid": rec["pid"],
+            "lost_in_flight": 0,
+            "state": st.state,
+            "caps": caps_summary(st),
+            "reloaded": st.reloaded,
+        }
     stopped = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
     started = start(paths, a)
-    return dict(started, mode="restart" if stopped["was_running"] else "start", stopped=stopped,
-                lost_in_flight=stopped["lost_in_flight"])
+    return dict(
+        started,
+        mode="restart" if stopped["was_running"] else "start",
+        stopped=stopped,
+        lost_in_flight=stopped["lost_in_flight"],
+    )
 
 
 def status(paths: Paths) -> dict:
@@ -237,8 +299,12 @@ def status(paths: Paths) -> dict:
         current = os.readlink(paths.root / "current")
     except OSError:
         current = None
-    st.runner = RunnerInfo(alive=rec is not None, pid=rec and rec["pid"], release=rec and rec.get("release"),
-                           uptime_s=(time.time() - rec["started_at"]) if rec else None)
+    st.runner = RunnerInfo(
+        alive=rec is not None,
+        pid=rec and rec["pid"],
+        release=rec and rec.get("release"),
+        uptime_s=(time.time() - rec["started_at"]) if rec else None,
+    )
     st.current_release = current
     st.strays = stray_runners(paths, {rec["pid"]} if rec else set())
     st.token = None
@@ -285,17 +351,31 @@ def output_files(paths: Paths, have: dict) -> dict:
 
 # ------------------------------------------------------------------ CLI
 
+
 def add_parser(sub) -> None:
     p = sub.add_parser("ctl", help="process control: start, stop, restart, status (JSON on stdout)")
     csub = p.add_subparsers(dest="ctl_command", required=True)
     for name in ("start", "restart"):
         c = csub.add_parser(name)
         add_run_args(c)
-        c.add_argument("--wait", type=float, default=300.0, help="seconds to wait for the runner to report running")
-        c.add_argument("--force-gpu", action="store_true", help="start even if other processes hold GPU memory")
+        c.add_argument(
+            "--wait",
+            type=float,
+            default=300.0,
+            help="seconds to wait for the runner to report running",
+        )
+        c.add_argument(
+            "--force-gpu", action="store_true", help="start even if other processes hold GPU memory"
+        )
         if name == "restart":
-            c.add_argument("--hard", action="store_true", help="always a real restart, never a live re-cap")
-            c.add_argument("--drain", action="store_true", help="let in-flight requests finish before restarting")
+            c.add_argument(
+                "--hard", action="store_true", help="always a real restart, never a live re-cap"
+            )
+            c.add_argument(
+                "--drain",
+                action="store_true",
+                help="let in-flight requests finish before restarting",
+            )
             c.add_argument("--drain-timeout", type=float, default=3600.0)
             c.add_argument("--dry-run", action="store_true")
     s = csub.add_parser("stop")
@@ -310,7 +390,7 @@ def add_parser(sub) -> None:
     pl.add_argument("--datasets")
     pl.add_argument("--root", type=Path)
     fi = csub.add_parser("files", help="sizes and prefix hashes of data/outputs files, for pull")
-    fi.add_argument("--have", default="{}", help='JSON {name: local size}')
+    fi.add_argument("--have", default="{}", help="JSON {name: local size}")
     fi.add_argument("--root", type=Path)
     p.set_defaults(func=main)
 
@@ -326,8 +406,11 @@ def preflight() -> None:
     problem = engine_problem(kind)
     if problem:
         mods = ", ".join(problem["missing"])
-        raise CtlError(f"{problem['python']} cannot import {mods}, which the {kind} engine needs; nothing was "
-                       "stopped", preflight=problem)
+        raise CtlError(
+            f"{problem['python']} cannot import {mods}, which the {kind} engine needs; nothing was "
+            "stopped",
+            preflight=problem,
+        )
 
 
 def main(a) -> int:
@@ -347,9 +430,13 @@ def main(a) -> int:
 
             job = Job.load(release_dir() / JOB_FILE)
             st = JobStatus.read(paths.status) or JobStatus()
-            out = {"datasets": plan(paths, job, parse_tokens(a.tokens_per_dataset), parse_dataset_list(a.datasets)),
-                   "tokens_per_s": st.tokens_per_s if st.state == RUNNING else None,
-                   "state": st.state}
+            out = {
+                "datasets": plan(
+                    paths, job, parse_tokens(a.tokens_per_dataset), parse_dataset_list(a.datasets)
+                ),
+                "tokens_per_s": st.tokens_per_s if st.state == RUNNING else None,
+                "state": st.state,
+            }
         elif a.ctl_command == "files":
             out = {"files": output_files(paths, json.loads(a.have))}
         else:
@@ -362,4 +449,3 @@ def main(a) -> int:
     except gpu.GPUBusy as e:
         print(json.dumps({"ok": False, "error": str(e), "gpu": e.report}))
         return 1
-

@@ -46,7 +46,9 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     model: str
-    prompt_token_ids: list | None = None  # vLLM `return_token_ids`: the exact tokens a draft model trains on
+    prompt_token_ids: list | None = (
+        None  # vLLM `return_token_ids`: the exact tokens a draft model trains on
+    )
     token_ids: list | None = None
 
 
@@ -97,12 +99,16 @@ class OpenAIEngine:
         self.timeout = float(engine.get("request_timeout", 3600))
         self.concurrency = int(engine.get("concurrency", 256))
         key_env = engine.get("api_key_env")
-        self.api_key = os.environ.get(key_env, "") if key_env else os.environ.get("OPENAI_API_KEY", "")
+        self.api_key = (
+            os.environ.get(key_env, "") if key_env else os.environ.get("OPENAI_API_KEY", "")
+        )
         # everything but the messages is the same for every request: build it once
         self.fixed = {"model": self.model, **job.sampling}
         if job.chat_template_kwargs:
             self.fixed["chat_template_kwargs"] = dict(job.chat_template_kwargs)
-        self.fixed.update(job.extra_body)  # vLLM's extras (repetition_detection, return_token_ids, ...) as-is
+        self.fixed.update(
+            job.extra_body
+        )  # vLLM's extras (repetition_detection, return_token_ids, ...) as-is
         self._session = None
 
     async def __aenter__(self):
@@ -123,7 +129,9 @@ class OpenAIEngine:
     async def probe(self, url: str) -> str | None:
         """None when the server answers HTTP at all (any status), else why not."""
         try:
-            async with self._session.get(f"{url}/models", timeout=self._aiohttp.ClientTimeout(total=10)) as resp:
+            async with self._session.get(
+                f"{url}/models", timeout=self._aiohttp.ClientTimeout(total=10)
+            ) as resp:
                 await resp.read()
             return None
         except asyncio.TimeoutError:
@@ -140,11 +148,17 @@ class OpenAIEngine:
                 status = resp.status
         except aiohttp.ClientConnectorError as e:
             raise EngineDown(f"cannot connect to {url}: {e.os_error or e}") from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError,
-                ConnectionResetError) as e:
+        except (
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+            aiohttp.ClientPayloadError,
+            ConnectionResetError,
+        ) as e:
             raise EngineDown(f"connection dropped mid-request ({type(e).__name__}: {e})") from None
         except asyncio.TimeoutError:
-            raise TransientError(f"request timed out after {self.timeout:g}s", timeout=True) from None
+            raise TransientError(
+                f"request timed out after {self.timeout:g}s", timeout=True
+            ) from None
         except (aiohttp.ClientError, ConnectionError) as e:
             raise TransientError(f"{type(e).__name__}: {e}") from None
         if status == 429 or status == 408 or status >= 500:
@@ -157,8 +171,10 @@ class OpenAIEngine:
             raise TransientError(f"malformed reply ({e}): {text[:200]!r}") from None
 
 
-_WORDS = ("the model answers with a long and careful response that walks through each step of the "
-          "reasoning before it gives the final result so that a draft model can learn").split()
+_WORDS = (
+    "the model answers with a long and careful response that walks through each step of the "
+    "reasoning before it gives the final result so that a draft model can learn"
+).split()
 
 
 class SimulateEngine:
@@ -214,7 +230,7 @@ def make_engine(job):
 
 def backoff(attempt: int, base: float, cap: float = 60.0) -> float:
     """Exponential backoff with full jitter."""
-    return random.uniform(0.5, 1.0) * min(cap, base * (2 ** attempt))
+    return random.uniform(0.5, 1.0) * min(cap, base * (2**attempt))
 
 
 def now() -> float:

@@ -21,8 +21,12 @@ def compute_apps() -> list[dict] | None:
     if not exe:
         return None
     try:
-        out = subprocess.run([exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
@@ -99,10 +103,19 @@ def check(paths, engine_port: int | None, force: bool = False) -> dict:
     if apps is None:
         return {"checked": False, "note": "no nvidia-smi on this host: GPU check skipped"}
     allowed = allowed_pids(paths, engine_port)
-    others = [dict(a, cmd=" ".join(procinfo.cmdline(a["pid"]))[:120]) for a in apps if a["pid"] not in allowed]
+    others = [
+        dict(a, cmd=" ".join(procinfo.cmdline(a["pid"]))[:120])
+        for a in apps
+        if a["pid"] not in allowed
+    ]
     report = {"checked": True, "apps": apps, "blocking": others}
     if others and not force:
-        names = ", ".join(f"pid {o['pid']} ({o['used_mib']} MiB: {o['cmd'] or '?'})" for o in others)
-        raise GPUBusy(f"GPU memory is held by processes that are not the inference server: {names}; "
-                      "stop them (or pass --force-gpu to start anyway)", report)
+        names = ", ".join(
+            f"pid {o['pid']} ({o['used_mib']} MiB: {o['cmd'] or '?'})" for o in others
+        )
+        raise GPUBusy(
+            f"GPU memory is held by processes that are not the inference server: {names}; "
+            "stop them (or pass --force-gpu to start anyway)",
+            report,
+        )
     return report

@@ -31,10 +31,17 @@ class Job:
     def load(cls, path: str | os.PathLike) -> "Job":
         with open(path) as f:
             raw = json.load(f)
-        ds = tuple(Dataset(name=k, prompts=v["prompts"], est_tokens=int(v.get("est_tokens", 2000)))
-                   for k, v in raw["datasets"].items())
-        return cls(ds, dict(raw.get("engine", {})), dict(raw.get("sampling", {})),
-                   dict(raw.get("chat_template_kwargs", {})), dict(raw.get("extra_body") or {}))
+        ds = tuple(
+            Dataset(name=k, prompts=v["prompts"], est_tokens=int(v.get("est_tokens", 2000)))
+            for k, v in raw["datasets"].items()
+        )
+        return cls(
+            ds,
+            dict(raw.get("engine", {})),
+            dict(raw.get("sampling", {})),
+            dict(raw.get("chat_template_kwargs", {})),
+            dict(raw.get("extra_body") or {}),
+        )
 
     def names(self) -> list[str]:
         return [d.name for d in self.datasets]
@@ -56,12 +63,18 @@ class Caps:
         return self.datasets is None or name in self.datasets
 
     def to_dict(self) -> dict:
-        return {"max_samples": self.max_samples, "caps": dict(self.caps),
-                "max_tokens": self.max_tokens, "datasets": self.datasets}
+        return {
+            "max_samples": self.max_samples,
+            "caps": dict(self.caps),
+            "max_tokens": self.max_tokens,
+            "datasets": self.datasets,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "Caps":
-        return cls(d.get("max_samples"), dict(d.get("caps") or {}), d.get("max_tokens"), d.get("datasets"))
+        return cls(
+            d.get("max_samples"), dict(d.get("caps") or {}), d.get("max_tokens"), d.get("datasets")
+        )
 
 
 def release_dir() -> Path:

@@ -13,7 +13,10 @@ _LINE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
-KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the second: vLLM before v0.10
+KV_CACHE = (
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+)  # the second: vLLM before v0.10
 GENERATION = "vllm:generation_tokens_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
 
@@ -51,5 +54,10 @@ def mean(series: dict[str, list[float]], *names: str) -> float | None:
 def snapshot(text: str) -> dict:
     """running, waiting, kv_cache (0-1), generation_tokens (counter), preemptions; None where missing."""
     s = parse(text)
-    return {"running": total(s, RUNNING), "waiting": total(s, WAITING), "kv_cache": mean(s, *KV_CACHE),
-            "generation_tokens": total(s, GENERATION), "preemptions": total(s, PREEMPTIONS)}
+    return {
+        "running": total(s, RUNNING),
+        "waiting": total(s, WAITING),
+        "kv_cache": mean(s, *KV_CACHE),
+        "generation_tokens": total(s, GENERATION),
+        "preemptions": total(s, PREEMPTIONS),
+    }

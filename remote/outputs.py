@@ -55,7 +55,7 @@ def repair_tail(path: Path, log=None) -> int:
             prev = block.rfind(b"\n", 0, len(block) - 1)
             if prev < 0 and start > 0:
                 break  # last line longer than the window: trust it, it ends in a newline
-            line = block[prev + 1:]
+            line = block[prev + 1 :]
             try:
                 json.loads(line)
                 break
@@ -71,7 +71,9 @@ def repair_tail(path: Path, log=None) -> int:
             f.flush()
             os.fsync(f.fileno())
             if log:
-                log(f"{path.name}: repaired a torn last line ({cut} bytes moved to {path.name}.torn)")
+                log(
+                    f"{path.name}: repaired a torn last line ({cut} bytes moved to {path.name}.torn)"
+                )
     return cut
 
 
@@ -96,7 +98,9 @@ def _ids_tokens(found: list[tuple[bytes, bytes]]) -> tuple[list[str], list[int]]
     return ids, list(map(int, raw_toks))
 
 
-def scan_range(path: Path, start: int = 0, with_ends: bool = False) -> tuple[list[str], list[int], list[int]]:
+def scan_range(
+    path: Path, start: int = 0, with_ends: bool = False
+) -> tuple[list[str], list[int], list[int]]:
     """ids, completion tokens (and each record's end offset) of the records from byte `start` on."""
     ids: list[str] = []
     toks: list[int] = []
@@ -186,7 +190,9 @@ def _read_index(idx: Path) -> tuple[list[str], list[int], list[int], bool]:
         if b"\\" in joined:
             ids = [json.loads(i) for i in raw_ids]
         elif n:
-            if joined.count(b'"') != 2 * n or not (joined.startswith(b'"') and joined.endswith(b'"')):
+            if joined.count(b'"') != 2 * n or not (
+                joined.startswith(b'"') and joined.endswith(b'"')
+            ):
                 raise ValueError("unquoted id")
             ids = joined[1:-1].decode().split('"\x00"')
         else:
@@ -220,7 +226,10 @@ def load_existing(path: Path, log=None, update_index: bool = True) -> Existing:
     ids, toks, ends = ids[:keep], toks[:keep], ends[:keep]
     if ends:
         prev = ends[-2] if len(ends) > 1 else 0
-        if any(a >= b for a, b in zip(ends[-3:], ends[-2:])) or _record_at(path, prev, ends[-1]) != ids[-1]:
+        if (
+            any(a >= b for a, b in zip(ends[-3:], ends[-2:]))
+            or _record_at(path, prev, ends[-1]) != ids[-1]
+        ):
             if log:
                 log(f"{path.name}: its index does not match it: rebuilding the index")
             ids, toks, ends, rewrite = [], [], [], True

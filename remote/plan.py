@@ -14,12 +14,16 @@ def cap_for(tokens_per_dataset: int, mean_tokens: float) -> int:
     return int(tokens_per_dataset // max(mean_tokens, 1.0))
 
 
-def plan(paths: Paths, job: Job, tokens_per_dataset: int, datasets: list[str] | None = None) -> dict:
+def plan(
+    paths: Paths, job: Job, tokens_per_dataset: int, datasets: list[str] | None = None
+) -> dict:
     rows = {}
     for ds in job.datasets:
         if datasets and ds.name not in datasets:
             continue
-        ex = load_existing(paths.output(ds.name), update_index=False)  # read-only: the runner may be writing
+        ex = load_existing(
+            paths.output(ds.name), update_index=False
+        )  # read-only: the runner may be writing
         records = len(ex.ids)
         measured = sum(ex.tokens.values()) / records if records else None
         if records >= MIN_MEASURED:
@@ -38,8 +42,15 @@ def plan(paths: Paths, job: Job, tokens_per_dataset: int, datasets: list[str] | 
         done = sum(1 for pid in ids[:target] if pid in ex.ids) if ids else min(records, cap)
         todo = max(0, target - done)
         rows[ds.name] = {
-            "prompts": len(prompts), "records": records, "mean_tokens": round(mean, 1), "source": source,
-            "cap": cap, "target": target, "done": done, "todo": todo, "tokens_todo": int(todo * mean),
+            "prompts": len(prompts),
+            "records": records,
+            "mean_tokens": round(mean, 1),
+            "source": source,
+            "cap": cap,
+            "target": target,
+            "done": done,
+            "todo": todo,
+            "tokens_todo": int(todo * mean),
             "tokens_done": sum(ex.tokens.values()),
         }
     return rows

@@ -42,14 +42,24 @@ class Endpoint:
         return sum(t for _, t in self.events) / max(1.0, min(RATE_WINDOW, now - started))
 
     def status(self, now: float, started: float) -> EndpointStatus:
-        return EndpointStatus(url=self.url, reachable=self.reachable, in_flight=self.in_flight,
-                              concurrency=self.concurrency, tokens_per_s=round(self.tokens_per_s(now, started), 1),
-                              requests=self.requests, errors=self.errors, down_since=self.down_since,
-                              last_error=self.last_error, metrics=self.metrics)
+        return EndpointStatus(
+            url=self.url,
+            reachable=self.reachable,
+            in_flight=self.in_flight,
+            concurrency=self.concurrency,
+            tokens_per_s=round(self.tokens_per_s(now, started), 1),
+            requests=self.requests,
+            errors=self.errors,
+            down_since=self.down_since,
+            last_error=self.last_error,
+            metrics=self.metrics,
+        )
 
 
 class Pool:
-    def __init__(self, urls: list[str], concurrency: int, retry_base: float, log: Callable[[str], None]):
+    def __init__(
+        self, urls: list[str], concurrency: int, retry_base: float, log: Callable[[str], None]
+    ):
         self.endpoints = [Endpoint(u, concurrency) for u in urls]
         self.retry_base = retry_base
         self.log = log
@@ -62,7 +72,11 @@ class Pool:
         """The reachable server with the fewest requests in flight and a free slot; None if none."""
         best = None
         for e in self.endpoints:
-            if e.reachable and e.in_flight < e.concurrency and (best is None or e.in_flight < best.in_flight):
+            if (
+                e.reachable
+                and e.in_flight < e.concurrency
+                and (best is None or e.in_flight < best.in_flight)
+            ):
                 best = e
         return best
 
@@ -86,16 +100,24 @@ class Pool:
         e.reachable, e.down_since = False, now
         e.probe_attempt, e.next_probe = 0, now + backoff(0, self.retry_base)
         others = sum(1 for x in self.endpoints if x.reachable)
-        then = f"{others} other server(s) carry on" if others else "no server left: waiting for one to answer"
-        self.log(f"server {e.url} unreachable: {why}; its {e.in_flight} request(s) in flight go back to the queue "
-                 f"as they fail; {then}")
+        then = (
+            f"{others} other server(s) carry on"
+            if others
+            else "no server left: waiting for one to answer"
+        )
+        self.log(
+            f"server {e.url} unreachable: {why}; its {e.in_flight} request(s) in flight go back to the queue "
+            f"as they fail; {then}"
+        )
 
     def mark_up(self, e: Endpoint, now: float) -> None:
         if not e.reachable:
             self.log(f"server {e.url} reachable again after {now - (e.down_since or now):.0f}s")
         e.reachable, e.down_since, e.check_now = True, None, False
 
-    async def probe_forever(self, probe: Callable[[str], Awaitable[str | None]], tick: float = 0.25) -> None:
+    async def probe_forever(
+        self, probe: Callable[[str], Awaitable[str | None]], tick: float = 0.25
+    ) -> None:
         """Probe every down (or suspect) server when its backoff is due; `probe(url)` returns None when the
         server answers, else why not. Off the request path: the window never waits for it."""
         pending: dict[str, asyncio.Task] = {}

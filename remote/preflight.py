@@ -8,7 +8,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-ENGINE_MODULES = {"openai": ("aiohttp",), "simulate": ()}  # what each engine imports beyond the stdlib
+ENGINE_MODULES = {
+    "openai": ("aiohttp",),
+    "simulate": (),
+}  # what each engine imports beyond the stdlib
 
 PROBE = """import json, sys
 missing = {}
@@ -24,13 +27,17 @@ def missing_modules(modules, python: str = sys.executable) -> dict[str, str]:
     """{module: why} for each module `python` cannot import; empty when all import."""
     if not modules:
         return {}
-    res = subprocess.run([python, "-c", PROBE, *modules], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [python, "-c", PROBE, *modules], capture_output=True, text=True, timeout=120
+    )
     try:
         import json
 
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return {m: (res.stderr.strip().splitlines() or ["the import check failed"])[-1] for m in modules}
+        return {
+            m: (res.stderr.strip().splitlines() or ["the import check failed"])[-1] for m in modules
+        }
 
 
 def engine_problem(kind: str, python: str = sys.executable) -> dict | None:

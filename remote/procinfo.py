@@ -23,7 +23,7 @@ def _stat_fields(pid: int) -> list[str] | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # comm (field 2) may hold spaces and parentheses: split after the last ')'
-    return data[data.rindex(")") + 2:].split()
+    return data[data.rindex(")") + 2 :].split()
 
 
 def start_time(pid: int) -> int | None:

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                   "system": "system", "model": "assistant", "tool": "tool"}
+_SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "model": "assistant",
+    "tool": "tool",
+}
 
 
 @dataclass(frozen=True)
@@ -158,7 +165,12 @@ class PromptFile:
 
 
 def file_identity(st: os.stat_result) -> dict:
-    return {"size": st.st_size, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+    return {
+        "size": st.st_size,
+        "mtime": st.st_mtime,
+        "mtime_ns": st.st_mtime_ns,
+        "inode": st.st_ino,
+    }
 
 
 def load_prompts(path, dataset: str) -> list[Prompt]:

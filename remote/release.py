@@ -64,7 +64,7 @@ def _start_time(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
             data = f.read()
-        return int(data[data.rindex(")") + 2:].split()[19])
+        return int(data[data.rindex(")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -127,11 +127,21 @@ def plan(root, args):
     cur = _current_id(root)
     manifest = _read_json(os.path.join(root, "releases", cur, MANIFEST), {}) if cur else {}
     rel_dir = os.path.join(root, "releases")
-    releases = sorted(d for d in os.listdir(rel_dir) if not d.startswith(".")) if os.path.isdir(rel_dir) else []
+    releases = (
+        sorted(d for d in os.listdir(rel_dir) if not d.startswith("."))
+        if os.path.isdir(rel_dir)
+        else []
+    )
     prompts = {p: _prompt_hash(root, p) for p in args.get("prompts", [])}
-    return {"root": os.path.abspath(root), "current": cur, "manifest": manifest.get("files", {}),
-            "releases": releases, "prompts": prompts, "in_use": sorted(_in_use(root)),
-            "running_prompts": _running_prompts(root)}
+    return {
+        "root": os.path.abspath(root),
+        "current": cur,
+        "manifest": manifest.get("files", {}),
+        "releases": releases,
+        "prompts": prompts,
+        "in_use": sorted(_in_use(root)),
+        "running_prompts": _running_prompts(root),
+    }
 
 
 def _safe_member(name):
@@ -173,10 +183,16 @@ def _prune(root, keep):
     prev = [h for h in reversed(hist) if h != cur]
     if prev:
         protect.add(prev[0])  # what rollback goes back to
-    dirs = [d for d in os.listdir(rel_dir) if not d.startswith(".") and os.path.isdir(os.path.join(rel_dir, d))]
+    dirs = [
+        d
+        for d in os.listdir(rel_dir)
+        if not d.startswith(".") and os.path.isdir(os.path.join(rel_dir, d))
+    ]
     # most recently used first (history order), then by mtime for releases older than the history
     order = {rid: i for i, rid in enumerate(hist)}
-    dirs.sort(key=lambda d: (order.get(d, -1), os.stat(os.path.join(rel_dir, d)).st_mtime), reverse=True)
+    dirs.sort(
+        key=lambda d: (order.get(d, -1), os.stat(os.path.join(rel_dir, d)).st_mtime), reverse=True
+    )
     removed = []
     for d in dirs[keep:]:
         if d not in protect:
@@ -213,7 +229,10 @@ def apply(root, args, stream):
                     if rel not in args.get("prompts", []):
                         raise ValueError("upload names a prompt file the job does not: %r" % rel)
                     target = os.path.join(root, rel)
-                    dst = os.path.join(os.path.dirname(target), ".%s.%d.part" % (os.path.basename(target), os.getpid()))
+                    dst = os.path.join(
+                        os.path.dirname(target),
+                        ".%s.%d.part" % (os.path.basename(target), os.getpid()),
+                    )
                     prompt_tmps.append((dst, target, rel))
                 else:
                     raise ValueError("unexpected upload member %r" % m.name)
@@ -234,13 +253,17 @@ def apply(root, args, stream):
                     raise ValueError("file %s is neither uploaded nor in release %s" % (path, base))
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
                 try:
-                    os.link(src, dst)  # releases are never modified in place, so sharing inodes is safe
+                    os.link(
+                        src, dst
+                    )  # releases are never modified in place, so sharing inodes is safe
                 except OSError:
                     shutil.copy2(src, dst)
             for path, digest in files.items():
                 if sha256_file(os.path.join(tmp, *path.split("/"))) != digest:
                     raise ValueError("file %s arrived corrupted (hash mismatch)" % path)
-            _write_json(os.path.join(tmp, MANIFEST), {"id": rid, "files": files, "created": time.time()})
+            _write_json(
+                os.path.join(tmp, MANIFEST), {"id": rid, "files": files, "created": time.time()}
+            )
             os.rename(tmp, final)
         else:
             shutil.rmtree(tmp)  # same content already on the host: reuse it
@@ -266,7 +289,10 @@ def rollback(root, args):
     hist = [h["id"] for h in (_read_json(os.path.join(rel_dir, HISTORY), []) or [])]
     target = args.get("to")
     if not target:
-        target = next((h for h in reversed(hist) if h != cur and os.path.isdir(os.path.join(rel_dir, h))), None)
+        target = next(
+            (h for h in reversed(hist) if h != cur and os.path.isdir(os.path.join(rel_dir, h))),
+            None,
+        )
     if not target:
         raise ValueError("no previous release to roll back to")
     if not os.path.isdir(os.path.join(rel_dir, target)):

@@ -22,12 +22,23 @@ from pathlib import Path
 
 from . import procinfo
 from .engine import EngineDown, PermanentError, TransientError, backoff, make_engine
-from .pool import Endpoint, Pool
-from .status import (COMPLETE, FAILED, FINISHED, INCOMPLETE, PENDING, RUNNING, STARTING, STOPPED, DatasetStatus,
-                     EngineStatus, JobStatus)
 from .jobspec import TOKEN_ENV, Caps, Dataset, Job, Paths, release_dir, write_json_atomic
 from .outputs import AppendFile, count_lines, encode_record, load_existing, repair_tail
+from .pool import Endpoint, Pool
 from .prompts import Prompt, PromptFile
+from .status import (
+    COMPLETE,
+    FAILED,
+    FINISHED,
+    INCOMPLETE,
+    PENDING,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    DatasetStatus,
+    EngineStatus,
+    JobStatus,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 RATE_WINDOW = 60.0
@@ -65,7 +76,9 @@ def acquire_lock(paths: Paths):
     except BlockingIOError:
         os.close(fd)
         holder = procinfo.read_json(paths.pidfile) or {}
-        raise LockHeld(f"another runner is already running in {paths.root} (pid {holder.get('pid', '?')})") from None
+        raise LockHeld(
+            f"another runner is already running in {paths.root} (pid {holder.get('pid', '?')})"
+        ) from None
     return fd
 
 
@@ -82,19 +95,27 @@ class DatasetRun:
     done_in_target: int = 0
     next_pos: int = 0
     in_flight: set[str] = field(default_factory=set)
-    failed: set[str] = field(default_factory=set)  # permanent failures in this run: not retried until restart
+    failed: set[str] = field(
+        default_factory=set
+    )  # permanent failures in this run: not retried until restart
     new_records: int = 0
     finish_length: int = 0
     empty: int = 0
     events: collections.deque = field(default_factory=collections.deque)  # (t, tokens)
     budget: int | None = None
-    reindexed: dict[str, int] = field(default_factory=dict)  # in flight across a reload: id -> new index
+    reindexed: dict[str, int] = field(
+        default_factory=dict
+    )  # in flight across a reload: id -> new index
     prompts_changed: bool = False  # the file on disk is newer than the one in use
     # prompts to send again (a retry after its backoff, or back from a server that went away)
     queue: list = field(default_factory=list)  # heap of (not before, seq, Prompt)
     queued: set[str] = field(default_factory=set)
-    attempts: dict[str, int] = field(default_factory=dict)  # transient failures per prompt in this run
-    requeues: dict[str, int] = field(default_factory=dict)  # times a server went away under the prompt
+    attempts: dict[str, int] = field(
+        default_factory=dict
+    )  # transient failures per prompt in this run
+    requeues: dict[str, int] = field(
+        default_factory=dict
+    )  # times a server went away under the prompt
 
     @property
     def completion_tokens(self) -> int:
@@ -102,7 +123,9 @@ class DatasetRun:
 
     def set_target(self, n: int | None, budget: int | None) -> None:
         self.target_n = len(self.prompts) if n is None else min(n, len(self.prompts))
-        self.done_in_target = sum(1 for pid in self.prompts.ids[: self.target_n] if pid in self.done)
+        self.done_in_target = sum(
+            1 for pid in self.prompts.ids[: self.target_n] if pid in self.done
+        )
         self.next_pos = min(self.next_pos, self.target_n)
         self.budget = budget
 
@@ -122,7 +145,9 @@ class DatasetRun:
         while self.queue and self.queue[0][0] <= now:
             p = heapq.heappop(self.queue)[2]
             self.queued.discard(p.id)
-            if p.id not in self.done and p.index < self.target_n:  # a re-cap may have lowered the target
+            if (
+                p.id not in self.done and p.index < self.target_n
+            ):  # a re-cap may have lowered the target
                 return p
         ids = self.prompts.ids
         while self.next_pos < self.target_n:
@@ -176,8 +201,16 @@ class DatasetRun:
 
 
 class Runner:
-    def __init__(self, paths: Paths, job: Job, caps: Caps, *, grace: float = 30.0, force: bool = False,
-                 echo: bool = False):
+    def __init__(
+        self,
+        paths: Paths,
+        job: Job,
+        caps: Caps,
+        *,
+        grace: float = 30.0,
+        force: bool = False,
+        echo: bool = False,
+    ):
         self.paths, self.job, self.caps = paths, job, caps
         self.grace, self.force = grace, force
         self.log = Log(paths.log, echo)
@@ -189,7 +222,11 @@ class Runner:
         self.retry_base = float(job.engine.get("retry_base", 1.0))
         self.down_deadline = float(job.engine.get("down_deadline", 1800))
         self.stall_after = float(job.engine.get("stall_minutes", 10)) * 60
-        self.model_name = "simulated" if job.engine.get("kind") == "simulate" else job.engine.get("model", "default")
+        self.model_name = (
+            "simulated"
+            if job.engine.get("kind") == "simulate"
+            else job.engine.get("model", "default")
+        )
         self.runs: dict[str, DatasetRun] = {}
         self.state = STARTING
         self.message = ""
@@ -206,24 +243,34 @@ class Runner:
         self.token = os.environ.get(TOKEN_ENV) or os.urandom(8).hex()
         self.in_flight_total = 0
         self.abandoned = 0  # in-flight requests cut off by a stop (redone on resume)
-        self.reloaded: dict[str, dict] = {}  # prompt files reloaded by the last re-cap: name -> {from, to}
+        self.reloaded: dict[
+            str, dict
+        ] = {}  # prompt files reloaded by the last re-cap: name -> {from, to}
 
     # ------------------------------------------------------------------ preparation
 
     def fingerprint(self) -> dict:
-        return {"model": self.model_name, "sampling": self.job.sampling,
-                "chat_template_kwargs": self.job.chat_template_kwargs, "extra_body": self.job.extra_body}
+        return {
+            "model": self.model_name,
+            "sampling": self.job.sampling,
+            "chat_template_kwargs": self.job.chat_template_kwargs,
+            "extra_body": self.job.extra_body,
+        }
 
     def _open_dataset(self, spec: Dataset) -> DatasetRun:
         path = self.paths.root / spec.prompts
         if not path.exists():
-            raise BadInput(f"{spec.name}: prompts file {path} not found (deploy it, or fix job.datasets.{spec.name}.prompts)")
+            raise BadInput(
+                f"{spec.name}: prompts file {path} not found (deploy it, or fix job.datasets.{spec.name}.prompts)"
+            )
         out_path = self.paths.output(spec.name)
         repair_tail(out_path, self.log)
         repair_tail(self.paths.errors(spec.name), self.log)
         existing = load_existing(out_path, self.log)
         if existing.duplicates:
-            self.log(f"{spec.name}: {existing.duplicates} duplicate ids in {out_path.name} (first record of each kept)")
+            self.log(
+                f"{spec.name}: {existing.duplicates} duplicate ids in {out_path.name} (first record of each kept)"
+            )
         meta_path = self.paths.meta(spec.name)
         fp = json.loads(json.dumps(self.fingerprint()))  # as it reads back from JSON
         meta = procinfo.read_json(meta_path)
@@ -238,14 +285,21 @@ class Runner:
                     raise BadInput(
                         f"{spec.name}: {len(existing.ids)} records were made with different {diff} "
                         f"({old}); resuming would mix settings in one dataset: restore the settings, "
-                        f"move {out_path.name} aside, or pass --force")
+                        f"move {out_path.name} aside, or pass --force"
+                    )
                 self.log(f"{spec.name}: --force: resuming with changed {diff}")
                 fp = dict(fp, previous=[old] + list(meta.get("previous", [])))
             write_json_atomic(meta_path, fp)  # what the records from now on are made with
         prompts = PromptFile(path, spec.name, cache_dir=self.paths.run / "prompt-index")
-        run = DatasetRun(spec, prompts, existing.ids, sum(existing.tokens.values()),
-                         count_lines(self.paths.errors(spec.name)),
-                         AppendFile(out_path, indexed=True), AppendFile(self.paths.errors(spec.name)))
+        run = DatasetRun(
+            spec,
+            prompts,
+            existing.ids,
+            sum(existing.tokens.values()),
+            count_lines(self.paths.errors(spec.name)),
+            AppendFile(out_path, indexed=True),
+            AppendFile(self.paths.errors(spec.name)),
+        )
         return run
 
     def _reloads(self, caps: Caps) -> dict[str, PromptFile]:
@@ -258,12 +312,15 @@ class Runner:
                     continue
                 new = PromptFile(run.prompts.path, name, cache_dir=self.paths.run / "prompt-index")
                 fresh[name] = new
-                if not (run.prompts.is_prefix_of(new) or (run.prompts.explicit_ids and new.explicit_ids)):
+                if not (
+                    run.prompts.is_prefix_of(new) or (run.prompts.explicit_ids and new.explicit_ids)
+                ):
                     raise BadInput(
                         f"{name}: {run.spec.prompts} was rewritten, not only appended to, and its prompts have "
                         f"no `id`: line-number ids of the {len(run.done)} records already written could now name "
                         "other prompts, so it is not reloaded live and nothing changed. Give every prompt an "
-                        "`id` (then it reloads live), or `invoke restart --hard` to start from the new file")
+                        "`id` (then it reloads live), or `invoke restart --hard` to start from the new file"
+                    )
         except BaseException:
             for pf in fresh.values():
                 pf.close()
@@ -273,7 +330,9 @@ class Runner:
     def apply_caps(self, caps: Caps) -> None:
         reloads = self._reloads(caps)  # checked before anything changes
         try:
-            for spec in self.job.datasets:  # open what is newly selected first: a failure changes nothing
+            for (
+                spec
+            ) in self.job.datasets:  # open what is newly selected first: a failure changes nothing
                 if caps.selected(spec.name) and spec.name not in self.runs:
                     self.runs[spec.name] = self._open_dataset(spec)
         except BaseException:
@@ -285,8 +344,10 @@ class Runner:
             run = self.runs[name]
             self.reloaded[name] = {"from": len(run.prompts), "to": len(new)}
             run.reload(new)
-            self.log(f"{name}: prompts file changed on the host: reloaded, {self.reloaded[name]['from']} -> "
-                     f"{len(new)} prompts")
+            self.log(
+                f"{name}: prompts file changed on the host: reloaded, {self.reloaded[name]['from']} -> "
+                f"{len(new)} prompts"
+            )
         self.caps = caps
         for name, run in self.runs.items():
             if caps.selected(name):
@@ -297,9 +358,15 @@ class Runner:
             self._report_problems(self.runs[name])
 
     def prepare(self) -> None:
-        unknown = [n for n in (self.caps.datasets or []) + list(self.caps.caps) if n not in self.job.names()]
+        unknown = [
+            n
+            for n in (self.caps.datasets or []) + list(self.caps.caps)
+            if n not in self.job.names()
+        ]
         if unknown:
-            raise BadInput(f"unknown dataset {', '.join(unknown)}; the job has {', '.join(self.job.names())}")
+            raise BadInput(
+                f"unknown dataset {', '.join(unknown)}; the job has {', '.join(self.job.names())}"
+            )
         self.apply_caps(self.caps)
         for run in self.runs.values():
             self._report_problems(run)
@@ -382,9 +449,14 @@ class Runner:
         if c.reasoning_content is not None:
             assistant["reasoning_content"] = c.reasoning_content
         rec = {
-            "id": p.id, "dataset": run.spec.name, "index": p.index, "finish_reason": c.finish_reason,
+            "id": p.id,
+            "dataset": run.spec.name,
+            "index": p.index,
+            "finish_reason": c.finish_reason,
             "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens},
-            "conversations": list(p.messages) + [assistant], "model": c.model, "created": int(time.time()),
+            "conversations": list(p.messages) + [assistant],
+            "model": c.model,
+            "created": int(time.time()),
         }
         if c.token_ids is not None:  # extra_body.return_token_ids: keep the exact tokens
             rec["prompt_token_ids"] = c.prompt_token_ids
@@ -400,8 +472,14 @@ class Runner:
             run.empty += 1
 
     def _write_error(self, run: DatasetRun, p: Prompt, reason: str, attempts: int) -> None:
-        rec = {"id": p.id, "dataset": run.spec.name, "index": p.index, "error": reason,
-               "attempts": attempts, "time": int(time.time())}
+        rec = {
+            "id": p.id,
+            "dataset": run.spec.name,
+            "index": p.index,
+            "error": reason,
+            "attempts": attempts,
+            "time": int(time.time()),
+        }
         run.err.append((json.dumps(rec, ensure_ascii=False) + "\n").encode())
         run.errors += 1
         self.log(f"{run.spec.name} {p.id}: error: {reason}")
@@ -440,13 +518,19 @@ class Runner:
                 raise crashed[0]
             down = self.pool.all_down_since()
             if down is not None and now - down > self.down_deadline and not self.fatal:
-                what = "engine unreachable" if len(self.pool.endpoints) == 1 else "every engine server unreachable"
+                what = (
+                    "engine unreachable"
+                    if len(self.pool.endpoints) == 1
+                    else "every engine server unreachable"
+                )
                 self.fatal = f"{what} for {now - down:.0f}s: {self.engine_error}"
             if self.fatal or (not tasks and not self.has_work()):
                 return
             wake.clear()
             try:
-                await asyncio.wait_for(wake.wait(), timeout=0.25)  # also: backoffs due, servers back, stop, caps
+                await asyncio.wait_for(
+                    wake.wait(), timeout=0.25
+                )  # also: backoffs due, servers back, stop, caps
             except asyncio.TimeoutError:
                 pass
 
@@ -467,15 +551,21 @@ class Runner:
             return  # meant for another runner
         self.control_seq = int(ctl["seq"])
         if ctl.get("grace") is not None:
-            self.grace = max(0.0, float(ctl["grace"]))  # `stop --grace S` says how long in-flight work gets
+            self.grace = max(
+                0.0, float(ctl["grace"])
+            )  # `stop --grace S` says how long in-flight work gets
         if ctl.get("drain"):
             self.draining = True
-            self.log(f"control {self.control_seq}: drain: no new requests; finishing {self.in_flight_total} in flight")
+            self.log(
+                f"control {self.control_seq}: drain: no new requests; finishing {self.in_flight_total} in flight"
+            )
             return
         if "caps" in ctl:
             try:
                 caps = Caps.from_dict(ctl["caps"])
-                unknown = [n for n in (caps.datasets or []) + list(caps.caps) if n not in self.job.names()]
+                unknown = [
+                    n for n in (caps.datasets or []) + list(caps.caps) if n not in self.job.names()
+                ]
                 if unknown:
                     raise BadInput(f"unknown dataset {', '.join(unknown)}")
                 self.apply_caps(caps)
@@ -532,38 +622,77 @@ class Runner:
             remaining_tokens_before += rem_tok
             cum[spec.name] = remaining_tokens_before
             datasets[spec.name] = DatasetStatus(
-                state=state, done=run.done_in_target, target=run.target_n, records=len(run.done),
-                prompts=len(run.prompts), completion_tokens=run.completion_tokens, mean_tokens=round(mean, 1),
-                errors=run.errors, failed_this_run=len(run.failed), in_flight=len(run.in_flight),
-                new_records=run.new_records, finish_length=run.finish_length, empty=run.empty,
-                tokens_per_s=round(tok_rate, 1), samples_per_s=round(sample_rate, 3), budget=run.budget,
-                budget_reached=run.budget_reached(), remaining_tokens=int(rem_tok),
-                prompts_file=dict(run.prompts.identity, path=spec.prompts), prompts_changed=run.prompts_changed)
+                state=state,
+                done=run.done_in_target,
+                target=run.target_n,
+                records=len(run.done),
+                prompts=len(run.prompts),
+                completion_tokens=run.completion_tokens,
+                mean_tokens=round(mean, 1),
+                errors=run.errors,
+                failed_this_run=len(run.failed),
+                in_flight=len(run.in_flight),
+                new_records=run.new_records,
+                finish_length=run.finish_length,
+                empty=run.empty,
+                tokens_per_s=round(tok_rate, 1),
+                samples_per_s=round(sample_rate, 3),
+                budget=run.budget,
+                budget_reached=run.budget_reached(),
+                remaining_tokens=int(rem_tok),
+                prompts_file=dict(run.prompts.identity, path=spec.prompts),
+                prompts_changed=run.prompts_changed,
+            )
         for name, d in datasets.items():
             if d.state == COMPLETE:
                 d.eta_s = 0
             elif total_tok_rate > 0:
-                d.eta_s = int(cum[name] / total_tok_rate)  # datasets run in job order, so ETAs accumulate
-        stalled = (self.state == RUNNING and self.in_flight_total > 0
-                   and now - self.last_completion > self.stall_after)
-        endpoints = [e.status(now, self.started_at) for e in self.pool.endpoints] if self.pool else []
+                d.eta_s = int(
+                    cum[name] / total_tok_rate
+                )  # datasets run in job order, so ETAs accumulate
+        stalled = (
+            self.state == RUNNING
+            and self.in_flight_total > 0
+            and now - self.last_completion > self.stall_after
+        )
+        endpoints = (
+            [e.status(now, self.started_at) for e in self.pool.endpoints] if self.pool else []
+        )
         return JobStatus(
-            state=self.state, message=self.message, pid=os.getpid(), token=self.token,
-            started_at=self.started_at, updated_at=now, release=str(release_dir()), root=str(self.paths.root),
-            caps=self.caps.to_dict(), control_seq=self.control_seq, control_error=self.control_error,
-            reloaded=self.reloaded, draining=self.draining, abandoned=self.abandoned,
-            engine=EngineStatus(kind=self.engine_cfg.get("kind", "openai"), model=self.model_name,
-                                base_urls=[e.url for e in self.pool.endpoints] if self.pool else [],
-                                reachable=self.pool is None or self.pool.any_reachable(),
-                                down_since=self.pool.all_down_since() if self.pool else None,
-                                last_error=self.engine_error),
+            state=self.state,
+            message=self.message,
+            pid=os.getpid(),
+            token=self.token,
+            started_at=self.started_at,
+            updated_at=now,
+            release=str(release_dir()),
+            root=str(self.paths.root),
+            caps=self.caps.to_dict(),
+            control_seq=self.control_seq,
+            control_error=self.control_error,
+            reloaded=self.reloaded,
+            draining=self.draining,
+            abandoned=self.abandoned,
+            engine=EngineStatus(
+                kind=self.engine_cfg.get("kind", "openai"),
+                model=self.model_name,
+                base_urls=[e.url for e in self.pool.endpoints] if self.pool else [],
+                reachable=self.pool is None or self.pool.any_reachable(),
+                down_since=self.pool.all_down_since() if self.pool else None,
+                last_error=self.engine_error,
+            ),
             endpoints=endpoints,
-            concurrency=self.pool.capacity if self.pool else self.concurrency, in_flight=self.in_flight_total,
-            tokens_per_s=round(total_tok_rate, 1), samples_per_s=round(total_sample_rate, 3),
+            concurrency=self.pool.capacity if self.pool else self.concurrency,
+            in_flight=self.in_flight_total,
+            tokens_per_s=round(total_tok_rate, 1),
+            samples_per_s=round(total_sample_rate, 3),
             completion_tokens=sum(d.completion_tokens for d in datasets.values()),
-            errors=sum(d.errors for d in datasets.values()), retries=self.retries,
+            errors=sum(d.errors for d in datasets.values()),
+            retries=self.retries,
             eta_s=int(remaining_tokens_before / total_tok_rate) if total_tok_rate > 0 else None,
-            stalled=stalled, last_completion_at=self.last_completion, datasets=datasets,
+            stalled=stalled,
+            last_completion_at=self.last_completion,
+            datasets=datasets,
         )
 
     def write_status(self) -> None:
@@ -582,7 +711,9 @@ class Runner:
                 self.grace = 0
             self.stopping = True
             stop_event.set()
-            self.log(f"{signame}: no new requests; {self.in_flight_total} in flight get {self.grace:g}s to finish")
+            self.log(
+                f"{signame}: no new requests; {self.in_flight_total} in flight get {self.grace:g}s to finish"
+            )
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig.name)
@@ -608,7 +739,9 @@ class Runner:
                             t.cancel()
                         window.cancel()
                         await asyncio.gather(window, *self._tasks, return_exceptions=True)
-                        self.log(f"grace period over: {lost} in-flight requests abandoned (they are redone on resume)")
+                        self.log(
+                            f"grace period over: {lost} in-flight requests abandoned (they are redone on resume)"
+                        )
                 stopper.cancel()
                 prober.cancel()
                 if window.done() and not window.cancelled() and window.exception():
@@ -617,12 +750,19 @@ class Runner:
                 self.state, self.message, code = FAILED, self.fatal, EXIT_FAILED
                 self.log(f"failed: {self.fatal}")
             elif self.stopping or self.draining:
-                self.state, self.message = STOPPED, "stopped by signal" if self.stopping else "drained"
+                self.state, self.message = (
+                    STOPPED,
+                    "stopped by signal" if self.stopping else "drained",
+                )
                 self.log(f"stopped: {self.summary()}")
             else:
                 self.state = FINISHED
                 errors = sum(len(r.failed) for r in self.runs.values())
-                self.message = f"{errors} prompts failed permanently: see *.errors.jsonl; a restart retries them" if errors else ""
+                self.message = (
+                    f"{errors} prompts failed permanently: see *.errors.jsonl; a restart retries them"
+                    if errors
+                    else ""
+                )
                 self.log(f"finished: {self.summary()}" + (f"; {self.message}" if errors else ""))
         finally:
             house.cancel()
@@ -636,13 +776,21 @@ class Runner:
         return ", ".join(f"{n} {r.done_in_target}/{r.target_n}" for n, r in self.runs.items())
 
     def run(self) -> int:
-        self.log(f"runner start pid {os.getpid()} release {release_dir()} engine "
-                 f"{self.engine_cfg.get('kind')} ({self.model_name}) concurrency {self.concurrency}")
+        self.log(
+            f"runner start pid {os.getpid()} release {release_dir()} engine "
+            f"{self.engine_cfg.get('kind')} ({self.model_name}) concurrency {self.concurrency}"
+        )
         if self.engine_cfg.get("kind") == "simulate":
-            self.log("engine is `simulate`: a built-in stand-in, no model is called (records say model \"simulated\")")
+            self.log(
+                'engine is `simulate`: a built-in stand-in, no model is called (records say model "simulated")'
+            )
         self.log("caps: " + self.caps_line())
         for name, run in self.runs.items():
-            state = "already complete" if run.state() == COMPLETE else f"{run.target_n - run.done_in_target} to do"
+            state = (
+                "already complete"
+                if run.state() == COMPLETE
+                else f"{run.target_n - run.done_in_target} to do"
+            )
             self.log(f"{name}: {run.done_in_target}/{run.target_n} done, {state}")
         try:
             code = asyncio.run(self._main())
@@ -672,14 +820,25 @@ def error_ids(path: Path) -> set[str]:
 
 def write_pidfile(paths: Paths, token: str, argv: list[str]) -> None:
     pid = os.getpid()
-    write_json_atomic(paths.pidfile, {
-        "pid": pid, "pgid": os.getpgid(0), "sid": os.getsid(0), "start_time": procinfo.start_time(pid),
-        "token": token, "release": str(release_dir()), "root": str(paths.root),
-        "argv": argv, "started_at": time.time(),
-    })
+    write_json_atomic(
+        paths.pidfile,
+        {
+            "pid": pid,
+            "pgid": os.getpgid(0),
+            "sid": os.getsid(0),
+            "start_time": procinfo.start_time(pid),
+            "token": token,
+            "release": str(release_dir()),
+            "root": str(paths.root),
+            "argv": argv,
+            "started_at": time.time(),
+        },
+    )
 
 
-def main(paths: Paths, job_path: Path, caps: Caps, *, grace: float, force: bool, argv: list[str]) -> int:
+def main(
+    paths: Paths, job_path: Path, caps: Caps, *, grace: float, force: bool, argv: list[str]
+) -> int:
     echo = sys.stderr.isatty()
     try:
         lock_fd = acquire_lock(paths)
@@ -706,4 +865,3 @@ def main(paths: Paths, job_path: Path, caps: Caps, *, grace: float, force: bool,
     code = runner.run()
     os.close(lock_fd)
     return code
-

@@ -55,12 +55,21 @@ def resolve_command(spec: dict) -> str:
         return str(beside)
     found = shutil.which("vllm")
     if not found:
-        raise ServerError(f"no `vllm` beside {sys.executable} or on PATH: install vLLM there or set server.command")
+        raise ServerError(
+            f"no `vllm` beside {sys.executable} or on PATH: install vLLM there or set server.command"
+        )
     return found
 
 
 def build_argv(spec: dict) -> list[str]:
-    return [resolve_command(spec), "serve", spec["model"], "--port", str(spec["port"]), *spec.get("args", [])]
+    return [
+        resolve_command(spec),
+        "serve",
+        spec["model"],
+        "--port",
+        str(spec["port"]),
+        *spec.get("args", []),
+    ]
 
 
 def masked(env: dict) -> dict:
@@ -88,38 +97,83 @@ def start(paths: Paths, spec: dict) -> dict:
     headless = bool(spec.get("headless"))
     holders = set() if headless else gpu._listener_pids(port)  # a headless worker serves no HTTP
     if holders:
-        names = ", ".join(f"pid {p} ({' '.join(procinfo.cmdline(p))[:80]})" for p in sorted(holders))
-        raise ServerError(f"port {port} is already in use by {names}: stop it or change server.port")
+        names = ", ".join(
+            f"pid {p} ({' '.join(procinfo.cmdline(p))[:80]})" for p in sorted(holders)
+        )
+        raise ServerError(
+            f"port {port} is already in use by {names}: stop it or change server.port"
+        )
     argv = build_argv(spec)
     token = secrets.token_hex(12)
     env = dict(os.environ, **spec.get("env", {}), **{TOKEN_ENV: token})
     paths.ensure()
     with open(logfile(paths), "ab") as log:
-        log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode())
+        log.write(
+            f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode()
+        )
         log.flush()
-        proc = subprocess.Popen(argv, cwd=paths.root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=paths.root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
     from .jobspec import release_dir
 
-    write_json_atomic(pidfile(paths), {
-        "pid": proc.pid, "start_time": procinfo.start_time(proc.pid), "token": token, "port": port,
-        "model": spec["model"], "argv": argv, "env": masked(spec.get("env", {})), "started_at": time.time(),
-        "release": str(release_dir()), "headless": headless,
-    })
-    return {"already": False, "pid": proc.pid, "port": port, "model": spec["model"], "argv": argv,
-            "env": masked(spec.get("env", {}))}
+    write_json_atomic(
+        pidfile(paths),
+        {
+            "pid": proc.pid,
+            "start_time": procinfo.start_time(proc.pid),
+            "token": token,
+            "port": port,
+            "model": spec["model"],
+            "argv": argv,
+            "env": masked(spec.get("env", {})),
+            "started_at": time.time(),
+            "release": str(release_dir()),
+            "headless": headless,
+        },
+    )
+    return {
+        "already": False,
+        "pid": proc.pid,
+        "port": port,
+        "model": spec["model"],
+        "argv": argv,
+        "env": masked(spec.get("env", {})),
+    }
 
 
 def check(paths: Paths) -> dict:
     """One look: is the server alive, is it ready (GET /v1/models), the log's last lines."""
     rec = procinfo.read_json(pidfile(paths))
     if not rec:
-        return {"alive": False, "ready": False, "started": False, "log": procinfo.tail_lines(logfile(paths), 30)}
+        return {
+            "alive": False,
+            "ready": False,
+            "started": False,
+            "log": procinfo.tail_lines(logfile(paths), 30),
+        }
     alive = procinfo.is_same_process(rec)
-    if rec.get("headless"):  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
-        return {"alive": alive, "ready": alive, "started": True, "pid": rec["pid"], "port": rec["port"],
-                "models": [], "headless": True, "elapsed_s": time.time() - rec.get("started_at", time.time()),
-                "log": procinfo.tail_lines(logfile(paths), 30 if not alive else 1)}
+    if rec.get(
+        "headless"
+    ):  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
+        return {
+            "alive": alive,
+            "ready": alive,
+            "started": True,
+            "pid": rec["pid"],
+            "port": rec["port"],
+            "models": [],
+            "headless": True,
+            "elapsed_s": time.time() - rec.get("started_at", time.time()),
+            "log": procinfo.tail_lines(logfile(paths), 30 if not alive else 1),
+        }
     code, body = _get(f"http://127.0.0.1:{rec['port']}/v1/models", timeout=3) if alive else (0, "")
     models = []
     if code == 200:
@@ -127,9 +181,16 @@ def check(paths: Paths) -> dict:
             models = [m.get("id") for m in json.loads(body).get("data", [])]
         except ValueError:
             pass
-    return {"alive": alive, "ready": alive and code == 200, "started": True, "pid": rec["pid"], "port": rec["port"],
-            "models": models, "elapsed_s": time.time() - rec.get("started_at", time.time()),
-            "log": procinfo.tail_lines(logfile(paths), 30 if not alive else 1)}
+    return {
+        "alive": alive,
+        "ready": alive and code == 200,
+        "started": True,
+        "pid": rec["pid"],
+        "port": rec["port"],
+        "models": models,
+        "elapsed_s": time.time() - rec.get("started_at", time.time()),
+        "log": procinfo.tail_lines(logfile(paths), 30 if not alive else 1),
+    }
 
 
 def degenerate(text: str) -> str | None:
@@ -152,10 +213,19 @@ def smoke(paths: Paths, model: str) -> dict:
     rec = managed(paths)
     if not rec:
         raise ServerError("the server is not running")
-    body = json.dumps({"model": model, "max_tokens": 64, "temperature": 0,
-                       "messages": [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{rec['port']}/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "model": model,
+            "max_tokens": 64,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": "Count from 1 to 10, separated by commas."}],
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{rec['port']}/v1/chat/completions",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=300) as r:
             data = json.loads(r.read())
@@ -165,8 +235,11 @@ def smoke(paths: Paths, model: str) -> dict:
         raise ServerError(f"smoke test request failed: {e}") from None
     why = degenerate(text)
     if why:
-        raise ServerError(f"smoke test answer is degenerate ({why}): a known failure of some kernels on SM120 "
-                          "GPUs; check the vLLM version and attention backend", answer=text[:200])
+        raise ServerError(
+            f"smoke test answer is degenerate ({why}): a known failure of some kernels on SM120 "
+            "GPUs; check the vLLM version and attention backend",
+            answer=text[:200],
+        )
     return {"answer": text[:200]}
 
 
@@ -175,7 +248,9 @@ def stop(paths: Paths, grace: float, gpu_wait: float = 120.0) -> dict:
     if not rec:
         return {"was_running": False, "killed": [], "gpu": None}
     token = rec.get("token")
-    tree = {p: procinfo.start_time(p) for p in kill.token_holders(TOKEN_ENV, token)} if token else {}
+    tree = (
+        {p: procinfo.start_time(p) for p in kill.token_holders(TOKEN_ENV, token)} if token else {}
+    )
     tree[rec["pid"]] = rec["start_time"]
     killed = kill.terminate({rec["pid"]: rec["start_time"]}, grace, TOKEN_ENV, token)
     left = kill.wait_gone(tree, 5)
@@ -206,8 +281,16 @@ def status(paths: Paths) -> dict:
     if not rec:
         return {"up": False}
     c = check(paths)
-    out = {"up": True, "ready": c["ready"], "pid": rec["pid"], "port": rec["port"], "model": rec["model"],
-           "uptime_s": time.time() - rec["started_at"], "metrics": None, "headless": bool(rec.get("headless"))}
+    out = {
+        "up": True,
+        "ready": c["ready"],
+        "pid": rec["pid"],
+        "port": rec["port"],
+        "model": rec["model"],
+        "uptime_s": time.time() - rec["started_at"],
+        "metrics": None,
+        "headless": bool(rec.get("headless")),
+    }
     if out["headless"]:
         return out
     m1 = _metrics(rec["port"])
@@ -217,13 +300,19 @@ def status(paths: Paths) -> dict:
         m2 = _metrics(rec["port"])
         g1, g2 = m1["generation_tokens"], m2.get("generation_tokens")
         rate = (g2 - g1) / (time.monotonic() - t1) if g1 is not None and g2 is not None else None
-        out["metrics"] = {"running": m2.get("running"), "waiting": m2.get("waiting"),
-                          "kv_cache_usage": m2.get("kv_cache"), "generation_tokens_per_s": rate}
+        out["metrics"] = {
+            "running": m2.get("running"),
+            "waiting": m2.get("waiting"),
+            "kv_cache_usage": m2.get("kv_cache"),
+            "generation_tokens_per_s": rate,
+        }
     return out
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("server", help="the vLLM server: start, check, smoke, stop, status (JSON on stdout)")
+    p = sub.add_parser(
+        "server", help="the vLLM server: start, check, smoke, stop, status (JSON on stdout)"
+    )
     p.add_argument("server_command", choices=["start", "check", "smoke", "stop", "status"])
     p.add_argument("--spec", default="{}", help="JSON of hosts.yaml `server:`")
     p.add_argument("--grace", type=float, default=30.0)

@@ -12,7 +12,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 # the job's states
-STARTING, RUNNING, FINISHED, FAILED, STOPPED = "starting", "running", "finished", "failed", "stopped"
+STARTING, RUNNING, FINISHED, FAILED, STOPPED = (
+    "starting",
+    "running",
+    "finished",
+    "failed",
+    "stopped",
+)
 NEVER_RUN = "never run"
 TERMINAL = frozenset({FINISHED, FAILED, STOPPED})
 # a dataset's states
@@ -121,7 +127,9 @@ class JobStatus:
     caps: dict = field(default_factory=dict)
     control_seq: int = 0
     control_error: str | None = None
-    reloaded: dict = field(default_factory=dict)  # prompt files the last re-cap reloaded: name -> {from, to}
+    reloaded: dict = field(
+        default_factory=dict
+    )  # prompt files the last re-cap reloaded: name -> {from, to}
     draining: bool = False
     abandoned: int = 0
     engine: EngineStatus = field(default_factory=EngineStatus)
@@ -163,7 +171,9 @@ class JobStatus:
         d = _known(cls, d)
         d["engine"] = EngineStatus.from_dict(d.get("engine") or {})
         d["endpoints"] = [EndpointStatus.from_dict(e) for e in d.get("endpoints") or []]
-        d["datasets"] = {n: DatasetStatus.from_dict(x) for n, x in (d.get("datasets") or {}).items()}
+        d["datasets"] = {
+            n: DatasetStatus.from_dict(x) for n, x in (d.get("datasets") or {}).items()
+        }
         if d.get("runner") is not None:
             d["runner"] = RunnerInfo.from_dict(d["runner"])
         return cls(**d)

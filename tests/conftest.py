@@ -47,7 +47,9 @@ def keygen(path: Path) -> Path:
 class Sshd:
     """One sshd process with its own host key, on a free port."""
 
-    def __init__(self, root: Path, authorized: Path, host_key: Path | None = None, port: int | None = None):
+    def __init__(
+        self, root: Path, authorized: Path, host_key: Path | None = None, port: int | None = None
+    ):
         self.root = root
         self.port = port or free_port()
         self.host_key = host_key or keygen(root / "ssh_host_ed25519_key")
@@ -74,8 +76,11 @@ MaxStartups 100
 
     def start(self) -> "Sshd":
         Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation dir when running as root
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)],
-                                     stdout=subprocess.DEVNULL, stderr=open(self.root / "sshd.log", "ab"))
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(self.config)],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.root / "sshd.log", "ab"),
+        )
 
         def banner():
             if self.proc.poll() is not None:
@@ -111,7 +116,9 @@ MaxStartups 100
 @pytest.fixture(scope="session")
 def ssh_rig(tmp_path_factory):
     if not os.path.exists(SSHD):
-        pytest.fail("OpenSSH sshd is not installed: run the README test command (it installs openssh-server)")
+        pytest.fail(
+            "OpenSSH sshd is not installed: run the README test command (it installs openssh-server)"
+        )
     root = tmp_path_factory.mktemp("sshd")
     client_key = keygen(root / "id_client")
     authorized = root / "authorized_keys"
@@ -119,7 +126,13 @@ def ssh_rig(tmp_path_factory):
     sshd = Sshd(root, authorized).start()
     known = root / "known_hosts"
     known.write_text(sshd.known_hosts_line())
-    yield {"sshd": sshd, "client_key": client_key, "known_hosts": known, "root": root, "authorized": authorized}
+    yield {
+        "sshd": sshd,
+        "client_key": client_key,
+        "known_hosts": known,
+        "root": root,
+        "authorized": authorized,
+    }
     sshd.stop()
 
 
@@ -135,9 +148,15 @@ def isolate_user(tmp_path, monkeypatch):
 
 
 def ssh_host_entry(rig, remote_dir: Path | str, **extra) -> dict:
-    entry = {"host": "127.0.0.1", "port": rig["sshd"].port, "user": getpass.getuser(),
-             "identity_file": str(rig["client_key"]), "known_hosts": str(rig["known_hosts"]),
-             "remote_dir": str(remote_dir), "python": sys.executable}
+    entry = {
+        "host": "127.0.0.1",
+        "port": rig["sshd"].port,
+        "user": getpass.getuser(),
+        "identity_file": str(rig["client_key"]),
+        "known_hosts": str(rig["known_hosts"]),
+        "remote_dir": str(remote_dir),
+        "python": sys.executable,
+    }
     entry.update(extra)
     return entry
 
@@ -151,8 +170,14 @@ def base_job(datasets: dict | None = None, engine: dict | None = None) -> dict:
     }
 
 
-def write_config(dir_: Path, hosts: dict, job: dict | None = None, default_host: str | None = None, **top):
-    data = {"default_host": default_host or next(iter(hosts)), "hosts": hosts, "job": job or base_job()}
+def write_config(
+    dir_: Path, hosts: dict, job: dict | None = None, default_host: str | None = None, **top
+):
+    data = {
+        "default_host": default_host or next(iter(hosts)),
+        "hosts": hosts,
+        "job": job or base_job(),
+    }
     data.update(top)
     path = dir_ / "hosts.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -25,11 +25,23 @@ def main():
     p.add_argument("--fake-die", action="store_true")
     p.add_argument("--fake-degenerate", action="store_true")
     p.add_argument("--fake-workers", type=int, default=2)
-    p.add_argument("--headless", action="store_true", help="a data-parallel worker: no API server, like vLLM's")
+    p.add_argument(
+        "--headless", action="store_true", help="a data-parallel worker: no API server, like vLLM's"
+    )
     a, rest = p.parse_known_args()
     print(f"fake vllm {a.cmd} {a.model} port {a.port} extra {rest}", flush=True)
-    workers = [subprocess.Popen([sys.executable, "-c", "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                                 "time.sleep(3600)"], start_new_session=True) for _ in range(a.fake_workers)]
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                "time.sleep(3600)",
+            ],
+            start_new_session=True,
+        )
+        for _ in range(a.fake_workers)
+    ]
     print("workers " + " ".join(str(w.pid) for w in workers), flush=True)
     for i in range(3):
         print(f"Loading safetensors checkpoint shards: {i + 1}/3", flush=True)
@@ -62,11 +74,15 @@ def main():
                 self._send(200, {"object": "list", "data": [{"id": a.model}]})
             elif self.path == "/metrics":
                 gen = int((time.time() - t0) * 1000)
-                self._send(200, "# HELP vllm:num_requests_running x\n"
-                                f'vllm:num_requests_running{{model_name="{a.model}"}} 3.0\n'
-                                f'vllm:num_requests_waiting{{model_name="{a.model}"}} 1.0\n'
-                                f'vllm:kv_cache_usage_perc{{model_name="{a.model}"}} 0.42\n'
-                                f'vllm:generation_tokens_total{{model_name="{a.model}"}} {gen}.0\n', "text/plain")
+                self._send(
+                    200,
+                    "# HELP vllm:num_requests_running x\n"
+                    f'vllm:num_requests_running{{model_name="{a.model}"}} 3.0\n'
+                    f'vllm:num_requests_waiting{{model_name="{a.model}"}} 1.0\n'
+                    f'vllm:kv_cache_usage_perc{{model_name="{a.model}"}} 0.42\n'
+                    f'vllm:generation_tokens_total{{model_name="{a.model}"}} {gen}.0\n',
+                    "text/plain",
+                )
             else:
                 self._send(404, {"error": "not found"})
 
@@ -74,9 +90,20 @@ def main():
             n = int(self.headers.get("Content-Length", 0))
             json.loads(self.rfile.read(n))
             text = "the " * 40 if a.fake_degenerate else "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
-            self._send(200, {"model": a.model, "choices": [{"index": 0, "finish_reason": "stop",
-                              "message": {"role": "assistant", "content": text}}],
-                             "usage": {"prompt_tokens": 12, "completion_tokens": 20}})
+            self._send(
+                200,
+                {
+                    "model": a.model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": text},
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 12, "completion_tokens": 20},
+                },
+            )
 
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), H)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())

@@ -27,11 +27,24 @@ from aiohttp import web
 
 
 class FakeOpenAI:
-    def __init__(self, *, latency: float = 0.0, fail_rate: float = 0.0, rate_limit_rate: float = 0.0,
-                 hang_rate: float = 0.0, malformed_rate: float = 0.0, bad_request_ids: set[str] | None = None,
-                 tokens: int | None = None, seed: int = 0, model: str = "test-model", slots: int | None = None,
-                 token_time: float = 0.0, shape: str = "classic", cut_in_thinking: float = 0.0,
-                 engines: int = 1):
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        fail_rate: float = 0.0,
+        rate_limit_rate: float = 0.0,
+        hang_rate: float = 0.0,
+        malformed_rate: float = 0.0,
+        bad_request_ids: set[str] | None = None,
+        tokens: int | None = None,
+        seed: int = 0,
+        model: str = "test-model",
+        slots: int | None = None,
+        token_time: float = 0.0,
+        shape: str = "classic",
+        cut_in_thinking: float = 0.0,
+        engines: int = 1,
+    ):
         self.latency = latency
         self.fail_rate, self.rate_limit_rate = fail_rate, rate_limit_rate
         self.hang_rate, self.malformed_rate = hang_rate, malformed_rate
@@ -39,23 +52,33 @@ class FakeOpenAI:
         self.tokens = tokens
         self.rng = random.Random(seed)
         self.model = model
-        self.slots = asyncio.Semaphore(slots) if slots else None  # continuous batching: fixed batch slots
+        self.slots = (
+            asyncio.Semaphore(slots) if slots else None
+        )  # continuous batching: fixed batch slots
         self.token_time = token_time  # seconds per output token inside a slot
         assert shape in ("classic", "vllm"), shape
         self.shape = shape
-        self.cut_in_thinking = cut_in_thinking  # share of prompts (fixed per prompt) cut by max_tokens while thinking
+        self.cut_in_thinking = (
+            cut_in_thinking  # share of prompts (fixed per prompt) cut by max_tokens while thinking
+        )
         self.engines = engines  # data-parallel engines reported in /metrics
         self.slot_count = slots
         self.generated_tokens = 0
         self.bodies: list[dict] = []  # every request body, as received
-        self.slot_intervals: list[tuple[float, float]] = []  # (start, end) of each request in a batch slot
+        self.slot_intervals: list[
+            tuple[float, float]
+        ] = []  # (start, end) of each request in a batch slot
         self.t_last_arrival: float | None = None
-        self.requests: collections.Counter = collections.Counter()  # prompt text -> times answered OK
+        self.requests: collections.Counter = (
+            collections.Counter()
+        )  # prompt text -> times answered OK
         self.attempts: collections.Counter = collections.Counter()
         self.in_flight = 0
         self.max_in_flight = 0
         self.busy_slot_time = 0.0
-        self.t_first: float | None = None  # first request in, last answer out: measured throughput window
+        self.t_first: float | None = (
+            None  # first request in, last answer out: measured throughput window
+        )
         self.t_last: float | None = None
         self.lengths = None  # optional callable(key) -> output tokens (e.g. long-tailed)
         self.port = 0
@@ -75,7 +98,9 @@ class FakeOpenAI:
         return 50 + int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 200
 
     async def models(self, request):
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        )
 
     async def chat(self, request):
         body = await request.json()
@@ -132,35 +157,73 @@ class FakeOpenAI:
 
     def reply(self, body: dict, key: str, n: int, prompt_tokens: int) -> dict:
         thinking = bool((body.get("chat_template_kwargs") or {}).get("thinking"))
-        content, reasoning, finish = f"answer with {n} tokens", "thinking" if thinking else None, "stop"
+        content, reasoning, finish = (
+            f"answer with {n} tokens",
+            "thinking" if thinking else None,
+            "stop",
+        )
         if thinking and self.is_cut(key):  # max_tokens ran out before the thinking ended
             n = int(body.get("max_tokens") or n)
             content, reasoning, finish = None, f"thinking for {n} tokens and still going", "length"
         self.generated_tokens += n
-        usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + n, "completion_tokens": n}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + n,
+            "completion_tokens": n,
+        }
         ids = bool(body.get("return_token_ids"))
         if self.shape == "classic":
             return {
-                "id": f"cmpl-{self.rng.getrandbits(32):x}", "object": "chat.completion", "created": int(time.time()),
+                "id": f"cmpl-{self.rng.getrandbits(32):x}",
+                "object": "chat.completion",
+                "created": int(time.time()),
                 "model": body.get("model", self.model),
-                "choices": [{"index": 0, "finish_reason": finish, "message": {
-                    "role": "assistant", "content": content, "reasoning_content": reasoning}}],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": finish,
+                        "message": {
+                            "role": "assistant",
+                            "content": content,
+                            "reasoning_content": reasoning,
+                        },
+                    }
+                ],
                 "usage": usage,
             }
         return {  # field for field, in order, as vLLM's ChatCompletionResponse serializes
-            "id": f"chatcmpl-{self.rng.getrandbits(64):016x}", "object": "chat.completion",
-            "created": int(time.time()), "model": body.get("model", self.model),
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": None, "annotations": None,
-                            "audio": None, "function_call": None, "reasoning": reasoning},
-                "logprobs": None, "finish_reason": finish, "stop_reason": None,
-                "token_ids": list(range(1000, 1000 + n)) if ids else None, "routed_experts": None,
-            }],
-            "service_tier": None, "system_fingerprint": None,
+            "id": f"chatcmpl-{self.rng.getrandbits(64):016x}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": content,
+                        "refusal": None,
+                        "annotations": None,
+                        "audio": None,
+                        "function_call": None,
+                        "reasoning": reasoning,
+                    },
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "stop_reason": None,
+                    "token_ids": list(range(1000, 1000 + n)) if ids else None,
+                    "routed_experts": None,
+                }
+            ],
+            "service_tier": None,
+            "system_fingerprint": None,
             "usage": dict(usage, prompt_tokens_details=None),
-            "prompt_logprobs": None, "prompt_token_ids": list(range(prompt_tokens)) if ids else None,
-            "prompt_text": None, "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None,
+            "prompt_logprobs": None,
+            "prompt_token_ids": list(range(prompt_tokens)) if ids else None,
+            "prompt_text": None,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
         }
 
     async def metrics(self, request):
@@ -177,20 +240,32 @@ class FakeOpenAI:
                 lines.append(f'{name}{{engine="{e}",model_name="{self.model}"}} {float(v)}')
 
         def split(v):
-            return [v // self.engines + (1 if i < v % self.engines else 0) for i in range(self.engines)]
+            return [
+                v // self.engines + (1 if i < v % self.engines else 0) for i in range(self.engines)
+            ]
 
         series("vllm:num_requests_running", "gauge", split(running_total))
         series("vllm:num_requests_waiting", "gauge", split(waiting_total))
         per_engine_slots = max(1, slots // self.engines) if self.slot_count else 10**9
-        series("vllm:kv_cache_usage_perc", "gauge", [min(1.0, r / per_engine_slots) for r in split(running_total)])
+        series(
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            [min(1.0, r / per_engine_slots) for r in split(running_total)],
+        )
         series("vllm:num_preemptions_total", "counter", [0] * self.engines)
         series("vllm:generation_tokens_total", "counter", split(self.generated_tokens))
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def stats(self, request):
         """What this server has seen, for tests that run it as a separate process."""
-        return web.json_response({"answered": sum(self.requests.values()), "attempts": sum(self.attempts.values()),
-                                  "in_flight": self.in_flight, "max_in_flight": self.max_in_flight})
+        return web.json_response(
+            {
+                "answered": sum(self.requests.values()),
+                "attempts": sum(self.attempts.values()),
+                "in_flight": self.in_flight,
+                "max_in_flight": self.max_in_flight,
+            }
+        )
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 << 20)
@@ -240,8 +315,14 @@ def main() -> None:
     p.add_argument("--slots", type=int, default=None)
     p.add_argument("--token-time", type=float, default=0.0)
     a = p.parse_args()
-    srv = FakeOpenAI(latency=a.latency, fail_rate=a.fail_rate, shape=a.shape, cut_in_thinking=a.cut_in_thinking,
-                     slots=a.slots, token_time=a.token_time).start(a.port)
+    srv = FakeOpenAI(
+        latency=a.latency,
+        fail_rate=a.fail_rate,
+        shape=a.shape,
+        cut_in_thinking=a.cut_in_thinking,
+        slots=a.slots,
+        token_time=a.token_time,
+    ).start(a.port)
     print(srv.url, flush=True)
     try:
         while True:

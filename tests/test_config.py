@@ -8,7 +8,11 @@ from deploytool.config import load_config
 from deploytool.errors import ConfigError, ExitCode
 from tests.conftest import REPO, base_job
 
-GOOD = {"default_host": "local", "hosts": {"local": {"connect": "local", "remote_dir": ".x"}}, "job": base_job()}
+GOOD = {
+    "default_host": "local",
+    "hosts": {"local": {"connect": "local", "remote_dir": ".x"}},
+    "job": base_job(),
+}
 
 
 def write(tmp_path, data) -> str:
@@ -38,76 +42,167 @@ def test_shipped_hosts_yaml_loads_with_eight_datasets_and_local_default():
     assert est["B1"] == 1577 and est["B8"] == 8000
     assert "gpu1" not in cfg.hosts  # the example GPU host ships commented out
     assert cfg.server.args == ("--tensor-parallel-size", "8", "--trust-remote-code")
-    assert cfg.job.engine.kind == "openai" and cfg.job_for("local").engine.kind == "simulate"  # demo runs anywhere
+    assert (
+        cfg.job.engine.kind == "openai" and cfg.job_for("local").engine.kind == "simulate"
+    )  # demo runs anywhere
 
 
 def test_per_host_job_and_server_merge_key_by_key(tmp_path):
-    d = with_(job__engine={"kind": "simulate", "concurrency": 8, "model": "kimi"},
-              job__extra_body={"return_token_ids": True},
-              server={"model": "kimi", "port": 8000, "args": ["--tensor-parallel-size", "8"]},
-              hosts__gpu1={"host": "x", "job": {"engine": {"kind": "openai", "base_urls": ["http://127.0.0.1:8000/v1",
-                                                                                        "http://gpu2:8000/v1"]},
-                                               "sampling": {"temperature": 0.6},
-                                               "extra_body": {"repetition_detection": {"min_count": 4}}},
-                           "server": {"headless": True, "args": ["--headless"]}})
+    d = with_(
+        job__engine={"kind": "simulate", "concurrency": 8, "model": "kimi"},
+        job__extra_body={"return_token_ids": True},
+        server={"model": "kimi", "port": 8000, "args": ["--tensor-parallel-size", "8"]},
+        hosts__gpu1={
+            "host": "x",
+            "job": {
+                "engine": {
+                    "kind": "openai",
+                    "base_urls": ["http://127.0.0.1:8000/v1", "http://gpu2:8000/v1"],
+                },
+                "sampling": {"temperature": 0.6},
+                "extra_body": {"repetition_detection": {"min_count": 4}},
+            },
+            "server": {"headless": True, "args": ["--headless"]},
+        },
+    )
     cfg = load_config(write(tmp_path, d))
     assert cfg.job_for("local").engine.kind == "simulate" and cfg.job_for("local") is cfg.job
     gpu = cfg.job_for("gpu1")
-    assert gpu.engine.kind == "openai" and gpu.engine.concurrency == 8 and gpu.engine.model == "kimi"  # inherited
+    assert (
+        gpu.engine.kind == "openai" and gpu.engine.concurrency == 8 and gpu.engine.model == "kimi"
+    )  # inherited
     assert gpu.engine.base_urls == ("http://127.0.0.1:8000/v1", "http://gpu2:8000/v1")
     assert gpu.engine.base_url == "http://127.0.0.1:8000/v1"
     assert gpu.sampling == {"max_tokens": 8192, "temperature": 0.6}
     assert gpu.extra_body == {"return_token_ids": True, "repetition_detection": {"min_count": 4}}
     assert cfg.server_for("local").headless is False and cfg.server_for("gpu1").headless is True
     assert cfg.server_for("gpu1").args == ("--headless",) and cfg.server_for("gpu1").port == 8000
-    assert gpu.to_dict()["engine"]["base_urls"] == ["http://127.0.0.1:8000/v1", "http://gpu2:8000/v1"]
+    assert gpu.to_dict()["engine"]["base_urls"] == [
+        "http://127.0.0.1:8000/v1",
+        "http://gpu2:8000/v1",
+    ]
 
 
 def test_base_url_is_a_list_of_one(tmp_path):
-    cfg = load_config(write(tmp_path, with_(job__engine={"kind": "openai", "base_url": "http://127.0.0.1:9/v1"})))
+    cfg = load_config(
+        write(tmp_path, with_(job__engine={"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}))
+    )
     assert cfg.job.engine.base_urls == ("http://127.0.0.1:9/v1",)
 
 
 def test_defaults_are_inherited_and_overridden(tmp_path):
-    d = with_(defaults={"user": "ml", "port": 2222, "python": "/opt/venv/bin/python"},
-              hosts__gpu1={"host": "10.1.2.3", "port": 22})
+    d = with_(
+        defaults={"user": "ml", "port": 2222, "python": "/opt/venv/bin/python"},
+        hosts__gpu1={"host": "10.1.2.3", "port": 22},
+    )
     cfg = load_config(write(tmp_path, d))
     assert cfg.hosts["gpu1"].user == "ml" and cfg.hosts["gpu1"].port == 22
     assert cfg.hosts["gpu1"].python == "/opt/venv/bin/python"
     assert cfg.hosts["gpu1"].host_key == "strict"
 
 
-@pytest.mark.parametrize("data, expected", [
-    (with_(hosts__gpu1={"host": "x", "port": "abc"}), 'hosts.gpu1.port: expected an integer 1-65535, got "abc"'),
-    (with_(hosts__gpu1={"host": "x", "port": 70000}), "hosts.gpu1.port: expected an integer 1-65535, got 70000"),
-    (with_(hosts__gpu1={"host": "x", "prot": 22}), "hosts.gpu1.prot: unknown key (did you mean 'port'?)"),
-    (with_(defaults={"remote_dri": "/x"}), "defaults.remote_dri: unknown key (did you mean 'remote_dir'?)"),
-    (with_(default_host="gpu9"), 'default_host: "gpu9" is not in hosts'),
-    (with_(hosts__gpu1={"host": "x", "host_key": "yolo"}), "hosts.gpu1.host_key: expected one of strict, accept-new"),
-    (with_(job__engine={"kind": "tgi"}), 'job.engine.kind: expected one of openai, simulate, got "tgi"'),
-    (with_(job__datasets={"B 1": {"prompts": "p.jsonl"}}), "job.datasets.B 1: dataset name must match"),
-    (with_(job__datasets={"B1": {"prompts": "/etc/passwd"}}), "job.datasets.B1.prompts: must be a relative path"),
-    (with_(job__engine={"concurrency": 0}), "job.engine.concurrency: expected an integer 1-100000, got 0"),
-    (with_(job__sampling={"max_tokens": "lots"}), "job.sampling.max_tokens: expected a token count"),
-    (with_(job__sampling={"temprature": 1.0}), "job.sampling.temprature: unknown key (did you mean 'temperature'?)"),
-    (with_(job__sampling={"repetition_detection": {}}), "go in job.extra_body"),
-    (with_(job__extra_body=["x"]), "job.extra_body: expected a mapping"),
-    (with_(job__extra_body={"max_tokens": 5}), "job.extra_body.max_tokens: set it in its own place"),
-    (with_(job__engine={"base_url": "http://a:1/v1", "base_urls": ["http://b:1/v1"]}),
-     "job.engine: give base_url (one server) or base_urls (several), not both"),
-    (with_(job__engine={"base_urls": []}), "job.engine.base_urls: expected a list of one or more URLs"),
-    (with_(job__engine={"base_urls": ["gpu1:8000"]}), 'job.engine.base_urls[0]: expected an http:// or https:// URL'),
-    (with_(job__engine={"base_urls": ["http://a/v1", "http://a/v1"]}), "job.engine.base_urls: http://a/v1 is listed twice"),
-    (with_(hosts__gpu1={"host": "x", "job": {"engin": {}}}), "hosts.gpu1.job.engin: unknown key (did you mean 'engine'?)"),
-    (with_(hosts__gpu1={"host": "x", "job": {"datasets": {}}}), "hosts.gpu1.job.datasets: unknown key"),
-    (with_(hosts__gpu1={"host": "x", "job": {"engine": {"kind": "tgi"}}}), 'hosts.gpu1.job.engine.kind: expected one of'),
-    (with_(hosts__gpu1={"host": "x", "job": {"sampling": {"temprature": 1}}}), "hosts.gpu1.job.sampling.temprature"),
-    (with_(hosts__gpu1={"host": "x", "server": {"headles": True}}), "hosts.gpu1.server.headles: unknown key"),
-    (with_(hosts__gpu1={"host": "x", "jobs": {}}), "hosts.gpu1.jobs: unknown key (did you mean 'job'?)"),
-    (with_(server={"args": ["--tp", {"x": 1}]}), "server.args[1]: expected a string"),
-    (with_(hosts__gpu1={"host": "x", "forward_agent": "yes"}), 'hosts.gpu1.forward_agent: expected true or false'),
-    (dict(GOOD, jobs={}), "jobs: unknown key (did you mean 'job'?)"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (
+            with_(hosts__gpu1={"host": "x", "port": "abc"}),
+            'hosts.gpu1.port: expected an integer 1-65535, got "abc"',
+        ),
+        (
+            with_(hosts__gpu1={"host": "x", "port": 70000}),
+            "hosts.gpu1.port: expected an integer 1-65535, got 70000",
+        ),
+        (
+            with_(hosts__gpu1={"host": "x", "prot": 22}),
+            "hosts.gpu1.prot: unknown key (did you mean 'port'?)",
+        ),
+        (
+            with_(defaults={"remote_dri": "/x"}),
+            "defaults.remote_dri: unknown key (did you mean 'remote_dir'?)",
+        ),
+        (with_(default_host="gpu9"), 'default_host: "gpu9" is not in hosts'),
+        (
+            with_(hosts__gpu1={"host": "x", "host_key": "yolo"}),
+            "hosts.gpu1.host_key: expected one of strict, accept-new",
+        ),
+        (
+            with_(job__engine={"kind": "tgi"}),
+            'job.engine.kind: expected one of openai, simulate, got "tgi"',
+        ),
+        (
+            with_(job__datasets={"B 1": {"prompts": "p.jsonl"}}),
+            "job.datasets.B 1: dataset name must match",
+        ),
+        (
+            with_(job__datasets={"B1": {"prompts": "/etc/passwd"}}),
+            "job.datasets.B1.prompts: must be a relative path",
+        ),
+        (
+            with_(job__engine={"concurrency": 0}),
+            "job.engine.concurrency: expected an integer 1-100000, got 0",
+        ),
+        (
+            with_(job__sampling={"max_tokens": "lots"}),
+            "job.sampling.max_tokens: expected a token count",
+        ),
+        (
+            with_(job__sampling={"temprature": 1.0}),
+            "job.sampling.temprature: unknown key (did you mean 'temperature'?)",
+        ),
+        (with_(job__sampling={"repetition_detection": {}}), "go in job.extra_body"),
+        (with_(job__extra_body=["x"]), "job.extra_body: expected a mapping"),
+        (
+            with_(job__extra_body={"max_tokens": 5}),
+            "job.extra_body.max_tokens: set it in its own place",
+        ),
+        (
+            with_(job__engine={"base_url": "http://a:1/v1", "base_urls": ["http://b:1/v1"]}),
+            "job.engine: give base_url (one server) or base_urls (several), not both",
+        ),
+        (
+            with_(job__engine={"base_urls": []}),
+            "job.engine.base_urls: expected a list of one or more URLs",
+        ),
+        (
+            with_(job__engine={"base_urls": ["gpu1:8000"]}),
+            "job.engine.base_urls[0]: expected an http:// or https:// URL",
+        ),
+        (
+            with_(job__engine={"base_urls": ["http://a/v1", "http://a/v1"]}),
+            "job.engine.base_urls: http://a/v1 is listed twice",
+        ),
+        (
+            with_(hosts__gpu1={"host": "x", "job": {"engin": {}}}),
+            "hosts.gpu1.job.engin: unknown key (did you mean 'engine'?)",
+        ),
+        (
+            with_(hosts__gpu1={"host": "x", "job": {"datasets": {}}}),
+            "hosts.gpu1.job.datasets: unknown key",
+        ),
+        (
+            with_(hosts__gpu1={"host": "x", "job": {"engine": {"kind": "tgi"}}}),
+            "hosts.gpu1.job.engine.kind: expected one of",
+        ),
+        (
+            with_(hosts__gpu1={"host": "x", "job": {"sampling": {"temprature": 1}}}),
+            "hosts.gpu1.job.sampling.temprature",
+        ),
+        (
+            with_(hosts__gpu1={"host": "x", "server": {"headles": True}}),
+            "hosts.gpu1.server.headles: unknown key",
+        ),
+        (
+            with_(hosts__gpu1={"host": "x", "jobs": {}}),
+            "hosts.gpu1.jobs: unknown key (did you mean 'job'?)",
+        ),
+        (with_(server={"args": ["--tp", {"x": 1}]}), "server.args[1]: expected a string"),
+        (
+            with_(hosts__gpu1={"host": "x", "forward_agent": "yes"}),
+            "hosts.gpu1.forward_agent: expected true or false",
+        ),
+        (dict(GOOD, jobs={}), "jobs: unknown key (did you mean 'job'?)"),
+    ],
+)
 def test_config_errors_name_the_key(tmp_path, data, expected):
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, data))
@@ -128,7 +223,9 @@ def test_yaml_syntax_error_gives_line(tmp_path):
 
 
 def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "deploytool", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "deploytool", *args], cwd=cwd, capture_output=True, text=True
+    )
 
 
 def test_cli_bad_config_exits_2_with_one_line_and_no_traceback(tmp_path):

@@ -35,8 +35,14 @@ def test_run_argv_is_quoted_not_interpreted(conn):
 
 
 def test_run_reports_exit_code_stderr_and_stdin(conn):
-    res = conn.run(["python3", "-c", "import sys; d=sys.stdin.buffer.read(); sys.stdout.buffer.write(d[::-1]); sys.exit(3)"],
-                   stdin=b"\x00\x01binary" * 1000)
+    res = conn.run(
+        [
+            "python3",
+            "-c",
+            "import sys; d=sys.stdin.buffer.read(); sys.stdout.buffer.write(d[::-1]); sys.exit(3)",
+        ],
+        stdin=b"\x00\x01binary" * 1000,
+    )
     assert res.exit_code == 3
     assert res.stdout == (b"\x00\x01binary" * 1000)[::-1]
 
@@ -63,8 +69,14 @@ def test_put_get_roundtrip_byte_identical_with_weird_names(conn, tmp_path):
 
 
 def test_start_converses_over_one_session(conn):
-    p = conn.start([sys.executable, "-c", "import sys\nfor line in sys.stdin:\n    print(line.strip().upper(), flush=True)\n"
-                    "sys.stderr.write('bye')\nsys.exit(4)"])
+    p = conn.start(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfor line in sys.stdin:\n    print(line.strip().upper(), flush=True)\n"
+            "sys.stderr.write('bye')\nsys.exit(4)",
+        ]
+    )
     p.write(b"hello\n")
     assert p.readline() == b"HELLO\n"  # an answer comes back before stdin is closed
     p.write(b"again\n")
@@ -79,10 +91,14 @@ def test_read_missing_file_is_none(conn):
 
 
 def test_shell_command_is_the_one_quoting_place():
-    assert shell_command(["ls", "a b"], cwd="~/x y", env={"K": "v w"}) == "cd \"$HOME\"/'x y' && env 'K=v w' ls 'a b'"
+    assert (
+        shell_command(["ls", "a b"], cwd="~/x y", env={"K": "v w"})
+        == "cd \"$HOME\"/'x y' && env 'K=v w' ls 'a b'"
+    )
 
 
 # ------------------------------------------------------------------ SSH failures, each one clear line
+
 
 def _connect_err(cfg, name="h") -> ConnectError:
     c = connect(cfg.hosts[name], cfg)
@@ -99,7 +115,11 @@ def test_unknown_host_key_refused_by_default_with_fingerprint(ssh_rig, tmp_path)
     empty.write_text("")
     cfg = write_config(tmp_path, {"h": ssh_host_entry(ssh_rig, tmp_path, known_hosts=str(empty))})
     err = _connect_err(cfg)
-    fp = subprocess.run(["ssh-keygen", "-lf", str(ssh_rig["sshd"].host_key) + ".pub"], capture_output=True, text=True).stdout.split()[1]
+    fp = subprocess.run(
+        ["ssh-keygen", "-lf", str(ssh_rig["sshd"].host_key) + ".pub"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()[1]
     assert "unknown host key" in str(err) and fp in str(err)
     assert "accept-new" in str(err)
     assert empty.read_text() == ""  # nothing trusted behind the user's back
@@ -107,7 +127,10 @@ def test_unknown_host_key_refused_by_default_with_fingerprint(ssh_rig, tmp_path)
 
 def test_accept_new_trusts_on_first_use_then_is_strict(ssh_rig, tmp_path):
     kh = tmp_path / "kh"
-    cfg = write_config(tmp_path, {"h": ssh_host_entry(ssh_rig, tmp_path, known_hosts=str(kh), host_key="accept-new")})
+    cfg = write_config(
+        tmp_path,
+        {"h": ssh_host_entry(ssh_rig, tmp_path, known_hosts=str(kh), host_key="accept-new")},
+    )
     c = connect(cfg.hosts["h"], cfg)
     assert c.run(["true"]).ok
     c.close()
@@ -125,7 +148,9 @@ def test_changed_host_key_is_refused_even_with_accept_new(ssh_rig, tmp_path):
     pub = Path(str(other) + ".pub").read_text().split()
     kh.write_text(f"[127.0.0.1]:{ssh_rig['sshd'].port} {pub[0]} {pub[1]}\n")
     for mode in ("strict", "accept-new"):
-        cfg = write_config(tmp_path, {"h": ssh_host_entry(ssh_rig, tmp_path, known_hosts=str(kh), host_key=mode)})
+        cfg = write_config(
+            tmp_path, {"h": ssh_host_entry(ssh_rig, tmp_path, known_hosts=str(kh), host_key=mode)}
+        )
         err = _connect_err(cfg)
         assert "HOST KEY CHANGED" in str(err) and "ssh-keygen" in str(err) and "-R" in str(err)
 
@@ -147,9 +172,14 @@ def test_ssh_config_alias_and_gateway(ssh_rig, tmp_path):
     home = Path.home()
     (home / ".ssh").mkdir(exist_ok=True)
     (home / ".ssh" / "config").write_text(
-        f"Host gpu-alias\n  HostName 127.0.0.1\n  Port {ssh_rig['sshd'].port}\n  IdentityFile {ssh_rig['client_key']}\n")
+        f"Host gpu-alias\n  HostName 127.0.0.1\n  Port {ssh_rig['sshd'].port}\n  IdentityFile {ssh_rig['client_key']}\n"
+    )
     jump = ssh_host_entry(ssh_rig, tmp_path)
-    via = {k: v for k, v in ssh_host_entry(ssh_rig, tmp_path).items() if k not in ("host", "port", "identity_file")}
+    via = {
+        k: v
+        for k, v in ssh_host_entry(ssh_rig, tmp_path).items()
+        if k not in ("host", "port", "identity_file")
+    }
     via["gateway"] = "jump"
     cfg = write_config(tmp_path, {"gpu-alias": via, "jump": jump})
     c = connect(cfg.hosts["gpu-alias"], cfg)
@@ -165,7 +195,14 @@ def test_connection_drop_mid_session_is_one_line(ssh_rig, tmp_path):
     try:
         cfg = write_config(tmp_path, {"h": ssh_host_entry(ssh_rig, tmp_path, port=sshd.port)})
         (tmp_path / "kh2").write_text(sshd.known_hosts_line())
-        cfg = write_config(tmp_path, {"h": ssh_host_entry(ssh_rig, tmp_path, port=sshd.port, known_hosts=str(tmp_path / "kh2"))})
+        cfg = write_config(
+            tmp_path,
+            {
+                "h": ssh_host_entry(
+                    ssh_rig, tmp_path, port=sshd.port, known_hosts=str(tmp_path / "kh2")
+                )
+            },
+        )
         c = connect(cfg.hosts["h"], cfg)
         assert c.run(["true"]).ok
         with pytest.raises(ConnectError, match="lost"):
@@ -186,8 +223,17 @@ def test_accept_new_is_said_out_loud(ssh_rig, tmp_path):
     import sys as _sys
 
     kh = tmp_path / "kh"
-    cfg = write_config(tmp_path, {"h": ssh_host_entry(ssh_rig, tmp_path / "r", known_hosts=str(kh), host_key="accept-new")})
-    res = subprocess.run([_sys.executable, "-m", "deploytool", "--config", str(cfg.path), "hosts"],
-                         capture_output=True, text=True)
+    cfg = write_config(
+        tmp_path,
+        {"h": ssh_host_entry(ssh_rig, tmp_path / "r", known_hosts=str(kh), host_key="accept-new")},
+    )
+    res = subprocess.run(
+        [_sys.executable, "-m", "deploytool", "--config", str(cfg.path), "hosts"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
-    assert "h: trusted a new host key (host_key: accept-new): [127.0.0.1]:" in res.stderr and "SHA256:" in res.stderr
+    assert (
+        "h: trusted a new host key (host_key: accept-new): [127.0.0.1]:" in res.stderr
+        and "SHA256:" in res.stderr
+    )

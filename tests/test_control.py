@@ -30,8 +30,17 @@ def job(tmp_path, ssh_rig, openai_server):
         write_prompts(project / "data" / "prompts" / f"{ds}.jsonl", 400, ds)
     host_dir = tmp_path / "host"
     spec = base_job(
-        datasets={ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in ("B1", "B2")},
-        engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 4, "retry_base": 0.01})
+        datasets={
+            ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in ("B1", "B2")
+        },
+        engine={
+            "kind": "openai",
+            "base_url": srv.url,
+            "model": "test-model",
+            "concurrency": 4,
+            "retry_base": 0.01,
+        },
+    )
     cfg = write_config(project, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec)
     conn = connect(cfg.hosts["gpu"], cfg)
     deploy_host(conn, cfg)
@@ -55,7 +64,7 @@ def runners_of(root: Path) -> list[int]:
 
 def outputs(root: Path, ds: str) -> list[str]:
     p = root / "data" / "outputs" / f"{ds}.jsonl"
-    return [json.loads(l)["id"] for l in p.read_text().splitlines()] if p.exists() else []
+    return [json.loads(line)["id"] for line in p.read_text().splitlines()] if p.exists() else []
 
 
 def status(root: Path) -> dict:
@@ -73,7 +82,9 @@ def test_restart_starts_then_live_recap_keeps_the_process(job):
     assert r2["caps"]["B1"]["target"] == 20 and r2["caps"]["B2"]["target"] == 5
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     assert max(srv.attempts.values()) == 1  # the server saw no request twice
-    assert len(outputs(root, "B2")) == 5 and set(outputs(root, "B1")) >= {f"B1-{i:06d}" for i in range(20)}
+    assert len(outputs(root, "B2")) == 5 and set(outputs(root, "B1")) >= {
+        f"B1-{i:06d}" for i in range(20)
+    }
     wait_for(lambda: runners_of(root) == [], what="the finished runner exits")
 
 
@@ -84,7 +95,9 @@ def test_hard_restart_leaves_exactly_one_runner_and_loses_nothing(job):
     r2 = control.restart(conn, flags(cfg, max_samples=60, grace=10), hard=True)
     assert r2["mode"] == "restart" and r2["pid"] != r1["pid"]
     assert r2["stopped"]["stopped"] == [r1["pid"]] and r2["stopped"]["killed"] == []
-    assert r2["lost_in_flight"] == 0  # graceful: in-flight requests finished inside the grace period
+    assert (
+        r2["lost_in_flight"] == 0
+    )  # graceful: in-flight requests finished inside the grace period
     assert not procinfo.alive(r1["pid"])
     assert runners_of(root) == [r2["pid"]]
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
@@ -132,16 +145,28 @@ def test_grace_0_restart_reports_lost_requests(job):
 def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
     current = (root / "current").resolve()
-    hand = subprocess.Popen([sys.executable, "-m", "remote", "run", "--max-samples", "50"], cwd=current,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_for(lambda: (root / "run" / "runner.pid").exists() and status(root)["state"] == "running", what="hand runner")
+    hand = subprocess.Popen(
+        [sys.executable, "-m", "remote", "run", "--max-samples", "50"],
+        cwd=current,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_for(
+        lambda: (root / "run" / "runner.pid").exists() and status(root)["state"] == "running",
+        what="hand runner",
+    )
     (root / "run" / "runner.pid").unlink()  # the pid file is lost
     # decoys: same names, other directories
     decoy_dir = tmp_path / "elsewhere"
     decoy_dir.mkdir()
     (decoy_dir / "run_inference.py").write_text("import time\ntime.sleep(600)\n")
-    decoy1 = subprocess.Popen([sys.executable, "run_inference.py", "--max-samples", "7000"], cwd=decoy_dir)
-    decoy2 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "-m", "remote", "run"], cwd=decoy_dir)
+    decoy1 = subprocess.Popen(
+        [sys.executable, "run_inference.py", "--max-samples", "7000"], cwd=decoy_dir
+    )
+    decoy2 = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", "-m", "remote", "run"], cwd=decoy_dir
+    )
     try:
         assert control.status(conn).strays == [hand.pid]
         r = control.restart(conn, flags(cfg, max_samples=50, grace=5))
@@ -162,18 +187,30 @@ def test_runner_ignoring_sigterm_is_killed_with_its_children(job, tmp_path):
         import os, signal, subprocess, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         # a worker in a session of its own (like vLLM's), which outlives its parent
-        child = subprocess.Popen([sys.executable, "-c", "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"], start_new_session=True)
+        code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+        child = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
         open({str(child_pid_file)!r}, "w").write(str(child.pid))
         time.sleep(600)
     """)
     token = "tok-ignore-term"
-    proc = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ, DEPLOYTOOL_JOB_TOKEN=token),
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=dict(os.environ, DEPLOYTOOL_JOB_TOKEN=token),
+        start_new_session=True,
+    )
     wait_for(child_pid_file.exists, what="child")
     child = int(child_pid_file.read_text())
     (root / "run").mkdir(exist_ok=True)
-    (root / "run" / "runner.pid").write_text(json.dumps(
-        {"pid": proc.pid, "start_time": procinfo.start_time(proc.pid), "token": token, "release": str(root)}))
+    (root / "run" / "runner.pid").write_text(
+        json.dumps(
+            {
+                "pid": proc.pid,
+                "start_time": procinfo.start_time(proc.pid),
+                "token": token,
+                "release": str(root),
+            }
+        )
+    )
     r = control.stop(conn, grace=1)
     assert r["stopped"] == [proc.pid] and proc.pid in r["killed"] and child in r["killed"]
     assert proc.wait(5) == -signal.SIGKILL
@@ -186,8 +223,9 @@ def test_stale_pid_file_of_a_reused_pid_is_not_signalled(job):
     innocent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         (root / "run").mkdir(exist_ok=True)
-        (root / "run" / "runner.pid").write_text(json.dumps(
-            {"pid": innocent.pid, "start_time": 12345, "token": "old"}))  # same pid, different process
+        (root / "run" / "runner.pid").write_text(
+            json.dumps({"pid": innocent.pid, "start_time": 12345, "token": "old"})
+        )  # same pid, different process
         assert control.stop(conn, grace=0)["was_running"] is False
         assert innocent.poll() is None
     finally:
@@ -198,13 +236,33 @@ def test_stale_pid_file_of_a_reused_pid_is_not_signalled(job):
 def test_invalid_flags_change_nothing(job):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
     r = control.restart(conn, flags(cfg, max_samples=100))
-    for bad in ({"max_samples": "-1"}, {"max_samples": "ten"}, {"caps": ["B9=3"]}, {"caps": ["B1"]},
-                {"max_tokens": "10Q"}, {"datasets": "B1,B9"}, {"datasets": "B1;rm"}):
+    for bad in (
+        {"max_samples": "-1"},
+        {"max_samples": "ten"},
+        {"caps": ["B9=3"]},
+        {"caps": ["B1"]},
+        {"max_tokens": "10Q"},
+        {"datasets": "B1,B9"},
+        {"datasets": "B1;rm"},
+    ):
         with pytest.raises(UsageError):
             flags(cfg, **bad)
     # the same through the CLI: exit 2, and the runner is untouched
-    res = subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg.path), "restart",
-                          "--max-samples", "-5"], cwd=job["project"], capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploytool",
+            "--config",
+            str(cfg.path),
+            "restart",
+            "--max-samples",
+            "-5",
+        ],
+        cwd=job["project"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 2 and res.stderr.startswith("error: --max-samples must be >= 0")
     assert procinfo.alive(r["pid"]) and status(root)["caps"]["max_samples"] == 100
 
@@ -244,25 +302,42 @@ def test_new_release_means_real_restart(job, tmp_path):
     (pkg / "extra.py").write_text("# new code\n")
     new = deploy_host(conn, cfg, release=build_release(cfg, pkg))
     r2 = control.restart(conn, flags(cfg, max_samples=100, grace=5))
-    assert r2["mode"] == "restart" and r2["pid"] != r1["pid"] and r2["release"].endswith(new.release)
+    assert (
+        r2["mode"] == "restart" and r2["pid"] != r1["pid"] and r2["release"].endswith(new.release)
+    )
 
 
 def test_gpu_check_refuses_foreign_gpu_memory(job, tmp_path):
     root = job["host_dir"]
     # a process that is no child of anything of ours (re-parented to init), holding "GPU memory"
-    hog = int(subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True,
-                             text=True).stdout)
+    hog = int(
+        subprocess.run(
+            ["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True
+        ).stdout
+    )
     fake = tmp_path / "nvidia-smi"
     fake.write_text(f"#!/bin/sh\necho '{hog}, 40960'\n")
     fake.chmod(0o755)
     env = dict(os.environ, DEPLOYTOOL_NVIDIA_SMI=str(fake))
     cmd = [sys.executable, "-m", "remote", "ctl", "start", "--max-samples", "3"]
     try:
-        res = subprocess.run(cmd, cwd=(root / "current").resolve(), env=env, capture_output=True, text=True)
+        res = subprocess.run(
+            cmd, cwd=(root / "current").resolve(), env=env, capture_output=True, text=True
+        )
         out = json.loads(res.stdout)
-        assert res.returncode == 1 and f"pid {hog} (40960 MiB: sleep 600)" in out["error"] and "--force-gpu" in out["error"]
+        assert (
+            res.returncode == 1
+            and f"pid {hog} (40960 MiB: sleep 600)" in out["error"]
+            and "--force-gpu" in out["error"]
+        )
         assert not (root / "run" / "runner.pid").exists()
-        res = subprocess.run(cmd + ["--force-gpu"], cwd=(root / "current").resolve(), env=env, capture_output=True, text=True)
+        res = subprocess.run(
+            cmd + ["--force-gpu"],
+            cwd=(root / "current").resolve(),
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert res.returncode == 0, res.stdout + res.stderr
     finally:
         os.kill(hog, signal.SIGKILL)
@@ -273,13 +348,22 @@ def test_gpu_check_allows_the_engine_server_session(job, tmp_path):
     from remote import gpu
     from remote.jobspec import Paths
 
-    srv_proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    srv_proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import socket, subprocess, sys, time
         s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
         w = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         print(s.getsockname()[1], w.pid, flush=True)
         time.sleep(600)
-    """)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         port, worker = map(int, srv_proc.stdout.readline().split())
         fake = tmp_path / "nvidia-smi"
@@ -301,14 +385,22 @@ def test_gpu_check_allows_the_engine_server_session(job, tmp_path):
 def test_cli_status_json_and_stop(job):
     cfg, root = job["cfg"], job["host_dir"]
     base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
-    res = subprocess.run(base + ["restart", "--max-samples", "100", "--cap", "B2=3"], cwd=job["project"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        base + ["restart", "--max-samples", "100", "--cap", "B2=3"],
+        cwd=job["project"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     assert "started runner pid" in res.stdout and "B2" in res.stdout
-    res = subprocess.run(base + ["status", "--json"], cwd=job["project"], capture_output=True, text=True)
+    res = subprocess.run(
+        base + ["status", "--json"], cwd=job["project"], capture_output=True, text=True
+    )
     st = json.loads(res.stdout)["gpu"]
     assert st["state"] == "running" and st["datasets"]["B2"]["target"] == 3 and st["token"] is None
-    res = subprocess.run(base + ["stop", "--grace", "5"], cwd=job["project"], capture_output=True, text=True)
+    res = subprocess.run(
+        base + ["stop", "--grace", "5"], cwd=job["project"], capture_output=True, text=True
+    )
     assert res.returncode == 0 and "gpu: stopped" in res.stdout
     assert status(root)["state"] == "stopped"
     wait_for(lambda: runners_of(root) == [], what="no runner left")

@@ -49,8 +49,9 @@ def test_first_deploy_then_noop_then_one_file(env):
     cur = current(env)
     assert cur.parent.name == "releases" and cur.name == r1.release
     assert (cur / "remote" / "runner.py").read_bytes() == (env["pkg"] / "runner.py").read_bytes()
-    assert (env["host_dir"] / "data" / "prompts" / "B1.jsonl").read_bytes() == \
-        (env["project"] / "data" / "prompts" / "B1.jsonl").read_bytes()
+    assert (env["host_dir"] / "data" / "prompts" / "B1.jsonl").read_bytes() == (
+        env["project"] / "data" / "prompts" / "B1.jsonl"
+    ).read_bytes()
     job = json.loads((cur / "job.json").read_text())
     assert list(job["datasets"]) == ["B1"]
 
@@ -67,7 +68,9 @@ def test_first_deploy_then_noop_then_one_file(env):
     new = current(env)
     assert new.name == r3.release != r1.release
     # unchanged files are shared with the old release on the host (hard links), not sent again
-    assert os.stat(new / "remote" / "runner.py").st_ino == os.stat(cur / "remote" / "runner.py").st_ino
+    assert (
+        os.stat(new / "remote" / "runner.py").st_ino == os.stat(cur / "remote" / "runner.py").st_ino
+    )
     assert (cur / "remote" / "units.py").read_text() != (new / "remote" / "units.py").read_text()
 
 
@@ -86,7 +89,9 @@ def test_rollback_and_redeploy(env):
     assert out == {"current": r1.release, "previous": r2.release}
     assert current(env).name == r1.release
     assert not (current(env) / "remote" / "new_module.py").exists()
-    r3 = deploy(env)  # same content as r2: the release is on the host already, only the switch happens
+    r3 = deploy(
+        env
+    )  # same content as r2: the release is on the host already, only the switch happens
     assert r3.release == r2.release and r3.bytes_sent == 0 and current(env).name == r2.release
 
 
@@ -112,10 +117,14 @@ def test_running_process_keeps_its_old_release(env):
     deploy(env)
     old = current(env)
     # a "job" running from the old release: it imports its code at start and reads a file later
-    script = ("import sys,time; sys.path.insert(0, '.'); import remote.units as u; f=open('remote/units.py');"
-              "open(sys.argv[1],'w').write('ready'); time.sleep(1.5); print(f.read().count('changed'), hasattr(u, 'NEW'))")
+    script = (
+        "import sys,time; sys.path.insert(0, '.'); import remote.units as u; f=open('remote/units.py');"
+        "open(sys.argv[1],'w').write('ready'); time.sleep(1.5); print(f.read().count('changed'), hasattr(u, 'NEW'))"
+    )
     flag = env["host_dir"] / "ready"
-    proc = subprocess.Popen([sys.executable, "-c", script, str(flag)], cwd=old, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(flag)], cwd=old, stdout=subprocess.PIPE, text=True
+    )
     wait_for(flag.exists, what="job started")
     with open(env["pkg"] / "units.py", "a") as f:
         f.write("\nNEW = 'changed'\n")
@@ -128,8 +137,11 @@ def test_running_process_keeps_its_old_release(env):
 
 def test_release_in_use_by_runner_is_never_pruned(env):
     first = deploy(env).release
-    rec = {"pid": os.getpid(), "start_time": __import__("remote.procinfo").procinfo.start_time(os.getpid()),
-           "release": str(env["host_dir"] / "releases" / first)}
+    rec = {
+        "pid": os.getpid(),
+        "start_time": __import__("remote.procinfo").procinfo.start_time(os.getpid()),
+        "release": str(env["host_dir"] / "releases" / first),
+    }
     (env["host_dir"] / "run" / "runner.pid").write_text(json.dumps(rec))
     for i in range(5):
         (env["pkg"] / "units.py").write_text((env["pkg"] / "units.py").read_text() + f"\n# v{i}\n")
@@ -145,8 +157,12 @@ def test_interrupted_upload_leaves_current_and_next_deploy_works(env):
     rel = build_release(env["cfg"], env["pkg"])
     # a dropped connection: the host sees the upload stream end half-way
     with pytest.raises(RemoteError, match="apply failed"):
-        release_helper(env["conn"], "apply", {"id": rel.id, "files": rel.manifest, "base": r1.release,
-                                              "prompts": [], "keep": 3}, stdin=b"\x00" * 700)
+        release_helper(
+            env["conn"],
+            "apply",
+            {"id": rel.id, "files": rel.manifest, "base": r1.release, "prompts": [], "keep": 3},
+            stdin=b"\x00" * 700,
+        )
     assert current(env).name == r1.release
     assert not [p for p in (env["host_dir"] / "releases").iterdir() if p.name.startswith(".tmp-")]
     r2 = deploy(env)
@@ -161,10 +177,22 @@ def test_kill_9_of_local_deploy_mid_upload(env, tmp_path):
         for _ in range(150_000):
             f.write(line)
     cmd = [sys.executable, "-m", "deploytool", "--config", str(env["cfg"].path), "deploy"]
-    proc = subprocess.Popen(cmd, cwd=env["project"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=dict(os.environ))
-    wait_for(lambda: any(p.name.startswith(".tmp-") for p in (env["host_dir"] / "releases").iterdir()) or proc.poll() is not None,
-             timeout=30, interval=0.005, what="upload in progress")
+    proc = subprocess.Popen(
+        cmd,
+        cwd=env["project"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ),
+    )
+    wait_for(
+        lambda: (
+            any(p.name.startswith(".tmp-") for p in (env["host_dir"] / "releases").iterdir())
+            or proc.poll() is not None
+        ),
+        timeout=30,
+        interval=0.005,
+        what="upload in progress",
+    )
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert current(env).name == r1.release
@@ -173,24 +201,46 @@ def test_kill_9_of_local_deploy_mid_upload(env, tmp_path):
     r2 = deploy(env)
     assert r2.prompts == ["data/prompts/B1.jsonl"]
     assert prompts.stat().st_size == big.stat().st_size
-    wait_for(lambda: not [p for p in (env["host_dir"] / "releases").iterdir() if p.name.startswith(".tmp-")],
-             what="stale temp dirs cleaned")
+    wait_for(
+        lambda: (
+            not [p for p in (env["host_dir"] / "releases").iterdir() if p.name.startswith(".tmp-")]
+        ),
+        what="stale temp dirs cleaned",
+    )
 
 
 def test_two_hosts_one_unreachable(ssh_rig, tmp_path):
     project = tmp_path / "p"
     project.mkdir()
     write_prompts(project / "data" / "prompts" / "B1.jsonl", 5)
-    cfg = write_config(project, {
-        "good": ssh_host_entry(ssh_rig, tmp_path / "good"),
-        "down": ssh_host_entry(ssh_rig, tmp_path / "down", port=free_port()),
-        "local": {"connect": "local", "remote_dir": str(tmp_path / "loc")},
-    })
-    res = subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg.path), "deploy", "-H", "good,down,local"],
-                         cwd=project, capture_output=True, text=True)
+    cfg = write_config(
+        project,
+        {
+            "good": ssh_host_entry(ssh_rig, tmp_path / "good"),
+            "down": ssh_host_entry(ssh_rig, tmp_path / "down", port=free_port()),
+            "local": {"connect": "local", "remote_dir": str(tmp_path / "loc")},
+        },
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploytool",
+            "--config",
+            str(cfg.path),
+            "deploy",
+            "-H",
+            "good,down,local",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1
     assert "good: deployed release" in res.stdout and "local: deployed release" in res.stdout
-    assert "down: FAILED: cannot connect to down" in res.stdout and "connection refused" in res.stdout
+    assert (
+        "down: FAILED: cannot connect to down" in res.stdout and "connection refused" in res.stdout
+    )
     assert "error: 1 of 3 hosts failed: down" in res.stderr
     assert (tmp_path / "good" / "current").exists() and (tmp_path / "loc" / "current").exists()
 

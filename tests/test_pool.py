@@ -12,12 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, base_job, free_port, ssh_host_entry, wait_for, write_config, write_prompts
+from tests.conftest import (
+    REPO,
+    base_job,
+    free_port,
+    ssh_host_entry,
+    wait_for,
+    write_config,
+    write_prompts,
+)
 
 
 def cli(cfg, *args, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 class ServerProcess:
@@ -33,9 +45,21 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> "ServerProcess":
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.openai_server", "--port", str(self.port),
-                                      "--latency", str(self.latency)], cwd=REPO, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.openai_server",
+                "--port",
+                str(self.port),
+                "--latency",
+                str(self.latency),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         assert self.proc.stdout.readline().strip() == self.url
         return self
 
@@ -83,13 +107,34 @@ def project(tmp_path, ssh_rig):
 
     def make(urls: list[str], n: int = 120, **engine):
         write_prompts(proj / "data" / "prompts" / "B1.jsonl", n, "B1")
-        spec = base_job(engine={"kind": "openai", "base_urls": urls, "model": "test-model", "concurrency": 4,
-                                "retry_base": 0.01, "request_timeout": 20, **engine})
+        spec = base_job(
+            engine={
+                "kind": "openai",
+                "base_urls": urls,
+                "model": "test-model",
+                "concurrency": 4,
+                "retry_base": 0.01,
+                "request_timeout": 20,
+                **engine,
+            }
+        )
         return write_config(proj, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec), host_dir
 
     yield make
-    subprocess.run([sys.executable, "-m", "deploytool", "--config", str(proj / "hosts.yaml"), "stop", "--grace", "0"],
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploytool",
+            "--config",
+            str(proj / "hosts.yaml"),
+            "stop",
+            "--grace",
+            "0",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def test_three_servers_share_the_job_exactly_once(project, servers):
@@ -136,17 +181,26 @@ def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, serv
     assert res.returncode == 0, res.stdout + res.stderr
     ids = [r["id"] for r in records(host_dir, "B1")]
     assert len(ids) == len(set(ids)) == 180  # exactly once
-    assert not (host_dir / "data" / "outputs" / "B1.errors.jsonl").exists() or \
-        (host_dir / "data" / "outputs" / "B1.errors.jsonl").read_text() == ""
+    assert (
+        not (host_dir / "data" / "outputs" / "B1.errors.jsonl").exists()
+        or (host_dir / "data" / "outputs" / "B1.errors.jsonl").read_text() == ""
+    )
     assert back.stats()["answered"] > 0  # used again before the job ended
     st = status(host_dir)
-    assert st["state"] == "finished" and all(e["reachable"] for e in st["endpoints"]) and st["retries"] == 0
+    assert (
+        st["state"] == "finished"
+        and all(e["reachable"] for e in st["endpoints"])
+        and st["retries"] == 0
+    )
     log = (host_dir / "logs" / "runner.log").read_text()
-    assert f"server {victim.url} unreachable" in log and f"server {victim.url} reachable again" in log
+    assert (
+        f"server {victim.url} unreachable" in log and f"server {victim.url} reachable again" in log
+    )
 
 
 def test_every_server_down_waits_then_fails_after_down_deadline(tmp_path):
-    from tests.test_runner import make_root, run, status as run_status
+    from tests.test_runner import make_root, run
+    from tests.test_runner import status as run_status
 
     urls = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
     root = make_root(tmp_path, {"B1": 3}, {"base_urls": urls, "down_deadline": 1.5})
@@ -155,7 +209,10 @@ def test_every_server_down_waits_then_fails_after_down_deadline(tmp_path):
     st = run_status(root)
     assert st["state"] == "failed" and "every engine server unreachable for" in st["message"]
     assert st["engine"]["reachable"] is False and not any(e["reachable"] for e in st["endpoints"])
-    assert not (root / "data" / "outputs" / "B1.jsonl").exists() or (root / "data" / "outputs" / "B1.jsonl").read_text() == ""
+    assert (
+        not (root / "data" / "outputs" / "B1.jsonl").exists()
+        or (root / "data" / "outputs" / "B1.jsonl").read_text() == ""
+    )
 
 
 def test_per_host_overrides_pick_each_hosts_engine(tmp_path, ssh_rig, openai_server):
@@ -164,9 +221,14 @@ def test_per_host_overrides_pick_each_hosts_engine(tmp_path, ssh_rig, openai_ser
     proj.mkdir()
     write_prompts(proj / "data" / "prompts" / "B1.jsonl", 6, "B1")
     gpu = ssh_host_entry(ssh_rig, tmp_path / "gpu-host")
-    gpu["job"] = {"engine": {"kind": "openai", "base_url": srv.url, "model": "test-model"},
-                  "sampling": {"temperature": 0.6}}
-    cfg = write_config(proj, {"local": {"connect": "local", "remote_dir": str(tmp_path / "local-host")}, "gpu": gpu})
+    gpu["job"] = {
+        "engine": {"kind": "openai", "base_url": srv.url, "model": "test-model"},
+        "sampling": {"temperature": 0.6},
+    }
+    cfg = write_config(
+        proj,
+        {"local": {"connect": "local", "remote_dir": str(tmp_path / "local-host")}, "gpu": gpu},
+    )
     try:
         assert cli(cfg, "deploy", "--host", "local,gpu").returncode == 0
         res = cli(cfg, "restart", "--host", "local,gpu", "--max-samples", "6")
@@ -175,7 +237,9 @@ def test_per_host_overrides_pick_each_hosts_engine(tmp_path, ssh_rig, openai_ser
         local = records(tmp_path / "local-host", "B1")
         remote = records(tmp_path / "gpu-host", "B1")
         assert len(local) == len(remote) == 6
-        assert {r["model"] for r in local} == {"simulated"} and {r["model"] for r in remote} == {"test-model"}
+        assert {r["model"] for r in local} == {"simulated"} and {r["model"] for r in remote} == {
+            "test-model"
+        }
         assert len(srv.bodies) == 6 and all(b["temperature"] == 0.6 for b in srv.bodies)
         job = json.loads((tmp_path / "gpu-host" / "current" / "job.json").read_text())
         assert job["engine"]["kind"] == "openai" and job["engine"]["base_urls"] == [srv.url]

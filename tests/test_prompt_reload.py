@@ -19,8 +19,12 @@ from tests.conftest import base_job, ssh_host_entry, wait_for, write_config, wri
 
 
 def cli(cfg, *args, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def status(host_dir: Path) -> dict:
@@ -37,7 +41,10 @@ def append_prompts(path: Path, start: int, n: int, with_ids: bool) -> None:
         for i in range(start, start + n):
             obj = {"prompt": f"new question {i}"}
             if with_ids:
-                obj = {"id": f"B2-{i:06d}", "messages": [{"role": "user", "content": f"new question {i}"}]}
+                obj = {
+                    "id": f"B2-{i:06d}",
+                    "messages": [{"role": "user", "content": f"new question {i}"}],
+                }
             f.write(json.dumps(obj) + "\n")
 
 
@@ -51,14 +58,36 @@ def project(tmp_path, ssh_rig, openai_server):
     def make(b2_fmt: str, b1: int = 40, b2: int = 30):
         write_prompts(proj / "data" / "prompts" / "B1.jsonl", b1, "B1")
         write_prompts(proj / "data" / "prompts" / "B2.jsonl", b2, "B2", fmt=b2_fmt)
-        spec = base_job(datasets={ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in ("B1", "B2")},
-                        engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 2,
-                                "retry_base": 0.01})
+        spec = base_job(
+            datasets={
+                ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100}
+                for ds in ("B1", "B2")
+            },
+            engine={
+                "kind": "openai",
+                "base_url": srv.url,
+                "model": "test-model",
+                "concurrency": 2,
+                "retry_base": 0.01,
+            },
+        )
         return write_config(proj, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec)
 
     yield make, srv, proj, host_dir
-    subprocess.run([sys.executable, "-m", "deploytool", "--config", str(proj / "hosts.yaml"), "stop", "--grace", "0"],
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploytool",
+            "--config",
+            str(proj / "hosts.yaml"),
+            "stop",
+            "--grace",
+            "0",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(project):
@@ -70,10 +99,16 @@ def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(project):
 
     append_prompts(proj / "data" / "prompts" / "B2.jsonl", 30, 20, with_ids=False)
     dry = cli(cfg, "deploy", "--dry-run")
-    assert "would replace data/prompts/B2.jsonl, in use by the running job" in dry.stdout.replace("\n", " ")
+    assert "would replace data/prompts/B2.jsonl, in use by the running job" in dry.stdout.replace(
+        "\n", " "
+    )
     res = cli(cfg, "deploy")
     assert res.returncode == 0 and "in use by the running job" in res.stdout
-    wait_for(lambda: status(host_dir)["datasets"]["B2"]["prompts_changed"], timeout=15, what="change noticed")
+    wait_for(
+        lambda: status(host_dir)["datasets"]["B2"]["prompts_changed"],
+        timeout=15,
+        what="change noticed",
+    )
     res = cli(cfg, "status")
     assert "B2: prompts changed on the host; `invoke restart` to use them" in res.stdout
     assert status(host_dir)["datasets"]["B2"]["target"] == 30
@@ -83,11 +118,16 @@ def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(project):
     assert "re-capped live" in res.stdout and "B2: prompts 30 → 50, reloaded" in res.stdout
     st = status(host_dir)
     assert st["datasets"]["B2"]["target"] == 50 and not st["datasets"]["B2"]["prompts_changed"]
-    assert st["datasets"]["B2"]["prompts_file"]["size"] == (proj / "data" / "prompts" / "B2.jsonl").stat().st_size
+    assert (
+        st["datasets"]["B2"]["prompts_file"]["size"]
+        == (proj / "data" / "prompts" / "B2.jsonl").stat().st_size
+    )
     assert cli(cfg, "tail").returncode == 0
     assert sorted(record_ids(host_dir, "B2")) == [f"B2-{i:06d}" for i in range(50)]
     assert sorted(record_ids(host_dir, "B1")) == [f"B1-{i:06d}" for i in range(40)]
-    assert len(srv.attempts) == 90 and set(srv.attempts.values()) == {1}  # nothing in flight was lost or redone
+    assert len(srv.attempts) == 90 and set(srv.attempts.values()) == {
+        1
+    }  # nothing in flight was lost or redone
 
 
 def test_rewritten_file_with_ids_reloads_live(project):
@@ -132,7 +172,10 @@ def test_rewritten_file_without_ids_is_refused_and_the_runner_untouched(project)
         assert "`id`" in msg and "--hard" in msg and "nothing changed" in msg
         assert procinfo.alive(r["pid"])
         after = status(host_dir)
-        assert after["pid"] == r["pid"] and after["datasets"]["B2"]["target"] == before["datasets"]["B2"]["target"] == 10
+        assert (
+            after["pid"] == r["pid"]
+            and after["datasets"]["B2"]["target"] == before["datasets"]["B2"]["target"] == 10
+        )
         assert after["datasets"]["B2"]["prompts_file"] == before["datasets"]["B2"]["prompts_file"]
     finally:
         conn.close()

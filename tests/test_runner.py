@@ -21,27 +21,53 @@ def make_root(tmp_path: Path, sizes: dict[str, int], engine: dict, est: dict | N
     root = tmp_path / "root"
     for ds, n in sizes.items():
         write_prompts(root / "data" / "prompts" / f"{ds}.jsonl", n, ds)
-    job = {"datasets": {ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": (est or {}).get(ds, 100)} for ds in sizes},
-           "engine": {"kind": "openai", "model": "test-model", "concurrency": 8, "retry_base": 0.01,
-                      "request_timeout": 5, **engine},
-           "sampling": {"max_tokens": 512, "temperature": 1.0}, "chat_template_kwargs": {"thinking": True}}
+    job = {
+        "datasets": {
+            ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": (est or {}).get(ds, 100)}
+            for ds in sizes
+        },
+        "engine": {
+            "kind": "openai",
+            "model": "test-model",
+            "concurrency": 8,
+            "retry_base": 0.01,
+            "request_timeout": 5,
+            **engine,
+        },
+        "sampling": {"max_tokens": 512, "temperature": 1.0},
+        "chat_template_kwargs": {"thinking": True},
+    }
     (root / "job.json").write_text(json.dumps(job))
     return root
 
 
 def runner_cmd(root: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "remote", "run", "--root", str(root), "--job", str(root / "job.json"), *args]
+    return [
+        sys.executable,
+        "-m",
+        "remote",
+        "run",
+        "--root",
+        str(root),
+        "--job",
+        str(root / "job.json"),
+        *args,
+    ]
 
 
 def run(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(runner_cmd(root, *args), cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        runner_cmd(root, *args), cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def records(root: Path, ds: str) -> list[dict]:
     p = root / "data" / "outputs" / f"{ds}.jsonl"
     if not p.exists():
         return []
-    return [json.loads(line) for line in p.read_text().splitlines()]  # every line must be valid JSON
+    return [
+        json.loads(line) for line in p.read_text().splitlines()
+    ]  # every line must be valid JSON
 
 
 def ids(root: Path, ds: str) -> list[str]:
@@ -66,7 +92,11 @@ def test_caps_per_dataset_caps_and_selection(tmp_path, openai_server):
     assert ids(root, "B3") == []
     st = status(root)
     assert st["state"] == "finished"
-    assert st["datasets"]["B1"] | {} and st["datasets"]["B1"]["done"] == 7 and st["datasets"]["B1"]["target"] == 7
+    assert (
+        st["datasets"]["B1"] | {}
+        and st["datasets"]["B1"]["done"] == 7
+        and st["datasets"]["B1"]["target"] == 7
+    )
     assert st["datasets"]["B2"]["state"] == "complete"
     rec = records(root, "B1")[0]
     assert rec["conversations"][-1]["role"] == "assistant"
@@ -100,12 +130,29 @@ def _prewrite(root: Path, ds: str, n: int, tokens: int = 100) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"{ds}.jsonl", "ab") as f:
         for i in range(n):
-            f.write(encode_record({"id": f"{ds}-{i:06d}", "dataset": ds, "index": i, "finish_reason": "stop",
-                                   "usage": {"prompt_tokens": 5, "completion_tokens": tokens},
-                                   "conversations": [], "model": "test-model", "created": 0}))
-    (out / f"{ds}.meta.json").write_text(json.dumps(
-        {"model": "test-model", "sampling": {"max_tokens": 512, "temperature": 1.0},
-         "chat_template_kwargs": {"thinking": True}}))
+            f.write(
+                encode_record(
+                    {
+                        "id": f"{ds}-{i:06d}",
+                        "dataset": ds,
+                        "index": i,
+                        "finish_reason": "stop",
+                        "usage": {"prompt_tokens": 5, "completion_tokens": tokens},
+                        "conversations": [],
+                        "model": "test-model",
+                        "created": 0,
+                    }
+                )
+            )
+    (out / f"{ds}.meta.json").write_text(
+        json.dumps(
+            {
+                "model": "test-model",
+                "sampling": {"max_tokens": 512, "temperature": 1.0},
+                "chat_template_kwargs": {"thinking": True},
+            }
+        )
+    )
 
 
 def test_worked_example_b1_complete_b2_resumes_to_cap(tmp_path, openai_server):
@@ -134,11 +181,16 @@ def test_kill_9_at_random_moments_then_resume_exactly_once(tmp_path, openai_serv
     root = make_root(tmp_path, {"B1": 150, "B2": 150}, {"base_url": srv.url, "concurrency": 16})
     rng = random.Random(1)
     for _ in range(6):
-        proc = subprocess.Popen(runner_cmd(root), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            runner_cmd(root), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         time.sleep(rng.uniform(0.3, 1.2))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        for ds in ("B1", "B2"):  # whatever state the kill left, every line is either complete or repaired on start
+        for ds in (
+            "B1",
+            "B2",
+        ):  # whatever state the kill left, every line is either complete or repaired on start
             p = root / "data" / "outputs" / f"{ds}.jsonl"
             if p.exists() and rng.random() < 0.5:
                 with open(p, "ab") as f:
@@ -153,7 +205,9 @@ def test_kill_9_at_random_moments_then_resume_exactly_once(tmp_path, openai_serv
 
 def test_injected_5xx_429_malformed_and_timeouts_all_complete(tmp_path, openai_server):
     srv = openai_server(fail_rate=0.10, rate_limit_rate=0.05, malformed_rate=0.05, hang_rate=0.02)
-    root = make_root(tmp_path, {"B1": 120}, {"base_url": srv.url, "concurrency": 16, "request_timeout": 1})
+    root = make_root(
+        tmp_path, {"B1": 120}, {"base_url": srv.url, "concurrency": 16, "request_timeout": 1}
+    )
     res = run(root)
     assert res.returncode == 0, res.stderr
     assert sorted(ids(root, "B1")) == expected("B1", 120)
@@ -166,7 +220,10 @@ def test_permanent_error_lands_in_errors_file_and_is_retried_on_restart(tmp_path
     root = make_root(tmp_path, {"B1": 10}, {"base_url": srv.url})
     assert run(root).returncode == 0
     assert sorted(ids(root, "B1")) == [i for i in expected("B1", 10) if i != "B1-000003"]
-    errs = [json.loads(l) for l in (root / "data" / "outputs" / "B1.errors.jsonl").read_text().splitlines()]
+    errs = [
+        json.loads(line)
+        for line in (root / "data" / "outputs" / "B1.errors.jsonl").read_text().splitlines()
+    ]
     assert [e["id"] for e in errs] == ["B1-000003"] and "HTTP 400" in errs[0]["error"]
     st = status(root)
     assert st["datasets"]["B1"]["state"] == "incomplete" and st["errors"] == 1
@@ -184,7 +241,9 @@ def test_torn_last_line_is_repaired_and_kept_aside(tmp_path, openai_server):
         f.write(b'{"id": "B1-000003", "dataset": "B1", "index": 3, "finish_re')
     assert run(root).returncode == 0
     assert sorted(ids(root, "B1")) == expected("B1", 5)
-    assert (root / "data" / "outputs" / "B1.jsonl.torn").read_bytes().startswith(b'{"id": "B1-000003"')
+    assert (
+        (root / "data" / "outputs" / "B1.jsonl.torn").read_bytes().startswith(b'{"id": "B1-000003"')
+    )
 
 
 def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
@@ -201,13 +260,20 @@ def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
     assert run(root, "--force").returncode == 0
     assert len(ids(root, "B1")) == 6
     meta = json.loads((root / "data" / "outputs" / "B1.meta.json").read_text())
-    assert meta["sampling"]["temperature"] == 0.6 and meta["previous"][0]["sampling"]["temperature"] == 1.0
+    assert (
+        meta["sampling"]["temperature"] == 0.6
+        and meta["previous"][0]["sampling"]["temperature"] == 1.0
+    )
 
 
 def test_engine_down_waits_then_fails_after_deadline(tmp_path):
     from tests.conftest import free_port
 
-    root = make_root(tmp_path, {"B1": 3}, {"base_url": f"http://127.0.0.1:{free_port()}/v1", "down_deadline": 1.5})
+    root = make_root(
+        tmp_path,
+        {"B1": 3},
+        {"base_url": f"http://127.0.0.1:{free_port()}/v1", "down_deadline": 1.5},
+    )
     res = run(root)
     assert res.returncode == 1
     st = status(root)
@@ -219,7 +285,9 @@ def test_engine_down_waits_then_fails_after_deadline(tmp_path):
 def test_sigterm_finishes_in_flight_and_stops(tmp_path, openai_server):
     srv = openai_server(latency=1.0)
     root = make_root(tmp_path, {"B1": 100}, {"base_url": srv.url, "concurrency": 4})
-    proc = subprocess.Popen(runner_cmd(root, "--grace", "10"), cwd=REPO, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        runner_cmd(root, "--grace", "10"), cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
     wait_for(lambda: srv.in_flight == 4, what="4 requests in flight")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
@@ -246,10 +314,14 @@ def test_second_runner_is_refused_by_the_lock(tmp_path, openai_server):
 def test_live_recap_through_control_file(tmp_path, openai_server, start, new):
     srv = openai_server(latency=0.3)
     root = make_root(tmp_path, {"B1": 200}, {"base_url": srv.url, "concurrency": 2})
-    proc = subprocess.Popen(runner_cmd(root, "--max-samples", str(start)), cwd=REPO, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        runner_cmd(root, "--max-samples", str(start)), cwd=REPO, stderr=subprocess.DEVNULL
+    )
     try:
         wait_for(lambda: len(ids(root, "B1")) >= 2, what="first records")
-        (root / "run" / "control.json").write_text(json.dumps({"seq": 1, "caps": {"max_samples": new}}))
+        (root / "run" / "control.json").write_text(
+            json.dumps({"seq": 1, "caps": {"max_samples": new}})
+        )
         assert proc.wait(60) == 0
     finally:
         proc.kill()
@@ -262,7 +334,12 @@ def test_live_recap_through_control_file(tmp_path, openai_server, start, new):
 
 
 def test_simulate_engine_runs_without_a_server(tmp_path):
-    root = make_root(tmp_path, {"B1": 10, "B8": 4}, {"kind": "simulate", "tokens_per_s": 1_000_000}, est={"B8": 8000})
+    root = make_root(
+        tmp_path,
+        {"B1": 10, "B8": 4},
+        {"kind": "simulate", "tokens_per_s": 1_000_000},
+        est={"B8": 8000},
+    )
     assert run(root).returncode == 0
     recs = records(root, "B8")
     assert len(recs) == 4 and all(r["model"] == "simulated" for r in recs)
@@ -274,8 +351,22 @@ def test_simulate_engine_runs_without_a_server(tmp_path):
 def test_run_inference_alias(tmp_path, openai_server):
     srv = openai_server()
     root = make_root(tmp_path, {"B1": 3}, {"base_url": srv.url})
-    res = subprocess.run([sys.executable, "-m", "remote.run_inference", "--root", str(root), "--job",
-                          str(root / "job.json"), "--max-samples", "2"], cwd=REPO, capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "remote.run_inference",
+            "--root",
+            str(root),
+            "--job",
+            str(root / "job.json"),
+            "--max-samples",
+            "2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     assert len(ids(root, "B1")) == 2
 
@@ -291,17 +382,30 @@ def test_bad_flags_exit_2(tmp_path):
 
 # ------------------------------------------------------------------ units
 
+
 def test_prompt_formats(tmp_path):
     p = tmp_path / "p.jsonl"
-    p.write_text("\n".join([
-        json.dumps({"messages": [{"role": "user", "content": "a"}]}),
-        json.dumps({"conversations": [{"from": "human", "value": "b"}, {"from": "gpt", "value": "old"}]}),
-        json.dumps({"id": "x7", "conversations": [{"role": "user", "content": "c"}]}),
-        "",
-        json.dumps({"prompt": "d"}),
-        "not json",
-        json.dumps({"id": "x7", "prompt": "dup"}),
-    ]) + "\n")
+    p.write_text(
+        "\n".join(
+            [
+                json.dumps({"messages": [{"role": "user", "content": "a"}]}),
+                json.dumps(
+                    {
+                        "conversations": [
+                            {"from": "human", "value": "b"},
+                            {"from": "gpt", "value": "old"},
+                        ]
+                    }
+                ),
+                json.dumps({"id": "x7", "conversations": [{"role": "user", "content": "c"}]}),
+                "",
+                json.dumps({"prompt": "d"}),
+                "not json",
+                json.dumps({"id": "x7", "prompt": "dup"}),
+            ]
+        )
+        + "\n"
+    )
     ps = load_prompts(p, "D")
     assert [x.id for x in ps[:4]] == ["D-000000", "D-000001", "x7", "D-000003"]
     assert ps[1].messages == [{"role": "user", "content": "b"}]  # the old answer is dropped
@@ -314,8 +418,18 @@ def test_scan_fast_path_matches_json_and_handles_foreign_lines(tmp_path):
     p = tmp_path / "o.jsonl"
     with open(p, "wb") as f:
         for i in range(1000):
-            f.write(encode_record({"id": f'B"{i}', "dataset": "B", "index": i, "finish_reason": None,
-                                   "usage": {"prompt_tokens": 1, "completion_tokens": i}, "conversations": []}))
+            f.write(
+                encode_record(
+                    {
+                        "id": f'B"{i}',
+                        "dataset": "B",
+                        "index": i,
+                        "finish_reason": None,
+                        "usage": {"prompt_tokens": 1, "completion_tokens": i},
+                        "conversations": [],
+                    }
+                )
+            )
         f.write(b'{"usage": {"completion_tokens": 5}, "id": "hand-written"}\n')
     ex = scan(p)
     assert len(ex.ids) == 1001 and ex.tokens['B"7'] == 7 and ex.tokens["hand-written"] == 5
@@ -335,8 +449,14 @@ def test_sidecar_index_is_used_trimmed_and_rebuilt(tmp_path):
     out = tmp_path / "B1.jsonl"
     f = AppendFile(out, indexed=True)
     for i in range(50):
-        rec = {"id": f"B1-{i:06d}", "dataset": "B1", "index": i, "finish_reason": "stop",
-               "usage": {"prompt_tokens": 1, "completion_tokens": i}, "conversations": []}
+        rec = {
+            "id": f"B1-{i:06d}",
+            "dataset": "B1",
+            "index": i,
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 1, "completion_tokens": i},
+            "conversations": [],
+        }
         f.append(encode_record(rec), rec["id"], i)
     f.close()
     idx = index_path(out)
@@ -345,8 +465,17 @@ def test_sidecar_index_is_used_trimmed_and_rebuilt(tmp_path):
     assert len(ex.ids) == 50 and ex.tokens["B1-000049"] == 49
     # records the index missed (a crash between the two writes) are scanned and indexed
     with open(out, "ab") as fo:
-        fo.write(encode_record({"id": "late", "dataset": "B1", "index": 50, "finish_reason": "stop",
-                                "usage": {"prompt_tokens": 1, "completion_tokens": 7}}))
+        fo.write(
+            encode_record(
+                {
+                    "id": "late",
+                    "dataset": "B1",
+                    "index": 50,
+                    "finish_reason": "stop",
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 7},
+                }
+            )
+        )
     with open(idx, "ab") as fi:
         fi.write(b'"B1-0000')  # and the index itself torn
     ex = load_existing(out)
@@ -358,8 +487,20 @@ def test_sidecar_index_is_used_trimmed_and_rebuilt(tmp_path):
     ex = load_existing(out)
     assert "late" not in ex.ids and len(ex.ids) == 50 and len(idx.read_text().splitlines()) == 50
     # an index that describes another file is rebuilt from the file
-    out.write_bytes(b"".join(encode_record({"id": f"X{i}", "dataset": "B1", "index": i, "finish_reason": "stop",
-                                             "usage": {"prompt_tokens": 1, "completion_tokens": 3}}) for i in range(60)))
+    out.write_bytes(
+        b"".join(
+            encode_record(
+                {
+                    "id": f"X{i}",
+                    "dataset": "B1",
+                    "index": i,
+                    "finish_reason": "stop",
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 3},
+                }
+            )
+            for i in range(60)
+        )
+    )
     ex = load_existing(out)
     assert ex.ids == {f"X{i}" for i in range(60)}
     assert idx.read_text().splitlines()[0].startswith('"X0"\t3\t')
@@ -373,7 +514,12 @@ def test_settings_changed_before_any_record_are_simply_recorded(tmp_path, openai
     job["sampling"]["temperature"] = 0.3
     (root / "job.json").write_text(json.dumps(job))
     assert run(root, "--max-samples", "2").returncode == 0
-    assert json.loads((root / "data" / "outputs" / "B1.meta.json").read_text())["sampling"]["temperature"] == 0.3
+    assert (
+        json.loads((root / "data" / "outputs" / "B1.meta.json").read_text())["sampling"][
+            "temperature"
+        ]
+        == 0.3
+    )
     job["sampling"]["temperature"] = 1.0
     (root / "job.json").write_text(json.dumps(job))
     assert run(root).returncode == 2  # now there are records made at 0.3

@@ -14,14 +14,24 @@ from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
 from remote import procinfo
 from remote.server import degenerate
-from tests.conftest import REPO, base_job, free_port, ssh_host_entry, wait_for, write_config, write_prompts
+from tests.conftest import (
+    REPO,
+    base_job,
+    free_port,
+    ssh_host_entry,
+    wait_for,
+    write_config,
+    write_prompts,
+)
 
 
 def fake_vllm(tmp_path: Path) -> Path:
     exe = tmp_path / "bin" / "vllm"
     exe.parent.mkdir(parents=True, exist_ok=True)
-    exe.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = 'vllm'\n"
-                   f"runpy.run_path({str(REPO / 'tests' / 'fake_vllm.py')!r}, run_name='__main__')\n")
+    exe.write_text(
+        f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = 'vllm'\n"
+        f"runpy.run_path({str(REPO / 'tests' / 'fake_vllm.py')!r}, run_name='__main__')\n"
+    )
     exe.chmod(0o755)
     return exe
 
@@ -35,12 +45,28 @@ def host(tmp_path, ssh_rig):
     exe = fake_vllm(tmp_path)
 
     def make(*args, ready_timeout=60):
-        job = base_job(engine={"kind": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": "kimi",
-                               "concurrency": 4, "retry_base": 0.01})
-        cfg = write_config(project, {"gpu": ssh_host_entry(ssh_rig, tmp_path / "host")}, job=job,
-                           server={"command": str(exe), "model": "kimi", "port": port, "args": list(args),
-                                   "env": {"HF_TOKEN": "hf_secret_value", "VLLM_LOGGING_LEVEL": "INFO"},
-                                   "ready_timeout": ready_timeout})
+        job = base_job(
+            engine={
+                "kind": "openai",
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "model": "kimi",
+                "concurrency": 4,
+                "retry_base": 0.01,
+            }
+        )
+        cfg = write_config(
+            project,
+            {"gpu": ssh_host_entry(ssh_rig, tmp_path / "host")},
+            job=job,
+            server={
+                "command": str(exe),
+                "model": "kimi",
+                "port": port,
+                "args": list(args),
+                "env": {"HF_TOKEN": "hf_secret_value", "VLLM_LOGGING_LEVEL": "INFO"},
+                "ready_timeout": ready_timeout,
+            },
+        )
         conn = connect(cfg.hosts["gpu"], cfg)
         deploy_host(conn, cfg)
         made.append(conn)
@@ -56,7 +82,11 @@ def host(tmp_path, ssh_rig):
 def server_tree(host_dir: Path) -> list[int]:
     rec = json.loads((host_dir / "run" / "server.pid").read_text())
     token = rec["token"]
-    return [p for p in procinfo.all_pids() if procinfo.environ(p).get("DEPLOYTOOL_SERVER_TOKEN") == token]
+    return [
+        p
+        for p in procinfo.all_pids()
+        if procinfo.environ(p).get("DEPLOYTOOL_SERVER_TOKEN") == token
+    ]
 
 
 def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
@@ -64,7 +94,10 @@ def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
     notes = []
     r = server.start(conn, cfg.server, poll=0.2, progress=notes.append)
     assert r["ready_after_s"] >= 1.0 and r["smoke"].startswith("1, 2, 3")
-    assert r["argv"][1:5] == ["serve", "kimi", "--port", str(cfg.server.port)] and "--tensor-parallel-size" in r["argv"]
+    assert (
+        r["argv"][1:5] == ["serve", "kimi", "--port", str(cfg.server.port)]
+        and "--tensor-parallel-size" in r["argv"]
+    )
     assert r["env"]["HF_TOKEN"] == "****" and r["env"]["VLLM_LOGGING_LEVEL"] == "INFO"
     assert notes and "loading kimi" in notes[0]
     pidfile = (tmp_path / "host" / "run" / "server.pid").read_text()
@@ -105,7 +138,9 @@ def test_stop_leaves_no_process_alive_workers_included(host, tmp_path):
     assert len({procinfo.pgid(p) for p in tree}) == 4
     out = server.stop(conn, grace=2)
     assert out["was_running"] and out["alive"] == []
-    assert set(out["killed"]) >= set(tree) - {r["pid"]}  # the workers ignored SIGTERM and outlived the parent
+    assert set(out["killed"]) >= set(tree) - {
+        r["pid"]
+    }  # the workers ignored SIGTERM and outlived the parent
     wait_for(lambda: not any(procinfo.alive(p) for p in tree), what="whole tree gone")
     assert server.status(conn) == {"ok": True, "up": False, "host": "gpu"}
     assert server.stop(conn)["was_running"] is False
@@ -129,13 +164,33 @@ def test_restart_starts_the_server_first_then_the_runner_uses_it(host, tmp_path)
     import subprocess
 
     cfg, conn = host()
-    res = subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg.path), "restart", "--max-samples", "5"],
-                         capture_output=True, text=True, cwd=tmp_path)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploytool",
+            "--config",
+            str(cfg.path),
+            "restart",
+            "--max-samples",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
-    assert "starting it first" in res.stdout and "server up" in res.stdout and "started runner" in res.stdout
+    assert (
+        "starting it first" in res.stdout
+        and "server up" in res.stdout
+        and "started runner" in res.stdout
+    )
     assert "hf_secret_value" not in res.stdout and "HF_TOKEN=****" in res.stdout
     out = tmp_path / "host" / "data" / "outputs" / "B1.jsonl"
-    wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 5, what="records from the server")
+    wait_for(
+        lambda: out.exists() and len(out.read_text().splitlines()) == 5,
+        what="records from the server",
+    )
     assert json.loads(out.read_text().splitlines()[0])["model"] == "kimi"
 
 
@@ -144,14 +199,19 @@ def test_server_stop_waits_for_gpu_memory(tmp_path, monkeypatch):
 
     sleeper = __import__("subprocess").Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     fake = tmp_path / "nvidia-smi"
-    fake.write_text(f"#!/bin/sh\nkill -0 {sleeper.pid} 2>/dev/null && echo '{sleeper.pid}, 1000'\nexit 0\n")
+    fake.write_text(
+        f"#!/bin/sh\nkill -0 {sleeper.pid} 2>/dev/null && echo '{sleeper.pid}, 1000'\nexit 0\n"
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("DEPLOYTOOL_NVIDIA_SMI", str(fake))
     held = remote_server.wait_gpu_free({sleeper.pid}, timeout=0.3)
     assert held == {"free": False, "still_held_by": [{"pid": sleeper.pid, "used_mib": 1000}]}
     sleeper.kill()
     sleeper.wait()
-    assert remote_server.wait_gpu_free({sleeper.pid}, timeout=5) == {"free": True, "still_held_by": []}
+    assert remote_server.wait_gpu_free({sleeper.pid}, timeout=5) == {
+        "free": True,
+        "still_held_by": [],
+    }
 
 
 def test_data_parallel_group_on_two_hosts_headless_worker(tmp_path, ssh_rig):
@@ -164,34 +224,74 @@ def test_data_parallel_group_on_two_hosts_headless_worker(tmp_path, ssh_rig):
     head_port, worker_port = free_port(), free_port()
     head = ssh_host_entry(ssh_rig, tmp_path / "head")
     worker = ssh_host_entry(ssh_rig, tmp_path / "worker")
-    worker["server"] = {"headless": True, "port": worker_port,
-                        "args": ["--fake-delay", "0.2", "--fake-workers", "1", "--headless"]}
-    job = base_job(engine={"kind": "openai", "base_url": f"http://127.0.0.1:{head_port}/v1", "model": "kimi"})
-    cfg = write_config(project, {"head": head, "worker": worker}, job=job,
-                       server={"command": str(exe), "model": "kimi", "port": head_port,
-                               "args": ["--fake-delay", "0.2", "--fake-workers", "1"]})
+    worker["server"] = {
+        "headless": True,
+        "port": worker_port,
+        "args": ["--fake-delay", "0.2", "--fake-workers", "1", "--headless"],
+    }
+    job = base_job(
+        engine={"kind": "openai", "base_url": f"http://127.0.0.1:{head_port}/v1", "model": "kimi"}
+    )
+    cfg = write_config(
+        project,
+        {"head": head, "worker": worker},
+        job=job,
+        server={
+            "command": str(exe),
+            "model": "kimi",
+            "port": head_port,
+            "args": ["--fake-delay", "0.2", "--fake-workers", "1"],
+        },
+    )
     base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
     try:
-        assert subprocess.run(base + ["deploy", "--host", "head,worker"], capture_output=True).returncode == 0
-        res = subprocess.run(base + ["server.start", "--host", "head,worker"], capture_output=True, text=True)
+        assert (
+            subprocess.run(
+                base + ["deploy", "--host", "head,worker"], capture_output=True
+            ).returncode
+            == 0
+        )
+        res = subprocess.run(
+            base + ["server.start", "--host", "head,worker"], capture_output=True, text=True
+        )
         assert res.returncode == 0, res.stdout + res.stderr
-        assert f"head: server up: pid" in res.stdout and f"on port {head_port}" in res.stdout
+        assert "head: server up: pid" in res.stdout and f"on port {head_port}" in res.stdout
         assert "smoke test: '1, 2, 3" in res.stdout
-        assert "worker: server up: pid" in res.stdout and "headless worker, ready after" in res.stdout
+        assert (
+            "worker: server up: pid" in res.stdout and "headless worker, ready after" in res.stdout
+        )
         assert "no HTTP, no smoke test" in res.stdout
-        assert json.loads((tmp_path / "worker" / "run" / "server.pid").read_text())["headless"] is True
-        res = subprocess.run(base + ["server.status", "--host", "head,worker"], capture_output=True, text=True)
+        assert (
+            json.loads((tmp_path / "worker" / "run" / "server.pid").read_text())["headless"] is True
+        )
+        res = subprocess.run(
+            base + ["server.status", "--host", "head,worker"], capture_output=True, text=True
+        )
         assert "head: server up" in res.stdout and "worker: server up" in res.stdout
         assert "as a headless data-parallel worker" in res.stdout
-        res = subprocess.run(base + ["server.stop", "--host", "head,worker"], capture_output=True, text=True)
-        assert res.returncode == 0 and "head: server pid" in res.stdout and "worker: server pid" in res.stdout
+        res = subprocess.run(
+            base + ["server.stop", "--host", "head,worker"], capture_output=True, text=True
+        )
+        assert (
+            res.returncode == 0
+            and "head: server pid" in res.stdout
+            and "worker: server pid" in res.stdout
+        )
     finally:
-        subprocess.run(base + ["server.stop", "--host", "head,worker", "--grace", "0"], capture_output=True)
+        subprocess.run(
+            base + ["server.stop", "--host", "head,worker", "--grace", "0"], capture_output=True
+        )
 
 
-@pytest.mark.parametrize("text, bad", [
-    ("", True), ("the the the the the the the the the", True), ("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!", True),
-    ("1, 2, 3, 4, 5, 6, 7, 8, 9, 10", False), ("Sure: one two three.", False),
-])
+@pytest.mark.parametrize(
+    "text, bad",
+    [
+        ("", True),
+        ("the the the the the the the the the", True),
+        ("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!", True),
+        ("1, 2, 3, 4, 5, 6, 7, 8, 9, 10", False),
+        ("Sure: one two three.", False),
+    ],
+)
 def test_degenerate_detector(text, bad):
     assert (degenerate(text) is not None) == bad

@@ -27,17 +27,50 @@ NOW = 1_764_500_000.0
 def spec_status(**over) -> dict:
     """SPEC §1 mid-run: B1 complete, B2 at 1,639 of 7,000."""
     st = {
-        "state": "running", "pid": 4242, "started_at": NOW - 3 * 3600, "updated_at": NOW - 1,
-        "in_flight": 256, "concurrency": 256, "completion_tokens": 21_987_000, "tokens_per_s": 3200.0,
-        "eta_s": 9 * 3600, "errors": 2, "retries": 5, "stalled": False,
+        "state": "running",
+        "pid": 4242,
+        "started_at": NOW - 3 * 3600,
+        "updated_at": NOW - 1,
+        "in_flight": 256,
+        "concurrency": 256,
+        "completion_tokens": 21_987_000,
+        "tokens_per_s": 3200.0,
+        "eta_s": 9 * 3600,
+        "errors": 2,
+        "retries": 5,
+        "stalled": False,
         "engine": {"kind": "openai", "reachable": True},
         "datasets": {
-            "B1": {"done": 7000, "target": 7000, "state": "complete", "completion_tokens": 15_770_000,
-                   "tokens_per_s": 0, "eta_s": 0, "new_records": 0, "finish_length": 0},
-            "B2": {"done": 1639, "target": 7000, "state": "running", "completion_tokens": 6_217_000,
-                   "tokens_per_s": 3200, "eta_s": 6 * 3600 + 21 * 60, "new_records": 100, "finish_length": 3},
-            "B3": {"done": 0, "target": 7000, "state": "pending", "completion_tokens": 0, "tokens_per_s": 0,
-                   "eta_s": None, "new_records": 0, "finish_length": 0},
+            "B1": {
+                "done": 7000,
+                "target": 7000,
+                "state": "complete",
+                "completion_tokens": 15_770_000,
+                "tokens_per_s": 0,
+                "eta_s": 0,
+                "new_records": 0,
+                "finish_length": 0,
+            },
+            "B2": {
+                "done": 1639,
+                "target": 7000,
+                "state": "running",
+                "completion_tokens": 6_217_000,
+                "tokens_per_s": 3200,
+                "eta_s": 6 * 3600 + 21 * 60,
+                "new_records": 100,
+                "finish_length": 3,
+            },
+            "B3": {
+                "done": 0,
+                "target": 7000,
+                "state": "pending",
+                "completion_tokens": 0,
+                "tokens_per_s": 0,
+                "eta_s": None,
+                "new_records": 0,
+                "finish_length": 0,
+            },
         },
     }
     st.update(over)
@@ -65,9 +98,19 @@ def test_tail_view_shows_the_right_figures():
 
 
 def test_tail_view_flags_trouble():
-    st = typed(stalled=True, engine={"kind": "openai", "reachable": False, "down_since": NOW - 600,
-                                           "last_error": "cannot connect"}, updated_at=NOW - 120)
-    text = render(progress.view({"gpu1": st}, {"gpu1": "connection lost; reconnecting in 2s"}, now=NOW))
+    st = typed(
+        stalled=True,
+        engine={
+            "kind": "openai",
+            "reachable": False,
+            "down_since": NOW - 600,
+            "last_error": "cannot connect",
+        },
+        updated_at=NOW - 120,
+    )
+    text = render(
+        progress.view({"gpu1": st}, {"gpu1": "connection lost; reconnecting in 2s"}, now=NOW)
+    )
     assert "ENGINE UNREACHABLE for 10m00s: cannot connect" in text
     assert "STALLED" in text and "status not updated for 2m00s" in text
     assert "reconnecting in 2s" in text
@@ -110,9 +153,18 @@ def test_tail_ends_with_the_jobs_exit_code(tmp_path, state, code):
         clock.sleep(s)
         polls.append(1)
         if len(polls) == 3:  # the job ends while we watch
-            (root / "run" / "status.json").write_text(json.dumps(spec_status(state=state, updated_at=clock.t)))
+            (root / "run" / "status.json").write_text(
+                json.dumps(spec_status(state=state, updated_at=clock.t))
+            )
 
-    rc = watch(cfg, list(cfg.hosts.values()), live=False, out=Console(file=buf, width=200), clock=clock, sleep=sleep)
+    rc = watch(
+        cfg,
+        list(cfg.hosts.values()),
+        live=False,
+        out=Console(file=buf, width=200),
+        clock=clock,
+        sleep=sleep,
+    )
     assert rc == code
     lines = buf.getvalue().splitlines()
     assert len(lines) == 4 and "running" in lines[0] and state in lines[-1]
@@ -122,11 +174,23 @@ def test_tail_once_and_live_render(tmp_path):
     cfg, root = _local_host(tmp_path, spec_status(state="finished"))
     buf = io.StringIO()
     con = Console(file=buf, force_terminal=True, width=100, color_system=None)
-    assert watch(cfg, list(cfg.hosts.values()), once=True, live=True, out=con, clock=FakeClock()) == 0
+    assert (
+        watch(cfg, list(cfg.hosts.values()), once=True, live=True, out=con, clock=FakeClock()) == 0
+    )
     assert "1,639/7,000" in buf.getvalue()
     buf2 = io.StringIO()
     con2 = Console(file=buf2, force_terminal=True, width=100, color_system=None)
-    assert watch(cfg, list(cfg.hosts.values()), live=True, out=con2, clock=FakeClock(), sleep=lambda s: None) == 0
+    assert (
+        watch(
+            cfg,
+            list(cfg.hosts.values()),
+            live=True,
+            out=con2,
+            clock=FakeClock(),
+            sleep=lambda s: None,
+        )
+        == 0
+    )
     assert "finished" in buf2.getvalue()
 
 
@@ -141,8 +205,15 @@ def test_tail_notices_a_runner_killed_without_status(tmp_path):
         deploy_host(conn, cfg)
     (root / "run" / "status.json").write_text(json.dumps(spec_status(updated_at=NOW - 100)))
     buf = io.StringIO()
-    rc = watch(cfg, list(cfg.hosts.values()), live=False, out=Console(file=buf, width=300), clock=FakeClock(),
-               sleep=lambda s: None, max_seconds=5)
+    rc = watch(
+        cfg,
+        list(cfg.hosts.values()),
+        live=False,
+        out=Console(file=buf, width=300),
+        clock=FakeClock(),
+        sleep=lambda s: None,
+        max_seconds=5,
+    )
     assert rc == 1 and "stopped" in buf.getvalue()
 
 
@@ -165,7 +236,9 @@ def test_tail_survives_sshd_restart_and_log_lines_exactly_once(ssh_rig, own_sshd
     (host_dir / "logs").mkdir()
     log = host_dir / "logs" / "runner.log"
     (host_dir / "run" / "status.json").write_text(json.dumps(spec_status()))
-    cfg = write_config(tmp_path, {"gpu": ssh_host_entry(ssh_rig, host_dir, port=sshd.port, known_hosts=str(kh))})
+    cfg = write_config(
+        tmp_path, {"gpu": ssh_host_entry(ssh_rig, host_dir, port=sshd.port, known_hosts=str(kh))}
+    )
     w = HostWatch(cfg.hosts["gpu"], cfg)
     seen: list[str] = []
     written: list[str] = []
@@ -192,7 +265,9 @@ def test_tail_survives_sshd_restart_and_log_lines_exactly_once(ssh_rig, own_sshd
     w.poll_status(t + 1)
     assert "connection lost" in (w.note or "") and w.status.state == "running"  # last snapshot kept
     seen += w.poll_log(t + 1)  # still in backoff: nothing, nothing lost
-    restarted = Sshd(sshd.root, ssh_rig["authorized"], host_key=sshd.host_key, port=sshd.port).start()
+    restarted = Sshd(
+        sshd.root, ssh_rig["authorized"], host_key=sshd.host_key, port=sshd.port
+    ).start()
     try:
         (host_dir / "run" / "status.json").write_text(json.dumps(spec_status(state="finished")))
         write_lines(2)
@@ -212,28 +287,68 @@ def test_tail_survives_sshd_restart_and_log_lines_exactly_once(ssh_rig, own_sshd
 
 # ------------------------------------------------------------------ plan
 
+
 def _records(path: Path, ds: str, n: int, tokens: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as f:
         for i in range(n):
-            f.write(encode_record({"id": f"{ds}-{i:06d}", "dataset": ds, "index": i, "finish_reason": "stop",
-                                   "usage": {"prompt_tokens": 1, "completion_tokens": tokens}}))
+            f.write(
+                encode_record(
+                    {
+                        "id": f"{ds}-{i:06d}",
+                        "dataset": ds,
+                        "index": i,
+                        "finish_reason": "stop",
+                        "usage": {"prompt_tokens": 1, "completion_tokens": tokens},
+                    }
+                )
+            )
 
 
 def test_plan_reproduces_spec_caps(tmp_path):
     root = tmp_path / "host"
-    est = {"B1": 1577, "B2": 4116, "B3": 2000, "B4": 4000, "B5": 4000, "B6": 1500, "B7": 1500, "B8": 8000}
-    (tmp_path / "job.json").write_text(json.dumps({"datasets": {d: {"prompts": f"data/prompts/{d}.jsonl", "est_tokens": e}
-                                                                for d, e in est.items()}}))
+    est = {
+        "B1": 1577,
+        "B2": 4116,
+        "B3": 2000,
+        "B4": 4000,
+        "B5": 4000,
+        "B6": 1500,
+        "B7": 1500,
+        "B8": 8000,
+    }
+    (tmp_path / "job.json").write_text(
+        json.dumps(
+            {
+                "datasets": {
+                    d: {"prompts": f"data/prompts/{d}.jsonl", "est_tokens": e}
+                    for d, e in est.items()
+                }
+            }
+        )
+    )
     job = Job.load(tmp_path / "job.json")
     write_prompts(root / "data" / "prompts" / "B1.jsonl", 10_000, "B1")
     write_prompts(root / "data" / "prompts" / "B2.jsonl", 14_714, "B2")
     _records(root / "data" / "outputs" / "B1.jsonl", "B1", 10_000, 1577)
-    _records(root / "data" / "outputs" / "B2.jsonl", "B2", 1639, 3793)  # measured 3,793 beats the 4,116 estimate
+    _records(
+        root / "data" / "outputs" / "B2.jsonl", "B2", 1639, 3793
+    )  # measured 3,793 beats the 4,116 estimate
     rows = plan(Paths(root), job, 10_000_000)
     caps = {d: r["cap"] for d, r in rows.items()}
-    assert caps == {"B1": 6341, "B2": 2636, "B3": 5000, "B4": 2500, "B5": 2500, "B6": 6666, "B7": 6666, "B8": 1250}
-    assert rows["B2"]["source"].startswith("measured") and rows["B8"]["source"].startswith("est_tokens")
+    assert caps == {
+        "B1": 6341,
+        "B2": 2636,
+        "B3": 5000,
+        "B4": 2500,
+        "B5": 2500,
+        "B6": 6666,
+        "B7": 6666,
+        "B8": 1250,
+    }
+    assert rows["B2"]["source"].startswith("measured") and rows["B8"]["source"].startswith(
+        "est_tokens"
+    )
     assert rows["B2"]["done"] == 1639 and rows["B2"]["todo"] == 2636 - 1639
     assert rows["B1"]["todo"] == 0
 
@@ -248,17 +363,25 @@ def test_plan_cli_and_apply_on_local_host(tmp_path):
     cfg = write_config(project, {"local": {"connect": "local", "remote_dir": ".host"}})
     base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
     assert subprocess.run(base + ["deploy"], capture_output=True).returncode == 0
-    res = subprocess.run(base + ["plan", "--tokens-per-dataset", "15k", "--tokens-per-s", "1000", "--apply"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        base + ["plan", "--tokens-per-dataset", "15k", "--tokens-per-s", "1000", "--apply"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
-    assert "B1" in res.stdout and "9" in res.stdout and "applying caps B1=9" in res.stdout  # 15,000 // 1,577
+    assert (
+        "B1" in res.stdout and "9" in res.stdout and "applying caps B1=9" in res.stdout
+    )  # 15,000 // 1,577
     st = json.loads((project / ".host" / "run" / "status.json").read_text())
     assert st["datasets"]["B1"]["target"] == 9
-    bad = subprocess.run(base + ["plan", "--tokens-per-dataset", "lots"], capture_output=True, text=True)
+    bad = subprocess.run(
+        base + ["plan", "--tokens-per-dataset", "lots"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "token count" in bad.stderr
 
 
 # ------------------------------------------------------------------ pull
+
 
 @pytest.fixture
 def pulled(ssh_rig, tmp_path):
@@ -289,9 +412,13 @@ def test_pull_sends_only_new_bytes(pulled):
     new = out.stat().st_size - before
     assert r2.files["B1.jsonl"] == {"action": "appended", "bytes": new}
     assert r2.files["B1.meta.json"]["action"] == "unchanged"
-    assert (local / "gpu" / "B1.jsonl").read_bytes() == out.read_bytes()[: out.read_bytes().rfind(b"\n") + 1]
+    assert (local / "gpu" / "B1.jsonl").read_bytes() == out.read_bytes()[
+        : out.read_bytes().rfind(b"\n") + 1
+    ]
     r3 = pull_host(conn, local)
-    assert r3.files["B1.jsonl"]["bytes"] == len(b'{"id": "torn')  # only the still-torn tail is looked at again
+    assert r3.files["B1.jsonl"]["bytes"] == len(
+        b'{"id": "torn'
+    )  # only the still-torn tail is looked at again
 
 
 def test_pull_refuses_when_prefix_differs_and_refetches_on_request(pulled):
@@ -320,12 +447,24 @@ def test_pull_repairs_a_local_copy_torn_by_a_killed_pull(pulled):
         f.write((remote / "B1.jsonl").read_bytes()[:30])
     _records(remote / "B1.jsonl", "B1", 3, 100)
     pull_host(conn, local)
-    assert mine.read_bytes() == (remote / "B1.jsonl").read_bytes() and mine.read_bytes().startswith(good)
+    assert mine.read_bytes() == (remote / "B1.jsonl").read_bytes() and mine.read_bytes().startswith(
+        good
+    )
 
 
 def test_tail_without_any_run_says_so_and_ends(tmp_path):
     cfg, root = _local_host(tmp_path, None)
     buf = io.StringIO()
-    rc = watch(cfg, list(cfg.hosts.values()), live=False, out=Console(file=buf, width=300), clock=FakeClock(),
-               sleep=lambda s: None)
-    assert rc == 1 and "no run/status.json yet" in buf.getvalue() and "invoke restart" in buf.getvalue()
+    rc = watch(
+        cfg,
+        list(cfg.hosts.values()),
+        live=False,
+        out=Console(file=buf, width=300),
+        clock=FakeClock(),
+        sleep=lambda s: None,
+    )
+    assert (
+        rc == 1
+        and "no run/status.json yet" in buf.getvalue()
+        and "invoke restart" in buf.getvalue()
+    )

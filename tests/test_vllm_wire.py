@@ -12,14 +12,18 @@ import pytest
 
 from remote import metrics
 from remote.engine import parse_reply
-from tests.conftest import base_job, ssh_host_entry, wait_for, write_config, write_prompts
+from tests.conftest import base_job, ssh_host_entry, write_config, write_prompts
 from tests.openai_server import FakeOpenAI
 from tests.test_server import fake_vllm
 
 
 def cli(cfg, *args, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def records(host_dir: Path, ds: str) -> list[dict]:
@@ -42,24 +46,52 @@ def project(tmp_path, ssh_rig):
     host_dir = tmp_path / "host"
 
     def make(engine: dict, extra_body: dict | None = None, **host):
-        spec = base_job(datasets={ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in ("B1", "B2")},
-                        engine={"kind": "openai", "model": "test-model", "concurrency": 8, "retry_base": 0.01,
-                                "request_timeout": 10, **engine})
+        spec = base_job(
+            datasets={
+                ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100}
+                for ds in ("B1", "B2")
+            },
+            engine={
+                "kind": "openai",
+                "model": "test-model",
+                "concurrency": 8,
+                "retry_base": 0.01,
+                "request_timeout": 10,
+                **engine,
+            },
+        )
         spec["sampling"] = {"max_tokens": 8192, "temperature": 1.0, "top_p": 0.95}
         if extra_body is not None:
             spec["extra_body"] = extra_body
-        return write_config(proj, {"gpu": ssh_host_entry(ssh_rig, host_dir, **host)}, job=spec), host_dir
+        return write_config(
+            proj, {"gpu": ssh_host_entry(ssh_rig, host_dir, **host)}, job=spec
+        ), host_dir
 
     yield make
-    subprocess.run([sys.executable, "-m", "deploytool", "--config", str(proj / "hosts.yaml"), "stop", "--grace", "0"],
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploytool",
+            "--config",
+            str(proj / "hosts.yaml"),
+            "stop",
+            "--grace",
+            "0",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
 
 
 # ------------------------------------------------------------------ the reply, field by field
 
+
 def vllm_body(**over) -> dict:
     srv = FakeOpenAI(shape="vllm", cut_in_thinking=1.0)
-    body = srv.reply({"model": "m", "max_tokens": 8192, "chat_template_kwargs": {"thinking": True}}, "k", 100, 12)
+    body = srv.reply(
+        {"model": "m", "max_tokens": 8192, "chat_template_kwargs": {"thinking": True}}, "k", 100, 12
+    )
     body["choices"][0]["message"].update(over)
     return body
 
@@ -67,7 +99,9 @@ def vllm_body(**over) -> dict:
 def test_vllm_reply_cut_inside_thinking_is_an_answer():
     body = vllm_body()
     msg = body["choices"][0]["message"]
-    assert msg["content"] is None and "reasoning_content" not in msg and "tool_calls" not in msg  # vLLM >= 0.16
+    assert (
+        msg["content"] is None and "reasoning_content" not in msg and "tool_calls" not in msg
+    )  # vLLM >= 0.16
     c = parse_reply(json.loads(json.dumps(body)), "m")
     assert c.content == "" and c.reasoning_content.startswith("thinking for 8192 tokens")
     assert c.finish_reason == "length" and c.completion_tokens == 8192 and c.prompt_tokens == 12
@@ -75,16 +109,33 @@ def test_vllm_reply_cut_inside_thinking_is_an_answer():
 
 
 def test_reasoning_from_whichever_field_holds_text():
-    assert parse_reply(vllm_body(reasoning=None, reasoning_content="old"), "m").reasoning_content == "old"
-    assert parse_reply(vllm_body(reasoning="new", reasoning_content=None), "m").reasoning_content == "new"
+    assert (
+        parse_reply(vllm_body(reasoning=None, reasoning_content="old"), "m").reasoning_content
+        == "old"
+    )
+    assert (
+        parse_reply(vllm_body(reasoning="new", reasoning_content=None), "m").reasoning_content
+        == "new"
+    )
     assert parse_reply(vllm_body(reasoning="", content="hi"), "m").reasoning_content is None
-    classic = FakeOpenAI(shape="classic").reply({"chat_template_kwargs": {"thinking": True}}, "k", 5, 1)
+    classic = FakeOpenAI(shape="classic").reply(
+        {"chat_template_kwargs": {"thinking": True}}, "k", 5, 1
+    )
     c = parse_reply(classic, "m")
     assert c.reasoning_content == "thinking" and c.content == "answer with 5 tokens"
 
 
-@pytest.mark.parametrize("body", [{}, {"choices": []}, {"choices": [None]}, {"choices": [{"index": 0}]},
-                                  {"choices": [{"message": {"content": 5}}]}, []])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"choices": []},
+        {"choices": [None]},
+        {"choices": [{"index": 0}]},
+        {"choices": [{"message": {"content": 5}}]},
+        [],
+    ],
+)
 def test_only_a_body_without_usable_choices_is_malformed(body):
     with pytest.raises((ValueError, TypeError)):
         parse_reply(body, "m")
@@ -110,6 +161,7 @@ vllm:generation_tokens_total{engine="1",model_name="kimi"} 2500.0
 
 # ------------------------------------------------------------------ through the CLI
 
+
 @pytest.mark.parametrize("shape", ["vllm", "classic"])
 def test_answers_cut_inside_thinking_are_asked_once_and_kept(project, openai_server, shape):
     srv = openai_server(shape=shape, cut_in_thinking=0.4, latency=0.01)
@@ -119,7 +171,9 @@ def test_answers_cut_inside_thinking_are_asked_once_and_kept(project, openai_ser
     assert res.returncode == 0, res.stderr
     res = cli(cfg, "tail")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert len(srv.attempts) == 80 and set(srv.attempts.values()) == {1}  # every prompt asked exactly once
+    assert len(srv.attempts) == 80 and set(srv.attempts.values()) == {
+        1
+    }  # every prompt asked exactly once
     cut = 0
     for ds in ("B1", "B2"):
         recs = records(host_dir, ds)
@@ -140,18 +194,26 @@ def test_answers_cut_inside_thinking_are_asked_once_and_kept(project, openai_ser
 
 def test_extra_body_reaches_the_server_and_is_part_of_the_fingerprint(project, openai_server):
     srv = openai_server(shape="vllm")
-    extra = {"repetition_detection": {"max_pattern_size": 30, "min_pattern_size": 5, "min_count": 4},
-             "return_token_ids": True}
+    extra = {
+        "repetition_detection": {"max_pattern_size": 30, "min_pattern_size": 5, "min_count": 4},
+        "return_token_ids": True,
+    }
     cfg, host_dir = project({"base_url": srv.url}, extra_body=extra)
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "5").returncode == 0
     assert cli(cfg, "tail").returncode == 0
     assert len(srv.bodies) == 10
     for body in srv.bodies:
-        assert body["repetition_detection"] == extra["repetition_detection"] and body["return_token_ids"] is True
+        assert (
+            body["repetition_detection"] == extra["repetition_detection"]
+            and body["return_token_ids"] is True
+        )
         assert body["top_p"] == 0.95 and body["chat_template_kwargs"] == {"thinking": True}
     rec = records(host_dir, "B1")[0]
-    assert rec["token_ids"][:3] == [1000, 1001, 1002] and len(rec["token_ids"]) == rec["usage"]["completion_tokens"]
+    assert (
+        rec["token_ids"][:3] == [1000, 1001, 1002]
+        and len(rec["token_ids"]) == rec["usage"]["completion_tokens"]
+    )
     assert rec["prompt_token_ids"] == list(range(rec["usage"]["prompt_tokens"]))
     meta = json.loads((host_dir / "data" / "outputs" / "B1.meta.json").read_text())
     assert meta["extra_body"] == extra
@@ -162,7 +224,9 @@ def test_extra_body_reaches_the_server_and_is_part_of_the_fingerprint(project, o
     res = cli(cfg, "restart", "--max-samples", "10")
     assert res.returncode == 1, res.stderr
     assert "exited with code 2 during start-up" in res.stderr
-    assert "different extra_body" in res.stderr and "--force" in res.stderr  # the runner's own reason
+    assert (
+        "different extra_body" in res.stderr and "--force" in res.stderr
+    )  # the runner's own reason
     assert "Traceback" not in res.stderr
     assert len(records(host_dir, "B1")) == 5
 
@@ -170,8 +234,15 @@ def test_extra_body_reaches_the_server_and_is_part_of_the_fingerprint(project, o
 def test_server_dying_at_start_shows_why_on_one_host(project, tmp_path, ssh_rig):
     exe = fake_vllm(tmp_path)
     cfg, host_dir = project({"base_url": "http://127.0.0.1:9/v1"})
-    data = json.loads(json.dumps(cfg.path.read_text() and __import__("yaml").safe_load(cfg.path.read_text())))
-    data["server"] = {"command": str(exe), "model": "kimi", "port": 9, "args": ["--fake-die", "--fake-workers", "0"]}
+    data = json.loads(
+        json.dumps(cfg.path.read_text() and __import__("yaml").safe_load(cfg.path.read_text()))
+    )
+    data["server"] = {
+        "command": str(exe),
+        "model": "kimi",
+        "port": 9,
+        "args": ["--fake-die", "--fake-workers", "0"],
+    }
     cfg = write_config(cfg.path.parent, data["hosts"], job=data["job"], server=data["server"])
     assert cli(cfg, "deploy").returncode == 0
     res = cli(cfg, "server.start")
@@ -180,24 +251,32 @@ def test_server_dying_at_start_shows_why_on_one_host(project, tmp_path, ssh_rig)
     assert "Traceback" not in res.stderr
 
 
-def test_host_python_without_aiohttp_is_caught_before_anything_stops(project, openai_server, tmp_path):
+def test_host_python_without_aiohttp_is_caught_before_anything_stops(
+    project, openai_server, tmp_path
+):
     srv = openai_server(latency=0.3)
     cfg, host_dir = project({"base_url": srv.url})
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "40").returncode == 0
     pid = json.loads((host_dir / "run" / "runner.pid").read_text())["pid"]
 
-    shadow = tmp_path / "shadow" / "aiohttp"  # a Python whose aiohttp import fails, as on a bare host
+    shadow = (
+        tmp_path / "shadow" / "aiohttp"
+    )  # a Python whose aiohttp import fails, as on a bare host
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'aiohttp'\")\n")
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'aiohttp'\")\n"
+    )
     bare = tmp_path / "bare-python"
-    bare.write_text(f"#!/bin/sh\nPYTHONPATH={shadow.parent} exec {sys.executable} \"$@\"\n")
+    bare.write_text(f'#!/bin/sh\nPYTHONPATH={shadow.parent} exec {sys.executable} "$@"\n')
     bare.chmod(0o755)
     cfg, _ = project({"base_url": srv.url}, python=str(bare))
 
     res = cli(cfg, "hosts")
     assert res.returncode == 1
-    assert "cannot import aiohttp" in res.stdout and "hosts.gpu.python" in res.stdout.replace("\n", "")
+    assert "cannot import aiohttp" in res.stdout and "hosts.gpu.python" in res.stdout.replace(
+        "\n", ""
+    )
     res = cli(cfg, "restart", "--max-samples", "40", "--hard")
     assert res.returncode == 1
     assert "nothing was stopped" in res.stderr and "cannot import aiohttp" in res.stderr
@@ -205,4 +284,6 @@ def test_host_python_without_aiohttp_is_caught_before_anything_stops(project, op
     assert json.loads((host_dir / "run" / "runner.pid").read_text())["pid"] == pid
     from remote import procinfo
 
-    assert procinfo.live_record(host_dir / "run" / "runner.pid") is not None  # the running job is untouched
+    assert (
+        procinfo.live_record(host_dir / "run" / "runner.pid") is not None
+    )  # the running job is untouched

@@ -12,7 +12,6 @@ from ..config import HostConfig
 from ..errors import RemoteError
 
 
-
 @dataclass(frozen=True)
 class Result:
     exit_code: int
@@ -66,7 +65,9 @@ def quote_path(path: str) -> str:
     return shlex.quote(path)
 
 
-def shell_command(argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> str:
+def shell_command(
+    argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None
+) -> str:
     """argv (+ cwd, env) -> one POSIX shell line. Every user value goes through shlex.quote here."""
     if not argv:
         raise ValueError("empty command")
@@ -100,20 +101,33 @@ class Connector(ABC):
 
     host: HostConfig
     remote_dir: str
-    round_trips: int = 0  # commands and file operations sent to the host so far (benchmarks report it)
-    accepted: typing.Sequence[str] = ()  # host keys trusted on first use by this connection (accept-new): said out loud
+    round_trips: int = (
+        0  # commands and file operations sent to the host so far (benchmarks report it)
+    )
+    accepted: typing.Sequence[
+        str
+    ] = ()  # host keys trusted on first use by this connection (accept-new): said out loud
 
     @property
     def name(self) -> str:
         return self.host.name
 
     @abstractmethod
-    def run(self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
-            stdin: bytes | typing.BinaryIO | None = None, timeout: float | None = None) -> Result:
+    def run(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | typing.BinaryIO | None = None,
+        timeout: float | None = None,
+    ) -> Result:
         """Run argv on the host (stdin: bytes or a binary file); never raises on a non-zero exit."""
 
     @abstractmethod
-    def start(self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None) -> RemoteProcess:
+    def start(
+        self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None
+    ) -> RemoteProcess:
         """Start argv on the host and talk to it (one session for a whole exchange)."""
 
     @abstractmethod

@@ -63,11 +63,19 @@ class LocalConnector(Connector):
         # a real file is handed over as the child's stdin; bytes go through a pipe
         if cwd and not self._path(cwd).is_dir():
             return Result(2, b"", f"cd: can't cd to {cwd}: No such file or directory".encode())
-        io_kw = {"stdin": stdin} if hasattr(stdin, "fileno") else {"input": stdin if stdin is not None else b""}
+        io_kw = (
+            {"stdin": stdin}
+            if hasattr(stdin, "fileno")
+            else {"input": stdin if stdin is not None else b""}
+        )
         try:
             proc = subprocess.run(
-                [str(a) for a in argv], cwd=str(self._path(cwd)) if cwd else None, env=full_env,
-                capture_output=True, timeout=timeout, **io_kw,
+                [str(a) for a in argv],
+                cwd=str(self._path(cwd)) if cwd else None,
+                env=full_env,
+                capture_output=True,
+                timeout=timeout,
+                **io_kw,
             )
         except FileNotFoundError as e:
             return Result(127, b"", f"{argv[0]}: command not found ({e.strerror})".encode())
@@ -85,9 +93,14 @@ class LocalConnector(Connector):
 
     def start(self, argv, *, cwd=None, env=None) -> RemoteProcess:
         try:
-            proc = subprocess.Popen([str(a) for a in argv], cwd=str(self._path(cwd)) if cwd else None,
-                                    env=self._env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)
+            proc = subprocess.Popen(
+                [str(a) for a in argv],
+                cwd=str(self._path(cwd)) if cwd else None,
+                env=self._env(env),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
         except OSError as e:
             raise RemoteError(f"cannot start {argv[0]}: {e.strerror}") from None
         return _LocalProcess(proc)

@@ -68,7 +68,7 @@ class _SSHProcess(RemoteProcess):
 
     def write(self, data: bytes) -> None:
         for i in range(0, len(data), 1 << 18):
-            self._guard(self.chan.sendall, data[i:i + (1 << 18)])
+            self._guard(self.chan.sendall, data[i : i + (1 << 18)])
 
     def close_stdin(self) -> None:
         self._guard(self.chan.shutdown_write)
@@ -93,7 +93,9 @@ class _SSHProcess(RemoteProcess):
 
 
 class SSHConnector(Connector):
-    def __init__(self, host: HostConfig, known_hosts_base: Path, hosts: dict[str, HostConfig] | None = None):
+    def __init__(
+        self, host: HostConfig, known_hosts_base: Path, hosts: dict[str, HostConfig] | None = None
+    ):
         self.host = host
         self.remote_dir = host.remote_dir
         self._base = Path(known_hosts_base)
@@ -116,14 +118,20 @@ class SSHConnector(Connector):
         gateway = None
         if h.gateway:
             gw_cfg = self._hosts.get(h.gateway) or HostConfig(
-                name=h.gateway, host=h.gateway, host_key=h.host_key, known_hosts=h.known_hosts)
+                name=h.gateway, host=h.gateway, host_key=h.host_key, known_hosts=h.known_hosts
+            )
             gateway = self._build(gw_cfg, depth + 1)
         connect_kwargs = {}
         if h.identity_file:
             connect_kwargs["key_filename"] = [os.path.expanduser(h.identity_file)]
         conn = fabric.Connection(
-            h.address, user=h.user, port=h.port, gateway=gateway, forward_agent=h.forward_agent,
-            connect_timeout=h.connect_timeout, connect_kwargs=connect_kwargs,
+            h.address,
+            user=h.user,
+            port=h.port,
+            gateway=gateway,
+            forward_agent=h.forward_agent,
+            connect_timeout=h.connect_timeout,
+            connect_kwargs=connect_kwargs,
         )
         known = self._known_hosts(h)
         client = conn.client
@@ -131,7 +139,10 @@ class SSHConnector(Connector):
             client.load_system_host_keys(str(known))  # read-only: we never rewrite the user's file
         if h.host_key == "accept-new":
             client.set_missing_host_key_policy(
-                _AcceptNewPolicy(known, lambda hn, k: self.accepted.append(f"{hn} {fingerprint(k)}")))
+                _AcceptNewPolicy(
+                    known, lambda hn, k: self.accepted.append(f"{hn} {fingerprint(k)}")
+                )
+            )
         else:
             client.set_missing_host_key_policy(_StrictPolicy())
         return conn
@@ -147,24 +158,33 @@ class SSHConnector(Connector):
             return ConnectError(
                 f"unknown host key for {where}: {e.key.get_name()} {fingerprint(e.key)} is not in {known}; "
                 f"if you trust it, set host_key: accept-new for {h.name} (or add it with "
-                f"`ssh-keyscan -p {h.port or 22} {h.address} >> {known}`)")
+                f"`ssh-keyscan -p {h.port or 22} {h.address} >> {known}`)"
+            )
         if isinstance(e, paramiko.BadHostKeyException):
             entry = e.hostname if e.hostname else h.address
             return ConnectError(
                 f"HOST KEY CHANGED for {where}: got {fingerprint(e.key)}, known_hosts has "
                 f"{fingerprint(e.expected_key)}; this may be an attack. If the host was reinstalled, "
-                f"run `ssh-keygen -f {known} -R '{entry}'` and connect again")
+                f"run `ssh-keygen -f {known} -R '{entry}'` and connect again"
+            )
         if isinstance(e, paramiko.AuthenticationException):
             key = f" with {h.identity_file}" if h.identity_file else ""
             return ConnectError(
                 f"authentication failed for {where}{key}: check user and identity_file in hosts.yaml "
-                f"and that the key is in the host's authorized_keys")
+                f"and that the key is in the host's authorized_keys"
+            )
         if isinstance(e, NoValidConnectionsError):
-            return ConnectError(f"cannot connect to {where}: connection refused (is sshd running, is the port right?)")
+            return ConnectError(
+                f"cannot connect to {where}: connection refused (is sshd running, is the port right?)"
+            )
         if isinstance(e, socket.gaierror):
-            return ConnectError(f"cannot resolve {where}: unknown host name (check host in hosts.yaml or ~/.ssh/config)")
+            return ConnectError(
+                f"cannot resolve {where}: unknown host name (check host in hosts.yaml or ~/.ssh/config)"
+            )
         if isinstance(e, (socket.timeout, TimeoutError)):
-            return ConnectError(f"cannot connect to {where}: timed out after {h.connect_timeout}s (host down or firewalled?)")
+            return ConnectError(
+                f"cannot connect to {where}: timed out after {h.connect_timeout}s (host down or firewalled?)"
+            )
         if isinstance(e, OSError):
             return ConnectError(f"cannot connect to {where}: {e.strerror or e}")
         return ConnectError(f"SSH error with {where}: {e}")
@@ -237,6 +257,7 @@ class SSHConnector(Connector):
                             chan.shutdown_write()
                         except (OSError, EOFError, paramiko.SSHException):
                             pass
+
                 writer = threading.Thread(target=feed, daemon=True)
                 writer.start()
             else:
@@ -250,7 +271,11 @@ class SSHConnector(Connector):
                 if chan.recv_stderr_ready():
                     err += chan.recv_stderr(1 << 16)
                     continue
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                if (
+                    chan.exit_status_ready()
+                    and not chan.recv_ready()
+                    and not chan.recv_stderr_ready()
+                ):
                     break
                 if chan.closed and not chan.exit_status_ready():
                     raise EOFError("channel closed without an exit status")
@@ -288,14 +313,18 @@ class SSHConnector(Connector):
 
     def put(self, local_path, remote_path) -> None:
         dst = self._sftp_path(str(remote_path))
-        tmp = posixpath.join(posixpath.dirname(dst) or ".", f".{posixpath.basename(dst)}.{uuid.uuid4().hex[:8]}.part")
+        tmp = posixpath.join(
+            posixpath.dirname(dst) or ".", f".{posixpath.basename(dst)}.{uuid.uuid4().hex[:8]}.part"
+        )
         self.round_trips += 1
         try:
             sftp = self._sftp_client()
             sftp.put(str(local_path), tmp)
             sftp.posix_rename(tmp, dst)
         except FileNotFoundError as e:
-            raise RemoteError(f"cannot put {local_path} -> {remote_path}: {e.strerror or 'no such file'}") from None
+            raise RemoteError(
+                f"cannot put {local_path} -> {remote_path}: {e.strerror or 'no such file'}"
+            ) from None
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise self._lost(e) from None
 
