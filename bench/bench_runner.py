@@ -161,9 +161,8 @@ def resume(records: int) -> None:
         )
         out = root / "data" / "outputs" / "B1.jsonl"
         out.parent.mkdir(parents=True)
-        answer = (
-            "word " * 60
-        )  # ~300 bytes of response text; real records are larger, the index reads the head only
+        # ~300 bytes of response text; real records are larger, the index reads the head only
+        answer = "word " * 60
         with open(out, "wb") as f:
             for i in range(records):
                 f.write(

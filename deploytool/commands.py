@@ -123,9 +123,8 @@ def restart(
     from . import server as server_mod
 
     config = load_config()
-    run_flags = control.parse_run_flags(
-        config, **flags
-    )  # bad flags: exit 2 before any host is touched
+    # bad flags: exit 2 before any host is touched
+    run_flags = control.parse_run_flags(config, **flags)
 
     def one(conn):
         if with_server and not dry_run and server_mod.manages_engine(config, conn.name):
@@ -254,4 +253,25 @@ def pull(host_spec: str | None, *, to: str = "pulled", refetch: bool = False) ->
             f"local copies differ from the host's files ({', '.join(refused)}): "
             "move them aside or pass --refetch to download them again"
         )
+    return ExitCode.OK
+
+
+def report(host_spec: str | None, *, out: str | None = None) -> int:
+    from pathlib import Path
+
+    from . import render
+    from . import report as report_mod
+
+    config = load_config()
+    hosts = config.select_hosts(host_spec)
+    if out and len(hosts) > 1:
+        raise DeployToolError(
+            "--out names one file: give one --host, or leave --out out", ExitCode.BAD_INPUT
+        )
+
+    def one(conn):
+        target = Path(out) if out else Path(f"report-{conn.name}.html")
+        return {"host": conn.name, "path": report_mod.write(report_mod.fetch(conn), target)}
+
+    _run(config, host_spec, one, render.report_written)
     return ExitCode.OK

@@ -71,9 +71,8 @@ class DatasetSpec:
 class EngineSpec:
     kind: str = "openai"
     base_url: str = "http://127.0.0.1:8000/v1"  # the first of base_urls
-    base_urls: tuple[
-        str, ...
-    ] = ()  # every server of the job; `concurrency` requests in flight on each
+    # every server of the job; `concurrency` requests in flight on each
+    base_urls: tuple[str, ...] = ()
     model: str = "default"
     concurrency: int = 256
     api_key_env: str | None = None  # name of an env var on the host holding the API key
@@ -83,6 +82,7 @@ class EngineSpec:
     down_deadline: float = 1800.0  # seconds the engine may be unreachable before the run fails
     tokens_per_s: float = 50_000.0  # simulate only: aggregate generation speed
     stall_minutes: float = 10.0
+    metrics_interval: float = 10.0  # seconds between /metrics and nvidia-smi samples; 0: off
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,9 @@ class JobSpec:
     engine: EngineSpec
     sampling: dict = field(default_factory=dict)
     chat_template_kwargs: dict = field(default_factory=dict)
-    extra_body: dict = field(
-        default_factory=dict
-    )  # sent as-is with every request; part of the fingerprint
+    # sent as-is with every request; part of the fingerprint
+    extra_body: dict = field(default_factory=dict)
+    notify: dict = field(default_factory=dict)  # command, on, timeout: see NOTIFY_EVENTS
 
     def dataset_names(self) -> list[str]:
         return [d.name for d in self.datasets]
@@ -110,6 +110,7 @@ class JobSpec:
             "sampling": dict(self.sampling),
             "chat_template_kwargs": dict(self.chat_template_kwargs),
             "extra_body": dict(self.extra_body),
+            "notify": dict(self.notify),
         }
 
 
@@ -308,6 +309,7 @@ ENGINE_FIELDS = {
     "down_deadline": _num(0.0),
     "tokens_per_s": _num(1.0),
     "stall_minutes": _num(0.0),
+    "metrics_interval": _num(0.0),
 }
 SERVER_FIELDS = {
     "command": _str,
@@ -318,12 +320,14 @@ SERVER_FIELDS = {
     "ready_timeout": _int(1),
     "headless": _bool,
 }
+# what hosts.NAME.job may hold
 HOST_OVERRIDES = (
     "engine",
     "sampling",
     "extra_body",
+    "notify",
     "chat_template_kwargs",
-)  # what hosts.NAME.job may hold
+)
 
 
 def _fields(where: str, data: dict, spec: dict) -> dict:
@@ -385,7 +389,9 @@ def _merge_job(name: str, top: dict, override: Any) -> dict:
 def _parse_job(raw: Any, where: str = "job") -> JobSpec:
     job = _mapping("job", raw, optional=False)
     _check_keys(
-        "job", job, ("datasets", "engine", "sampling", "chat_template_kwargs", "extra_body")
+        "job",
+        job,
+        ("datasets", "engine", "sampling", "chat_template_kwargs", "extra_body", "notify"),
     )
     ds_raw = _mapping("job.datasets", job.get("datasets"), optional=False)
     if not ds_raw:
@@ -438,7 +444,30 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
         sampling=dict(sampling),
         chat_template_kwargs=kwargs,
         extra_body=extra,
+        notify=_notify(f"{where}.notify", job.get("notify")),
     )
+
+
+NOTIFY_EVENTS = ("finished", "failed", "stalled", "engine_down", "disk_full", "engine_up")
+
+
+def _notify(where: str, raw: Any) -> dict:
+    """job.notify: {command, on: [events] (default: all but engine_up), timeout: seconds}."""
+    if raw is None:
+        return {}
+    raw = _mapping(where, raw)
+    _check_keys(where, raw, ("command", "on", "timeout"))
+    if "command" not in raw:
+        raise ConfigError(f"{where}.command: required (a shell command run on the host with sh -c)")
+    out = {"command": _str(f"{where}.command", raw["command"])}
+    if "on" in raw:
+        events = _str_list(f"{where}.on", raw["on"])
+        for i, e in enumerate(events):
+            _choice(NOTIFY_EVENTS)(f"{where}.on[{i}]", e)
+        out["on"] = list(events)
+    if "timeout" in raw:
+        out["timeout"] = _num(1.0)(f"{where}.timeout", raw["timeout"])
+    return out
 
 
 def parse_config(data: Any, path: Path) -> Config:
@@ -502,9 +531,8 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     except OSError as e:
         raise ConfigError(f"{p}: cannot read config: {e.strerror}") from None
     try:
-        data = yaml.load(
-            text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        )  # libyaml: 10x faster
+        # libyaml: 10x faster
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"

@@ -46,9 +46,8 @@ class DeployResult:
     dry_run: bool = False
     pruned: list[str] = field(default_factory=list)
     round_trips: int = 0
-    prompts_in_use: dict[str, int] = field(
-        default_factory=dict
-    )  # prompt file replaced -> pid of the runner using it
+    # prompt file replaced -> pid of the runner using it
+    prompts_in_use: dict[str, int] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:

@@ -59,27 +59,100 @@ def health(st: JobStatus, now: float) -> tuple[str, bool]:
     return " · ".join(parts), bad
 
 
+def _metrics_text(m: dict | None) -> str:
+    if not m:
+        return ""
+
+    def n(v):
+        return "?" if v is None else f"{v:.0f}"
+
+    kv = "?" if m.get("kv_cache") is None else f"{m['kv_cache']:.0%}"
+    return f" · vLLM: running {n(m.get('running'))}, waiting {n(m.get('waiting'))}, KV cache {kv}"
+
+
 def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:
-    """One line per server when the job uses several (or one is down), and whether it needs attention."""
-    if len(st.endpoints) < 2 and all(e.reachable for e in st.endpoints):
-        return []
+    """One line per server (when there are several, one is down, or a server reports /metrics), and
+    whether it needs attention."""
+    show = len(st.endpoints) > 1 or any(not e.reachable or e.metrics for e in st.endpoints)
     out = []
-    for e in st.endpoints:
+    for e in st.endpoints if show else ():
         if e.reachable:
-            out.append(
-                (
-                    f"server {e.url}: up · in flight {e.in_flight}/{e.concurrency} · "
-                    f"{fmt_tokens(e.tokens_per_s)} tok/s · {e.requests:,} answered · errors {e.errors}",
-                    False,
-                )
+            text = (
+                f"server {e.url}: up · in flight {e.in_flight}/{e.concurrency} · "
+                f"{fmt_tokens(e.tokens_per_s)} tok/s · {e.requests:,} answered · errors {e.errors}"
             )
+            out.append((text + _metrics_text(e.metrics), False))
         else:
+            text = (
+                f"server {e.url}: DOWN for {fmt_duration(e.down_for(now))}: {e.last_error or '?'} · "
+                f"{e.requests:,} answered · errors {e.errors}"
+            )
+            out.append((text, True))
+    return out
+
+
+def gpu_line(st: JobStatus) -> str | None:
+    """Every GPU of the host on one line: utilisation each, memory in total."""
+    if not st.gpus:
+        return None
+    util = " ".join("?" if g.get("util") is None else str(g["util"]) for g in st.gpus)
+    used = sum(g.get("memory_used") or 0 for g in st.gpus) / 1024
+    total = sum(g.get("memory_total") or 0 for g in st.gpus) / 1024
+    return f"GPUs {len(st.gpus)}: util % {util} · memory {used:,.0f}/{total:,.0f} GiB"
+
+
+def disk_line(st: JobStatus) -> tuple[str, str] | None:
+    """(text, style) for the outputs' disk: full, filling within ~6 hours, or just how much is free."""
+    d = st.disk
+    if not d or d.get("free_bytes") is None:
+        return None
+    free = d["free_bytes"] / (1 << 30)
+    if d.get("full"):
+        return (
+            f"DISK FULL: {d.get('held', 0)} answers wait in memory, no new requests; the job carries on "
+            f"by itself once there is space ({free:.1f} GiB free now)",
+            "red",
+        )
+    hours = d.get("hours_left")
+    if hours is not None and hours < 6 and not st.terminal:
+        return (
+            f"disk: {free:.1f} GiB free: about {hours:.1f} h of output at the current rate",
+            "yellow",
+        )
+    return (
+        f"disk: {free:,.1f} GiB free" + (f" (~{hours:,.0f} h at this rate)" if hours else ""),
+        "dim",
+    )
+
+
+def hints(st: JobStatus) -> list[str]:
+    """Plain advice from the servers' own view: idle batch room, or preemption."""
+    out = []
+    more = (
+        st.state == "running"
+        and not st.draining
+        and any(not d.is_complete and d.done + d.in_flight < d.target for d in st.datasets.values())
+    )
+    for e in st.endpoints:
+        m = e.metrics or {}
+        if not e.reachable or not m:
+            continue
+        if m.get("new_preemptions"):
             out.append(
-                (
-                    f"server {e.url}: DOWN for {fmt_duration(e.down_for(now))}: {e.last_error or '?'} · "
-                    f"{e.requests:,} answered · errors {e.errors}",
-                    True,
-                )
+                f"hint: {e.url} is preempting requests ({m['new_preemptions']} since the last sample): its KV "
+                "cache is too small for this many at once; lower job.engine.concurrency or raise "
+                "--gpu-memory-utilization"
+            )
+        elif (
+            more
+            and e.in_flight >= e.concurrency
+            and m.get("waiting") == 0
+            and m.get("kv_cache") is not None
+            and m["kv_cache"] < 0.8
+        ):
+            out.append(
+                f"hint: {e.url} runs every request it gets with none waiting and its KV cache at "
+                f"{m['kv_cache']:.0%}: raise job.engine.concurrency (now {e.concurrency}) to fill its batch"
             )
     return out
 
@@ -150,6 +223,11 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
     line, bad = health(st, now)
     parts = [head, table, total, Text(line, style="red" if bad else "dim")]
     parts += [Text(text, style="red" if down else "dim") for text, down in endpoint_lines(st, now)]
+    if gpu_line(st):
+        parts.append(Text(gpu_line(st), style="dim"))
+    if disk_line(st):
+        parts.append(Text(disk_line(st)[0], style=disk_line(st)[1]))
+    parts += [Text(h, style="yellow") for h in hints(st)]
     parts += [Text(n, style="yellow") for n in notices(st)]
     if st.message:
         parts.append(Text(st.message, style="yellow"))
@@ -188,4 +266,9 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
         f"{fmt_tokens(st.tokens_per_s)} tok/s ETA {eta} | {line}"
     )
     down = [text for text, bad in endpoint_lines(st, now) if bad]
+    disk = disk_line(st)
+    if disk and disk[1] != "dim":
+        down.append(disk[0])
+    if gpu_line(st):
+        down.append(gpu_line(st))
     return out + "".join(f" | {x}" for x in down + notices(st)) + (f" | {note}" if note else "")

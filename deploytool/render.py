@@ -12,14 +12,15 @@ from rich.table import Table
 from remote.status import JobStatus
 
 from .errors import DeployToolError
-from .progress import endpoint_lines, notices
+from .progress import disk_line, endpoint_lines, gpu_line, hints, notices
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 
 if TYPE_CHECKING:
+    # a type only: deploy's tarfile and hashlib stay unimported for `status`
     from .deploy import (
         DeployResult,
-    )  # a type only: deploy's tarfile and hashlib stay unimported for `status`
+    )
 
 console = Console(highlight=False)
 
@@ -206,6 +207,13 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
         )
     for line, down in endpoint_lines(s, now):
         out.print(f"  {line}", style="red" if down else None, markup=False)
+    if gpu_line(s):
+        out.print(f"  {gpu_line(s)}", markup=False)
+    if disk_line(s):
+        text, style = disk_line(s)
+        out.print(f"  {text}", style=None if style == "dim" else style, markup=False)
+    for hint in hints(s):
+        out.print(f"  {hint}", style="yellow", markup=False)
     for note in notices(s):
         out.print(f"  [yellow]{escape(note)}[/]")
     if s.strays:
@@ -329,3 +337,9 @@ def server_status(r: dict, out: Console | None = None) -> None:
             f"  requests running {n(m.get('running'))}, waiting {n(m.get('waiting'))}; KV cache {kv}; "
             f"generation {rate} tok/s"
         )
+
+
+def report_written(r: dict, out: Console | None = None) -> None:
+    (out or console).print(
+        f"[bold]{r['host']}[/]: report written to {r['path']} (one file: open it in a browser)"
+    )

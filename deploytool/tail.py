@@ -74,9 +74,8 @@ class HostWatch:
                 return  # caught between write and rename on a host without atomic rename: next poll
             upd = self.status.updated_at or 0
             if self.verdict and self.verdict["updated_at"] == upd:
-                self.status = replace(
-                    self.status, **self.verdict["override"]
-                )  # still the dead runner's file
+                # still the dead runner's file
+                self.status = replace(self.status, **self.verdict["override"])
             elif (
                 not self.status.terminal
                 and now - upd > STALE_AFTER

@@ -178,6 +178,16 @@ def pull(c, host="", to="pulled", refetch=False):
     return commands.pull(host or None, to=to, refetch=refetch)
 
 
+@task(
+    klass=HostTask,
+    help={"host": HOST_HELP, "out": "the HTML file to write (default: report-<host>.html)"},
+)
+@_cli
+def report(c, host="", out=""):
+    """One self-contained HTML page: tokens/s over time, response lengths, finish reasons, errors, caps."""
+    return commands.report(host or None, out=out or None)
+
+
 @task(name="start", klass=HostTask, help={"host": HOST_HELP})
 @_cli
 def server_start(c, host=""):
@@ -200,6 +210,7 @@ def server_status(c, host=""):
 
 
 ns = Collection(
+    report,
     hosts,
     deploy,
     rollback,

@@ -389,6 +389,8 @@ def add_parser(sub) -> None:
     pl.add_argument("--tokens-per-dataset", required=True)
     pl.add_argument("--datasets")
     pl.add_argument("--root", type=Path)
+    rp = csub.add_parser("report", help="what `invoke report` draws, in one pass over the outputs")
+    rp.add_argument("--root", type=Path)
     fi = csub.add_parser("files", help="sizes and prefix hashes of data/outputs files, for pull")
     fi.add_argument("--have", default="{}", help="JSON {name: local size}")
     fi.add_argument("--root", type=Path)
@@ -437,6 +439,10 @@ def main(a) -> int:
                 "tokens_per_s": st.tokens_per_s if st.state == RUNNING else None,
                 "state": st.state,
             }
+        elif a.ctl_command == "report":
+            from .report import gather
+
+            out = gather(paths)
         elif a.ctl_command == "files":
             out = {"files": output_files(paths, json.loads(a.have))}
         else:

@@ -106,9 +106,8 @@ class OpenAIEngine:
         self.fixed = {"model": self.model, **job.sampling}
         if job.chat_template_kwargs:
             self.fixed["chat_template_kwargs"] = dict(job.chat_template_kwargs)
-        self.fixed.update(
-            job.extra_body
-        )  # vLLM's extras (repetition_detection, return_token_ids, ...) as-is
+        # vLLM's extras (repetition_detection, return_token_ids, ...) as-is
+        self.fixed.update(job.extra_body)
         self._session = None
 
     async def __aenter__(self):
@@ -138,6 +137,17 @@ class OpenAIEngine:
             return "no answer within 10s"
         except (self._aiohttp.ClientError, OSError) as e:
             return f"{type(e).__name__}: {e}"
+
+    async def metrics(self, url: str) -> str | None:
+        """The server's Prometheus text (vLLM serves /metrics beside /v1), or None."""
+        root = url[: -len("/v1")] if url.endswith("/v1") else url
+        try:
+            async with self._session.get(
+                f"{root}/metrics", timeout=self._aiohttp.ClientTimeout(total=5)
+            ) as resp:
+                return await resp.text() if resp.status == 200 else None
+        except (asyncio.TimeoutError, self._aiohttp.ClientError, OSError):
+            return None
 
     async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
         aiohttp = self._aiohttp
@@ -205,6 +215,9 @@ class SimulateEngine:
 
     async def probe(self, url: str) -> str | None:
         return None
+
+    async def metrics(self, url: str) -> str | None:
+        return None  # no server to ask
 
     async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
         n = self.length(est_tokens, key)

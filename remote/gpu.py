@@ -15,9 +15,49 @@ class GPUBusy(Exception):
         self.report = report
 
 
+def _nvidia_smi() -> str | None:
+    return os.environ.get("DEPLOYTOOL_NVIDIA_SMI") or shutil.which("nvidia-smi")
+
+
+def gpus() -> list[dict] | None:
+    """[{index, util, memory_used, memory_total}] (%, MiB) per GPU, or None where there is no nvidia-smi."""
+    exe = _nvidia_smi()
+    if not exe:
+        return None
+    try:
+        out = subprocess.run(
+            [
+                exe,
+                "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    found = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4 and parts[0].isdigit():
+            nums = [int(p) if p.isdigit() else None for p in parts[1:4]]
+            found.append(
+                {
+                    "index": int(parts[0]),
+                    "util": nums[0],
+                    "memory_used": nums[1],
+                    "memory_total": nums[2],
+                }
+            )
+    return found
+
+
 def compute_apps() -> list[dict] | None:
     """[{pid, used_mib}] from nvidia-smi, or None where there is no nvidia-smi."""
-    exe = os.environ.get("DEPLOYTOOL_NVIDIA_SMI") or shutil.which("nvidia-smi")
+    exe = _nvidia_smi()
     if not exe:
         return None
     try:

@@ -26,6 +26,7 @@ class Job:
     sampling: dict
     chat_template_kwargs: dict
     extra_body: dict = field(default_factory=dict)  # sent as-is with every request (vLLM's extras)
+    notify: dict = field(default_factory=dict)  # job.notify: command, on, timeout
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Job":
@@ -41,6 +42,7 @@ class Job:
             dict(raw.get("sampling", {})),
             dict(raw.get("chat_template_kwargs", {})),
             dict(raw.get("extra_body") or {}),
+            dict(raw.get("notify") or {}),
         )
 
     def names(self) -> list[str]:

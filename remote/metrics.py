@@ -13,10 +13,11 @@ _LINE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+# the second: vLLM before v0.10
 KV_CACHE = (
     "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc",
-)  # the second: vLLM before v0.10
+)
 GENERATION = "vllm:generation_tokens_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
 

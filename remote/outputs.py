@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import errno
 import json
 import os
 import re
@@ -265,6 +266,22 @@ def encode_record(rec: dict) -> bytes:
     return (json.dumps(head, ensure_ascii=False) + "\n").encode()
 
 
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+
+
+class DiskFull(OSError):
+    """An append found no space (or quota, or an I/O error): nothing of the line was left behind."""
+
+
+def disk_usage(path: Path) -> dict:
+    """free_bytes and total_bytes of the filesystem holding `path` (for the user, not root)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return {"free_bytes": None, "total_bytes": None}
+    return {"free_bytes": st.f_bavail * st.f_frsize, "total_bytes": st.f_blocks * st.f_frsize}
+
+
 class AppendFile:
     """One complete line per write(2) with O_APPEND; fsync at most once a second."""
 
@@ -277,20 +294,38 @@ class AppendFile:
         self.last_sync = time.monotonic()
 
     def append(self, data: bytes, rid: str | None = None, tokens: int = 0) -> None:
+        """Write one whole line, or nothing: on a full disk the part written is cut back at once and
+        DiskFull is raised (the caller keeps the record and tries again later)."""
+        start = os.lseek(self.fd, 0, os.SEEK_END)
         view = memoryview(data)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
+        try:
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+        except OSError as e:
+            if e.errno not in DISK_ERRNOS:
+                raise
+            if len(view) != len(data):
+                os.ftruncate(self.fd, start)  # no torn line, not even until the next start
+            raise DiskFull(f"{self.path.name}: {e.strerror}") from None
         self.dirty = True
         if self.index is not None and rid is not None:
             # after the record: a crash leaves the index behind the file, never ahead of it
-            self.index.append(index_line(rid, tokens, os.lseek(self.fd, 0, os.SEEK_CUR)))
+            try:
+                self.index.append(index_line(rid, tokens, start + len(data)))
+            except DiskFull:
+                self.index = None  # lagging from here on: the next start completes it from the file
         if time.monotonic() - self.last_sync >= 1.0:
             self.sync()
 
     def sync(self) -> None:
         if self.dirty:
-            os.fsync(self.fd)
+            try:
+                os.fsync(self.fd)
+            except OSError as e:
+                if e.errno not in DISK_ERRNOS:
+                    raise
+                return  # still dirty: tried again at the next sync
             self.dirty = False
         if self.index is not None:
             self.index.sync()

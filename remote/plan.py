@@ -21,9 +21,8 @@ def plan(
     for ds in job.datasets:
         if datasets and ds.name not in datasets:
             continue
-        ex = load_existing(
-            paths.output(ds.name), update_index=False
-        )  # read-only: the runner may be writing
+        # read-only: the runner may be writing
+        ex = load_existing(paths.output(ds.name), update_index=False)
         records = len(ex.ids)
         measured = sum(ex.tokens.values()) / records if records else None
         if records >= MIN_MEASURED:

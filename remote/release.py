@@ -253,9 +253,8 @@ def apply(root, args, stream):
                     raise ValueError("file %s is neither uploaded nor in release %s" % (path, base))
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
                 try:
-                    os.link(
-                        src, dst
-                    )  # releases are never modified in place, so sharing inodes is safe
+                    # releases are never modified in place, so sharing inodes is safe
+                    os.link(src, dst)
                 except OSError:
                     shutil.copy2(src, dst)
             for path, digest in files.items():

@@ -22,8 +22,18 @@ from pathlib import Path
 
 from . import procinfo
 from .engine import EngineDown, PermanentError, TransientError, backoff, make_engine
+from .history import History
 from .jobspec import TOKEN_ENV, Caps, Dataset, Job, Paths, release_dir, write_json_atomic
-from .outputs import AppendFile, count_lines, encode_record, load_existing, repair_tail
+from .notify import Notifier
+from .outputs import (
+    AppendFile,
+    DiskFull,
+    count_lines,
+    disk_usage,
+    encode_record,
+    load_existing,
+    repair_tail,
+)
 from .pool import Endpoint, Pool
 from .prompts import Prompt, PromptFile
 from .status import (
@@ -62,7 +72,10 @@ class Log:
 
     def __call__(self, msg: str) -> None:
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}"
-        self.f.write(line + "\n")
+        try:
+            self.f.write(line + "\n")
+        except OSError:
+            pass  # a full disk under logs/ must not take the job down with it
         if self.echo:
             print(line, file=sys.stderr, flush=True)
 
@@ -95,27 +108,24 @@ class DatasetRun:
     done_in_target: int = 0
     next_pos: int = 0
     in_flight: set[str] = field(default_factory=set)
-    failed: set[str] = field(
-        default_factory=set
-    )  # permanent failures in this run: not retried until restart
+    # permanent failures in this run: not retried until restart
+    failed: set[str] = field(default_factory=set)
     new_records: int = 0
     finish_length: int = 0
     empty: int = 0
     events: collections.deque = field(default_factory=collections.deque)  # (t, tokens)
     budget: int | None = None
-    reindexed: dict[str, int] = field(
-        default_factory=dict
-    )  # in flight across a reload: id -> new index
+    # in flight across a reload: id -> new index
+    reindexed: dict[str, int] = field(default_factory=dict)
     prompts_changed: bool = False  # the file on disk is newer than the one in use
     # prompts to send again (a retry after its backoff, or back from a server that went away)
     queue: list = field(default_factory=list)  # heap of (not before, seq, Prompt)
     queued: set[str] = field(default_factory=set)
-    attempts: dict[str, int] = field(
-        default_factory=dict
-    )  # transient failures per prompt in this run
-    requeues: dict[str, int] = field(
-        default_factory=dict
-    )  # times a server went away under the prompt
+    # transient failures per prompt in this run
+    attempts: dict[str, int] = field(default_factory=dict)
+    # times a server went away under the prompt
+    requeues: dict[str, int] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)  # answered, waiting for disk space to be written
 
     @property
     def completion_tokens(self) -> int:
@@ -137,7 +147,13 @@ class DatasetRun:
         heapq.heappush(self.queue, (not_before, next(_SEQ), p))
 
     def _skip(self, pid: str) -> bool:
-        return pid in self.done or pid in self.in_flight or pid in self.failed or pid in self.queued
+        return (
+            pid in self.done
+            or pid in self.in_flight
+            or pid in self.failed
+            or pid in self.queued
+            or pid in self.held
+        )
 
     def next_prompt(self, now: float) -> Prompt | None:
         if self.budget_reached():
@@ -243,9 +259,17 @@ class Runner:
         self.token = os.environ.get(TOKEN_ENV) or os.urandom(8).hex()
         self.in_flight_total = 0
         self.abandoned = 0  # in-flight requests cut off by a stop (redone on resume)
-        self.reloaded: dict[
-            str, dict
-        ] = {}  # prompt files reloaded by the last re-cap: name -> {from, to}
+        # prompt files reloaded by the last re-cap: name -> {from, to}
+        self.reloaded: dict[str, dict] = {}
+        self.notifier = Notifier(job.notify, paths.root, self.log)
+        self.history = History(paths.run / "history.jsonl")
+        self.metrics_interval = float(job.engine.get("metrics_interval", 10))
+        self.gpus: list | None = None
+        # a full disk: finished answers wait here (the window bounds them) until an append succeeds
+        self.disk_full = False
+        self.unwritten: list = []  # callables that each write one held record or error line, in order
+        self.bytes_events: collections.deque = collections.deque()  # (t, bytes appended)
+        self._alerts: set[str] = set()  # conditions notified and not yet cleared
 
     # ------------------------------------------------------------------ preparation
 
@@ -386,7 +410,7 @@ class Runner:
     # ------------------------------------------------------------------ the window
 
     def next_prompt(self, now: float) -> tuple[DatasetRun, Prompt] | None:
-        if self.stopping or self.draining or self.fatal:
+        if self.stopping or self.draining or self.fatal or self.disk_full:
             return None
         for spec in self.job.datasets:  # job order: the window rolls from one dataset into the next
             run = self.runs.get(spec.name)
@@ -398,6 +422,8 @@ class Runner:
         return None
 
     def has_work(self) -> bool:
+        if self.unwritten and not self.fatal:
+            return True  # answers waiting for disk space: the window stays open for them
         if self.stopping or self.draining or self.fatal:
             return False
         return any(run.has_work() for run in self.runs.values())
@@ -461,15 +487,23 @@ class Runner:
         if c.token_ids is not None:  # extra_body.return_token_ids: keep the exact tokens
             rec["prompt_token_ids"] = c.prompt_token_ids
             rec["token_ids"] = c.token_ids
-        run.out.append(encode_record(rec), p.id, c.completion_tokens)
-        run.record_done(p, c.completion_tokens)
-        now = time.time()
-        run.events.append((now, c.completion_tokens))
-        self.last_completion = now
-        if c.finish_reason == "length":
-            run.finish_length += 1
-        if not c.content.strip():
-            run.empty += 1
+        line = encode_record(rec)
+
+        def write() -> None:
+            run.out.append(line, p.id, c.completion_tokens)
+            run.held.discard(p.id)
+            run.record_done(p, c.completion_tokens)
+            now = time.time()
+            run.events.append((now, c.completion_tokens))
+            self.bytes_events.append((now, len(line)))
+            self.last_completion = now
+            if c.finish_reason == "length":
+                run.finish_length += 1
+            if not c.content.strip():
+                run.empty += 1
+
+        run.held.add(p.id)
+        self._write_or_hold(write)
 
     def _write_error(self, run: DatasetRun, p: Prompt, reason: str, attempts: int) -> None:
         rec = {
@@ -480,9 +514,47 @@ class Runner:
             "attempts": attempts,
             "time": int(time.time()),
         }
-        run.err.append((json.dumps(rec, ensure_ascii=False) + "\n").encode())
-        run.errors += 1
+        line = (json.dumps(rec, ensure_ascii=False) + "\n").encode()
+
+        def write() -> None:
+            run.err.append(line)
+            run.errors += 1
+
         self.log(f"{run.spec.name} {p.id}: error: {reason}")
+        self._write_or_hold(write)
+
+    def _write_or_hold(self, write) -> None:
+        """Write now; or, on a full disk (or with earlier lines still waiting), keep it, in order."""
+        if not self.unwritten:
+            try:
+                write()
+                return
+            except DiskFull as e:
+                self._disk_full(str(e))
+        self.unwritten.append(write)
+
+    def _disk_full(self, why: str) -> None:
+        if self.disk_full:
+            return
+        self.disk_full = True
+        self.log(
+            f"disk full: {why}; no line torn, answers wait in memory, no new requests until there is "
+            "space (writes retried every 3s)"
+        )
+        self.notifier.send(
+            "disk_full", self.notify_message(f"disk full ({why}): answers wait, no new requests")
+        )
+
+    def _flush_unwritten(self) -> None:
+        while self.unwritten:
+            try:
+                self.unwritten[0]()
+            except DiskFull:
+                return
+            self.unwritten.pop(0)
+        if self.disk_full:
+            self.disk_full = False
+            self.log("disk has space again: the held answers are written; carrying on")
 
     async def _window(self, engine) -> None:
         """Keep `concurrency` requests in flight on every reachable server: refill a slot the moment one
@@ -528,9 +600,8 @@ class Runner:
                 return
             wake.clear()
             try:
-                await asyncio.wait_for(
-                    wake.wait(), timeout=0.25
-                )  # also: backoffs due, servers back, stop, caps
+                # also: backoffs due, servers back, stop, caps
+                await asyncio.wait_for(wake.wait(), timeout=0.25)
             except asyncio.TimeoutError:
                 pass
 
@@ -551,9 +622,8 @@ class Runner:
             return  # meant for another runner
         self.control_seq = int(ctl["seq"])
         if ctl.get("grace") is not None:
-            self.grace = max(
-                0.0, float(ctl["grace"])
-            )  # `stop --grace S` says how long in-flight work gets
+            # `stop --grace S` says how long in-flight work gets
+            self.grace = max(0.0, float(ctl["grace"]))
         if ctl.get("drain"):
             self.draining = True
             self.log(
@@ -591,8 +661,90 @@ class Runner:
                     run.out.sync()
                     run.err.sync()
                 self.write_status()
+                self._alert()
+            if tick % 12 == 0 and self.unwritten:
+                self._flush_unwritten()
+            if tick % 240 == 0 and self.state == RUNNING:
+                self.history.record(self.status())
             tick += 1
             await asyncio.sleep(0.25)
+
+    async def _telemetry(self, engine) -> None:
+        """The servers' own view (/metrics) and the GPUs' (nvidia-smi) every metrics_interval seconds,
+        off the request path: a slow answer delays the next sample, never a request."""
+        from . import gpu, metrics
+
+        last: dict[str, tuple[float, dict]] = {}
+        while True:
+            for e in self.pool.endpoints:
+                text = await engine.metrics(e.url)
+                if text is None:
+                    e.metrics = None
+                    continue
+                snap, now = metrics.snapshot(text), time.monotonic()
+                prev_t, prev = last.get(e.url, (None, {}))
+                rate = new_preempt = None
+                if prev_t is not None and None not in (
+                    snap["generation_tokens"],
+                    prev.get("generation_tokens"),
+                ):
+                    delta = max(0.0, snap["generation_tokens"] - prev["generation_tokens"])
+                    rate = round(delta / (now - prev_t), 1)
+                if None not in (snap["preemptions"], prev.get("preemptions")):
+                    new_preempt = max(0, int(snap["preemptions"] - prev["preemptions"]))
+                e.metrics = {
+                    "running": snap["running"],
+                    "waiting": snap["waiting"],
+                    "kv_cache": snap["kv_cache"],
+                    "generation_tokens_per_s": rate,
+                    "preemptions": snap["preemptions"],
+                    "new_preemptions": new_preempt,  # since the sample before
+                }
+                last[e.url] = (now, snap)
+            self.gpus = await asyncio.to_thread(gpu.gpus)
+            await asyncio.sleep(self.metrics_interval)
+
+    def notify_message(self, what: str) -> str:
+        """One line: where, what happened, done/target, tokens, ETA."""
+        import platform
+
+        st = self.status()
+        done = sum(d.done for d in st.datasets.values())
+        target = sum(d.target for d in st.datasets.values())
+        eta = f"{st.eta_s // 3600}h{st.eta_s % 3600 // 60:02d}m" if st.eta_s else "-"
+        return (
+            f"{platform.node()}:{self.paths.root}: {what}; done {done:,}/{target:,}, "
+            f"{st.completion_tokens:,} tokens, ETA {eta}"
+        )
+
+    def _alert(self) -> None:
+        """stalled and engine_down: once each time they begin (engine_up when a server answers again)."""
+        now = time.time()
+        idle = now - self.last_completion
+        stalled = self.state == RUNNING and self.in_flight_total > 0 and idle > self.stall_after
+        if stalled and "stalled" not in self._alerts:
+            self._alerts.add("stalled")
+            self.log(f"stalled: nothing finished for {idle:.0f}s")
+            self.notifier.send(
+                "stalled", self.notify_message(f"stalled: no answer finished for {idle:.0f}s")
+            )
+        elif not stalled:
+            self._alerts.discard("stalled")
+        down = self.pool.all_down_since() if self.pool else None
+        # a server restart is not worth a message: every server silent for a while is
+        if down is not None and now - down >= min(60.0, self.down_deadline / 2):
+            if "engine_down" not in self._alerts:
+                self._alerts.add("engine_down")
+                what = (
+                    f"engine down: no server answers for {now - down:.0f}s ({self.engine_error}); "
+                    f"the job fails after {self.down_deadline:g}s"
+                )
+                self.notifier.send("engine_down", self.notify_message(what))
+        elif down is None and "engine_down" in self._alerts:
+            self._alerts.discard("engine_down")
+            self.notifier.send(
+                "engine_up", self.notify_message("engine up: a server answers again")
+            )
 
     def status(self) -> JobStatus:
         now = time.time()
@@ -647,9 +799,8 @@ class Runner:
             if d.state == COMPLETE:
                 d.eta_s = 0
             elif total_tok_rate > 0:
-                d.eta_s = int(
-                    cum[name] / total_tok_rate
-                )  # datasets run in job order, so ETAs accumulate
+                # datasets run in job order, so ETAs accumulate
+                d.eta_s = int(cum[name] / total_tok_rate)
         stalled = (
             self.state == RUNNING
             and self.in_flight_total > 0
@@ -693,10 +844,26 @@ class Runner:
             stalled=stalled,
             last_completion_at=self.last_completion,
             datasets=datasets,
+            gpus=self.gpus,
+            disk=self._disk(now),
+            notified=list(self.notifier.sent),
         )
 
+    def _disk(self, now: float) -> dict:
+        d = disk_usage(self.paths.outputs)
+        while self.bytes_events and self.bytes_events[0][0] < now - RATE_WINDOW:
+            self.bytes_events.popleft()
+        written = sum(b for _, b in self.bytes_events)
+        rate = written / max(1.0, min(RATE_WINDOW, now - self.started_at))
+        free = d["free_bytes"]
+        hours = round(free / rate / 3600, 1) if rate > 0 and free is not None else None
+        return dict(d, full=self.disk_full, held=len(self.unwritten), hours_left=hours)
+
     def write_status(self) -> None:
-        write_json_atomic(self.paths.status, self.status().to_dict())
+        try:
+            write_json_atomic(self.paths.status, self.status().to_dict())
+        except OSError as e:
+            self.log(f"cannot write {self.paths.status.name}: {e}")
 
     # ------------------------------------------------------------------ main
 
@@ -723,6 +890,10 @@ class Runner:
             async with make_engine(self.job) as engine:
                 self.pool = Pool(engine.base_urls, self.concurrency, self.retry_base, self.log)
                 prober = asyncio.ensure_future(self.pool.probe_forever(engine.probe))
+                telemetry = None
+                if self.metrics_interval > 0:
+                    telemetry = asyncio.ensure_future(self._telemetry(engine))
+                self.history.start(time.time(), os.getpid())
                 self.state = RUNNING
                 self.write_status()
                 window = asyncio.ensure_future(self._window(engine))
@@ -744,6 +915,8 @@ class Runner:
                         )
                 stopper.cancel()
                 prober.cancel()
+                if telemetry is not None:
+                    telemetry.cancel()
                 if window.done() and not window.cancelled() and window.exception():
                     raise window.exception()
             if self.fatal:
@@ -800,7 +973,18 @@ class Runner:
             self.log("crashed:\n" + traceback.format_exc())
             self.state, self.message = FAILED, f"runner crashed: {type(e).__name__}: {e}"
             code = EXIT_FAILED
+        if self.unwritten:
+            self.log(
+                f"{len(self.unwritten)} answers still waiting for disk space are dropped: redone on resume"
+            )
+        if self.state == FINISHED:
+            self.notifier.send("finished", self.notify_message("finished"))
+        elif self.state == FAILED:
+            self.notifier.send("failed", self.notify_message(f"failed: {self.message}"))
         self.write_status()
+        self.notifier.wait(
+            5.0
+        )  # a moment for the last message to go out; a hanging command runs on alone
         return code
 
 

@@ -127,9 +127,8 @@ class JobStatus:
     caps: dict = field(default_factory=dict)
     control_seq: int = 0
     control_error: str | None = None
-    reloaded: dict = field(
-        default_factory=dict
-    )  # prompt files the last re-cap reloaded: name -> {from, to}
+    # prompt files the last re-cap reloaded: name -> {from, to}
+    reloaded: dict = field(default_factory=dict)
     draining: bool = False
     abandoned: int = 0
     engine: EngineStatus = field(default_factory=EngineStatus)
@@ -145,6 +144,11 @@ class JobStatus:
     stalled: bool = False
     last_completion_at: float | None = None
     datasets: dict[str, DatasetStatus] = field(default_factory=dict)
+    # per GPU: index, util (%), memory_used, memory_total (MiB), from nvidia-smi; None where there is none
+    gpus: list | None = None
+    # the outputs' filesystem: free_bytes, total_bytes, full (an append failed: writes wait), hours_left
+    disk: dict = field(default_factory=dict)
+    notified: list = field(default_factory=list)  # job.notify events sent by this runner, in order
     # filled in by `ctl status` on the host, and by deploytool
     runner: RunnerInfo | None = None
     current_release: str | None = None

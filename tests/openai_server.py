@@ -52,9 +52,8 @@ class FakeOpenAI:
         self.tokens = tokens
         self.rng = random.Random(seed)
         self.model = model
-        self.slots = (
-            asyncio.Semaphore(slots) if slots else None
-        )  # continuous batching: fixed batch slots
+        # continuous batching: fixed batch slots
+        self.slots = asyncio.Semaphore(slots) if slots else None
         self.token_time = token_time  # seconds per output token inside a slot
         assert shape in ("classic", "vllm"), shape
         self.shape = shape
@@ -65,13 +64,11 @@ class FakeOpenAI:
         self.slot_count = slots
         self.generated_tokens = 0
         self.bodies: list[dict] = []  # every request body, as received
-        self.slot_intervals: list[
-            tuple[float, float]
-        ] = []  # (start, end) of each request in a batch slot
+        # (start, end) of each request in a batch slot
+        self.slot_intervals: list[tuple[float, float]] = []
         self.t_last_arrival: float | None = None
-        self.requests: collections.Counter = (
-            collections.Counter()
-        )  # prompt text -> times answered OK
+        # prompt text -> times answered OK
+        self.requests: collections.Counter = collections.Counter()
         self.attempts: collections.Counter = collections.Counter()
         self.in_flight = 0
         self.max_in_flight = 0

@@ -42,9 +42,8 @@ def test_shipped_hosts_yaml_loads_with_eight_datasets_and_local_default():
     assert est["B1"] == 1577 and est["B8"] == 8000
     assert "gpu1" not in cfg.hosts  # the example GPU host ships commented out
     assert cfg.server.args == ("--tensor-parallel-size", "8", "--trust-remote-code")
-    assert (
-        cfg.job.engine.kind == "openai" and cfg.job_for("local").engine.kind == "simulate"
-    )  # demo runs anywhere
+    # demo runs anywhere
+    assert cfg.job.engine.kind == "openai" and cfg.job_for("local").engine.kind == "simulate"
 
 
 def test_per_host_job_and_server_merge_key_by_key(tmp_path):

@@ -95,9 +95,8 @@ def test_hard_restart_leaves_exactly_one_runner_and_loses_nothing(job):
     r2 = control.restart(conn, flags(cfg, max_samples=60, grace=10), hard=True)
     assert r2["mode"] == "restart" and r2["pid"] != r1["pid"]
     assert r2["stopped"]["stopped"] == [r1["pid"]] and r2["stopped"]["killed"] == []
-    assert (
-        r2["lost_in_flight"] == 0
-    )  # graceful: in-flight requests finished inside the grace period
+    # graceful: in-flight requests finished inside the grace period
+    assert r2["lost_in_flight"] == 0
     assert not procinfo.alive(r1["pid"])
     assert runners_of(root) == [r2["pid"]]
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")

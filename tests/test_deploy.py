@@ -89,9 +89,8 @@ def test_rollback_and_redeploy(env):
     assert out == {"current": r1.release, "previous": r2.release}
     assert current(env).name == r1.release
     assert not (current(env) / "remote" / "new_module.py").exists()
-    r3 = deploy(
-        env
-    )  # same content as r2: the release is on the host already, only the switch happens
+    # same content as r2: the release is on the host already, only the switch happens
+    r3 = deploy(env)
     assert r3.release == r2.release and r3.bytes_sent == 0 and current(env).name == r2.release
 
 

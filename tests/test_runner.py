@@ -65,9 +65,8 @@ def records(root: Path, ds: str) -> list[dict]:
     p = root / "data" / "outputs" / f"{ds}.jsonl"
     if not p.exists():
         return []
-    return [
-        json.loads(line) for line in p.read_text().splitlines()
-    ]  # every line must be valid JSON
+    # every line must be valid JSON
+    return [json.loads(line) for line in p.read_text().splitlines()]
 
 
 def ids(root: Path, ds: str) -> list[str]:

@@ -331,9 +331,8 @@ def test_plan_reproduces_spec_caps(tmp_path):
     write_prompts(root / "data" / "prompts" / "B1.jsonl", 10_000, "B1")
     write_prompts(root / "data" / "prompts" / "B2.jsonl", 14_714, "B2")
     _records(root / "data" / "outputs" / "B1.jsonl", "B1", 10_000, 1577)
-    _records(
-        root / "data" / "outputs" / "B2.jsonl", "B2", 1639, 3793
-    )  # measured 3,793 beats the 4,116 estimate
+    # measured 3,793 beats the 4,116 estimate
+    _records(root / "data" / "outputs" / "B2.jsonl", "B2", 1639, 3793)
     rows = plan(Paths(root), job, 10_000_000)
     caps = {d: r["cap"] for d, r in rows.items()}
     assert caps == {
@@ -369,9 +368,8 @@ def test_plan_cli_and_apply_on_local_host(tmp_path):
         text=True,
     )
     assert res.returncode == 0, res.stderr
-    assert (
-        "B1" in res.stdout and "9" in res.stdout and "applying caps B1=9" in res.stdout
-    )  # 15,000 // 1,577
+    # 15,000 // 1,577
+    assert "B1" in res.stdout and "9" in res.stdout and "applying caps B1=9" in res.stdout
     st = json.loads((project / ".host" / "run" / "status.json").read_text())
     assert st["datasets"]["B1"]["target"] == 9
     bad = subprocess.run(
@@ -416,9 +414,8 @@ def test_pull_sends_only_new_bytes(pulled):
         : out.read_bytes().rfind(b"\n") + 1
     ]
     r3 = pull_host(conn, local)
-    assert r3.files["B1.jsonl"]["bytes"] == len(
-        b'{"id": "torn'
-    )  # only the still-torn tail is looked at again
+    # only the still-torn tail is looked at again
+    assert r3.files["B1.jsonl"]["bytes"] == len(b'{"id": "torn')
 
 
 def test_pull_refuses_when_prefix_differs_and_refetches_on_request(pulled):

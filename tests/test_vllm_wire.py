@@ -99,9 +99,8 @@ def vllm_body(**over) -> dict:
 def test_vllm_reply_cut_inside_thinking_is_an_answer():
     body = vllm_body()
     msg = body["choices"][0]["message"]
-    assert (
-        msg["content"] is None and "reasoning_content" not in msg and "tool_calls" not in msg
-    )  # vLLM >= 0.16
+    # vLLM >= 0.16
+    assert msg["content"] is None and "reasoning_content" not in msg and "tool_calls" not in msg
     c = parse_reply(json.loads(json.dumps(body)), "m")
     assert c.content == "" and c.reasoning_content.startswith("thinking for 8192 tokens")
     assert c.finish_reason == "length" and c.completion_tokens == 8192 and c.prompt_tokens == 12
@@ -224,9 +223,8 @@ def test_extra_body_reaches_the_server_and_is_part_of_the_fingerprint(project, o
     res = cli(cfg, "restart", "--max-samples", "10")
     assert res.returncode == 1, res.stderr
     assert "exited with code 2 during start-up" in res.stderr
-    assert (
-        "different extra_body" in res.stderr and "--force" in res.stderr
-    )  # the runner's own reason
+    # the runner's own reason
+    assert "different extra_body" in res.stderr and "--force" in res.stderr
     assert "Traceback" not in res.stderr
     assert len(records(host_dir, "B1")) == 5
 
@@ -260,9 +258,8 @@ def test_host_python_without_aiohttp_is_caught_before_anything_stops(
     assert cli(cfg, "restart", "--max-samples", "40").returncode == 0
     pid = json.loads((host_dir / "run" / "runner.pid").read_text())["pid"]
 
-    shadow = (
-        tmp_path / "shadow" / "aiohttp"
-    )  # a Python whose aiohttp import fails, as on a bare host
+    # a Python whose aiohttp import fails, as on a bare host
+    shadow = tmp_path / "shadow" / "aiohttp"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'aiohttp'\")\n"
@@ -284,6 +281,5 @@ def test_host_python_without_aiohttp_is_caught_before_anything_stops(
     assert json.loads((host_dir / "run" / "runner.pid").read_text())["pid"] == pid
     from remote import procinfo
 
-    assert (
-        procinfo.live_record(host_dir / "run" / "runner.pid") is not None
-    )  # the running job is untouched
+    # the running job is untouched
+    assert procinfo.live_record(host_dir / "run" / "runner.pid") is not None

@@ -104,9 +104,8 @@ class Connector(ABC):
     round_trips: int = (
         0  # commands and file operations sent to the host so far (benchmarks report it)
     )
-    accepted: typing.Sequence[
-        str
-    ] = ()  # host keys trusted on first use by this connection (accept-new): said out loud
+    # host keys trusted on first use by this connection (accept-new): said out loud
+    accepted: typing.Sequence[str] = ()
 
     @property
     def name(self) -> str:

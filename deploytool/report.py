@@ -1,0 +1,181 @@
+"""`invoke report`: one self-contained HTML page (inline SVG, inline CSS, nothing fetched) from what
+`python -m remote ctl report` gathered on the host."""
+
+from __future__ import annotations
+
+import html
+import time
+from pathlib import Path
+
+from remote.status import JobStatus
+
+from .connectors import Connector
+from .control import ctl
+from .progress import fmt_duration, fmt_tokens
+
+W, H, PAD = 640, 180, 36  # chart size and margin, in SVG units
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1400px;
+       color: #1d2330; padding: 0 1em; }
+h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { font-size: 1.15em; margin-top: 2em; }
+.sub { color: #5b6577; } table { border-collapse: collapse; margin: .5em 0; }
+td, th { padding: .25em .8em; border-bottom: 1px solid #e2e5ea; text-align: right; }
+th { background: #f4f6f8; } td:first-child, th:first-child { text-align: left; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(430px, 1fr)); gap: 1.2em; }
+.card { border: 1px solid #e2e5ea; border-radius: 6px; padding: .6em .8em; }
+.card h3 { margin: 0 0 .3em; font-size: 1em; } svg { width: 100%; height: auto; }
+.wide { max-width: 900px; }
+.axis { stroke: #9aa3b2; stroke-width: 1; } .bar { fill: #4f7fd9; } .line { fill: none; stroke: #2f6bd8;
+  stroke-width: 1.5; } .cap { stroke: #c0392b; stroke-dasharray: 4 3; } .mean { stroke: #27864f;
+  stroke-dasharray: 2 3; } .start { stroke: #e08a00; stroke-dasharray: 3 3; }
+text { font-size: 11px; fill: #5b6577; } .bad { color: #b3261e; } code { font-size: 12px; }
+.share { display: flex; height: 14px; border-radius: 3px; overflow: hidden; min-width: 160px; }
+"""
+FINISH_COLORS = {"stop": "#27864f", "length": "#c0392b"}
+
+
+def fetch(conn: Connector) -> dict:
+    return dict(ctl(conn, "report", timeout=1800), host=conn.name)
+
+
+def _svg(body: str, title: str) -> str:
+    return (
+        f'<svg viewBox="0 0 {W} {H}" role="img" aria-label="{html.escape(title)}">'
+        f"<title>{html.escape(title)}</title>{body}</svg>"
+    )
+
+
+def _axes(x_label: str, y_max: float, y_label: str) -> str:
+    return (
+        f'<line class="axis" x1="{PAD}" y1="{H - PAD}" x2="{W - 8}" y2="{H - PAD}"/>'
+        f'<line class="axis" x1="{PAD}" y1="8" x2="{PAD}" y2="{H - PAD}"/>'
+        f'<text x="{W - 8}" y="{H - 8}" text-anchor="end">{html.escape(x_label)}</text>'
+        f'<text x="{PAD + 4}" y="14">{html.escape(y_label)}</text>'
+        f'<text x="{PAD - 4}" y="{H - PAD}" text-anchor="end">0</text>'
+        f'<text x="{PAD - 4}" y="28" text-anchor="end">{html.escape(fmt_tokens(y_max))}</text>'
+    )
+
+
+def throughput_chart(points: list, starts: list) -> str:
+    if len(points) < 2:
+        return "<p class='sub'>Not enough history yet (one line a minute while the job runs).</p>"
+    t0 = min([points[0][0], *starts])  # a start just before the first minute line is still shown
+    t1 = max(points[-1][0], t0 + 1)
+    top = max(p[1] for p in points) or 1.0
+
+    def x(t):
+        return PAD + (t - t0) / (t1 - t0) * (W - PAD - 8)
+
+    def y(v):
+        return H - PAD - v / top * (H - PAD - 28)
+
+    path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points)
+    marks = "".join(
+        f'<line class="start" x1="{x(s):.1f}" y1="20" x2="{x(s):.1f}" y2="{H - PAD}"/>'
+        for s in starts
+        if t0 <= s <= t1
+    )
+    span = f"{fmt_duration(t1 - t0)} from {time.strftime('%Y-%m-%d %H:%M', time.localtime(t0))}"
+    return _svg(
+        _axes(span, top, "tok/s") + marks + f'<polyline class="line" points="{path}"/>',
+        "response tokens per second over the job's life; dashed: runner (re)starts",
+    )
+
+
+def histogram_chart(name: str, d: dict, max_tokens: int | None) -> str:
+    counts, width = d["hist"]["counts"], d["hist"]["width"]
+    top = max(counts) or 1
+    span = width * len(counts)
+    bw = (W - PAD - 8) / len(counts)
+    bars = "".join(
+        f'<rect class="bar" x="{PAD + i * bw + 0.5:.1f}" y="{H - PAD - c / top * (H - PAD - 28):.1f}" '
+        f'width="{max(bw - 1, 0.5):.1f}" height="{c / top * (H - PAD - 28):.1f}"><title>{i * width:,}–'
+        f"{(i + 1) * width:,} tokens: {c:,}</title></rect>"
+        for i, c in enumerate(counts)
+        if c
+    )
+
+    def vline(v, cls, label):
+        xv = PAD + min(v, span) / span * (W - PAD - 8)
+        return (
+            f'<line class="{cls}" x1="{xv:.1f}" y1="20" x2="{xv:.1f}" y2="{H - PAD}"/>'
+            f'<text x="{xv - 3:.1f}" y="18" text-anchor="end">{html.escape(label)}</text>'
+        )
+
+    marks = vline(max_tokens, "cap", f"max_tokens {max_tokens:,}") if max_tokens else ""
+    if d["mean"]:
+        marks += vline(d["mean"], "mean", f"mean {d['mean']:,.0f}")
+    title = f"{name}: response length in tokens ({d['records']:,} records)"
+    return _svg(_axes(f"tokens (0–{span:,})", top, "records") + bars + marks, title)
+
+
+def finish_share(finish: dict) -> str:
+    total = sum(finish.values())
+    if not total:
+        return "-"
+    parts = "".join(
+        f'<span style="width:{n / total:.1%};background:{FINISH_COLORS.get(k, "#8e7cc3")}" '
+        f'title="{html.escape(k)}: {n:,} ({n / total:.1%})"></span>'
+        for k, n in sorted(finish.items(), key=lambda kv: -kv[1])
+    )
+    words = ", ".join(
+        f"{html.escape(k)} {n / total:.1%}"
+        for k, n in sorted(finish.items(), key=lambda kv: -kv[1])
+    )
+    return f'<div class="share">{parts}</div><span class="sub">{words}</span>'
+
+
+def page(data: dict) -> str:
+    st = JobStatus.from_dict(data["status"])
+    host, max_tokens, ds = data["host"], data["max_tokens"], data["datasets"]
+    rows = []
+    for name, d in ds.items():
+        sd = st.datasets.get(name)
+        cap = f"{d['target']:,}" if d["target"] is not None else "-"
+        budget = fmt_tokens(sd.budget) if sd and sd.budget else "-"
+        mean = f"{d['mean']:,.0f}" if d["mean"] else "-"
+        err = f'<span class="bad">{d["errors"]:,}</span>' if d["errors"] else "0"
+        rows.append(
+            f"<tr><td>{html.escape(name)}</td><td>{d['records']:,}</td><td>{cap}</td><td>{budget}</td>"
+            f"<td>{fmt_tokens(d['tokens'])}</td><td>{mean}</td><td style='text-align:left'>"
+            f"{finish_share(d['finish'])}</td><td>{err}</td></tr>"
+        )
+    cards = "".join(
+        f'<div class="card"><h3>{html.escape(n)}</h3>{histogram_chart(n, d, max_tokens)}</div>'
+        for n, d in ds.items()
+    )
+    errs = "".join(
+        f"<h3>{html.escape(n)}: {d['errors']:,} errors (last {len(d['last_errors'])})</h3><ul>"
+        + "".join(f"<li><code>{html.escape(e)}</code></li>" for e in d["last_errors"])
+        + "</ul>"
+        for n, d in ds.items()
+        if d["errors"]
+    )
+    hist = data["history"]
+    made = time.strftime("%Y-%m-%d %H:%M:%S")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>deploytool report: {html.escape(host)}</title><style>{CSS}</style></head><body>
+<h1>{html.escape(host)}: {html.escape(st.state)}</h1>
+<p class="sub">Made {made} · {fmt_tokens(st.completion_tokens)} response tokens · {fmt_tokens(st.tokens_per_s)} tok/s
+now · {len(hist["starts"])} runner start(s) · model {html.escape(st.engine.model or "?")}
+{(" · " + html.escape(st.message)) if st.message else ""}</p>
+<h2>Caps, records and tokens</h2>
+<table><tr><th>dataset</th><th>records</th><th>cap (target)</th><th>token budget</th><th>tokens</th>
+<th>mean length</th><th style="text-align:left">finish_reason</th><th>errors</th></tr>{"".join(rows)}</table>
+<h2>Tokens per second over the job's life</h2>
+<div class="card wide">{throughput_chart(hist["points"], hist["starts"])}
+<span class="sub">Orange dashed: a runner (re)start.</span></div>
+<h2>Response length per dataset</h2>
+<p class="sub">Bars: records per length band. Red dashed: <code>max_tokens</code> (answers cut there end with
+finish_reason <code>length</code>). Green dotted: the mean.</p><div class="grid">{cards}</div>
+<h2>Errors</h2>{errs or "<p>None.</p>"}
+</body></html>
+"""
+
+
+def write(data: dict, out: Path) -> Path:
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(page(data))
+    tmp.replace(out)
+    return out

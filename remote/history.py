@@ -1,0 +1,74 @@
+"""run/history.jsonl: one short line a minute, kept across restarts, for `invoke report`.
+
+A line holds the time, tokens/s, requests in flight, which servers were up, and per dataset [done,
+tokens] only where they changed since the line before (all of them on a run's first line and every
+hour), so a 30-day job stays a few MB. A runner start is a line of its own ({"t", "start": pid}).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+FULL_EVERY = 60  # lines between two full snapshots
+
+
+class History:
+    def __init__(self, path: Path):
+        self.path = path
+        self.last: dict[str, list[int]] = {}
+        self.lines = 0
+
+    def _append(self, obj: dict) -> None:
+        line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # history is for the report: a full disk must not stop the job over it
+
+    def start(self, t: float, pid: int) -> None:
+        self._append({"t": round(t), "start": pid})
+        self.last, self.lines = {}, 0
+
+    def record(self, st) -> None:
+        """One line from a JobStatus."""
+        now = {n: [d.done, d.completion_tokens] for n, d in st.datasets.items()}
+        full = self.lines % FULL_EVERY == 0
+        ds = now if full else {n: v for n, v in now.items() if self.last.get(n) != v}
+        line = {
+            "t": round(st.updated_at or 0),
+            "tps": round(st.tokens_per_s, 1),
+            "fl": st.in_flight,
+            "ds": ds,
+        }
+        if st.endpoints:
+            line["up"] = "".join("1" if e.reachable else "0" for e in st.endpoints)
+        self._append(line)
+        self.last = now
+        self.lines += 1
+
+
+def read(path: Path) -> list[dict]:
+    """Every line, with `ds` filled in (the changed-only lines completed from the ones before)."""
+    out, cur = [], {}
+    try:
+        with open(path) as f:
+            for raw in f:
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    continue  # a torn last line
+                if "start" in obj:
+                    cur = {}
+                else:
+                    cur = dict(cur, **obj.get("ds", {}))
+                    obj["ds"] = dict(cur)
+                out.append(obj)
+    except FileNotFoundError:
+        pass
+    return out

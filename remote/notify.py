@@ -1,0 +1,87 @@
+"""job.notify: tell someone when the job needs a look. The command runs with `sh -c` on the host, in a
+session of its own and without the job's token (stopping the job never kills it, and it never holds the
+job up), under `timeout`, with DEPLOYTOOL_EVENT, DEPLOYTOOL_MESSAGE and DEPLOYTOOL_REMOTE_DIR set. A
+command that fails or hangs is logged; the job goes on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from .jobspec import TOKEN_ENV
+
+EVENTS = ("finished", "failed", "stalled", "engine_down", "disk_full", "engine_up")
+DEFAULT_EVENTS = ("finished", "failed", "stalled", "engine_down", "disk_full")
+
+
+class Notifier:
+    def __init__(self, cfg: dict | None, remote_dir: Path, log: Callable[[str], None]):
+        cfg = cfg or {}
+        self.command: str | None = cfg.get("command")
+        self.on = set(cfg.get("on") or DEFAULT_EVENTS)
+        self.timeout = float(cfg.get("timeout", 60))
+        self.remote_dir = remote_dir
+        self.log = log
+        self.sent: list[str] = []  # events sent in this run, in order
+        self._threads: list[threading.Thread] = []
+
+    def send(self, event: str, message: str) -> None:
+        if not self.command or event not in self.on:
+            return
+        self.sent.append(event)
+        env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+        env.update(
+            DEPLOYTOOL_EVENT=event,
+            DEPLOYTOOL_MESSAGE=message,
+            DEPLOYTOOL_REMOTE_DIR=str(self.remote_dir),
+        )
+        argv = ["sh", "-c", self.command]
+        killer = shutil.which(
+            "timeout"
+        )  # coreutils: it ends the command even if the runner is gone by then
+        if killer:
+            argv = [killer, "-k", "5", f"{self.timeout:g}", *argv]
+        t = threading.Thread(target=self._run, args=(event, argv, env), daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _run(self, event: str, argv: list[str], env: dict) -> None:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=self.remote_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as e:
+            self.log(f"notify {event}: could not run the command: {e}")
+            return
+        try:
+            out, _ = proc.communicate(timeout=self.timeout + 10)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, 9)
+            except OSError:
+                pass
+            self.log(f"notify {event}: the command did not end within {self.timeout:g}s: killed")
+            return
+        if proc.returncode == 0:
+            self.log(f"notify {event}: sent")
+        else:
+            last = (out or b"").decode(errors="replace").strip().splitlines()[-1:] or [""]
+            why = "timed out" if proc.returncode == 124 else f"exit {proc.returncode}"
+            self.log(f"notify {event}: the command failed ({why}) {last[0][:200]}".rstrip())
+
+    def wait(self, seconds: float) -> None:
+        """At the end of the run: give the last notifications a moment to go out (they run on anyway)."""
+        deadline = time.monotonic() + seconds
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))

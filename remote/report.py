@@ -1,0 +1,105 @@
+"""What `invoke report` draws, gathered on the host in one pass: status, the tokens/s history, and per
+dataset the response-length histogram and finish_reason shares (read from the outputs' record heads),
+the errors. One JSON answer; the page itself is made on the local side."""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+from pathlib import Path
+
+from . import history
+from .jobspec import JOB_FILE, Job, Paths, release_dir
+from .status import JobStatus
+
+_HEAD = re.compile(
+    rb'"finish_reason": ("[^"]*"|null), "usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)'
+)
+BINS = 40
+MAX_HISTORY_POINTS = 2000
+LAST_ERRORS = 5
+
+
+def scan_outputs(path: Path) -> tuple[list[int], collections.Counter]:
+    """Response lengths and finish_reason counts of every record (heads only: no conversation is parsed)."""
+    lengths, finish = [], collections.Counter()
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                m = _HEAD.search(line, 0, 400)
+                if m is None:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue  # a torn last line
+                    lengths.append(int((rec.get("usage") or {}).get("completion_tokens") or 0))
+                    finish[str(rec.get("finish_reason"))] += 1
+                    continue
+                lengths.append(int(m.group(2)))
+                finish[json.loads(m.group(1)) or "None"] += 1
+    except FileNotFoundError:
+        pass
+    return lengths, finish
+
+
+def histogram(values: list[int], top: int) -> dict:
+    top = max(1, top)
+    width = max(1, -(-top // BINS))
+    counts = [0] * BINS
+    for v in values:
+        counts[min(BINS - 1, v // width)] += 1
+    return {"width": width, "counts": counts}
+
+
+def errors(path: Path) -> tuple[int, list[str]]:
+    n, last = 0, collections.deque(maxlen=LAST_ERRORS)
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                n += 1
+                last.append(f"{rec.get('id')}: {str(rec.get('error'))[:200]}")
+    except FileNotFoundError:
+        pass
+    return n, list(last)
+
+
+def gather(paths: Paths) -> dict:
+    st = JobStatus.read(paths.status) or JobStatus()
+    st.token = None
+    try:
+        job = Job.load(release_dir() / JOB_FILE)
+    except (OSError, ValueError, KeyError):
+        job = None
+    max_tokens = int((job.sampling if job else {}).get("max_tokens") or 0) or None
+    names = job.names() if job else list(st.datasets)
+    datasets = {}
+    for name in names:
+        lengths, finish = scan_outputs(paths.output(name))
+        n_err, last = errors(paths.errors(name))
+        top = max(max_tokens or 0, max(lengths, default=0))
+        d = st.datasets.get(name)
+        datasets[name] = {
+            "records": len(lengths),
+            "tokens": sum(lengths),
+            "mean": sum(lengths) / len(lengths) if lengths else None,
+            "target": d.target if d else None,
+            "hist": histogram(lengths, top),
+            "finish": dict(finish),
+            "errors": n_err,
+            "last_errors": last,
+        }
+    lines = history.read(paths.run / "history.jsonl")
+    starts = [x["t"] for x in lines if "start" in x]
+    points = [[x["t"], x.get("tps", 0)] for x in lines if "start" not in x]
+    step = max(1, len(points) // MAX_HISTORY_POINTS)
+    return {
+        "status": st.to_dict(),
+        "max_tokens": max_tokens,
+        "datasets": datasets,
+        "history": {"points": points[::step], "starts": starts},
+    }
