@@ -70,6 +70,12 @@ def _metrics_text(m: dict | None) -> str:
     return f" · vLLM: running {n(m.get('running'))}, waiting {n(m.get('waiting'))}, KV cache {kv}"
 
 
+def short_url(url: str) -> str:
+    """http://gpu1:8000/v1 -> gpu1:8000: the part that tells servers apart, so a line fits."""
+    url = url.split("://", 1)[-1]
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
 def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:
     """One line per server (when there are several, one is down, or a server reports /metrics), and
     whether it needs attention."""
@@ -78,13 +84,13 @@ def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:
     for e in st.endpoints if show else ():
         if e.reachable:
             text = (
-                f"server {e.url}: up · in flight {e.in_flight}/{e.concurrency} · "
+                f"server {short_url(e.url)}: up · in flight {e.in_flight}/{e.concurrency} · "
                 f"{fmt_tokens(e.tokens_per_s)} tok/s · {e.requests:,} answered · errors {e.errors}"
             )
             out.append((text + _metrics_text(e.metrics), False))
         else:
             text = (
-                f"server {e.url}: DOWN for {fmt_duration(e.down_for(now))}: {e.last_error or '?'} · "
+                f"server {short_url(e.url)}: DOWN for {fmt_duration(e.down_for(now))}: {e.last_error or '?'} · "
                 f"{e.requests:,} answered · errors {e.errors}"
             )
             out.append((text, True))
@@ -139,19 +145,13 @@ def hints(st: JobStatus) -> list[str]:
             continue
         if m.get("new_preemptions"):
             out.append(
-                f"hint: {e.url} is preempting requests ({m['new_preemptions']} since the last sample): its KV "
-                "cache is too small for this many at once; lower job.engine.concurrency or raise "
+                f"hint: {short_url(e.url)} is preempting requests ({m['new_preemptions']} since the last "
+                "sample): its KV cache is too small for this many at once; lower job.engine.concurrency or raise "
                 "--gpu-memory-utilization"
             )
-        elif (
-            more
-            and e.in_flight >= e.concurrency
-            and m.get("waiting") == 0
-            and m.get("kv_cache") is not None
-            and m["kv_cache"] < 0.8
-        ):
+        elif more and e.in_flight >= e.concurrency and m.get("room_samples", 0) >= 3:
             out.append(
-                f"hint: {e.url} runs every request it gets with none waiting and its KV cache at "
+                f"hint: {short_url(e.url)} runs every request it gets with none waiting and its KV cache at "
                 f"{m['kv_cache']:.0%}: raise job.engine.concurrency (now {e.concurrency}) to fill its batch"
             )
     return out

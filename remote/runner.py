@@ -699,6 +699,14 @@ class Runner:
                     "generation_tokens_per_s": rate,
                     "preemptions": snap["preemptions"],
                     "new_preemptions": new_preempt,  # since the sample before
+                    # samples in a row with nothing waiting and KV cache to spare: one is chance, three a pattern
+                    "room_samples": (
+                        ((e.metrics or {}).get("room_samples", 0) + 1)
+                        if snap["waiting"] == 0
+                        and snap["kv_cache"] is not None
+                        and snap["kv_cache"] < 0.8
+                        else 0
+                    ),
                 }
                 last[e.url] = (now, snap)
             self.gpus = await asyncio.to_thread(gpu.gpus)

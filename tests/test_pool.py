@@ -154,7 +154,7 @@ def test_three_servers_share_the_job_exactly_once(project, servers):
     assert [e["url"] for e in st["endpoints"]] == [s.url for s in srvs]
     assert sum(e["requests"] for e in st["endpoints"]) == 90 and st["concurrency"] == 12
     out = cli(cfg, "status").stdout
-    assert all(f"server {s.url}: up" in out for s in srvs)
+    assert all(f"server 127.0.0.1:{s.port}: up" in out for s in srvs)
 
 
 def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, servers):
@@ -173,7 +173,7 @@ def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, serv
 
     wait_for(seen_down, timeout=20, what="status shows the server down")
     shown = cli(cfg, "tail", "--once").stdout
-    assert f"server {victim.url}: DOWN" in shown
+    assert f"server 127.0.0.1:{victim.port}: DOWN" in shown
     assert len(records(host_dir, "B1")) < 150  # the job is still going
     back = ServerProcess(port=victim.port, latency=0.4).start()  # restarted on its port
     made.append(back)

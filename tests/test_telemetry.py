@@ -258,3 +258,43 @@ def test_a_full_disk_is_survived_and_the_job_finishes_exactly_once(
     wait_for(
         lambda: events(log) == ["disk_full", "finished"], timeout=10, what="finished notification"
     )
+
+
+def _st(**endpoint):
+    from remote.status import JobStatus
+
+    base = {"url": "http://gpu1:8000/v1", "in_flight": 256, "concurrency": 256, "reachable": True}
+    return JobStatus.from_dict(
+        {
+            "state": "running",
+            "datasets": {
+                "B2": {"state": "running", "done": 1639, "target": 7000, "in_flight": 256}
+            },
+            "endpoints": [dict(base, **endpoint)],
+            "disk": {
+                "free_bytes": 3 << 30,
+                "total_bytes": 100 << 30,
+                "full": False,
+                "hours_left": 2.5,
+            },
+        }
+    )
+
+
+def test_hints_need_a_pattern_not_one_sample():
+    from deploytool.progress import disk_line, hints
+
+    room = {"running": 256, "waiting": 0, "kv_cache": 0.41, "new_preemptions": 0}
+    assert hints(_st(metrics=dict(room, room_samples=2))) == []
+    (h,) = hints(_st(metrics=dict(room, room_samples=3)))
+    assert "gpu1:8000 runs every request it gets" in h and "KV cache at 41%" in h and "now 256" in h
+    assert (
+        hints(_st(metrics=dict(room, room_samples=5), in_flight=100)) == []
+    )  # not at its cap: no advice
+    (p,) = hints(_st(metrics=dict(room, new_preemptions=12, room_samples=0)))
+    assert (
+        "preempting requests (12 since the last sample)" in p
+        and "lower job.engine.concurrency" in p
+    )
+    text, style = disk_line(_st())
+    assert style == "yellow" and "about 2.5 h of output at the current rate" in text
