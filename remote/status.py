@@ -30,8 +30,16 @@ def _known(cls, d: dict) -> dict:
     return {k: v for k, v in d.items() if k in names}
 
 
+class _FromDict:
+    """Built from a dict as read back from JSON: unknown keys (a newer writer) are left out."""
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        return cls(**_known(cls, d))
+
+
 @dataclass
-class DatasetStatus:
+class DatasetStatus(_FromDict):
     state: str = PENDING
     done: int = 0  # records among the target's prompts
     target: int = 0
@@ -58,13 +66,9 @@ class DatasetStatus:
     def is_complete(self) -> bool:
         return self.state == COMPLETE
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "DatasetStatus":
-        return cls(**_known(cls, d))
-
 
 @dataclass
-class EndpointStatus:
+class EndpointStatus(_FromDict):
     """One OpenAI-compatible server the runner sends requests to."""
 
     url: str
@@ -81,13 +85,9 @@ class EndpointStatus:
     def down_for(self, now: float) -> float | None:
         return None if self.down_since is None else now - self.down_since
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "EndpointStatus":
-        return cls(**_known(cls, d))
-
 
 @dataclass
-class EngineStatus:
+class EngineStatus(_FromDict):
     kind: str = "openai"
     model: str = ""
     base_urls: list = field(default_factory=list)
@@ -95,23 +95,15 @@ class EngineStatus:
     down_since: float | None = None  # every server has been unreachable since then
     last_error: str | None = None
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "EngineStatus":
-        return cls(**_known(cls, d))
-
 
 @dataclass
-class RunnerInfo:
+class RunnerInfo(_FromDict):
     """Added by `ctl status` on the host: is the pid file's process still the runner that wrote it."""
 
     alive: bool = False
     pid: int | None = None
     release: str | None = None
     uptime_s: float | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RunnerInfo":
-        return cls(**_known(cls, d))
 
 
 @dataclass

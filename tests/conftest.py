@@ -213,3 +213,26 @@ def openai_server():
     yield make
     for s in servers:
         s.stop()
+
+
+def cli(config, *args: str, timeout: float = 180, cwd=None) -> subprocess.CompletedProcess:
+    """`deploytool --config CONFIG ARGS` as a user runs it (CONFIG: a loaded Config or a path)."""
+    path = config if isinstance(config, (str, Path)) else config.path
+    return subprocess.run(
+        [sys.executable, "-m", "deploytool", "--config", str(path), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
+def records(root: Path, ds: str) -> list[dict]:
+    """Every record of a dataset on a host's remote_dir (every line must be valid JSON)."""
+    p = root / "data" / "outputs" / f"{ds}.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def status(root: Path) -> dict:
+    """run/status.json of a host's remote_dir, as the runner wrote it."""
+    return json.loads((root / "run" / "status.json").read_text())

@@ -17,7 +17,7 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError, UsageError
 from remote import procinfo
-from tests.conftest import base_job, ssh_host_entry, wait_for, write_config, write_prompts
+from tests.conftest import base_job, ssh_host_entry, status, wait_for, write_config, write_prompts
 
 
 @pytest.fixture
@@ -65,10 +65,6 @@ def runners_of(root: Path) -> list[int]:
 def outputs(root: Path, ds: str) -> list[str]:
     p = root / "data" / "outputs" / f"{ds}.jsonl"
     return [json.loads(line)["id"] for line in p.read_text().splitlines()] if p.exists() else []
-
-
-def status(root: Path) -> dict:
-    return json.loads((root / "run" / "status.json").read_text())
 
 
 def test_restart_starts_then_live_recap_keeps_the_process(job):

@@ -8,28 +8,21 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import (
     REPO,
     base_job,
+    cli,
     free_port,
+    records,
     ssh_host_entry,
+    status,
     wait_for,
     write_config,
     write_prompts,
 )
-
-
-def cli(cfg, *args, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 class ServerProcess:
@@ -90,15 +83,6 @@ def servers():
         s.stop()
 
 
-def records(host_dir: Path, ds: str) -> list[dict]:
-    p = host_dir / "data" / "outputs" / f"{ds}.jsonl"
-    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
-
-
-def status(host_dir: Path) -> dict:
-    return json.loads((host_dir / "run" / "status.json").read_text())
-
-
 @pytest.fixture
 def project(tmp_path, ssh_rig):
     proj = tmp_path / "p"
@@ -121,20 +105,7 @@ def project(tmp_path, ssh_rig):
         return write_config(proj, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec), host_dir
 
     yield make
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "deploytool",
-            "--config",
-            str(proj / "hosts.yaml"),
-            "stop",
-            "--grace",
-            "0",
-        ],
-        capture_output=True,
-        timeout=60,
-    )
+    cli(proj / "hosts.yaml", "stop", "--grace", "0", timeout=60)
 
 
 def test_three_servers_share_the_job_exactly_once(project, servers):
@@ -200,13 +171,12 @@ def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, serv
 
 def test_every_server_down_waits_then_fails_after_down_deadline(tmp_path):
     from tests.test_runner import make_root, run
-    from tests.test_runner import status as run_status
 
     urls = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
     root = make_root(tmp_path, {"B1": 3}, {"base_urls": urls, "down_deadline": 1.5})
     res = run(root)
     assert res.returncode == 1
-    st = run_status(root)
+    st = status(root)
     assert st["state"] == "failed" and "every engine server unreachable for" in st["message"]
     assert st["engine"]["reachable"] is False and not any(e["reachable"] for e in st["endpoints"])
     assert (

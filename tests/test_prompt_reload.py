@@ -4,8 +4,6 @@ reloading would make old line-number ids name other prompts (real sshd, real HTT
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,20 +13,15 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
 from remote import procinfo
-from tests.conftest import base_job, ssh_host_entry, wait_for, write_config, write_prompts
-
-
-def cli(cfg, *args, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def status(host_dir: Path) -> dict:
-    return json.loads((host_dir / "run" / "status.json").read_text())
+from tests.conftest import (
+    base_job,
+    cli,
+    ssh_host_entry,
+    status,
+    wait_for,
+    write_config,
+    write_prompts,
+)
 
 
 def record_ids(host_dir: Path, ds: str) -> list[str]:
@@ -74,20 +67,7 @@ def project(tmp_path, ssh_rig, openai_server):
         return write_config(proj, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec)
 
     yield make, srv, proj, host_dir
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "deploytool",
-            "--config",
-            str(proj / "hosts.yaml"),
-            "stop",
-            "--grace",
-            "0",
-        ],
-        capture_output=True,
-        timeout=60,
-    )
+    cli(proj / "hosts.yaml", "stop", "--grace", "0", timeout=60)
 
 
 def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(project):

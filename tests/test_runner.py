@@ -14,7 +14,7 @@ import pytest
 
 from remote.outputs import encode_record, repair_tail, scan
 from remote.prompts import load_prompts
-from tests.conftest import REPO, wait_for, write_prompts
+from tests.conftest import REPO, records, status, wait_for, write_prompts
 
 
 def make_root(tmp_path: Path, sizes: dict[str, int], engine: dict, est: dict | None = None) -> Path:
@@ -61,20 +61,8 @@ def run(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedPro
     )
 
 
-def records(root: Path, ds: str) -> list[dict]:
-    p = root / "data" / "outputs" / f"{ds}.jsonl"
-    if not p.exists():
-        return []
-    # every line must be valid JSON
-    return [json.loads(line) for line in p.read_text().splitlines()]
-
-
 def ids(root: Path, ds: str) -> list[str]:
     return [r["id"] for r in records(root, ds)]
-
-
-def status(root: Path) -> dict:
-    return json.loads((root / "run" / "status.json").read_text())
 
 
 def expected(ds: str, n: int) -> list[str]:

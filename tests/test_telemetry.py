@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,30 +13,17 @@ import pytest
 
 from tests.conftest import (
     base_job,
+    cli,
     free_port,
     ssh_host_entry,
+    status,
     wait_for,
     write_config,
     write_prompts,
 )
 from tests.test_runner import make_root, run, runner_cmd
-from tests.test_runner import status as run_status
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def cli(cfg, *args, timeout=180, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-
-
-def status(host_dir: Path) -> dict:
-    return json.loads((host_dir / "run" / "status.json").read_text())
 
 
 def notify_to(path: Path, extra: str = "") -> dict:
@@ -68,20 +54,7 @@ def sshd_job(tmp_path, ssh_rig):
         return write_config(proj, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec), host_dir
 
     yield make
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "deploytool",
-            "--config",
-            str(proj / "hosts.yaml"),
-            "stop",
-            "--grace",
-            "0",
-        ],
-        capture_output=True,
-        timeout=60,
-    )
+    cli(proj / "hosts.yaml", "stop", "--grace", "0", timeout=60)
 
 
 def test_status_carries_the_servers_own_view(sshd_job, openai_server):
@@ -210,7 +183,7 @@ def test_notify_stalled_once_and_a_failing_command_is_only_logged(tmp_path, open
         )
         time.sleep(2)
         assert events(log) == ["stalled"]  # once, not once a second
-        assert proc.poll() is None and run_status(root)["state"] == "running"  # the job goes on
+        assert proc.poll() is None and status(root)["state"] == "running"  # the job goes on
     finally:
         proc.terminate()
         proc.wait(30)

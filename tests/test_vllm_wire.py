@@ -4,7 +4,6 @@ sshd: answers cut inside their thinking, `extra_body`, failures that show their 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,23 +11,9 @@ import pytest
 
 from remote import metrics
 from remote.engine import parse_reply
-from tests.conftest import base_job, ssh_host_entry, write_config, write_prompts
+from tests.conftest import base_job, cli, records, ssh_host_entry, write_config, write_prompts
 from tests.openai_server import FakeOpenAI
 from tests.test_server import fake_vllm
-
-
-def cli(cfg, *args, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "deploytool", "--config", str(cfg.path), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def records(host_dir: Path, ds: str) -> list[dict]:
-    p = host_dir / "data" / "outputs" / f"{ds}.jsonl"
-    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
 
 
 def error_lines(host_dir: Path, ds: str) -> list[str]:
@@ -68,20 +53,7 @@ def project(tmp_path, ssh_rig):
         ), host_dir
 
     yield make
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "deploytool",
-            "--config",
-            str(proj / "hosts.yaml"),
-            "stop",
-            "--grace",
-            "0",
-        ],
-        capture_output=True,
-        timeout=60,
-    )
+    cli(proj / "hosts.yaml", "stop", "--grace", "0", timeout=60)
 
 
 # ------------------------------------------------------------------ the reply, field by field
