@@ -11,7 +11,6 @@ import fcntl
 import json
 import os
 import secrets
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -192,17 +191,7 @@ def start(paths: Paths, a) -> dict:
     argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root), *run_flags(a)]
     paths.ensure()
     with open(paths.log, "ab") as log:
-        # own session, no terminal, output to the log: the SSH command returns at once
-        proc = subprocess.Popen(
-            argv,
-            cwd=rel,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-        )
+        proc = procinfo.start_detached(argv, cwd=rel, env=env, log=log)
     deadline = time.monotonic() + a.wait
     while True:
         st = JobStatus.read(paths.status) or JobStatus()

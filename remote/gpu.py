@@ -19,65 +19,56 @@ def _nvidia_smi() -> str | None:
     return os.environ.get("DEPLOYTOOL_NVIDIA_SMI") or shutil.which("nvidia-smi")
 
 
-def gpus() -> list[dict] | None:
-    """[{index, util, memory_used, memory_total}] (%, MiB) per GPU, or None where there is no nvidia-smi."""
+def _query(query: str, timeout: float) -> list[list[str]] | None:
+    """nvidia-smi's CSV rows for one --query-*, split and stripped; None where there is no nvidia-smi."""
     exe = _nvidia_smi()
     if not exe:
         return None
     try:
         out = subprocess.run(
-            [
-                exe,
-                "--query-gpu=index,utilization.gpu,memory.used,memory.total",
-                "--format=csv,noheader,nounits",
-            ],
+            [exe, query, "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
-            timeout=15,
+            timeout=timeout,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
         return None
-    found = []
-    for line in out.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 4 and parts[0].isdigit():
-            nums = [int(p) if p.isdigit() else None for p in parts[1:4]]
-            found.append(
-                {
-                    "index": int(parts[0]),
-                    "util": nums[0],
-                    "memory_used": nums[1],
-                    "memory_total": nums[2],
-                }
-            )
-    return found
+    return [[p.strip() for p in line.split(",")] for line in out.stdout.splitlines()]
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None  # "[N/A]" on some boards
+
+
+def gpus() -> list[dict] | None:
+    """[{index, util, memory_used, memory_total}] (%, MiB) per GPU, or None where there is no nvidia-smi."""
+    rows = _query("--query-gpu=index,utilization.gpu,memory.used,memory.total", timeout=15)
+    if rows is None:
+        return None
+    return [
+        {
+            "index": int(r[0]),
+            "util": _int(r[1]),
+            "memory_used": _int(r[2]),
+            "memory_total": _int(r[3]),
+        }
+        for r in rows
+        if len(r) >= 4 and r[0].isdigit()
+    ]
 
 
 def compute_apps() -> list[dict] | None:
     """[{pid, used_mib}] from nvidia-smi, or None where there is no nvidia-smi."""
-    exe = _nvidia_smi()
-    if not exe:
+    rows = _query("--query-compute-apps=pid,used_memory", timeout=30)
+    if rows is None:
         return None
-    try:
-        out = subprocess.run(
-            [exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    apps = []
-    for line in out.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 2 and parts[0].isdigit():
-            used = int(parts[1]) if parts[1].isdigit() else 0
-            apps.append({"pid": int(parts[0]), "used_mib": used})
-    return apps
+    return [
+        {"pid": int(r[0]), "used_mib": _int(r[1]) or 0}
+        for r in rows
+        if len(r) >= 2 and r[0].isdigit()
+    ]
 
 
 def _listener_pids(port: int) -> set[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 
@@ -125,3 +126,18 @@ def under(path: str | None, root: Path) -> bool:
         return True
     except ValueError:
         return False
+
+
+def start_detached(argv: list[str], *, cwd, env: dict, log) -> subprocess.Popen:
+    """Start argv in a session of its own, no terminal, output to the open log file: it outlives the SSH
+    command that started it, which returns at once."""
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+        close_fds=True,
+    )

@@ -13,7 +13,6 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -112,16 +111,7 @@ def start(paths: Paths, spec: dict) -> dict:
             f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode()
         )
         log.flush()
-        proc = subprocess.Popen(
-            argv,
-            cwd=paths.root,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-        )
+        proc = procinfo.start_detached(argv, cwd=paths.root, env=env, log=log)
     from .jobspec import release_dir
 
     write_json_atomic(
