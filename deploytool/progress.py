@@ -126,7 +126,8 @@ def disk_line(st: JobStatus) -> tuple[str, str] | None:
             "yellow",
         )
     return (
-        f"disk: {free:,.1f} GiB free" + (f" (~{hours:,.0f} h at this rate)" if hours else ""),
+        f"disk: {free:,.1f} GiB free"
+        + (f" (~{hours:,.0f} h at this rate)" if hours and not st.terminal else ""),
         "dim",
     )
 
