@@ -20,43 +20,21 @@ import math
 import random
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import bench_runner
 from common import REPO  # noqa: E402
 
+from tests.conftest import runner_cmd
 from tests.openai_server import FakeOpenAI
 
 
 def make_root(root: Path, n: int, engine: dict) -> Path:
-    (root / "data" / "prompts").mkdir(parents=True)
-    with open(root / "data" / "prompts" / "B1.jsonl", "w") as f:
-        for i in range(n):
-            f.write(
-                json.dumps(
-                    {"id": f"B1-{i:06d}", "messages": [{"role": "user", "content": f"q{i}"}]}
-                )
-                + "\n"
-            )
-    (root / "job.json").write_text(
-        json.dumps(
-            {
-                "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 400}},
-                "engine": {
-                    "kind": "openai",
-                    "model": "m",
-                    "retry_base": 0.05,
-                    "request_timeout": 120,
-                    **engine,
-                },
-                "sampling": {"max_tokens": 4096},
-                "chat_template_kwargs": {},
-            }
-        )
+    return bench_runner.make_root(
+        root, n, {"request_timeout": 120, **engine}, est_tokens=400, max_tokens=4096
     )
-    return root
 
 
 def lengths(key: str) -> int:
@@ -67,16 +45,7 @@ def lengths(key: str) -> int:
 
 def run_runner(root: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "remote",
-            "run",
-            "--root",
-            str(root),
-            "--job",
-            str(root / "job.json"),
-        ],
+        runner_cmd(root),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -134,16 +103,7 @@ def kill_one(prompts: int) -> None:
                 {"base_urls": [s.url for s in servers], "concurrency": 8, "retry_base": 0.05},
             )
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "remote",
-                    "run",
-                    "--root",
-                    str(root),
-                    "--job",
-                    str(root / "job.json"),
-                ],
+                runner_cmd(root),
                 cwd=REPO,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -18,7 +18,6 @@ import json
 import math
 import random
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,10 +27,14 @@ from common import REPO  # noqa: E402
 from remote.jobspec import Caps, Job, Paths
 from remote.outputs import encode_record
 from remote.runner import Runner
+from tests.conftest import runner_cmd
 from tests.openai_server import FakeOpenAI
 
 
-def make_root(root: Path, n: int, engine: dict) -> Path:
+def make_root(
+    root: Path, n: int, engine: dict, est_tokens: int = 100, max_tokens: int = 512
+) -> Path:
+    """One dataset B1 of n prompts and a job.json for the OpenAI engine (shared by the benchmarks)."""
     (root / "data" / "prompts").mkdir(parents=True)
     with open(root / "data" / "prompts" / "B1.jsonl", "w") as f:
         for i in range(n):
@@ -44,9 +47,9 @@ def make_root(root: Path, n: int, engine: dict) -> Path:
     (root / "job.json").write_text(
         json.dumps(
             {
-                "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 100}},
+                "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": est_tokens}},
                 "engine": {"kind": "openai", "model": "m", "retry_base": 0.05, **engine},
-                "sampling": {"max_tokens": 512},
+                "sampling": {"max_tokens": max_tokens},
                 "chat_template_kwargs": {},
             }
         )
@@ -57,16 +60,7 @@ def make_root(root: Path, n: int, engine: dict) -> Path:
 def run_runner(root: Path) -> float:
     t0 = time.perf_counter()
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "remote",
-            "run",
-            "--root",
-            str(root),
-            "--job",
-            str(root / "job.json"),
-        ],
+        runner_cmd(root),
         cwd=REPO,
         check=True,
         capture_output=True,

@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from common import REPO  # noqa: E402
 
+from tests.conftest import runner_cmd
 from tests.openai_server import FakeOpenAI
 
 
@@ -72,16 +72,7 @@ def main() -> None:
             t0 = time.perf_counter()
             try:
                 res = subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "remote",
-                        "run",
-                        "--root",
-                        str(root),
-                        "--job",
-                        str(root / "job.json"),
-                    ],
+                    runner_cmd(root),
                     cwd=a.code,
                     capture_output=True,
                     timeout=a.timeout,

@@ -236,3 +236,18 @@ def records(root: Path, ds: str) -> list[dict]:
 def status(root: Path) -> dict:
     """run/status.json of a host's remote_dir, as the runner wrote it."""
     return json.loads((root / "run" / "status.json").read_text())
+
+
+def runner_cmd(root: Path, *args: str) -> list[str]:
+    """The runner in the foreground, on a remote_dir that holds its own job.json (tests and benchmarks)."""
+    return [
+        sys.executable,
+        "-m",
+        "remote",
+        "run",
+        "--root",
+        str(root),
+        "--job",
+        str(root / "job.json"),
+        *args,
+    ]

@@ -14,7 +14,7 @@ import pytest
 
 from remote.outputs import encode_record, repair_tail, scan
 from remote.prompts import load_prompts
-from tests.conftest import REPO, records, status, wait_for, write_prompts
+from tests.conftest import REPO, records, runner_cmd, status, wait_for, write_prompts
 
 
 def make_root(tmp_path: Path, sizes: dict[str, int], engine: dict, est: dict | None = None) -> Path:
@@ -39,20 +39,6 @@ def make_root(tmp_path: Path, sizes: dict[str, int], engine: dict, est: dict | N
     }
     (root / "job.json").write_text(json.dumps(job))
     return root
-
-
-def runner_cmd(root: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "remote",
-        "run",
-        "--root",
-        str(root),
-        "--job",
-        str(root / "job.json"),
-        *args,
-    ]
 
 
 def run(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -15,13 +15,14 @@ from tests.conftest import (
     base_job,
     cli,
     free_port,
+    runner_cmd,
     ssh_host_entry,
     status,
     wait_for,
     write_config,
     write_prompts,
 )
-from tests.test_runner import make_root, run, runner_cmd
+from tests.test_runner import make_root, run
 
 REPO = Path(__file__).resolve().parent.parent
 
