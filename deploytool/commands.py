@@ -37,13 +37,14 @@ def hosts(host_spec: str | None) -> int:
     from .hosts import on_hosts, probe
 
     config = load_config()
-    selected = config.select_hosts(host_spec)
+    # without --host: every configured host (a newcomer's second host must show up here)
+    selected = config.select_hosts(host_spec or ",".join(config.hosts))
     try:
         results, failures = (
             on_hosts(
                 config,
                 selected,
-                lambda conn: probe(conn, config.job_for(conn.name).engine.kind),
+                lambda conn: probe(conn, config.job_for(conn.name).to_dict()["engine"]),
                 render.trusted_key,
             ),
             {},

@@ -44,32 +44,29 @@ def on_hosts(
     return results
 
 
-def probe(conn: Connector, engine_kind: str = "simulate") -> dict:
-    """Reachable, what Python the host has, and whether it imports what the job's engine needs."""
-    from remote.preflight import ENGINE_MODULES, PROBE
+def probe(conn: Connector, engine: dict) -> dict:
+    """Reachable, what Python the host has, whether it imports what the job's engine needs, and
+    whether the job's servers (those that answer) serve the job's model. One round trip: the host
+    runs remote/preflight.py's source, so nothing needs to be deployed yet."""
+    from pathlib import Path
+
+    import remote.preflight as preflight
 
     from .control import preflight_message
 
-    script = (
-        "import sys,platform;print(platform.node(), sys.version.split()[0], sys.executable)\n"
-        + PROBE
-    )
-    res = conn.run(conn.python("-c", script, *ENGINE_MODULES.get(engine_kind, ())))
-    lines = res.out.strip().splitlines()
-    if not res.ok or len(lines) < 2:
+    source = Path(preflight.__file__).read_text()
+    res = conn.run(conn.python("-c", source, json.dumps(engine)))
+    try:
+        found = res.answer()
+    except ValueError:
         return {"ok": False, "detail": res.why("python failed")}
-    node, version, executable = (lines[0].split(" ", 2) + ["", ""])[:3]
-    missing = json.loads(lines[-1])
-    if missing:
-        return {
-            "ok": False,
-            "detail": preflight_message(
-                conn.name,
-                {
-                    "python": executable or conn.host.python,
-                    "engine": engine_kind,
-                    "missing": missing,
-                },
-            ),
+    if found["missing"]:
+        problem = {
+            "python": found["executable"] or conn.host.python,
+            "engine": engine.get("kind", "openai"),
+            "missing": found["missing"],
         }
-    return {"ok": True, "detail": f"{node}, Python {version}"}
+        return {"ok": False, "detail": preflight_message(conn.name, problem)}
+    if found["model"]:
+        return {"ok": False, "detail": preflight.model_message(found["model"])}
+    return {"ok": True, "detail": f"{found['node']}, Python {found['version']}"}

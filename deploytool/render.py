@@ -270,8 +270,24 @@ def pull_result(r, out: Console | None = None) -> None:
             out.print(f"  {f['action']:10} {name} ({_size(f['bytes'])})")
 
 
+def _leftover_list(procs: list[dict]) -> str:
+    def one(p):
+        mem = f"{p['rss_mib']} MiB RAM" if p.get("rss_mib") is not None else "? RAM"
+        if p.get("gpu_mib"):
+            mem += f", {p['gpu_mib']} MiB GPU"
+        return f"pid {p['pid']} {p['what']} ({mem})"
+
+    return "; ".join(one(p) for p in procs)
+
+
 def server_started(r: dict, out: Console | None = None) -> None:
     out = out or console
+    if r.get("removed"):
+        out.print(
+            f"{r['host']}: removed {len(r['removed'])} leftover processes of the dead server "
+            f"first: {_leftover_list(r['removed'])}",
+            markup=False,
+        )
     if r.get("already"):
         out.print(
             f"[bold]{r['host']}[/]: server already up (pid {r['pid']}, {r['model']} on port {r['port']})"
@@ -290,13 +306,21 @@ def server_started(r: dict, out: Console | None = None) -> None:
             "  headless data-parallel worker: no HTTP, no smoke test (the head answers for the group)"
         )
     else:
-        out.print(f"  smoke test: {(r.get('smoke') or '')[:80]!r}", markup=False)
+        asked = f" (asked as {r['served_model']!r})" if r.get("served_model") else ""
+        out.print(f"  smoke test: {(r.get('smoke') or '')[:80]!r}{asked}", markup=False)
 
 
 def server_stopped(r: dict, out: Console | None = None) -> None:
     out = out or console
     if not r.get("was_running"):
-        out.print(f"[bold]{r['host']}[/]: no server was running")
+        if r.get("removed"):
+            out.print(
+                f"{r['host']}: no server was running; removed {len(r['removed'])} leftover "
+                f"processes of a dead one: {_leftover_list(r['removed'])}",
+                markup=False,
+            )
+        else:
+            out.print(f"[bold]{r['host']}[/]: no server was running")
         return
     line = f"[bold]{r['host']}[/]: server pid {r['pid']} stopped"
     if r.get("killed"):
@@ -314,7 +338,19 @@ def server_stopped(r: dict, out: Console | None = None) -> None:
 def server_status(r: dict, out: Console | None = None) -> None:
     out = out or console
     if not r.get("up"):
-        out.print(f"[bold]{r['host']}[/]: server down")
+        left = r.get("leftovers") or []
+        if not left:
+            out.print(f"[bold]{r['host']}[/]: server down")
+            return
+        out.print(
+            f"{r['host']}: server down, but {len(left)} processes of the dead server are still "
+            f"running: {_leftover_list(left)}",
+            markup=False,
+        )
+        out.print(
+            "  they hold its memory (and GPUs): `invoke server.stop` removes them, and "
+            "`invoke server.start` does before it starts a new server"
+        )
         return
     where = "as a headless data-parallel worker" if r.get("headless") else f"on port {r['port']}"
     out.print(

@@ -77,7 +77,13 @@ def start(
             last_note = clock()
         sleep(poll)
     smoke = call(conn, "server", "smoke", "--spec", spec_json(spec))
-    return dict(started, host=conn.name, ready_after_s=clock() - t0, smoke=smoke["answer"])
+    return dict(
+        started,
+        host=conn.name,
+        ready_after_s=clock() - t0,
+        smoke=smoke["answer"],
+        served_model=smoke.get("model"),
+    )
 
 
 def stop(conn: Connector, grace: float = 30.0) -> dict:

@@ -387,13 +387,15 @@ def add_parser(sub) -> None:
 
 
 def preflight() -> None:
-    """Refuse a start or restart, before anything is stopped, when this Python cannot run the engine."""
-    from .preflight import engine_problem
+    """Refuse a start or restart, before anything is stopped, when this Python cannot run the engine
+    or a server does not serve the job's model (every request would be a 404)."""
+    from .preflight import engine_problem, model_message, model_problem
 
     try:
-        kind = Job.load(release_dir() / JOB_FILE).engine.get("kind", "openai")
+        engine = Job.load(release_dir() / JOB_FILE).engine
     except (OSError, ValueError, KeyError):
         return  # no readable job spec: the runner says so itself, with its log lines
+    kind = engine.get("kind", "openai")
     problem = engine_problem(kind)
     if problem:
         mods = ", ".join(problem["missing"])
@@ -402,6 +404,9 @@ def preflight() -> None:
             "stopped",
             preflight=problem,
         )
+    wrong = model_problem(engine, dict(os.environ))
+    if wrong:
+        raise CtlError(f"nothing was stopped: {model_message(wrong)}", model=wrong)
 
 
 def main(a) -> int:

@@ -10,6 +10,8 @@ import random
 import time
 from dataclasses import dataclass
 
+from .preflight import base_urls
+
 
 class EngineError(Exception):
     pass
@@ -26,16 +28,20 @@ class TransientError(EngineError):
 class PermanentError(EngineError):
     """4xx other than 408/429: retrying cannot help."""
 
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def job_fault(self) -> bool:
+        """401/403 (credentials) and 404 (a model the server does not serve, a wrong base_url) say
+        nothing about the prompt: every other prompt would get the same answer."""
+        return self.status in (401, 403, 404)
+
 
 class EngineDown(EngineError):
     """The server refuses connections, or dropped this one mid-request (its process died): the request
     goes to another server, or waits for this one to answer again (up to the engine's down_deadline)."""
-
-
-def base_urls(engine: dict) -> list[str]:
-    """`base_urls`, else `base_url` as a list of one."""
-    urls = engine.get("base_urls") or [engine.get("base_url") or "http://127.0.0.1:8000/v1"]
-    return [u.rstrip("/") for u in urls]
 
 
 @dataclass
@@ -174,11 +180,22 @@ class OpenAIEngine:
         if status == 429 or status == 408 or status >= 500:
             raise TransientError(f"HTTP {status}: {text[:200]}")
         if status >= 400:
-            raise PermanentError(f"HTTP {status}: {text[:500]}")
+            raise PermanentError(f"HTTP {status}: {_error_text(text)[:500]}", status)
         try:
             return parse_reply(json.loads(text), self.model)
         except (ValueError, TypeError) as e:
             raise TransientError(f"malformed reply ({e}): {text[:200]!r}") from None
+
+
+def _error_text(body: str) -> str:
+    """The server's own message from an OpenAI-style error body, else the body."""
+    try:
+        err = json.loads(body)
+        err = err.get("error", err) if isinstance(err, dict) else err
+        msg = err.get("message") if isinstance(err, dict) else None
+        return msg if isinstance(msg, str) and msg else body
+    except ValueError:
+        return body
 
 
 _WORDS = (

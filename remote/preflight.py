@@ -1,10 +1,14 @@
-"""Before anything is stopped: can the host's Python run the job's engine at all?
+"""Before anything is stopped: can the host's Python run the job's engine at all, and does every
+server the job talks to serve the model the job names?
 
-Checked by importing in a child of the same interpreter, without `-S`, exactly as the runner will be
+Standard library only and free of package imports: `invoke hosts` sends this file as the source of
+`python -c` (like release.py), so it answers on a host where nothing is deployed yet. ctl imports it.
+Imports are checked in a child of the same interpreter, without `-S`, exactly as the runner will be
 started (ctl itself runs with `-S`, so it cannot see site-packages)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -31,8 +35,6 @@ def missing_modules(modules, python: str = sys.executable) -> dict[str, str]:
         [python, "-c", PROBE, *modules], capture_output=True, text=True, timeout=120
     )
     try:
-        import json
-
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {
@@ -46,3 +48,78 @@ def engine_problem(kind: str, python: str = sys.executable) -> dict | None:
     if not missing:
         return None
     return {"python": python, "engine": kind, "missing": missing}
+
+
+def base_urls(engine: dict) -> list[str]:
+    """`base_urls`, else `base_url` as a list of one."""
+    urls = engine.get("base_urls") or [engine.get("base_url") or "http://127.0.0.1:8000/v1"]
+    return [u.rstrip("/") for u in urls]
+
+
+def served_models(url: str, api_key: str = "", timeout: float = 5.0) -> list[str] | None:
+    """The model ids a server answers to (GET {base_url}/models), or None when it does not answer
+    (not started yet, or down: the runner waits for such a server; nothing to judge here)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(f"{url}/models")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            data = json.loads(r.read()).get("data", [])
+        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return None
+
+
+def model_problem(engine: dict, environ: dict) -> dict | None:
+    """None when every answering server serves job.engine.model; else {model, served: {url: ids}}.
+    vLLM answers requests for any other name `404 The model X does not exist`, for every prompt."""
+    if engine.get("kind", "openai") != "openai":
+        return None
+    key_env = engine.get("api_key_env") or "OPENAI_API_KEY"
+    model = engine.get("model", "default")
+    wrong = {}
+    for url in base_urls(engine):
+        ids = served_models(url, environ.get(key_env, ""))
+        if ids is not None and model not in ids:
+            wrong[url] = ids
+    return {"model": model, "served": wrong} if wrong else None
+
+
+def model_message(problem: dict, where: str = "job.engine.model") -> str:
+    served = "; ".join(
+        f"{u} serves {', '.join(ids) or 'nothing'}" for u, ids in problem["served"].items()
+    )
+    first = next(iter(problem["served"].values()))
+    fix = f"set {where} to {first[0]!r}" if first else f"check {where}"
+    return (
+        f"{where} {problem['model']!r} is not served: {served} (--served-model-name decides the "
+        f"name): {fix}"
+    )
+
+
+def main(argv: list[str]) -> int:
+    """`python -c <this file> ENGINE_JSON`: one JSON line for `invoke hosts`."""
+    import os
+    import platform
+
+    engine = json.loads(argv[0])
+    kind = engine.get("kind", "openai")
+    print(
+        json.dumps(
+            {
+                "node": platform.node(),
+                "version": sys.version.split()[0],
+                "executable": sys.executable,
+                "missing": missing_modules(ENGINE_MODULES.get(kind, ())),
+                "model": model_problem(engine, dict(os.environ)),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

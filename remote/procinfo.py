@@ -48,6 +48,38 @@ def ppid(pid: int) -> int | None:
     return int(f[1]) if f else None
 
 
+def sid(pid: int) -> int | None:
+    """Session id. Linux keeps a pid number out of reuse while any live process still has it as its
+    session or group id, so a session outlives its leader as a safe name for what the leader started."""
+    f = _stat_fields(pid)
+    return int(f[3]) if f else None
+
+
+def rss_mib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) // 1024
+    except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError):
+        return None
+    return 0  # a kernel thread or a zombie: no resident memory
+
+
+def session_members(session: int, since: int | None = None) -> list[int]:
+    """Live processes of this user in `session`, started at or after `since` (clock ticks)."""
+    me = os.getuid()
+    out = []
+    for pid in all_pids():
+        if sid(pid) != session or uid(pid) != me or not alive(pid):
+            continue
+        st = start_time(pid)
+        if since is not None and (st is None or st < since):
+            continue
+        out.append(pid)
+    return sorted(out)
+
+
 def alive(pid: int) -> bool:
     s = state(pid)
     return s is not None and s not in ("Z", "X")

@@ -52,6 +52,7 @@ from .status import (
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 RATE_WINDOW = 60.0
+JOB_FAULT_STREAK = 8  # different prompts in a row with one permanent error: the job's fault
 FINGERPRINT_ABSENT = {"extra_body": {}}
 _SEQ = itertools.count()  # tie-break in the retry queue: prompts never compare
 
@@ -270,6 +271,7 @@ class Runner:
         self.unwritten: list = []  # callables that each write one held record or error line, in order
         self.bytes_events: collections.deque = collections.deque()  # (t, bytes appended)
         self._alerts: set[str] = set()  # conditions notified and not yet cleared
+        self._streak: list = []  # (run, prompt, error, attempts): one permanent error in a row
 
     # ------------------------------------------------------------------ preparation
 
@@ -460,15 +462,50 @@ class Runner:
                 return
             except PermanentError as e:
                 ep.errors += 1
-                self._write_error(run, p, str(e), run.attempts.get(p.id, 0) + 1)
-                run.failed.add(p.id)
+                self.engine_error = str(e)
+                self._permanent(run, p, e)
                 return
             self.engine_error = None
+            self._end_streak()
             self._write_record(run, p, c)
             self.pool.answered(ep, c.completion_tokens, time.time())
         finally:
             ep.in_flight -= 1
             run.in_flight.discard(p.id)
+
+    def _permanent(self, run: DatasetRun, p: Prompt, e: PermanentError) -> None:
+        """A prompt's own fault goes to its errors file. The job's fault (a model the server does not
+        serve, credentials; or one message for many prompts in a row) fails the job at once and files
+        nothing: 56,000 prompts moved to errors by one typo would each have to be asked again anyway."""
+        if (
+            e.job_fault or self.fatal
+        ):  # after a fault, answers still in flight are no prompt's fault
+            run.requeue(p, time.time())  # unfiled, and never lost
+            self._job_fault(str(e))
+            return
+        run.failed.add(p.id)  # not asked again in this run, filed once the streak ends
+        streak = self._streak
+        if streak and streak[0][2] != str(e):
+            self._end_streak()
+        streak.append((run, p, str(e), run.attempts.get(p.id, 0) + 1))
+        if len(streak) >= JOB_FAULT_STREAK:
+            for r, q, _, _ in streak:
+                r.failed.discard(q.id)
+            streak.clear()
+            self._job_fault(f"{e} (the same answer for {JOB_FAULT_STREAK} prompts in a row)")
+
+    def _job_fault(self, why: str) -> None:
+        if not self.fatal:
+            self.fatal = (
+                f"the server refuses the job, not a prompt: {why}; nothing was filed as an error "
+                "(check job.engine.model against the server's GET /v1/models, and api_key_env)"
+            )
+
+    def _end_streak(self) -> None:
+        """Permanent errors held back while they might have been the job's fault: file them."""
+        for run, p, why, attempts in self._streak:
+            self._write_error(run, p, why, attempts)
+        self._streak.clear()
 
     def _write_record(self, run: DatasetRun, p: Prompt, c) -> None:
         assistant = {"role": "assistant", "content": c.content}
@@ -927,6 +964,7 @@ class Runner:
                     telemetry.cancel()
                 if window.done() and not window.cancelled() and window.exception():
                     raise window.exception()
+            self._end_streak()
             if self.fatal:
                 self.state, self.message, code = FAILED, self.fatal, EXIT_FAILED
                 self.log(f"failed: {self.fatal}")

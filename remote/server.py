@@ -88,10 +88,40 @@ def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return 0, ""
 
 
+def leftovers(paths: Paths) -> list[dict]:
+    """Processes of a server that died hard (kill -9, the OOM killer): vLLM's engine core and workers
+    outlive their API server, re-parented to init but still in its session, holding the GPUs. They
+    rename themselves (setproctitle), which clobbers /proc/PID/environ too, so neither a name nor the
+    token finds them: the session does, as the pid file recorded it."""
+    rec = procinfo.read_json(pidfile(paths))
+    if not rec or not isinstance(rec.get("pid"), int) or procinfo.is_same_process(rec):
+        return []
+    session = rec.get("sid", rec["pid"])  # pid files before `sid` was recorded: a session leader
+    gpu_mib = {a["pid"]: a["used_mib"] for a in gpu.compute_apps() or []}
+    return [
+        {
+            "pid": pid,
+            "start_time": procinfo.start_time(pid),
+            "what": " ".join(procinfo.cmdline(pid))[:80] or "?",
+            "rss_mib": procinfo.rss_mib(pid),
+            "gpu_mib": gpu_mib.get(pid),
+        }
+        for pid in procinfo.session_members(session, since=rec.get("start_time"))
+    ]
+
+
+def remove_leftovers(paths: Paths, grace: float = 10.0) -> list[dict]:
+    found = leftovers(paths)
+    if found:
+        kill.terminate({p["pid"]: p["start_time"] for p in found}, grace)
+    return found
+
+
 def start(paths: Paths, spec: dict) -> dict:
     rec = managed(paths)
     if rec:
         return {"already": True, "pid": rec["pid"], "port": rec["port"], "model": rec["model"]}
+    removed = remove_leftovers(paths)  # a second engine beside them is CUDA out of memory at load
     port = int(spec["port"])
     headless = bool(spec.get("headless"))
     holders = set() if headless else gpu._listener_pids(port)  # a headless worker serves no HTTP
@@ -118,6 +148,7 @@ def start(paths: Paths, spec: dict) -> dict:
         pidfile(paths),
         {
             "pid": proc.pid,
+            "sid": proc.pid,  # start_detached: a session of its own, which its engine processes keep
             "start_time": procinfo.start_time(proc.pid),
             "token": token,
             "port": port,
@@ -136,6 +167,7 @@ def start(paths: Paths, spec: dict) -> dict:
         "model": spec["model"],
         "argv": argv,
         "env": masked(spec.get("env", {})),
+        "removed": removed,
     }
 
 
@@ -164,13 +196,7 @@ def check(paths: Paths) -> dict:
             "elapsed_s": time.time() - rec.get("started_at", time.time()),
             "log": procinfo.tail_lines(logfile(paths), 30 if not alive else 1),
         }
-    code, body = _get(f"http://127.0.0.1:{rec['port']}/v1/models", timeout=3) if alive else (0, "")
-    models = []
-    if code == 200:
-        try:
-            models = [m.get("id") for m in json.loads(body).get("data", [])]
-        except ValueError:
-            pass
+    code, models = served_models(rec["port"]) if alive else (0, [])
     return {
         "alive": alive,
         "ready": alive and code == 200,
@@ -181,6 +207,16 @@ def check(paths: Paths) -> dict:
         "elapsed_s": time.time() - rec.get("started_at", time.time()),
         "log": procinfo.tail_lines(logfile(paths), 30 if not alive else 1),
     }
+
+
+def served_models(port: int) -> tuple[int, list[str]]:
+    """(HTTP status, model ids) of GET /v1/models: what requests must name (--served-model-name)."""
+    code, body = _get(f"http://127.0.0.1:{port}/v1/models", timeout=3)
+    try:
+        data = json.loads(body).get("data", []) if code == 200 else []
+        return code, [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    except (ValueError, AttributeError):
+        return code, []
 
 
 def degenerate(text: str) -> str | None:
@@ -197,12 +233,17 @@ def degenerate(text: str) -> str | None:
 
 
 def smoke(paths: Paths, model: str) -> dict:
+    """One short request, naming a model the server says it serves: `server.model` is the weights
+    path, which --served-model-name replaces as the name requests must use."""
     import urllib.error
     import urllib.request
 
     rec = managed(paths)
     if not rec:
         raise ServerError("the server is not running")
+    served = served_models(rec["port"])[1]
+    if served and model not in served:
+        model = served[0]
     body = json.dumps(
         {
             "model": model,
@@ -230,22 +271,37 @@ def smoke(paths: Paths, model: str) -> dict:
             "GPUs; check the vLLM version and attention backend",
             answer=text[:200],
         )
-    return {"answer": text[:200]}
+    return {"answer": text[:200], "model": model}
 
 
 def stop(paths: Paths, grace: float, gpu_wait: float = 120.0) -> dict:
     rec = managed(paths)
     if not rec:
-        return {"was_running": False, "killed": [], "gpu": None}
+        removed = remove_leftovers(paths, grace)
+        held = wait_gpu_free({p["pid"] for p in removed}, gpu_wait) if removed else None
+        return {"was_running": False, "killed": [], "gpu": held, "removed": removed}
     token = rec.get("token")
     tree = (
         {p: procinfo.start_time(p) for p in kill.token_holders(TOKEN_ENV, token)} if token else {}
     )
     tree[rec["pid"]] = rec["start_time"]
+    session = rec.get("sid", rec["pid"])
+    # renamed engine processes hide the token: the session names them whatever they call themselves
+    for pid in procinfo.session_members(session, since=rec["start_time"]):
+        tree.setdefault(pid, procinfo.start_time(pid))
     killed = kill.terminate({rec["pid"]: rec["start_time"]}, grace, TOKEN_ENV, token)
+    rest = {p: st for p, st in tree.items() if p != rec["pid"] and procinfo.start_time(p) == st}
+    killed += kill.terminate(rest, 2.0) if rest else []
     left = kill.wait_gone(tree, 5)
     held = wait_gpu_free(set(tree), gpu_wait)
-    return {"was_running": True, "pid": rec["pid"], "killed": killed, "alive": left, "gpu": held}
+    return {
+        "was_running": True,
+        "pid": rec["pid"],
+        "killed": sorted(set(killed)),
+        "alive": left,
+        "gpu": held,
+        "removed": [],
+    }
 
 
 def wait_gpu_free(pids: set[int], timeout: float) -> dict | None:
@@ -269,7 +325,7 @@ def _metrics(port: int) -> dict:
 def status(paths: Paths) -> dict:
     rec = managed(paths)
     if not rec:
-        return {"up": False}
+        return {"up": False, "leftovers": leftovers(paths)}
     c = check(paths)
     out = {
         "up": True,

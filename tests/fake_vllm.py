@@ -2,8 +2,11 @@
 
 Like vLLM it loads for a while before it answers, spawns worker processes in process groups of their
 own (which outlive a killed parent), and serves the OpenAI API and Prometheus /metrics.
-Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N. `--headless` serves no
-HTTP, as vLLM's data-parallel workers do.
+Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N, --fake-engine N.
+`--headless` serves no HTTP, as vLLM's data-parallel workers do. `--served-model-name` changes the id
+requests must use, and another name is vLLM's 404. `--fake-engine` children stay in the server's
+session and group without its environment (real vLLM's EngineCore renames itself, clobbering
+/proc/PID/environ) and outlive a kill -9 of the server.
 """
 
 import argparse
@@ -25,6 +28,8 @@ def main():
     p.add_argument("--fake-die", action="store_true")
     p.add_argument("--fake-degenerate", action="store_true")
     p.add_argument("--fake-workers", type=int, default=2)
+    p.add_argument("--fake-engine", type=int, default=0)
+    p.add_argument("--served-model-name")
     p.add_argument(
         "--headless", action="store_true", help="a data-parallel worker: no API server, like vLLM's"
     )
@@ -42,7 +47,14 @@ def main():
         )
         for _ in range(a.fake_workers)
     ]
+    workers += [
+        subprocess.Popen(
+            [sys.executable, "-c", "import time\ntime.sleep(3600)", "FAKE::EngineCore"], env={}
+        )
+        for _ in range(a.fake_engine)
+    ]
     print("workers " + " ".join(str(w.pid) for w in workers), flush=True)
+    served = a.served_model_name or a.model
     for i in range(3):
         print(f"Loading safetensors checkpoint shards: {i + 1}/3", flush=True)
         time.sleep(a.fake_delay / 3)
@@ -71,7 +83,7 @@ def main():
 
         def do_GET(self):
             if self.path == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": a.model}]})
+                self._send(200, {"object": "list", "data": [{"id": served, "root": a.model}]})
             elif self.path == "/metrics":
                 gen = int((time.time() - t0) * 1000)
                 self._send(
@@ -88,12 +100,16 @@ def main():
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length", 0))
-            json.loads(self.rfile.read(n))
+            body = json.loads(self.rfile.read(n))
+            if body.get("model") != served:
+                msg = f"The model `{body.get('model')}` does not exist. Valid aliases: {served}."
+                err = {"message": msg, "type": "NotFoundError", "param": "model", "code": 404}
+                return self._send(404, {"error": err})
             text = "the " * 40 if a.fake_degenerate else "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
             self._send(
                 200,
                 {
-                    "model": a.model,
+                    "model": served,
                     "choices": [
                         {
                             "index": 0,

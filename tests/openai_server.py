@@ -44,6 +44,7 @@ class FakeOpenAI:
         shape: str = "classic",
         cut_in_thinking: float = 0.0,
         engines: int = 1,
+        strict_model: bool = False,
     ):
         self.latency = latency
         self.fail_rate, self.rate_limit_rate = fail_rate, rate_limit_rate
@@ -61,6 +62,7 @@ class FakeOpenAI:
             cut_in_thinking  # share of prompts (fixed per prompt) cut by max_tokens while thinking
         )
         self.engines = engines  # data-parallel engines reported in /metrics
+        self.strict_model = strict_model  # another model name is vLLM's 404, as in real vLLM
         self.slot_count = slots
         self.generated_tokens = 0
         self.bodies: list[dict] = []  # every request body, as received
@@ -102,6 +104,10 @@ class FakeOpenAI:
     async def chat(self, request):
         body = await request.json()
         self.bodies.append(body)
+        if self.strict_model and body.get("model") != self.model:
+            msg = f"The model `{body.get('model')}` does not exist. Valid aliases: {self.model}."
+            err = {"message": msg, "type": "NotFoundError", "param": "model", "code": 404}
+            return web.json_response({"error": err}, status=404)
         self.t_last_arrival = time.monotonic()
         if self.t_first is None:
             self.t_first = self.t_last_arrival

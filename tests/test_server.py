@@ -111,6 +111,58 @@ def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
     assert 500 < m["generation_tokens_per_s"] < 2000
 
 
+def test_smoke_test_names_the_model_the_server_serves(host):
+    cfg, conn = host("--served-model-name", "tiny")
+    r = server.start(conn, cfg.server, poll=0.2)
+    assert r["served_model"] == "tiny" and r["smoke"].startswith("1, 2, 3")
+
+
+def session_of(host_dir: Path) -> list[int]:
+    rec = json.loads((host_dir / "run" / "server.pid").read_text())
+    assert rec["sid"] == rec["pid"]
+    return [p for p in procinfo.all_pids() if procinfo.sid(p) == rec["sid"]]
+
+
+def test_hard_death_leaves_engine_processes_that_status_names_and_start_removes(host, tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    cfg, conn = host("--fake-engine", "2", "--fake-workers", "0")
+    base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
+    first = server.start(conn, cfg.server, poll=0.2)
+    old = session_of(tmp_path / "host")
+    assert len(old) == 3 and first["pid"] in old
+    engines = [p for p in old if p != first["pid"]]
+    assert all(procinfo.environ(p) == {} for p in engines)  # the token cannot find them
+    os.kill(first["pid"], signal.SIGKILL)  # the OOM killer, a segfault
+    wait_for(lambda: not procinfo.alive(first["pid"]), what="server gone")
+    assert all(procinfo.alive(p) for p in engines)
+
+    res = subprocess.run(base + ["server.status"], capture_output=True, text=True)
+    out = " ".join(res.stdout.split())
+    assert res.returncode == 0, res.stderr
+    assert "server down, but 2 processes of the dead server are still running" in out
+    assert all(f"pid {p} " in out for p in engines) and "FAKE::EngineCore" in out
+    assert "MiB RAM" in out and "invoke server.stop removes them" in out.replace("`", "")
+
+    res = subprocess.run(base + ["server.start"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "removed 2 leftover processes of the dead server first" in " ".join(res.stdout.split())
+    assert not any(procinfo.alive(p) for p in engines)
+    new = session_of(tmp_path / "host")
+    assert len(new) == 3 and not set(new) & set(old)
+
+    # killed again: server.stop alone removes what is left
+    new_pid = json.loads((tmp_path / "host" / "run" / "server.pid").read_text())["pid"]
+    os.kill(new_pid, signal.SIGKILL)
+    wait_for(lambda: not procinfo.alive(new_pid), what="server gone")
+    res = subprocess.run(base + ["server.stop"], capture_output=True, text=True)
+    assert res.returncode == 0 and "removed 2 leftover processes" in " ".join(res.stdout.split())
+    wait_for(lambda: not any(procinfo.alive(p) for p in new), what="leftovers gone")
+    assert server.status(conn)["leftovers"] == []
+
+
 def test_server_dying_in_startup_is_reported_with_its_log(host):
     cfg, conn = host("--fake-die")
     with pytest.raises(RemoteError, match="died during start-up") as e:
@@ -142,7 +194,7 @@ def test_stop_leaves_no_process_alive_workers_included(host, tmp_path):
         r["pid"]
     }  # the workers ignored SIGTERM and outlived the parent
     wait_for(lambda: not any(procinfo.alive(p) for p in tree), what="whole tree gone")
-    assert server.status(conn) == {"ok": True, "up": False, "host": "gpu"}
+    assert server.status(conn) == {"ok": True, "up": False, "leftovers": [], "host": "gpu"}
     assert server.stop(conn)["was_running"] is False
 
 

@@ -1,0 +1,83 @@
+"""Build a tiny random-weight chat model that real vLLM serves on a CPU, with no download.
+
+Qwen3 architecture, 2 layers, hidden 128, head_dim 64 (vLLM's CPU attention kernel refuses 16), a
+word-level tokenizer made with `tokenizers`, and a chat template that opens a `<think>` block, so a
+reasoning parser (`deepseek_r1`, `qwen3`) splits `reasoning` from `content`. The answers are noise;
+what the tests need is the real server around them.
+
+Run with the Python of the vLLM environment (torch, transformers, tokenizers):
+    python tests/real_engine/make_tiny_model.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SPECIAL = ["<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+WORDS = (
+    "the a of to and in is it that for on with as was at by be this from or an are not but which "
+    "have has one two three four five six seven eight nine ten question answer step first then "
+    "model data train draft token think reason result because so we can will user assistant system "
+    "count from separated by commas B1 B2 B3 B4 B5 B6 B7 B8 , . : ; ? ! ( ) - 0 1 2 3 4 5 6 7 8 9"
+).split()
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+
+
+def build(out: Path) -> Path:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = {w: i for i, w in enumerate(SPECIAL + [w for w in WORDS if w not in SPECIAL])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(SPECIAL)
+    tok.save(str(out / "tokenizer.json"))
+    eos = vocab["<|im_end|>"]
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "chat_template": TEMPLATE,
+                "eos_token": "<|im_end|>",
+                "pad_token": "<|endoftext|>",
+                "unk_token": "<unk>",
+                "bos_token": None,
+                "model_max_length": 4096,
+                "clean_up_tokenization_spaces": False,
+            },
+            indent=1,
+        )
+    )
+    config = Qwen3Config(
+        vocab_size=len(vocab),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=4096,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        eos_token_id=eos,
+        pad_token_id=vocab["<|endoftext|>"],
+        bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    (out / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": eos, "pad_token_id": vocab["<|endoftext|>"]})
+    )
+    return out
+
+
+if __name__ == "__main__":
+    print(build(Path(sys.argv[1])))

