@@ -261,7 +261,9 @@ def smoke(paths: Paths, model: str) -> dict:
         with urllib.request.urlopen(req, timeout=300) as r:
             data = json.loads(r.read())
         msg = data["choices"][0]["message"]
-        text = msg.get("content") or ""
+        # a thinking model (Kimi-K2.5, a reasoning parser) may spend all 64 tokens thinking: then
+        # `content` is null and the text to judge is the thinking
+        text = msg.get("content") or msg.get("reasoning") or msg.get("reasoning_content") or ""
     except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as e:
         raise ServerError(f"smoke test request failed: {e}") from None
     why = degenerate(text)

@@ -2,7 +2,8 @@
 
 Like vLLM it loads for a while before it answers, spawns worker processes in process groups of their
 own (which outlive a killed parent), and serves the OpenAI API and Prometheus /metrics.
-Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N, --fake-engine N.
+Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N, --fake-engine N,
+--fake-thinking (a reply that is all thinking: `content` null, the text in `reasoning`).
 `--headless` serves no HTTP, as vLLM's data-parallel workers do. `--served-model-name` changes the id
 requests must use, and another name is vLLM's 404. `--fake-engine` children stay in the server's
 session and group without its environment (real vLLM's EngineCore renames itself, clobbering
@@ -30,6 +31,7 @@ def main():
     p.add_argument("--fake-workers", type=int, default=2)
     p.add_argument("--fake-engine", type=int, default=0)
     p.add_argument("--served-model-name")
+    p.add_argument("--fake-thinking", action="store_true", help="all thinking: content null")
     p.add_argument(
         "--headless", action="store_true", help="a data-parallel worker: no API server, like vLLM's"
     )
@@ -114,7 +116,11 @@ def main():
                         {
                             "index": 0,
                             "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": text},
+                            "message": (
+                                {"role": "assistant", "content": None, "reasoning": text}
+                                if a.fake_thinking
+                                else {"role": "assistant", "content": text}
+                            ),
                         }
                     ],
                     "usage": {"prompt_tokens": 12, "completion_tokens": 20},

@@ -117,6 +117,12 @@ def test_smoke_test_names_the_model_the_server_serves(host):
     assert r["served_model"] == "tiny" and r["smoke"].startswith("1, 2, 3")
 
 
+def test_smoke_test_of_a_model_that_spends_its_tokens_thinking(host):
+    cfg, conn = host("--fake-thinking")
+    r = server.start(conn, cfg.server, poll=0.2)
+    assert r["smoke"].startswith("1, 2, 3")  # judged on the thinking: content is null
+
+
 def session_of(host_dir: Path) -> list[int]:
     rec = json.loads((host_dir / "run" / "server.pid").read_text())
     assert rec["sid"] == rec["pid"]

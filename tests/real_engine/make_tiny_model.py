@@ -34,7 +34,8 @@ def build(out: Path) -> Path:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
-    vocab = {w: i for i, w in enumerate(SPECIAL + [w for w in WORDS if w not in SPECIAL])}
+    names = list(dict.fromkeys(SPECIAL + WORDS))  # ids 0..n-1, each word once
+    vocab = {w: i for i, w in enumerate(names)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.add_special_tokens(SPECIAL)
@@ -65,14 +66,30 @@ def build(out: Path) -> Path:
         head_dim=64,
         max_position_embeddings=4096,
         rope_theta=10000.0,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,
         eos_token_id=eos,
         pad_token_id=vocab["<|endoftext|>"],
         bos_token_id=None,
     )
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(out, safe_serialization=True)
+    model = Qwen3ForCausalLM(config)
+    # Random weights decoded greedily repeat one token, which the smoke test rightly calls
+    # degenerate. So the weights carry a plan:
+    # the residual stream is dominated by the current token's embedding, and the output head maps
+    # each word to the next word of one long cycle. Greedy walks the cycle (varied words); sampling
+    # (temperature 1) leaves it often, ending the thinking or the answer now and then.
+    words = [vocab[w] for w in vocab if w not in SPECIAL]
+    nxt = {w: words[(i + 1) % len(words)] for i, w in enumerate(words)}
+    for t in SPECIAL:
+        nxt[vocab[t]] = words[0]
+    with torch.no_grad():
+        emb = torch.randn(len(vocab), config.hidden_size)
+        model.model.embed_tokens.weight.copy_(emb)
+        head = torch.zeros_like(emb)
+        for cur, follow in nxt.items():
+            head[follow] += emb[cur]
+        model.lm_head.weight.copy_(head * (4.0 / config.hidden_size))
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
     (out / "generation_config.json").write_text(
         json.dumps({"eos_token_id": eos, "pad_token_id": vocab["<|endoftext|>"]})
     )
