@@ -87,7 +87,9 @@ def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:
                 f"server {short_url(e.url)}: up · in flight {e.in_flight}/{e.concurrency} · "
                 f"{fmt_tokens(e.tokens_per_s)} tok/s · {e.requests:,} answered · errors {e.errors}"
             )
-            out.append((text + _metrics_text(e.metrics), False))
+            # a job that has ended no longer feeds the batch: its last sample would mislead
+            live = None if st.terminal else e.metrics
+            out.append((text + _metrics_text(live), False))
         else:
             text = (
                 f"server {short_url(e.url)}: DOWN for {fmt_duration(e.down_for(now))}: {e.last_error or '?'} · "

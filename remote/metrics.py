@@ -55,9 +55,14 @@ def mean(series: dict[str, list[float]], *names: str) -> float | None:
 def snapshot(text: str) -> dict:
     """running, waiting, kv_cache (0-1), generation_tokens (counter), preemptions; None where missing."""
     s = parse(text)
+    running, waiting = total(s, RUNNING), total(s, WAITING)
+    if running == 0 and waiting:
+        # impossible for a working scheduler: a stale gauge (seen on vLLM's CPU build under load,
+        # while thousands of tokens/s flowed). Unknown, rather than an empty batch that misleads
+        running = None
     return {
-        "running": total(s, RUNNING),
-        "waiting": total(s, WAITING),
+        "running": running,
+        "waiting": waiting,
         "kv_cache": mean(s, *KV_CACHE),
         "generation_tokens": total(s, GENERATION),
         "preemptions": total(s, PREEMPTIONS),

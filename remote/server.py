@@ -293,7 +293,7 @@ def stop(paths: Paths, grace: float, gpu_wait: float = 120.0) -> dict:
         tree.setdefault(pid, procinfo.start_time(pid))
     killed = kill.terminate({rec["pid"]: rec["start_time"]}, grace, TOKEN_ENV, token)
     rest = {p: st for p, st in tree.items() if p != rec["pid"] and procinfo.start_time(p) == st}
-    killed += kill.terminate(rest, 2.0) if rest else []
+    killed += kill.terminate(rest, min(grace, 10.0)) if rest else []  # already sent SIGTERM
     left = kill.wait_gone(tree, 5)
     held = wait_gpu_free(set(tree), gpu_wait)
     return {

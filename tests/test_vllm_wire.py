@@ -130,6 +130,14 @@ vllm:generation_tokens_total{engine="1",model_name="kimi"} 2500.0
     assert metrics.snapshot("not prometheus at all\n") == dict.fromkeys(m)
 
 
+def test_a_stale_running_gauge_reads_unknown_not_an_empty_batch():
+    text = 'vllm:num_requests_running{model_name="m",engine="0"} 0.0\n'
+    stale = metrics.snapshot(text + 'vllm:num_requests_waiting{model_name="m",engine="0"} 5.0\n')
+    assert stale["running"] is None and stale["waiting"] == 5
+    idle = metrics.snapshot(text + 'vllm:num_requests_waiting{model_name="m",engine="0"} 0.0\n')
+    assert idle["running"] == 0
+
+
 # ------------------------------------------------------------------ through the CLI
 
 
