@@ -32,7 +32,7 @@ from pathlib import Path
 
 from common import REPO  # noqa: E402
 
-from remote.metrics import parse  # noqa: E402
+from remote.common.metrics import parse  # noqa: E402
 from tests.conftest import free_port, runner_cmd  # noqa: E402
 from tests.real_engine import rig  # noqa: E402
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from common import REPO  # noqa: E402
 
-from remote.jobspec import Caps, Job, Paths
-from remote.outputs import encode_record
-from remote.runner import Runner
+from remote.common.jobspec import Caps, Job, Paths
+from remote.job.outputs import encode_record
+from remote.job.runner import Runner
 from tests.conftest import runner_cmd
 from tests.openai_server import FakeOpenAI
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from bench_pool import lengths, make_root, run_runner
 from common import REPO  # noqa: F401,E402
 
-from remote.history import History
-from remote.status import DatasetStatus, EndpointStatus, JobStatus
+from remote.common.status import DatasetStatus, EndpointStatus, JobStatus
+from remote.job.history import History
 from tests.openai_server import FakeOpenAI
 
 

@@ -44,7 +44,11 @@ def hosts(host_spec: str | None) -> int:
             on_hosts(
                 config,
                 selected,
-                lambda conn: probe(conn, config.job_for(conn.name).to_dict()["engine"]),
+                lambda conn: probe(
+                    conn,
+                    config.job_for(conn.name).to_dict()["engine"],
+                    list(config.job_for(conn.name).engine.base_urls),
+                ),
                 render.trusted_key,
             ),
             {},

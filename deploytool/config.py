@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import yaml
 
-from remote.units import DATASET_NAME_RE, parse_tokens
+from remote.common.units import DATASET_NAME_RE, parse_tokens
 
 from .errors import ConfigError
 

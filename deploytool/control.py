@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from remote.status import JobStatus
-from remote.units import parse_cap, parse_dataset_list, parse_tokens
+from remote.common.status import JobStatus
+from remote.common.units import parse_cap, parse_dataset_list, parse_tokens
 
 from .config import Config
 from .connectors import Connector
@@ -26,7 +26,7 @@ class RunFlags:
     force: bool = False
 
     def argv(self) -> list[str]:
-        from remote.cli import run_argv
+        from remote.common.runargs import run_argv
 
         return run_argv(
             self.max_samples, self.caps, self.max_tokens, self.datasets, self.grace, self.force

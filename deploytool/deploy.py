@@ -15,14 +15,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from remote.jobspec import JOB_FILE
+from remote.common.jobspec import JOB_FILE
 
 from .config import Config
 from .connectors import Connector
 from .errors import RemoteError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "remote"
-_RELEASE_SRC = (PACKAGE_DIR / "release.py").read_text()
+_RELEASE_SRC = (PACKAGE_DIR / "host" / "release.py").read_text()
 
 
 @dataclass(frozen=True)

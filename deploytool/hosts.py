@@ -44,18 +44,17 @@ def on_hosts(
     return results
 
 
-def probe(conn: Connector, engine: dict) -> dict:
+def probe(conn: Connector, engine: dict, urls: list[str]) -> dict:
     """Reachable, what Python the host has, whether it imports what the job's engine needs, and
     whether the job's servers (those that answer) serve the job's model. One round trip: the host
     runs remote/preflight.py's source, so nothing needs to be deployed yet."""
     from pathlib import Path
 
-    import remote.preflight as preflight
-
     from .control import preflight_message
 
-    source = Path(preflight.__file__).read_text()
-    res = conn.run(conn.python("-c", source, json.dumps(engine)))
+    # sent as source, never imported here (deploytool imports only remote.common)
+    source = (Path(__file__).resolve().parent.parent / "remote" / "host" / "preflight.py").read_text()
+    res = conn.run(conn.python("-c", source, json.dumps(engine), json.dumps(urls)))
     try:
         found = res.answer()
     except ValueError:
@@ -68,5 +67,5 @@ def probe(conn: Connector, engine: dict) -> dict:
         }
         return {"ok": False, "detail": preflight_message(conn.name, problem)}
     if found["model"]:
-        return {"ok": False, "detail": preflight.model_message(found["model"])}
+        return {"ok": False, "detail": found["model"]}
     return {"ok": True, "detail": f"{found['node']}, Python {found['version']}"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remote.units import parse_tokens
+from remote.common.units import parse_tokens
 
 from .connectors import Connector
 from .control import ctl

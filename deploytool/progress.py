@@ -10,7 +10,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from remote.status import JobStatus
+from remote.common.status import JobStatus
 
 STALE_AFTER = 30.0  # seconds without a status update before we ask whether the runner is alive
 

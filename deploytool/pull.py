@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from remote.ctl import prefix_hash
+from remote.common.pull import prefix_hash
 
 from .connectors import Connector
 from .control import ctl

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from remote.status import JobStatus
+from remote.common.status import JobStatus
 
 from .errors import DeployToolError
 from .progress import disk_line, endpoint_lines, gpu_line, hints, notices

@@ -7,7 +7,7 @@ import html
 import time
 from pathlib import Path
 
-from remote.status import JobStatus
+from remote.common.status import JobStatus
 
 from .connectors import Connector
 from .control import ctl

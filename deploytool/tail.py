@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from remote.status import FINISHED, JobStatus
+from remote.common.status import FINISHED, JobStatus
 
 from .config import Config, HostConfig
 from .connectors import Connector, connect

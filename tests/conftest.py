@@ -97,7 +97,7 @@ MaxStartups 100
     def stop(self) -> None:
         """Stop the listener and drop every session it serves (as a host going away would)."""
         if self.proc and self.proc.poll() is None:
-            from remote import procinfo
+            from remote.common import procinfo
 
             sessions = [p for p in procinfo.all_pids() if procinfo.ppid(p) == self.proc.pid]
             self.proc.terminate()

@@ -16,7 +16,7 @@ from deploytool import control
 from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError, UsageError
-from remote import procinfo
+from remote.common import procinfo
 from tests.conftest import base_job, ssh_host_entry, status, wait_for, write_config, write_prompts
 
 
@@ -56,8 +56,8 @@ def flags(cfg, **kw):
 
 
 def runners_of(root: Path) -> list[int]:
-    from remote.ctl import stray_runners
-    from remote.jobspec import Paths
+    from remote.common.jobspec import Paths
+    from remote.host.ctl import stray_runners
 
     return stray_runners(Paths(root), set())
 
@@ -340,8 +340,8 @@ def test_gpu_check_refuses_foreign_gpu_memory(job, tmp_path):
 
 def test_gpu_check_allows_the_engine_server_session(job, tmp_path):
     """GPU memory held by the process serving the engine's port (and its children: vLLM workers) is fine."""
-    from remote import gpu
-    from remote.jobspec import Paths
+    from remote.common.jobspec import Paths
+    from remote.host import gpu, server
 
     srv_proc = subprocess.Popen(
         [
@@ -366,10 +366,10 @@ def test_gpu_check_allows_the_engine_server_session(job, tmp_path):
         fake.chmod(0o755)
         os.environ["DEPLOYTOOL_NVIDIA_SMI"] = str(fake)
         try:
-            report = gpu.check(Paths(job["host_dir"]), port)
+            report = gpu.check(server.allowed_pids(Paths(job["host_dir"]), port))
             assert report["checked"] and report["blocking"] == []
             with pytest.raises(gpu.GPUBusy):
-                gpu.check(Paths(job["host_dir"]), None)  # not the engine's server: refused
+                gpu.check(server.allowed_pids(Paths(job["host_dir"]), None))  # not the engine's: refused
         finally:
             del os.environ["DEPLOYTOOL_NVIDIA_SMI"]
     finally:

@@ -44,11 +44,13 @@ def current(env) -> Path:
 
 def test_first_deploy_then_noop_then_one_file(env):
     r1 = deploy(env)
-    assert r1.previous is None and "remote/runner.py" in r1.added and "job.json" in r1.added
+    assert r1.previous is None and "remote/job/runner.py" in r1.added and "job.json" in r1.added
     assert r1.prompts == ["data/prompts/B1.jsonl"]
     cur = current(env)
     assert cur.parent.name == "releases" and cur.name == r1.release
-    assert (cur / "remote" / "runner.py").read_bytes() == (env["pkg"] / "runner.py").read_bytes()
+    assert (cur / "remote" / "job" / "runner.py").read_bytes() == (
+        env["pkg"] / "job" / "runner.py"
+    ).read_bytes()
     assert (env["host_dir"] / "data" / "prompts" / "B1.jsonl").read_bytes() == (
         env["project"] / "data" / "prompts" / "B1.jsonl"
     ).read_bytes()
@@ -59,19 +61,27 @@ def test_first_deploy_then_noop_then_one_file(env):
     assert not r2.changed and r2.bytes_sent == 0
     assert r2.round_trips == 1  # one look at the host's manifest, nothing else
 
-    with open(env["pkg"] / "units.py", "a") as f:
+    with open(env["pkg"] / "common" / "units.py", "a") as f:
         f.write("\n# changed\n")
     r3 = deploy(env)
-    assert r3.modified == ["remote/units.py"] and not r3.added and not r3.removed and not r3.prompts
-    assert r3.bytes_sent == (env["pkg"] / "units.py").stat().st_size
+    assert (
+        r3.modified == ["remote/common/units.py"]
+        and not r3.added
+        and not r3.removed
+        and not r3.prompts
+    )
+    assert r3.bytes_sent == (env["pkg"] / "common" / "units.py").stat().st_size
     assert r3.round_trips == 1  # the same session asks and sends
     new = current(env)
     assert new.name == r3.release != r1.release
     # unchanged files are shared with the old release on the host (hard links), not sent again
     assert (
-        os.stat(new / "remote" / "runner.py").st_ino == os.stat(cur / "remote" / "runner.py").st_ino
+        os.stat(new / "remote" / "job" / "runner.py").st_ino
+        == os.stat(cur / "remote" / "job" / "runner.py").st_ino
     )
-    assert (cur / "remote" / "units.py").read_text() != (new / "remote" / "units.py").read_text()
+    assert (cur / "remote" / "common" / "units.py").read_text() != (
+        new / "remote" / "common" / "units.py"
+    ).read_text()
 
 
 def test_dry_run_changes_nothing(env):
@@ -117,7 +127,7 @@ def test_running_process_keeps_its_old_release(env):
     old = current(env)
     # a "job" running from the old release: it imports its code at start and reads a file later
     script = (
-        "import sys,time; sys.path.insert(0, '.'); import remote.units as u; f=open('remote/units.py');"
+        "import sys,time; sys.path.insert(0, '.'); import remote.common.units as u; f=open('remote/common/units.py');"
         "open(sys.argv[1],'w').write('ready'); time.sleep(1.5); print(f.read().count('changed'), hasattr(u, 'NEW'))"
     )
     flag = env["host_dir"] / "ready"
@@ -125,25 +135,27 @@ def test_running_process_keeps_its_old_release(env):
         [sys.executable, "-c", script, str(flag)], cwd=old, stdout=subprocess.PIPE, text=True
     )
     wait_for(flag.exists, what="job started")
-    with open(env["pkg"] / "units.py", "a") as f:
+    with open(env["pkg"] / "common" / "units.py", "a") as f:
         f.write("\nNEW = 'changed'\n")
     deploy(env)
     assert current(env) != old
     out, _ = proc.communicate(timeout=10)
     assert out.split() == ["0", "False"]  # it saw its own code, never the new file
-    assert "changed" not in (old / "remote" / "units.py").read_text()
+    assert "changed" not in (old / "remote" / "common" / "units.py").read_text()
 
 
 def test_release_in_use_by_runner_is_never_pruned(env):
     first = deploy(env).release
     rec = {
         "pid": os.getpid(),
-        "start_time": __import__("remote.procinfo").procinfo.start_time(os.getpid()),
+        "start_time": __import__("remote.common.procinfo").common.procinfo.start_time(os.getpid()),
         "release": str(env["host_dir"] / "releases" / first),
     }
     (env["host_dir"] / "run" / "runner.pid").write_text(json.dumps(rec))
     for i in range(5):
-        (env["pkg"] / "units.py").write_text((env["pkg"] / "units.py").read_text() + f"\n# v{i}\n")
+        (env["pkg"] / "common" / "units.py").write_text(
+            (env["pkg"] / "common" / "units.py").read_text() + f"\n# v{i}\n"
+        )
         deploy(env)
     left = sorted(p.name for p in (env["host_dir"] / "releases").iterdir() if p.is_dir())
     assert first in left  # a live runner uses it
@@ -152,7 +164,9 @@ def test_release_in_use_by_runner_is_never_pruned(env):
 
 def test_interrupted_upload_leaves_current_and_next_deploy_works(env):
     r1 = deploy(env)
-    (env["pkg"] / "units.py").write_text((env["pkg"] / "units.py").read_text() + "\n# v2\n")
+    (env["pkg"] / "common" / "units.py").write_text(
+        (env["pkg"] / "common" / "units.py").read_text() + "\n# v2\n"
+    )
     rel = build_release(env["cfg"], env["pkg"])
     # a dropped connection: the host sees the upload stream end half-way
     with pytest.raises(RemoteError, match="apply failed"):
@@ -252,7 +266,7 @@ def test_local_host_deploy_and_cli_output(tmp_path):
     cmd = [sys.executable, "-m", "deploytool", "--config", str(cfg.path), "deploy"]
     first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    assert "added" in first.stdout and "remote/runner.py" in first.stdout
+    assert "added" in first.stdout and "remote/job/runner.py" in first.stdout
     assert (project / ".deploytool" / "local" / "current" / "remote" / "runner.py").exists()
     second = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert "nothing changed" in second.stdout and "0 bytes" in second.stdout

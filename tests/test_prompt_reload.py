@@ -12,7 +12,7 @@ from deploytool import control
 from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
-from remote import procinfo
+from remote.common import procinfo
 from tests.conftest import (
     base_job,
     cli,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from remote.outputs import encode_record, repair_tail, scan
-from remote.prompts import load_prompts
+from remote.job.outputs import encode_record, repair_tail, scan
+from remote.job.prompts import load_prompts
 from tests.conftest import REPO, records, runner_cmd, status, wait_for, write_prompts
 
 
@@ -417,7 +417,7 @@ def test_repair_tail_cuts_invalid_last_line(tmp_path):
 
 
 def test_sidecar_index_is_used_trimmed_and_rebuilt(tmp_path):
-    from remote.outputs import AppendFile, index_path, load_existing
+    from remote.job.outputs import AppendFile, index_path, load_existing
 
     out = tmp_path / "B1.jsonl"
     f = AppendFile(out, indexed=True)

@@ -12,8 +12,8 @@ from deploytool import server
 from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
-from remote import procinfo
-from remote.server import degenerate
+from remote.common import procinfo
+from remote.host.server import degenerate
 from tests.conftest import (
     REPO,
     base_job,
@@ -253,7 +253,7 @@ def test_restart_starts_the_server_first_then_the_runner_uses_it(host, tmp_path)
 
 
 def test_server_stop_waits_for_gpu_memory(tmp_path, monkeypatch):
-    from remote import server as remote_server
+    from remote.host import server as remote_server
 
     sleeper = __import__("subprocess").Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     fake = tmp_path / "nvidia-smi"

@@ -15,10 +15,10 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.pull import pull_host
 from deploytool.tail import HostWatch, watch
-from remote.jobspec import Job, Paths
-from remote.outputs import encode_record
-from remote.plan import plan
-from remote.status import JobStatus
+from remote.common.jobspec import Job, Paths
+from remote.common.status import JobStatus
+from remote.job.outputs import encode_record
+from remote.job.plan import plan
 from tests.conftest import Sshd, base_job, ssh_host_entry, write_config, write_prompts
 
 NOW = 1_764_500_000.0

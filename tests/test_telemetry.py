@@ -135,7 +135,7 @@ def test_notify_finished_once_and_a_hanging_command_changes_nothing(
 
 
 def _alive(host_dir: Path) -> bool:
-    from remote import procinfo
+    from remote.common import procinfo
 
     return procinfo.live_record(host_dir / "run" / "runner.pid") is not None
 
@@ -235,7 +235,7 @@ def test_a_full_disk_is_survived_and_the_job_finishes_exactly_once(
 
 
 def _st(**endpoint):
-    from remote.status import JobStatus
+    from remote.common.status import JobStatus
 
     base = {"url": "http://gpu1:8000/v1", "in_flight": 256, "concurrency": 256, "reachable": True}
     return JobStatus.from_dict(

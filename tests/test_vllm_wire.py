@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import metrics
-from remote.engine import parse_reply
+from remote.common import metrics
+from remote.job.engine import parse_reply
 from tests.conftest import base_job, cli, records, ssh_host_entry, write_config, write_prompts
 from tests.openai_server import FakeOpenAI
 from tests.test_server import fake_vllm
@@ -259,7 +259,7 @@ def test_host_python_without_aiohttp_is_caught_before_anything_stops(
     assert "nothing was stopped" in res.stderr and "cannot import aiohttp" in res.stderr
     assert "hosts.gpu.python (or defaults.python)" in res.stderr and "Traceback" not in res.stderr
     assert json.loads((host_dir / "run" / "runner.pid").read_text())["pid"] == pid
-    from remote import procinfo
+    from remote.common import procinfo
 
     # the running job is untouched
     assert procinfo.live_record(host_dir / "run" / "runner.pid") is not None

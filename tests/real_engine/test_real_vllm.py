@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import procinfo
+from remote.common import procinfo
 from tests.conftest import (
     base_job,
     cli,

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .jobspec import TOKEN_ENV
+from ..common.jobspec import JOB_TOKEN_ENV
 
 EVENTS = ("finished", "failed", "stalled", "engine_down", "disk_full", "engine_up")
 DEFAULT_EVENTS = ("finished", "failed", "stalled", "engine_down", "disk_full")
@@ -34,7 +34,7 @@ class Notifier:
         if not self.command or event not in self.on:
             return
         self.sent.append(event)
-        env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+        env = {k: v for k, v in os.environ.items() if k != JOB_TOKEN_ENV}
         env.update(
             DEPLOYTOOL_EVENT=event,
             DEPLOYTOOL_MESSAGE=message,

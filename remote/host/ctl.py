@@ -15,11 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import gpu, kill, procinfo
-from .cli import add_run_args, run_argv
-from .jobspec import (
+from ..common import procinfo
+from ..common.jobspec import (
     JOB_FILE,
-    TOKEN_ENV,
+    JOB_TOKEN_ENV,
     Caps,
     Job,
     Paths,
@@ -27,7 +26,10 @@ from .jobspec import (
     release_dir,
     write_json_atomic,
 )
-from .status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
+from ..common.pull import PREFIX_BLOCK, prefix_hash
+from ..common.runargs import add_run_args, run_argv
+from ..common.status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
+from . import gpu, kill, server
 
 
 class CtlError(Exception):
@@ -134,7 +136,7 @@ def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float =
         # our SIGKILL comes a little later, only for a runner that does not stop by itself
         send_control(paths, token, grace=grace)
         margin = 3.0
-    killed = kill.terminate(targets, grace + margin, TOKEN_ENV, token)
+    killed = kill.terminate(targets, grace + margin, JOB_TOKEN_ENV, token)
     after = JobStatus.read(paths.status) or JobStatus()
     if killed and rec and rec["pid"] in killed:
         lost = after.in_flight or in_flight_before
@@ -184,9 +186,9 @@ def start(paths: Paths, a) -> dict:
         raise CtlError(
             f"a runner is already running in {paths.root} (pid {rec.get('pid', '?')}); use restart"
         )
-    gpu_report = gpu.check(paths, job_engine_port(), force=a.force_gpu)
+    gpu_report = gpu.check(server.allowed_pids(paths, job_engine_port()), force=a.force_gpu)
     token = secrets.token_hex(12)
-    env = dict(os.environ, **{TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
+    env = dict(os.environ, **{JOB_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
     rel = release_dir()
     argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root), *run_flags(a)]
     paths.ensure()
@@ -302,24 +304,6 @@ def status(paths: Paths) -> dict:
 
 # ------------------------------------------------------------------ pull support
 
-PREFIX_BLOCK = 64 * 1024
-
-
-def prefix_hash(path: Path, end: int) -> str | None:
-    """sha256 of the last block before `end`: enough to tell an appended file from a replaced one.
-    Both sides of pull call this one function, so they hash the same bytes."""
-    import hashlib
-
-    start = max(0, end - PREFIX_BLOCK)
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            data = f.read(end - start)
-    except FileNotFoundError:
-        return None
-    return hashlib.sha256(data).hexdigest() if len(data) == end - start else None
-
-
 def output_files(paths: Paths, have: dict) -> dict:
     out = {}
     if not paths.outputs.is_dir():
@@ -389,6 +373,7 @@ def add_parser(sub) -> None:
 def preflight() -> None:
     """Refuse a start or restart, before anything is stopped, when this Python cannot run the engine
     or a server does not serve the job's model (every request would be a 404)."""
+    from ..common.jobspec import base_urls
     from .preflight import engine_problem, model_message, model_problem
 
     try:
@@ -404,7 +389,7 @@ def preflight() -> None:
             "stopped",
             preflight=problem,
         )
-    wrong = model_problem(engine, dict(os.environ))
+    wrong = model_problem(engine, base_urls(engine), dict(os.environ))
     if wrong:
         raise CtlError(f"nothing was stopped: {model_message(wrong)}", model=wrong)
 
@@ -420,23 +405,6 @@ def main(a) -> int:
             out = restart(paths, a)
         elif a.ctl_command == "stop":
             out = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
-        elif a.ctl_command == "plan":
-            from .plan import plan
-            from .units import parse_dataset_list, parse_tokens
-
-            job = Job.load(release_dir() / JOB_FILE)
-            st = JobStatus.read(paths.status) or JobStatus()
-            out = {
-                "datasets": plan(
-                    paths, job, parse_tokens(a.tokens_per_dataset), parse_dataset_list(a.datasets)
-                ),
-                "tokens_per_s": st.tokens_per_s if st.state == RUNNING else None,
-                "state": st.state,
-            }
-        elif a.ctl_command == "report":
-            from .report import gather
-
-            out = gather(paths)
         elif a.ctl_command == "files":
             out = {"files": output_files(paths, json.loads(a.have))}
         else:

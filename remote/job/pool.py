@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
+from ..common.status import EndpointStatus
 from .engine import backoff
-from .status import EndpointStatus
 
 RATE_WINDOW = 60.0
 

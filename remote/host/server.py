@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import gpu, kill, metrics, procinfo
-from .jobspec import Paths, default_root, write_json_atomic
+from ..common import metrics, nvsmi, procinfo
+from ..common.jobspec import SERVER_TOKEN_ENV, Paths, default_root, release_dir, write_json_atomic
+from . import gpu, kill
 
-TOKEN_ENV = "DEPLOYTOOL_SERVER_TOKEN"
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
 
@@ -30,16 +30,8 @@ class ServerError(Exception):
         self.extra = extra
 
 
-def pidfile(paths: Paths) -> Path:
-    return paths.run / "server.pid"
-
-
-def logfile(paths: Paths) -> Path:
-    return paths.logs / "server.log"
-
-
 def managed(paths: Paths) -> dict | None:
-    return procinfo.live_record(pidfile(paths))
+    return procinfo.live_record(paths.server_pid)
 
 
 def resolve_command(spec: dict) -> str:
@@ -93,11 +85,11 @@ def leftovers(paths: Paths) -> list[dict]:
     outlive their API server, re-parented to init but still in its session, holding the GPUs. They
     rename themselves (setproctitle), which clobbers /proc/PID/environ too, so neither a name nor the
     token finds them: the session does, as the pid file recorded it."""
-    rec = procinfo.read_json(pidfile(paths))
+    rec = procinfo.read_json(paths.server_pid)
     if not rec or not isinstance(rec.get("pid"), int) or procinfo.is_same_process(rec):
         return []
     session = rec.get("sid", rec["pid"])  # pid files before `sid` was recorded: a session leader
-    gpu_mib = {a["pid"]: a["used_mib"] for a in gpu.compute_apps() or []}
+    gpu_mib = {a["pid"]: a["used_mib"] for a in nvsmi.compute_apps() or []}
     return [
         {
             "pid": pid,
@@ -124,7 +116,7 @@ def start(paths: Paths, spec: dict) -> dict:
     removed = remove_leftovers(paths)  # a second engine beside them is CUDA out of memory at load
     port = int(spec["port"])
     headless = bool(spec.get("headless"))
-    holders = set() if headless else gpu._listener_pids(port)  # a headless worker serves no HTTP
+    holders = set() if headless else gpu.listener_pids(port)  # a headless worker serves no HTTP
     if holders:
         names = ", ".join(
             f"pid {p} ({' '.join(procinfo.cmdline(p))[:80]})" for p in sorted(holders)
@@ -134,18 +126,16 @@ def start(paths: Paths, spec: dict) -> dict:
         )
     argv = build_argv(spec)
     token = secrets.token_hex(12)
-    env = dict(os.environ, **spec.get("env", {}), **{TOKEN_ENV: token})
+    env = dict(os.environ, **spec.get("env", {}), **{SERVER_TOKEN_ENV: token})
     paths.ensure()
-    with open(logfile(paths), "ab") as log:
+    with open(paths.server_log, "ab") as log:
         log.write(
             f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode()
         )
         log.flush()
         proc = procinfo.start_detached(argv, cwd=paths.root, env=env, log=log)
-    from .jobspec import release_dir
-
     write_json_atomic(
-        pidfile(paths),
+        paths.server_pid,
         {
             "pid": proc.pid,
             "sid": proc.pid,  # start_detached: a session of its own, which its engine processes keep
@@ -173,13 +163,13 @@ def start(paths: Paths, spec: dict) -> dict:
 
 def check(paths: Paths) -> dict:
     """One look: is the server alive, is it ready (GET /v1/models), the log's last lines."""
-    rec = procinfo.read_json(pidfile(paths))
+    rec = procinfo.read_json(paths.server_pid)
     if not rec:
         return {
             "alive": False,
             "ready": False,
             "started": False,
-            "log": procinfo.tail_lines(logfile(paths), 30),
+            "log": procinfo.tail_lines(paths.server_log, 30),
         }
     alive = procinfo.is_same_process(rec)
     if rec.get(
@@ -194,7 +184,7 @@ def check(paths: Paths) -> dict:
             "models": [],
             "headless": True,
             "elapsed_s": time.time() - rec.get("started_at", time.time()),
-            "log": procinfo.tail_lines(logfile(paths), 30 if not alive else 1),
+            "log": procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
         }
     code, models = served_models(rec["port"]) if alive else (0, [])
     return {
@@ -205,8 +195,22 @@ def check(paths: Paths) -> dict:
         "port": rec["port"],
         "models": models,
         "elapsed_s": time.time() - rec.get("started_at", time.time()),
-        "log": procinfo.tail_lines(logfile(paths), 30 if not alive else 1),
+        "log": procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
     }
+
+
+def allowed_pids(paths: Paths, engine_port: int | None) -> set[int]:
+    """Who may hold GPU memory: the managed server's processes (its token, its session: renamed engine
+    processes carry no token) and whoever serves the engine's port, with all their descendants."""
+    allowed: set[int] = set()
+    rec = managed(paths)
+    if rec:
+        if rec.get("token"):
+            allowed |= set(kill.token_holders(SERVER_TOKEN_ENV, rec["token"]))
+        allowed |= set(procinfo.session_members(rec.get("sid", rec["pid"]), rec["start_time"]))
+        allowed.add(rec["pid"])
+    listeners = gpu.listener_pids(engine_port) if engine_port else set()
+    return procinfo.descendants(listeners | allowed)
 
 
 def served_models(port: int) -> tuple[int, list[str]]:
@@ -284,14 +288,14 @@ def stop(paths: Paths, grace: float, gpu_wait: float = 120.0) -> dict:
         return {"was_running": False, "killed": [], "gpu": held, "removed": removed}
     token = rec.get("token")
     tree = (
-        {p: procinfo.start_time(p) for p in kill.token_holders(TOKEN_ENV, token)} if token else {}
+        {p: procinfo.start_time(p) for p in kill.token_holders(SERVER_TOKEN_ENV, token)} if token else {}
     )
     tree[rec["pid"]] = rec["start_time"]
     session = rec.get("sid", rec["pid"])
     # renamed engine processes hide the token: the session names them whatever they call themselves
     for pid in procinfo.session_members(session, since=rec["start_time"]):
         tree.setdefault(pid, procinfo.start_time(pid))
-    killed = kill.terminate({rec["pid"]: rec["start_time"]}, grace, TOKEN_ENV, token)
+    killed = kill.terminate({rec["pid"]: rec["start_time"]}, grace, SERVER_TOKEN_ENV, token)
     rest = {p: st for p, st in tree.items() if p != rec["pid"] and procinfo.start_time(p) == st}
     killed += kill.terminate(rest, min(grace, 10.0)) if rest else []  # already sent SIGTERM
     left = kill.wait_gone(tree, 5)
@@ -310,7 +314,7 @@ def wait_gpu_free(pids: set[int], timeout: float) -> dict | None:
     """Wait until none of `pids` holds GPU memory (vLLM workers free it slowly). None: no nvidia-smi."""
     deadline = time.monotonic() + timeout
     while True:
-        apps = gpu.compute_apps()
+        apps = nvsmi.compute_apps()
         if apps is None:
             return None
         holding = [a for a in apps if a["pid"] in pids]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .jobspec import Job, Paths
+from ..common.jobspec import Job, Paths
 from .outputs import load_existing
 from .prompts import PromptFile
 
@@ -53,3 +53,18 @@ def plan(
             "tokens_done": sum(ex.tokens.values()),
         }
     return rows
+
+
+def answer(paths: Paths, tokens_per_dataset: str, datasets: str | None) -> dict:
+    """`ctl plan`'s answer: per-dataset caps for a token budget, with the measured rate."""
+    from ..common.jobspec import JOB_FILE, release_dir
+    from ..common.status import RUNNING, JobStatus
+    from ..common.units import parse_dataset_list, parse_tokens
+
+    job = Job.load(release_dir() / JOB_FILE)
+    st = JobStatus.read(paths.status) or JobStatus()
+    return {
+        "datasets": plan(paths, job, parse_tokens(tokens_per_dataset), parse_dataset_list(datasets)),
+        "tokens_per_s": st.tokens_per_s if st.state == RUNNING else None,
+        "state": st.state,
+    }

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 JOB_FILE = "job.json"
-TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"  # the runner's token, inherited by anything it starts: stop finds them by it
+JOB_TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"  # the runner's token, inherited by anything it starts: stop finds them by it
+SERVER_TOKEN_ENV = "DEPLOYTOOL_SERVER_TOKEN"  # the inference server's, likewise
 RELEASE_MARKER = "MANIFEST.json"
 
 
@@ -79,9 +80,15 @@ class Caps:
         )
 
 
+def base_urls(engine: dict) -> list[str]:
+    """`base_urls`, else `base_url` as a list of one."""
+    urls = engine.get("base_urls") or [engine.get("base_url") or "http://127.0.0.1:8000/v1"]
+    return [u.rstrip("/") for u in urls]
+
+
 def release_dir() -> Path:
     """The release this code runs from (the folder holding the `remote` package)."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parent.parent.parent
 
 
 def default_root() -> Path:
@@ -127,6 +134,14 @@ class Paths:
     @property
     def log(self) -> Path:
         return self.logs / "runner.log"
+
+    @property
+    def server_pid(self) -> Path:
+        return self.run / "server.pid"
+
+    @property
+    def server_log(self) -> Path:
+        return self.logs / "server.log"
 
     def output(self, ds: str) -> Path:
         return self.outputs / f"{ds}.jsonl"

@@ -20,23 +20,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import procinfo
-from .engine import EngineDown, PermanentError, TransientError, backoff, make_engine
-from .history import History
-from .jobspec import TOKEN_ENV, Caps, Dataset, Job, Paths, release_dir, write_json_atomic
-from .notify import Notifier
-from .outputs import (
-    AppendFile,
-    DiskFull,
-    count_lines,
-    disk_usage,
-    encode_record,
-    load_existing,
-    repair_tail,
+from ..common import procinfo
+from ..common.jobspec import (
+    JOB_TOKEN_ENV,
+    Caps,
+    Dataset,
+    Job,
+    Paths,
+    release_dir,
+    write_json_atomic,
 )
-from .pool import Endpoint, Pool
-from .prompts import Prompt, PromptFile
-from .status import (
+from ..common.status import (
     COMPLETE,
     FAILED,
     FINISHED,
@@ -49,6 +43,20 @@ from .status import (
     EngineStatus,
     JobStatus,
 )
+from .engine import EngineDown, PermanentError, TransientError, backoff, make_engine
+from .history import History
+from .notify import Notifier
+from .outputs import (
+    AppendFile,
+    DiskFull,
+    count_lines,
+    disk_usage,
+    encode_record,
+    load_existing,
+    repair_tail,
+)
+from .pool import Endpoint, Pool
+from .prompts import Prompt, PromptFile
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 RATE_WINDOW = 60.0
@@ -257,7 +265,7 @@ class Runner:
         self.control_seq = 0
         self.control_error: str | None = None
         self._control_mtime = None
-        self.token = os.environ.get(TOKEN_ENV) or os.urandom(8).hex()
+        self.token = os.environ.get(JOB_TOKEN_ENV) or os.urandom(8).hex()
         self.in_flight_total = 0
         self.abandoned = 0  # in-flight requests cut off by a stop (redone on resume)
         # prompt files reloaded by the last re-cap: name -> {from, to}
@@ -709,7 +717,7 @@ class Runner:
     async def _telemetry(self, engine) -> None:
         """The servers' own view (/metrics) and the GPUs' (nvidia-smi) every metrics_interval seconds,
         off the request path: a slow answer delays the next sample, never a request."""
-        from . import gpu, metrics
+        from ..common import metrics, nvsmi
 
         last: dict[str, tuple[float, dict]] = {}
         while True:
@@ -746,7 +754,7 @@ class Runner:
                     ),
                 }
                 last[e.url] = (now, snap)
-            self.gpus = await asyncio.to_thread(gpu.gpus)
+            self.gpus = await asyncio.to_thread(nvsmi.gpus)
             await asyncio.sleep(self.metrics_interval)
 
     def notify_message(self, what: str) -> str:
@@ -1081,7 +1089,7 @@ def main(
         print(f"error: cannot read job spec {job_path}: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     runner = Runner(paths, job, caps, grace=grace, force=force, echo=echo)
-    os.environ[TOKEN_ENV] = runner.token  # children (none today) inherit it, so stop can find them
+    os.environ[JOB_TOKEN_ENV] = runner.token  # children (none today) inherit it, so stop can find them
     write_pidfile(paths, runner.token, argv)
     runner.write_status()  # `starting`, with this runner's pid and token
     try:

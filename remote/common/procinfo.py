@@ -173,3 +173,19 @@ def start_detached(argv: list[str], *, cwd, env: dict, log) -> subprocess.Popen:
         start_new_session=True,
         close_fds=True,
     )
+
+
+def descendants(roots: set[int]) -> set[int]:
+    """The roots and every process below them."""
+    children: dict[int, list[int]] = {}
+    for pid in all_pids():
+        parent = ppid(pid)
+        if parent is not None:
+            children.setdefault(parent, []).append(pid)
+    out, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo.extend(children.get(pid, []))
+    return out

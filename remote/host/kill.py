@@ -7,7 +7,7 @@ import os
 import signal
 import time
 
-from . import procinfo
+from ..common import procinfo
 
 
 def signal_if_same(pid: int, start: int | None, sig: int, group: bool) -> bool:

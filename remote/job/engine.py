@@ -10,7 +10,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from .preflight import base_urls
+from ..common.jobspec import base_urls
 
 
 class EngineError(Exception):

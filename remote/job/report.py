@@ -9,9 +9,9 @@ import json
 import re
 from pathlib import Path
 
+from ..common.jobspec import JOB_FILE, Job, Paths, release_dir
+from ..common.status import JobStatus
 from . import history
-from .jobspec import JOB_FILE, Job, Paths, release_dir
-from .status import JobStatus
 
 _HEAD = re.compile(
     rb'"finish_reason": ("[^"]*"|null), "usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)'

@@ -50,12 +50,6 @@ def engine_problem(kind: str, python: str = sys.executable) -> dict | None:
     return {"python": python, "engine": kind, "missing": missing}
 
 
-def base_urls(engine: dict) -> list[str]:
-    """`base_urls`, else `base_url` as a list of one."""
-    urls = engine.get("base_urls") or [engine.get("base_url") or "http://127.0.0.1:8000/v1"]
-    return [u.rstrip("/") for u in urls]
-
-
 def served_models(url: str, api_key: str = "", timeout: float = 5.0) -> list[str] | None:
     """The model ids a server answers to (GET {base_url}/models), or None when it does not answer
     (not started yet, or down: the runner waits for such a server; nothing to judge here)."""
@@ -73,15 +67,16 @@ def served_models(url: str, api_key: str = "", timeout: float = 5.0) -> list[str
         return None
 
 
-def model_problem(engine: dict, environ: dict) -> dict | None:
-    """None when every answering server serves job.engine.model; else {model, served: {url: ids}}.
-    vLLM answers requests for any other name `404 The model X does not exist`, for every prompt."""
+def model_problem(engine: dict, urls: list[str], environ: dict) -> dict | None:
+    """None when every answering server of `urls` serves job.engine.model; else {model, served:
+    {url: ids}}. vLLM answers requests for any other name `404 The model X does not exist`, for
+    every prompt."""
     if engine.get("kind", "openai") != "openai":
         return None
     key_env = engine.get("api_key_env") or "OPENAI_API_KEY"
     model = engine.get("model", "default")
     wrong = {}
-    for url in base_urls(engine):
+    for url in urls:
         ids = served_models(url, environ.get(key_env, ""))
         if ids is not None and model not in ids:
             wrong[url] = ids
@@ -101,12 +96,13 @@ def model_message(problem: dict, where: str = "job.engine.model") -> str:
 
 
 def main(argv: list[str]) -> int:
-    """`python -c <this file> ENGINE_JSON`: one JSON line for `invoke hosts`."""
+    """`python -c <this file> ENGINE_JSON URLS_JSON`: one JSON line for `invoke hosts`."""
     import os
     import platform
 
-    engine = json.loads(argv[0])
+    engine, urls = json.loads(argv[0]), json.loads(argv[1])
     kind = engine.get("kind", "openai")
+    wrong = model_problem(engine, urls, dict(os.environ))
     print(
         json.dumps(
             {
@@ -114,7 +110,7 @@ def main(argv: list[str]) -> int:
                 "version": sys.version.split()[0],
                 "executable": sys.executable,
                 "missing": missing_modules(ENGINE_MODULES.get(kind, ())),
-                "model": model_problem(engine, dict(os.environ)),
+                "model": model_message(wrong) if wrong else None,
             }
         )
     )

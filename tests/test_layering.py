@@ -1,0 +1,77 @@
+"""The rooms of remote/ and which way imports run (README: "The rooms"):
+
+    deploytool/  ->  remote.common  <-  remote.job
+                                    <-  remote.host
+    remote.cli (the entry point) wires job and host; job and host never import each other;
+    nothing in remote/ imports deploytool; host/release.py and host/preflight.py import nothing of
+    the package (deploytool sends them as source to hosts where nothing is deployed yet).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+
+def imports(path: Path, source: str | None = None) -> set[str]:
+    """Every module a file imports (relative imports made absolute), whatever the nesting."""
+    package = list(path.relative_to(REPO).with_suffix("").parts)[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+                if node.module is None:  # from . import a, b: each is a module
+                    found |= {f"{mod}.{a.name}" for a in node.names}
+                    continue
+            else:
+                mod = node.module
+            found.add(mod)
+    return found
+
+
+def files(where: str) -> list[Path]:
+    return sorted((REPO / where).rglob("*.py"))
+
+
+def rel(p: Path) -> str:
+    return str(p.relative_to(REPO))
+
+
+@pytest.mark.parametrize("path", files("deploytool"), ids=rel)
+def test_deploytool_imports_only_remote_common(path):
+    bad = {m for m in imports(path) if m.startswith("remote") and not m.startswith("remote.common")}
+    assert not bad, f"{rel(path)} imports {sorted(bad)}: only remote.common is shared"
+
+
+@pytest.mark.parametrize("path", files("remote"), ids=rel)
+def test_remote_rooms(path):
+    mods = imports(path)
+    room = path.relative_to(REPO / "remote").parts[0]
+    assert not {m for m in mods if m.startswith("deploytool")}, f"{rel(path)} imports deploytool"
+    ours = {m for m in mods if m.startswith("remote")}
+    if room == "common":
+        assert {m.split(".")[0] for m in mods} <= STDLIB | {"remote"}, f"{rel(path)}: stdlib only"
+        assert all(m.startswith("remote.common") for m in ours), f"{rel(path)}: {sorted(ours)}"
+    elif room == "job":
+        assert not [m for m in ours if m.startswith("remote.host")], f"{rel(path)}: {sorted(ours)}"
+    elif room == "host":
+        assert not [m for m in ours if m.startswith("remote.job")], f"{rel(path)}: {sorted(ours)}"
+        if path.name in ("release.py", "preflight.py"):  # run as source on a bare host
+            assert not ours and {m.split(".")[0] for m in mods} <= STDLIB, rel(path)
+
+
+def test_the_check_sees_a_violation():
+    where = REPO / "remote" / "job" / "probe.py"  # never written: the source is given
+    source = "from ..host import kill\nfrom . import pool\ndef f():\n    import deploytool.config\n"
+    assert imports(where, source) == {"remote.host", "remote.job.pool", "deploytool.config"}
