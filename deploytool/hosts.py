@@ -53,7 +53,9 @@ def probe(conn: Connector, engine: dict, urls: list[str]) -> dict:
     from .control import preflight_message
 
     # sent as source, never imported here (deploytool imports only remote.common)
-    source = (Path(__file__).resolve().parent.parent / "remote" / "host" / "preflight.py").read_text()
+    source = (
+        Path(__file__).resolve().parent.parent / "remote" / "host" / "preflight.py"
+    ).read_text()
     res = conn.run(conn.python("-c", source, json.dumps(engine), json.dumps(urls)))
     try:
         found = res.answer()

@@ -369,7 +369,9 @@ def test_gpu_check_allows_the_engine_server_session(job, tmp_path):
             report = gpu.check(server.allowed_pids(Paths(job["host_dir"]), port))
             assert report["checked"] and report["blocking"] == []
             with pytest.raises(gpu.GPUBusy):
-                gpu.check(server.allowed_pids(Paths(job["host_dir"]), None))  # not the engine's: refused
+                gpu.check(
+                    server.allowed_pids(Paths(job["host_dir"]), None)
+                )  # not the engine's: refused
         finally:
             del os.environ["DEPLOYTOOL_NVIDIA_SMI"]
     finally:

@@ -267,6 +267,6 @@ def test_local_host_deploy_and_cli_output(tmp_path):
     first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     assert "added" in first.stdout and "remote/job/runner.py" in first.stdout
-    assert (project / ".deploytool" / "local" / "current" / "remote" / "runner.py").exists()
+    assert (project / ".deploytool" / "local" / "current" / "remote" / "job" / "runner.py").exists()
     second = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert "nothing changed" in second.stdout and "0 bytes" in second.stdout

@@ -1,10 +1,10 @@
 """The rooms of remote/ and which way imports run (README: "The rooms"):
 
-    deploytool/  ->  remote.common  <-  remote.job
-                                    <-  remote.host
-    remote.cli (the entry point) wires job and host; job and host never import each other;
-    nothing in remote/ imports deploytool; host/release.py and host/preflight.py import nothing of
-    the package (deploytool sends them as source to hosts where nothing is deployed yet).
+deploytool/  ->  remote.common  <-  remote.job
+                                <-  remote.host
+remote.cli (the entry point) wires job and host; job and host never import each other;
+nothing in remote/ imports deploytool; host/release.py and host/preflight.py import nothing of
+the package (deploytool sends them as source to hosts where nothing is deployed yet).
 """
 
 from __future__ import annotations

@@ -304,6 +304,7 @@ def status(paths: Paths) -> dict:
 
 # ------------------------------------------------------------------ pull support
 
+
 def output_files(paths: Paths, have: dict) -> dict:
     out = {}
     if not paths.outputs.is_dir():

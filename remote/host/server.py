@@ -288,7 +288,9 @@ def stop(paths: Paths, grace: float, gpu_wait: float = 120.0) -> dict:
         return {"was_running": False, "killed": [], "gpu": held, "removed": removed}
     token = rec.get("token")
     tree = (
-        {p: procinfo.start_time(p) for p in kill.token_holders(SERVER_TOKEN_ENV, token)} if token else {}
+        {p: procinfo.start_time(p) for p in kill.token_holders(SERVER_TOKEN_ENV, token)}
+        if token
+        else {}
     )
     tree[rec["pid"]] = rec["start_time"]
     session = rec.get("sid", rec["pid"])

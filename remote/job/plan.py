@@ -64,7 +64,9 @@ def answer(paths: Paths, tokens_per_dataset: str, datasets: str | None) -> dict:
     job = Job.load(release_dir() / JOB_FILE)
     st = JobStatus.read(paths.status) or JobStatus()
     return {
-        "datasets": plan(paths, job, parse_tokens(tokens_per_dataset), parse_dataset_list(datasets)),
+        "datasets": plan(
+            paths, job, parse_tokens(tokens_per_dataset), parse_dataset_list(datasets)
+        ),
         "tokens_per_s": st.tokens_per_s if st.state == RUNNING else None,
         "state": st.state,
     }

@@ -9,15 +9,13 @@ batching; this only decides where each request goes.
 from __future__ import annotations
 
 import asyncio
-import collections
 import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from ..common.status import EndpointStatus
 from .engine import backoff
-
-RATE_WINDOW = 60.0
+from .rates import RateWindow
 
 
 @dataclass
@@ -34,12 +32,10 @@ class Endpoint:
     next_probe: float = 0.0
     check_now: bool = False  # a request timed out: ask whether the server is still there
     metrics: dict | None = None
-    events: collections.deque = field(default_factory=collections.deque)  # (t, tokens) of answers
+    tokens: RateWindow = field(default_factory=RateWindow)  # tokens of answers
 
     def tokens_per_s(self, now: float, started: float) -> float:
-        while self.events and self.events[0][0] < now - RATE_WINDOW:
-            self.events.popleft()
-        return sum(t for _, t in self.events) / max(1.0, min(RATE_WINDOW, now - started))
+        return self.tokens.per_s(now, started)
 
     def status(self, now: float, started: float) -> EndpointStatus:
         return EndpointStatus(
@@ -91,7 +87,7 @@ class Pool:
 
     def answered(self, e: Endpoint, tokens: int, now: float) -> None:
         e.requests += 1
-        e.events.append((now, tokens))
+        e.tokens.add(now, tokens)
 
     def mark_down(self, e: Endpoint, why: str, now: float) -> None:
         e.last_error = why

@@ -1,0 +1,193 @@
+"""The request window: `concurrency` requests in flight on every reachable server, a slot refilled the
+moment one frees, and what becomes of each request (recorded, queued again, or filed as an error)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable
+
+from .datasets import DatasetRun
+from .engine import EngineDown, PermanentError, TransientError, backoff
+from .pool import Endpoint, Pool
+from .prompts import Prompt
+from .scheduler import Scheduler
+from .writer import RecordWriter
+
+JOB_FAULT_STREAK = 8  # different prompts in a row with one permanent error: the job's fault
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        engine,
+        pool: Pool,
+        scheduler: Scheduler,
+        writer: RecordWriter,
+        engine_cfg: dict,
+        log: Callable[[str], None],
+    ):
+        self.engine, self.pool, self.scheduler, self.writer, self.log = (
+            engine,
+            pool,
+            scheduler,
+            writer,
+            log,
+        )
+        self.max_retries = int(engine_cfg.get("max_retries", 8))
+        self.max_requeues = max(16, 2 * self.max_retries)
+        self.retry_base = float(engine_cfg.get("retry_base", 1.0))
+        self.down_deadline = float(engine_cfg.get("down_deadline", 1800))
+        self.stopping = False  # no new requests; in-flight ones get the grace period
+        self.draining = False  # no new requests; in-flight ones finish
+        self.fatal: str | None = None
+        self.engine_error: str | None = None
+        self.retries = 0
+        self.tasks: set[asyncio.Task] = set()
+        self._streak: list = []  # (run, prompt, error, attempts): one permanent error in a row
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.tasks)
+
+    def _next(self, now: float) -> tuple[DatasetRun, Prompt] | None:
+        if self.stopping or self.draining or self.fatal or self.writer.disk_full:
+            return None
+        return self.scheduler.next_prompt(now)
+
+    def has_work(self) -> bool:
+        if self.writer.unwritten and not self.fatal:
+            return True  # answers waiting for disk space: the window stays open for them
+        if self.stopping or self.draining or self.fatal:
+            return False
+        return self.scheduler.has_work()
+
+    async def window(self) -> None:
+        """Keep `concurrency` requests in flight on every reachable server: refill a slot the moment one
+        frees (a done-callback wakes us; no O(window) asyncio.wait per completion)."""
+        wake = asyncio.Event()
+        crashed: list[BaseException] = []
+
+        def done(t: asyncio.Task) -> None:
+            self.tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                crashed.append(t.exception())
+            wake.set()
+
+        while True:
+            now = time.time()
+            while (ep := self.pool.pick()) is not None and (nxt := self._next(now)) is not None:
+                run, p = nxt
+                run.in_flight.add(p.id)
+                ep.in_flight += 1
+                t = asyncio.ensure_future(self._process(ep, run, p))
+                self.tasks.add(t)
+                t.add_done_callback(done)
+            if crashed:
+                raise crashed[0]
+            self._check_down(now)
+            if self.fatal or (not self.tasks and not self.has_work()):
+                return
+            wake.clear()
+            try:  # also: backoffs due, servers back, stop, caps
+                await asyncio.wait_for(wake.wait(), timeout=0.25)
+            except asyncio.TimeoutError:
+                pass
+
+    def _check_down(self, now: float) -> None:
+        down = self.pool.all_down_since()
+        if down is not None and now - down > self.down_deadline and not self.fatal:
+            one = len(self.pool.endpoints) == 1
+            what = "engine unreachable" if one else "every engine server unreachable"
+            self.fatal = f"{what} for {now - down:.0f}s: {self.engine_error}"
+
+    async def abandon(self) -> int:
+        """Cancel what is still in flight (the grace period is over); they are redone on resume."""
+        lost = list(self.tasks)
+        for t in lost:
+            t.cancel()
+        await asyncio.gather(*lost, return_exceptions=True)
+        return len(lost)
+
+    async def _process(self, ep: Endpoint, run: DatasetRun, p: Prompt) -> None:
+        """One request to one server. Whatever happens, the prompt ends recorded, in the errors file, or
+        back in the queue (never lost, never recorded twice)."""
+        try:
+            try:
+                c = await self.engine.complete(ep.url, p.messages, run.spec.est_tokens, p.id)
+            except EngineDown as e:
+                self._down(ep, run, p, e)
+                return
+            except TransientError as e:
+                self._transient(ep, run, p, e)
+                return
+            except PermanentError as e:
+                ep.errors += 1
+                self.engine_error = str(e)
+                self._permanent(run, p, e)
+                return
+            self.engine_error = None
+            self.end_streak()
+            self.writer.write_record(run, p, c)
+            self.pool.answered(ep, c.completion_tokens, time.time())
+        finally:
+            ep.in_flight -= 1
+            run.in_flight.discard(p.id)
+
+    def _down(self, ep: Endpoint, run: DatasetRun, p: Prompt, e: EngineDown) -> None:
+        now = time.time()
+        self.pool.mark_down(ep, str(e), now)
+        self.engine_error = str(e)
+        n = run.requeues[p.id] = run.requeues.get(p.id, 0) + 1
+        if n > self.max_requeues:  # a prompt that takes every server down with it
+            self.writer.write_error(run, p, f"servers went away under it {n} times: {e}", n)
+            run.failed.add(p.id)
+            return
+        run.requeue(p, now)  # not a retry of the prompt: another server takes it
+
+    def _transient(self, ep: Endpoint, run: DatasetRun, p: Prompt, e: TransientError) -> None:
+        n = run.attempts[p.id] = run.attempts.get(p.id, 0) + 1
+        self.retries += 1
+        ep.errors += 1
+        self.engine_error = str(e)
+        if e.timeout:
+            ep.check_now = True  # is the server still there?
+        if n > self.max_retries:
+            self.writer.write_error(run, p, f"gave up after {n} attempts: {e}", n)
+            run.failed.add(p.id)
+            return
+        run.requeue(p, time.time() + backoff(n - 1, self.retry_base))
+
+    def _permanent(self, run: DatasetRun, p: Prompt, e: PermanentError) -> None:
+        """A prompt's own fault goes to its errors file. The job's fault (a model the server does not
+        serve, credentials; or one message for many prompts in a row) fails the job at once and files
+        nothing: 56,000 prompts moved to errors by one typo would each have to be asked again anyway."""
+        if (
+            e.job_fault or self.fatal
+        ):  # after a fault, answers still in flight are no prompt's fault
+            run.requeue(p, time.time())  # unfiled, and never lost
+            self._job_fault(str(e))
+            return
+        run.failed.add(p.id)  # not asked again in this run, filed once the streak ends
+        streak = self._streak
+        if streak and streak[0][2] != str(e):
+            self.end_streak()
+        streak.append((run, p, str(e), run.attempts.get(p.id, 0) + 1))
+        if len(streak) >= JOB_FAULT_STREAK:
+            for r, q, _, _ in streak:
+                r.failed.discard(q.id)
+            streak.clear()
+            self._job_fault(f"{e} (the same answer for {JOB_FAULT_STREAK} prompts in a row)")
+
+    def _job_fault(self, why: str) -> None:
+        if not self.fatal:
+            self.fatal = (
+                f"the server refuses the job, not a prompt: {why}; nothing was filed as an error "
+                "(check job.engine.model against the server's GET /v1/models, and api_key_env)"
+            )
+
+    def end_streak(self) -> None:
+        """Permanent errors held back while they might have been the job's fault: file them."""
+        for run, p, why, attempts in self._streak:
+            self.writer.write_error(run, p, why, attempts)
+        self._streak.clear()
