@@ -80,7 +80,7 @@ def main():
 
         def one_file():
             counter[0] += 1
-            (tree / "units.py").write_text(
+            (tree / "common" / "units.py").write_text(
                 (REPO / "remote" / "common" / "units.py").read_text() + f"\n# rev {counter[0]}\n"
             )
             with connect(cfg.hosts["gpu"], cfg) as c:
