@@ -24,7 +24,7 @@ from pathlib import Path
 
 from common import REPO  # noqa: E402
 
-from remote.common.jobspec import Caps, Job, Paths
+from remote.common.jobspec import Caps, JobSpec, Paths
 from remote.job.outputs import encode_record
 from remote.job.runner import Runner
 from tests.conftest import runner_cmd
@@ -178,7 +178,7 @@ def resume(records: int) -> None:
                 )
             f.write(b'{"id": "B1-torn", "dataset"')  # a crash mid-write
         size = out.stat().st_size
-        job = Job.load(root / "job.json")
+        job = JobSpec.load(root / "job.json")
         for label in ("first start (indexes built)", "restart (indexes in place)"):
             t0 = time.perf_counter()
             runner = Runner(Paths(root), job, Caps())

@@ -133,8 +133,7 @@ def restart(
 
     def one(conn):
         if with_server and not dry_run and server_mod.manages_engine(config, conn.name):
-            up = server_mod.status(conn)
-            if not up.get("up"):
+            if not server_mod.status(conn).up:
                 render.note(f"{conn.name}: the engine's server is down: starting it first")
                 render.server_started(
                     server_mod.start(conn, config.server_for(conn.name), progress=render.note)
@@ -227,7 +226,7 @@ def plan(
     )
     if apply:
         for name, r in results.items():
-            caps = [f"{ds}={row['cap']}" for ds, row in r["datasets"].items()]
+            caps = [f"{ds}={row.cap}" for ds, row in r.datasets.items()]
             flags = control.parse_run_flags(config, caps=caps)
             render.note(f"[bold]{name}[/]: applying caps {', '.join(caps)}")
             _run(

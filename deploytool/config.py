@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
-import difflib
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
-from remote.common.units import DATASET_NAME_RE, parse_tokens
+from remote.common.jobspec import NOTIFY_EVENTS, DatasetSpec, EngineSpec, JobSpec
+from remote.common.units import DATASET_NAME_RE
 
 from .errors import ConfigError
+from .validate import (
+    boolean,
+    check_keys,
+    choice,
+    free_map,
+    int_in,
+    mapping,
+    number,
+    show,
+    string,
+    string_list,
+    string_map,
+    suggest,
+    tokens,
+    url,
+    url_list,
+)
 
 CONFIG_ENV = "DEPLOYTOOL_CONFIG"
 HOST_KEY_MODES = ("strict", "accept-new")
@@ -61,60 +78,6 @@ class HostConfig:
 
 
 @dataclass(frozen=True)
-class DatasetSpec:
-    name: str
-    prompts: str
-    est_tokens: int = 2000
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    kind: str = "openai"
-    base_url: str = "http://127.0.0.1:8000/v1"  # the first of base_urls
-    # every server of the job; `concurrency` requests in flight on each
-    base_urls: tuple[str, ...] = ()
-    model: str = "default"
-    concurrency: int = 256
-    api_key_env: str | None = None  # name of an env var on the host holding the API key
-    request_timeout: float = 3600.0
-    max_retries: int = 8
-    retry_base: float = 1.0  # first backoff in seconds; doubles per attempt, with jitter
-    down_deadline: float = 1800.0  # seconds the engine may be unreachable before the run fails
-    tokens_per_s: float = 50_000.0  # simulate only: aggregate generation speed
-    stall_minutes: float = 10.0
-    metrics_interval: float = 10.0  # seconds between /metrics and nvidia-smi samples; 0: off
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    datasets: tuple[DatasetSpec, ...]
-    engine: EngineSpec
-    sampling: dict = field(default_factory=dict)
-    chat_template_kwargs: dict = field(default_factory=dict)
-    # sent as-is with every request; part of the fingerprint
-    extra_body: dict = field(default_factory=dict)
-    notify: dict = field(default_factory=dict)  # command, on, timeout: see NOTIFY_EVENTS
-
-    def dataset_names(self) -> list[str]:
-        return [d.name for d in self.datasets]
-
-    def to_dict(self) -> dict:
-        """The job spec as the runner reads it (job.json inside a release)."""
-        engine = asdict(self.engine)
-        engine["base_urls"] = list(self.engine.base_urls)
-        return {
-            "datasets": {
-                d.name: {"prompts": d.prompts, "est_tokens": d.est_tokens} for d in self.datasets
-            },
-            "engine": engine,
-            "sampling": dict(self.sampling),
-            "chat_template_kwargs": dict(self.chat_template_kwargs),
-            "extra_body": dict(self.extra_body),
-            "notify": dict(self.notify),
-        }
-
-
-@dataclass(frozen=True)
 class ServerSpec:
     command: str | None = None
     model: str = "default"
@@ -146,7 +109,7 @@ class Config:
     def host(self, name: str) -> HostConfig:
         if name not in self.hosts:
             raise ConfigError(
-                f"unknown host {name!r}{_suggest(name, self.hosts)}; configured: {', '.join(self.hosts)}"
+                f"unknown host {name!r}{suggest(name, self.hosts)}; configured: {', '.join(self.hosts)}"
             )
         return self.hosts[name]
 
@@ -161,164 +124,45 @@ class Config:
         return self.path.parent
 
 
-# ---------------------------------------------------------------- validation helpers
-
-
-def _suggest(word: str, choices) -> str:
-    close = difflib.get_close_matches(str(word), list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _show(value: Any) -> str:
-    return f'"{value}"' if isinstance(value, str) else repr(value)
-
-
-def _check_keys(where: str, data: dict, allowed) -> None:
-    for key in data:
-        if key not in allowed:
-            raise ConfigError(f"{where}.{key}: unknown key{_suggest(key, allowed)}".lstrip("."))
-
-
-def _mapping(where: str, value: Any, *, optional=True) -> dict:
-    if value is None and optional:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {_show(value)}")
-    return value
-
-
-def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, Any], int]:
-    def check(where: str, v: Any) -> int:
-        ok = isinstance(v, int) and not isinstance(v, bool)
-        if ok and (lo is None or v >= lo) and (hi is None or v <= hi):
-            return v
-        rng = f" {lo}-{hi}" if hi is not None else (f" >= {lo}" if lo is not None else "")
-        raise ConfigError(f"{where}: expected an integer{rng}, got {_show(v)}")
-
-    return check
-
-
-def _num(lo: float = 0.0) -> Callable[[str, Any], float]:
-    def check(where: str, v: Any) -> float:
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= lo:
-            return float(v)
-        raise ConfigError(f"{where}: expected a number >= {lo:g}, got {_show(v)}")
-
-    return check
-
-
-def _str(where: str, v: Any) -> str:
-    if isinstance(v, str) and v.strip():
-        return v
-    raise ConfigError(f"{where}: expected a non-empty string, got {_show(v)}")
-
-
-def _bool(where: str, v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    raise ConfigError(f"{where}: expected true or false, got {_show(v)}")
-
-
-def _choice(choices) -> Callable[[str, Any], str]:
-    def check(where: str, v: Any) -> str:
-        if v in choices:
-            return v
-        raise ConfigError(
-            f"{where}: expected one of {', '.join(choices)}, got {_show(v)}{_suggest(v, choices)}"
-        )
-
-    return check
-
-
-def _str_list(where: str, v: Any) -> tuple[str, ...]:
-    if not isinstance(v, list):
-        raise ConfigError(f"{where}: expected a list of strings, got {_show(v)}")
-    out = []
-    for i, item in enumerate(v):
-        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise ConfigError(f"{where}[{i}]: expected a string, got {_show(item)}")
-        out.append(str(item))  # YAML turns "8" into 8 when unquoted; argv wants strings
-    return tuple(out)
-
-
-def _str_map(where: str, v: Any) -> dict:
-    v = _mapping(where, v)
-    for k, val in v.items():
-        if not isinstance(val, (str, int, float)) or isinstance(val, bool):
-            raise ConfigError(f"{where}.{k}: expected a string, got {_show(val)}")
-    return {str(k): str(val) for k, val in v.items()}
-
-
-def _free_map(where: str, v: Any) -> dict:
-    return dict(_mapping(where, v))
-
-
-def _url(where: str, v: Any) -> str:
-    v = _str(where, v)
-    if not v.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: expected an http:// or https:// URL, got {_show(v)}")
-    return v
-
-
-def _url_list(where: str, v: Any) -> tuple[str, ...]:
-    if not isinstance(v, list) or not v:
-        raise ConfigError(f"{where}: expected a list of one or more URLs, got {_show(v)}")
-    urls = tuple(_url(f"{where}[{i}]", u) for i, u in enumerate(v))
-    dup = next((u for u in urls if urls.count(u) > 1), None)
-    if dup:
-        raise ConfigError(f"{where}: {dup} is listed twice")
-    return urls
-
-
-def _tokens(where: str, v: Any) -> int:
-    try:
-        n = parse_tokens(v)
-    except ValueError as e:
-        raise ConfigError(f"{where}: {e}") from None
-    if n <= 0:
-        raise ConfigError(f"{where}: expected a positive token count, got {_show(v)}")
-    return n
-
-
 HOST_FIELDS: dict[str, Callable[[str, Any], Any]] = {
-    "connect": _choice(CONNECT_KINDS),
-    "host": _str,
-    "user": _str,
-    "port": _int(1, 65535),
-    "remote_dir": _str,
-    "python": _str,
-    "host_key": _choice(HOST_KEY_MODES),
-    "known_hosts": _str,
-    "identity_file": _str,
-    "gateway": _str,
-    "forward_agent": _bool,
-    "keepalive": _int(0),
-    "connect_timeout": _int(1),
-    "keep_releases": _int(2),
+    "connect": choice(CONNECT_KINDS),
+    "host": string,
+    "user": string,
+    "port": int_in(1, 65535),
+    "remote_dir": string,
+    "python": string,
+    "host_key": choice(HOST_KEY_MODES),
+    "known_hosts": string,
+    "identity_file": string,
+    "gateway": string,
+    "forward_agent": boolean,
+    "keepalive": int_in(0),
+    "connect_timeout": int_in(1),
+    "keep_releases": int_in(2),
 }
 ENGINE_FIELDS = {
-    "kind": _choice(ENGINE_KINDS),
-    "base_url": _url,
-    "base_urls": _url_list,
-    "model": _str,
-    "concurrency": _int(1, 100_000),
-    "api_key_env": _str,
-    "request_timeout": _num(1.0),
-    "max_retries": _int(0),
-    "retry_base": _num(0.0),
-    "down_deadline": _num(0.0),
-    "tokens_per_s": _num(1.0),
-    "stall_minutes": _num(0.0),
-    "metrics_interval": _num(0.0),
+    "kind": choice(ENGINE_KINDS),
+    "base_url": url,
+    "base_urls": url_list,
+    "model": string,
+    "concurrency": int_in(1, 100_000),
+    "api_key_env": string,
+    "request_timeout": number(1.0),
+    "max_retries": int_in(0),
+    "retry_base": number(0.0),
+    "down_deadline": number(0.0),
+    "tokens_per_s": number(1.0),
+    "stall_minutes": number(0.0),
+    "metrics_interval": number(0.0),
 }
 SERVER_FIELDS = {
-    "command": _str,
-    "model": _str,
-    "port": _int(1, 65535),
-    "args": _str_list,
-    "env": _str_map,
-    "ready_timeout": _int(1),
-    "headless": _bool,
+    "command": string,
+    "model": string,
+    "port": int_in(1, 65535),
+    "args": string_list,
+    "env": string_map,
+    "ready_timeout": int_in(1),
+    "headless": boolean,
 }
 # what hosts.NAME.job may hold
 HOST_OVERRIDES = (
@@ -331,17 +175,17 @@ HOST_OVERRIDES = (
 
 
 def _fields(where: str, data: dict, spec: dict) -> dict:
-    _check_keys(where, data, spec)
+    check_keys(where, data, spec)
     return {k: spec[k](f"{where}.{k}", v) for k, v in data.items()}
 
 
 def _parse_host(name: str, defaults: dict, raw: Any) -> HostConfig:
     where = f"hosts.{name}"
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"hosts: host names must be non-empty strings, got {_show(name)}")
+        raise ConfigError(f"hosts: host names must be non-empty strings, got {show(name)}")
     values = dict(defaults)
-    raw = _mapping(where, raw)
-    _check_keys(where, raw, [*HOST_FIELDS, "job", "server"])
+    raw = mapping(where, raw)
+    check_keys(where, raw, [*HOST_FIELDS, "job", "server"])
     own = {
         k: v for k, v in raw.items() if k not in ("job", "server")
     }  # job/server overrides: parsed apart
@@ -352,7 +196,7 @@ def _parse_host(name: str, defaults: dict, raw: Any) -> HostConfig:
 
 
 def _engine(where: str, raw: dict) -> EngineSpec:
-    values = _fields(where, _mapping(where, raw), ENGINE_FIELDS)
+    values = _fields(where, mapping(where, raw), ENGINE_FIELDS)
     if "base_url" in values and "base_urls" in values:
         raise ConfigError(f"{where}: give base_url (one server) or base_urls (several), not both")
     urls = values.pop("base_urls", None) or (values.get("base_url", EngineSpec.base_url),)
@@ -363,11 +207,11 @@ def _merge_job(name: str, top: dict, override: Any) -> dict:
     """hosts.NAME.job over the top-level job, key by key inside each mapping; every key checked under its
     own name (hosts.NAME.job.engine.kind), not the merged one."""
     where = f"hosts.{name}.job"
-    override = _mapping(where, override)
-    _check_keys(where, override, HOST_OVERRIDES)
+    override = mapping(where, override)
+    check_keys(where, override, HOST_OVERRIDES)
     merged = dict(top)
     for key, value in override.items():
-        value = _mapping(f"{where}.{key}", value)
+        value = mapping(f"{where}.{key}", value)
         if key == "engine":
             _fields(f"{where}.engine", value, ENGINE_FIELDS)
             if (
@@ -387,13 +231,13 @@ def _merge_job(name: str, top: dict, override: Any) -> dict:
 
 
 def _parse_job(raw: Any, where: str = "job") -> JobSpec:
-    job = _mapping("job", raw, optional=False)
-    _check_keys(
+    job = mapping("job", raw, optional=False)
+    check_keys(
         "job",
         job,
         ("datasets", "engine", "sampling", "chat_template_kwargs", "extra_body", "notify"),
     )
-    ds_raw = _mapping("job.datasets", job.get("datasets"), optional=False)
+    ds_raw = mapping("job.datasets", job.get("datasets"), optional=False)
     if not ds_raw:
         raise ConfigError("job.datasets: expected at least one dataset")
     datasets = []
@@ -401,35 +245,35 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
         at = f"job.datasets.{name}"
         if not isinstance(name, str) or not DATASET_NAME_RE.match(name):
             raise ConfigError(f"{at}: dataset name must match {DATASET_NAME_RE.pattern}")
-        spec = _mapping(at, spec, optional=False)
-        _check_keys(at, spec, ("prompts", "est_tokens"))
+        spec = mapping(at, spec, optional=False)
+        check_keys(at, spec, ("prompts", "est_tokens"))
         if "prompts" not in spec:
             raise ConfigError(f"{at}.prompts: required (path on the host, relative to remote_dir)")
-        prompts = _str(f"{at}.prompts", spec["prompts"])
+        prompts = string(f"{at}.prompts", spec["prompts"])
         if prompts.startswith("/") or ".." in Path(prompts).parts:
             raise ConfigError(
-                f"{at}.prompts: must be a relative path inside remote_dir, got {_show(prompts)}"
+                f"{at}.prompts: must be a relative path inside remote_dir, got {show(prompts)}"
             )
-        est = _tokens(f"{at}.est_tokens", spec.get("est_tokens", 2000))
+        est = tokens(f"{at}.est_tokens", spec.get("est_tokens", 2000))
         datasets.append(DatasetSpec(name=name, prompts=prompts, est_tokens=est))
     engine = _engine(f"{where}.engine", job.get("engine"))
-    sampling = _mapping(f"{where}.sampling", job.get("sampling"))
+    sampling = mapping(f"{where}.sampling", job.get("sampling"))
     for key in sampling:
         if key not in SAMPLING_KEYS:
             raise ConfigError(
-                f"{where}.sampling.{key}: unknown key{_suggest(key, SAMPLING_KEYS)}; fields beyond "
+                f"{where}.sampling.{key}: unknown key{suggest(key, SAMPLING_KEYS)}; fields beyond "
                 "OpenAI's sampling (vLLM's repetition_detection, thinking_token_budget, …) "
                 "go in job.extra_body"
             )
     if "max_tokens" in sampling:
         sampling = dict(
-            sampling, max_tokens=_tokens(f"{where}.sampling.max_tokens", sampling["max_tokens"])
+            sampling, max_tokens=tokens(f"{where}.sampling.max_tokens", sampling["max_tokens"])
         )
     for key in ("temperature", "top_p", "min_p"):
         if key in sampling:
-            _num(0.0)(f"{where}.sampling.{key}", sampling[key])
-    kwargs = _free_map(f"{where}.chat_template_kwargs", job.get("chat_template_kwargs"))
-    extra = _free_map(f"{where}.extra_body", job.get("extra_body"))
+            number(0.0)(f"{where}.sampling.{key}", sampling[key])
+    kwargs = free_map(f"{where}.chat_template_kwargs", job.get("chat_template_kwargs"))
+    extra = free_map(f"{where}.extra_body", job.get("extra_body"))
     clash = sorted(
         set(extra) & ({"model", "messages", "chat_template_kwargs"} | set(SAMPLING_KEYS))
     )
@@ -448,34 +292,31 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
     )
 
 
-NOTIFY_EVENTS = ("finished", "failed", "stalled", "engine_down", "disk_full", "engine_up")
-
-
 def _notify(where: str, raw: Any) -> dict:
     """job.notify: {command, on: [events] (default: all but engine_up), timeout: seconds}."""
     if raw is None:
         return {}
-    raw = _mapping(where, raw)
-    _check_keys(where, raw, ("command", "on", "timeout"))
+    raw = mapping(where, raw)
+    check_keys(where, raw, ("command", "on", "timeout"))
     if "command" not in raw:
         raise ConfigError(f"{where}.command: required (a shell command run on the host with sh -c)")
-    out = {"command": _str(f"{where}.command", raw["command"])}
+    out = {"command": string(f"{where}.command", raw["command"])}
     if "on" in raw:
-        events = _str_list(f"{where}.on", raw["on"])
+        events = string_list(f"{where}.on", raw["on"])
         for i, e in enumerate(events):
-            _choice(NOTIFY_EVENTS)(f"{where}.on[{i}]", e)
+            choice(NOTIFY_EVENTS)(f"{where}.on[{i}]", e)
         out["on"] = list(events)
     if "timeout" in raw:
-        out["timeout"] = _num(1.0)(f"{where}.timeout", raw["timeout"])
+        out["timeout"] = number(1.0)(f"{where}.timeout", raw["timeout"])
     return out
 
 
 def parse_config(data: Any, path: Path) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
-    _check_keys("", data, ("default_host", "defaults", "hosts", "job", "server"))
-    defaults = _fields("defaults", _mapping("defaults", data.get("defaults")), HOST_FIELDS)
-    hosts_raw = _mapping("hosts", data.get("hosts"), optional=False)
+    check_keys("", data, ("default_host", "defaults", "hosts", "job", "server"))
+    defaults = _fields("defaults", mapping("defaults", data.get("defaults")), HOST_FIELDS)
+    hosts_raw = mapping("hosts", data.get("hosts"), optional=False)
     if not hosts_raw:
         raise ConfigError("hosts: expected at least one host")
     hosts = {name: _parse_host(name, defaults, raw) for name, raw in hosts_raw.items()}
@@ -487,10 +328,10 @@ def parse_config(data: Any, path: Path) -> Config:
         default_host = next(iter(hosts))
     if default_host not in hosts:
         raise ConfigError(
-            f"default_host: {_show(default_host)} is not in hosts{_suggest(default_host, hosts)}"
+            f"default_host: {show(default_host)} is not in hosts{suggest(default_host, hosts)}"
         )
     job = _parse_job(data.get("job"))
-    server = _fields("server", _mapping("server", data.get("server")), SERVER_FIELDS)
+    server = _fields("server", mapping("server", data.get("server")), SERVER_FIELDS)
     host_jobs, host_servers = {}, {}
     for name, raw in hosts_raw.items():
         if not isinstance(raw, dict):
@@ -502,7 +343,7 @@ def parse_config(data: Any, path: Path) -> Config:
         if raw.get("server") is not None:
             where = f"hosts.{name}.server"
             host_servers[name] = ServerSpec(
-                **dict(server, **_fields(where, _mapping(where, raw["server"]), SERVER_FIELDS))
+                **dict(server, **_fields(where, mapping(where, raw["server"]), SERVER_FIELDS))
             )
     return Config(
         path=path,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from remote.common.answers import RestartAnswer, StopAnswer
 from remote.common.status import JobStatus
 from remote.common.units import parse_cap, parse_dataset_list, parse_tokens
 
@@ -112,7 +113,7 @@ def preflight_message(host: str, problem: dict) -> str:
 
 def restart(
     conn: Connector, flags: RunFlags, *, hard=False, drain=False, dry_run=False, force_gpu=False
-) -> dict:
+) -> RestartAnswer:
     args = ["restart", *flags.argv()]
     args += (
         ["--hard"] * hard
@@ -120,13 +121,12 @@ def restart(
         + ["--dry-run"] * dry_run
         + ["--force-gpu"] * force_gpu
     )
-    return dict(ctl(conn, *args), host=conn.name)
+    return RestartAnswer.from_dict(dict(ctl(conn, *args), host=conn.name))
 
 
-def stop(conn: Connector, grace: float = 30.0, drain: bool = False) -> dict:
-    return dict(
-        ctl(conn, "stop", "--grace", f"{grace:g}", *(["--drain"] if drain else [])), host=conn.name
-    )
+def stop(conn: Connector, grace: float = 30.0, drain: bool = False) -> StopAnswer:
+    answer = ctl(conn, "stop", "--grace", f"{grace:g}", *(["--drain"] if drain else []))
+    return StopAnswer.from_dict(dict(answer, host=conn.name))
 
 
 def status(conn: Connector) -> JobStatus:

@@ -158,38 +158,38 @@ def deploy_host(
         if not dry_run:
             result.bytes_sent = 0
     else:
-        with tempfile.TemporaryFile() as payload:  # spooled to disk: prompt files can be gigabytes
-            with tarfile.open(fileobj=payload, mode="w") as tar:
-                for p in to_send:
-                    _add(tar, f"release/{p}", rel.files[p])
-                for p in send_prompts:
-                    tar.add(str(prompts[p]), arcname=f"prompts/{p}", recursive=False)
-            payload.seek(0)
-            proc.write(
-                (
-                    json.dumps(
-                        {
-                            "id": rel.id,
-                            "files": rel.manifest,
-                            "base": plan["current"],
-                            "prompts": send_prompts,
-                            "keep": conn.host.keep_releases,
-                        }
-                    )
-                    + "\n"
-                ).encode()
-            )
-            for chunk in iter(lambda: payload.read(1 << 20), b""):
-                proc.write(chunk)
-        proc.close_stdin()
+        header = {
+            "id": rel.id,
+            "files": rel.manifest,
+            "base": plan["current"],
+            "prompts": send_prompts,
+            "keep": conn.host.keep_releases,
+        }
+        _send(
+            proc, header, [(f"release/{p}", rel.files[p]) for p in to_send], prompts, send_prompts
+        )
         res = proc.finish()
         if not res.ok:
             raise _helper_error(conn, "deploy", res)
-        applied = res.answer()
-        result.pruned = applied.get("pruned", [])
+        result.pruned = res.answer().get("pruned", [])
     result.seconds = time.monotonic() - t0
     result.round_trips = conn.round_trips
     return result
+
+
+def _send(proc, header: dict, release_files, prompts: dict, send_prompts: list[str]) -> None:
+    """The apply request: one JSON line, then a tar of the changed files and prompt files."""
+    with tempfile.TemporaryFile() as payload:  # spooled to disk: prompt files can be gigabytes
+        with tarfile.open(fileobj=payload, mode="w") as tar:
+            for name, data in release_files:
+                _add(tar, name, data)
+            for p in send_prompts:
+                tar.add(str(prompts[p]), arcname=f"prompts/{p}", recursive=False)
+        payload.seek(0)
+        proc.write((json.dumps(header) + "\n").encode())
+        for chunk in iter(lambda: payload.read(1 << 20), b""):
+            proc.write(chunk)
+    proc.close_stdin()
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from remote.common.answers import PlanAnswer, PlanRow
 from remote.common.units import parse_tokens
 
 from .connectors import Connector
@@ -22,18 +23,13 @@ def parse_plan_args(tokens_per_dataset: str, tokens_per_s: str | None) -> tuple[
     return target, rate
 
 
-def plan_host(conn: Connector, tokens_per_dataset: int, tokens_per_s: float | None) -> dict:
+def plan_host(conn: Connector, tokens_per_dataset: int, tokens_per_s: float | None) -> PlanAnswer:
     answer = ctl(conn, "plan", "--tokens-per-dataset", str(tokens_per_dataset))
     rate = tokens_per_s or answer.get("tokens_per_s") or None
     rate_source = "--tokens-per-s" if tokens_per_s else ("measured (last minute)" if rate else None)
+    rows = {name: PlanRow.from_dict(row) for name, row in answer["datasets"].items()}
     cum = 0
-    for row in answer["datasets"].values():
-        cum += row["tokens_todo"]
-        row["eta_s"] = int(cum / rate) if rate else None  # datasets run in job order
-    return {
-        "host": conn.name,
-        "datasets": answer["datasets"],
-        "tokens_per_s": rate,
-        "rate_source": rate_source,
-        "tokens_per_dataset": tokens_per_dataset,
-    }
+    for row in rows.values():
+        cum += row.tokens_todo
+        row.eta_s = int(cum / rate) if rate else None  # datasets run in job order
+    return PlanAnswer(conn.name, tokens_per_dataset, rows, rate, rate_source)

@@ -10,7 +10,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from remote.common.status import JobStatus
+from remote.common.status import JobStatus, ServerMetrics
 
 STALE_AFTER = 30.0  # seconds without a status update before we ask whether the runner is alive
 
@@ -59,15 +59,15 @@ def health(st: JobStatus, now: float) -> tuple[str, bool]:
     return " · ".join(parts), bad
 
 
-def _metrics_text(m: dict | None) -> str:
+def _metrics_text(m: ServerMetrics | None) -> str:
     if not m:
         return ""
 
     def n(v):
         return "?" if v is None else f"{v:.0f}"
 
-    kv = "?" if m.get("kv_cache") is None else f"{m['kv_cache']:.0%}"
-    return f" · vLLM: running {n(m.get('running'))}, waiting {n(m.get('waiting'))}, KV cache {kv}"
+    kv = "?" if m.kv_cache is None else f"{m.kv_cache:.0%}"
+    return f" · vLLM: running {n(m.running)}, waiting {n(m.waiting)}, KV cache {kv}"
 
 
 def short_url(url: str) -> str:
@@ -103,25 +103,25 @@ def gpu_line(st: JobStatus) -> str | None:
     """Every GPU of the host on one line: utilisation each, memory in total."""
     if not st.gpus:
         return None
-    util = " ".join("?" if g.get("util") is None else str(g["util"]) for g in st.gpus)
-    used = sum(g.get("memory_used") or 0 for g in st.gpus) / 1024
-    total = sum(g.get("memory_total") or 0 for g in st.gpus) / 1024
+    util = " ".join("?" if g.util is None else str(g.util) for g in st.gpus)
+    used = sum(g.memory_used or 0 for g in st.gpus) / 1024
+    total = sum(g.memory_total or 0 for g in st.gpus) / 1024
     return f"GPUs {len(st.gpus)}: util % {util} · memory {used:,.0f}/{total:,.0f} GiB"
 
 
 def disk_line(st: JobStatus) -> tuple[str, str] | None:
     """(text, style) for the outputs' disk: full, filling within ~6 hours, or just how much is free."""
     d = st.disk
-    if not d or d.get("free_bytes") is None:
+    if d.free_bytes is None:
         return None
-    free = d["free_bytes"] / (1 << 30)
-    if d.get("full"):
+    free = d.free_bytes / (1 << 30)
+    if d.full:
         return (
-            f"DISK FULL: {d.get('held', 0)} answers wait in memory, no new requests; the job carries on "
+            f"DISK FULL: {d.held} answers wait in memory, no new requests; the job carries on "
             f"by itself once there is space ({free:.1f} GiB free now)",
             "red",
         )
-    hours = d.get("hours_left")
+    hours = d.hours_left
     if hours is not None and hours < 6 and not st.terminal:
         return (
             f"disk: {free:.1f} GiB free: about {hours:.1f} h of output at the current rate",
@@ -143,19 +143,19 @@ def hints(st: JobStatus) -> list[str]:
         and any(not d.is_complete and d.done + d.in_flight < d.target for d in st.datasets.values())
     )
     for e in st.endpoints:
-        m = e.metrics or {}
+        m = e.metrics
         if not e.reachable or not m:
             continue
-        if m.get("new_preemptions"):
+        if m.new_preemptions:
             out.append(
-                f"hint: {short_url(e.url)} is preempting requests ({m['new_preemptions']} since the last "
+                f"hint: {short_url(e.url)} is preempting requests ({m.new_preemptions} since the last "
                 "sample): its KV cache is too small for this many at once; lower job.engine.concurrency or raise "
                 "--gpu-memory-utilization"
             )
-        elif more and e.in_flight >= e.concurrency and m.get("room_samples", 0) >= 3:
+        elif more and e.in_flight >= e.concurrency and m.room_samples >= 3:
             out.append(
                 f"hint: {short_url(e.url)} runs every request it gets with none waiting and its KV cache at "
-                f"{m['kv_cache']:.0%}: raise job.engine.concurrency (now {e.concurrency}) to fill its batch"
+                f"{m.kv_cache:.0%}: raise job.engine.concurrency (now {e.concurrency}) to fill its batch"
             )
     return out
 

@@ -9,6 +9,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from remote.common.answers import (
+    LeftoverProcess,
+    PlanAnswer,
+    RestartAnswer,
+    ServerStarted,
+    ServerState,
+    ServerStopped,
+    StopAnswer,
+)
 from remote.common.status import JobStatus
 
 from .errors import DeployToolError
@@ -119,49 +128,45 @@ def caps_table(caps: dict, out: Console | None = None) -> None:
     (out or console).print(t)
 
 
-def restart_result(r: dict, out: Console | None = None) -> None:
+def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
     out = out or console
-    host = f"[bold]{r['host']}[/]"
-    if r.get("dry_run"):
-        running = r.get("running")
+    host = f"[bold]{r.host}[/]"
+    if r.dry_run:
         what = {
             "live": "re-cap the running runner live (nothing lost)",
-            "restart": f"stop runner pid {running and running['pid']} and start a new one",
+            "restart": f"stop runner pid {r.running and r.running['pid']} and start a new one",
             "start": "start a runner",
-        }[r["mode"]]
-        out.print(f"{host}: dry run: would {what} with caps {r['caps']}")
+        }[r.mode]
+        out.print(f"{host}: dry run: would {what} with caps {r.caps}")
         return
-    if r["mode"] == "live":
-        out.print(f"{host}: re-capped live: runner pid {r['pid']} kept running, no request lost")
-        for name, change in (r.get("reloaded") or {}).items():
+    if r.mode == "live":
+        out.print(f"{host}: re-capped live: runner pid {r.pid} kept running, no request lost")
+        for name, change in r.reloaded.items():
             out.print(f"  {name}: prompts {change['from']:,} → {change['to']:,}, reloaded")
     else:
-        stopped = r.get("stopped") or {}
-        if stopped.get("was_running"):
-            extra = f", strays {stopped['strays']}" if stopped.get("strays") else ""
-            killed = f", SIGKILL {stopped['killed']}" if stopped.get("killed") else ""
+        stopped = r.stopped
+        if stopped and stopped.was_running:
+            extra = f", strays {stopped.strays}" if stopped.strays else ""
+            killed = f", SIGKILL {stopped.killed}" if stopped.killed else ""
             out.print(
-                f"{host}: stopped pid(s) {stopped['stopped']}{extra}{killed}; "
-                f"in-flight requests lost: {r.get('lost_in_flight', 0)}"
+                f"{host}: stopped pid(s) {stopped.stopped}{extra}{killed}; "
+                f"in-flight requests lost: {r.lost_in_flight}"
             )
-        out.print(
-            f"{host}: started runner pid {r['pid']} from release {r['release'].rstrip('/').rsplit('/', 1)[-1]}; "
-            f"state {r['state']}"
-        )
-        gpu = r.get("gpu") or {}
-        if gpu.get("note"):
-            out.print(f"  {gpu['note']}")
-    caps_table(r.get("caps") or {}, out)
+        release = (r.release or "").rstrip("/").rsplit("/", 1)[-1]
+        out.print(f"{host}: started runner pid {r.pid} from release {release}; state {r.state}")
+        if (r.gpu or {}).get("note"):
+            out.print(f"  {r.gpu['note']}")
+    caps_table(r.caps, out)
 
 
-def stop_result(r: dict, out: Console | None = None) -> None:
+def stop_result(r: StopAnswer, out: Console | None = None) -> None:
     out = out or console
-    if not r.get("was_running"):
-        out.print(f"[bold]{r['host']}[/]: no runner was running")
+    if not r.was_running:
+        out.print(f"[bold]{r.host}[/]: no runner was running")
         return
-    killed = f"; SIGKILL after the grace period: {r['killed']}" if r.get("killed") else ""
+    killed = f"; SIGKILL after the grace period: {r.killed}" if r.killed else ""
     out.print(
-        f"[bold]{r['host']}[/]: stopped {r['stopped']}{killed}; in-flight requests lost: {r['lost_in_flight']}"
+        f"[bold]{r.host}[/]: stopped {r.stopped}{killed}; in-flight requests lost: {r.lost_in_flight}"
     )
 
 
@@ -222,39 +227,36 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
         )
 
 
-def plan_result(r: dict, out: Console | None = None) -> None:
+def plan_result(r: PlanAnswer, out: Console | None = None) -> None:
     out = out or console
     out.print(
-        f"[bold]{r['host']}[/]: caps for {_tok(r['tokens_per_dataset'])} response tokens per dataset"
+        f"[bold]{r.host}[/]: caps for {_tok(r.tokens_per_dataset)} response tokens per dataset"
     )
     t = Table(
         "dataset", "records", "mean tok", "basis", "cap", "to do", "tokens to do", "ETA", box=None
     )
-    short = False
-    for name, d in r["datasets"].items():
-        fewer = bool(d["prompts"]) and d["target"] < d["cap"]
-        short |= fewer
+    for name, d in r.datasets.items():
         t.add_row(
             name,
-            f"{d['records']:,}",
-            f"{d['mean_tokens']:,.0f}",
-            "measured" if d["source"].startswith("measured") else "estimate",
-            f"{d['cap']:,}" + ("*" if fewer else ""),
-            f"{d['todo']:,}",
-            _tok(d["tokens_todo"]),
-            _eta(d["eta_s"]),
+            f"{d.records:,}",
+            f"{d.mean_tokens:,.0f}",
+            "measured" if d.measured else "estimate",
+            f"{d.cap:,}" + ("*" if d.fewer_prompts_than_cap else ""),
+            f"{d.todo:,}",
+            _tok(d.tokens_todo),
+            _eta(d.eta_s),
         )
     out.print(t)
     out.print(
         "  basis: measured mean of the records on the host (50 or more), else est_tokens from hosts.yaml"
     )
-    if short:
+    if any(d.fewer_prompts_than_cap for d in r.datasets.values()):
         out.print("  * the dataset has fewer prompts than the cap: all of them are done")
-    if r["tokens_per_s"]:
-        total = sum(d["tokens_todo"] for d in r["datasets"].values())
+    if r.tokens_per_s:
+        total = sum(d.tokens_todo for d in r.datasets.values())
         out.print(
-            f"  {_tok(total)} tokens to do at {_tok(r['tokens_per_s'])} tok/s ({r['rate_source']}): "
-            f"about {_eta(total / r['tokens_per_s'])}"
+            f"  {_tok(total)} tokens to do at {_tok(r.tokens_per_s)} tok/s ({r.rate_source}): "
+            f"about {_eta(total / r.tokens_per_s)}"
         )
     else:
         out.print(
@@ -270,81 +272,77 @@ def pull_result(r, out: Console | None = None) -> None:
             out.print(f"  {f['action']:10} {name} ({_size(f['bytes'])})")
 
 
-def _leftover_list(procs: list[dict]) -> str:
-    def one(p):
-        mem = f"{p['rss_mib']} MiB RAM" if p.get("rss_mib") is not None else "? RAM"
-        if p.get("gpu_mib"):
-            mem += f", {p['gpu_mib']} MiB GPU"
-        return f"pid {p['pid']} {p['what']} ({mem})"
+def _leftover_list(procs: list[LeftoverProcess]) -> str:
+    def one(p: LeftoverProcess) -> str:
+        mem = f"{p.rss_mib} MiB RAM" if p.rss_mib is not None else "? RAM"
+        if p.gpu_mib:
+            mem += f", {p.gpu_mib} MiB GPU"
+        return f"pid {p.pid} {p.what} ({mem})"
 
     return "; ".join(one(p) for p in procs)
 
 
-def server_started(r: dict, out: Console | None = None) -> None:
+def server_started(r: ServerStarted, out: Console | None = None) -> None:
     out = out or console
-    if r.get("removed"):
+    if r.removed:
         out.print(
-            f"{r['host']}: removed {len(r['removed'])} leftover processes of the dead server "
-            f"first: {_leftover_list(r['removed'])}",
+            f"{r.host}: removed {len(r.removed)} leftover processes of the dead server "
+            f"first: {_leftover_list(r.removed)}",
             markup=False,
         )
-    if r.get("already"):
-        out.print(
-            f"[bold]{r['host']}[/]: server already up (pid {r['pid']}, {r['model']} on port {r['port']})"
-        )
+    if r.already:
+        out.print(f"[bold]{r.host}[/]: server already up (pid {r.pid}, {r.model} on port {r.port})")
         return
-    where = "headless worker" if r.get("headless") else f"on port {r['port']}"
+    where = "headless worker" if r.headless else f"on port {r.port}"
     out.print(
-        f"[bold]{r['host']}[/]: server up: pid {r['pid']}, {r['model']} {where}, "
-        f"ready after {_eta(r.get('ready_after_s'))}"
+        f"[bold]{r.host}[/]: server up: pid {r.pid}, {r.model} {where}, "
+        f"ready after {_eta(r.ready_after_s)}"
     )
-    out.print(f"  command: {' '.join(r.get('argv', []))}", markup=False)
-    if r.get("env"):
-        out.print("  env: " + " ".join(f"{k}={v}" for k, v in r["env"].items()), markup=False)
-    if r.get("headless"):
+    out.print(f"  command: {' '.join(r.argv)}", markup=False)
+    if r.env:
+        out.print("  env: " + " ".join(f"{k}={v}" for k, v in r.env.items()), markup=False)
+    if r.headless:
         out.print(
             "  headless data-parallel worker: no HTTP, no smoke test (the head answers for the group)"
         )
     else:
-        asked = f" (asked as {r['served_model']!r})" if r.get("served_model") else ""
-        out.print(f"  smoke test: {(r.get('smoke') or '')[:80]!r}{asked}", markup=False)
+        asked = f" (asked as {r.served_model!r})" if r.served_model else ""
+        out.print(f"  smoke test: {(r.smoke or '')[:80]!r}{asked}", markup=False)
 
 
-def server_stopped(r: dict, out: Console | None = None) -> None:
+def server_stopped(r: ServerStopped, out: Console | None = None) -> None:
     out = out or console
-    if not r.get("was_running"):
-        if r.get("removed"):
+    if not r.was_running:
+        if r.removed:
             out.print(
-                f"{r['host']}: no server was running; removed {len(r['removed'])} leftover "
-                f"processes of a dead one: {_leftover_list(r['removed'])}",
+                f"{r.host}: no server was running; removed {len(r.removed)} leftover "
+                f"processes of a dead one: {_leftover_list(r.removed)}",
                 markup=False,
             )
         else:
-            out.print(f"[bold]{r['host']}[/]: no server was running")
+            out.print(f"[bold]{r.host}[/]: no server was running")
         return
-    line = f"[bold]{r['host']}[/]: server pid {r['pid']} stopped"
-    if r.get("killed"):
-        line += f"; SIGKILL: {r['killed']}"
-    gpu = r.get("gpu")
-    if gpu is None:
+    line = f"[bold]{r.host}[/]: server pid {r.pid} stopped"
+    if r.killed:
+        line += f"; SIGKILL: {r.killed}"
+    if r.gpu is None:
         line += "; no nvidia-smi (GPU memory not checked)"
-    elif gpu["free"]:
+    elif r.gpu["free"]:
         line += "; its GPU memory is free"
     else:
-        line += f"; [red]GPU memory still held by {[a['pid'] for a in gpu['still_held_by']]}[/]"
+        line += f"; [red]GPU memory still held by {[a['pid'] for a in r.gpu['still_held_by']]}[/]"
     out.print(line)
 
 
-def server_status(r: dict, out: Console | None = None) -> None:
+def server_status(r: ServerState, out: Console | None = None) -> None:
     out = out or console
-    if not r.get("up"):
-        left = r.get("leftovers") or []
-        if not left:
-            out.print(f"[bold]{r['host']}[/]: server down")
+    if not r.up:
+        if not r.leftovers:
+            out.print(f"[bold]{r.host}[/]: server down")
             return
         out.print(
-            f"{r['host']}: server down, but {len(left)} processes of the dead server are still "
-            f"running: {_leftover_list(left)}",
+            f"{r.host}: server down, but {len(r.leftovers)} processes of the dead server are still "
+            f"running: {_leftover_list(r.leftovers)}",
             markup=False,
         )
         out.print(
@@ -352,25 +350,21 @@ def server_status(r: dict, out: Console | None = None) -> None:
             "`invoke server.start` does before it starts a new server"
         )
         return
-    where = "as a headless data-parallel worker" if r.get("headless") else f"on port {r['port']}"
+    where = "as a headless data-parallel worker" if r.headless else f"on port {r.port}"
     out.print(
-        f"[bold]{r['host']}[/]: server {'up' if r['ready'] else 'starting'}: pid {r['pid']}, {r['model']} "
-        f"{where}, uptime {_eta(r['uptime_s'])}"
+        f"[bold]{r.host}[/]: server {'up' if r.ready else 'starting'}: pid {r.pid}, {r.model} "
+        f"{where}, uptime {_eta(r.uptime_s)}"
     )
-    m = r.get("metrics")
+    m = r.metrics
     if m:
-        kv = f"{m['kv_cache_usage']:.0%}" if m.get("kv_cache_usage") is not None else "?"
-        rate = (
-            _tok(m["generation_tokens_per_s"])
-            if m.get("generation_tokens_per_s") is not None
-            else "?"
-        )
+        kv = f"{m.kv_cache:.0%}" if m.kv_cache is not None else "?"
+        rate = _tok(m.generation_tokens_per_s) if m.generation_tokens_per_s is not None else "?"
 
         def n(v):
             return "?" if v is None else f"{v:.0f}"
 
         out.print(
-            f"  requests running {n(m.get('running'))}, waiting {n(m.get('waiting'))}; KV cache {kv}; "
+            f"  requests running {n(m.running)}, waiting {n(m.waiting)}; KV cache {kv}; "
             f"generation {rate} tok/s"
         )
 

@@ -8,6 +8,8 @@ from dataclasses import asdict
 from typing import Callable
 from urllib.parse import urlparse
 
+from remote.common.answers import ServerStarted, ServerState, ServerStopped
+
 from .config import Config, ServerSpec
 from .connectors import Connector
 from .control import call
@@ -42,10 +44,10 @@ def start(
     progress: Callable[[str], None] = lambda s: None,
     clock=time.monotonic,
     sleep=time.sleep,
-) -> dict:
+) -> ServerStarted:
     started = call(conn, "server", "start", "--spec", spec_json(spec))
     if started.get("already"):
-        return dict(started, host=conn.name)
+        return ServerStarted.from_dict(dict(started, host=conn.name))
     t0 = clock()
     last_note = 0.0
     while True:
@@ -54,8 +56,8 @@ def start(
             break
         if c["ready"] and c.get("elapsed_s", 0) >= HEADLESS_SETTLE_S:
             # a data-parallel worker serves no HTTP: alive for a while is ready; the head is what answers
-            return dict(
-                started, host=conn.name, ready_after_s=clock() - t0, smoke=None, headless=True
+            return ServerStarted.from_dict(
+                dict(started, host=conn.name, ready_after_s=clock() - t0, headless=True)
             )
         elapsed = clock() - t0
         if not c["alive"]:
@@ -77,18 +79,21 @@ def start(
             last_note = clock()
         sleep(poll)
     smoke = call(conn, "server", "smoke", "--spec", spec_json(spec))
-    return dict(
-        started,
-        host=conn.name,
-        ready_after_s=clock() - t0,
-        smoke=smoke["answer"],
-        served_model=smoke.get("model"),
+    return ServerStarted.from_dict(
+        dict(
+            started,
+            host=conn.name,
+            ready_after_s=clock() - t0,
+            smoke=smoke["answer"],
+            served_model=smoke.get("model"),
+        )
     )
 
 
-def stop(conn: Connector, grace: float = 30.0) -> dict:
-    return dict(call(conn, "server", "stop", "--grace", f"{grace:g}"), host=conn.name)
+def stop(conn: Connector, grace: float = 30.0) -> ServerStopped:
+    answer = call(conn, "server", "stop", "--grace", f"{grace:g}")
+    return ServerStopped.from_dict(dict(answer, host=conn.name))
 
 
-def status(conn: Connector) -> dict:
-    return dict(call(conn, "server", "status"), host=conn.name)
+def status(conn: Connector) -> ServerState:
+    return ServerState.from_dict(dict(call(conn, "server", "status"), host=conn.name))

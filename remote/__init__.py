@@ -1,1 +1,24 @@
-"""The host side: runs on the GPU host with its own Python (standard library + what vLLM installs)."""
+"""The host side: runs on the GPU host with its own Python (standard library + what vLLM installs).
+
+The rooms, and which way imports run (tests/test_layering.py holds it):
+
+    cli.py, __main__.py, run_inference.py   `python -m remote run|ctl|server`: wires job and host
+    common/   what both sides share, standard library only; the one part deploytool imports
+        jobspec   the typed job spec (defaults stated once), caps, the host's paths, token names
+        status    status.json, typed (nested parts too); answers: ctl's and server's answers
+        units, runargs, metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull
+    job/      the runner's process: one job through the engine
+        runner      wiring and lifecycle only
+        scheduler   caps, token budgets, reload, which prompt next (datasets: one dataset's state)
+        dispatcher  the request window, one request, retries, requeues, the job's own faults
+        writer      records and errors onto disk, holding them while the disk is full
+        control     run/control.json (live re-cap, drain, grace); telemetry (/metrics, GPUs);
+        alerts      stalled / engine_down -> notify; status_builder (pure); rates (one window)
+        engine (openai | simulate), pool (servers), prompts, outputs, notify, history, plan, report
+    host/     process control on the host
+        ctl (start/stop/restart/status), strays, kill, gpu, server (vLLM), release and preflight
+        (both sent by deploytool as source, so they import nothing of this package)
+
+    deploytool -> remote.common <- remote.job
+                                <- remote.host      (job and host never import each other)
+"""

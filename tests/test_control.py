@@ -70,12 +70,12 @@ def outputs(root: Path, ds: str) -> list[str]:
 def test_restart_starts_then_live_recap_keeps_the_process(job):
     cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
     r1 = control.restart(conn, flags(cfg, max_samples=300))
-    assert r1["mode"] == "start" and r1["state"] == "running"
-    assert r1["caps"]["B1"]["target"] == 300
+    assert r1.mode == "start" and r1.state == "running"
+    assert r1.caps["B1"]["target"] == 300
     wait_for(lambda: len(outputs(root, "B1")) >= 8, what="progress")
     r2 = control.restart(conn, flags(cfg, max_samples=20, caps=["B2=5"]))
-    assert r2["mode"] == "live" and r2["pid"] == r1["pid"] and r2["lost_in_flight"] == 0
-    assert r2["caps"]["B1"]["target"] == 20 and r2["caps"]["B2"]["target"] == 5
+    assert r2.mode == "live" and r2.pid == r1.pid and r2.lost_in_flight == 0
+    assert r2.caps["B1"]["target"] == 20 and r2.caps["B2"]["target"] == 5
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     assert max(srv.attempts.values()) == 1  # the server saw no request twice
     assert len(outputs(root, "B2")) == 5 and set(outputs(root, "B1")) >= {
@@ -89,12 +89,12 @@ def test_hard_restart_leaves_exactly_one_runner_and_loses_nothing(job):
     r1 = control.restart(conn, flags(cfg, max_samples=60, grace=10))
     wait_for(lambda: len(outputs(root, "B1")) >= 4, what="progress")
     r2 = control.restart(conn, flags(cfg, max_samples=60, grace=10), hard=True)
-    assert r2["mode"] == "restart" and r2["pid"] != r1["pid"]
-    assert r2["stopped"]["stopped"] == [r1["pid"]] and r2["stopped"]["killed"] == []
+    assert r2.mode == "restart" and r2.pid != r1.pid
+    assert r2.stopped.stopped == [r1.pid] and r2.stopped.killed == []
     # graceful: in-flight requests finished inside the grace period
-    assert r2["lost_in_flight"] == 0
-    assert not procinfo.alive(r1["pid"])
-    assert runners_of(root) == [r2["pid"]]
+    assert r2.lost_in_flight == 0
+    assert not procinfo.alive(r1.pid)
+    assert runners_of(root) == [r2.pid]
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     for ds in ("B1", "B2"):
         got = outputs(root, ds)
@@ -105,12 +105,12 @@ def test_kill_9_then_restart_resumes_without_loss_or_duplicates(job):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
     r1 = control.restart(conn, flags(cfg, max_samples=40))
     wait_for(lambda: len(outputs(root, "B1")) >= 6, what="progress")
-    os.kill(r1["pid"], signal.SIGKILL)
-    wait_for(lambda: not procinfo.alive(r1["pid"]), what="runner dead")
+    os.kill(r1.pid, signal.SIGKILL)
+    wait_for(lambda: not procinfo.alive(r1.pid), what="runner dead")
     st = control.status(conn)
     assert st.state == "stopped" and not st.runner.alive
     r2 = control.restart(conn, flags(cfg, max_samples=40))
-    assert r2["mode"] == "start"
+    assert r2.mode == "start"
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     for ds in ("B1", "B2"):
         got = outputs(root, ds)
@@ -122,7 +122,7 @@ def test_drain_restart_loses_no_request(job):
     control.restart(conn, flags(cfg, max_samples=60))
     wait_for(lambda: srv.in_flight == 4, what="window full")
     r = control.restart(conn, flags(cfg, max_samples=60), hard=True, drain=True)
-    assert r["mode"] == "restart" and r["lost_in_flight"] == 0 and r["stopped"]["drained"]
+    assert r.mode == "restart" and r.lost_in_flight == 0 and r.stopped.drained
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     assert max(srv.attempts.values()) == 1
 
@@ -134,7 +134,7 @@ def test_grace_0_restart_reports_lost_requests(job):
     # the count comes from the runner's status file, written once a second
     wait_for(lambda: srv.in_flight == 4 and status(root)["in_flight"] == 4, what="window full")
     r = control.restart(conn, flags(cfg, max_samples=60, grace=0), hard=True)
-    assert r["lost_in_flight"] == 4, r["stopped"]
+    assert r.lost_in_flight == 4, r.stopped
 
 
 def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
@@ -165,10 +165,10 @@ def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
     try:
         assert control.status(conn).strays == [hand.pid]
         r = control.restart(conn, flags(cfg, max_samples=50, grace=5))
-        assert hand.pid in r["stopped"]["strays"]
+        assert hand.pid in r.stopped.strays
         assert hand.wait(10) is not None
         assert decoy1.poll() is None and decoy2.poll() is None
-        assert runners_of(root) == [r["pid"]]
+        assert runners_of(root) == [r.pid]
     finally:
         for p in (decoy1, decoy2, hand):
             p.kill()
@@ -207,10 +207,10 @@ def test_runner_ignoring_sigterm_is_killed_with_its_children(job, tmp_path):
         )
     )
     r = control.stop(conn, grace=1)
-    assert r["stopped"] == [proc.pid] and proc.pid in r["killed"] and child in r["killed"]
+    assert r.stopped == [proc.pid] and proc.pid in r.killed and child in r.killed
     assert proc.wait(5) == -signal.SIGKILL
     wait_for(lambda: not procinfo.alive(child), what="child gone")
-    assert control.stop(conn, grace=1)["was_running"] is False  # idempotent
+    assert control.stop(conn, grace=1).was_running is False  # idempotent
 
 
 def test_stale_pid_file_of_a_reused_pid_is_not_signalled(job):
@@ -221,7 +221,7 @@ def test_stale_pid_file_of_a_reused_pid_is_not_signalled(job):
         (root / "run" / "runner.pid").write_text(
             json.dumps({"pid": innocent.pid, "start_time": 12345, "token": "old"})
         )  # same pid, different process
-        assert control.stop(conn, grace=0)["was_running"] is False
+        assert control.stop(conn, grace=0).was_running is False
         assert innocent.poll() is None
     finally:
         innocent.kill()
@@ -259,7 +259,7 @@ def test_invalid_flags_change_nothing(job):
         text=True,
     )
     assert res.returncode == 2 and res.stderr.startswith("error: --max-samples must be >= 0")
-    assert procinfo.alive(r["pid"]) and status(root)["caps"]["max_samples"] == 100
+    assert procinfo.alive(r.pid) and status(root)["caps"]["max_samples"] == 100
 
 
 def test_second_start_refused_by_lock(job):
@@ -297,9 +297,7 @@ def test_new_release_means_real_restart(job, tmp_path):
     (pkg / "extra.py").write_text("# new code\n")
     new = deploy_host(conn, cfg, release=build_release(cfg, pkg))
     r2 = control.restart(conn, flags(cfg, max_samples=100, grace=5))
-    assert (
-        r2["mode"] == "restart" and r2["pid"] != r1["pid"] and r2["release"].endswith(new.release)
-    )
+    assert r2.mode == "restart" and r2.pid != r1.pid and r2.release.endswith(new.release)
 
 
 def test_gpu_check_refuses_foreign_gpu_memory(job, tmp_path):
@@ -409,5 +407,5 @@ def test_live_recap_refused_by_the_runner_is_reported(job):
     (root / "data" / "prompts" / "B2.jsonl").unlink()  # B2 cannot be opened now
     with pytest.raises(RemoteError, match="refused: B2: prompts file"):
         control.restart(conn, flags(cfg, max_samples=100))
-    assert procinfo.alive(r["pid"])  # the runner goes on with what it had
+    assert procinfo.alive(r.pid)  # the runner goes on with what it had
     assert status(root)["caps"]["datasets"] == ["B1"]

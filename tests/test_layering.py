@@ -75,3 +75,23 @@ def test_the_check_sees_a_violation():
     where = REPO / "remote" / "job" / "probe.py"  # never written: the source is given
     source = "from ..host import kill\nfrom . import pool\ndef f():\n    import deploytool.config\n"
     assert imports(where, source) == {"remote.host", "remote.job.pool", "deploytool.config"}
+
+
+def sizes() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(module, lines) over 400 and (function, lines) over 60, in remote/ and deploytool/."""
+    modules, functions = [], []
+    for path in files("remote") + files("deploytool"):
+        src = path.read_text()
+        if len(src.splitlines()) > 400:
+            modules.append((rel(path), len(src.splitlines())))
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 60:
+                    functions.append((f"{rel(path)}:{node.name}", n))
+    return modules, functions
+
+
+def test_no_module_over_400_lines_and_no_function_over_60():
+    modules, functions = sizes()
+    assert modules == [] and functions == [], "split them: one room, one job each"

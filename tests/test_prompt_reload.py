@@ -123,8 +123,8 @@ def test_rewritten_file_with_ids_reloads_live(project):
         append_prompts(path, 10, 5, with_ids=True)
         deploy_host(conn, cfg)
         again = control.restart(conn, control.parse_run_flags(cfg, max_samples=100))
-        assert again["mode"] == "live" and again["pid"] == r["pid"]
-        assert again["reloaded"] == {"B2": {"from": 10, "to": 13}}
+        assert again.mode == "live" and again.pid == r.pid
+        assert again.reloaded == {"B2": {"from": 10, "to": 13}}
         wait_for(lambda: status(host_dir)["state"] == "finished", timeout=60, what="finished")
         expected = sorted({json.loads(x)["id"] for x in path.read_text().splitlines()})
         got = record_ids(host_dir, "B2")
@@ -150,10 +150,10 @@ def test_rewritten_file_without_ids_is_refused_and_the_runner_untouched(project)
         msg = str(e.value)
         assert "B2: data/prompts/B2.jsonl was rewritten, not only appended to" in msg
         assert "`id`" in msg and "--hard" in msg and "nothing changed" in msg
-        assert procinfo.alive(r["pid"])
+        assert procinfo.alive(r.pid)
         after = status(host_dir)
         assert (
-            after["pid"] == r["pid"]
+            after["pid"] == r.pid
             and after["datasets"]["B2"]["target"] == before["datasets"]["B2"]["target"] == 10
         )
         assert after["datasets"]["B2"]["prompts_file"] == before["datasets"]["B2"]["prompts_file"]

@@ -13,6 +13,7 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
 from remote.common import procinfo
+from remote.common.answers import ServerState
 from remote.host.server import degenerate
 from tests.conftest import (
     REPO,
@@ -93,34 +94,34 @@ def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
     cfg, conn = host("--tensor-parallel-size", "8", "--fake-delay", "1.5")
     notes = []
     r = server.start(conn, cfg.server, poll=0.2, progress=notes.append)
-    assert r["ready_after_s"] >= 1.0 and r["smoke"].startswith("1, 2, 3")
+    assert r.ready_after_s >= 1.0 and r.smoke.startswith("1, 2, 3")
     assert (
-        r["argv"][1:5] == ["serve", "kimi", "--port", str(cfg.server.port)]
-        and "--tensor-parallel-size" in r["argv"]
+        r.argv[1:5] == ["serve", "kimi", "--port", str(cfg.server.port)]
+        and "--tensor-parallel-size" in r.argv
     )
-    assert r["env"]["HF_TOKEN"] == "****" and r["env"]["VLLM_LOGGING_LEVEL"] == "INFO"
+    assert r.env["HF_TOKEN"] == "****" and r.env["VLLM_LOGGING_LEVEL"] == "INFO"
     assert notes and "loading kimi" in notes[0]
     pidfile = (tmp_path / "host" / "run" / "server.pid").read_text()
     assert "hf_secret_value" not in pidfile
     again = server.start(conn, cfg.server)
-    assert again["already"] and again["pid"] == r["pid"]
+    assert again.already and again.pid == r.pid
     st = server.status(conn)
-    assert st["up"] and st["ready"] and st["model"] == "kimi"
-    m = st["metrics"]
-    assert m["running"] == 3 and m["waiting"] == 1 and m["kv_cache_usage"] == pytest.approx(0.42)
-    assert 500 < m["generation_tokens_per_s"] < 2000
+    assert st.up and st.ready and st.model == "kimi"
+    m = st.metrics
+    assert m.running == 3 and m.waiting == 1 and m.kv_cache == pytest.approx(0.42)
+    assert 500 < m.generation_tokens_per_s < 2000
 
 
 def test_smoke_test_names_the_model_the_server_serves(host):
     cfg, conn = host("--served-model-name", "tiny")
     r = server.start(conn, cfg.server, poll=0.2)
-    assert r["served_model"] == "tiny" and r["smoke"].startswith("1, 2, 3")
+    assert r.served_model == "tiny" and r.smoke.startswith("1, 2, 3")
 
 
 def test_smoke_test_of_a_model_that_spends_its_tokens_thinking(host):
     cfg, conn = host("--fake-thinking")
     r = server.start(conn, cfg.server, poll=0.2)
-    assert r["smoke"].startswith("1, 2, 3")  # judged on the thinking: content is null
+    assert r.smoke.startswith("1, 2, 3")  # judged on the thinking: content is null
 
 
 def session_of(host_dir: Path) -> list[int]:
@@ -138,11 +139,11 @@ def test_hard_death_leaves_engine_processes_that_status_names_and_start_removes(
     base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
     first = server.start(conn, cfg.server, poll=0.2)
     old = session_of(tmp_path / "host")
-    assert len(old) == 3 and first["pid"] in old
-    engines = [p for p in old if p != first["pid"]]
+    assert len(old) == 3 and first.pid in old
+    engines = [p for p in old if p != first.pid]
     assert all(procinfo.environ(p) == {} for p in engines)  # the token cannot find them
-    os.kill(first["pid"], signal.SIGKILL)  # the OOM killer, a segfault
-    wait_for(lambda: not procinfo.alive(first["pid"]), what="server gone")
+    os.kill(first.pid, signal.SIGKILL)  # the OOM killer, a segfault
+    wait_for(lambda: not procinfo.alive(first.pid), what="server gone")
     assert all(procinfo.alive(p) for p in engines)
 
     res = subprocess.run(base + ["server.status"], capture_output=True, text=True)
@@ -166,7 +167,7 @@ def test_hard_death_leaves_engine_processes_that_status_names_and_start_removes(
     res = subprocess.run(base + ["server.stop"], capture_output=True, text=True)
     assert res.returncode == 0 and "removed 2 leftover processes" in " ".join(res.stdout.split())
     wait_for(lambda: not any(procinfo.alive(p) for p in new), what="leftovers gone")
-    assert server.status(conn)["leftovers"] == []
+    assert server.status(conn).leftovers == []
 
 
 def test_server_dying_in_startup_is_reported_with_its_log(host):
@@ -192,16 +193,16 @@ def test_stop_leaves_no_process_alive_workers_included(host, tmp_path):
     cfg, conn = host("--fake-workers", "3")
     r = server.start(conn, cfg.server, poll=0.2)
     tree = server_tree(tmp_path / "host")
-    assert r["pid"] in tree and len(tree) == 4  # the server and 3 workers in groups of their own
+    assert r.pid in tree and len(tree) == 4  # the server and 3 workers in groups of their own
     assert len({procinfo.pgid(p) for p in tree}) == 4
     out = server.stop(conn, grace=2)
-    assert out["was_running"] and out["alive"] == []
-    assert set(out["killed"]) >= set(tree) - {
-        r["pid"]
+    assert out.was_running and out.alive == []
+    assert set(out.killed) >= set(tree) - {
+        r.pid
     }  # the workers ignored SIGTERM and outlived the parent
     wait_for(lambda: not any(procinfo.alive(p) for p in tree), what="whole tree gone")
-    assert server.status(conn) == {"ok": True, "up": False, "leftovers": [], "host": "gpu"}
-    assert server.stop(conn)["was_running"] is False
+    assert server.status(conn) == ServerState(host="gpu", up=False)
+    assert server.stop(conn).was_running is False
 
 
 def test_port_in_use_is_refused(host):

@@ -15,7 +15,7 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.pull import pull_host
 from deploytool.tail import HostWatch, watch
-from remote.common.jobspec import Job, Paths
+from remote.common.jobspec import JobSpec, Paths
 from remote.common.status import JobStatus
 from remote.job.outputs import encode_record
 from remote.job.plan import plan
@@ -327,7 +327,7 @@ def test_plan_reproduces_spec_caps(tmp_path):
             }
         )
     )
-    job = Job.load(tmp_path / "job.json")
+    job = JobSpec.load(tmp_path / "job.json")
     write_prompts(root / "data" / "prompts" / "B1.jsonl", 10_000, "B1")
     write_prompts(root / "data" / "prompts" / "B2.jsonl", 14_714, "B2")
     _records(root / "data" / "outputs" / "B1.jsonl", "B1", 10_000, 1577)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 JOB_FILE = "job.json"
@@ -13,41 +13,102 @@ SERVER_TOKEN_ENV = "DEPLOYTOOL_SERVER_TOKEN"  # the inference server's, likewise
 RELEASE_MARKER = "MANIFEST.json"
 
 
+NOTIFY_EVENTS = ("finished", "failed", "stalled", "engine_down", "disk_full", "engine_up")
+NOTIFY_DEFAULT = NOTIFY_EVENTS[:-1]  # engine_up only when asked for
+
+
 @dataclass(frozen=True)
-class Dataset:
+class DatasetSpec:
     name: str
-    prompts: str
-    est_tokens: int
+    prompts: str  # path on the host, relative to remote_dir
+    est_tokens: int = 2000  # expected mean response length, until measured
 
 
 @dataclass(frozen=True)
-class Job:
-    datasets: tuple[Dataset, ...]
-    engine: dict
-    sampling: dict
-    chat_template_kwargs: dict
-    extra_body: dict = field(default_factory=dict)  # sent as-is with every request (vLLM's extras)
-    notify: dict = field(default_factory=dict)  # job.notify: command, on, timeout
+class EngineSpec:
+    """job.engine, with every default stated once: hosts.yaml's validation builds it, the runner
+    reads it back from job.json."""
+
+    kind: str = "openai"  # openai (vLLM, any OpenAI-compatible server) | simulate
+    base_url: str = "http://127.0.0.1:8000/v1"  # the first of base_urls
+    # every server of the job; `concurrency` requests in flight on each
+    base_urls: tuple[str, ...] = ()
+    model: str = "default"
+    concurrency: int = 256
+    api_key_env: str | None = None  # name of an env var on the host holding the API key
+    request_timeout: float = 3600.0
+    max_retries: int = 8
+    retry_base: float = 1.0  # first backoff in seconds; doubles per attempt, with jitter
+    down_deadline: float = 1800.0  # seconds the engine may be unreachable before the run fails
+    tokens_per_s: float = 50_000.0  # simulate only: aggregate generation speed
+    stall_minutes: float = 10.0
+    metrics_interval: float = 10.0  # seconds between /metrics and nvidia-smi samples; 0: off
+
+    def urls(self) -> list[str]:
+        """Every server, without a trailing slash."""
+        return [u.rstrip("/") for u in (self.base_urls or (self.base_url,))]
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Job":
-        with open(path) as f:
-            raw = json.load(f)
+    def from_dict(cls, d: dict) -> "EngineSpec":
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown job.engine keys {sorted(unknown)}")
+        d = dict(d)
+        if d.get("base_urls"):
+            d["base_urls"] = tuple(d["base_urls"])
+            d.setdefault("base_url", d["base_urls"][0])
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), base_urls=list(self.base_urls))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The job (hosts.yaml `job:`, job.json in a release): typed once for both sides."""
+
+    datasets: tuple[DatasetSpec, ...]
+    engine: EngineSpec = field(default_factory=EngineSpec)
+    sampling: dict = field(default_factory=dict)
+    chat_template_kwargs: dict = field(default_factory=dict)
+    extra_body: dict = field(default_factory=dict)  # sent as-is with every request (vLLM's extras)
+    notify: dict = field(default_factory=dict)  # command, on (of NOTIFY_EVENTS), timeout
+
+    def dataset_names(self) -> list[str]:
+        return [d.name for d in self.datasets]
+
+    def to_dict(self) -> dict:
+        """The job spec as the runner reads it (job.json inside a release)."""
+        return {
+            "datasets": {
+                d.name: {"prompts": d.prompts, "est_tokens": d.est_tokens} for d in self.datasets
+            },
+            "engine": self.engine.to_dict(),
+            "sampling": dict(self.sampling),
+            "chat_template_kwargs": dict(self.chat_template_kwargs),
+            "extra_body": dict(self.extra_body),
+            "notify": dict(self.notify),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "JobSpec":
         ds = tuple(
-            Dataset(name=k, prompts=v["prompts"], est_tokens=int(v.get("est_tokens", 2000)))
+            DatasetSpec(name=k, prompts=v["prompts"], est_tokens=int(v.get("est_tokens", 2000)))
             for k, v in raw["datasets"].items()
         )
         return cls(
             ds,
-            dict(raw.get("engine", {})),
-            dict(raw.get("sampling", {})),
-            dict(raw.get("chat_template_kwargs", {})),
+            EngineSpec.from_dict(raw.get("engine") or {}),
+            dict(raw.get("sampling") or {}),
+            dict(raw.get("chat_template_kwargs") or {}),
             dict(raw.get("extra_body") or {}),
             dict(raw.get("notify") or {}),
         )
 
-    def names(self) -> list[str]:
-        return [d.name for d in self.datasets]
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "JobSpec":
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
 
 
 @dataclass
@@ -78,12 +139,6 @@ class Caps:
         return cls(
             d.get("max_samples"), dict(d.get("caps") or {}), d.get("max_tokens"), d.get("datasets")
         )
-
-
-def base_urls(engine: dict) -> list[str]:
-    """`base_urls`, else `base_url` as a list of one."""
-    urls = engine.get("base_urls") or [engine.get("base_url") or "http://127.0.0.1:8000/v1"]
-    return [u.rstrip("/") for u in urls]
 
 
 def release_dir() -> Path:

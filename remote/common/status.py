@@ -68,6 +68,38 @@ class DatasetStatus(_FromDict):
 
 
 @dataclass
+class ServerMetrics(_FromDict):
+    """A server's own view, from its /metrics (vLLM's names; None where it has no such series)."""
+
+    running: float | None = None  # requests in the batch (None: the gauge read stale)
+    waiting: float | None = None  # requests queued inside the server
+    kv_cache: float | None = None  # 0-1, averaged over data-parallel engines
+    generation_tokens_per_s: float | None = None  # since the sample before
+    preemptions: float | None = None  # counter
+    new_preemptions: int | None = None  # since the sample before
+    room_samples: int = 0  # samples in a row with nothing waiting and KV cache to spare
+
+
+@dataclass
+class GpuStatus(_FromDict):
+    index: int = 0
+    util: int | None = None  # %
+    memory_used: int | None = None  # MiB
+    memory_total: int | None = None  # MiB
+
+
+@dataclass
+class DiskStatus(_FromDict):
+    """The outputs' filesystem."""
+
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    full: bool = False  # an append failed: answers wait in memory, no new requests
+    held: int = 0  # answers waiting for space
+    hours_left: float | None = None  # of output at the current rate
+
+
+@dataclass
 class EndpointStatus(_FromDict):
     """One OpenAI-compatible server the runner sends requests to."""
 
@@ -80,7 +112,14 @@ class EndpointStatus(_FromDict):
     errors: int = 0
     down_since: float | None = None
     last_error: str | None = None
-    metrics: dict | None = None  # the server's own view from /metrics, where sampled
+    metrics: ServerMetrics | None = None  # the server's own view from /metrics, where sampled
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EndpointStatus":
+        d = _known(cls, d)
+        if d.get("metrics") is not None:
+            d["metrics"] = ServerMetrics.from_dict(d["metrics"])
+        return cls(**d)
 
     def down_for(self, now: float) -> float | None:
         return None if self.down_since is None else now - self.down_since
@@ -136,10 +175,8 @@ class JobStatus:
     stalled: bool = False
     last_completion_at: float | None = None
     datasets: dict[str, DatasetStatus] = field(default_factory=dict)
-    # per GPU: index, util (%), memory_used, memory_total (MiB), from nvidia-smi; None where there is none
-    gpus: list | None = None
-    # the outputs' filesystem: free_bytes, total_bytes, full (an append failed: writes wait), hours_left
-    disk: dict = field(default_factory=dict)
+    gpus: list[GpuStatus] | None = None  # from nvidia-smi; None where there is none
+    disk: DiskStatus = field(default_factory=DiskStatus)
     notified: list = field(default_factory=list)  # job.notify events sent by this runner, in order
     # filled in by `ctl status` on the host, and by deploytool
     runner: RunnerInfo | None = None
@@ -172,6 +209,9 @@ class JobStatus:
         }
         if d.get("runner") is not None:
             d["runner"] = RunnerInfo.from_dict(d["runner"])
+        if d.get("gpus") is not None:
+            d["gpus"] = [GpuStatus.from_dict(g) for g in d["gpus"]]
+        d["disk"] = DiskStatus.from_dict(d.get("disk") or {})
         return cls(**d)
 
     @classmethod

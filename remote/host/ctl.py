@@ -20,16 +20,17 @@ from ..common.jobspec import (
     JOB_FILE,
     JOB_TOKEN_ENV,
     Caps,
-    Job,
+    JobSpec,
     Paths,
     default_root,
     release_dir,
     write_json_atomic,
 )
-from ..common.pull import PREFIX_BLOCK, prefix_hash
+from ..common.pull import output_files
 from ..common.runargs import add_run_args, run_argv
 from ..common.status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
 from . import gpu, kill, server
+from .strays import stray_runners
 
 
 class CtlError(Exception):
@@ -39,25 +40,6 @@ class CtlError(Exception):
 
 
 # ------------------------------------------------------------------ finding our processes
-
-
-def _looks_like_runner(argv: list[str]) -> bool:
-    joined = " ".join(argv)
-    if not argv or "python" not in os.path.basename(argv[0]):
-        return False
-    if "-m remote run" in joined or "-m remote.run_inference" in joined:
-        return True
-    return any(os.path.basename(a) == "run_inference.py" for a in argv[1:3])
-
-
-def _root_arg(argv: list[str], cwd: str | None) -> Path | None:
-    for i, a in enumerate(argv):
-        if a == "--root" and i + 1 < len(argv):
-            p = Path(argv[i + 1]).expanduser()
-            return p if p.is_absolute() or not cwd else Path(cwd) / p
-        if a.startswith("--root="):
-            return Path(a.split("=", 1)[1]).expanduser()
-    return None
 
 
 def managed_runner(paths: Paths) -> dict | None:
@@ -76,29 +58,6 @@ def caps_summary(st: JobStatus) -> dict:
     return {
         n: {"done": d.done, "target": d.target, "state": d.state} for n, d in st.datasets.items()
     }
-
-
-def stray_runners(paths: Paths, exclude: set[int]) -> list[int]:
-    """Runners of this remote_dir without a valid pid file (started by hand, pid file lost).
-
-    Ours means: same user, a runner's command line, and a working directory (or --root) inside
-    this remote_dir. A process elsewhere whose command line merely mentions run_inference is not.
-    """
-    me = os.getuid()
-    found = []
-    for pid in procinfo.all_pids():
-        if pid in exclude or pid == os.getpid() or procinfo.uid(pid) != me:
-            continue
-        argv = procinfo.cmdline(pid)
-        if not _looks_like_runner(argv):
-            continue
-        cwd = procinfo.cwd(pid)
-        root = _root_arg(argv, cwd)
-        if (root is not None and procinfo.under(str(root), paths.root)) or (
-            root is None and procinfo.under(cwd, paths.root)
-        ):
-            found.append(pid)
-    return found
 
 
 # ------------------------------------------------------------------ stopping
@@ -224,14 +183,14 @@ def start(paths: Paths, a) -> dict:
 
 def job_engine_port() -> int | None:
     try:
-        job = Job.load(release_dir() / JOB_FILE)
+        job = JobSpec.load(release_dir() / JOB_FILE)
     except (OSError, ValueError, KeyError):
         return None
-    if job.engine.get("kind") != "openai":
+    if job.engine.kind != "openai":
         return None
     from urllib.parse import urlparse
 
-    return urlparse(job.engine.get("base_url", "")).port
+    return urlparse(job.engine.base_url).port
 
 
 # ------------------------------------------------------------------ restart: live re-cap or real
@@ -302,27 +261,6 @@ def status(paths: Paths) -> dict:
     return st.to_dict()
 
 
-# ------------------------------------------------------------------ pull support
-
-
-def output_files(paths: Paths, have: dict) -> dict:
-    out = {}
-    if not paths.outputs.is_dir():
-        return out
-    for p in sorted(paths.outputs.iterdir()):
-        if not p.is_file() or p.name.startswith(".") or p.name.endswith(".idx"):
-            continue  # .idx: the runner's own index, rebuilt from the outputs wherever they are
-        size = p.stat().st_size
-        local = have.get(p.name)
-        entry = {"size": size}
-        if isinstance(local, int) and 0 < local <= size:
-            entry["prefix_sha256"] = prefix_hash(p, local)
-        if not p.name.endswith(".jsonl") and not p.name.endswith(".torn"):
-            entry["sha256"] = prefix_hash(p, size) if size <= PREFIX_BLOCK else None
-        out[p.name] = entry
-    return out
-
-
 # ------------------------------------------------------------------ CLI
 
 
@@ -374,14 +312,13 @@ def add_parser(sub) -> None:
 def preflight() -> None:
     """Refuse a start or restart, before anything is stopped, when this Python cannot run the engine
     or a server does not serve the job's model (every request would be a 404)."""
-    from ..common.jobspec import base_urls
     from .preflight import engine_problem, model_message, model_problem
 
     try:
-        engine = Job.load(release_dir() / JOB_FILE).engine
+        engine = JobSpec.load(release_dir() / JOB_FILE).engine
     except (OSError, ValueError, KeyError):
         return  # no readable job spec: the runner says so itself, with its log lines
-    kind = engine.get("kind", "openai")
+    kind = engine.kind
     problem = engine_problem(kind)
     if problem:
         mods = ", ".join(problem["missing"])
@@ -390,7 +327,7 @@ def preflight() -> None:
             "stopped",
             preflight=problem,
         )
-    wrong = model_problem(engine, base_urls(engine), dict(os.environ))
+    wrong = model_problem(engine.to_dict(), engine.urls(), dict(os.environ))
     if wrong:
         raise CtlError(f"nothing was stopped: {model_message(wrong)}", model=wrong)
 

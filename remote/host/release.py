@@ -201,6 +201,58 @@ def _prune(root, keep):
     return removed
 
 
+def _unpack(stream, root, tmp, prompts_allowed, prompt_tmps):
+    """The upload: release files into tmp; prompt files beside their targets as .part files (their
+    (part, target, rel) appended to prompt_tmps as they are written, for the caller to clean up)."""
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for m in tar:
+            parts = _safe_member(m.name)
+            if not m.isfile():
+                continue
+            data = tar.extractfile(m).read()
+            if parts[0] == "release":
+                dst = os.path.join(tmp, *parts[1:])
+            elif parts[0] == "prompts":
+                rel = "/".join(parts[1:])
+                if rel not in prompts_allowed:
+                    raise ValueError("upload names a prompt file the job does not: %r" % rel)
+                target = os.path.join(root, rel)
+                dst = os.path.join(
+                    os.path.dirname(target),
+                    ".%s.%d.part" % (os.path.basename(target), os.getpid()),
+                )
+                prompt_tmps.append((dst, target, rel))
+            else:
+                raise ValueError("unexpected upload member %r" % m.name)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with open(dst, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(dst, 0o644)
+
+
+def _complete(tmp, rid, files, base_dir, base):
+    """Hard-link what was not uploaded from the base release, check every hash, write the manifest."""
+    for path in files:
+        dst = os.path.join(tmp, *_safe_member(path))
+        if os.path.exists(dst):
+            continue
+        src = os.path.join(base_dir, path) if base_dir else None
+        if not src or not os.path.exists(src):
+            raise ValueError("file %s is neither uploaded nor in release %s" % (path, base))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        try:
+            # releases are never modified in place, so sharing inodes is safe
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+    for path, digest in files.items():
+        if sha256_file(os.path.join(tmp, *path.split("/"))) != digest:
+            raise ValueError("file %s arrived corrupted (hash mismatch)" % path)
+    _write_json(os.path.join(tmp, MANIFEST), {"id": rid, "files": files, "created": time.time()})
+
+
 def apply(root, args, stream):
     """Build releases/<id> from the upload + hard links to the base release; switch current; prune."""
     root = os.path.expanduser(root)
@@ -216,53 +268,9 @@ def apply(root, args, stream):
     placed_prompts = []
     prompt_tmps = []
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
-            for m in tar:
-                parts = _safe_member(m.name)
-                if not m.isfile():
-                    continue
-                data = tar.extractfile(m).read()
-                if parts[0] == "release":
-                    dst = os.path.join(tmp, *parts[1:])
-                elif parts[0] == "prompts":
-                    rel = "/".join(parts[1:])
-                    if rel not in args.get("prompts", []):
-                        raise ValueError("upload names a prompt file the job does not: %r" % rel)
-                    target = os.path.join(root, rel)
-                    dst = os.path.join(
-                        os.path.dirname(target),
-                        ".%s.%d.part" % (os.path.basename(target), os.getpid()),
-                    )
-                    prompt_tmps.append((dst, target, rel))
-                else:
-                    raise ValueError("unexpected upload member %r" % m.name)
-                os.makedirs(os.path.dirname(dst), exist_ok=True)
-                with open(dst, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.chmod(dst, 0o644)
+        _unpack(stream, root, tmp, args.get("prompts", []), prompt_tmps)
         if not os.path.isdir(final):
-            base_dir = os.path.join(rel_dir, base) if base else None
-            for path in files:
-                dst = os.path.join(tmp, *_safe_member(path))
-                if os.path.exists(dst):
-                    continue
-                src = os.path.join(base_dir, path) if base_dir else None
-                if not src or not os.path.exists(src):
-                    raise ValueError("file %s is neither uploaded nor in release %s" % (path, base))
-                os.makedirs(os.path.dirname(dst), exist_ok=True)
-                try:
-                    # releases are never modified in place, so sharing inodes is safe
-                    os.link(src, dst)
-                except OSError:
-                    shutil.copy2(src, dst)
-            for path, digest in files.items():
-                if sha256_file(os.path.join(tmp, *path.split("/"))) != digest:
-                    raise ValueError("file %s arrived corrupted (hash mismatch)" % path)
-            _write_json(
-                os.path.join(tmp, MANIFEST), {"id": rid, "files": files, "created": time.time()}
-            )
+            _complete(tmp, rid, files, os.path.join(rel_dir, base) if base else None, base)
             os.rename(tmp, final)
         else:
             shutil.rmtree(tmp)  # same content already on the host: reuse it

@@ -354,10 +354,10 @@ def status(paths: Paths) -> dict:
         m2 = _metrics(rec["port"])
         g1, g2 = m1["generation_tokens"], m2.get("generation_tokens")
         rate = (g2 - g1) / (time.monotonic() - t1) if g1 is not None and g2 is not None else None
-        out["metrics"] = {
+        out["metrics"] = {  # the fields of ServerMetrics
             "running": m2.get("running"),
             "waiting": m2.get("waiting"),
-            "kv_cache_usage": m2.get("kv_cache"),
+            "kv_cache": m2.get("kv_cache"),
             "generation_tokens_per_s": rate,
         }
     return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common import procinfo
-from ..common.jobspec import Dataset, Paths, write_json_atomic
+from ..common.jobspec import DatasetSpec, Paths, write_json_atomic
 from ..common.status import COMPLETE, INCOMPLETE, PENDING, RUNNING
 from .outputs import AppendFile, count_lines, load_existing, repair_tail
 from .prompts import Prompt, PromptFile
@@ -26,7 +26,7 @@ class BadInput(Exception):
 
 @dataclass
 class DatasetRun:
-    spec: Dataset
+    spec: DatasetSpec
     prompts: PromptFile
     done: set[str]
     tokens_total: int  # response tokens of every record of the dataset (the budget counts them)
@@ -145,7 +145,7 @@ class DatasetRun:
         return RUNNING if self.new_records else PENDING
 
 
-def open_dataset(paths: Paths, spec: Dataset, fp: dict, force: bool, log) -> DatasetRun:
+def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) -> DatasetRun:
     """Repair the outputs' torn tails, read which ids exist, check the settings they were made with
     (`fp`, the fingerprint) and open the files the run appends to."""
     path = paths.root / spec.prompts

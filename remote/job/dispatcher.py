@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import Callable
 
+from ..common.jobspec import EngineSpec
 from .datasets import DatasetRun
 from .engine import EngineDown, PermanentError, TransientError, backoff
 from .pool import Endpoint, Pool
@@ -24,7 +25,7 @@ class Dispatcher:
         pool: Pool,
         scheduler: Scheduler,
         writer: RecordWriter,
-        engine_cfg: dict,
+        engine_cfg: EngineSpec,
         log: Callable[[str], None],
     ):
         self.engine, self.pool, self.scheduler, self.writer, self.log = (
@@ -34,10 +35,10 @@ class Dispatcher:
             writer,
             log,
         )
-        self.max_retries = int(engine_cfg.get("max_retries", 8))
+        self.max_retries = engine_cfg.max_retries
         self.max_requeues = max(16, 2 * self.max_retries)
-        self.retry_base = float(engine_cfg.get("retry_base", 1.0))
-        self.down_deadline = float(engine_cfg.get("down_deadline", 1800))
+        self.retry_base = engine_cfg.retry_base
+        self.down_deadline = engine_cfg.down_deadline
         self.stopping = False  # no new requests; in-flight ones get the grace period
         self.draining = False  # no new requests; in-flight ones finish
         self.fatal: str | None = None

@@ -10,8 +10,6 @@ import random
 import time
 from dataclasses import dataclass
 
-from ..common.jobspec import base_urls
-
 
 class EngineError(Exception):
     pass
@@ -100,11 +98,11 @@ class OpenAIEngine:
 
     def __init__(self, job):
         engine = job.engine
-        self.base_urls = base_urls(engine)
-        self.model = engine.get("model", "default")
-        self.timeout = float(engine.get("request_timeout", 3600))
-        self.concurrency = int(engine.get("concurrency", 256))
-        key_env = engine.get("api_key_env")
+        self.base_urls = engine.urls()
+        self.model = engine.model
+        self.timeout = engine.request_timeout
+        self.concurrency = engine.concurrency
+        key_env = engine.api_key_env
         self.api_key = (
             os.environ.get(key_env, "") if key_env else os.environ.get("OPENAI_API_KEY", "")
         )
@@ -213,8 +211,8 @@ class SimulateEngine:
 
     def __init__(self, job):
         engine, sampling = job.engine, job.sampling
-        self.tokens_per_s = float(engine.get("tokens_per_s", 50_000))
-        self.concurrency = int(engine.get("concurrency", 256))
+        self.tokens_per_s = engine.tokens_per_s
+        self.concurrency = engine.concurrency
         self.max_tokens = int(sampling.get("max_tokens", 8192))
         self.thinking = bool(job.chat_template_kwargs.get("thinking"))
 
@@ -250,7 +248,7 @@ class SimulateEngine:
 
 
 def make_engine(job):
-    kind = job.engine.get("kind", "openai")
+    kind = job.engine.kind
     if kind == "simulate":
         return SimulateEngine(job)
     if kind == "openai":

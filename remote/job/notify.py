@@ -13,17 +13,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..common.jobspec import JOB_TOKEN_ENV
-
-EVENTS = ("finished", "failed", "stalled", "engine_down", "disk_full", "engine_up")
-DEFAULT_EVENTS = ("finished", "failed", "stalled", "engine_down", "disk_full")
+from ..common.jobspec import JOB_TOKEN_ENV, NOTIFY_DEFAULT
 
 
 class Notifier:
     def __init__(self, cfg: dict | None, remote_dir: Path, log: Callable[[str], None]):
         cfg = cfg or {}
         self.command: str | None = cfg.get("command")
-        self.on = set(cfg.get("on") or DEFAULT_EVENTS)
+        self.on = set(cfg.get("on") or NOTIFY_DEFAULT)
         self.timeout = float(cfg.get("timeout", 60))
         self.remote_dir = remote_dir
         self.log = log

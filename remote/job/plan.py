@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..common.jobspec import Job, Paths
+from ..common.jobspec import JobSpec, Paths
 from .outputs import load_existing
 from .prompts import PromptFile
 
@@ -15,7 +15,7 @@ def cap_for(tokens_per_dataset: int, mean_tokens: float) -> int:
 
 
 def plan(
-    paths: Paths, job: Job, tokens_per_dataset: int, datasets: list[str] | None = None
+    paths: Paths, job: JobSpec, tokens_per_dataset: int, datasets: list[str] | None = None
 ) -> dict:
     rows = {}
     for ds in job.datasets:
@@ -61,7 +61,7 @@ def answer(paths: Paths, tokens_per_dataset: str, datasets: str | None) -> dict:
     from ..common.status import RUNNING, JobStatus
     from ..common.units import parse_dataset_list, parse_tokens
 
-    job = Job.load(release_dir() / JOB_FILE)
+    job = JobSpec.load(release_dir() / JOB_FILE)
     st = JobStatus.read(paths.status) or JobStatus()
     return {
         "datasets": plan(

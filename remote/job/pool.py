@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from ..common.status import EndpointStatus
+from ..common.status import EndpointStatus, ServerMetrics
 from .engine import backoff
 from .rates import RateWindow
 
@@ -31,7 +31,7 @@ class Endpoint:
     probe_attempt: int = 0
     next_probe: float = 0.0
     check_now: bool = False  # a request timed out: ask whether the server is still there
-    metrics: dict | None = None
+    metrics: ServerMetrics | None = None
     tokens: RateWindow = field(default_factory=RateWindow)  # tokens of answers
 
     def tokens_per_s(self, now: float, started: float) -> float:

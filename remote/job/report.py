@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from ..common.jobspec import JOB_FILE, Job, Paths, release_dir
+from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ..common.status import JobStatus
 from . import history
 
@@ -72,11 +72,11 @@ def gather(paths: Paths) -> dict:
     st = JobStatus.read(paths.status) or JobStatus()
     st.token = None
     try:
-        job = Job.load(release_dir() / JOB_FILE)
+        job = JobSpec.load(release_dir() / JOB_FILE)
     except (OSError, ValueError, KeyError):
         job = None
     max_tokens = int((job.sampling if job else {}).get("max_tokens") or 0) or None
-    names = job.names() if job else list(st.datasets)
+    names = job.dataset_names() if job else list(st.datasets)
     datasets = {}
     for name in names:
         lengths, finish = scan_outputs(paths.output(name))

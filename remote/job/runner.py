@@ -9,15 +9,13 @@ of its own (see remote/__init__.py).
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-from ..common import procinfo
-from ..common.jobspec import JOB_TOKEN_ENV, Caps, Job, Paths, release_dir, write_json_atomic
+from ..common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir, write_json_atomic
 from ..common.status import FAILED, FINISHED, RUNNING, STARTING, STOPPED, EngineStatus, JobStatus
 from .alerts import AlertWatcher
 from .control import ControlWatcher
@@ -27,6 +25,7 @@ from .engine import make_engine
 from .history import History
 from .notify import Notifier
 from .pool import Pool
+from .process import LockHeld, Log, acquire_lock, write_pidfile
 from .scheduler import Scheduler
 from .status_builder import progress, stalled
 from .telemetry import Telemetry
@@ -35,46 +34,11 @@ from .writer import RecordWriter
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
-class LockHeld(Exception):
-    pass
-
-
-class Log:
-    def __init__(self, path: Path, echo: bool):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(path, "a", buffering=1)
-        self.echo = echo
-
-    def __call__(self, msg: str) -> None:
-        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}"
-        try:
-            self.f.write(line + "\n")
-        except OSError:
-            pass  # a full disk under logs/ must not take the job down with it
-        if self.echo:
-            print(line, file=sys.stderr, flush=True)
-
-
-def acquire_lock(paths: Paths):
-    """One runner per remote_dir: an flock held for the runner's life (released by the kernel on kill -9)."""
-    paths.ensure()
-    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        holder = procinfo.read_json(paths.pidfile) or {}
-        raise LockHeld(
-            f"another runner is already running in {paths.root} (pid {holder.get('pid', '?')})"
-        ) from None
-    return fd
-
-
 class Runner:
     def __init__(
         self,
         paths: Paths,
-        job: Job,
+        job: JobSpec,
         caps: Caps,
         *,
         grace: float = 30.0,
@@ -84,11 +48,10 @@ class Runner:
         self.paths, self.job, self.grace = paths, job, grace
         self.log = Log(paths.log, echo)
         eng = job.engine
-        self.concurrency = int(eng.get("concurrency", 256))  # per server
-        self.stall_after = float(eng.get("stall_minutes", 10)) * 60
-        self.metrics_interval = float(eng.get("metrics_interval", 10))
-        simulated = eng.get("kind") == "simulate"
-        self.model_name = "simulated" if simulated else eng.get("model", "default")
+        self.concurrency = eng.concurrency  # per server
+        self.stall_after = eng.stall_minutes * 60
+        self.metrics_interval = eng.metrics_interval
+        self.model_name = "simulated" if eng.kind == "simulate" else eng.model
         self.state, self.message = STARTING, ""
         self.started_at = time.time()
         self.token = os.environ.get(JOB_TOKEN_ENV) or os.urandom(8).hex()
@@ -105,7 +68,7 @@ class Runner:
             self.notifier,
             self.log,
             self.stall_after,
-            float(eng.get("down_deadline", 1800)),
+            eng.down_deadline,
             self.notify_message,
         )
         self.pool: Pool | None = None
@@ -220,7 +183,7 @@ class Runner:
             draining=self.draining,
             abandoned=self.abandoned,
             engine=EngineStatus(
-                kind=self.job.engine.get("kind", "openai"),
+                kind=self.job.engine.kind,
                 model=self.model_name,
                 base_urls=[e.url for e in pool.endpoints] if pool else [],
                 reachable=pool is None or pool.any_reachable(),
@@ -294,9 +257,7 @@ class Runner:
         try:
             async with make_engine(self.job) as engine:
                 eng = self.job.engine
-                self.pool = Pool(
-                    engine.base_urls, self.concurrency, float(eng.get("retry_base", 1.0)), self.log
-                )
+                self.pool = Pool(engine.base_urls, self.concurrency, eng.retry_base, self.log)
                 self.dispatcher = Dispatcher(
                     engine, self.pool, self.scheduler, self.writer, eng, self.log
                 )
@@ -344,9 +305,9 @@ class Runner:
         eng = self.job.engine
         self.log(
             f"runner start pid {os.getpid()} release {release_dir()} engine "
-            f"{eng.get('kind')} ({self.model_name}) concurrency {self.concurrency}"
+            f"{eng.kind} ({self.model_name}) concurrency {self.concurrency}"
         )
-        if eng.get("kind") == "simulate":
+        if eng.kind == "simulate":
             self.log(
                 'engine is `simulate`: a built-in stand-in, no model is called (records say model "simulated")'
             )
@@ -378,24 +339,6 @@ class Runner:
         return code
 
 
-def write_pidfile(paths: Paths, token: str, argv: list[str]) -> None:
-    pid = os.getpid()
-    write_json_atomic(
-        paths.pidfile,
-        {
-            "pid": pid,
-            "pgid": os.getpgid(0),
-            "sid": os.getsid(0),
-            "start_time": procinfo.start_time(pid),
-            "token": token,
-            "release": str(release_dir()),
-            "root": str(paths.root),
-            "argv": argv,
-            "started_at": time.time(),
-        },
-    )
-
-
 def main(
     paths: Paths, job_path: Path, caps: Caps, *, grace: float, force: bool, argv: list[str]
 ) -> int:
@@ -406,7 +349,7 @@ def main(
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     try:
-        job = Job.load(job_path)
+        job = JobSpec.load(job_path)
     except (OSError, ValueError, KeyError) as e:
         print(f"error: cannot read job spec {job_path}: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

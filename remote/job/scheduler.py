@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..common.jobspec import Caps, Job, Paths
+from ..common.jobspec import Caps, JobSpec, Paths
 from .datasets import BadInput, DatasetRun, error_ids, open_dataset
 from .prompts import Prompt, PromptFile
 from .writer import RecordWriter
@@ -15,7 +15,7 @@ class Scheduler:
     def __init__(
         self,
         paths: Paths,
-        job: Job,
+        job: JobSpec,
         caps: Caps,
         fingerprint: dict,
         writer: RecordWriter,
@@ -28,13 +28,15 @@ class Scheduler:
         self.reloaded: dict[str, dict] = {}  # prompt files reloaded by the last re-cap: {from, to}
 
     def unknown(self, caps: Caps) -> list[str]:
-        return [n for n in (caps.datasets or []) + list(caps.caps) if n not in self.job.names()]
+        return [
+            n for n in (caps.datasets or []) + list(caps.caps) if n not in self.job.dataset_names()
+        ]
 
     def prepare(self) -> None:
         unknown = self.unknown(self.caps)
         if unknown:
             raise BadInput(
-                f"unknown dataset {', '.join(unknown)}; the job has {', '.join(self.job.names())}"
+                f"unknown dataset {', '.join(unknown)}; the job has {', '.join(self.job.dataset_names())}"
             )
         self.apply_caps(self.caps)
         for run in self.runs.values():

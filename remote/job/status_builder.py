@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..common.jobspec import Job
+from ..common.jobspec import JobSpec
 from ..common.status import COMPLETE, RUNNING, DatasetStatus
 from .datasets import DatasetRun
 
@@ -71,7 +71,7 @@ def _row(run: DatasetRun, now: float, started: float) -> tuple[DatasetStatus, fl
     return row, tok_rate
 
 
-def progress(job: Job, runs: dict[str, DatasetRun], now: float, started: float) -> Progress:
+def progress(job: JobSpec, runs: dict[str, DatasetRun], now: float, started: float) -> Progress:
     """Per dataset, in job order: where it stands; and the rates and ETAs over the whole job (datasets
     run one after another, so their ETAs accumulate)."""
     datasets: dict[str, DatasetStatus] = {}

@@ -7,10 +7,13 @@ import asyncio
 import time
 
 from ..common import metrics, nvsmi
+from ..common.status import GpuStatus, ServerMetrics
 from .pool import Endpoint
 
 
-def endpoint_metrics(snap: dict, now: float, last: tuple | None, before: dict | None) -> dict:
+def endpoint_metrics(
+    snap: dict, now: float, last: tuple | None, before: ServerMetrics | None
+) -> ServerMetrics:
     """What status shows for one server from one /metrics snapshot and the one before it."""
     prev_t, prev = last or (None, {})
     rate = new_preempt = None
@@ -23,22 +26,22 @@ def endpoint_metrics(snap: dict, now: float, last: tuple | None, before: dict | 
     if None not in (snap["preemptions"], prev.get("preemptions")):
         new_preempt = max(0, int(snap["preemptions"] - prev["preemptions"]))
     room = snap["waiting"] == 0 and snap["kv_cache"] is not None and snap["kv_cache"] < 0.8
-    return {
-        "running": snap["running"],
-        "waiting": snap["waiting"],
-        "kv_cache": snap["kv_cache"],
-        "generation_tokens_per_s": rate,
-        "preemptions": snap["preemptions"],
-        "new_preemptions": new_preempt,  # since the sample before
+    return ServerMetrics(
+        running=snap["running"],
+        waiting=snap["waiting"],
+        kv_cache=snap["kv_cache"],
+        generation_tokens_per_s=rate,
+        preemptions=snap["preemptions"],
+        new_preemptions=new_preempt,
         # samples in a row with nothing waiting and KV cache to spare: one is chance, three a pattern
-        "room_samples": ((before or {}).get("room_samples", 0) + 1) if room else 0,
-    }
+        room_samples=(before.room_samples + 1 if before else 1) if room else 0,
+    )
 
 
 class Telemetry:
     def __init__(self, engine, endpoints: list[Endpoint], interval: float):
         self.engine, self.endpoints, self.interval = engine, endpoints, interval
-        self.gpus: list | None = None
+        self.gpus: list[GpuStatus] | None = None
         self._last: dict[str, tuple[float, dict]] = {}
 
     async def run(self) -> None:
@@ -51,5 +54,6 @@ class Telemetry:
                 snap, now = metrics.snapshot(text), time.monotonic()
                 e.metrics = endpoint_metrics(snap, now, self._last.get(e.url), e.metrics)
                 self._last[e.url] = (now, snap)
-            self.gpus = await asyncio.to_thread(nvsmi.gpus)
+            found = await asyncio.to_thread(nvsmi.gpus)
+            self.gpus = None if found is None else [GpuStatus.from_dict(g) for g in found]
             await asyncio.sleep(self.interval)

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Callable
 
+from ..common.status import DiskStatus
 from .datasets import DatasetRun
 from .outputs import DiskFull, disk_usage, encode_record
 from .prompts import Prompt
@@ -112,9 +113,11 @@ class RecordWriter:
             self.disk_full = False
             self.log("disk has space again: the held answers are written; carrying on")
 
-    def disk(self, where, now: float, started: float) -> dict:
+    def disk(self, where, now: float, started: float) -> DiskStatus:
         d = disk_usage(where)
         rate = self.bytes.per_s(now, started)
         free = d["free_bytes"]
         hours = round(free / rate / 3600, 1) if rate > 0 and free is not None else None
-        return dict(d, full=self.disk_full, held=len(self.unwritten), hours_left=hours)
+        return DiskStatus(
+            free, d["total_bytes"], self.disk_full, held=len(self.unwritten), hours_left=hours
+        )
