@@ -154,6 +154,9 @@ ENGINE_FIELDS = {
     "tokens_per_s": number(1.0),
     "stall_minutes": number(0.0),
     "metrics_interval": number(0.0),
+    "stream": boolean,
+    "first_token_timeout": number(1.0),
+    "progress_timeout": number(1.0),
 }
 SERVER_FIELDS = {
     "command": string,

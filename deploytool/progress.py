@@ -79,7 +79,9 @@ def short_url(url: str) -> str:
 def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:
     """One line per server (when there are several, one is down, or a server reports /metrics), and
     whether it needs attention."""
-    show = len(st.endpoints) > 1 or any(not e.reachable or e.metrics for e in st.endpoints)
+    show = len(st.endpoints) > 1 or any(
+        not e.reachable or e.metrics or e.stuck for e in st.endpoints
+    )
     out = []
     for e in st.endpoints if show else ():
         if e.reachable:
@@ -87,9 +89,11 @@ def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:
                 f"server {short_url(e.url)}: up · in flight {e.in_flight}/{e.concurrency} · "
                 f"{fmt_tokens(e.tokens_per_s)} tok/s · {e.requests:,} answered · errors {e.errors}"
             )
+            if e.stuck:
+                text += f" · stuck {e.stuck} ({e.stuck_recent} in 10 min)"
             # a job that has ended no longer feeds the batch: its last sample would mislead
             live = None if st.terminal else e.metrics
-            out.append((text + _metrics_text(live), False))
+            out.append((text + _metrics_text(live), e.degraded and not st.terminal))
         else:
             text = (
                 f"server {short_url(e.url)}: DOWN for {fmt_duration(e.down_for(now))}: {e.last_error or '?'} · "
@@ -143,6 +147,13 @@ def hints(st: JobStatus) -> list[str]:
         and any(not d.is_complete and d.done + d.in_flight < d.target for d in st.datasets.values())
     )
     for e in st.endpoints:
+        if e.degraded and not st.terminal:
+            out.append(
+                f"hint: {short_url(e.url)} is DEGRADED: {e.stuck_recent} requests stuck in the last 10 "
+                f"min (abandoned and sent again) while it answered {e.answered_recent}: likely a dead "
+                "data-parallel rank behind it (its requests hang). `invoke server.status --host "
+                "<every host of the group>` names it; stop and start the group together"
+            )
         m = e.metrics
         if not e.reachable or not m:
             continue

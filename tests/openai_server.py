@@ -26,6 +26,14 @@ import time
 from aiohttp import web
 
 
+def _words(text: str | None) -> list[str]:
+    """A text in pieces that join back to exactly it (each piece keeps its leading space)."""
+    if not text:
+        return []
+    words = text.split(" ")
+    return [words[0]] + [" " + w for w in words[1:]]
+
+
 class FakeOpenAI:
     def __init__(
         self,
@@ -45,6 +53,7 @@ class FakeOpenAI:
         cut_in_thinking: float = 0.0,
         engines: int = 1,
         strict_model: bool = False,
+        stall_rate: float = 0.0,
     ):
         self.latency = latency
         self.fail_rate, self.rate_limit_rate = fail_rate, rate_limit_rate
@@ -63,6 +72,11 @@ class FakeOpenAI:
         )
         self.engines = engines  # data-parallel engines reported in /metrics
         self.strict_model = strict_model  # another model name is vLLM's 404, as in real vLLM
+        # streamed answers only: share that send a few tokens, then nothing, the connection open
+        # (a request routed to a dead data-parallel rank hangs before its first token: hang_rate)
+        self.stall_rate = stall_rate
+        self.stalled = 0
+        self.long_text = False  # an answer of n words for n tokens (one streamed chunk per token)
         self.slot_count = slots
         self.generated_tokens = 0
         self.bodies: list[dict] = []  # every request body, as received
@@ -141,11 +155,55 @@ class FakeOpenAI:
                 await asyncio.sleep(self.latency)
             if roll < self.malformed_rate:
                 return web.Response(text='{"choices": [', content_type="application/json")
+            reply = self.reply(body, key, n, len(text) // 4)
+            if body.get("stream"):
+                return await self.stream(request, body, key, reply)
             self.requests[key] += 1
             self.t_last = time.monotonic()
-            return web.json_response(self.reply(body, key, n, len(text) // 4))
+            return web.json_response(reply)
         finally:
             self.in_flight -= 1
+
+    async def stream(self, request, body: dict, key: str, reply: dict):
+        """The same answer as server-sent events, one chunk per token, as vLLM streams it: deltas of
+        `reasoning` (or `reasoning_content`) then `content`, `token_ids` per chunk, `prompt_token_ids`
+        on the first, `finish_reason` on the last, then (with include_usage) a usage chunk."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        choice, msg = reply["choices"][0], reply["choices"][0]["message"]
+        think_key = "reasoning" if self.shape == "vllm" else "reasoning_content"
+        ids = choice.get("token_ids")
+        pieces = [(think_key, w) for w in _words(msg.get(think_key))]
+        pieces += [("content", w) for w in _words(msg.get("content"))]
+        stall = body.get("stream") and self.rng.random() < self.stall_rate
+
+        async def send(obj) -> None:
+            await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+        head = {"id": reply["id"], "object": "chat.completion.chunk", "model": reply["model"]}
+        first = dict(head, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}}])
+        if ids is not None:
+            first["prompt_token_ids"] = reply.get("prompt_token_ids")
+        await send(first)
+        per = len(ids) // max(1, len(pieces)) if ids else 0
+        for i, (field, text) in enumerate(pieces):
+            part = ids[i * per : (i + 1) * per if i < len(pieces) - 1 else None] if ids else None
+            delta = {"index": 0, "delta": {field: text}, "finish_reason": None}
+            if part is not None:
+                delta["token_ids"] = part
+            await send(dict(head, choices=[delta]))
+            if stall and i == 1:
+                self.stalled += 1
+                await asyncio.sleep(3600)  # tokens stop, the connection stays open
+        last = {"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}
+        await send(dict(head, choices=[last]))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send(dict(head, choices=[], usage=reply["usage"]))
+        await resp.write(b"data: [DONE]\n\n")
+        self.requests[key] += 1
+        self.t_last = time.monotonic()
+        await resp.write_eof()
+        return resp
 
     def occupancy(self, start: float, end: float) -> float:
         """Share of the batch slots busy between start and end (monotonic clock)."""
@@ -161,7 +219,7 @@ class FakeOpenAI:
     def reply(self, body: dict, key: str, n: int, prompt_tokens: int) -> dict:
         thinking = bool((body.get("chat_template_kwargs") or {}).get("thinking"))
         content, reasoning, finish = (
-            f"answer with {n} tokens",
+            " ".join(["tok"] * n) if self.long_text else f"answer with {n} tokens",
             "thinking" if thinking else None,
             "stop",
         )

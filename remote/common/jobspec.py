@@ -13,7 +13,15 @@ SERVER_TOKEN_ENV = "DEPLOYTOOL_SERVER_TOKEN"  # the inference server's, likewise
 RELEASE_MARKER = "MANIFEST.json"
 
 
-NOTIFY_EVENTS = ("finished", "failed", "stalled", "engine_down", "disk_full", "engine_up")
+NOTIFY_EVENTS = (
+    "finished",
+    "failed",
+    "stalled",
+    "engine_down",
+    "disk_full",
+    "engine_degraded",
+    "engine_up",
+)
 NOTIFY_DEFAULT = NOTIFY_EVENTS[:-1]  # engine_up only when asked for
 
 
@@ -43,6 +51,11 @@ class EngineSpec:
     tokens_per_s: float = 50_000.0  # simulate only: aggregate generation speed
     stall_minutes: float = 10.0
     metrics_interval: float = 10.0  # seconds between /metrics and nvidia-smi samples; 0: off
+    stream: bool = True  # ask for answers streamed: a request that stops making progress is seen
+    # seconds from sending to the first token: a request may rightly wait in vLLM's queue for as
+    # long as a whole answer takes (Kimi-K2.5: up to ~15 min under full load on 8 GPUs)
+    first_token_timeout: float = 1800.0
+    progress_timeout: float = 300.0  # seconds between tokens once they flow (a preemption pauses)
 
     def urls(self) -> list[str]:
         """Every server, without a trailing slash."""

@@ -113,6 +113,15 @@ class EndpointStatus(_FromDict):
     down_since: float | None = None
     last_error: str | None = None
     metrics: ServerMetrics | None = None  # the server's own view from /metrics, where sampled
+    stuck: int = 0  # requests abandoned for no progress (and sent again)
+    stuck_recent: int = 0  # of them, in the last 10 minutes
+    answered_recent: int = 0  # answers in the last 10 minutes
+
+    @property
+    def degraded(self) -> bool:
+        """Answers some requests while others get stuck: a dead data-parallel rank behind it (the
+        head routes a share of requests to the rank, and those hang), or a server dropping requests."""
+        return self.reachable and self.stuck_recent > 0 and self.answered_recent > 0
 
     @classmethod
     def from_dict(cls, d: dict) -> "EndpointStatus":

@@ -53,3 +53,20 @@ class AlertWatcher:
         elif down is None and "engine_down" in self._active:
             self._active.discard("engine_down")
             self.notifier.send("engine_up", self.message("engine up: a server answers again"))
+        self._degraded(now, pool)
+
+    def _degraded(self, now: float, pool: Pool | None) -> None:
+        bad = [e for e in (pool.endpoints if pool else ()) if e.degraded(now)]
+        if bad and "engine_degraded" not in self._active:
+            self._active.add("engine_degraded")
+            what = ", ".join(f"{e.url} ({e.recent_stuck.count(now)} stuck)" for e in bad)
+            self.log(f"degraded: requests get stuck while others are answered: {what}")
+            self.notifier.send(
+                "engine_degraded",
+                self.message(
+                    f"engine degraded: {what} in the last 10 min while it answers others: likely a "
+                    "dead data-parallel rank; `invoke server.status` over the group names it"
+                ),
+            )
+        elif not bad:
+            self._active.discard("engine_degraded")

@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..common.jobspec import EngineSpec
 from .datasets import DatasetRun
-from .engine import EngineDown, PermanentError, TransientError, backoff
+from .engine import EngineDown, PermanentError, Stuck, TransientError, backoff
 from .pool import Endpoint, Pool
 from .prompts import Prompt
 from .scheduler import Scheduler
@@ -119,6 +119,9 @@ class Dispatcher:
             except EngineDown as e:
                 self._down(ep, run, p, e)
                 return
+            except Stuck as e:
+                self._stuck(ep, run, p, e)
+                return
             except TransientError as e:
                 self._transient(ep, run, p, e)
                 return
@@ -139,12 +142,23 @@ class Dispatcher:
         now = time.time()
         self.pool.mark_down(ep, str(e), now)
         self.engine_error = str(e)
+        self._requeue(run, p, lambda n: f"servers went away under it {n} times: {e}", now)
+
+    def _stuck(self, ep: Endpoint, run: DatasetRun, p: Prompt, e: Stuck) -> None:
+        """Abandoned for no progress: sent again, like a failover requeue (the server stays up: it
+        answers other requests; a dead data-parallel rank behind it hangs only some)."""
+        now = time.time()
+        self.pool.stuck(ep, now)
+        self.log(f"{run.spec.name} {p.id}: stuck on {ep.url} ({e}): abandoned, sent again")
+        self._requeue(run, p, lambda n: f"stuck {n} times, last: {e}", now)
+
+    def _requeue(self, run: DatasetRun, p: Prompt, why: Callable[[int], str], now: float) -> None:
         n = run.requeues[p.id] = run.requeues.get(p.id, 0) + 1
-        if n > self.max_requeues:  # a prompt that takes every server down with it
-            self.writer.write_error(run, p, f"servers went away under it {n} times: {e}", n)
+        if n > self.max_requeues:  # a prompt that takes every server down with it, or always hangs
+            self.writer.write_error(run, p, why(n), n)
             run.failed.add(p.id)
             return
-        run.requeue(p, now)  # not a retry of the prompt: another server takes it
+        run.requeue(p, now)  # not a retry of the prompt: another server (or slot) takes it
 
     def _transient(self, ep: Endpoint, run: DatasetRun, p: Prompt, e: TransientError) -> None:
         n = run.attempts[p.id] = run.attempts.get(p.id, 0) + 1

@@ -10,6 +10,8 @@ import random
 import time
 from dataclasses import dataclass
 
+from .stream import NoProgress, read_stream
+
 
 class EngineError(Exception):
     pass
@@ -35,6 +37,11 @@ class PermanentError(EngineError):
         """401/403 (credentials) and 404 (a model the server does not serve, a wrong base_url) say
         nothing about the prompt: every other prompt would get the same answer."""
         return self.status in (401, 403, 404)
+
+
+class Stuck(EngineError):
+    """A streamed request that stopped making progress: abandoned and sent again (like a failover
+    requeue: no retry counted), counted per server."""
 
 
 class EngineDown(EngineError):
@@ -102,6 +109,9 @@ class OpenAIEngine:
         self.model = engine.model
         self.timeout = engine.request_timeout
         self.concurrency = engine.concurrency
+        self.stream = engine.stream
+        self.first_token_timeout = engine.first_token_timeout
+        self.progress_timeout = engine.progress_timeout
         key_env = engine.api_key_env
         self.api_key = (
             os.environ.get(key_env, "") if key_env else os.environ.get("OPENAI_API_KEY", "")
@@ -112,12 +122,17 @@ class OpenAIEngine:
             self.fixed["chat_template_kwargs"] = dict(job.chat_template_kwargs)
         # vLLM's extras (repetition_detection, return_token_ids, ...) as-is
         self.fixed.update(job.extra_body)
+        if self.stream:  # tokens as they come: a request that stops making progress is seen
+            self.fixed.update(stream=True, stream_options={"include_usage": True})
         self._session = None
 
     async def __aenter__(self):
         import aiohttp  # installed with vLLM on the host; imported late so `simulate` needs nothing
 
         self._aiohttp = aiohttp
+        # a read that waited past sock_read (aiohttp < 3.10, which vLLM hosts may have: the broader
+        # class, which also covers a connect timeout)
+        self._quiet_error = getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self._session = aiohttp.ClientSession(
             headers=headers,
@@ -156,10 +171,26 @@ class OpenAIEngine:
     async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
         aiohttp = self._aiohttp
         body = {**self.fixed, "messages": messages}
+        # streamed: no byte at all (not even the headers) for this long is a stuck request too
+        quiet = aiohttp.ClientTimeout(
+            total=self.timeout, sock_read=max(self.first_token_timeout, self.progress_timeout)
+        )
         try:
-            async with self._session.post(f"{url}/chat/completions", json=body) as resp:
-                text = await resp.text()
+            extra = {"timeout": quiet} if self.stream else {}
+            async with self._session.post(f"{url}/chat/completions", json=body, **extra) as resp:
                 status = resp.status
+                # a server that ignores `stream` answers one JSON body: read it as such
+                streamed = status == 200 and resp.content_type == "text/event-stream"
+                if streamed:
+                    data = await read_stream(
+                        resp.content, self.first_token_timeout, self.progress_timeout
+                    )
+                else:
+                    text = await resp.text()
+        except NoProgress as e:
+            raise Stuck(str(e)) from None
+        except self._quiet_error:  # before asyncio.TimeoutError: it is one
+            raise Stuck(f"no answer at all for {self.first_token_timeout:g}s") from None
         except aiohttp.ClientConnectorError as e:
             raise EngineDown(f"cannot connect to {url}: {e.os_error or e}") from None
         except (
@@ -175,14 +206,16 @@ class OpenAIEngine:
             ) from None
         except (aiohttp.ClientError, ConnectionError) as e:
             raise TransientError(f"{type(e).__name__}: {e}") from None
+        except ValueError as e:  # a stream that does not parse
+            raise TransientError(f"malformed stream ({e})") from None
         if status == 429 or status == 408 or status >= 500:
             raise TransientError(f"HTTP {status}: {text[:200]}")
         if status >= 400:
             raise PermanentError(f"HTTP {status}: {_error_text(text)[:500]}", status)
         try:
-            return parse_reply(json.loads(text), self.model)
+            return parse_reply(data if streamed else json.loads(text), self.model)
         except (ValueError, TypeError) as e:
-            raise TransientError(f"malformed reply ({e}): {text[:200]!r}") from None
+            raise TransientError(f"malformed reply ({e})") from None
 
 
 def _error_text(body: str) -> str:

@@ -17,6 +17,8 @@ from ..common.status import EndpointStatus, ServerMetrics
 from .engine import backoff
 from .rates import RateWindow
 
+STUCK_WINDOW = 600.0  # "recently", for stuck requests: the last 10 minutes
+
 
 @dataclass
 class Endpoint:
@@ -33,9 +35,15 @@ class Endpoint:
     check_now: bool = False  # a request timed out: ask whether the server is still there
     metrics: ServerMetrics | None = None
     tokens: RateWindow = field(default_factory=RateWindow)  # tokens of answers
+    stuck: int = 0  # requests abandoned for no progress
+    recent_stuck: RateWindow = field(default_factory=lambda: RateWindow(STUCK_WINDOW))
+    recent_answers: RateWindow = field(default_factory=lambda: RateWindow(STUCK_WINDOW))
 
     def tokens_per_s(self, now: float, started: float) -> float:
         return self.tokens.per_s(now, started)
+
+    def degraded(self, now: float) -> bool:
+        return self.status(now, now).degraded  # the rule lives in EndpointStatus
 
     def status(self, now: float, started: float) -> EndpointStatus:
         return EndpointStatus(
@@ -49,6 +57,9 @@ class Endpoint:
             down_since=self.down_since,
             last_error=self.last_error,
             metrics=self.metrics,
+            stuck=self.stuck,
+            stuck_recent=self.recent_stuck.count(now),
+            answered_recent=self.recent_answers.count(now),
         )
 
 
@@ -88,6 +99,11 @@ class Pool:
     def answered(self, e: Endpoint, tokens: int, now: float) -> None:
         e.requests += 1
         e.tokens.add(now, tokens)
+        e.recent_answers.add(now, 1)
+
+    def stuck(self, e: Endpoint, now: float) -> None:
+        e.stuck += 1
+        e.recent_stuck.add(now, 1)
 
     def mark_down(self, e: Endpoint, why: str, now: float) -> None:
         e.last_error = why
