@@ -18,6 +18,7 @@ from tests.conftest import (
     cli,
     free_port,
     records,
+    runner_cmd,
     ssh_host_entry,
     status,
     wait_for,
@@ -209,6 +210,27 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
         r for r in b1 if r["finish_reason"] == "length" and not r["conversations"][-1]["content"]
     ]
     assert cut and all(r["conversations"][-1]["reasoning_content"] for r in cut)
+
+    # 6b. streamed (the default) and plain answers of real vLLM make the same records (greedy)
+    same = {}
+    for stream in (True, False):
+        root = host_dir.parent / f"stream-{stream}"
+        write_prompts(root / "data" / "prompts" / "B1.jsonl", 12, "B1")
+        spec = {
+            "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl"}},
+            "engine": {
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "model": rig.SERVED_NAME,
+                "stream": stream,
+                "metrics_interval": 0,
+            },
+            "sampling": {"max_tokens": 24, "temperature": 0},
+            "extra_body": {"return_token_ids": True},
+        }
+        (root / "job.json").write_text(json.dumps(spec))
+        assert subprocess.run(runner_cmd(root), capture_output=True, timeout=120).returncode == 0
+        same[stream] = {r["id"]: dict(r, created=0) for r in records(root, "B1")}
+    assert len(same[True]) == 12 and same[True] == same[False]
 
     # 7. server.stop: no process of any server session, the port free
     res = cli(cfg, "server.stop")
