@@ -10,7 +10,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from .stream import NoProgress, read_stream
+from .stream import Watchdog, read_stream
 
 
 class EngineError(Exception):
@@ -110,8 +110,7 @@ class OpenAIEngine:
         self.timeout = engine.request_timeout
         self.concurrency = engine.concurrency
         self.stream = engine.stream
-        self.first_token_timeout = engine.first_token_timeout
-        self.progress_timeout = engine.progress_timeout
+        self.watchdog = Watchdog(engine.first_token_timeout, engine.progress_timeout)
         key_env = engine.api_key_env
         self.api_key = (
             os.environ.get(key_env, "") if key_env else os.environ.get("OPENAI_API_KEY", "")
@@ -130,9 +129,7 @@ class OpenAIEngine:
         import aiohttp  # installed with vLLM on the host; imported late so `simulate` needs nothing
 
         self._aiohttp = aiohttp
-        # a read that waited past sock_read (aiohttp < 3.10, which vLLM hosts may have: the broader
-        # class, which also covers a connect timeout)
-        self._quiet_error = getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError)
+        self._watching = asyncio.ensure_future(self.watchdog.run()) if self.stream else None
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self._session = aiohttp.ClientSession(
             headers=headers,
@@ -142,6 +139,8 @@ class OpenAIEngine:
         return self
 
     async def __aexit__(self, *exc):
+        if self._watching is not None:
+            self._watching.cancel()
         await self._session.close()
 
     async def probe(self, url: str) -> str | None:
@@ -171,26 +170,23 @@ class OpenAIEngine:
     async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
         aiohttp = self._aiohttp
         body = {**self.fixed, "messages": messages}
-        # streamed: no byte at all (not even the headers) for this long is a stuck request too
-        quiet = aiohttp.ClientTimeout(
-            total=self.timeout, sock_read=max(self.first_token_timeout, self.progress_timeout)
-        )
+        progress = self.watchdog.watch() if self.stream else None
         try:
-            extra = {"timeout": quiet} if self.stream else {}
-            async with self._session.post(f"{url}/chat/completions", json=body, **extra) as resp:
+            async with self._session.post(f"{url}/chat/completions", json=body) as resp:
                 status = resp.status
                 # a server that ignores `stream` answers one JSON body: read it as such
                 streamed = status == 200 and resp.content_type == "text/event-stream"
                 if streamed:
-                    data = await read_stream(
-                        resp.content, self.first_token_timeout, self.progress_timeout
-                    )
+                    data = await read_stream(resp.content, progress)
                 else:
                     text = await resp.text()
-        except NoProgress as e:
-            raise Stuck(str(e)) from None
-        except self._quiet_error:  # before asyncio.TimeoutError: it is one
-            raise Stuck(f"no answer at all for {self.first_token_timeout:g}s") from None
+        except asyncio.CancelledError:
+            if progress is None or progress.why is None:
+                raise  # a stop, not the watchdog
+            task = asyncio.current_task()
+            if hasattr(task, "uncancel"):  # Python 3.11+: this cancellation is handled here
+                task.uncancel()
+            raise Stuck(progress.why) from None
         except aiohttp.ClientConnectorError as e:
             raise EngineDown(f"cannot connect to {url}: {e.os_error or e}") from None
         except (
@@ -208,6 +204,9 @@ class OpenAIEngine:
             raise TransientError(f"{type(e).__name__}: {e}") from None
         except ValueError as e:  # a stream that does not parse
             raise TransientError(f"malformed stream ({e})") from None
+        finally:
+            if progress is not None:
+                self.watchdog.done(progress)
         if status == 429 or status == 408 or status >= 500:
             raise TransientError(f"HTTP {status}: {text[:200]}")
         if status >= 400:

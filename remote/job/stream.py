@@ -1,10 +1,14 @@
-"""A streamed answer (server-sent events), read with two deadlines and put back together into the
-body a non-streamed answer has, so both make the same record."""
+"""A streamed answer (server-sent events), put back together into the body a non-streamed answer has,
+so both make the same record; and the watchdog that abandons a request that stops making progress.
+
+Reading costs little per token: events are split from whatever the socket delivers (no await per
+line), and deadlines are kept by one watchdog for every request (no timer per token)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 
 class NoProgress(Exception):
@@ -43,7 +47,9 @@ class Assembly:
                 if isinstance(delta.get(key), str):
                     into.append(delta[key])
             if isinstance(choice.get("token_ids"), list):
-                self.token_ids = (self.token_ids or []) + choice["token_ids"]
+                if self.token_ids is None:
+                    self.token_ids = []
+                self.token_ids.extend(choice["token_ids"])
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
 
@@ -68,25 +74,63 @@ class Assembly:
         }
 
 
-async def read_stream(content, first_token_timeout: float, progress_timeout: float) -> dict:
-    """Read `data:` events from an aiohttp StreamReader until [DONE]. The first event must come within
-    first_token_timeout (a request may rightly wait in the server's queue), each later one within
-    progress_timeout; else NoProgress."""
+class Progress:
+    """One request's clock, read by the watchdog: when it was sent, when something last arrived."""
+
+    __slots__ = ("task", "sent", "last", "why")
+
+    def __init__(self, task: asyncio.Task):
+        self.task, self.sent, self.last, self.why = task, time.monotonic(), None, None
+
+
+async def read_stream(content, progress: Progress) -> dict:
+    """Every `data:` event of an aiohttp StreamReader until [DONE], as one reply body."""
     got = Assembly()
-    deadline, first = first_token_timeout, True
-    while True:
-        try:
-            line = await asyncio.wait_for(content.readline(), timeout=deadline)
-        except asyncio.TimeoutError:
-            what = "no first token" if first else "no new token"
-            raise NoProgress(f"{what} for {deadline:g}s") from None
-        if not line:
-            raise ValueError("the stream ended before [DONE]")
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue  # blank separators, comments, event names
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            return got.reply()
-        got.add(json.loads(data))
-        deadline, first = progress_timeout, False
+    buf = b""
+    async for data in content.iter_any():
+        progress.last = time.monotonic()
+        buf += data
+        *events, buf = buf.split(b"\n\n")
+        for event in events:
+            for line in event.split(b"\n"):
+                if not line.startswith(b"data:"):
+                    continue  # comments, event names, a stray \r
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    return got.reply()
+                got.add(json.loads(payload))
+    raise ValueError("the stream ended before [DONE]")
+
+
+class Watchdog:
+    """Cancels a streamed request that got no first byte within first_token_timeout of being sent, or
+    nothing new within progress_timeout; the request learns why from its Progress."""
+
+    def __init__(self, first_token_timeout: float, progress_timeout: float):
+        self.first, self.gap = first_token_timeout, progress_timeout
+        self.watched: set[Progress] = set()
+
+    def watch(self) -> Progress:
+        p = Progress(asyncio.current_task())
+        self.watched.add(p)
+        return p
+
+    def done(self, p: Progress) -> None:
+        self.watched.discard(p)
+
+    def check(self, now: float) -> None:
+        for p in list(self.watched):
+            if p.last is None and now - p.sent > self.first:
+                p.why = f"no first token for {self.first:g}s"
+            elif p.last is not None and now - p.last > self.gap:
+                p.why = f"no new token for {self.gap:g}s"
+            else:
+                continue
+            self.watched.discard(p)
+            p.task.cancel()
+
+    async def run(self) -> None:
+        tick = max(0.05, min(1.0, self.first / 4, self.gap / 4))
+        while True:
+            await asyncio.sleep(tick)
+            self.check(time.monotonic())
