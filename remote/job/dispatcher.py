@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..common.jobspec import EngineSpec
 from .datasets import DatasetRun
-from .engine import EngineDown, PermanentError, Stuck, TransientError, backoff
+from .engine import Engine, EngineDown, PermanentError, Stuck, TransientError, backoff
 from .pool import Endpoint, Pool
 from .prompts import Prompt
 from .scheduler import Scheduler
@@ -21,7 +21,7 @@ JOB_FAULT_STREAK = 8  # different prompts in a row with one permanent error: the
 class Dispatcher:
     def __init__(
         self,
-        engine,
+        engine: Engine,
         pool: Pool,
         scheduler: Scheduler,
         writer: RecordWriter,

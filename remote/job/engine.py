@@ -100,7 +100,34 @@ def parse_reply(data, fallback_model: str) -> Completion:
     )
 
 
-class OpenAIEngine:
+class Engine:
+    """What the runner asks of an engine (the declared interface: the dispatcher, the pool's probes
+    and the telemetry use nothing else). Used as `async with make_engine(job) as engine`."""
+
+    model: str  # what records say made them
+    base_urls: list[str]  # the servers requests go to (the pool's endpoints)
+
+    async def __aenter__(self) -> "Engine":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        return None
+
+    async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
+        """One answer from the server at `url`; raises EngineDown, Stuck, TransientError or
+        PermanentError, each of which the dispatcher handles its own way."""
+        raise NotImplementedError
+
+    async def probe(self, url: str) -> str | None:
+        """None when the server answers at all, else why not (a down server is probed until then)."""
+        raise NotImplementedError
+
+    async def metrics(self, url: str) -> str | None:
+        """The server's Prometheus text, or None where it has none."""
+        return None
+
+
+class OpenAIEngine(Engine):
     """POST {base_url}/chat/completions, one request per prompt; the window lives in the runner."""
 
     def __init__(self, job):
@@ -234,7 +261,7 @@ _WORDS = (
 ).split()
 
 
-class SimulateEngine:
+class SimulateEngine(Engine):
     """Answers like a continuous-batching server: a shared token rate split over the requests in
     flight, long-tailed response lengths around each dataset's est_tokens. A demo, never a fallback."""
 
@@ -248,12 +275,6 @@ class SimulateEngine:
         self.max_tokens = int(sampling.get("max_tokens", 8192))
         self.thinking = bool(job.chat_template_kwargs.get("thinking"))
 
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        return None
-
     def length(self, est_tokens: int, key: str) -> int:
         rng = random.Random(key)
         sigma = 0.6
@@ -261,9 +282,6 @@ class SimulateEngine:
         return max(8, int(rng.lognormvariate(mu, sigma)))
 
     async def probe(self, url: str) -> str | None:
-        return None
-
-    async def metrics(self, url: str) -> str | None:
         return None  # no server to ask
 
     async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
@@ -279,7 +297,7 @@ class SimulateEngine:
         return Completion(" ".join(words), reasoning, finish, prompt_tokens, n, self.model)
 
 
-def make_engine(job):
+def make_engine(job) -> Engine:
     kind = job.engine.kind
     if kind == "simulate":
         return SimulateEngine(job)

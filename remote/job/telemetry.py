@@ -8,6 +8,7 @@ import time
 
 from ..common import metrics, nvsmi
 from ..common.status import GpuStatus, ServerMetrics
+from .engine import Engine
 from .pool import Endpoint
 
 
@@ -39,7 +40,7 @@ def endpoint_metrics(
 
 
 class Telemetry:
-    def __init__(self, engine, endpoints: list[Endpoint], interval: float):
+    def __init__(self, engine: Engine, endpoints: list[Endpoint], interval: float):
         self.engine, self.endpoints, self.interval = engine, endpoints, interval
         self.gpus: list[GpuStatus] | None = None
         self._last: dict[str, tuple[float, dict]] = {}

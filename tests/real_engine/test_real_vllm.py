@@ -240,5 +240,8 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
         timeout=30,
         what="every server process gone",
     )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", port))  # the port is free again
+    with socket.socket() as s:  # the port is free again: a new server can listen on it
+        # (as servers do, SO_REUSEADDR: the connections the old one closed may sit in TIME_WAIT)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen()
