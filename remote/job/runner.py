@@ -16,7 +16,16 @@ import time
 from pathlib import Path
 
 from ..common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir, write_json_atomic
-from ..common.status import FAILED, FINISHED, RUNNING, STARTING, STOPPED, EngineStatus, JobStatus
+from ..common.status import (
+    COMPLETE,
+    FAILED,
+    FINISHED,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    EngineStatus,
+    JobStatus,
+)
 from .alerts import AlertWatcher
 from .control import ControlWatcher
 from .datasets import BadInput, DatasetRun
@@ -314,7 +323,7 @@ class Runner:
         self.log("caps: " + self.scheduler.caps_line())
         for name, run in self.runs.items():
             todo = run.target_n - run.done_in_target
-            state = "already complete" if run.state() == "complete" else f"{todo} to do"
+            state = "already complete" if run.state() == COMPLETE else f"{todo} to do"
             self.log(f"{name}: {run.done_in_target}/{run.target_n} done, {state}")
 
     def run(self) -> int:
