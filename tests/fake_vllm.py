@@ -51,7 +51,10 @@ def main():
     ]
     workers += [
         subprocess.Popen(
-            [sys.executable, "-c", "import time\ntime.sleep(3600)", "FAKE::EngineCore"], env={}
+            # argv[0] is the title first, as setproctitle leaves it
+            ["FAKE::EngineCore", "-c", "import time\ntime.sleep(3600)"],
+            executable=sys.executable,
+            env={},
         )
         for _ in range(a.fake_engine)
     ]
