@@ -173,8 +173,11 @@ def server_status(host_spec: str | None) -> int:
     from . import render
     from . import server as server_mod
 
+    from .dpgroup import problems
+
     config = load_config()
-    _run(config, host_spec, server_mod.status, render.server_status)
+    results = _run(config, host_spec, server_mod.status, render.server_status)
+    render.group_problems(problems(config, results))
     return ExitCode.OK
 
 

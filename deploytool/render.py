@@ -338,7 +338,8 @@ def server_status(r: ServerState, out: Console | None = None) -> None:
     out = out or console
     if not r.up:
         if not r.leftovers:
-            out.print(f"[bold]{r.host}[/]: server down")
+            died = " (it died: nobody stopped it; see logs/server.log)" if r.died else ""
+            out.print(f"[bold]{r.host}[/]: server down{died}")
             return
         out.print(
             f"{r.host}: server down, but {len(r.leftovers)} processes of the dead server are still "
@@ -355,6 +356,12 @@ def server_status(r: ServerState, out: Console | None = None) -> None:
         f"[bold]{r.host}[/]: server {'up' if r.ready else 'starting'}: pid {r.pid}, {r.model} "
         f"{where}, uptime {_eta(r.uptime_s)}"
     )
+    if r.engines_gone:
+        out.print(
+            "  but its engine processes are gone: "
+            + "; ".join(f"pid {p.pid} ({p.what})" for p in r.engines_gone),
+            markup=False,
+        )
     m = r.metrics
     if m:
         kv = f"{m.kv_cache:.0%}" if m.kv_cache is not None else "?"
@@ -367,6 +374,11 @@ def server_status(r: ServerState, out: Console | None = None) -> None:
             f"  requests running {n(m.running)}, waiting {n(m.waiting)}; KV cache {kv}; "
             f"generation {rate} tok/s"
         )
+
+
+def group_problems(lines: list[str], out: Console | None = None) -> None:
+    for line in lines:
+        (out or console).print(f"[bold red]data-parallel group broken[/]: {line}")
 
 
 def report_written(r: dict, out: Console | None = None) -> None:

@@ -3,7 +3,9 @@
 Like vLLM it loads for a while before it answers, spawns worker processes in process groups of their
 own (which outlive a killed parent), and serves the OpenAI API and Prometheus /metrics.
 Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N, --fake-engine N,
---fake-thinking (a reply that is all thinking: `content` null, the text in `reasoning`).
+--fake-answer-delay S, --fake-thinking (a reply that is all thinking: `content` null, the text in `reasoning`),
+--fake-dp-peer FILE (a data-parallel pair: the headless rank writes its engine pids there, and the
+head, like vLLM's, hangs every other request without an answer while one of them is dead).
 `--headless` serves no HTTP, as vLLM's data-parallel workers do. `--served-model-name` changes the id
 requests must use, and another name is vLLM's 404. `--fake-engine` children stay in the server's
 session and group without its environment (real vLLM's EngineCore renames itself, clobbering
@@ -31,6 +33,8 @@ def main():
     p.add_argument("--fake-workers", type=int, default=2)
     p.add_argument("--fake-engine", type=int, default=0)
     p.add_argument("--served-model-name")
+    p.add_argument("--fake-dp-peer")
+    p.add_argument("--fake-answer-delay", type=float, default=0.0)
     p.add_argument("--fake-thinking", action="store_true", help="all thinking: content null")
     p.add_argument(
         "--headless", action="store_true", help="a data-parallel worker: no API server, like vLLM's"
@@ -69,10 +73,31 @@ def main():
     t0 = time.time()
     if a.headless:
         print("INFO: headless mode: engine cores only, no API server", flush=True)
+        if a.fake_dp_peer:
+            pids = [w.pid for w in workers[a.fake_workers :]]
+            with open(a.fake_dp_peer, "w") as f:
+                json.dump(pids, f)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         stop.wait()
         return
+
+    lock, served_n = threading.Lock(), [0]
+
+    def peer_dead():
+        try:
+            with open(a.fake_dp_peer) as f:
+                pids = json.load(f)
+        except (TypeError, OSError, ValueError):
+            return False
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] in "ZX":
+                        return True
+            except OSError:
+                return True
+        return False
 
     class H(BaseHTTPRequestHandler):
         def log_message(self, *args):
@@ -110,6 +135,13 @@ def main():
                 msg = f"The model `{body.get('model')}` does not exist. Valid aliases: {served}."
                 err = {"message": msg, "type": "NotFoundError", "param": "model", "code": 404}
                 return self._send(404, {"error": err})
+            with lock:
+                served_n[0] += 1
+                mine = served_n[0]
+            if mine % 2 == 0 and peer_dead():  # the first (the smoke test) is never lost
+                time.sleep(3600)  # routed to the dead rank: no answer, no error, connection open
+                return
+            time.sleep(a.fake_answer_delay)
             text = "the " * 40 if a.fake_degenerate else "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
             self._send(
                 200,

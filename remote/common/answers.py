@@ -110,11 +110,14 @@ class ServerState(_FromDict):
     metrics: ServerMetrics | None = None
     headless: bool = False
     leftovers: list[LeftoverProcess] = field(default_factory=list)  # of a server that died hard
+    died: bool = False  # down, and nobody stopped it
+    engines_gone: list[LeftoverProcess] = field(default_factory=list)  # its engine processes, dead
 
     @classmethod
     def from_dict(cls, d: dict) -> "ServerState":
         d = _known(cls, d)
         _leftovers(d, "leftovers")
+        _leftovers(d, "engines_gone")
         if d.get("metrics") is not None:
             d["metrics"] = ServerMetrics.from_dict(d["metrics"])
         return cls(**d)

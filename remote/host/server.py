@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..common import metrics, nvsmi, procinfo
 from ..common.jobspec import SERVER_TOKEN_ENV, Paths, default_root, release_dir, write_json_atomic
-from . import gpu, kill
+from . import engines, gpu, kill
 
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
@@ -80,40 +80,13 @@ def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return 0, ""
 
 
-def leftovers(paths: Paths) -> list[dict]:
-    """Processes of a server that died hard (kill -9, the OOM killer): vLLM's engine core and workers
-    outlive their API server, re-parented to init but still in its session, holding the GPUs. They
-    rename themselves (setproctitle), which clobbers /proc/PID/environ too, so neither a name nor the
-    token finds them: the session does, as the pid file recorded it."""
-    rec = procinfo.read_json(paths.server_pid)
-    if not rec or not isinstance(rec.get("pid"), int) or procinfo.is_same_process(rec):
-        return []
-    session = rec.get("sid", rec["pid"])  # pid files before `sid` was recorded: a session leader
-    gpu_mib = {a["pid"]: a["used_mib"] for a in nvsmi.compute_apps() or []}
-    return [
-        {
-            "pid": pid,
-            "start_time": procinfo.start_time(pid),
-            "what": " ".join(procinfo.cmdline(pid))[:80] or "?",
-            "rss_mib": procinfo.rss_mib(pid),
-            "gpu_mib": gpu_mib.get(pid),
-        }
-        for pid in procinfo.session_members(session, since=rec.get("start_time"))
-    ]
-
-
-def remove_leftovers(paths: Paths, grace: float = 10.0) -> list[dict]:
-    found = leftovers(paths)
-    if found:
-        kill.terminate({p["pid"]: p["start_time"] for p in found}, grace)
-    return found
-
-
 def start(paths: Paths, spec: dict) -> dict:
     rec = managed(paths)
     if rec:
         return {"already": True, "pid": rec["pid"], "port": rec["port"], "model": rec["model"]}
-    removed = remove_leftovers(paths)  # a second engine beside them is CUDA out of memory at load
+    removed = engines.remove_leftovers(
+        paths
+    )  # a second engine beside them is CUDA out of memory at load
     port = int(spec["port"])
     headless = bool(spec.get("headless"))
     holders = set() if headless else gpu.listener_pids(port)  # a headless worker serves no HTTP
@@ -172,6 +145,8 @@ def check(paths: Paths) -> dict:
             "log": procinfo.tail_lines(paths.server_log, 30),
         }
     alive = procinfo.is_same_process(rec)
+    if alive:
+        engines.watch(paths, rec)
     if rec.get(
         "headless"
     ):  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
@@ -280,10 +255,18 @@ def smoke(paths: Paths, model: str) -> dict:
     return {"answer": text[:200], "model": model}
 
 
+def _mark_stopped(paths: Paths) -> None:
+    """A stopped server is not a dead one: status says `died` only when nobody stopped it."""
+    rec = procinfo.read_json(paths.server_pid)
+    if rec and "stopped_at" not in rec:
+        write_json_atomic(paths.server_pid, dict(rec, stopped_at=time.time()))
+
+
 def stop(paths: Paths, grace: float, gpu_wait: float = 120.0) -> dict:
     rec = managed(paths)
+    _mark_stopped(paths)
     if not rec:
-        removed = remove_leftovers(paths, grace)
+        removed = engines.remove_leftovers(paths, grace)
         held = wait_gpu_free({p["pid"] for p in removed}, gpu_wait) if removed else None
         return {"was_running": False, "killed": [], "gpu": held, "removed": removed}
     token = rec.get("token")
@@ -333,8 +316,16 @@ def _metrics(port: int) -> dict:
 def status(paths: Paths) -> dict:
     rec = managed(paths)
     if not rec:
-        return {"up": False, "leftovers": leftovers(paths)}
+        last = procinfo.read_json(paths.server_pid)
+        died = bool(last) and "stopped_at" not in last  # not stopped by us: it died
+        return {
+            "up": False,
+            "leftovers": engines.leftovers(paths),
+            "died": died,
+            "engines_gone": engines.gone(last) if died else [],
+        }
     c = check(paths)
+    rec = engines.watch(paths, rec)
     out = {
         "up": True,
         "ready": c["ready"],
@@ -344,6 +335,7 @@ def status(paths: Paths) -> dict:
         "uptime_s": time.time() - rec["started_at"],
         "metrics": None,
         "headless": bool(rec.get("headless")),
+        "engines_gone": engines.gone(rec),
     }
     if out["headless"]:
         return out

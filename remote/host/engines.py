@@ -1,0 +1,73 @@
+"""The engine processes a server started, watched so that a dead one is named.
+
+A vLLM launcher (`vllm serve`, or `--headless` for a data-parallel rank) starts its engine cores as
+direct children in its own session. When a rank's engine dies the launcher may live on and the head
+keeps serving, while every request it routes to that rank hangs: nothing on the HTTP side says so.
+The children are recorded in the server's pid file once seen (by pid and start time: pids are
+reused, and they rename themselves, so neither a name nor the environment finds them) and checked on
+every `server status`.
+"""
+
+from __future__ import annotations
+
+from ..common import nvsmi, procinfo
+from ..common.jobspec import Paths, write_json_atomic
+from . import kill
+
+
+def children(rec: dict) -> list[dict]:
+    """The launcher's direct children that stayed in its session."""
+    session = rec.get("sid", rec["pid"])
+    return [
+        {"pid": p, "start_time": procinfo.start_time(p), "what": _title(p)}
+        for p in procinfo.session_members(session, since=rec.get("start_time"))
+        if procinfo.ppid(p) == rec["pid"]
+    ]
+
+
+def _title(pid: int) -> str:
+    return " ".join(procinfo.cmdline(pid))[:80] or "?"
+
+
+def watch(paths: Paths, rec: dict) -> dict:
+    """Add the children seen now to the record (engines may start after the launcher is ready)."""
+    known = {(e["pid"], e.get("start_time")) for e in rec.get("engines", [])}
+    new = [c for c in children(rec) if (c["pid"], c["start_time"]) not in known]
+    if new:
+        rec = dict(rec, engines=rec.get("engines", []) + new)
+        write_json_atomic(paths.server_pid, rec)
+    return rec
+
+
+def gone(rec: dict) -> list[dict]:
+    """Recorded engine processes that are no longer running."""
+    return [e for e in rec.get("engines", []) if not procinfo.is_same_process(e)]
+
+
+def leftovers(paths: Paths) -> list[dict]:
+    """Processes of a server that died hard (kill -9, the OOM killer): vLLM's engine core and workers
+    outlive their API server, re-parented to init but still in its session, holding the GPUs. They
+    rename themselves (setproctitle), which clobbers /proc/PID/environ too, so neither a name nor the
+    token finds them: the session does, as the pid file recorded it."""
+    rec = procinfo.read_json(paths.server_pid)
+    if not rec or not isinstance(rec.get("pid"), int) or procinfo.is_same_process(rec):
+        return []
+    session = rec.get("sid", rec["pid"])  # pid files before `sid` was recorded: a session leader
+    gpu_mib = {a["pid"]: a["used_mib"] for a in nvsmi.compute_apps() or []}
+    return [
+        {
+            "pid": pid,
+            "start_time": procinfo.start_time(pid),
+            "what": _title(pid),
+            "rss_mib": procinfo.rss_mib(pid),
+            "gpu_mib": gpu_mib.get(pid),
+        }
+        for pid in procinfo.session_members(session, since=rec.get("start_time"))
+    ]
+
+
+def remove_leftovers(paths: Paths, grace: float = 10.0) -> list[dict]:
+    found = leftovers(paths)
+    if found:
+        kill.terminate({p["pid"]: p["start_time"] for p in found}, grace)
+    return found
