@@ -172,7 +172,6 @@ def server_stop(host_spec: str | None, *, grace: float = 30.0) -> int:
 def server_status(host_spec: str | None) -> int:
     from . import render
     from . import server as server_mod
-
     from .dpgroup import problems
 
     config = load_config()

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import yaml
 
-from remote.common.jobspec import NOTIFY_EVENTS, DatasetSpec, EngineSpec, JobSpec
+from remote.common.jobspec import NOTIFY_EVENTS, TURNS, DatasetSpec, EngineSpec, JobSpec
 from remote.common.units import DATASET_NAME_RE
 
 from .errors import ConfigError
@@ -233,6 +233,27 @@ def _merge_job(name: str, top: dict, override: Any) -> dict:
     return merged
 
 
+def _datasets(ds_raw: dict) -> list[DatasetSpec]:
+    datasets = []
+    for name, spec in ds_raw.items():
+        at = f"job.datasets.{name}"
+        if not isinstance(name, str) or not DATASET_NAME_RE.match(name):
+            raise ConfigError(f"{at}: dataset name must match {DATASET_NAME_RE.pattern}")
+        spec = mapping(at, spec, optional=False)
+        check_keys(at, spec, ("prompts", "est_tokens", "turns"))
+        if "prompts" not in spec:
+            raise ConfigError(f"{at}.prompts: required (path on the host, relative to remote_dir)")
+        prompts = string(f"{at}.prompts", spec["prompts"])
+        if prompts.startswith("/") or ".." in Path(prompts).parts:
+            raise ConfigError(
+                f"{at}.prompts: must be a relative path inside remote_dir, got {show(prompts)}"
+            )
+        est = tokens(f"{at}.est_tokens", spec.get("est_tokens", 2000))
+        turns = choice(TURNS)(f"{at}.turns", spec.get("turns", "last"))
+        datasets.append(DatasetSpec(name=name, prompts=prompts, est_tokens=est, turns=turns))
+    return datasets
+
+
 def _parse_job(raw: Any, where: str = "job") -> JobSpec:
     job = mapping("job", raw, optional=False)
     check_keys(
@@ -243,22 +264,7 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
     ds_raw = mapping("job.datasets", job.get("datasets"), optional=False)
     if not ds_raw:
         raise ConfigError("job.datasets: expected at least one dataset")
-    datasets = []
-    for name, spec in ds_raw.items():
-        at = f"job.datasets.{name}"
-        if not isinstance(name, str) or not DATASET_NAME_RE.match(name):
-            raise ConfigError(f"{at}: dataset name must match {DATASET_NAME_RE.pattern}")
-        spec = mapping(at, spec, optional=False)
-        check_keys(at, spec, ("prompts", "est_tokens"))
-        if "prompts" not in spec:
-            raise ConfigError(f"{at}.prompts: required (path on the host, relative to remote_dir)")
-        prompts = string(f"{at}.prompts", spec["prompts"])
-        if prompts.startswith("/") or ".." in Path(prompts).parts:
-            raise ConfigError(
-                f"{at}.prompts: must be a relative path inside remote_dir, got {show(prompts)}"
-            )
-        est = tokens(f"{at}.est_tokens", spec.get("est_tokens", 2000))
-        datasets.append(DatasetSpec(name=name, prompts=prompts, est_tokens=est))
+    datasets = _datasets(ds_raw)
     engine = _engine(f"{where}.engine", job.get("engine"))
     sampling = mapping(f"{where}.sampling", job.get("sampling"))
     for key in sampling:

@@ -30,6 +30,12 @@ class DatasetSpec:
     name: str
     prompts: str  # path on the host, relative to remote_dir
     est_tokens: int = 2000  # expected mean response length, until measured
+    # last: answer the conversation's final user turn; all: drop the original assistant turns and
+    # regenerate every one in order (one record per conversation)
+    turns: str = "last"
+
+
+TURNS = ("last", "all")
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,8 @@ class JobSpec:
         """The job spec as the runner reads it (job.json inside a release)."""
         return {
             "datasets": {
-                d.name: {"prompts": d.prompts, "est_tokens": d.est_tokens} for d in self.datasets
+                d.name: {"prompts": d.prompts, "est_tokens": d.est_tokens, "turns": d.turns}
+                for d in self.datasets
             },
             "engine": self.engine.to_dict(),
             "sampling": dict(self.sampling),
@@ -106,7 +113,12 @@ class JobSpec:
     @classmethod
     def from_dict(cls, raw: dict) -> "JobSpec":
         ds = tuple(
-            DatasetSpec(name=k, prompts=v["prompts"], est_tokens=int(v.get("est_tokens", 2000)))
+            DatasetSpec(
+                name=k,
+                prompts=v["prompts"],
+                est_tokens=int(v.get("est_tokens", 2000)),
+                turns=v.get("turns", "last"),
+            )
             for k, v in raw["datasets"].items()
         )
         return cls(
@@ -216,6 +228,10 @@ class Paths:
 
     def errors(self, ds: str) -> Path:
         return self.outputs / f"{ds}.errors.jsonl"
+
+    def partial(self, ds: str) -> Path:
+        """Finished turns of conversations not yet recorded (turns: all)."""
+        return self.outputs / f"{ds}.partial.jsonl"
 
     def meta(self, ds: str) -> Path:
         return self.outputs / f"{ds}.meta.json"

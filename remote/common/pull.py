@@ -31,8 +31,10 @@ def output_files(paths: Paths, have: dict) -> dict:
     if not paths.outputs.is_dir():
         return out
     for p in sorted(paths.outputs.iterdir()):
-        if not p.is_file() or p.name.startswith(".") or p.name.endswith(".idx"):
-            continue  # .idx: the runner's own index, rebuilt from the outputs wherever they are
+        if not p.is_file() or p.name.startswith(".") or p.name.endswith((".idx", ".partial.jsonl")):
+            # .idx: the runner's own index, rebuilt from the outputs wherever they are;
+            # .partial.jsonl: turns of unfinished conversations, rewritten at every start
+            continue
         size = p.stat().st_size
         local = have.get(p.name)
         entry = {"size": size}

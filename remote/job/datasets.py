@@ -12,11 +12,15 @@ from pathlib import Path
 from ..common import procinfo
 from ..common.jobspec import DatasetSpec, Paths, write_json_atomic
 from ..common.status import COMPLETE, INCOMPLETE, PENDING, RUNNING
+from .conversation import Partials
 from .outputs import AppendFile, count_lines, load_existing, repair_tail
 from .prompts import Prompt, PromptFile
 from .rates import RateWindow
 
-FINGERPRINT_ABSENT = {"extra_body": {}}  # a key a meta file predates reads as its empty value
+FINGERPRINT_ABSENT = {
+    "extra_body": {},
+    "turns": "last",
+}  # a key a meta file predates reads as its empty value
 _SEQ = itertools.count()  # tie-break in the retry queue: prompts never compare
 
 
@@ -55,6 +59,7 @@ class DatasetRun:
     # times a server went away under the prompt
     requeues: dict[str, int] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)  # answered, waiting for disk space to be written
+    partials: Partials | None = None  # turns: all — finished turns of unrecorded conversations
 
     @property
     def completion_tokens(self) -> int:
@@ -162,7 +167,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
             f"{spec.name}: {existing.duplicates} duplicate ids in {out_path.name} (first record of each kept)"
         )
     meta_path = paths.meta(spec.name)
-    fp = json.loads(json.dumps(fp))  # as it reads back from JSON
+    fp = json.loads(json.dumps(dict(fp, turns=spec.turns)))  # as it reads back from JSON
     meta = procinfo.read_json(meta_path)
     # a key the meta file predates reads as its empty value: adding a setting later is no change
     old = {k: meta.get(k, FINGERPRINT_ABSENT.get(k)) for k in fp} if meta else None
@@ -180,7 +185,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
             log(f"{spec.name}: --force: resuming with changed {diff}")
             fp = dict(fp, previous=[old] + list(meta.get("previous", [])))
         write_json_atomic(meta_path, fp)  # what the records from now on are made with
-    prompts = PromptFile(path, spec.name, cache_dir=paths.run / "prompt-index")
+    prompts = PromptFile(path, spec.name, cache_dir=paths.run / "prompt-index", turns=spec.turns)
     run = DatasetRun(
         spec,
         prompts,
@@ -190,6 +195,8 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
         AppendFile(out_path, indexed=True),
         AppendFile(paths.errors(spec.name)),
     )
+    if spec.turns == "all":
+        run.partials = Partials(paths.partial(spec.name), existing.ids)
     return run
 
 

@@ -8,6 +8,7 @@ import time
 from typing import Callable
 
 from ..common.jobspec import EngineSpec
+from . import conversation
 from .datasets import DatasetRun
 from .engine import Engine, EngineDown, PermanentError, Stuck, TransientError, backoff
 from .pool import Endpoint, Pool
@@ -113,9 +114,10 @@ class Dispatcher:
     async def _process(self, ep: Endpoint, run: DatasetRun, p: Prompt) -> None:
         """One request to one server. Whatever happens, the prompt ends recorded, in the errors file, or
         back in the queue (never lost, never recorded twice)."""
+        replies = run.partials.replies(p) if p.turns is not None else None
         try:
             try:
-                c = await self.engine.complete(ep.url, p.messages, run.spec.est_tokens, p.id)
+                c = await self._ask(ep, run, p, replies)
             except EngineDown as e:
                 self._down(ep, run, p, e)
                 return
@@ -128,15 +130,39 @@ class Dispatcher:
             except PermanentError as e:
                 ep.errors += 1
                 self.engine_error = str(e)
+                if replies and not (e.job_fault or self.fatal):
+                    # a later turn refused (the conversation outgrew the context, say): the
+                    # turns made are kept and the conversation ends there
+                    self.writer.write_conversation(run, p, replies, stopped=str(e))
+                    return
                 self._permanent(run, p, e)
                 return
             self.engine_error = None
             self.end_streak()
-            self.writer.write_record(run, p, c)
-            self.pool.answered(ep, c.completion_tokens, time.time())
+            if replies is None:
+                self.writer.write_record(run, p, c)
+                self.pool.answered(ep, c.completion_tokens, time.time())
+            else:
+                self.writer.write_conversation(run, p, replies)
         finally:
             ep.in_flight -= 1
             run.in_flight.discard(p.id)
+
+    async def _ask(self, ep: Endpoint, run: DatasetRun, p: Prompt, replies: list | None):
+        """One request; for a conversation, every turn not yet answered, one after the other on
+        this server (its prefix is in this server's cache, and the slot never drains between
+        turns). Each finished turn goes to the sidecar at once; `replies` grows in place."""
+        if replies is None:
+            return await self.engine.complete(ep.url, p.messages, run.spec.est_tokens, p.id)
+        while not conversation.finished(p, replies):
+            msgs = conversation.request(p, replies)
+            c = await self.engine.complete(ep.url, msgs, run.spec.est_tokens, p.id)
+            replies.append(conversation.reply_of(c))
+            self.pool.answered(ep, c.completion_tokens, time.time())
+            run.attempts.pop(p.id, None)  # retries are counted per turn
+            if not conversation.finished(p, replies):
+                run.partials.add(p, len(replies) - 1, replies[-1])
+        return None
 
     def _down(self, ep: Endpoint, run: DatasetRun, p: Prompt, e: EngineDown) -> None:
         now = time.time()

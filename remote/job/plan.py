@@ -33,7 +33,9 @@ def plan(
         prompt_path = paths.root / ds.prompts
         ids = []
         if prompt_path.exists():
-            pf = PromptFile(prompt_path, ds.name, cache_dir=paths.run / "prompt-index")
+            pf = PromptFile(
+                prompt_path, ds.name, cache_dir=paths.run / "prompt-index", turns=ds.turns
+            )
             ids = pf.ids
             pf.close()
         prompts = ids

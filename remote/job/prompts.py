@@ -24,10 +24,43 @@ class Prompt:
     index: int
     messages: list | None  # None when the line could not be read (see `problem`)
     problem: str | None = None
+    # turns: all — the conversation cut before each user turn: turns[0] is the system prompt and
+    # the first user turn, turns[k] the user messages of turn k (the original answers are dropped)
+    turns: list | None = None
 
 
-def to_messages(obj: dict) -> list:
-    """messages | conversations (role/content or ShareGPT from/value) | prompt -> OpenAI messages."""
+_TOOL_ROLES = ("tool", "function", "ipython", "observation")
+
+
+def split_turns(msgs: list) -> list:
+    """A conversation (original assistant answers included) -> its user turns, for `turns: all`."""
+    for m in msgs:
+        if m.get("role") in _TOOL_ROLES or m.get("tool_calls"):
+            raise ValueError(
+                "a conversation with tool calls cannot be regenerated turn by turn (each tool "
+                "result answers an original call); give this dataset `turns: last`, which "
+                "regenerates only the final answer"
+            )
+    turns, current = [], []
+    for m in msgs:
+        if m.get("role") == "assistant":
+            if any(x.get("role") == "user" for x in current):
+                turns.append(current)
+                current = []
+            continue  # the original answer: regenerated, never sent
+        current.append(m)
+    if any(x.get("role") == "user" for x in current):
+        turns.append(current)
+    elif current and turns:
+        turns[-1] = turns[-1] + current  # a trailing system message: part of the last turn
+    if not turns:
+        raise ValueError("no user turn to answer")
+    return turns
+
+
+def to_messages(obj: dict, turns: str = "last") -> list:
+    """messages | conversations (role/content or ShareGPT from/value) | prompt -> OpenAI messages.
+    `turns: all` keeps the original assistant turns here (split_turns drops them)."""
     if "messages" in obj:
         msgs = obj["messages"]
     elif "conversations" in obj:
@@ -48,6 +81,9 @@ def to_messages(obj: dict) -> list:
         raise ValueError("no `messages`, `conversations` or `prompt` field")
     if not isinstance(msgs, list) or not msgs:
         raise ValueError("empty conversation")
+    if turns == "all":
+        split_turns(msgs)  # raises on what cannot be regenerated turn by turn
+        return msgs
     # a trailing assistant turn is the old answer: we generate a new one
     while msgs and msgs[-1].get("role") == "assistant":
         msgs = msgs[:-1]
@@ -62,12 +98,12 @@ class PromptFile:
     restart over a million prompts does not parse them all again. The file stays open: a deploy that
     replaces it (rename) does not change what this run reads."""
 
-    def __init__(self, path, dataset: str, cache_dir: Path | None = None):
-        self.path, self.dataset = Path(path), dataset
+    def __init__(self, path, dataset: str, cache_dir: Path | None = None, turns: str = "last"):
+        self.path, self.dataset, self.turns = Path(path), dataset, turns
         self._f = open(self.path, "rb")
         st = os.fstat(self._f.fileno())
         self.identity = file_identity(st)
-        key = f"v2-{st.st_size}-{st.st_mtime_ns}-{dataset}"
+        key = f"v2-{st.st_size}-{st.st_mtime_ns}-{dataset}-{turns}"
         cache = Path(cache_dir) / f"{dataset}.prompt-index.json" if cache_dir else None
         data = None
         if cache is not None:
@@ -115,7 +151,7 @@ class PromptFile:
                     raise ValueError("line is not a JSON object")
                 pid = str(obj["id"]) if obj.get("id") is not None else default_id
                 explicit = explicit and obj.get("id") is not None
-                to_messages(obj)
+                to_messages(obj, self.turns)
                 if pid in seen:
                     problems[index] = f"duplicate id {pid!r}"
                     pid = f"{default_id}-dup"
@@ -158,7 +194,11 @@ class PromptFile:
             return Prompt(pid, index, None, self.problems[index])
         self._f.seek(self.offsets[index])
         obj = json.loads(self._f.readline())
-        return Prompt(pid, index, to_messages(obj))
+        msgs = to_messages(obj, self.turns)
+        if self.turns == "all":
+            turns = split_turns(msgs)
+            return Prompt(pid, index, [m for t in turns for m in t], turns=turns)
+        return Prompt(pid, index, msgs)
 
     def close(self) -> None:
         self._f.close()

@@ -50,7 +50,12 @@ class Scheduler:
             for name, run in self.runs.items():
                 if not caps.selected(name) or not run.prompts.changed_on_disk():
                     continue
-                new = PromptFile(run.prompts.path, name, cache_dir=self.paths.run / "prompt-index")
+                new = PromptFile(
+                    run.prompts.path,
+                    name,
+                    cache_dir=self.paths.run / "prompt-index",
+                    turns=run.spec.turns,
+                )
                 fresh[name] = new
                 if not (
                     run.prompts.is_prefix_of(new) or (run.prompts.explicit_ids and new.explicit_ids)
@@ -134,3 +139,5 @@ class Scheduler:
             run.out.close()
             run.err.close()
             run.prompts.close()
+            if run.partials is not None:
+                run.partials.close()

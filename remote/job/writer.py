@@ -8,6 +8,7 @@ import time
 from typing import Callable
 
 from ..common.status import DiskStatus
+from . import conversation
 from .datasets import DatasetRun
 from .outputs import DiskFull, disk_usage, encode_record
 from .prompts import Prompt
@@ -45,20 +46,32 @@ class RecordWriter:
         self.last_completion = time.time()
 
     def write_record(self, run: DatasetRun, p: Prompt, c) -> None:
-        line = encode_record(record(run, p, c))
+        self._write(run, p, record(run, p, c), c.completion_tokens)
+
+    def write_conversation(
+        self, run: DatasetRun, p: Prompt, replies: list, stopped: str | None = None
+    ) -> None:
+        """turns: all — one record for the whole conversation; its tokens are all turns' tokens."""
+        rec = conversation.record(run.spec.name, p, replies, stopped)
+        self._write(run, p, rec, rec["usage"]["completion_tokens"])
+
+    def _write(self, run: DatasetRun, p: Prompt, rec: dict, tokens: int) -> None:
+        line = encode_record(rec)
+        cut = rec["finish_reason"] == "length"
+        empty = not (rec["conversations"][-1]["content"] or "").strip()
 
         def write() -> None:
-            run.out.append(line, p.id, c.completion_tokens)
+            run.out.append(line, p.id, tokens)
             run.held.discard(p.id)
-            run.record_done(p, c.completion_tokens)
+            run.record_done(p, tokens)
+            if run.partials is not None:
+                run.partials.forget(p.id)
             now = time.time()
-            run.tokens.add(now, c.completion_tokens)
+            run.tokens.add(now, tokens)
             self.bytes.add(now, len(line))
             self.last_completion = now
-            if c.finish_reason == "length":
-                run.finish_length += 1
-            if not c.content.strip():
-                run.empty += 1
+            run.finish_length += cut
+            run.empty += empty
 
         run.held.add(p.id)
         self._write_or_hold(write)
