@@ -124,7 +124,7 @@ def restart(
     with_server=True,
     **flags,
 ) -> int:
-    from . import control, render
+    from . import control, render, render_server
     from . import server as server_mod
 
     config = load_config()
@@ -135,7 +135,7 @@ def restart(
         if with_server and not dry_run and server_mod.manages_engine(config, conn.name):
             if not server_mod.status(conn).up:
                 render.note(f"{conn.name}: the engine's server is down: starting it first")
-                render.server_started(
+                render_server.server_started(
                     server_mod.start(conn, config.server_for(conn.name), progress=render.note)
                 )
         return control.restart(
@@ -147,7 +147,7 @@ def restart(
 
 
 def server_start(host_spec: str | None) -> int:
-    from . import render
+    from . import render, render_server
     from . import server as server_mod
 
     config = load_config()
@@ -155,28 +155,28 @@ def server_start(host_spec: str | None) -> int:
         config,
         host_spec,
         lambda conn: server_mod.start(conn, config.server_for(conn.name), progress=render.note),
-        render.server_started,
+        render_server.server_started,
     )
     return ExitCode.OK
 
 
 def server_stop(host_spec: str | None, *, grace: float = 30.0) -> int:
-    from . import render
+    from . import render_server
     from . import server as server_mod
 
     config = load_config()
-    _run(config, host_spec, lambda conn: server_mod.stop(conn, grace), render.server_stopped)
+    _run(config, host_spec, lambda conn: server_mod.stop(conn, grace), render_server.server_stopped)
     return ExitCode.OK
 
 
 def server_status(host_spec: str | None) -> int:
-    from . import render
+    from . import render_server
     from . import server as server_mod
     from .dpgroup import problems
 
     config = load_config()
-    results = _run(config, host_spec, server_mod.status, render.server_status)
-    render.group_problems(problems(config, results))
+    results = _run(config, host_spec, server_mod.status, render_server.server_status)
+    render_server.group_problems(problems(config, results))
     return ExitCode.OK
 
 
@@ -259,6 +259,60 @@ def pull(host_spec: str | None, *, to: str = "pulled", refetch: bool = False) ->
             f"local copies differ from the host's files ({', '.join(refused)}): "
             "move them aside or pass --refetch to download them again"
         )
+    return ExitCode.OK
+
+
+def export(
+    host_spec: str | None,
+    *,
+    fmt: str = "specforge",
+    out: str | None = None,
+    drop: str = "",
+    datasets: str = "",
+    per_turn: bool = False,
+    mixed: bool = False,
+    pulled: str = "pulled",
+    no_pull: bool = False,
+) -> int:
+    from pathlib import Path
+
+    from . import export as export_mod
+    from . import render
+    from .formats import FORMATS
+
+    config = load_config()
+    if fmt not in FORMATS:
+        raise DeployToolError(
+            f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}", ExitCode.BAD_INPUT
+        )
+    reasons = tuple(r.strip() for r in drop.split(",") if r.strip())
+    bad = [r for r in reasons if r not in export_mod.DROP_REASONS]
+    if bad:
+        raise DeployToolError(
+            f"--drop: unknown reason {', '.join(bad)}; known: {', '.join(export_mod.DROP_REASONS)}",
+            ExitCode.BAD_INPUT,
+        )
+    hosts = config.select_hosts(host_spec)
+    wanted = {}
+    for h in hosts:
+        names = config.job_for(h.name).dataset_names()
+        asked = [d.strip() for d in datasets.split(",") if d.strip()] or names
+        unknown = [d for d in asked if d not in names]
+        if unknown:
+            raise DeployToolError(
+                f"--datasets: {h.name} has no dataset {', '.join(unknown)}; it has {', '.join(names)}",
+                ExitCode.BAD_INPUT,
+            )
+        wanted[h.name] = asked
+    if not no_pull:
+        pull(",".join(wanted), to=pulled)  # the new bytes first
+    sources = export_mod.find_sources(Path(pulled), wanted)
+    target = Path(out or f"export-{fmt}.jsonl")
+    with render.bytes_progress(sum(s.path.stat().st_size for s in sources), "export") as step:
+        result = export_mod.export(
+            sources, target, fmt=fmt, drop=reasons, per_turn=per_turn, mixed=mixed, advance=step
+        )
+    render.export_result(result)
     return ExitCode.OK
 
 

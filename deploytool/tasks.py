@@ -180,6 +180,48 @@ def pull(c, host="", to="pulled", refetch=False):
 
 @task(
     klass=HostTask,
+    help={
+        "host": HOST_HELP,
+        "format": "specforge (default) | speculators (needs return_token_ids) | sharegpt",
+        "out": "the training file to write (default: export-<format>.jsonl); "
+        "its manifest is written beside it as <out>.manifest.json",
+        "drop": "leave out records: length (cut at max_tokens), empty (no answer); e.g. length,empty",
+        "datasets": "only these datasets (default: every dataset of the job)",
+        "per-turn": "one row per assistant turn (SpecForge: train with train_only_last_turn)",
+        "mixed": "allow records made with different settings in one file",
+        "pulled": "the local folder pull writes to (one subfolder per host)",
+        "no-pull": "export what is already pulled, without asking the host for new records",
+    },
+)
+@_cli
+def export(
+    c,
+    host="",
+    format="specforge",
+    out="",
+    drop="",
+    datasets="",
+    per_turn=False,
+    mixed=False,
+    pulled="pulled",
+    no_pull=False,
+):
+    """Pull the new records, then write one training file for SpecForge, speculators or ShareGPT."""
+    return commands.export(
+        host or None,
+        fmt=format,
+        out=out or None,
+        drop=drop,
+        datasets=datasets,
+        per_turn=per_turn,
+        mixed=mixed,
+        pulled=pulled,
+        no_pull=no_pull,
+    )
+
+
+@task(
+    klass=HostTask,
     help={"host": HOST_HELP, "out": "the HTML file to write (default: report-<host>.html)"},
 )
 @_cli
@@ -220,5 +262,6 @@ ns = Collection(
     tail,
     plan,
     pull,
+    export,
     Collection("server", server_start, server_stop, server_status),
 )

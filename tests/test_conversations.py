@@ -99,8 +99,10 @@ def test_a_reply_cut_at_max_tokens_ends_its_conversation(tmp_path, openai_server
     cut = [r for r in recs if r["finish_reason"] == "length"]
     assert cut and all(r["turns_done"] <= 3 for r in cut)
     for r in recs:
-        assert r["turns_done"] == len(r["turns"]) == sum(
-            m["role"] == "assistant" for m in r["conversations"]
+        assert (
+            r["turns_done"]
+            == len(r["turns"])
+            == sum(m["role"] == "assistant" for m in r["conversations"])
         )
         # only the last turn may be cut: a cut reply is never followed by another turn
         assert all(t["finish_reason"] == "stop" for t in r["turns"][:-1])

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Callable
 
+from ..common.jobspec import release_dir
 from ..common.status import DiskStatus
 from . import conversation
 from .datasets import DatasetRun
@@ -44,6 +45,8 @@ class RecordWriter:
         self.unwritten: list = []  # callables that each write one held line, in order
         self.bytes = RateWindow()  # bytes appended
         self.last_completion = time.time()
+        rel = release_dir()
+        self.release = rel.name if rel.parent.name == "releases" else None  # deployed: its id
 
     def write_record(self, run: DatasetRun, p: Prompt, c) -> None:
         self._write(run, p, record(run, p, c), c.completion_tokens)
@@ -56,6 +59,8 @@ class RecordWriter:
         self._write(run, p, rec, rec["usage"]["completion_tokens"])
 
     def _write(self, run: DatasetRun, p: Prompt, rec: dict, tokens: int) -> None:
+        if self.release:
+            rec["release"] = self.release  # which code made it (the export's manifest lists them)
         line = encode_record(rec)
         cut = rec["finish_reason"] == "length"
         empty = not (rec["conversations"][-1]["content"] or "").strip()

@@ -1,0 +1,229 @@
+"""export: the pulled records -> one training file for a trainer, plus `FILE.manifest.json`.
+
+Reads `<pulled>/<host>/<DS>.jsonl` and the settings each dataset's records were made with
+(`<DS>.meta.json`). Records made under different settings are not put in one file unless asked
+(`mixed`); the manifest says, per dataset, what was kept and dropped and why, and with what.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .errors import DeployToolError, ExitCode
+from .formats import FORMATS, ROWS, NoTokenIds
+
+DROP_REASONS = ("length", "empty")
+# what makes records differ as training data (turns: last and all mix well in one file)
+SETTINGS = ("model", "sampling", "chat_template_kwargs", "extra_body")
+
+
+@dataclass
+class Source:
+    host: str
+    dataset: str
+    path: Path
+    meta: dict
+
+
+@dataclass
+class DatasetTally:
+    host: str
+    records: int = 0
+    kept: int = 0
+    rows: int = 0
+    dropped: dict = field(default_factory=dict)
+    releases: set = field(default_factory=set)
+    first: int | None = None
+    last: int | None = None
+
+    def saw(self, rec: dict) -> None:
+        self.records += 1
+        self.releases.add(rec.get("release") or "unknown")
+        t = rec.get("created")
+        if isinstance(t, (int, float)):
+            self.first = t if self.first is None else min(self.first, t)
+            self.last = t if self.last is None else max(self.last, t)
+
+
+@dataclass
+class ExportResult:
+    out: Path
+    manifest: Path
+    rows: int
+    kept: int
+    dropped: int
+    datasets: dict
+
+
+def find_sources(pulled: Path, hosts: dict[str, list[str]]) -> list[Source]:
+    """hosts: host -> the dataset names to export from it."""
+    found = []
+    for host, names in hosts.items():
+        for ds in names:
+            path = pulled / host / f"{ds}.jsonl"
+            if path.exists():
+                meta_path = path.with_name(f"{ds}.meta.json")
+                meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+                found.append(Source(host, ds, path, meta))
+    return found
+
+
+def _settings(meta: dict) -> dict:
+    return {k: meta.get(k) for k in SETTINGS}
+
+
+def check_settings(sources: list[Source], mixed: bool) -> None:
+    """One file, one set of settings — or `mixed`, said out loud."""
+    if mixed:
+        return
+    within = [f"{s.host}:{s.dataset}" for s in sources if s.meta.get("previous")]
+    if within:
+        raise DeployToolError(
+            f"{', '.join(within)}: records made under different settings in one dataset (resumed "
+            "with --force); pass --mixed to export them anyway (the manifest lists every setting)",
+            ExitCode.BAD_INPUT,
+        )
+    first = sources[0]
+    for s in sources[1:]:
+        a, b = _settings(first.meta), _settings(s.meta)
+        diff = [k for k in SETTINGS if a[k] != b[k]]
+        if diff:
+            what = "; ".join(f"{k}: {json.dumps(a[k])} vs {json.dumps(b[k])}" for k in diff)
+            raise DeployToolError(
+                f"{first.host}:{first.dataset} and {s.host}:{s.dataset} were made with different "
+                f"settings ({what}): export them separately (--datasets), or pass --mixed to put "
+                "them in one file (the manifest lists each dataset's settings)",
+                ExitCode.BAD_INPUT,
+            )
+
+
+def drop_reason(rec: dict, drop: tuple[str, ...]) -> str | None:
+    if "length" in drop and rec.get("finish_reason") == "length":
+        return "length"
+    last = rec["conversations"][-1] if rec.get("conversations") else {}
+    if "empty" in drop and not (last.get("content") or "").strip():
+        return "empty"
+    return None
+
+
+def export(
+    sources: list[Source],
+    out: Path,
+    *,
+    fmt: str,
+    drop: tuple[str, ...] = (),
+    per_turn: bool = False,
+    mixed: bool = False,
+    advance: Callable[[int], None] = lambda n: None,
+) -> ExportResult:
+    if fmt not in FORMATS:
+        raise DeployToolError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    if not sources:
+        raise DeployToolError(
+            "no pulled records to export (nothing under the pulled folder for these hosts and "
+            "datasets)",
+            ExitCode.BAD_INPUT,
+        )
+    check_settings(sources, mixed)
+    to_rows = ROWS[fmt]
+    tallies: dict[str, DatasetTally] = {}
+    seen: set[tuple[str, str]] = set()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for s in sources:
+                tally = tallies.setdefault(s.dataset, DatasetTally(s.host))
+                _one(s, f, tally, seen, to_rows, fmt, drop, per_turn, advance)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    manifest = out.with_name(out.name + ".manifest.json")
+    body = _manifest(sources, tallies, fmt, drop, per_turn, mixed, out)
+    manifest.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+    return ExportResult(
+        out,
+        manifest,
+        rows=sum(t.rows for t in tallies.values()),
+        kept=sum(t.kept for t in tallies.values()),
+        dropped=sum(sum(t.dropped.values()) for t in tallies.values()),
+        datasets=body["datasets"],
+    )
+
+
+def _one(s: Source, f, tally, seen, to_rows, fmt, drop, per_turn, advance) -> None:
+    with open(s.path, "rb") as src:
+        for raw in src:
+            advance(len(raw))
+            if not raw.endswith(b"\n"):
+                break  # a torn tail (a pull killed mid-line): the next pull completes it
+            rec = json.loads(raw)
+            tally.saw(rec)
+            why = drop_reason(rec, drop)
+            if why is None and (s.dataset, rec["id"]) in seen:
+                why = "duplicate"  # the same prompt recorded on two hosts: the first is kept
+            if why:
+                tally.dropped[why] = tally.dropped.get(why, 0) + 1
+                continue
+            seen.add((s.dataset, rec["id"]))
+            try:
+                rows = to_rows(rec, per_turn)
+            except NoTokenIds:
+                raise DeployToolError(
+                    f"{s.host}:{s.dataset}: record {rec['id']} has no token ids: the speculators "
+                    "format trains on the exact tokens (input_ids, loss_mask), so the records must "
+                    "be made with job.extra_body.return_token_ids: true; export these as "
+                    "specforge or sharegpt instead",
+                    ExitCode.BAD_INPUT,
+                ) from None
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            tally.kept += 1
+            tally.rows += len(rows)
+
+
+def _when(t) -> str | None:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) if t is not None else None
+
+
+def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
+    datasets = {}
+    for s in sources:
+        t = tallies[s.dataset]
+        entry = datasets.setdefault(
+            s.dataset,
+            {
+                "hosts": [],
+                "records": t.records,
+                "kept": t.kept,
+                "dropped": dict(sorted(t.dropped.items())),
+                "rows": t.rows,
+                **_settings(s.meta),
+                "turns": s.meta.get("turns", "last"),
+                "previous_settings": s.meta.get("previous") or [],
+                "releases": sorted(t.releases),
+                "first_record": _when(t.first),
+                "last_record": _when(t.last),
+            },
+        )
+        entry["hosts"].append(s.host)
+    return {
+        "file": out.name,
+        "format": fmt,
+        "per_turn": per_turn,
+        "drop": list(drop),
+        "mixed_settings": mixed,
+        "written": _when(time.time()),
+        "totals": {
+            "records": sum(d["records"] for d in datasets.values()),
+            "kept": sum(d["kept"] for d in datasets.values()),
+            "dropped": sum(sum(d["dropped"].values()) for d in datasets.values()),
+            "rows": sum(d["rows"] for d in datasets.values()),
+        },
+        "datasets": datasets,
+    }
