@@ -200,6 +200,10 @@ def test_defaults_are_inherited_and_overridden(tmp_path):
             "hosts.gpu1.forward_agent: expected true or false",
         ),
         (dict(GOOD, jobs={}), "jobs: unknown key (did you mean 'job'?)"),
+        (
+            with_(job__datasets={"B1": {"prompts": "p.jsonl", "turns": "every"}}),
+            'job.datasets.B1.turns: expected one of last, all, got "every"',
+        ),
     ],
 )
 def test_config_errors_name_the_key(tmp_path, data, expected):

@@ -57,6 +57,7 @@ def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
     res = cli(cfg, "export", "--drop", "length", "--out", "train.jsonl", cwd=project)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "pulled into" in res.stdout  # the new bytes were pulled first
+    assert not (project / "pulled" / "gpu" / "MT.partial.jsonl").exists()  # host-side state only
     rows = lines(project / "train.jsonl")
     manifest = json.loads((project / "train.jsonl.manifest.json").read_text())
     for ds in ("B1", "MT"):

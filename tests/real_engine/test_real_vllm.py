@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from deploytool.export import Source, export
 from remote.common import procinfo
 from tests.conftest import (
     base_job,
@@ -26,6 +27,7 @@ from tests.conftest import (
     write_prompts,
 )
 from tests.real_engine import rig
+from tests.test_conversations import ORIGINAL, write_conversations
 
 pytestmark = pytest.mark.real_vllm
 
@@ -231,6 +233,34 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
         assert subprocess.run(runner_cmd(root), capture_output=True, timeout=120).returncode == 0
         same[stream] = {r["id"]: dict(r, created=0) for r in records(root, "B1")}
     assert len(same[True]) == 12 and same[True] == same[False]
+
+    # 6c. whole conversations against real vLLM: every turn regenerated, each conversation once
+    root = host_dir.parent / "turns-all"
+    write_conversations(root / "data" / "prompts" / "MT.jsonl", 6)
+    spec["datasets"] = {"MT": {"prompts": "data/prompts/MT.jsonl", "turns": "all"}}
+    spec["engine"]["stream"] = True
+    spec["sampling"] = {"max_tokens": 32, "temperature": 1.0}
+    (root / "job.json").write_text(json.dumps(spec))
+    assert subprocess.run(runner_cmd(root), capture_output=True, timeout=120).returncode == 0
+    mt = records(root, "MT")
+    assert sorted(r["index"] for r in mt) == list(range(6))
+    assert ORIGINAL not in json.dumps(mt)
+    assert any(r["turns_done"] > 1 for r in mt)
+    for r in mt:
+        assert r["turns_done"] == len(r["turns"]) and (
+            r["turns_done"] == 3 or r["finish_reason"] == "length"
+        )
+        asked = [t["usage"]["prompt_tokens"] for t in r["turns"]]
+        assert asked == sorted(set(asked))  # each turn's prompt holds the replies before it
+        for t in r["turns"]:
+            assert len(t["token_ids"]) == t["usage"]["completion_tokens"] > 0
+            assert len(t["prompt_token_ids"]) == t["usage"]["prompt_tokens"]
+    rows = export(
+        [Source("h", "MT", root / "data" / "outputs" / "MT.jsonl", {})],
+        root / "sp.jsonl",
+        fmt="speculators",
+    )
+    assert rows.rows == sum(r["turns_done"] for r in mt)
 
     # 7. server.stop: no process of any server session, the port free
     res = cli(cfg, "server.stop")
