@@ -324,8 +324,8 @@ def status(paths: Paths) -> dict:
             "died": died,
             "engines_gone": engines.gone(last) if died else [],
         }
-    c = check(paths)
-    rec = engines.watch(paths, rec)
+    c = check(paths)  # records engine processes seen for the first time
+    rec = procinfo.read_json(paths.server_pid) or rec
     out = {
         "up": True,
         "ready": c["ready"],
