@@ -119,6 +119,7 @@ def engine_cores(sid: int) -> list[int]:
     ]
 
 
+@pytest.mark.timeout(900)
 def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
     make, host_dir, port = job
     cfg = make()
