@@ -33,6 +33,17 @@ def start_time(pid: int) -> int | None:
     return int(f[19]) if f else None
 
 
+def age_s(pid: int) -> float | None:
+    """Seconds since the process started."""
+    st = start_time(pid)
+    try:
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+    except (OSError, ValueError):
+        return None
+    return None if st is None else up - st / os.sysconf("SC_CLK_TCK")
+
+
 def state(pid: int) -> str | None:
     f = _stat_fields(pid)
     return f[0] if f else None

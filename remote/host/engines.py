@@ -14,14 +14,16 @@ from ..common import nvsmi, procinfo
 from ..common.jobspec import Paths, write_json_atomic
 from . import kill
 
+SETTLED_S = 5.0  # a child this old is part of the server, not a passing start-up helper
+
 
 def children(rec: dict) -> list[dict]:
-    """The launcher's direct children that stayed in its session."""
+    """The launcher's direct children that stayed in its session and have lived a while."""
     session = rec.get("sid", rec["pid"])
     return [
         {"pid": p, "start_time": procinfo.start_time(p), "what": _title(p)}
         for p in procinfo.session_members(session, since=rec.get("start_time"))
-        if procinfo.ppid(p) == rec["pid"]
+        if procinfo.ppid(p) == rec["pid"] and (procinfo.age_s(p) or 0.0) >= SETTLED_S
     ]
 
 

@@ -84,9 +84,8 @@ def start(paths: Paths, spec: dict) -> dict:
     rec = managed(paths)
     if rec:
         return {"already": True, "pid": rec["pid"], "port": rec["port"], "model": rec["model"]}
-    removed = engines.remove_leftovers(
-        paths
-    )  # a second engine beside them is CUDA out of memory at load
+    # a second engine beside them is CUDA out of memory at load
+    removed = engines.remove_leftovers(paths)
     port = int(spec["port"])
     headless = bool(spec.get("headless"))
     holders = set() if headless else gpu.listener_pids(port)  # a headless worker serves no HTTP
@@ -145,11 +144,12 @@ def check(paths: Paths) -> dict:
             "log": procinfo.tail_lines(paths.server_log, 30),
         }
     alive = procinfo.is_same_process(rec)
-    if alive:
-        engines.watch(paths, rec)
+    elapsed = time.time() - rec.get("started_at", time.time())
     if rec.get(
         "headless"
     ):  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
+        if alive:
+            engines.watch(paths, rec)
         return {
             "alive": alive,
             "ready": alive,
@@ -158,10 +158,12 @@ def check(paths: Paths) -> dict:
             "port": rec["port"],
             "models": [],
             "headless": True,
-            "elapsed_s": time.time() - rec.get("started_at", time.time()),
+            "elapsed_s": elapsed,
             "log": procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
         }
     code, models = served_models(rec["port"]) if alive else (0, [])
+    if alive and code == 200:  # ready: start-up's passing children are gone, its engines are up
+        engines.watch(paths, rec)
     return {
         "alive": alive,
         "ready": alive and code == 200,
@@ -169,7 +171,7 @@ def check(paths: Paths) -> dict:
         "pid": rec["pid"],
         "port": rec["port"],
         "models": models,
-        "elapsed_s": time.time() - rec.get("started_at", time.time()),
+        "elapsed_s": elapsed,
         "log": procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
     }
 
