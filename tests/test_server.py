@@ -175,6 +175,12 @@ def test_server_dying_in_startup_is_reported_with_its_log(host):
     with pytest.raises(RemoteError, match="died during start-up") as e:
         server.start(conn, cfg.server, poll=0.2)
     assert any("CUDA out of memory" in line for line in e.value.details)
+    # its workers left the session (setsid) but keep the server's token: named, then removed
+    st = server.status(conn)
+    assert not st.up and st.died and len(st.leftovers) == 2
+    gone = server.stop(conn, grace=0)
+    assert sorted(p.pid for p in gone.removed) == sorted(p.pid for p in st.leftovers)
+    wait_for(lambda: not any(procinfo.alive(p.pid) for p in st.leftovers), what="workers gone")
 
 
 def test_startup_timeout_is_reported(host):

@@ -11,7 +11,7 @@ every `server status`.
 from __future__ import annotations
 
 from ..common import nvsmi, procinfo
-from ..common.jobspec import Paths, write_json_atomic
+from ..common.jobspec import SERVER_TOKEN_ENV, Paths, write_json_atomic
 from . import kill
 
 SETTLED_S = 5.0  # a child this old is part of the server, not a passing start-up helper
@@ -50,11 +50,15 @@ def leftovers(paths: Paths) -> list[dict]:
     """Processes of a server that died hard (kill -9, the OOM killer): vLLM's engine core and workers
     outlive their API server, re-parented to init but still in its session, holding the GPUs. They
     rename themselves (setproctitle), which clobbers /proc/PID/environ too, so neither a name nor the
-    token finds them: the session does, as the pid file recorded it."""
+    token finds them: the session does, as the pid file recorded it. Workers that left the session
+    (setsid) but kept their environment are found by the server's token."""
     rec = procinfo.read_json(paths.server_pid)
     if not rec or not isinstance(rec.get("pid"), int) or procinfo.is_same_process(rec):
         return []
     session = rec.get("sid", rec["pid"])  # pid files before `sid` was recorded: a session leader
+    pids = set(procinfo.session_members(session, since=rec.get("start_time")))
+    if rec.get("token"):
+        pids |= set(kill.token_holders(SERVER_TOKEN_ENV, rec["token"]))
     gpu_mib = {a["pid"]: a["used_mib"] for a in nvsmi.compute_apps() or []}
     return [
         {
@@ -64,7 +68,7 @@ def leftovers(paths: Paths) -> list[dict]:
             "rss_mib": procinfo.rss_mib(pid),
             "gpu_mib": gpu_mib.get(pid),
         }
-        for pid in procinfo.session_members(session, since=rec.get("start_time"))
+        for pid in sorted(pids)
     ]
 
 
