@@ -17,10 +17,8 @@ from .outputs import AppendFile, count_lines, load_existing, repair_tail
 from .prompts import Prompt, PromptFile
 from .rates import RateWindow
 
-FINGERPRINT_ABSENT = {
-    "extra_body": {},
-    "turns": "last",
-}  # a key a meta file predates reads as its empty value
+# a key a meta file predates reads as its empty value
+FINGERPRINT_ABSENT = {"extra_body": {}, "turns": "last"}
 _SEQ = itertools.count()  # tie-break in the retry queue: prompts never compare
 
 
