@@ -278,13 +278,9 @@ def export(
 
     from . import export as export_mod
     from . import render
-    from .formats import FORMATS
 
     config = load_config()
-    if fmt not in FORMATS:
-        raise DeployToolError(
-            f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}", ExitCode.BAD_INPUT
-        )
+    export_mod.check_format(fmt)  # before anything is pulled
     reasons = tuple(r.strip() for r in drop.split(",") if r.strip())
     bad = [r for r in reasons if r not in export_mod.DROP_REASONS]
     if bad:

@@ -32,7 +32,6 @@ class Source:
 
 @dataclass
 class DatasetTally:
-    host: str
     records: int = 0
     kept: int = 0
     rows: int = 0
@@ -58,6 +57,13 @@ class ExportResult:
     kept: int
     dropped: int
     datasets: dict
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise DeployToolError(
+            f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}", ExitCode.BAD_INPUT
+        )
 
 
 def find_sources(pulled: Path, hosts: dict[str, list[str]]) -> list[Source]:
@@ -121,8 +127,7 @@ def export(
     mixed: bool = False,
     advance: Callable[[int], None] = lambda n: None,
 ) -> ExportResult:
-    if fmt not in FORMATS:
-        raise DeployToolError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    check_format(fmt)
     if not sources:
         raise DeployToolError(
             "no pulled records to export (nothing under the pulled folder for these hosts and "
@@ -138,7 +143,7 @@ def export(
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             for s in sources:
-                tally = tallies.setdefault(s.dataset, DatasetTally(s.host))
+                tally = tallies.setdefault(s.dataset, DatasetTally())
                 _one(s, f, tally, seen, to_rows, fmt, drop, per_turn, advance)
         os.replace(tmp, out)
     finally:

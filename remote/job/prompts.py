@@ -82,8 +82,7 @@ def to_messages(obj: dict, turns: str = "last") -> list:
     if not isinstance(msgs, list) or not msgs:
         raise ValueError("empty conversation")
     if turns == "all":
-        split_turns(msgs)  # raises on what cannot be regenerated turn by turn
-        return msgs
+        return msgs  # split_turns drops the original answers
     # a trailing assistant turn is the old answer: we generate a new one
     while msgs and msgs[-1].get("role") == "assistant":
         msgs = msgs[:-1]
@@ -151,7 +150,9 @@ class PromptFile:
                     raise ValueError("line is not a JSON object")
                 pid = str(obj["id"]) if obj.get("id") is not None else default_id
                 explicit = explicit and obj.get("id") is not None
-                to_messages(obj, self.turns)
+                msgs = to_messages(obj, self.turns)
+                if self.turns == "all":
+                    split_turns(msgs)  # refuses what cannot be regenerated turn by turn
                 if pid in seen:
                     problems[index] = f"duplicate id {pid!r}"
                     pid = f"{default_id}-dup"
