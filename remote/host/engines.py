@@ -21,13 +21,14 @@ def children(rec: dict) -> list[dict]:
     """The launcher's direct children that stayed in its session and have lived a while."""
     session = rec.get("sid", rec["pid"])
     return [
-        {"pid": p, "start_time": procinfo.start_time(p), "what": _title(p)}
+        {"pid": p, "start_time": procinfo.start_time(p), "what": title(p)}
         for p in procinfo.session_members(session, since=rec.get("start_time"))
         if procinfo.ppid(p) == rec["pid"] and (procinfo.age_s(p) or 0.0) >= SETTLED_S
     ]
 
 
-def _title(pid: int) -> str:
+def title(pid: int) -> str:
+    """How a process shows itself (vLLM's set their title: VLLM::EngineCore_DP1)."""
     return " ".join(procinfo.cmdline(pid))[:80] or "?"
 
 
@@ -64,7 +65,7 @@ def leftovers(paths: Paths) -> list[dict]:
         {
             "pid": pid,
             "start_time": procinfo.start_time(pid),
-            "what": _title(pid),
+            "what": title(pid),
             "rss_mib": procinfo.rss_mib(pid),
             "gpu_mib": gpu_mib.get(pid),
         }

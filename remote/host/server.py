@@ -90,9 +90,7 @@ def start(paths: Paths, spec: dict) -> dict:
     headless = bool(spec.get("headless"))
     holders = set() if headless else gpu.listener_pids(port)  # a headless worker serves no HTTP
     if holders:
-        names = ", ".join(
-            f"pid {p} ({' '.join(procinfo.cmdline(p))[:80]})" for p in sorted(holders)
-        )
+        names = ", ".join(f"pid {p} ({engines.title(p)})" for p in sorted(holders))
         raise ServerError(
             f"port {port} is already in use by {names}: stop it or change server.port"
         )
