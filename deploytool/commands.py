@@ -136,10 +136,21 @@ def restart(
             if not server_mod.status(conn).up:
                 render.note(f"{conn.name}: the engine's server is down: starting it first")
                 render_server.server_started(
-                    server_mod.start(conn, config.server_for(conn.name), progress=render.note)
+                    server_mod.start(
+                        conn,
+                        config.server_for(conn.name),
+                        progress=render.note,
+                        recover=config.recover_for(conn.name),
+                    )
                 )
         return control.restart(
-            conn, run_flags, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu
+            conn,
+            run_flags,
+            hard=hard,
+            drain=drain,
+            dry_run=dry_run,
+            force_gpu=force_gpu,
+            recover=config.recover_for(conn.name),
         )
 
     _run(config, host_spec, one, render.restart_result)
@@ -154,7 +165,12 @@ def server_start(host_spec: str | None) -> int:
     _run(
         config,
         host_spec,
-        lambda conn: server_mod.start(conn, config.server_for(conn.name), progress=render.note),
+        lambda conn: server_mod.start(
+            conn,
+            config.server_for(conn.name),
+            progress=render.note,
+            recover=config.recover_for(conn.name),
+        ),
         render_server.server_started,
     )
     return ExitCode.OK
@@ -234,7 +250,9 @@ def plan(
             _run(
                 config,
                 name,
-                lambda conn, flags=flags: control.restart(conn, flags),
+                lambda conn, flags=flags: control.restart(
+                    conn, flags, recover=config.recover_for(conn.name)
+                ),
                 render.restart_result,
             )
     return ExitCode.OK

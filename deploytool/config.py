@@ -9,14 +9,17 @@ from typing import Any, Callable
 
 import yaml
 
-from remote.common.jobspec import NOTIFY_EVENTS, TURNS, DatasetSpec, EngineSpec, JobSpec
+from remote.common.jobspec import TURNS, DatasetSpec, EngineSpec, JobSpec
+from remote.common.recover import RecoverSpec
 from remote.common.units import DATASET_NAME_RE
 
+from .config_extras import parse_notify, parse_recover
 from .errors import ConfigError
 from .validate import (
     boolean,
     check_keys,
     choice,
+    fields_of,
     free_map,
     int_in,
     mapping,
@@ -99,6 +102,11 @@ class Config:
     server: ServerSpec
     host_jobs: dict[str, JobSpec] = field(default_factory=dict)  # hosts with a `job:` of their own
     host_servers: dict[str, ServerSpec] = field(default_factory=dict)
+    recover: RecoverSpec = field(default_factory=RecoverSpec)
+    host_recovers: dict[str, RecoverSpec] = field(default_factory=dict)
+
+    def recover_for(self, host: str) -> RecoverSpec:
+        return self.host_recovers.get(host, self.recover)
 
     def job_for(self, host: str) -> JobSpec:
         return self.host_jobs.get(host, self.job)
@@ -177,29 +185,24 @@ HOST_OVERRIDES = (
 )
 
 
-def _fields(where: str, data: dict, spec: dict) -> dict:
-    check_keys(where, data, spec)
-    return {k: spec[k](f"{where}.{k}", v) for k, v in data.items()}
-
-
 def _parse_host(name: str, defaults: dict, raw: Any) -> HostConfig:
     where = f"hosts.{name}"
     if not isinstance(name, str) or not name:
         raise ConfigError(f"hosts: host names must be non-empty strings, got {show(name)}")
     values = dict(defaults)
     raw = mapping(where, raw)
-    check_keys(where, raw, [*HOST_FIELDS, "job", "server"])
+    check_keys(where, raw, [*HOST_FIELDS, "job", "server", "recover"])
     own = {
-        k: v for k, v in raw.items() if k not in ("job", "server")
-    }  # job/server overrides: parsed apart
-    values.update(_fields(where, own, HOST_FIELDS))
+        k: v for k, v in raw.items() if k not in ("job", "server", "recover")
+    }  # job/server/recover overrides: parsed apart
+    values.update(fields_of(where, own, HOST_FIELDS))
     if values.get("connect", "ssh") == "ssh" and "host" not in values:
         values["host"] = name  # an ~/.ssh/config alias works as the entry's name
     return HostConfig(name=name, **values)
 
 
 def _engine(where: str, raw: dict) -> EngineSpec:
-    values = _fields(where, mapping(where, raw), ENGINE_FIELDS)
+    values = fields_of(where, mapping(where, raw), ENGINE_FIELDS)
     if "base_url" in values and "base_urls" in values:
         raise ConfigError(f"{where}: give base_url (one server) or base_urls (several), not both")
     urls = values.pop("base_urls", None) or (values.get("base_url", EngineSpec.base_url),)
@@ -216,7 +219,7 @@ def _merge_job(name: str, top: dict, override: Any) -> dict:
     for key, value in override.items():
         value = mapping(f"{where}.{key}", value)
         if key == "engine":
-            _fields(f"{where}.engine", value, ENGINE_FIELDS)
+            fields_of(f"{where}.engine", value, ENGINE_FIELDS)
             if (
                 "base_url" in value or "base_urls" in value
             ):  # a host's own server(s) replace the top-level ones
@@ -297,34 +300,15 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
         sampling=dict(sampling),
         chat_template_kwargs=kwargs,
         extra_body=extra,
-        notify=_notify(f"{where}.notify", job.get("notify")),
+        notify=parse_notify(f"{where}.notify", job.get("notify")),
     )
-
-
-def _notify(where: str, raw: Any) -> dict:
-    """job.notify: {command, on: [events] (default: all but engine_up), timeout: seconds}."""
-    if raw is None:
-        return {}
-    raw = mapping(where, raw)
-    check_keys(where, raw, ("command", "on", "timeout"))
-    if "command" not in raw:
-        raise ConfigError(f"{where}.command: required (a shell command run on the host with sh -c)")
-    out = {"command": string(f"{where}.command", raw["command"])}
-    if "on" in raw:
-        events = string_list(f"{where}.on", raw["on"])
-        for i, e in enumerate(events):
-            choice(NOTIFY_EVENTS)(f"{where}.on[{i}]", e)
-        out["on"] = list(events)
-    if "timeout" in raw:
-        out["timeout"] = number(1.0)(f"{where}.timeout", raw["timeout"])
-    return out
 
 
 def parse_config(data: Any, path: Path) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
-    check_keys("", data, ("default_host", "defaults", "hosts", "job", "server"))
-    defaults = _fields("defaults", mapping("defaults", data.get("defaults")), HOST_FIELDS)
+    check_keys("", data, ("default_host", "defaults", "hosts", "job", "server", "recover"))
+    defaults = fields_of("defaults", mapping("defaults", data.get("defaults")), HOST_FIELDS)
     hosts_raw = mapping("hosts", data.get("hosts"), optional=False)
     if not hosts_raw:
         raise ConfigError("hosts: expected at least one host")
@@ -340,11 +324,14 @@ def parse_config(data: Any, path: Path) -> Config:
             f"default_host: {show(default_host)} is not in hosts{suggest(default_host, hosts)}"
         )
     job = _parse_job(data.get("job"))
-    server = _fields("server", mapping("server", data.get("server")), SERVER_FIELDS)
-    host_jobs, host_servers = {}, {}
+    server = fields_of("server", mapping("server", data.get("server")), SERVER_FIELDS)
+    recover = parse_recover("recover", data.get("recover"), RecoverSpec())
+    host_jobs, host_servers, host_recovers = {}, {}, {}
     for name, raw in hosts_raw.items():
         if not isinstance(raw, dict):
             continue
+        if "recover" in raw:
+            host_recovers[name] = parse_recover(f"hosts.{name}.recover", raw["recover"], recover)
         if raw.get("job") is not None:
             host_jobs[name] = _parse_job(
                 _merge_job(name, data["job"], raw["job"]), where=f"hosts.{name}.job"
@@ -352,7 +339,7 @@ def parse_config(data: Any, path: Path) -> Config:
         if raw.get("server") is not None:
             where = f"hosts.{name}.server"
             host_servers[name] = ServerSpec(
-                **dict(server, **_fields(where, mapping(where, raw["server"]), SERVER_FIELDS))
+                **dict(server, **fields_of(where, mapping(where, raw["server"]), SERVER_FIELDS))
             )
     return Config(
         path=path,
@@ -362,6 +349,8 @@ def parse_config(data: Any, path: Path) -> Config:
         server=ServerSpec(**server),
         host_jobs=host_jobs,
         host_servers=host_servers,
+        recover=recover,
+        host_recovers=host_recovers,
     )
 
 

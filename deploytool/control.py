@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 from remote.common.answers import RestartAnswer, StopAnswer
+from remote.common.recover import RecoverSpec
 from remote.common.status import JobStatus
 from remote.common.units import parse_cap, parse_dataset_list, parse_tokens
 
@@ -112,9 +114,18 @@ def preflight_message(host: str, problem: dict) -> str:
 
 
 def restart(
-    conn: Connector, flags: RunFlags, *, hard=False, drain=False, dry_run=False, force_gpu=False
+    conn: Connector,
+    flags: RunFlags,
+    *,
+    hard=False,
+    drain=False,
+    dry_run=False,
+    force_gpu=False,
+    recover: RecoverSpec | None = None,
 ) -> RestartAnswer:
     args = ["restart", *flags.argv()]
+    if recover is not None:
+        args += ["--recover", json.dumps(recover.to_dict())]
     args += (
         ["--hard"] * hard
         + ["--drain"] * drain

@@ -179,6 +179,40 @@ def notices(st: JobStatus) -> list[str]:
     return []
 
 
+def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
+    """The watcher's word: a recovery under way, a give-up, restarts done, an unsupervised job.
+    (text, style) pairs."""
+    sup = st.supervision
+    if sup is None:
+        return []
+    out = []
+    for what, w in (("server", sup.server), ("runner", sup.runner)):
+        if w is None:
+            continue
+        if w.recovering:
+            when = (
+                f"next try in {fmt_duration(w.next_try_in_s)}"
+                if w.state == "backoff"
+                else "starting it again"
+            )
+            out.append(
+                (f"RECOVERING {what}: {w.why}; attempt {w.attempt} of {w.of}, {when}", "bold red")
+            )
+        elif w.state == "fatal":
+            out.append((f"GAVE UP on the {what}: {w.why}", "bold red"))
+            out += [(f"    {line}", "red") for line in w.log[-3:]]
+        elif w.restarts:
+            out.append(
+                (
+                    f"{what} restarted {w.restarts}x by the watcher; last cause: {w.last_cause}",
+                    "yellow",
+                )
+            )
+    if sup.note:
+        out.append((sup.note, "yellow" if not sup.supervised else "dim"))
+    return out
+
+
 def totals(statuses: list[JobStatus]) -> dict:
     tok = sum(s.completion_tokens for s in statuses)
     rate = sum(s.tokens_per_s or 0 for s in statuses)
@@ -243,6 +277,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
         parts.append(Text(disk_line(st)[0], style=disk_line(st)[1]))
     parts += [Text(h, style="yellow") for h in hints(st)]
     parts += [Text(n, style="yellow") for n in notices(st)]
+    parts += [Text(text, style=style) for text, style in recovery_lines(st)]
     if st.message:
         parts.append(Text(st.message, style="yellow"))
     if note:
@@ -285,4 +320,5 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
         down.append(disk[0])
     if gpu_line(st):
         down.append(gpu_line(st))
+    down += [text for text, style in recovery_lines(st) if style != "dim"]
     return out + "".join(f" | {x}" for x in down + notices(st)) + (f" | {note}" if note else "")

@@ -18,7 +18,7 @@ from remote.common.answers import (
 from remote.common.status import JobStatus
 
 from .errors import DeployToolError
-from .progress import disk_line, endpoint_lines, gpu_line, hints, notices
+from .progress import disk_line, endpoint_lines, gpu_line, hints, notices, recovery_lines
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 
@@ -218,6 +218,8 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
         out.print(f"  {hint}", style="yellow", markup=False)
     for note in notices(s):
         out.print(f"  [yellow]{escape(note)}[/]")
+    for text, style in recovery_lines(s):
+        out.print(f"  {text}", style=None if style == "dim" else style, markup=False)
     if s.strays:
         out.print(
             f"  [red]runner processes without a pid file: {s.strays} (restart or stop takes care of them)[/]"

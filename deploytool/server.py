@@ -9,6 +9,7 @@ from typing import Callable
 from urllib.parse import urlparse
 
 from remote.common.answers import ServerStarted, ServerState, ServerStopped
+from remote.common.recover import RecoverSpec
 
 from .config import Config, ServerSpec
 from .connectors import Connector
@@ -44,8 +45,10 @@ def start(
     progress: Callable[[str], None] = lambda s: None,
     clock=time.monotonic,
     sleep=time.sleep,
+    recover: RecoverSpec | None = None,
 ) -> ServerStarted:
-    started = call(conn, "server", "start", "--spec", spec_json(spec))
+    extra = ["--recover", json.dumps(recover.to_dict())] if recover is not None else []
+    started = call(conn, "server", "start", "--spec", spec_json(spec), *extra)
     if started.get("already"):
         return ServerStarted.from_dict(dict(started, host=conn.name))
     t0 = clock()

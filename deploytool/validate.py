@@ -124,3 +124,9 @@ def tokens(where: str, v: Any) -> int:
     if n <= 0:
         raise ConfigError(f"{where}: expected a positive token count, got {show(v)}")
     return n
+
+
+def fields_of(where: str, data: dict, spec: dict) -> dict:
+    """Check every key of `data` against `spec` (key -> check) and return the checked values."""
+    check_keys(where, data, spec)
+    return {k: spec[k](f"{where}.{k}", v) for k, v in data.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .common.jobspec import JOB_FILE, Paths, default_root, release_dir
 from .common.runargs import add_run_args, caps_from_args
@@ -28,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     ctl.add_parser(sub)
     server.add_parser(sub)
+    w = sub.add_parser(
+        "watch", help="the watcher: restarts a dead or wedged server and a dead runner"
+    )
+    w.add_argument("--root", type=Path, help="remote_dir (default: the one this release lives in)")
     return parser
 
 
@@ -36,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     if a.command == "run":
         return run_command(a, argv)
+    if a.command == "watch":
+        from .host import watch
+
+        return watch.main((a.root or default_root()).expanduser().resolve())
     if a.command == "ctl" and a.ctl_command in ("plan", "report"):
         return read_outputs(a)  # reads the job's outputs: the job's room, not process control
     return a.func(a)

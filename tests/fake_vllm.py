@@ -4,16 +4,21 @@ Like vLLM it loads for a while before it answers, spawns worker processes in pro
 own (which outlive a killed parent), and serves the OpenAI API and Prometheus /metrics.
 Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N, --fake-engine N,
 --fake-answer-delay S, --fake-thinking (a reply that is all thinking: `content` null, the text in `reasoning`),
---fake-dp-peer FILE (a data-parallel pair: the headless rank writes its engine pids there, and the
-head, like vLLM's, hangs every other request without an answer while one of them is dead).
+--fake-exit-once FILE (the first run exits 0 after --fake-exit-after S of serving, as vLLM's API
+server does when its engine dies; later runs serve), --fake-die-later FILE (the first run serves,
+every later one dies while loading with a CUDA error), --fake-dp-peer FILE (a data-parallel
+pair: the headless rank writes its engine pids there, and the head, like vLLM's, hangs every
+other request without an answer while one of them is dead).
 `--headless` serves no HTTP, as vLLM's data-parallel workers do. `--served-model-name` changes the id
 requests must use, and another name is vLLM's 404. `--fake-engine` children stay in the server's
 session and group without its environment (real vLLM's EngineCore renames itself, clobbering
-/proc/PID/environ) and outlive a kill -9 of the server.
+/proc/PID/environ) and outlive a kill -9 of the server. While one of them is stopped (SIGSTOP) the
+server is wedged as a real one is: /v1/models answers, the token counters freeze, requests hang.
 """
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -36,6 +41,9 @@ def main():
     p.add_argument("--fake-dp-peer")
     p.add_argument("--fake-answer-delay", type=float, default=0.0)
     p.add_argument("--fake-thinking", action="store_true", help="all thinking: content null")
+    p.add_argument("--fake-exit-once")
+    p.add_argument("--fake-exit-after", type=float, default=1.0)
+    p.add_argument("--fake-die-later")
     p.add_argument(
         "--headless", action="store_true", help="a data-parallel worker: no API server, like vLLM's"
     )
@@ -67,6 +75,11 @@ def main():
     for i in range(3):
         print(f"Loading safetensors checkpoint shards: {i + 1}/3", flush=True)
         time.sleep(a.fake_delay / 3)
+    if a.fake_die_later:
+        if os.path.exists(a.fake_die_later):
+            print("RuntimeError: CUDA error: an illegal memory access was encountered", flush=True)
+            sys.exit(1)
+        open(a.fake_die_later, "w").close()
     if a.fake_die:
         print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
         sys.exit(1)
@@ -83,6 +96,23 @@ def main():
         return
 
     lock, served_n = threading.Lock(), [0]
+    engines = workers[a.fake_workers :]
+    frozen = [None]  # when an engine process was first seen stopped
+
+    def clock():
+        """Time as the token counters see it: it stands still while an engine is stopped."""
+        stopped = False
+        for w in engines:
+            try:
+                with open(f"/proc/{w.pid}/stat") as f:
+                    stopped |= f.read().rsplit(")", 1)[1].split()[0] in "tT"
+            except OSError:
+                pass
+        if stopped and frozen[0] is None:
+            frozen[0] = time.time()
+        elif not stopped:
+            frozen[0] = None
+        return frozen[0] or time.time()
 
     def peer_dead():
         try:
@@ -115,14 +145,15 @@ def main():
             if self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": served, "root": a.model}]})
             elif self.path == "/metrics":
-                gen = int((time.time() - t0) * 1000)
+                gen = int((clock() - t0) * 1000)
                 self._send(
                     200,
                     "# HELP vllm:num_requests_running x\n"
                     f'vllm:num_requests_running{{model_name="{a.model}"}} 3.0\n'
                     f'vllm:num_requests_waiting{{model_name="{a.model}"}} 1.0\n'
                     f'vllm:kv_cache_usage_perc{{model_name="{a.model}"}} 0.42\n'
-                    f'vllm:generation_tokens_total{{model_name="{a.model}"}} {gen}.0\n',
+                    f'vllm:generation_tokens_total{{model_name="{a.model}"}} {gen}.0\n'
+                    f'vllm:prompt_tokens_total{{model_name="{a.model}"}} {gen // 2}.0\n',
                     "text/plain",
                 )
             else:
@@ -142,6 +173,8 @@ def main():
                 time.sleep(3600)  # routed to the dead rank: no answer, no error, connection open
                 return
             time.sleep(a.fake_answer_delay)
+            while clock() and frozen[0] is not None:
+                time.sleep(0.1)  # wedged: the engine is stopped, nothing comes back
             text = "the " * 40 if a.fake_degenerate else "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
             self._send(
                 200,
@@ -165,6 +198,15 @@ def main():
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), H)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
     print("INFO: Application startup complete.", flush=True)
+    if a.fake_exit_once and not os.path.exists(a.fake_exit_once):
+        open(a.fake_exit_once, "w").close()
+
+        def leave():
+            time.sleep(a.fake_exit_after)
+            print("ERROR: EngineCore died unexpectedly; shutting down (exit 0)", flush=True)
+            os._exit(0)
+
+        threading.Thread(target=leave, daemon=True).start()
     srv.serve_forever()
     print("shutting down (workers are left behind, as vLLM's sometimes are)", flush=True)
 

@@ -14,7 +14,7 @@ from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
 from remote.common import procinfo
 from remote.common.answers import ServerState
-from remote.host.server import degenerate
+from remote.host.smoke import degenerate
 from tests.conftest import (
     REPO,
     base_job,

@@ -20,9 +20,14 @@ NOTIFY_EVENTS = (
     "engine_down",
     "disk_full",
     "engine_degraded",
+    "server_restarted",
+    "runner_restarted",
     "engine_up",
 )
 NOTIFY_DEFAULT = NOTIFY_EVENTS[:-1]  # engine_up only when asked for
+WATCH_TOKEN_ENV = (
+    "DEPLOYTOOL_WATCH_TOKEN"  # the watcher's: found by it and its start time, never a name
+)
 
 
 @dataclass(frozen=True)
@@ -222,6 +227,29 @@ class Paths:
     @property
     def server_log(self) -> Path:
         return self.logs / "server.log"
+
+    @property
+    def watcher_pid(self) -> Path:
+        return self.run / "watcher.pid"
+
+    @property
+    def watch_state(self) -> Path:
+        """What the watcher does now (WatchState)."""
+        return self.run / "watch.json"
+
+    @property
+    def supervise(self) -> Path:
+        """What should be running: written by start/stop, read by the watcher."""
+        return self.run / "supervise.json"
+
+    @property
+    def recover_log(self) -> Path:
+        """One line per restart, kept across runs (report lists them)."""
+        return self.run / "recover.jsonl"
+
+    @property
+    def watcher_log(self) -> Path:
+        return self.logs / "watcher.log"
 
     def output(self, ds: str) -> Path:
         return self.outputs / f"{ds}.jsonl"

@@ -19,6 +19,7 @@ KV_CACHE = (
     "vllm:gpu_cache_usage_perc",
 )
 GENERATION = "vllm:generation_tokens_total"
+PROMPT = "vllm:prompt_tokens_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
 
 
@@ -53,7 +54,8 @@ def mean(series: dict[str, list[float]], *names: str) -> float | None:
 
 
 def snapshot(text: str) -> dict:
-    """running, waiting, kv_cache (0-1), generation_tokens (counter), preemptions; None where missing."""
+    """running, waiting, kv_cache (0-1), generation_tokens and prompt_tokens (counters), preemptions;
+    None where missing."""
     s = parse(text)
     running, waiting = total(s, RUNNING), total(s, WAITING)
     if running == 0 and waiting:
@@ -65,5 +67,6 @@ def snapshot(text: str) -> dict:
         "waiting": waiting,
         "kv_cache": mean(s, *KV_CACHE),
         "generation_tokens": total(s, GENERATION),
+        "prompt_tokens": total(s, PROMPT),
         "preemptions": total(s, PREEMPTIONS),
     }

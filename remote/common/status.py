@@ -116,6 +116,9 @@ class EndpointStatus(_FromDict):
     stuck: int = 0  # requests abandoned for no progress (and sent again)
     stuck_recent: int = 0  # of them, in the last 10 minutes
     answered_recent: int = 0  # answers in the last 10 minutes
+    last_token_at: float | None = (
+        None  # a stream from it last delivered bytes (the watcher reads it)
+    )
 
     @property
     def degraded(self) -> bool:
@@ -152,6 +155,60 @@ class RunnerInfo(_FromDict):
     pid: int | None = None
     release: str | None = None
     uptime_s: float | None = None
+
+
+# the watcher's view of one process
+WATCHING, BACKOFF, STARTING, FATAL, IDLE = "watching", "backoff", "starting", "fatal", "idle"
+RECOVERING_STATES = frozenset({BACKOFF, STARTING})
+
+
+@dataclass
+class ProcessWatch(_FromDict):
+    """One supervised process (server or runner) as the watcher sees it."""
+
+    state: str = IDLE
+    why: str | None = None  # the cause of the recovery under way, or of the give-up
+    attempt: int = 0  # of the restart under way, within the window
+    of: int = 0  # recover.max_restarts
+    next_try_at: float | None = None
+    next_try_in_s: float | None = None  # filled in by `ctl status` (the host's clock)
+    restarts: int = 0  # restarts done by this watcher
+    last_cause: str | None = None
+    log: list = field(default_factory=list)  # lines that say why (a give-up)
+
+    @property
+    def recovering(self) -> bool:
+        return self.state in RECOVERING_STATES
+
+
+@dataclass
+class Supervision(_FromDict):
+    """What `ctl status` tells about the watcher: shown by status and tail."""
+
+    enabled: bool = False  # a managed job or server wants a watcher
+    supervised: bool = False  # and it is alive
+    pid: int | None = None
+    server: ProcessWatch | None = None
+    runner: ProcessWatch | None = None
+    on_boot: bool = False
+    note: str | None = (
+        None  # e.g. "unsupervised: the watcher is gone; `invoke restart` brings it back"
+    )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Supervision":
+        d = _known(cls, d)
+        for key in ("server", "runner"):
+            if d.get(key) is not None:
+                d[key] = ProcessWatch.from_dict(d[key])
+        return cls(**d)
+
+    def recovering(self) -> list[tuple[str, ProcessWatch]]:
+        return [
+            (n, w)
+            for n, w in (("server", self.server), ("runner", self.runner))
+            if w and w.recovering
+        ]
 
 
 @dataclass
@@ -191,6 +248,7 @@ class JobStatus:
     runner: RunnerInfo | None = None
     current_release: str | None = None
     strays: list = field(default_factory=list)
+    supervision: Supervision | None = None  # the watcher's view (ctl status)
     host: str | None = None
 
     @property
@@ -218,6 +276,8 @@ class JobStatus:
         }
         if d.get("runner") is not None:
             d["runner"] = RunnerInfo.from_dict(d["runner"])
+        if d.get("supervision") is not None:
+            d["supervision"] = Supervision.from_dict(d["supervision"])
         if d.get("gpus") is not None:
             d["gpus"] = [GpuStatus.from_dict(g) for g in d["gpus"]]
         d["disk"] = DiskStatus.from_dict(d.get("disk") or {})

@@ -29,7 +29,7 @@ from ..common.jobspec import (
 from ..common.pull import output_files
 from ..common.runargs import add_run_args, run_argv
 from ..common.status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
-from . import gpu, kill, server
+from . import gpu, intent, kill, server, supervised, watch
 from .strays import stray_runners
 
 
@@ -139,7 +139,8 @@ def run_flags(a) -> list[str]:
     return run_argv(a.max_samples, a.cap, a.max_tokens, a.datasets, a.grace, a.force)
 
 
-def start(paths: Paths, a) -> dict:
+def start(paths: Paths, a, rel: Path | None = None) -> dict:
+    """Start the runner detached from `rel` (this release) and wait until it reports running."""
     if not lock_is_free(paths) or managed_runner(paths):
         rec = managed_runner(paths) or {}
         raise CtlError(
@@ -148,7 +149,8 @@ def start(paths: Paths, a) -> dict:
     gpu_report = gpu.check(server.allowed_pids(paths, job_engine_port()), force=a.force_gpu)
     token = secrets.token_hex(12)
     env = dict(os.environ, **{JOB_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
-    rel = release_dir()
+    env.pop("DEPLOYTOOL_WATCH_TOKEN", None)  # started by the watcher: stopping it must not stop us
+    rel = rel or release_dir()
     argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root), *run_flags(a)]
     paths.ensure()
     with open(paths.log, "ab") as log:
@@ -257,6 +259,7 @@ def status(paths: Paths) -> dict:
     )
     st.current_release = current
     st.strays = stray_runners(paths, {rec["pid"]} if rec else set())
+    st.supervision = watch.supervision(paths)
     st.token = None
     return st.to_dict()
 
@@ -279,6 +282,7 @@ def add_parser(sub) -> None:
         c.add_argument(
             "--force-gpu", action="store_true", help="start even if other processes hold GPU memory"
         )
+        c.add_argument("--recover", help="JSON of hosts.yaml `recover:` (the watcher's settings)")
         if name == "restart":
             c.add_argument(
                 "--hard", action="store_true", help="always a real restart, never a live re-cap"
@@ -332,21 +336,35 @@ def preflight() -> None:
         raise CtlError(f"nothing was stopped: {model_message(wrong)}", model=wrong)
 
 
+def _command(paths: Paths, a) -> dict:
+    if a.ctl_command in ("start", "restart"):
+        preflight()
+    if a.ctl_command == "files":
+        return {"files": output_files(paths, json.loads(a.have))}
+    if a.ctl_command == "status":
+        return status(paths)
+    with intent.locked(paths):  # the watcher acts between commands, never during one
+        if a.ctl_command == "start":
+            out = start(paths, a)
+            supervised.want_runner(paths, a)
+        elif a.ctl_command == "restart":
+            out = restart(paths, a)
+            if not a.dry_run:
+                supervised.want_runner(paths, a)
+        elif a.ctl_command == "stop":  # said before anything is signalled: nothing comes back
+            intent.change(paths, runner={"wanted": False, "why": "stopped"})
+            out = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
+        else:
+            raise CtlError(f"unknown ctl command {a.ctl_command!r}", code=2)
+    if not getattr(a, "dry_run", False):
+        out["watcher"] = supervised.after(paths)
+    return out
+
+
 def main(a) -> int:
     paths = Paths((a.root or default_root()).expanduser().resolve())
     try:
-        if a.ctl_command in ("start", "restart"):
-            preflight()
-        if a.ctl_command == "start":
-            out = start(paths, a)
-        elif a.ctl_command == "restart":
-            out = restart(paths, a)
-        elif a.ctl_command == "stop":
-            out = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
-        elif a.ctl_command == "files":
-            out = {"files": output_files(paths, json.loads(a.have))}
-        else:
-            out = status(paths)
+        out = _command(paths, a)
         print(json.dumps({"ok": True, **out}))
         return 0
     except CtlError as e:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..common import metrics, nvsmi, procinfo
 from ..common.jobspec import SERVER_TOKEN_ENV, Paths, default_root, release_dir, write_json_atomic
-from . import engines, gpu, kill
+from . import engines, gpu, intent, kill
 
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
@@ -67,7 +67,8 @@ def masked(env: dict) -> dict:
     return {k: ("****" if _SECRET.search(k) else v) for k, v in env.items()}
 
 
-def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+def get_url(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    """(HTTP status, body) of a GET; status 0 when nothing answered."""
     import urllib.error
     import urllib.request  # here: `ctl status` imports this module and never needs it
 
@@ -118,6 +119,7 @@ def start(paths: Paths, spec: dict) -> dict:
             "started_at": time.time(),
             "release": str(release_dir()),
             "headless": headless,
+            "by": spec.get("by", "user"),  # the watcher's own starts count against its budget
         },
     )
     return {
@@ -161,7 +163,9 @@ def check(paths: Paths) -> dict:
         }
     code, models = served_models(rec["port"]) if alive else (0, [])
     if alive and code == 200:  # ready: start-up's passing children are gone, its engines are up
-        engines.watch(paths, rec)
+        rec = engines.watch(paths, rec)
+        if not rec.get("ready_at"):  # from now on a wedge counts (loading never does)
+            write_json_atomic(paths.server_pid, dict(rec, ready_at=time.time()))
     return {
         "alive": alive,
         "ready": alive and code == 200,
@@ -190,69 +194,12 @@ def allowed_pids(paths: Paths, engine_port: int | None) -> set[int]:
 
 def served_models(port: int) -> tuple[int, list[str]]:
     """(HTTP status, model ids) of GET /v1/models: what requests must name (--served-model-name)."""
-    code, body = _get(f"http://127.0.0.1:{port}/v1/models", timeout=3)
+    code, body = get_url(f"http://127.0.0.1:{port}/v1/models", timeout=3)
     try:
         data = json.loads(body).get("data", []) if code == 200 else []
         return code, [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
     except (ValueError, AttributeError):
         return code, []
-
-
-def degenerate(text: str) -> str | None:
-    """Why an answer looks broken (empty, one token over and over), or None."""
-    if not text.strip():
-        return "empty output"
-    words = text.split()
-    if len(words) >= 8 and len(set(words)) <= 2:
-        return f"one token repeated: {' '.join(words[:6])!r}…"
-    compact = re.sub(r"\s+", "", text)
-    if len(compact) >= 20 and max(compact.count(c) for c in set(compact)) / len(compact) > 0.8:
-        return f"one character repeated: {compact[:20]!r}…"
-    return None
-
-
-def smoke(paths: Paths, model: str) -> dict:
-    """One short request, naming a model the server says it serves: `server.model` is the weights
-    path, which --served-model-name replaces as the name requests must use."""
-    import urllib.error
-    import urllib.request
-
-    rec = managed(paths)
-    if not rec:
-        raise ServerError("the server is not running")
-    served = served_models(rec["port"])[1]
-    if served and model not in served:
-        model = served[0]
-    body = json.dumps(
-        {
-            "model": model,
-            "max_tokens": 64,
-            "temperature": 0,
-            "messages": [{"role": "user", "content": "Count from 1 to 10, separated by commas."}],
-        }
-    ).encode()
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{rec['port']}/v1/chat/completions",
-        data=body,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            data = json.loads(r.read())
-        msg = data["choices"][0]["message"]
-        # a thinking model (Kimi-K2.5, a reasoning parser) may spend all 64 tokens thinking: then
-        # `content` is null and the text to judge is the thinking
-        text = msg.get("content") or msg.get("reasoning") or msg.get("reasoning_content") or ""
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as e:
-        raise ServerError(f"smoke test request failed: {e}") from None
-    why = degenerate(text)
-    if why:
-        raise ServerError(
-            f"smoke test answer is degenerate ({why}): a known failure of some kernels on SM120 "
-            "GPUs; check the vLLM version and attention backend",
-            answer=text[:200],
-        )
-    return {"answer": text[:200], "model": model}
 
 
 def _mark_stopped(paths: Paths) -> None:
@@ -309,7 +256,7 @@ def wait_gpu_free(pids: set[int], timeout: float) -> dict | None:
 
 
 def _metrics(port: int) -> dict:
-    code, text = _get(f"http://127.0.0.1:{port}/metrics", timeout=3)
+    code, text = get_url(f"http://127.0.0.1:{port}/metrics", timeout=3)
     return metrics.snapshot(text) if code == 200 else {}
 
 
@@ -363,24 +310,40 @@ def add_parser(sub) -> None:
     p.add_argument("--spec", default="{}", help="JSON of hosts.yaml `server:`")
     p.add_argument("--grace", type=float, default=30.0)
     p.add_argument("--gpu-wait", type=float, default=120.0)
+    p.add_argument("--recover", help="JSON of hosts.yaml `recover:` (the watcher's settings)")
     p.add_argument("--root", type=Path)
     p.set_defaults(func=main)
 
 
-def main(a: argparse.Namespace) -> int:
-    paths = Paths((a.root or default_root()).expanduser().resolve())
-    spec = json.loads(a.spec)
-    try:
+def _command(paths: Paths, a: argparse.Namespace, spec: dict) -> dict:
+    if a.server_command == "check":
+        return check(paths)
+    if a.server_command == "smoke":
+        from .smoke import smoke
+
+        return smoke(paths, spec.get("model", "default"))
+    if a.server_command == "status":
+        return status(paths)
+    from . import supervised
+
+    with intent.locked(paths):  # the watcher acts between commands, never during one
         if a.server_command == "start":
             out = start(paths, spec)
-        elif a.server_command == "check":
-            out = check(paths)
-        elif a.server_command == "smoke":
-            out = smoke(paths, spec.get("model", "default"))
-        elif a.server_command == "stop":
+            recover = supervised.recover_arg(a)
+            intent.change(paths, recover=recover, server={"wanted": True, "spec": spec})
+        elif a.server_command == "stop":  # said before anything is signalled: nothing comes back
+            intent.change(paths, server={"wanted": False, "why": "stopped"})
             out = stop(paths, a.grace, a.gpu_wait)
         else:
-            out = status(paths)
+            raise ServerError(f"unknown server command {a.server_command!r}")
+    out["watcher"] = supervised.after(paths)
+    return out
+
+
+def main(a: argparse.Namespace) -> int:
+    paths = Paths((a.root or default_root()).expanduser().resolve())
+    try:
+        out = _command(paths, a, json.loads(a.spec))
         print(json.dumps({"ok": True, **out}))
         return 0
     except ServerError as e:

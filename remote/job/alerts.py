@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .notify import Notifier
+from ..common.notify import Notifier
 from .pool import Pool
 from .status_builder import stalled
 

@@ -122,6 +122,10 @@ class Engine:
         """None when the server answers at all, else why not (a down server is probed until then)."""
         raise NotImplementedError
 
+    def last_data_at(self, url: str) -> float | None:
+        """When a stream from `url` last delivered bytes (wall clock); None: not streamed."""
+        return None
+
     async def metrics(self, url: str) -> str | None:
         """The server's Prometheus text, or None where it has none."""
         return None
@@ -183,6 +187,9 @@ class OpenAIEngine(Engine):
         except (self._aiohttp.ClientError, OSError) as e:
             return f"{type(e).__name__}: {e}"
 
+    def last_data_at(self, url: str) -> float | None:
+        return self.watchdog.last_data_at(url) if self.stream else None
+
     async def metrics(self, url: str) -> str | None:
         """The server's Prometheus text (vLLM serves /metrics beside /v1), or None."""
         root = url[: -len("/v1")] if url.endswith("/v1") else url
@@ -197,7 +204,7 @@ class OpenAIEngine(Engine):
     async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
         aiohttp = self._aiohttp
         body = {**self.fixed, "messages": messages}
-        progress = self.watchdog.watch() if self.stream else None
+        progress = self.watchdog.watch(url) if self.stream else None
         try:
             async with self._session.post(f"{url}/chat/completions", json=body) as resp:
                 status = resp.status

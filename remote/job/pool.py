@@ -87,6 +87,16 @@ class Pool:
                 best = e
         return best
 
+    def statuses(
+        self, now: float, started: float, last_data_at: Callable[[str], float | None]
+    ) -> list[EndpointStatus]:
+        out = []
+        for e in self.endpoints:
+            st = e.status(now, started)
+            st.last_token_at = last_data_at(e.url)
+            out.append(st)
+        return out
+
     def any_reachable(self) -> bool:
         return any(e.reachable for e in self.endpoints)
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir, write_json_atomic
+from ..common.notify import Notifier
 from ..common.status import (
     COMPLETE,
     FAILED,
@@ -32,12 +33,12 @@ from .datasets import BadInput, DatasetRun
 from .dispatcher import Dispatcher
 from .engine import make_engine
 from .history import History
-from .notify import Notifier
 from .pool import Pool
 from .process import LockHeld, Log, acquire_lock, write_pidfile
 from .scheduler import Scheduler
 from .status_builder import progress, stalled
 from .telemetry import Telemetry
+from .watched import WatchView
 from .writer import RecordWriter
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -73,6 +74,7 @@ class Runner:
             paths, job, caps, self.fingerprint(), self.writer, self.log, force
         )
         self.control = ControlWatcher(paths, self.token)
+        self.watch_view = WatchView(paths.watch_state)
         self.alerts = AlertWatcher(
             self.notifier,
             self.log,
@@ -139,6 +141,7 @@ class Runner:
         tick = 0
         while True:
             self.check_control()  # a stat() every 0.25 s: a re-cap lands fast
+            self.watch_view.reprobe(time.time(), self.pool, self.log)
             if tick % 10 == 0:
                 self.scheduler.notice_changed_prompts()
             if tick % 4 == 0:
@@ -199,7 +202,9 @@ class Runner:
                 down_since=pool.all_down_since() if pool else None,
                 last_error=d.engine_error if d else None,
             ),
-            endpoints=[e.status(now, self.started_at) for e in pool.endpoints] if pool else [],
+            endpoints=pool.statuses(now, self.started_at, d.engine.last_data_at)
+            if pool and d
+            else [],
             concurrency=pool.capacity if pool else self.concurrency,
             in_flight=in_flight,
             tokens_per_s=p.tokens_per_s,
@@ -271,6 +276,7 @@ class Runner:
                     engine, self.pool, self.scheduler, self.writer, eng, self.log
                 )
                 self.dispatcher.stopping, self.dispatcher.draining = self.stopping, self.draining
+                self.dispatcher.hold_down = lambda: self.watch_view.server_recovering
                 background = [asyncio.ensure_future(self.pool.probe_forever(engine.probe))]
                 if self.metrics_interval > 0:
                     self.telemetry = Telemetry(engine, self.pool.endpoints, self.metrics_interval)

@@ -77,10 +77,11 @@ class Assembly:
 class Progress:
     """One request's clock, read by the watchdog: when it was sent, when something last arrived."""
 
-    __slots__ = ("task", "sent", "last", "why")
+    __slots__ = ("task", "sent", "last", "why", "url")
 
-    def __init__(self, task: asyncio.Task):
+    def __init__(self, task: asyncio.Task, url: str = ""):
         self.task, self.sent, self.last, self.why = task, time.monotonic(), None, None
+        self.url = url
 
 
 async def read_stream(content, progress: Progress) -> dict:
@@ -109,14 +110,24 @@ class Watchdog:
     def __init__(self, first_token_timeout: float, progress_timeout: float):
         self.first, self.gap = first_token_timeout, progress_timeout
         self.watched: set[Progress] = set()
+        self.last_by_url: dict[str, float] = {}  # finished streams' last bytes (monotonic)
 
-    def watch(self) -> Progress:
-        p = Progress(asyncio.current_task())
+    def watch(self, url: str = "") -> Progress:
+        p = Progress(asyncio.current_task(), url)
         self.watched.add(p)
         return p
 
     def done(self, p: Progress) -> None:
         self.watched.discard(p)
+        if p.last is not None:
+            self.last_by_url[p.url] = max(self.last_by_url.get(p.url, 0.0), p.last)
+
+    def last_data_at(self, url: str) -> float | None:
+        """When a stream from `url` last delivered bytes (wall clock): the watcher's sign of life."""
+        times = [p.last for p in self.watched if p.url == url and p.last is not None]
+        times.append(self.last_by_url.get(url, 0.0))
+        last = max(times)
+        return None if not last else time.time() - (time.monotonic() - last)
 
     def check(self, now: float) -> None:
         for p in list(self.watched):

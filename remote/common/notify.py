@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..common.jobspec import JOB_TOKEN_ENV, NOTIFY_DEFAULT
+from .jobspec import JOB_TOKEN_ENV, NOTIFY_DEFAULT
 
 
 class Notifier:

@@ -1,0 +1,60 @@
+"""hosts.yaml's settings for when nobody is watching: `job.notify` and `recover:`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remote.common.jobspec import NOTIFY_EVENTS
+from remote.common.recover import RecoverSpec
+
+from .errors import ConfigError
+from .validate import (
+    boolean,
+    check_keys,
+    choice,
+    fields_of,
+    int_in,
+    mapping,
+    number,
+    string,
+    string_list,
+)
+
+RECOVER_FIELDS = {
+    "server": boolean,
+    "runner": boolean,
+    "max_restarts": int_in(0, 1000),
+    "window": number(1.0),
+    "backoff": number(0.0),
+    "wedged_after": number(1.0),
+    "on_boot": boolean,
+}
+
+
+def parse_recover(where: str, raw: Any, base: RecoverSpec) -> RecoverSpec:
+    """`recover:` — false turns the watcher off; a mapping overrides the defaults key by key."""
+    if raw is False:
+        return RecoverSpec(enabled=False)
+    if raw is True or raw is None:
+        return RecoverSpec(**dict(base.to_dict(), enabled=True)) if raw else base
+    values = fields_of(where, mapping(where, raw), RECOVER_FIELDS)
+    return RecoverSpec(**dict(base.to_dict(), enabled=True, **values))
+
+
+def parse_notify(where: str, raw: Any) -> dict:
+    """job.notify: {command, on: [events] (default: all but engine_up), timeout: seconds}."""
+    if raw is None:
+        return {}
+    raw = mapping(where, raw)
+    check_keys(where, raw, ("command", "on", "timeout"))
+    if "command" not in raw:
+        raise ConfigError(f"{where}.command: required (a shell command run on the host with sh -c)")
+    out = {"command": string(f"{where}.command", raw["command"])}
+    if "on" in raw:
+        events = string_list(f"{where}.on", raw["on"])
+        for i, e in enumerate(events):
+            choice(NOTIFY_EVENTS)(f"{where}.on[{i}]", e)
+        out["on"] = list(events)
+    if "timeout" in raw:
+        out["timeout"] = number(1.0)(f"{where}.timeout", raw["timeout"])
+    return out

@@ -1,0 +1,168 @@
+"""Recovery without anybody at the keyboard: what hosts.yaml `recover:` says, and the watcher's rules.
+
+The rules are plain objects fed with observations and a clock, so each is unit-tested alone:
+`Budget` (supervisor's backoff and give-up: a growing delay, a bounded number of restarts in a
+window, then FATAL instead of a loop) and `WedgeClock` (a vLLM that is alive, answers `/health`, and
+makes no progress). `WatchState` is run/watch.json, written by the watcher and read by `ctl status`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .status import (  # noqa: F401 (the watcher's states, re-exported for host/)
+    BACKOFF,
+    FATAL,
+    IDLE,
+    RECOVERING_STATES,
+    STARTING,
+    WATCHING,
+    ProcessWatch,
+    Supervision,
+    _FromDict,
+    _known,
+)
+
+BACKOFF_CAP = 300.0  # seconds: the longest wait between two restarts
+
+
+@dataclass(frozen=True)
+class RecoverSpec:
+    """hosts.yaml `recover:` (SPEC 11.1); `recover: false` is `enabled=False`."""
+
+    enabled: bool = True
+    server: bool = True  # restart the managed vLLM server when it dies or wedges
+    runner: bool = True  # restart the runner when it dies without being stopped
+    max_restarts: int = 5  # of each process within `window`
+    window: float = 3600.0
+    backoff: float = 10.0  # before the first restart; doubles, at most BACKOFF_CAP
+    wedged_after: float = 600.0  # busy and no token processed for this long: wedged
+    on_boot: bool = False  # a systemd unit brings the watcher back after a reboot
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "RecoverSpec":
+        return cls(**_known(cls, d or {}))
+
+    def watches(self, what: str) -> bool:
+        return self.enabled and bool(getattr(self, what))
+
+
+class Budget:
+    """Restarts of one process: when the next may happen, and when to give up.
+
+    `failed(now)` records a death (or a start that failed) and returns the delay before the next
+    start, or None when `max_restarts` restarts already happened within `window`: give up."""
+
+    def __init__(self, spec: RecoverSpec):
+        self.spec = spec
+        self.restarts: list[float] = []  # when each restart began, within the window
+
+    def _recent(self, now: float) -> list[float]:
+        self.restarts = [t for t in self.restarts if now - t < self.spec.window]
+        return self.restarts
+
+    def failed(self, now: float) -> float | None:
+        recent = self._recent(now)
+        if len(recent) >= self.spec.max_restarts:
+            return None
+        return min(BACKOFF_CAP, self.spec.backoff * (2 ** len(recent)))
+
+    def restarting(self, now: float) -> int:
+        """A restart begins now; returns its attempt number within the window (1-based)."""
+        self._recent(now).append(now)
+        return len(self.restarts)
+
+    def attempt(self, now: float) -> int:
+        """The attempt number the next restart would have."""
+        return len(self._recent(now)) + 1
+
+
+@dataclass
+class Observation:
+    """One look at a ready server: its /metrics counters (None: /metrics did not answer), whether
+    /v1/models answered, and the runner's view of it."""
+
+    now: float
+    generation_tokens: float | None = None
+    prompt_tokens: float | None = None
+    running: float | None = None  # vllm:num_requests_running
+    models_ok: bool = False
+    runner_in_flight: int = 0  # the runner's requests on this server (status.json)
+    last_token_at: float | None = None  # the last byte any stream of the runner got from it
+
+
+class WedgeClock:
+    """Wedged: requests are inside the server and neither its generation nor its prompt token counter
+    has moved, and no stream has delivered a byte, for `after` seconds; or it has answered neither
+    /metrics nor /v1/models for that long. The clock starts at readiness, so loading never counts.
+
+    A busy, healthy engine moves a counter every scheduler step (a long prefill moves the prompt
+    counter, chunk by chunk); an idle one has nothing inside it, and idle time never counts."""
+
+    def __init__(self, after: float, ready_at: float):
+        self.after = after
+        self.progress_at = ready_at  # the last time it was idle or made progress
+        self.answered_at = ready_at  # the last time /metrics or /v1/models answered
+        self._counters: tuple | None = None
+
+    def observe(self, o: Observation) -> str | None:
+        """Why the server is wedged, or None."""
+        answered = o.generation_tokens is not None or o.prompt_tokens is not None or o.models_ok
+        if answered:
+            self.answered_at = o.now
+        counters = (o.generation_tokens, o.prompt_tokens)
+        if o.generation_tokens is not None or o.prompt_tokens is not None:
+            if counters != self._counters:
+                self.progress_at = o.now
+            self._counters = counters
+        if o.last_token_at is not None:
+            self.progress_at = max(self.progress_at, o.last_token_at)
+        busy = bool(o.running) or o.runner_in_flight > 0
+        if not busy and answered:
+            self.progress_at = o.now
+        if o.now - self.answered_at >= self.after:
+            return f"neither /metrics nor /v1/models answered for {o.now - self.answered_at:.0f}s"
+        if busy and o.now - self.progress_at >= self.after:
+            inside = int(o.running or 0) or o.runner_in_flight
+            return (
+                f"wedged: {inside} request(s) inside and no token processed for "
+                f"{o.now - self.progress_at:.0f}s (recover.wedged_after {self.after:g}s)"
+            )
+        return None
+
+
+@dataclass
+class WatchState:
+    """run/watch.json: what the watcher is doing, for `ctl status`, the runner and report."""
+
+    pid: int | None = None
+    updated_at: float | None = None
+    server: ProcessWatch = field(default_factory=ProcessWatch)
+    runner: ProcessWatch = field(default_factory=ProcessWatch)
+    server_ready_seq: int = (
+        0  # bumped each time a server it restarted is ready: the runner re-probes
+    )
+    on_boot: bool = False  # a systemd unit brings it back after a reboot
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "WatchState":
+        d = _known(cls, d)
+        for key in ("server", "runner"):
+            d[key] = ProcessWatch.from_dict(d.get(key) or {})
+        return cls(**d)
+
+    @classmethod
+    def read(cls, path: Path) -> "WatchState | None":
+        try:
+            with open(path) as f:
+                return cls.from_dict(json.load(f))
+        except (OSError, ValueError, TypeError):
+            return None

@@ -1,0 +1,351 @@
+"""What the watcher does each tick for the server and for the runner: notice a death or a wedge,
+wait out the backoff, start again, and give up past the budget.
+
+One state per process (recover.WATCHING, BACKOFF, STARTING, FATAL, IDLE), moved only here. A start
+is not waited for: the server loads for minutes, so STARTING is checked tick by tick and the runner
+is watched meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from types import SimpleNamespace
+from typing import Callable
+
+from ..common import metrics, nvsmi, procinfo
+from ..common.jobspec import SERVER_TOKEN_ENV, Paths, write_json_atomic
+from ..common.recover import (
+    BACKOFF,
+    FATAL,
+    IDLE,
+    STARTING,
+    WATCHING,
+    Budget,
+    Observation,
+    ProcessWatch,
+    RecoverSpec,
+    WedgeClock,
+)
+from ..common.status import FAILED, FINISHED, JobStatus
+from . import engines, intent, kill, server
+
+GPU_WAIT_S = 120.0  # at most this long for a dead server's GPU memory to be freed before a start
+_WHY_LINE = re.compile(r"error|exception|traceback|killed|fatal|illegal|out of memory|xid", re.I)
+
+Tell = Callable[[str, str], None]  # (notify event, what happened)
+
+
+def reason_lines(path, n: int = 8) -> list[str]:
+    """The lines of a log that say why it died: its errors, else its last lines."""
+    tail = procinfo.tail_lines(path, 200)
+    why = [line for line in tail if _WHY_LINE.search(line)]
+    return (why or tail)[-n:]
+
+
+def record_event(paths: Paths, **event) -> None:
+    try:
+        with open(paths.recover_log, "a") as f:
+            f.write(json.dumps(dict(event, at=time.time())) + "\n")
+    except OSError:
+        pass
+
+
+class Keeper:
+    """What both keepers share: the state, the budget, the death and the give-up bookkeeping."""
+
+    what = "?"
+
+    def __init__(self, paths: Paths, spec: RecoverSpec, tell: Tell, log: Callable[[str], None]):
+        self.paths, self.spec, self.tell, self.log = paths, spec, tell, log
+        self.w = ProcessWatch(of=spec.max_restarts)
+        self.budget = Budget(spec)
+
+    def _died(self, now: float, cause: str, lines: list[str]) -> bool:
+        """Count a death (or a failed start); False when the budget is spent."""
+        self.w.last_cause = cause
+        record_event(self.paths, what=self.what, event="died", why=cause)
+        delay = self.budget.failed(now)
+        if delay is None:
+            self.w.state, self.w.why, self.w.log = FATAL, cause, lines
+            self.w.next_try_at = None
+            record_event(self.paths, what=self.what, event="gave_up", why=cause, log=lines)
+            self.log(f"{self.what}: gave up after {self.spec.max_restarts} restarts: {cause}")
+            return False
+        self.w.state, self.w.why = BACKOFF, cause
+        self.w.attempt, self.w.next_try_at = self.budget.attempt(now), now + delay
+        self.log(
+            f"{self.what}: {cause}; restart {self.w.attempt} of {self.spec.max_restarts} in "
+            f"{delay:g}s"
+        )
+        return True
+
+    def _restarted(self, now: float, extra: str = "") -> None:
+        self.w.state, self.w.next_try_at = WATCHING, None
+        self.w.restarts += 1
+        msg = (
+            f"{self.what} restarted (attempt {self.w.attempt} of {self.spec.max_restarts}) after: "
+            f"{self.w.why}{extra}"
+        )
+        record_event(self.paths, what=self.what, event="restarted", why=self.w.why)
+        self.log(msg)
+        self.w.why = None
+        self.tell(f"{self.what}_restarted", msg)
+
+
+def fail_job(paths: Paths, why: str) -> None:
+    """The job's verdict when the watcher gives up: `failed`, with the reason."""
+    st = JobStatus.read(paths.status) or JobStatus()
+    st.state, st.message, st.updated_at = FAILED, why, time.time()
+    write_json_atomic(paths.status, st.to_dict())
+
+
+# ------------------------------------------------------------------ the server
+
+
+def kill_session(rec: dict) -> list[int]:
+    """SIGKILL everything of a dead or wedged server: its session (a SIGSTOPped engine takes no
+    SIGTERM) and every process carrying its token. Returns the pids signalled."""
+    tree = {
+        p: procinfo.start_time(p)
+        for p in procinfo.session_members(rec.get("sid", rec["pid"]), since=rec.get("start_time"))
+    }
+    if rec.get("token"):
+        for p in kill.token_holders(SERVER_TOKEN_ENV, rec["token"]):
+            tree.setdefault(p, procinfo.start_time(p))
+    if procinfo.is_same_process(rec):
+        tree[rec["pid"]] = rec["start_time"]
+    hit = [p for p, st in tree.items() if kill.signal_if_same(p, st, signal.SIGKILL, group=False)]
+    kill.wait_gone(tree, 10)
+    return sorted(hit)
+
+
+def observe(paths: Paths, rec: dict, now: float) -> Observation:
+    """One look at a ready server: its /metrics, /v1/models if that failed, the runner's view."""
+    port = rec["port"]
+    code, text = server.get_url(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    snap = metrics.snapshot(text) if code == 200 else {}
+    o = Observation(
+        now=now,
+        generation_tokens=snap.get("generation_tokens"),
+        prompt_tokens=snap.get("prompt_tokens"),
+        running=snap.get("running"),
+    )
+    if code != 200:
+        o.models_ok = server.served_models(port)[0] == 200
+    st = JobStatus.read(paths.status)
+    fresh = st is not None and st.updated_at is not None and now - st.updated_at < 15
+    for e in st.endpoints if fresh else ():
+        if re.search(rf"//(127\.0\.0\.1|localhost|\[::1\]):{port}(/|$)", e.url):
+            o.runner_in_flight += e.in_flight
+            if e.last_token_at is not None:
+                o.last_token_at = max(o.last_token_at or 0.0, e.last_token_at)
+    return o
+
+
+def dp_member(spec: dict) -> bool:
+    """One host cannot restart a vLLM data-parallel group: its members are named, not restarted."""
+    return bool(spec.get("headless")) or "--data-parallel-address" in (spec.get("args") or ())
+
+
+class ServerKeeper(Keeper):
+    what = "server"
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.clock: WedgeClock | None = None
+        self.clock_of: int | None = None  # the pid the clock belongs to
+        self.next_look = 0.0
+        self.dead_pids: set[int] = set()  # of the server that died: the GPU memory to wait for
+        self.gpu_deadline = 0.0
+        self.started_at: float | None = None
+        self.ready_seq = 0
+
+    @property
+    def look_every(self) -> float:
+        return max(0.5, min(5.0, self.spec.wedged_after / 10))
+
+    def tick(self, now: float, want: dict) -> None:
+        if dp_member(want.get("spec") or {}):
+            self.w.state, self.w.why = IDLE, "a data-parallel group member: restart the group"
+            return
+        if self.w.state in (WATCHING, IDLE):
+            self._watch(now, want)
+        elif self.w.state == BACKOFF and now >= (self.w.next_try_at or 0):
+            self._start(now, want)
+        elif self.w.state == STARTING:
+            self._starting(now, want)
+
+    def _watch(self, now: float, want: dict) -> None:
+        rec = procinfo.read_json(self.paths.server_pid)
+        if not rec or not isinstance(rec.get("pid"), int):
+            return
+        alive = procinfo.is_same_process(rec)
+        if not alive and not rec.get("ready_at") and rec.get("by") != "watcher":
+            # `server.start` at the keyboard failed and said so there: not ours to retry
+            self.log("server: died during a start-up the user ran; not restarted")
+            intent.change(self.paths, server={"wanted": False, "why": "start-up failed"})
+            self.w.state = IDLE
+            return
+        self.w.state = WATCHING
+        if not alive:
+            return self._dead(now, rec, "the server process is gone (an exit nobody asked for)")
+        rec = engines.watch(self.paths, rec)
+        gone = engines.gone(rec)
+        if gone:
+            names = ", ".join(f"{e.get('what', '?')} (pid {e['pid']})" for e in gone)
+            return self._dead(now, rec, f"its engine processes are gone: {names}")
+        if rec.get("headless") or now < self.next_look:
+            return
+        self.next_look = now + self.look_every
+        if not rec.get("ready_at"):
+            if server.served_models(rec["port"])[0] != 200:
+                return  # still loading: bounded by server.ready_timeout, not by the wedge rule
+            rec = dict(rec, ready_at=now)
+            write_json_atomic(self.paths.server_pid, rec)
+        if self.clock is None or self.clock_of != rec["pid"]:
+            self.clock, self.clock_of = (
+                WedgeClock(self.spec.wedged_after, rec["ready_at"]),
+                rec["pid"],
+            )
+        why = self.clock.observe(observe(self.paths, rec, now))
+        if why:
+            self._dead(now, rec, why)
+
+    def _dead(self, now: float, rec: dict, cause: str, lines: list[str] | None = None) -> None:
+        self.dead_pids = set(kill_session(rec)) | {rec["pid"]}
+        self.gpu_deadline = now + GPU_WAIT_S
+        self.clock = None
+        lines = lines if lines is not None else reason_lines(self.paths.server_log)
+        if not self._died(now, cause, lines):
+            self._give_up(cause, lines)
+
+    def _gpu_held(self) -> list[dict]:
+        return [a for a in nvsmi.compute_apps() or [] if a["pid"] in self.dead_pids]
+
+    def _start(self, now: float, want: dict) -> None:
+        if server.managed(self.paths):  # started meanwhile (`server.start` at the keyboard)
+            self.w.state, self.w.next_try_at = WATCHING, None
+            return
+        held = self._gpu_held()
+        if held and now < self.gpu_deadline:
+            return  # vLLM's workers free GPU memory slowly: a start beside them is out of memory
+        if held:
+            self.log(
+                f"server: GPU memory still held by {held} after {GPU_WAIT_S:g}s; starting anyway"
+            )
+        self.w.attempt = self.budget.restarting(now)
+        self.w.state, self.started_at = STARTING, now
+        try:
+            server.start(self.paths, dict(want.get("spec") or {}, by="watcher"))
+        except server.ServerError as e:
+            self._dead(now, {"pid": -1}, f"could not start: {e}", [str(e)])
+
+    def _starting(self, now: float, want: dict) -> None:
+        spec = want.get("spec") or {}
+        c = server.check(self.paths)
+        rec = procinfo.read_json(self.paths.server_pid) or {"pid": -1}
+        if not c["alive"]:
+            return self._dead(
+                now, rec, "it died while loading", reason_lines(self.paths.server_log)
+            )
+        timeout = float(spec.get("ready_timeout", 1800))
+        if not c["ready"]:
+            if now - (self.started_at or now) > timeout:
+                self._dead(now, rec, f"not ready after {timeout:g}s (server.ready_timeout)")
+            return
+        if c.get("headless") and c.get("elapsed_s", 0) < engines.SETTLED_S:
+            return
+        if not c.get("headless"):
+            from .smoke import smoke
+
+            try:
+                smoke(self.paths, spec.get("model", "default"))
+            except server.ServerError as e:
+                return self._dead(now, rec, f"the smoke test failed: {e}", [str(e)])
+        write_json_atomic(self.paths.server_pid, dict(rec, ready_at=now))
+        self.ready_seq += 1
+        self._restarted(now, f"; ready in {now - (self.started_at or now):.0f}s")
+
+    def _give_up(self, cause: str, lines: list[str]) -> None:
+        """Nothing is started again, nothing of the server stays on the GPUs, the job fails."""
+        from . import ctl
+
+        with_lines = cause + (": " + " | ".join(lines[-3:]) if lines else "")
+        why = f"the server died {self.spec.max_restarts + 1} times within {self.spec.window:g}s; gave up: {with_lines}"
+        intent.change(
+            self.paths, server={"wanted": False, "why": why}, runner={"wanted": False, "why": why}
+        )
+        server.wait_gpu_free(self.dead_pids, GPU_WAIT_S)
+        ctl.stop(self.paths, grace=10.0)
+        fail_job(self.paths, why)
+        self.tell("failed", f"failed: {why}")
+
+
+# ------------------------------------------------------------------ the runner
+
+
+class RunnerKeeper(Keeper):
+    what = "runner"
+
+    def tick(self, now: float, want: dict) -> None:
+        if self.w.state in (WATCHING, IDLE):
+            self._watch(now)
+        elif self.w.state == BACKOFF and now >= (self.w.next_try_at or 0):
+            self._start(now, want)
+
+    def _watch(self, now: float) -> None:
+        rec = procinfo.read_json(self.paths.pidfile)
+        if not rec or not isinstance(rec.get("pid"), int):
+            return
+        if procinfo.is_same_process(rec):
+            self.w.state = WATCHING
+            return
+        st = JobStatus.read(self.paths.status)
+        if st and st.pid == rec["pid"] and st.state in (FINISHED, FAILED):
+            # its own verdict: a finished job, or a fault restarting cannot mend
+            intent.change(self.paths, runner={"wanted": False, "why": f"the runner {st.state}"})
+            self.log(f"runner: {st.state} by itself ({st.message or 'no message'}); not restarted")
+            self.w.state = IDLE
+            return
+        cause = (
+            f"the runner (pid {rec['pid']}) died without being stopped (a signal, a crash, "
+            "the OOM killer: see dmesg)"
+        )
+        if not self._died(now, cause, reason_lines(self.paths.log)):
+            self._give_up(cause)
+
+    def _start(self, now: float, want: dict) -> None:
+        from . import ctl, gpu
+
+        if ctl.managed_runner(self.paths):  # started meanwhile (`invoke restart`)
+            self.w.state, self.w.next_try_at = WATCHING, None
+            return
+        self.w.attempt = self.budget.restarting(now)
+        flags = dict(want.get("flags") or {})
+        a = SimpleNamespace(
+            max_samples=flags.get("max_samples"),
+            cap=[tuple(c) for c in flags.get("cap") or ()],
+            max_tokens=flags.get("max_tokens"),
+            datasets=flags.get("datasets"),
+            grace=float(flags.get("grace", 30.0)),
+            force=bool(flags.get("force")),
+            force_gpu=False,
+            wait=120.0,
+        )
+        try:
+            ctl.start(self.paths, a, rel=(self.paths.root / "current").resolve())
+        except (ctl.CtlError, gpu.GPUBusy) as e:
+            lines = list(getattr(e, "extra", {}).get("log") or [])
+            if not self._died(now, f"could not start: {e}", lines):
+                self._give_up(f"could not start: {e}")
+            return
+        self._restarted(now)
+
+    def _give_up(self, cause: str) -> None:
+        why = f"the runner died {self.spec.max_restarts + 1} times within {self.spec.window:g}s; gave up: {cause}"
+        intent.change(self.paths, runner={"wanted": False, "why": why})
+        fail_job(self.paths, why)
+        self.tell("failed", f"failed: {why}")

@@ -1,0 +1,49 @@
+"""After a command that starts or stops something: what is now wanted (run/supervise.json), and a
+watcher while anything is, none once nothing is."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..common.jobspec import Paths
+from ..common.recover import RecoverSpec
+from . import intent, watch
+
+
+def recover_arg(a) -> RecoverSpec | None:
+    """--recover JSON (hosts.yaml `recover:`); None keeps what the intent has (defaults at first)."""
+    return RecoverSpec.from_dict(json.loads(a.recover)) if getattr(a, "recover", None) else None
+
+
+def run_flags(a) -> dict:
+    """What the watcher needs to start this runner again with the arguments it had."""
+    return {
+        "max_samples": a.max_samples,
+        "cap": [list(c) for c in a.cap],
+        "max_tokens": a.max_tokens,
+        "datasets": a.datasets,
+        "grace": a.grace,
+        "force": a.force,
+    }
+
+
+def want_runner(paths: Paths, a) -> None:
+    intent.change(paths, recover=recover_arg(a), runner={"wanted": True, "flags": run_flags(a)})
+
+
+def after(paths: Paths) -> dict | None:
+    """A watcher while something is wanted; none once nothing is (it would exit by itself)."""
+    data = intent.read(paths)
+    if not any(intent.wanted(data, w) for w in ("server", "runner")):
+        watch.stop(paths)
+        return None
+    rec = watch.ensure(paths)
+    if not rec:
+        return None
+    if intent.recover_spec(data).on_boot:
+        from . import boot
+
+        why = boot.install(paths, sys.executable)
+        return {"pid": rec["pid"], "on_boot": why is None, "note": why}
+    return {"pid": rec["pid"], "on_boot": False}

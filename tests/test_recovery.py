@@ -1,0 +1,322 @@
+"""A job that heals itself, over the real sshd with a stand-in `vllm` (tests/fake_vllm.py): the host's
+watcher restarts a server that was killed, exited 0, lost its engine, wedged or keeps dying at start,
+and a runner that was killed; it obeys stop and server.stop; killing it never stops the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from deploytool import control, server
+from deploytool.connectors import connect
+from deploytool.deploy import deploy_host
+from remote.common import procinfo
+from remote.common.recover import RecoverSpec
+from tests.conftest import (
+    base_job,
+    cli,
+    free_port,
+    records,
+    ssh_host_entry,
+    wait_for,
+    write_config,
+    write_prompts,
+)
+from tests.test_server import fake_vllm
+
+N = 48
+FAST = {"backoff": 0.2, "max_restarts": 3, "wedged_after": 2.0, "window": 3600}
+
+
+class Rig:
+    def __init__(
+        self, tmp_path: Path, ssh_rig, server_args=(), recover=None, answer_delay=0.25, n=N
+    ):
+        self.n = n
+        self.tmp = tmp_path
+        self.root = tmp_path / "host"
+        project = tmp_path / "p"
+        project.mkdir()
+        write_prompts(project / "data" / "prompts" / "B1.jsonl", n)
+        self.port = free_port()
+        self.events = tmp_path / "events.log"
+        job = base_job(
+            engine={
+                "kind": "openai",
+                "base_url": f"http://127.0.0.1:{self.port}/v1",
+                "model": "kimi",
+                "concurrency": 4,
+                "retry_base": 0.05,
+                "down_deadline": 3.0,  # shorter than a recovery: the runner must wait for it
+                "metrics_interval": 0,
+            }
+        )
+        job["notify"] = {
+            "command": f'echo "$DEPLOYTOOL_EVENT $DEPLOYTOOL_MESSAGE" >> {self.events}'
+        }
+        self.cfg = write_config(
+            project,
+            {"gpu": ssh_host_entry(ssh_rig, self.root)},
+            job=job,
+            server={
+                "command": str(fake_vllm(tmp_path)),
+                "model": "kimi",
+                "port": self.port,
+                "args": [
+                    "--fake-delay",
+                    "0.3",
+                    "--fake-engine",
+                    "1",
+                    "--fake-answer-delay",
+                    str(answer_delay),
+                    *server_args,
+                ],
+                "ready_timeout": 30,
+            },
+            recover=FAST if recover is None else recover,
+        )
+        self.conn = connect(self.cfg.hosts["gpu"], self.cfg)
+        deploy_host(self.conn, self.cfg)
+        self.recover = self.cfg.recover_for("gpu")
+
+    def start(self, server_up=True):
+        if server_up:
+            server.start(self.conn, self.cfg.server, poll=0.1, recover=self.recover)
+        flags = control.parse_run_flags(self.cfg)
+        return control.restart(self.conn, flags, recover=self.recover)
+
+    def pid(self, name: str) -> dict:
+        return json.loads((self.root / "run" / name).read_text())
+
+    def watch(self) -> dict:
+        try:
+            return json.loads((self.root / "run" / "watch.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def status(self) -> dict:
+        return json.loads((self.root / "run" / "status.json").read_text())
+
+    def wait_records(self, n: int, timeout: float = 30):
+        wait_for(lambda: len(records(self.root, "B1")) >= n, timeout, what=f"{n} records")
+
+    def finished(self, timeout: float = 60):
+        wait_for(
+            lambda: (
+                self.status()["state"] == "finished"
+                and not procinfo.live_record(self.root / "run" / "runner.pid")
+            ),
+            timeout,
+            what="the job to finish",
+        )
+        ids = [r["id"] for r in records(self.root, "B1")]
+        assert (
+            len(ids) == self.n and len(set(ids)) == self.n
+        )  # every prompt once: none lost, none twice
+        errors = self.root / "data" / "outputs" / "B1.errors.jsonl"
+        assert not errors.exists() or not errors.read_text().strip()
+
+    def events_said(self) -> list[str]:
+        return self.events.read_text().splitlines() if self.events.exists() else []
+
+    def close(self):
+        server.stop(self.conn, grace=0)
+        control.stop(self.conn, grace=0)
+        self.conn.close()
+
+
+@pytest.fixture
+def rig(tmp_path, ssh_rig):
+    made = []
+
+    def make(*args, **kw):
+        r = Rig(tmp_path, ssh_rig, *args, **kw)
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.close()
+
+
+def server_processes(rec: dict) -> list[int]:
+    """Every process of a server as recorded: its session, and its engine children."""
+    pids = set(procinfo.session_members(rec.get("sid", rec["pid"]), since=rec["start_time"]))
+    return sorted(p for p in pids if procinfo.alive(p) and procinfo.state(p) not in ("Z", "X"))
+
+
+def restarted(r: Rig, what: str, n: int = 1, timeout: float = 30) -> dict:
+    return wait_for(
+        lambda: (
+            (r.watch().get(what) or {}).get("restarts", 0) >= n
+            and r.watch()[what]["state"] == "watching"
+            and r.watch()
+        ),
+        timeout,
+        what=f"{what} restarted {n} time(s)",
+    )
+
+
+def test_server_killed_9_is_restarted_its_leftovers_removed_every_prompt_once(rig):
+    r = rig()
+    r.start()
+    r.wait_records(8)
+    old = r.pid("server.pid")
+    left = {p: procinfo.start_time(p) for p in server_processes(old)}
+    assert (
+        len(left) >= 2
+    )  # the launcher and its engine (the workers left the session, as vLLM's do)
+    os.kill(old["pid"], signal.SIGKILL)  # the API server dies hard; its engine and workers stay
+    w = restarted(r, "server")
+    assert "gone" in w["server"]["last_cause"]
+    new = r.pid("server.pid")
+    assert new["pid"] != old["pid"] and new["by"] == "watcher" and new.get("ready_at")
+    still = [p for p, st in left.items() if procinfo.alive(p) and procinfo.start_time(p) == st]
+    assert not still  # the old engine, re-parented to init, was removed before the new start
+    r.finished()
+    said = r.events_said()
+    assert any(e.startswith("server_restarted ") and "attempt 1 of 3" in e for e in said), said
+    assert not any(e.startswith("failed") for e in said)
+
+
+@pytest.mark.parametrize("how", ["exit0", "engine_gone", "wedged"])
+def test_server_deaths_that_look_alive_or_clean(rig, tmp_path, how):
+    args = (
+        ["--fake-exit-once", str(tmp_path / "exited"), "--fake-exit-after", "1.5"]
+        if how == "exit0"
+        else []
+    )
+    r = rig(server_args=args)
+    r.start()
+    r.wait_records(4)
+    if how == "engine_gone":
+        rec = wait_for(lambda: r.pid("server.pid").get("engines"), 15, what="engines recorded")
+        os.kill(rec[0]["pid"], signal.SIGKILL)  # the launcher lives on, serving nothing real
+    elif how == "wedged":
+        rec = wait_for(lambda: r.pid("server.pid").get("engines"), 15, what="engines recorded")
+        stopped = rec[0]
+        os.kill(stopped["pid"], signal.SIGSTOP)  # its HTTP side still answers /v1/models
+        code, _ = server_get(r.port, "/v1/models")
+        assert code == 200
+    w = restarted(r, "server")
+    cause = w["server"]["last_cause"]
+    expect = {"exit0": "gone", "engine_gone": "engine processes are gone", "wedged": "wedged"}[how]
+    assert expect in cause, cause
+    if how == "wedged":
+        assert not procinfo.is_same_process(stopped)  # the stopped process was killed too
+    r.finished()
+
+
+def server_get(port: int, path: str) -> tuple[int, str]:
+    from remote.host.server import get_url
+
+    return get_url(f"http://127.0.0.1:{port}{path}", timeout=3)
+
+
+def test_a_busy_healthy_server_is_never_killed(rig):
+    # answers take 3 s (longer than wedged_after 2 s) but tokens keep flowing: not a wedge
+    r = rig(answer_delay=3.0, n=8)
+    r.start()
+    r.finished(timeout=90)
+    assert r.watch()["server"]["restarts"] == 0
+
+
+def test_a_server_that_dies_at_every_start_ends_in_a_clean_give_up(rig, tmp_path):
+    r = rig(server_args=["--fake-die-later", str(tmp_path / "once")])
+    r.start()
+    r.wait_records(4)
+    old = r.pid("server.pid")
+    os.kill(old["pid"], signal.SIGKILL)
+    w = wait_for(
+        lambda: r.watch().get("server", {}).get("state") == "fatal" and r.watch(),
+        30,
+        what="give-up",
+    )
+    assert w["server"]["restarts"] == 0 and w["server"]["attempt"] == 3
+    assert any("illegal memory access" in line for line in w["server"]["log"])
+    st = wait_for(lambda: r.status()["state"] == "failed" and r.status(), 30, what="job failed")
+    assert "gave up" in st["message"] and "illegal memory access" in st["message"]
+    wait_for(
+        lambda: not procinfo.live_record(r.root / "run" / "watcher.pid"), 10, what="watcher gone"
+    )
+    assert not procinfo.live_record(r.root / "run" / "runner.pid")  # nothing started again
+    assert not server_processes(old) and not procinfo.live_record(r.root / "run" / "server.pid")
+    said = r.events_said()
+    assert any(e.startswith("failed ") and "illegal memory access" in e for e in said), said
+    events = [json.loads(x) for x in (r.root / "run" / "recover.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("died") == 4 and events[-1]["event"] == "gave_up"
+    # backoff doubled between the attempts: 0.2, 0.4, 0.8 s
+    deaths = [e["at"] for e in events if e["event"] == "died"]
+    assert deaths[3] - deaths[2] > deaths[2] - deaths[1] > 0.3
+
+
+def test_runner_killed_9_is_restarted_and_a_finished_job_is_not(rig):
+    r = rig()
+    r.start()
+    r.wait_records(8)
+    old = r.pid("runner.pid")
+    os.kill(old["pid"], signal.SIGKILL)
+    w = restarted(r, "runner")
+    assert "died without being stopped" in w["runner"]["last_cause"]
+    assert r.pid("runner.pid")["pid"] != old["pid"]
+    r.finished()
+    said = r.events_said()
+    assert any(e.startswith("runner_restarted ") for e in said), said
+    time.sleep(
+        1.0
+    )  # a finished job stays finished: nothing to wait for but the absence of a restart
+    assert r.watch()["runner"]["restarts"] == 1 and r.watch()["runner"]["state"] == "idle"
+    assert procinfo.live_record(r.root / "run" / "watcher.pid")  # the server is still watched
+    server.stop(r.conn, grace=0)
+    wait_for(
+        lambda: not procinfo.live_record(r.root / "run" / "watcher.pid"), 10, what="watcher exits"
+    )
+
+
+def test_stop_and_server_stop_are_obeyed(rig):
+    r = rig(answer_delay=0.5)
+    r.start()
+    r.wait_records(2)
+    control.stop(r.conn, grace=0)
+    server.stop(r.conn, grace=0)
+    time.sleep(1.5)  # several backoffs long: whatever would come back would be back
+    assert not procinfo.live_record(r.root / "run" / "runner.pid")
+    assert not procinfo.live_record(r.root / "run" / "server.pid")
+    assert not procinfo.live_record(r.root / "run" / "watcher.pid")
+    w = r.watch()
+    assert w["server"]["restarts"] == 0 and w["runner"]["restarts"] == 0
+
+
+def test_killing_the_watcher_leaves_the_job_running_and_restart_brings_it_back(rig):
+    r = rig(answer_delay=0.4)
+    r.start()
+    r.wait_records(2)
+    watcher = r.pid("watcher.pid")
+    runner = r.pid("runner.pid")
+    os.kill(watcher["pid"], signal.SIGKILL)
+    wait_for(lambda: not procinfo.is_same_process(watcher), 5, what="watcher dead")
+    assert procinfo.is_same_process(runner)
+    out = cli(r.cfg, "status", "--host", "gpu")
+    assert out.returncode == 0 and "unsupervised" in out.stdout, out.stdout
+    st = control.status(r.conn)
+    assert st.supervision.enabled and not st.supervision.supervised
+    again = cli(r.cfg, "restart", "--host", "gpu")  # same release: a live re-cap, nothing lost
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert procinfo.is_same_process(runner)
+    back = r.pid("watcher.pid")
+    assert back["pid"] != watcher["pid"] and procinfo.is_same_process(back)
+    assert control.status(r.conn).supervision.supervised
+    r.finished()
+
+
+def test_recover_false_starts_no_watcher(rig):
+    r = rig(recover=False)
+    assert r.recover == RecoverSpec(enabled=False)
+    r.start()
+    assert not (r.root / "run" / "watcher.pid").exists()
+    r.finished()
