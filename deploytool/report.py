@@ -125,6 +125,25 @@ def finish_share(finish: dict) -> str:
     return f'<div class="share">{parts}</div><span class="sub">{words}</span>'
 
 
+def restarts_table(events: list) -> str:
+    """What the watcher did: each death it saw, each restart, a give-up (run/recover.jsonl)."""
+    if not events:
+        return "<p>None: nothing died or wedged.</p>"
+    done = sum(1 for e in events if e.get("event") == "restarted")
+    gave_up = '<span class="bad">gave up</span>'
+    rows = "".join(
+        f"<tr><td>{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e.get('at', 0)))}</td>"
+        f"<td>{html.escape(str(e.get('what', '?')))}</td>"
+        f"<td>{gave_up if e.get('event') == 'gave_up' else html.escape(str(e.get('event', '?')))}"
+        f"</td><td style='text-align:left'>{html.escape(str(e.get('why') or ''))}</td></tr>"
+        for e in events
+    )
+    return (
+        f'<p class="sub">{done} restart(s).</p><table><tr><th>when</th><th>what</th><th>event</th>'
+        f'<th style="text-align:left">why</th></tr>{rows}</table>'
+    )
+
+
 def page(data: dict) -> str:
     st = JobStatus.from_dict(data["status"])
     host, max_tokens, ds = data["host"], data["max_tokens"], data["datasets"]
@@ -153,6 +172,7 @@ def page(data: dict) -> str:
     )
     hist = data["history"]
     made = time.strftime("%Y-%m-%d %H:%M:%S")
+    restarts = restarts_table(data.get("restarts") or [])
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>deploytool report: {html.escape(host)}</title><style>{CSS}</style></head><body>
@@ -170,6 +190,7 @@ now · {len(hist["starts"])} runner start(s) · model {html.escape(st.engine.mod
 <p class="sub">Bars: records per length band. Red dashed: <code>max_tokens</code> (answers cut there end with
 finish_reason <code>length</code>). Green dotted: the mean.</p><div class="grid">{cards}</div>
 <h2>Errors</h2>{errs or "<p>None.</p>"}
+<h2>Recoveries by the host's watcher</h2>{restarts}
 </body></html>
 """
 

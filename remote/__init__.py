@@ -6,7 +6,8 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
     common/   what both sides share, standard library only; the one part deploytool imports
         jobspec   the typed job spec (defaults stated once), caps, the host's paths, token names
         status    status.json, typed (nested parts too); answers: ctl's and server's answers
-        units, runargs, metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull
+        units, runargs, metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull,
+        notify (job.notify's command), recover (recover: and the watcher's rules: budget, wedge clock)
     job/      the runner's process: one job through the engine
         runner      wiring and lifecycle only
         scheduler   caps, token budgets, reload, which prompt next (datasets: one dataset's state)
@@ -14,10 +15,13 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
         writer      records and errors onto disk, holding them while the disk is full
         control     run/control.json (live re-cap, drain, grace); telemetry (/metrics, GPUs);
         alerts      stalled / engine_down -> notify; status_builder (pure); rates (one window)
-        engine (openai | simulate), pool (servers), prompts, outputs, notify, history, plan, report
+        engine (openai | simulate), pool (servers), prompts, outputs, history, plan, report,
+        watched (run/watch.json as the runner reads it)
     host/     process control on the host
-        ctl (start/stop/restart/status), strays, kill, gpu, server (vLLM), release and preflight
-        (both sent by deploytool as source, so they import nothing of this package)
+        ctl (start/stop/restart/status), strays, kill, gpu, server (vLLM), smoke, release and
+        preflight (both sent by deploytool as source, so they import nothing of this package);
+        watch (the watcher process), keepers (its per-process decisions), intent (run/supervise.json:
+        what should run), supervised (after a command), boot (recover.on_boot's systemd unit)
 
     deploytool -> remote.common <- remote.job
                                 <- remote.host      (job and host never import each other)

@@ -17,7 +17,13 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError, UsageError
 from remote.common import procinfo
+from remote.common.recover import RecoverSpec
 from tests.conftest import base_job, ssh_host_entry, status, wait_for, write_config, write_prompts
+
+
+def restart_unwatched(*args, **kw):
+    """control.restart with the host's watcher off: these tests make deaths on purpose and look at them."""
+    return control.restart(*args, recover=RecoverSpec(enabled=False), **kw)
 
 
 @pytest.fixture
@@ -69,11 +75,11 @@ def outputs(root: Path, ds: str) -> list[str]:
 
 def test_restart_starts_then_live_recap_keeps_the_process(job):
     cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
-    r1 = control.restart(conn, flags(cfg, max_samples=300))
+    r1 = restart_unwatched(conn, flags(cfg, max_samples=300))
     assert r1.mode == "start" and r1.state == "running"
     assert r1.caps["B1"]["target"] == 300
     wait_for(lambda: len(outputs(root, "B1")) >= 8, what="progress")
-    r2 = control.restart(conn, flags(cfg, max_samples=20, caps=["B2=5"]))
+    r2 = restart_unwatched(conn, flags(cfg, max_samples=20, caps=["B2=5"]))
     assert r2.mode == "live" and r2.pid == r1.pid and r2.lost_in_flight == 0
     assert r2.caps["B1"]["target"] == 20 and r2.caps["B2"]["target"] == 5
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
@@ -86,9 +92,9 @@ def test_restart_starts_then_live_recap_keeps_the_process(job):
 
 def test_hard_restart_leaves_exactly_one_runner_and_loses_nothing(job):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
-    r1 = control.restart(conn, flags(cfg, max_samples=60, grace=10))
+    r1 = restart_unwatched(conn, flags(cfg, max_samples=60, grace=10))
     wait_for(lambda: len(outputs(root, "B1")) >= 4, what="progress")
-    r2 = control.restart(conn, flags(cfg, max_samples=60, grace=10), hard=True)
+    r2 = restart_unwatched(conn, flags(cfg, max_samples=60, grace=10), hard=True)
     assert r2.mode == "restart" and r2.pid != r1.pid
     assert r2.stopped.stopped == [r1.pid] and r2.stopped.killed == []
     # graceful: in-flight requests finished inside the grace period
@@ -103,13 +109,13 @@ def test_hard_restart_leaves_exactly_one_runner_and_loses_nothing(job):
 
 def test_kill_9_then_restart_resumes_without_loss_or_duplicates(job):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
-    r1 = control.restart(conn, flags(cfg, max_samples=40))
+    r1 = restart_unwatched(conn, flags(cfg, max_samples=40))
     wait_for(lambda: len(outputs(root, "B1")) >= 6, what="progress")
     os.kill(r1.pid, signal.SIGKILL)
     wait_for(lambda: not procinfo.alive(r1.pid), what="runner dead")
     st = control.status(conn)
     assert st.state == "stopped" and not st.runner.alive
-    r2 = control.restart(conn, flags(cfg, max_samples=40))
+    r2 = restart_unwatched(conn, flags(cfg, max_samples=40))
     assert r2.mode == "start"
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     for ds in ("B1", "B2"):
@@ -119,9 +125,9 @@ def test_kill_9_then_restart_resumes_without_loss_or_duplicates(job):
 
 def test_drain_restart_loses_no_request(job):
     cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
-    control.restart(conn, flags(cfg, max_samples=60))
+    restart_unwatched(conn, flags(cfg, max_samples=60))
     wait_for(lambda: srv.in_flight == 4, what="window full")
-    r = control.restart(conn, flags(cfg, max_samples=60), hard=True, drain=True)
+    r = restart_unwatched(conn, flags(cfg, max_samples=60), hard=True, drain=True)
     assert r.mode == "restart" and r.lost_in_flight == 0 and r.stopped.drained
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     assert max(srv.attempts.values()) == 1
@@ -130,10 +136,10 @@ def test_drain_restart_loses_no_request(job):
 def test_grace_0_restart_reports_lost_requests(job):
     cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
     job["srv"].latency = 2.0
-    control.restart(conn, flags(cfg, max_samples=60, grace=0))
+    restart_unwatched(conn, flags(cfg, max_samples=60, grace=0))
     # the count comes from the runner's status file, written once a second
     wait_for(lambda: srv.in_flight == 4 and status(root)["in_flight"] == 4, what="window full")
-    r = control.restart(conn, flags(cfg, max_samples=60, grace=0), hard=True)
+    r = restart_unwatched(conn, flags(cfg, max_samples=60, grace=0), hard=True)
     assert r.lost_in_flight == 4, r.stopped
 
 
@@ -164,7 +170,7 @@ def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
     )
     try:
         assert control.status(conn).strays == [hand.pid]
-        r = control.restart(conn, flags(cfg, max_samples=50, grace=5))
+        r = restart_unwatched(conn, flags(cfg, max_samples=50, grace=5))
         assert hand.pid in r.stopped.strays
         assert hand.wait(10) is not None
         assert decoy1.poll() is None and decoy2.poll() is None
@@ -230,7 +236,7 @@ def test_stale_pid_file_of_a_reused_pid_is_not_signalled(job):
 
 def test_invalid_flags_change_nothing(job):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
-    r = control.restart(conn, flags(cfg, max_samples=100))
+    r = restart_unwatched(conn, flags(cfg, max_samples=100))
     for bad in (
         {"max_samples": "-1"},
         {"max_samples": "ten"},
@@ -264,7 +270,7 @@ def test_invalid_flags_change_nothing(job):
 
 def test_second_start_refused_by_lock(job):
     cfg, conn = job["cfg"], job["conn"]
-    control.restart(conn, flags(cfg, max_samples=100))
+    restart_unwatched(conn, flags(cfg, max_samples=100))
     with pytest.raises(RemoteError, match="already running"):
         control.ctl(conn, "start", "--max-samples", "5")
 
@@ -273,7 +279,7 @@ def test_runner_dying_at_start_shows_its_log(job):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
     (root / "data" / "prompts" / "B2.jsonl").unlink()
     with pytest.raises(RemoteError) as e:
-        control.restart(conn, flags(cfg, max_samples=10))
+        restart_unwatched(conn, flags(cfg, max_samples=10))
     assert "exited with code 2" in str(e.value)
     assert any("prompts file" in line for line in e.value.details)
 
@@ -291,12 +297,12 @@ def test_new_release_means_real_restart(job, tmp_path):
     from deploytool.deploy import PACKAGE_DIR, build_release
 
     cfg, conn = job["cfg"], job["conn"]
-    r1 = control.restart(conn, flags(cfg, max_samples=100))
+    r1 = restart_unwatched(conn, flags(cfg, max_samples=100))
     pkg = tmp_path / "pkg"
     shutil.copytree(PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
     (pkg / "extra.py").write_text("# new code\n")
     new = deploy_host(conn, cfg, release=build_release(cfg, pkg))
-    r2 = control.restart(conn, flags(cfg, max_samples=100, grace=5))
+    r2 = restart_unwatched(conn, flags(cfg, max_samples=100, grace=5))
     assert r2.mode == "restart" and r2.pid != r1.pid and r2.release.endswith(new.release)
 
 
@@ -403,9 +409,9 @@ def test_cli_status_json_and_stop(job):
 
 def test_live_recap_refused_by_the_runner_is_reported(job):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
-    r = control.restart(conn, flags(cfg, max_samples=100, datasets="B1"))
+    r = restart_unwatched(conn, flags(cfg, max_samples=100, datasets="B1"))
     (root / "data" / "prompts" / "B2.jsonl").unlink()  # B2 cannot be opened now
     with pytest.raises(RemoteError, match="refused: B2: prompts file"):
-        control.restart(conn, flags(cfg, max_samples=100))
+        restart_unwatched(conn, flags(cfg, max_samples=100))
     assert procinfo.alive(r.pid)  # the runner goes on with what it had
     assert status(root)["caps"]["datasets"] == ["B1"]

@@ -13,6 +13,7 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
 from remote.common import procinfo
+from remote.common.recover import RecoverSpec
 from tests.conftest import (
     base_job,
     cli,
@@ -22,6 +23,11 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
+
+
+def restart_unwatched(*args, **kw):
+    """control.restart with the host's watcher off: these tests make deaths on purpose and look at them."""
+    return control.restart(*args, recover=RecoverSpec(enabled=False), **kw)
 
 
 def record_ids(host_dir: Path, ds: str) -> list[str]:
@@ -116,13 +122,13 @@ def test_rewritten_file_with_ids_reloads_live(project):
     conn = connect(cfg.hosts["gpu"], cfg)
     try:
         deploy_host(conn, cfg)
-        r = control.restart(conn, control.parse_run_flags(cfg, max_samples=100))
+        r = restart_unwatched(conn, control.parse_run_flags(cfg, max_samples=100))
         path = proj / "data" / "prompts" / "B2.jsonl"
         lines = path.read_text().splitlines()
         path.write_text("\n".join(list(reversed(lines))[:8]) + "\n")  # reordered, two dropped
         append_prompts(path, 10, 5, with_ids=True)
         deploy_host(conn, cfg)
-        again = control.restart(conn, control.parse_run_flags(cfg, max_samples=100))
+        again = restart_unwatched(conn, control.parse_run_flags(cfg, max_samples=100))
         assert again.mode == "live" and again.pid == r.pid
         assert again.reloaded == {"B2": {"from": 10, "to": 13}}
         wait_for(lambda: status(host_dir)["state"] == "finished", timeout=60, what="finished")
@@ -140,13 +146,13 @@ def test_rewritten_file_without_ids_is_refused_and_the_runner_untouched(project)
     conn = connect(cfg.hosts["gpu"], cfg)
     try:
         deploy_host(conn, cfg)
-        r = control.restart(conn, control.parse_run_flags(cfg, max_samples=100))
+        r = restart_unwatched(conn, control.parse_run_flags(cfg, max_samples=100))
         path = proj / "data" / "prompts" / "B2.jsonl"
         path.write_text(json.dumps({"prompt": "inserted at the top"}) + "\n" + path.read_text())
         deploy_host(conn, cfg)
         before = status(host_dir)
         with pytest.raises(RemoteError) as e:
-            control.restart(conn, control.parse_run_flags(cfg, max_samples=100))
+            restart_unwatched(conn, control.parse_run_flags(cfg, max_samples=100))
         msg = str(e.value)
         assert "B2: data/prompts/B2.jsonl was rewritten, not only appended to" in msg
         assert "`id`" in msg and "--hard" in msg and "nothing changed" in msg

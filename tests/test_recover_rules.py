@@ -124,3 +124,58 @@ def test_watch_state_reads_back(tmp_path):
     back = WatchState.read(tmp_path / "w.json")
     assert back == ws and back.server.recovering is False
     assert ProcessWatch(state="starting").recovering
+
+
+def test_status_and_tail_say_recovering_gave_up_and_unsupervised():
+    import io
+
+    from rich.console import Console
+
+    from deploytool import progress, render
+    from remote.common.status import JobStatus, Supervision
+
+    st = JobStatus(state="running", host="gpu1")
+    st.supervision = Supervision(
+        enabled=True,
+        supervised=True,
+        pid=7,
+        server=ProcessWatch(
+            state="backoff", why="the server process is gone", attempt=2, of=5, next_try_in_s=20
+        ),
+        runner=ProcessWatch(state="watching", restarts=1, last_cause="the runner (pid 9) died"),
+        note="a reboot needs `invoke restart`",
+    )
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
+    text = buf.getvalue()
+    assert (
+        "RECOVERING server: the server process is gone; attempt 2 of 5, next try in 0m20s" in text
+    )
+    assert "runner restarted 1x by the watcher; last cause: the runner (pid 9) died" in text
+    line = progress.plain_line("gpu1", st, 0)
+    assert (
+        "RECOVERING server" in line and "reboot" not in line
+    )  # tail's plain line: only what matters
+    st.supervision = Supervision(
+        enabled=True,
+        server=ProcessWatch(
+            state="fatal", why="gave up", log=["CUDA error: an illegal memory access"]
+        ),
+        note="unsupervised: the watcher is not running; `invoke restart` brings it back",
+    )
+    lines = [t for t, _ in progress.recovery_lines(st)]
+    assert lines[0] == "GAVE UP on the server: gave up" and "illegal memory access" in lines[1]
+    assert lines[-1].startswith("unsupervised")
+
+
+def test_on_boot_unit_and_why_not_without_systemd(tmp_path, monkeypatch):
+    from remote.common.jobspec import Paths
+    from remote.host import boot
+
+    paths = Paths(tmp_path / "eagle3-train")
+    text = boot.unit_text(paths, "/opt/venv/bin/python")
+    assert f"ExecStart=/opt/venv/bin/python -m remote watch --root {paths.root}\n" in text
+    assert f"WorkingDirectory={paths.root}/current" in text and "[Install]" in text
+    monkeypatch.setattr(boot, "systemd_running", lambda: False)
+    assert boot.install(paths, "/opt/venv/bin/python") == boot.why_not()
+    assert "does not run systemd" in boot.why_not() and not boot.installed(paths)

@@ -253,6 +253,15 @@ def test_a_server_that_dies_at_every_start_ends_in_a_clean_give_up(rig, tmp_path
     # backoff doubled between the attempts: 0.2, 0.4, 0.8 s
     deaths = [e["at"] for e in events if e["event"] == "died"]
     assert deaths[3] - deaths[2] > deaths[2] - deaths[1] > 0.3
+    page = tmp_path / "report.html"
+    res = cli(r.cfg, "report", "--host", "gpu", "--out", str(page))
+    assert res.returncode == 0, res.stdout + res.stderr
+    html = page.read_text()
+    assert (
+        "Recoveries by the host" in html and "gave up" in html and "illegal memory access" in html
+    )
+    out = cli(r.cfg, "status", "--host", "gpu").stdout
+    assert "GAVE UP on the server" in out and "failed" in out, out
 
 
 def test_runner_killed_9_is_restarted_and_a_finished_job_is_not(rig):
@@ -319,4 +328,15 @@ def test_recover_false_starts_no_watcher(rig):
     assert r.recover == RecoverSpec(enabled=False)
     r.start()
     assert not (r.root / "run" / "watcher.pid").exists()
+    r.finished()
+
+
+def test_a_restart_with_recover_false_ends_the_watcher(rig):
+    r = rig(answer_delay=0.4)
+    r.start()
+    watcher = r.pid("watcher.pid")
+    flags = control.parse_run_flags(r.cfg)
+    control.restart(r.conn, flags, recover=RecoverSpec(enabled=False))  # a live re-cap
+    wait_for(lambda: not procinfo.is_same_process(watcher), 10, what="the watcher to exit")
+    assert procinfo.live_record(r.root / "run" / "runner.pid")  # the job itself goes on
     r.finished()

@@ -14,6 +14,7 @@ from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
 from remote.common import procinfo
 from remote.common.answers import ServerState
+from remote.common.recover import RecoverSpec
 from remote.host.smoke import degenerate
 from tests.conftest import (
     REPO,
@@ -24,6 +25,11 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
+
+
+def start_unwatched(*args, **kw):
+    """server.start with the host's watcher off: these tests make deaths on purpose and look at them."""
+    return server.start(*args, recover=RecoverSpec(enabled=False), **kw)
 
 
 def fake_vllm(tmp_path: Path) -> Path:
@@ -93,7 +99,7 @@ def server_tree(host_dir: Path) -> list[int]:
 def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
     cfg, conn = host("--tensor-parallel-size", "8", "--fake-delay", "1.5")
     notes = []
-    r = server.start(conn, cfg.server, poll=0.2, progress=notes.append)
+    r = start_unwatched(conn, cfg.server, poll=0.2, progress=notes.append)
     assert r.ready_after_s >= 1.0 and r.smoke.startswith("1, 2, 3")
     assert (
         r.argv[1:5] == ["serve", "kimi", "--port", str(cfg.server.port)]
@@ -103,7 +109,7 @@ def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
     assert notes and "loading kimi" in notes[0]
     pidfile = (tmp_path / "host" / "run" / "server.pid").read_text()
     assert "hf_secret_value" not in pidfile
-    again = server.start(conn, cfg.server)
+    again = start_unwatched(conn, cfg.server)
     assert again.already and again.pid == r.pid
     st = server.status(conn)
     assert st.up and st.ready and st.model == "kimi"
@@ -114,13 +120,13 @@ def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
 
 def test_smoke_test_names_the_model_the_server_serves(host):
     cfg, conn = host("--served-model-name", "tiny")
-    r = server.start(conn, cfg.server, poll=0.2)
+    r = start_unwatched(conn, cfg.server, poll=0.2)
     assert r.served_model == "tiny" and r.smoke.startswith("1, 2, 3")
 
 
 def test_smoke_test_of_a_model_that_spends_its_tokens_thinking(host):
     cfg, conn = host("--fake-thinking")
-    r = server.start(conn, cfg.server, poll=0.2)
+    r = start_unwatched(conn, cfg.server, poll=0.2)
     assert r.smoke.startswith("1, 2, 3")  # judged on the thinking: content is null
 
 
@@ -137,7 +143,7 @@ def test_hard_death_leaves_engine_processes_that_status_names_and_start_removes(
 
     cfg, conn = host("--fake-engine", "2", "--fake-workers", "0")
     base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
-    first = server.start(conn, cfg.server, poll=0.2)
+    first = start_unwatched(conn, cfg.server, poll=0.2)
     old = session_of(tmp_path / "host")
     assert len(old) == 3 and first.pid in old
     engines = [p for p in old if p != first.pid]
@@ -173,7 +179,7 @@ def test_hard_death_leaves_engine_processes_that_status_names_and_start_removes(
 def test_server_dying_in_startup_is_reported_with_its_log(host):
     cfg, conn = host("--fake-die")
     with pytest.raises(RemoteError, match="died during start-up") as e:
-        server.start(conn, cfg.server, poll=0.2)
+        start_unwatched(conn, cfg.server, poll=0.2)
     assert any("CUDA out of memory" in line for line in e.value.details)
     # its workers left the session (setsid) but keep the server's token: named, then removed
     st = server.status(conn)
@@ -186,18 +192,18 @@ def test_server_dying_in_startup_is_reported_with_its_log(host):
 def test_startup_timeout_is_reported(host):
     cfg, conn = host("--fake-delay", "30", ready_timeout=1)
     with pytest.raises(RemoteError, match="not ready after 1s"):
-        server.start(conn, cfg.server, poll=0.2)
+        start_unwatched(conn, cfg.server, poll=0.2)
 
 
 def test_degenerate_smoke_answer_is_rejected(host):
     cfg, conn = host("--fake-degenerate")
     with pytest.raises(RemoteError, match="degenerate .*one token repeated"):
-        server.start(conn, cfg.server, poll=0.2)
+        start_unwatched(conn, cfg.server, poll=0.2)
 
 
 def test_stop_leaves_no_process_alive_workers_included(host, tmp_path):
     cfg, conn = host("--fake-workers", "3")
-    r = server.start(conn, cfg.server, poll=0.2)
+    r = start_unwatched(conn, cfg.server, poll=0.2)
     tree = server_tree(tmp_path / "host")
     assert r.pid in tree and len(tree) == 4  # the server and 3 workers in groups of their own
     assert len({procinfo.pgid(p) for p in tree}) == 4
@@ -220,7 +226,7 @@ def test_port_in_use_is_refused(host):
     s.listen()
     try:
         with pytest.raises(RemoteError, match=rf"port {cfg.server.port} is already in use by pid"):
-            server.start(conn, cfg.server)
+            start_unwatched(conn, cfg.server)
     finally:
         s.close()
 

@@ -35,7 +35,8 @@ def want_runner(paths: Paths, a) -> None:
 def after(paths: Paths) -> dict | None:
     """A watcher while something is wanted; none once nothing is (it would exit by itself)."""
     data = intent.read(paths)
-    if not any(intent.wanted(data, w) for w in ("server", "runner")):
+    wanted = any(intent.wanted(data, w) for w in ("server", "runner"))
+    if not wanted or not intent.recover_spec(data).enabled:
         watch.stop(paths)
         return None
     rec = watch.ensure(paths)

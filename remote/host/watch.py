@@ -122,6 +122,9 @@ class Watcher:
         """One look at everything; False when nothing is left to watch."""
         with intent.locked(self.paths):
             data = intent.read(self.paths)
+            self._settings(intent.recover_spec(data))
+            if not self.spec.enabled:
+                return False  # `recover: false` since: a restart said so
             alive = False
             for keeper in (self.server, self.runner):
                 want = data.get(keeper.what) or {}
@@ -133,6 +136,15 @@ class Watcher:
                     keeper.w.state = IDLE
             self.write_state(now)
             return alive
+
+    def _settings(self, spec) -> None:
+        """The latest `recover:` (a restart may change it); the restarts counted so far stay."""
+        if spec != self.spec:
+            self.log(f"recover settings now {spec}")
+            self.spec = spec
+            for keeper in (self.server, self.runner):
+                keeper.spec = keeper.budget.spec = spec
+                keeper.w.of = spec.max_restarts
 
     def write_state(self, now: float) -> None:
         s = self.state

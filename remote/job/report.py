@@ -68,6 +68,24 @@ def errors(path: Path) -> tuple[int, list[str]]:
     return n, list(last)
 
 
+MAX_RESTARTS = 200  # the page lists the newest
+
+
+def jsonl(path: Path) -> list[dict]:
+    """Every whole line of a JSON-lines file (a torn last line is left out)."""
+    out = []
+    try:
+        with open(path) as f:
+            for raw in f:
+                try:
+                    out.append(json.loads(raw))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return out
+
+
 def gather(paths: Paths) -> dict:
     st = JobStatus.read(paths.status) or JobStatus()
     st.token = None
@@ -94,6 +112,7 @@ def gather(paths: Paths) -> dict:
             "last_errors": last,
         }
     lines = history.read(paths.run / "history.jsonl")
+    restarts = jsonl(paths.recover_log)[-MAX_RESTARTS:]  # the watcher's, kept across runs
     starts = [x["t"] for x in lines if "start" in x]
     points = [[x["t"], x.get("tps", 0)] for x in lines if "start" not in x]
     step = max(1, len(points) // MAX_HISTORY_POINTS)
@@ -102,4 +121,5 @@ def gather(paths: Paths) -> dict:
         "max_tokens": max_tokens,
         "datasets": datasets,
         "history": {"points": points[::step], "starts": starts},
+        "restarts": restarts,
     }
