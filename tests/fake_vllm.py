@@ -4,6 +4,7 @@ Like vLLM it loads for a while before it answers, spawns worker processes in pro
 own (which outlive a killed parent), and serves the OpenAI API and Prometheus /metrics.
 Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N, --fake-engine N,
 --fake-answer-delay S, --fake-thinking (a reply that is all thinking: `content` null, the text in `reasoning`),
+--fake-helper S (a start-up child that lives S seconds, as vLLM's model inspection does),
 --fake-exit-once FILE (the first run exits 0 after --fake-exit-after S of serving, as vLLM's API
 server does when its engine dies; later runs serve), --fake-die-later FILE (the first run serves,
 every later one dies while loading with a CUDA error), --fake-dp-peer FILE (a data-parallel
@@ -44,6 +45,7 @@ def main():
     p.add_argument("--fake-exit-once")
     p.add_argument("--fake-exit-after", type=float, default=1.0)
     p.add_argument("--fake-die-later")
+    p.add_argument("--fake-helper", type=float, default=0.0, help="a start-up child living S s")
     p.add_argument(
         "--headless", action="store_true", help="a data-parallel worker: no API server, like vLLM's"
     )
@@ -70,6 +72,8 @@ def main():
         )
         for _ in range(a.fake_engine)
     ]
+    if a.fake_helper:  # vLLM inspects the model in a child process that ends before it is ready
+        subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({a.fake_helper})"])
     print("workers " + " ".join(str(w.pid) for w in workers), flush=True)
     served = a.served_model_name or a.model
     for i in range(3):

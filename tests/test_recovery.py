@@ -218,6 +218,15 @@ def server_get(port: int, path: str) -> tuple[int, str]:
     return get_url(f"http://127.0.0.1:{port}{path}", timeout=3)
 
 
+def test_a_start_up_helper_that_ends_is_not_a_lost_engine(rig):
+    # vLLM's start-up runs a child for a few seconds (model inspection) that ends before it is ready:
+    # found by the real-engine tier, where the watcher once killed a loading server for it
+    r = rig(server_args=["--fake-helper", "5.6", "--fake-delay", "6.5"], n=8)
+    r.start()
+    r.finished()
+    assert r.watch()["server"]["restarts"] == 0 and not (r.root / "run" / "recover.jsonl").exists()
+
+
 def test_a_busy_healthy_server_is_never_killed(rig):
     # answers take 3 s (longer than wedged_after 2 s) but tokens keep flowing: not a wedge
     r = rig(answer_delay=3.0, n=8)

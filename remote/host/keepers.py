@@ -192,6 +192,16 @@ class ServerKeeper(Keeper):
         self.w.state = WATCHING
         if not alive:
             return self._dead(now, rec, "the server process is gone (an exit nobody asked for)")
+        if not rec.get("ready_at"):
+            # still loading (bounded by server.ready_timeout, not by these rules); its children
+            # now include passing start-up helpers, so its engines are known only once it is ready
+            if now < self.next_look or rec.get("headless"):
+                return
+            self.next_look = now + self.look_every
+            if server.served_models(rec["port"])[0] != 200:
+                return
+            rec = dict(rec, ready_at=now)
+            write_json_atomic(self.paths.server_pid, rec)
         rec = engines.watch(self.paths, rec)
         gone = engines.gone(rec)
         if gone:
@@ -200,16 +210,9 @@ class ServerKeeper(Keeper):
         if rec.get("headless") or now < self.next_look:
             return
         self.next_look = now + self.look_every
-        if not rec.get("ready_at"):
-            if server.served_models(rec["port"])[0] != 200:
-                return  # still loading: bounded by server.ready_timeout, not by the wedge rule
-            rec = dict(rec, ready_at=now)
-            write_json_atomic(self.paths.server_pid, rec)
         if self.clock is None or self.clock_of != rec["pid"]:
-            self.clock, self.clock_of = (
-                WedgeClock(self.spec.wedged_after, rec["ready_at"]),
-                rec["pid"],
-            )
+            self.clock = WedgeClock(self.spec.wedged_after, rec["ready_at"])
+            self.clock_of = rec["pid"]
         why = self.clock.observe(observe(self.paths, rec, now))
         if why:
             self._dead(now, rec, why)
