@@ -163,7 +163,8 @@ def restarted(r: Rig, what: str, n: int = 1, timeout: float = 30) -> dict:
 
 
 def test_server_killed_9_is_restarted_its_leftovers_removed_every_prompt_once(rig):
-    r = rig()
+    # loading takes longer than the job's down_deadline (3 s): the runner must wait for the watcher
+    r = rig(server_args=["--fake-delay", "4"])
     r.start()
     r.wait_records(8)
     old = r.pid("server.pid")

@@ -43,8 +43,8 @@ class Dispatcher:
         self.stopping = False  # no new requests; in-flight ones get the grace period
         self.draining = False  # no new requests; in-flight ones finish
         self.fatal: str | None = None
-        # True while the host's watcher restarts the server: unreachable is then no reason to fail
-        self.hold_down: Callable[[], bool] = lambda: False
+        # when the host's watcher was last seen restarting the server: down_deadline counts from then
+        self.recovering_at: Callable[[], float] = lambda: 0.0
         self.engine_error: str | None = None
         self.retries = 0
         self.tasks: set[asyncio.Task] = set()
@@ -100,12 +100,9 @@ class Dispatcher:
 
     def _check_down(self, now: float) -> None:
         down = self.pool.all_down_since()
-        if (
-            down is not None
-            and now - down > self.down_deadline
-            and not self.fatal
-            and not self.hold_down()
-        ):
+        if down is not None:
+            down = max(down, self.recovering_at())
+        if down is not None and now - down > self.down_deadline and not self.fatal:
             one = len(self.pool.endpoints) == 1
             what = "engine unreachable" if one else "every engine server unreachable"
             self.fatal = f"{what} for {now - down:.0f}s: {self.engine_error}"

@@ -276,7 +276,7 @@ class Runner:
                     engine, self.pool, self.scheduler, self.writer, eng, self.log
                 )
                 self.dispatcher.stopping, self.dispatcher.draining = self.stopping, self.draining
-                self.dispatcher.hold_down = lambda: self.watch_view.server_recovering
+                self.dispatcher.recovering_at = lambda: self.watch_view.recovering_at
                 background = [asyncio.ensure_future(self.pool.probe_forever(engine.probe))]
                 if self.metrics_interval > 0:
                     self.telemetry = Telemetry(engine, self.pool.endpoints, self.metrics_interval)
