@@ -3,8 +3,9 @@ the keyboard: the runner killed -9, the API server killed -9 (its EngineCore liv
 the EngineCore SIGSTOPped (a wedge: HTTP still answers). Shared by the real-engine test (which checks
 every prompt is recorded once) and bench/bench_recovery.py (which prints how long each one cost).
 
-Cost of a failure: from the moment it is made to the first token any stream of the runner gets
-afterwards (status.json's endpoint `last_token_at`), i.e. the seconds the engine did no job work.
+Cost of a failure: from the moment it is made to the first token any stream of the runner gets after
+the watcher has brought the process back (status.json's endpoint `last_token_at`): the seconds the
+engine did no work for the job (a wedge's requests stop streaming when the engine stops).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote.common import procinfo
+from tests.conftest import wait_for
 
 FAILURES = ("runner_killed", "server_killed", "engine_stopped")
 
@@ -27,7 +29,7 @@ class Failure:
     at: float  # when it was made
     noticed_s: float | None = None  # until the watcher recorded the death (recover.jsonl)
     restarted_s: float | None = None  # until the watcher said it was back
-    first_token_s: float | None = None  # until the next token reached the runner
+    first_token_s: float | None = None  # until a token reached the runner after the restart
     leftovers_alive_s: float | None = None  # server deaths: how long the old session outlived it
     notes: list[str] = field(default_factory=list)
 
@@ -52,13 +54,7 @@ def _last_token(host: Path) -> float:
 
 
 def _wait(pred, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    return wait_for(pred, timeout, interval, what)
 
 
 def engine_cores(sid: int) -> list[int]:
@@ -68,35 +64,29 @@ def engine_cores(sid: int) -> list[int]:
 
 
 def _measure(host: Path, f: Failure, kind: str, n_events: int, timeout: float, old: dict | None):
-    """Wait for the watcher's death record, its restart, and the next token; fill in `f`."""
-    _wait(lambda: len(_events(host)) > n_events, 60, f"the watcher to notice {f.what}")
-    f.noticed_s = _events(host)[n_events]["at"] - f.at
-    restarted = _wait(
-        lambda: next(
-            (
-                e
-                for e in _events(host)[n_events:]
-                if e["event"] == "restarted" and e["what"] == kind
-            ),
-            None,
-        ),
-        timeout,
-        f"{kind} restarted after {f.what}",
-        interval=0.2,
-    )
-    f.restarted_s = restarted["at"] - f.at
-    if old is not None:
-        sid, start = old.get("sid", old["pid"]), old["start_time"]
-        gone = _wait(
-            lambda: not procinfo.session_members(sid, since=start) and time.time(),
-            60,
-            "old session gone",
-        )
-        f.leftovers_alive_s = gone - f.at
-    t = _wait(
-        lambda: _last_token(host) > f.at and _last_token(host), 120, f"a token after {f.what}"
-    )
-    f.first_token_s = t - f.at
+    """Poll (every 0.1 s) for the watcher's death record, the old server's session gone, the
+    watcher's restart and then the first token any stream got after it; fill in `f`."""
+    session = (old.get("sid", old["pid"]), old["start_time"]) if old else None
+    back = None
+
+    def step():
+        nonlocal back
+        now = time.time()
+        events = _events(host)[n_events:]
+        if f.noticed_s is None and events:
+            f.noticed_s = events[0]["at"] - f.at
+        if session and f.leftovers_alive_s is None:
+            if not procinfo.session_members(session[0], since=session[1]):
+                f.leftovers_alive_s = now - f.at
+        if back is None:
+            done = [e for e in events if e["event"] == "restarted" and e["what"] == kind]
+            back = done[0]["at"] if done else None
+            f.restarted_s = back - f.at if back else None
+        if back is not None and _last_token(host) > back:
+            f.first_token_s = _last_token(host) - f.at
+        return f.first_token_s is not None and (session is None or f.leftovers_alive_s is not None)
+
+    wait_for(step, timeout, 0.1, f"{kind} back after {f.what}, and a token from it")
 
 
 def run(host: Path, wedge_after: float, load_timeout: float = 400) -> list[Failure]:
