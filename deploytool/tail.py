@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from remote.common.recover import WatchState
 from remote.common.status import FINISHED, JobStatus
 
 from .config import Config, HostConfig
@@ -19,6 +20,9 @@ from .errors import ConnectError, DeployToolError
 from .progress import STALE_AFTER
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
+WATCH_STALE_S = (
+    10.0  # watch.json unchanged this long: the watcher has stopped (no recovery goes on)
+)
 
 
 @dataclass
@@ -37,6 +41,7 @@ class HostWatch:
     log_partial: bytes = b""
     checked_stale_at: float = 0.0
     verdict: dict | None = None  # the host said this status file's runner is gone
+    watch_seen: tuple = (None, 0.0)  # watch.json's updated_at, and when (here) it last changed
     connect_fn: Callable[[HostConfig, Config | None], Connector] = field(default=connect)
 
     @property
@@ -90,10 +95,25 @@ class HostWatch:
                     override = {"state": live.state, "message": live.message}
                     self.verdict = {"updated_at": upd, "override": override}
                     self.status = replace(self.status, **override)
+            self._watcher(conn, now)
         except ConnectError as e:
             self._failed(e, now)
         except DeployToolError as e:
             self.note = str(e)
+
+    def _watcher(self, conn: Connector, now: float) -> None:
+        """The host's watcher, from run/watch.json (rewritten every half second while it works)."""
+        raw = conn.read_file(f"{self.base}/run/watch.json")
+        try:
+            ws = WatchState.from_dict(json.loads(raw)) if raw else None
+        except (ValueError, TypeError):
+            ws = None
+        if ws is None or self.status is None:
+            return
+        if ws.updated_at != self.watch_seen[0]:
+            self.watch_seen = (ws.updated_at, now)
+        live = now - self.watch_seen[1] < WATCH_STALE_S
+        self.status = replace(self.status, supervision=ws.view(ws.updated_at or 0.0, live))
 
     def poll_log(self, now: float) -> list[str]:
         """New complete lines of runner.log since the last call; none twice, none skipped."""

@@ -159,6 +159,21 @@ class WatchState:
             d[key] = ProcessWatch.from_dict(d.get(key) or {})
         return cls(**d)
 
+    def view(self, now: float, live: bool) -> Supervision:
+        """What status and tail show; `now` on the host's clock, `live`: the watcher still works."""
+        for w in (self.server, self.runner):
+            w.next_try_in_s = None if w.next_try_at is None else max(0.0, w.next_try_at - now)
+            if not live and w.recovering:
+                w.state = IDLE  # a recovery nobody carries on any more
+        return Supervision(
+            enabled=True,
+            supervised=live,
+            pid=self.pid,
+            server=self.server,
+            runner=self.runner,
+            on_boot=self.on_boot,
+        )
+
     @classmethod
     def read(cls, path: Path) -> "WatchState | None":
         try:

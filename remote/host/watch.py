@@ -73,17 +73,8 @@ def supervision(paths: Paths) -> Supervision:
     wanted = [w for w in ("server", "runner") if intent.wanted(data, w) and spec.watches(w)]
     rec = managed(paths)
     ws = WatchState.read(paths.watch_state) or WatchState()
-    for w in (ws.server, ws.runner):
-        if w.next_try_at is not None:
-            w.next_try_in_s = max(0.0, w.next_try_at - time.time())
-    sup = Supervision(
-        enabled=bool(wanted),
-        supervised=rec is not None,
-        pid=rec and rec["pid"],
-        server=ws.server,
-        runner=ws.runner,
-        on_boot=ws.on_boot,
-    )
+    sup = ws.view(time.time(), live=rec is not None)
+    sup.enabled = bool(wanted)
     if wanted and not rec:
         sup.note = "unsupervised: the watcher is not running; `invoke restart` brings it back"
     elif rec and not ws.on_boot:
