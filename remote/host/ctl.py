@@ -348,6 +348,8 @@ def _command(paths: Paths, a) -> dict:
             out = start(paths, a)
             supervised.want_runner(paths, a)
         elif a.ctl_command == "restart":
+            if not a.dry_run:  # a start that fails leaves nothing for the watcher to bring back
+                intent.change(paths, runner={"wanted": False, "why": "restarting"})
             out = restart(paths, a)
             if not a.dry_run:
                 supervised.want_runner(paths, a)

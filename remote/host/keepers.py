@@ -277,7 +277,10 @@ class ServerKeeper(Keeper):
         from . import ctl
 
         with_lines = cause + (": " + " | ".join(lines[-3:]) if lines else "")
-        why = f"the server died {self.spec.max_restarts + 1} times within {self.spec.window:g}s; gave up: {with_lines}"
+        why = (
+            f"the server died again after {self.spec.max_restarts} restarts within "
+            f"{self.spec.window:g}s; gave up: {with_lines}"
+        )
         intent.change(
             self.paths, server={"wanted": False, "why": why}, runner={"wanted": False, "why": why}
         )
@@ -348,7 +351,10 @@ class RunnerKeeper(Keeper):
         self._restarted(now)
 
     def _give_up(self, cause: str) -> None:
-        why = f"the runner died {self.spec.max_restarts + 1} times within {self.spec.window:g}s; gave up: {cause}"
+        why = (
+            f"the runner died again after {self.spec.max_restarts} restarts within "
+            f"{self.spec.window:g}s; gave up: {cause}"
+        )
         intent.change(self.paths, runner={"wanted": False, "why": why})
         fail_job(self.paths, why)
         self.tell("failed", f"failed: {why}")
