@@ -70,9 +70,10 @@ def _start_time(pid):
 
 
 def _in_use(root):
-    """Release ids a live runner or server runs from: never pruned."""
+    """Release ids a live runner, server or watcher runs from: never pruned (the watcher imports
+    what it needs to restart them from its own release)."""
     used = set()
-    for name in ("runner.pid", "server.pid"):
+    for name in ("runner.pid", "server.pid", "watcher.pid"):
         rec = _read_json(os.path.join(root, "run", name), {}) or {}
         pid = rec.get("pid")
         if isinstance(pid, int) and _pid_alive(pid) and _start_time(pid) == rec.get("start_time"):
