@@ -47,6 +47,21 @@ def gone(rec: dict) -> list[dict]:
     return [e for e in rec.get("engines", []) if not procinfo.is_same_process(e)]
 
 
+def processes(rec: dict) -> dict[int, int | None]:
+    """Every process of the server a pid file records (pid -> start time), whatever they call
+    themselves: its session (renamed engine processes hide the token) and every process carrying
+    its token (workers that left the session with setsid)."""
+    session = rec.get("sid", rec["pid"])  # pid files before `sid` was recorded: a session leader
+    found = {
+        p: procinfo.start_time(p)
+        for p in procinfo.session_members(session, since=rec.get("start_time"))
+    }
+    if rec.get("token"):
+        for p in kill.token_holders(SERVER_TOKEN_ENV, rec["token"]):
+            found.setdefault(p, procinfo.start_time(p))
+    return found
+
+
 def leftovers(paths: Paths) -> list[dict]:
     """Processes of a server that died hard (kill -9, the OOM killer): vLLM's engine core and workers
     outlive their API server, re-parented to init but still in its session, holding the GPUs. They
@@ -56,10 +71,7 @@ def leftovers(paths: Paths) -> list[dict]:
     rec = procinfo.read_json(paths.server_pid)
     if not rec or not isinstance(rec.get("pid"), int) or procinfo.is_same_process(rec):
         return []
-    session = rec.get("sid", rec["pid"])  # pid files before `sid` was recorded: a session leader
-    pids = set(procinfo.session_members(session, since=rec.get("start_time")))
-    if rec.get("token"):
-        pids |= set(kill.token_holders(SERVER_TOKEN_ENV, rec["token"]))
+    pids = processes(rec)
     gpu_mib = {a["pid"]: a["used_mib"] for a in nvsmi.compute_apps() or []}
     return [
         {

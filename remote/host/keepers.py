@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from ..common import metrics, nvsmi, procinfo
-from ..common.jobspec import SERVER_TOKEN_ENV, Paths, write_json_atomic
+from ..common.jobspec import Paths, write_json_atomic
 from ..common.recover import (
     BACKOFF,
     FATAL,
@@ -108,13 +108,7 @@ def fail_job(paths: Paths, why: str) -> None:
 def kill_session(rec: dict) -> list[int]:
     """SIGKILL everything of a dead or wedged server: its session (a SIGSTOPped engine takes no
     SIGTERM) and every process carrying its token. Returns the pids signalled."""
-    tree = {
-        p: procinfo.start_time(p)
-        for p in procinfo.session_members(rec.get("sid", rec["pid"]), since=rec.get("start_time"))
-    }
-    if rec.get("token"):
-        for p in kill.token_holders(SERVER_TOKEN_ENV, rec["token"]):
-            tree.setdefault(p, procinfo.start_time(p))
+    tree = engines.processes(rec)
     if procinfo.is_same_process(rec):
         tree[rec["pid"]] = rec["start_time"]
     hit = [p for p, st in tree.items() if kill.signal_if_same(p, st, signal.SIGKILL, group=False)]

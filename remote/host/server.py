@@ -217,16 +217,8 @@ def stop(paths: Paths, grace: float, gpu_wait: float = 120.0) -> dict:
         held = wait_gpu_free({p["pid"] for p in removed}, gpu_wait) if removed else None
         return {"was_running": False, "killed": [], "gpu": held, "removed": removed}
     token = rec.get("token")
-    tree = (
-        {p: procinfo.start_time(p) for p in kill.token_holders(SERVER_TOKEN_ENV, token)}
-        if token
-        else {}
-    )
+    tree = engines.processes(rec)
     tree[rec["pid"]] = rec["start_time"]
-    session = rec.get("sid", rec["pid"])
-    # renamed engine processes hide the token: the session names them whatever they call themselves
-    for pid in procinfo.session_members(session, since=rec["start_time"]):
-        tree.setdefault(pid, procinfo.start_time(pid))
     killed = kill.terminate({rec["pid"]: rec["start_time"]}, grace, SERVER_TOKEN_ENV, token)
     rest = {p: st for p, st in tree.items() if p != rec["pid"] and procinfo.start_time(p) == st}
     killed += kill.terminate(rest, min(grace, 10.0)) if rest else []  # already sent SIGTERM
