@@ -208,3 +208,28 @@ def test_tail_reads_the_watcher_and_drops_a_recovery_nobody_carries_on():
     assert sup.supervised and sup.server.recovering and sup.server.next_try_in_s == 12.0
     w._watcher(w.conn, now=1000.0 + WATCH_STALE_S + 1)  # the file has not changed since: stale
     assert not w.status.supervision.supervised and not w.status.supervision.server.recovering
+
+
+def test_the_runner_comes_back_with_the_flags_it_had():
+    from remote.common.runargs import argv_of, parse_run_argv
+
+    argv = [
+        "--max-samples",
+        "7000",
+        "--cap",
+        "B2=2636",
+        "--max-tokens",
+        "10M",
+        "--datasets",
+        "B1,B2",
+    ]
+    a = parse_run_argv(argv + ["--grace", "12", "--force"])
+    back = parse_run_argv(argv_of(a))
+    assert (back.max_samples, back.cap, back.max_tokens, back.datasets) == (
+        7000,
+        [("B2", 2636)],
+        10_000_000,
+        ["B1", "B2"],
+    )
+    assert back.grace == 12.0 and back.force is True
+    assert parse_run_argv([]).grace == 30.0  # the default, stated once in add_run_args

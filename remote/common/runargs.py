@@ -79,6 +79,18 @@ def run_argv(
     return out
 
 
+def argv_of(a) -> list[str]:
+    """The `run` flags of parsed `run` arguments (the watcher starts a runner again with them)."""
+    return run_argv(a.max_samples, a.cap, a.max_tokens, a.datasets, a.grace, a.force)
+
+
+def parse_run_argv(argv: list[str]) -> argparse.Namespace:
+    """`run` flags back into arguments, with the defaults add_run_args states."""
+    p = argparse.ArgumentParser(add_help=False)
+    add_run_args(p)
+    return p.parse_args(argv)
+
+
 def caps_from_args(a) -> Caps:
     return Caps(
         max_samples=a.max_samples, caps=dict(a.cap), max_tokens=a.max_tokens, datasets=a.datasets

@@ -27,7 +27,7 @@ from ..common.jobspec import (
     write_json_atomic,
 )
 from ..common.pull import output_files
-from ..common.runargs import add_run_args, run_argv
+from ..common.runargs import add_run_args, argv_of
 from ..common.status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
 from . import gpu, intent, kill, server, supervised, watch
 from .strays import stray_runners
@@ -135,10 +135,6 @@ def lock_is_free(paths: Paths) -> bool:
         os.close(fd)
 
 
-def run_flags(a) -> list[str]:
-    return run_argv(a.max_samples, a.cap, a.max_tokens, a.datasets, a.grace, a.force)
-
-
 def start(paths: Paths, a, rel: Path | None = None) -> dict:
     """Start the runner detached from `rel` (this release) and wait until it reports running."""
     if not lock_is_free(paths) or managed_runner(paths):
@@ -151,7 +147,7 @@ def start(paths: Paths, a, rel: Path | None = None) -> dict:
     env = dict(os.environ, **{JOB_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
     env.pop("DEPLOYTOOL_WATCH_TOKEN", None)  # started by the watcher: stopping it must not stop us
     rel = rel or release_dir()
-    argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root), *run_flags(a)]
+    argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root), *argv_of(a)]
     paths.ensure()
     with open(paths.log, "ab") as log:
         proc = procinfo.start_detached(argv, cwd=rel, env=env, log=log)

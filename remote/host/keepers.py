@@ -12,7 +12,6 @@ import json
 import re
 import signal
 import time
-from types import SimpleNamespace
 from typing import Callable
 
 from ..common import metrics, nvsmi, procinfo
@@ -29,6 +28,7 @@ from ..common.recover import (
     RecoverSpec,
     WedgeClock,
 )
+from ..common.runargs import parse_run_argv
 from ..common.status import FAILED, FINISHED, JobStatus
 from . import engines, intent, kill, server
 
@@ -192,10 +192,9 @@ class ServerKeeper(Keeper):
             if now < self.next_look or rec.get("headless"):
                 return
             self.next_look = now + self.look_every
-            if server.served_models(rec["port"])[0] != 200:
+            if not server.check(self.paths)["ready"]:  # it records ready_at once ready
                 return
-            rec = dict(rec, ready_at=now)
-            write_json_atomic(self.paths.server_pid, rec)
+            rec = procinfo.read_json(self.paths.server_pid) or rec
         rec = engines.watch(self.paths, rec)
         gone = engines.gone(rec)
         if gone:
@@ -262,7 +261,8 @@ class ServerKeeper(Keeper):
                 smoke(self.paths, spec.get("model", "default"))
             except server.ServerError as e:
                 return self._dead(now, rec, f"the smoke test failed: {e}", [str(e)])
-        write_json_atomic(self.paths.server_pid, dict(rec, ready_at=now))
+        if not rec.get("ready_at"):  # check records it, but not for a headless worker
+            write_json_atomic(self.paths.server_pid, dict(rec, ready_at=now))
         self.ready_seq += 1
         self._restarted(now, f"; ready in {now - (self.started_at or now):.0f}s")
 
@@ -324,17 +324,8 @@ class RunnerKeeper(Keeper):
             self.w.state, self.w.next_try_at = WATCHING, None
             return
         self.w.attempt = self.budget.restarting(now)
-        flags = dict(want.get("flags") or {})
-        a = SimpleNamespace(
-            max_samples=flags.get("max_samples"),
-            cap=[tuple(c) for c in flags.get("cap") or ()],
-            max_tokens=flags.get("max_tokens"),
-            datasets=flags.get("datasets"),
-            grace=float(flags.get("grace", 30.0)),
-            force=bool(flags.get("force")),
-            force_gpu=False,
-            wait=120.0,
-        )
+        a = parse_run_argv(list(want.get("argv") or []))
+        a.force_gpu, a.wait = False, 120.0
         try:
             ctl.start(self.paths, a, rel=(self.paths.root / "current").resolve())
         except (ctl.CtlError, gpu.GPUBusy) as e:

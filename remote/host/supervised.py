@@ -8,6 +8,7 @@ import sys
 
 from ..common.jobspec import Paths
 from ..common.recover import RecoverSpec
+from ..common.runargs import argv_of
 from . import intent, watch
 
 
@@ -16,20 +17,9 @@ def recover_arg(a) -> RecoverSpec | None:
     return RecoverSpec.from_dict(json.loads(a.recover)) if getattr(a, "recover", None) else None
 
 
-def run_flags(a) -> dict:
-    """What the watcher needs to start this runner again with the arguments it had."""
-    return {
-        "max_samples": a.max_samples,
-        "cap": [list(c) for c in a.cap],
-        "max_tokens": a.max_tokens,
-        "datasets": a.datasets,
-        "grace": a.grace,
-        "force": a.force,
-    }
-
-
 def want_runner(paths: Paths, a) -> None:
-    intent.change(paths, recover=recover_arg(a), runner={"wanted": True, "flags": run_flags(a)})
+    """The runner is wanted, with the flags it had (the watcher starts it again with them)."""
+    intent.change(paths, recover=recover_arg(a), runner={"wanted": True, "argv": argv_of(a)})
 
 
 def after(paths: Paths) -> dict | None:
