@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from remote.common.jobspec import NOTIFY_EVENTS
@@ -33,12 +34,12 @@ RECOVER_FIELDS = {
 
 def parse_recover(where: str, raw: Any, base: RecoverSpec) -> RecoverSpec:
     """`recover:` — false turns the watcher off; a mapping overrides the defaults key by key."""
+    if raw is None:
+        return base
     if raw is False:
         return RecoverSpec(enabled=False)
-    if raw is True or raw is None:
-        return RecoverSpec(**dict(base.to_dict(), enabled=True)) if raw else base
-    values = fields_of(where, mapping(where, raw), RECOVER_FIELDS)
-    return RecoverSpec(**dict(base.to_dict(), enabled=True, **values))
+    values = {} if raw is True else fields_of(where, mapping(where, raw), RECOVER_FIELDS)
+    return replace(base, enabled=True, **values)
 
 
 def parse_notify(where: str, raw: Any) -> dict:

@@ -13,11 +13,11 @@ from remote.common.recover import (
     BACKOFF_CAP,
     Budget,
     Observation,
-    ProcessWatch,
     RecoverSpec,
     WatchState,
     WedgeClock,
 )
+from remote.common.status import ProcessWatch
 from remote.job.watched import WatchView
 from tests.conftest import base_job, write_config
 

@@ -8,22 +8,10 @@ makes no progress). `WatchState` is run/watch.json, written by the watcher and r
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .status import (  # noqa: F401 (the watcher's states, re-exported for host/)
-    BACKOFF,
-    FATAL,
-    IDLE,
-    RECOVERING_STATES,
-    STARTING,
-    WATCHING,
-    ProcessWatch,
-    Supervision,
-    _FromDict,
-    _known,
-)
+from .status import IDLE, ProcessWatch, Supervision, _known, read_typed
 
 BACKOFF_CAP = 300.0  # seconds: the longest wait between two restarts
 
@@ -176,8 +164,4 @@ class WatchState:
 
     @classmethod
     def read(cls, path: Path) -> "WatchState | None":
-        try:
-            with open(path) as f:
-                return cls.from_dict(json.load(f))
-        except (OSError, ValueError, TypeError):
-            return None
+        return read_typed(cls, path)

@@ -203,13 +203,6 @@ class Supervision(_FromDict):
                 d[key] = ProcessWatch.from_dict(d[key])
         return cls(**d)
 
-    def recovering(self) -> list[tuple[str, ProcessWatch]]:
-        return [
-            (n, w)
-            for n, w in (("server", self.server), ("runner", self.runner))
-            if w and w.recovering
-        ]
-
 
 @dataclass
 class JobStatus:
@@ -285,8 +278,13 @@ class JobStatus:
 
     @classmethod
     def read(cls, path: Path) -> "JobStatus | None":
-        try:
-            with open(path) as f:
-                return cls.from_dict(json.load(f))
-        except (OSError, ValueError, TypeError):
-            return None
+        return read_typed(cls, path)
+
+
+def read_typed(cls, path: Path):
+    """cls.from_dict of a JSON file the other side writes atomically; None if missing or unreadable."""
+    try:
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+    except (OSError, ValueError, TypeError):
+        return None

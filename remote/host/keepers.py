@@ -16,20 +16,19 @@ from typing import Callable
 
 from ..common import metrics, nvsmi, procinfo
 from ..common.jobspec import Paths, write_json_atomic
-from ..common.recover import (
+from ..common.recover import Budget, Observation, RecoverSpec, WedgeClock
+from ..common.runargs import parse_run_argv
+from ..common.status import (
     BACKOFF,
+    FAILED,
     FATAL,
+    FINISHED,
     IDLE,
     STARTING,
     WATCHING,
-    Budget,
-    Observation,
+    JobStatus,
     ProcessWatch,
-    RecoverSpec,
-    WedgeClock,
 )
-from ..common.runargs import parse_run_argv
-from ..common.status import FAILED, FINISHED, JobStatus
 from . import engines, intent, kill, server
 
 GPU_WAIT_S = 120.0  # at most this long for a dead server's GPU memory to be freed before a start

@@ -19,7 +19,8 @@ from pathlib import Path
 from ..common import procinfo
 from ..common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths, write_json_atomic
 from ..common.notify import Notifier
-from ..common.recover import FATAL, IDLE, Supervision, WatchState
+from ..common.recover import WatchState
+from ..common.status import FATAL, IDLE, Supervision
 from . import boot, intent, kill
 from .keepers import RunnerKeeper, ServerKeeper
 
