@@ -254,3 +254,20 @@ def runner_cmd(root: Path, *args: str) -> list[str]:
         str(root / "job.json"),
         *args,
     ]
+
+
+def restart_unwatched(*args, **kw):
+    """control.restart with the host's watcher off: for tests that make deaths on purpose and look
+    at them (the recovery tests turn it on)."""
+    from deploytool import control
+    from remote.common.recover import RecoverSpec
+
+    return control.restart(*args, recover=RecoverSpec(enabled=False), **kw)
+
+
+def start_unwatched(*args, **kw):
+    """server.start with the host's watcher off (as restart_unwatched)."""
+    from deploytool import server
+    from remote.common.recover import RecoverSpec
+
+    return server.start(*args, recover=RecoverSpec(enabled=False), **kw)

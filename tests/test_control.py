@@ -17,13 +17,15 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError, UsageError
 from remote.common import procinfo
-from remote.common.recover import RecoverSpec
-from tests.conftest import base_job, ssh_host_entry, status, wait_for, write_config, write_prompts
-
-
-def restart_unwatched(*args, **kw):
-    """control.restart with the host's watcher off: these tests make deaths on purpose and look at them."""
-    return control.restart(*args, recover=RecoverSpec(enabled=False), **kw)
+from tests.conftest import (
+    base_job,
+    restart_unwatched,
+    ssh_host_entry,
+    status,
+    wait_for,
+    write_config,
+    write_prompts,
+)
 
 
 @pytest.fixture

@@ -13,21 +13,16 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
 from remote.common import procinfo
-from remote.common.recover import RecoverSpec
 from tests.conftest import (
     base_job,
     cli,
+    restart_unwatched,
     ssh_host_entry,
     status,
     wait_for,
     write_config,
     write_prompts,
 )
-
-
-def restart_unwatched(*args, **kw):
-    """control.restart with the host's watcher off: these tests make deaths on purpose and look at them."""
-    return control.restart(*args, recover=RecoverSpec(enabled=False), **kw)
 
 
 def record_ids(host_dir: Path, ds: str) -> list[str]:

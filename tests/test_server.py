@@ -14,22 +14,17 @@ from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
 from remote.common import procinfo
 from remote.common.answers import ServerState
-from remote.common.recover import RecoverSpec
 from remote.host.smoke import degenerate
 from tests.conftest import (
     REPO,
     base_job,
     free_port,
     ssh_host_entry,
+    start_unwatched,
     wait_for,
     write_config,
     write_prompts,
 )
-
-
-def start_unwatched(*args, **kw):
-    """server.start with the host's watcher off: these tests make deaths on purpose and look at them."""
-    return server.start(*args, recover=RecoverSpec(enabled=False), **kw)
 
 
 def fake_vllm(tmp_path: Path) -> Path:
