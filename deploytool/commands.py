@@ -286,6 +286,7 @@ def export(
     fmt: str = "specforge",
     out: str | None = None,
     drop: str = "",
+    keep: str = "",
     datasets: str = "",
     per_turn: bool = False,
     mixed: bool = False,
@@ -299,13 +300,7 @@ def export(
 
     config = load_config()
     export_mod.check_format(fmt)  # before anything is pulled
-    reasons = tuple(r.strip() for r in drop.split(",") if r.strip())
-    bad = [r for r in reasons if r not in export_mod.DROP_REASONS]
-    if bad:
-        raise DeployToolError(
-            f"--drop: unknown reason {', '.join(bad)}; known: {', '.join(export_mod.DROP_REASONS)}",
-            ExitCode.BAD_INPUT,
-        )
+    reasons = export_mod.effective_drop(fmt, per_turn, drop, keep)
     hosts = config.select_hosts(host_spec)
     wanted = {}
     for h in hosts:

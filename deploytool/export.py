@@ -15,9 +15,19 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import DeployToolError, ExitCode
-from .formats import FORMATS, ROWS, NoTokenIds
+from .formats import FORMATS, PER_REPLY, ROWS, NoTokenIds, Piece, pieces, specforge_cut
 
-DROP_REASONS = ("length", "empty")
+# why a row is left out: what each means, said in the manifest and by --help
+DROP_REASONS = {
+    "empty": "a reply with no answer text (cut inside its thinking, or empty): re-rendered, it "
+    "gains a closing </think> and an end of turn the model never wrote",
+    "length": "a reply cut at max_tokens: a re-rendered row closes it with an end-of-turn token the "
+    "model never wrote",
+    "original_answers": "the row holds the dataset's own answers, and the trainer puts loss on every "
+    "assistant turn of a row",
+    "role_order": "a message order SpecForge's parser cuts (e.g. a system message right before the "
+    "answer), losing the reply",
+}
 # what makes records differ as training data (turns: last and all mix well in one file)
 SETTINGS = ("model", "sampling", "chat_template_kwargs", "extra_body")
 
@@ -57,6 +67,7 @@ class ExportResult:
     kept: int
     dropped: int
     datasets: dict
+    reads_as: str = ""
 
 
 def check_format(fmt: str) -> None:
@@ -108,12 +119,58 @@ def check_settings(sources: list[Source], mixed: bool) -> None:
             )
 
 
-def drop_reason(rec: dict, drop: tuple[str, ...]) -> str | None:
-    if "length" in drop and rec.get("finish_reason") == "length":
-        return "length"
-    last = rec["conversations"][-1] if rec.get("conversations") else {}
-    if "empty" in drop and not (last.get("content") or "").strip():
+READS_AS = {
+    "specforge": "SpecForge: data.train_data_path in the run config (specforge train -c RUN.yaml)",
+    "speculators": "speculators prepare-data --data FILE (its output: speculators train "
+    "--data-path); SpecForge: data.prompts_path (pre-tokenized)",
+    "sharegpt": "a trainer of ShareGPT conversations that trains every gpt turn",
+}
+
+
+def default_drop(fmt: str, per_turn: bool) -> set[str]:
+    """What the trainer would reject or mistrain, per format: only generated tokens carry loss."""
+    drop = {"empty"}
+    if fmt not in PER_REPLY:  # rows the trainer re-renders from text
+        drop.add("length")
+        if not per_turn:
+            drop.add("original_answers")
+    if fmt == "specforge":
+        drop.add("role_order")
+    return drop
+
+
+def parse_reasons(flag: str, value: str) -> set[str]:
+    reasons = {r.strip() for r in value.split(",") if r.strip()}
+    bad = sorted(reasons - set(DROP_REASONS))
+    if bad:
+        raise DeployToolError(
+            f"{flag}: unknown reason {', '.join(bad)}; known: {', '.join(DROP_REASONS)}",
+            ExitCode.BAD_INPUT,
+        )
+    return reasons
+
+
+def effective_drop(fmt: str, per_turn: bool, drop: str = "", keep: str = "") -> tuple[str, ...]:
+    """The format's defaults, plus --drop, less --keep (a reason in both is a contradiction)."""
+    more, less = parse_reasons("--drop", drop), parse_reasons("--keep", keep)
+    both = sorted(more & less)
+    if both:
+        raise DeployToolError(f"--drop and --keep both name {', '.join(both)}", ExitCode.BAD_INPUT)
+    return tuple(r for r in DROP_REASONS if r in (default_drop(fmt, per_turn) | more) - less)
+
+
+def drop_reason(piece: Piece, drop: tuple[str, ...]) -> str | None:
+    trained = piece.trained()
+    if "empty" in drop and any(
+        not (piece.convo[i].get("content") or "").strip() for i, _ in trained
+    ):
         return "empty"
+    if "length" in drop and any(g.get("finish_reason") == "length" for _, g in trained):
+        return "length"
+    if "original_answers" in drop and piece.originals():
+        return "original_answers"
+    if "role_order" in drop and specforge_cut(piece.convo):
+        return "role_order"
     return None
 
 
@@ -122,7 +179,7 @@ def export(
     out: Path,
     *,
     fmt: str,
-    drop: tuple[str, ...] = (),
+    drop: tuple[str, ...] | None = None,
     per_turn: bool = False,
     mixed: bool = False,
     advance: Callable[[int], None] = lambda n: None,
@@ -135,7 +192,8 @@ def export(
             ExitCode.BAD_INPUT,
         )
     check_settings(sources, mixed)
-    to_rows = ROWS[fmt]
+    if drop is None:  # the format's own: what its trainer would reject or mistrain
+        drop = effective_drop(fmt, per_turn)
     tallies: dict[str, DatasetTally] = {}
     seen: set[tuple[str, str]] = set()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +202,7 @@ def export(
         with open(tmp, "w", encoding="utf-8") as f:
             for s in sources:
                 tally = tallies.setdefault(s.dataset, DatasetTally())
-                _one(s, f, tally, seen, to_rows, fmt, drop, per_turn, advance)
+                _one(s, f, tally, seen, fmt, drop, per_turn, advance)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
@@ -158,10 +216,23 @@ def export(
         kept=sum(t.kept for t in tallies.values()),
         dropped=sum(sum(t.dropped.values()) for t in tallies.values()),
         datasets=body["datasets"],
+        reads_as=body["reads_as"],
     )
 
 
-def _one(s: Source, f, tally, seen, to_rows, fmt, drop, per_turn, advance) -> None:
+def _rows(rec: dict, fmt: str, drop, per_turn: bool, tally: DatasetTally) -> list[dict]:
+    per_reply = per_turn or fmt in PER_REPLY
+    rows = []
+    for k, piece in enumerate(pieces(rec, per_reply)):
+        why = drop_reason(piece, drop)
+        if why:
+            tally.dropped[why] = tally.dropped.get(why, 0) + 1
+        else:
+            rows.append(ROWS[fmt](rec, piece, k if per_reply else None))
+    return rows
+
+
+def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
     with open(s.path, "rb") as src:
         for raw in src:
             advance(len(raw))
@@ -169,15 +240,13 @@ def _one(s: Source, f, tally, seen, to_rows, fmt, drop, per_turn, advance) -> No
                 break  # a torn tail (a pull killed mid-line): the next pull completes it
             rec = json.loads(raw)
             tally.saw(rec)
-            why = drop_reason(rec, drop)
-            if why is None and (s.dataset, rec["id"]) in seen:
-                why = "duplicate"  # the same prompt recorded on two hosts: the first is kept
-            if why:
-                tally.dropped[why] = tally.dropped.get(why, 0) + 1
+            if (s.dataset, rec["id"]) in seen:
+                # the same prompt recorded on two hosts: the first is kept
+                tally.dropped["duplicate"] = tally.dropped.get("duplicate", 0) + 1
                 continue
             seen.add((s.dataset, rec["id"]))
             try:
-                rows = to_rows(rec, per_turn)
+                rows = _rows(rec, fmt, drop, per_turn, tally)
             except NoTokenIds:
                 raise DeployToolError(
                     f"{s.host}:{s.dataset}: record {rec['id']} has no token ids: the speculators "
@@ -188,7 +257,7 @@ def _one(s: Source, f, tally, seen, to_rows, fmt, drop, per_turn, advance) -> No
                 ) from None
             for row in rows:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            tally.kept += 1
+            tally.kept += bool(rows)
             tally.rows += len(rows)
 
 
@@ -221,7 +290,8 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
         "file": out.name,
         "format": fmt,
         "per_turn": per_turn,
-        "drop": list(drop),
+        "reads_as": READS_AS[fmt] + (", data.train_only_last_turn: true" if per_turn else ""),
+        "drop": {why: DROP_REASONS[why] for why in drop},
         "mixed_settings": mixed,
         "written": _when(time.time()),
         "totals": {

@@ -1,104 +1,152 @@
-"""Records -> the rows each trainer reads, as its own source reads them.
+"""Records -> the rows each trainer reads, as its released code reads them (SpecForge 0.2.0,
+speculators 0.9.0). Only tokens the target model generated may carry loss, so a row is built from a
+`Piece`: the messages it holds and which of them are the target's replies.
 
-- specforge: `{"id", "conversations": [{role, content, reasoning_content?}]}` — SpecForge's
-  `specforge/data/parse.py` (ThinkingParser keeps `reasoning_content`, GeneralParser drops it).
-  `per_turn`: one row per assistant turn, as its `scripts/expand_reasoning_conversations.py`
-  writes them (`<id>#turn<k>`, the history's replies without their thinking, the row's own turn
-  with it; train with `train_only_last_turn`).
-- speculators: one row per generation with `input_ids` = prompt tokens + generated tokens and
-  `loss_mask` 0 over the prompt, 1 over the generation, as `scripts/response_regeneration` writes
-  them (`<id>_gen<k>`, `primary_id`); needs the records' token ids (`return_token_ids`).
-- sharegpt: `{"id", "conversations": [{"from": human|gpt|system, "value"}]}`; ShareGPT has no field
-  for thinking, so a reply's thinking opens its value as `<think>…</think>`.
+- specforge: `{"id", "conversations": [{role, content, reasoning_content?, tool_calls?, …}]}` for
+  SpecForge's `data.train_data_path`. SpecForge renders them with the chat template and puts loss on
+  every assistant span (`train_only_last_turn`: the last only): a whole row may hold only the
+  target's replies. `per_turn`: one row per reply (`<id>#turn<k>`), the turns before it as its
+  history, for `train_only_last_turn: true`. A reply's thinking stays in history too: the template
+  decides whether it is rendered, as vLLM's did when the reply was asked for.
+- speculators: one row per reply, `input_ids` = the prompt's token ids + the reply's, `loss_mask` 0
+  over the prompt and 1 over the reply (`<id>_gen<k>`, `primary_id`, as speculators' response
+  regeneration writes them). `speculators prepare-data` passes such rows through, and SpecForge reads
+  the same file as pre-tokenized (`data.prompts_path`): the exact tokens, whatever the template.
+- sharegpt: `{"id", "conversations": [{"from", "value"}]}`; ShareGPT has no field for thinking, so a
+  reply's thinking opens its value as `<think>…</think>`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 FORMATS = ("specforge", "speculators", "sharegpt")
+PER_REPLY = ("speculators",)  # formats whose rows are one reply each, whatever --per-turn says
+# what a message keeps: SpecForge's ThinkingParser reads exactly these (its GeneralParser drops the
+# thinking, name and tool_call_id itself); the rest of a prompt file's fields are not the trainer's
+MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
 
 
 class NoTokenIds(ValueError):
     pass
 
 
-def _clean(m: dict, thinking: bool = True) -> dict:
-    out = {"role": m["role"], "content": m.get("content") or ""}
-    if thinking and m["role"] == "assistant" and m.get("reasoning_content") is not None:
-        out["reasoning_content"] = m["reasoning_content"]
-    return out
+@dataclass(frozen=True)
+class Piece:
+    """What one row holds: `convo` the messages (the record's, up to its last reply), `replies` the
+    (index in convo, generation) of each reply the target model made in it, `last_only` when the
+    trainer trains only the last of them."""
+
+    convo: list
+    replies: list
+    last_only: bool
+
+    def trained(self) -> list:
+        return self.replies[-1:] if self.last_only else self.replies
+
+    def originals(self) -> int:
+        """Assistant messages the trainer trains that the target model did not write."""
+        if self.last_only:
+            return 0
+        return sum(m["role"] == "assistant" for m in self.convo) - len(self.replies)
 
 
-def specforge(rec: dict, per_turn: bool = False) -> list[dict]:
-    convo = rec["conversations"]
-    if not per_turn:
-        return [{"id": rec["id"], "status": "success", "conversations": [_clean(m) for m in convo]}]
-    rows, k = [], 0
-    for i, m in enumerate(convo):
-        if m["role"] != "assistant":
-            continue
-        history = [_clean(x, thinking=False) for x in convo[:i]]
-        rows.append(
-            {
-                "id": f"{rec['id']}#turn{k}",
-                "source_id": rec["id"],
-                "assistant_turn_index": k,
-                "status": "success",
-                "conversations": history + [_clean(m)],
-            }
-        )
-        k += 1
-    return rows
-
-
-def _generations(rec: dict) -> list[dict]:
-    """Each regenerated turn's finish, usage and token ids (a one-turn record is one turn)."""
+def generations(rec: dict) -> list[dict]:
+    """Each regenerated reply's finish, usage and token ids (a one-turn record is one reply)."""
     if "turns" in rec:
         return rec["turns"]
+    keys = ("finish_reason", "usage", "prompt_token_ids", "token_ids")
+    return [{k: rec[k] for k in keys if k in rec}]
+
+
+def replies(rec: dict) -> list:
+    """(index in conversations, generation) of each reply the target model made: every assistant
+    turn of a `turns: all` record, the last of any other (the turns before it are the dataset's)."""
+    convo = rec["conversations"]
+    ends = [i for i, m in enumerate(convo) if m["role"] == "assistant"]
+    if "turns" not in rec:
+        ends = ends[-1:]
+    return list(zip(ends, generations(rec)))
+
+
+def pieces(rec: dict, per_reply: bool) -> list[Piece]:
+    made = replies(rec)
+    if not per_reply:
+        return [Piece(rec["conversations"], made, last_only=False)]
     return [
-        {k: rec[k] for k in ("finish_reason", "usage", "prompt_token_ids", "token_ids") if k in rec}
+        Piece(rec["conversations"][: i + 1], made[: k + 1], last_only=True)
+        for k, (i, _) in enumerate(made)
     ]
 
 
 def has_token_ids(rec: dict) -> bool:
-    return all(g.get("token_ids") is not None for g in _generations(rec))
+    return all(g.get("token_ids") is not None for g in generations(rec))
 
 
-def speculators(rec: dict, per_turn: bool = True) -> list[dict]:
-    if not has_token_ids(rec):
+def specforge_cut(convo: list) -> str | None:
+    """Where SpecForge's parser (`GeneralParser.parse`) would cut or drop part of this conversation,
+    its own rules: a first system message, then a user turn; an assistant only after a user or a
+    tool message, a tool message only after an assistant or a tool."""
+    rest = convo[1:] if convo and convo[0]["role"] == "system" else convo
+    if not rest or rest[0]["role"] != "user":
+        return f"{rest[0]['role'] if rest else 'nothing'} before the first user turn"
+    for prev, m in zip(rest, rest[1:]):
+        if m["role"] == "assistant" and prev["role"] not in ("user", "tool"):
+            return f"an assistant reply right after a {prev['role']} message"
+        if m["role"] == "tool" and prev["role"] not in ("assistant", "tool"):
+            return f"a tool message right after a {prev['role']} message"
+    return None
+
+
+def message(m: dict) -> dict:
+    out = {"role": m["role"], "content": m.get("content") or ""}
+    if m.get("reasoning_content") is None and m.get("reasoning") is not None:
+        m = {**m, "reasoning_content": m["reasoning"]}  # vLLM's input name for it, in a dataset
+    for k in MESSAGE_KEYS[2:]:
+        if m.get(k) is not None and (k != "reasoning_content" or m["role"] == "assistant"):
+            out[k] = m[k]
+    return out
+
+
+def specforge(rec: dict, piece: Piece, k: int | None) -> dict:
+    row = {"id": rec["id"], "status": "success"}
+    if k is not None:
+        row.update(id=f"{rec['id']}#turn{k}", source_id=rec["id"], assistant_turn_index=k)
+    return {**row, "conversations": [message(m) for m in piece.convo]}
+
+
+def speculators(rec: dict, piece: Piece, k: int | None) -> dict:
+    i, g = piece.replies[-1]
+    if g.get("token_ids") is None:
         raise NoTokenIds(rec["id"])
-    convo, rows = rec["conversations"], []
-    ends = [i for i, m in enumerate(convo) if m["role"] == "assistant"]
-    for k, (g, end) in enumerate(zip(_generations(rec), ends)):
-        prompt, gen = g["prompt_token_ids"], g["token_ids"]
-        rows.append(
-            {
-                "id": f"{rec['id']}_gen{k}",
-                "primary_id": rec["id"],
-                "input_ids": [*prompt, *gen],
-                "loss_mask": [0] * len(prompt) + [1] * len(gen),
-                "conversations": [_clean(m, thinking=False) for m in convo[: end + 1]],
-                "metadata": {
-                    "idx": rec.get("index"),
-                    "finish_reason": g.get("finish_reason"),
-                    "is_tool_call": False,
-                    "usage": g.get("usage") or {},
-                },
-            }
-        )
-    return rows
+    prompt, gen = g["prompt_token_ids"], g["token_ids"]
+    return {
+        "id": f"{rec['id']}_gen{k or 0}",
+        "primary_id": rec["id"],
+        "input_ids": [*prompt, *gen],
+        "loss_mask": [0] * len(prompt) + [1] * len(gen),
+        "conversations": [message(m) for m in piece.convo],  # exactly the turn input_ids hold
+        "metadata": {
+            "idx": rec.get("index"),
+            "finish_reason": g.get("finish_reason"),
+            "is_tool_call": bool(piece.convo[i].get("tool_calls")),
+            "usage": g.get("usage") or {},
+        },
+    }
 
 
 _SHAREGPT = {"user": "human", "assistant": "gpt", "system": "system", "tool": "tool"}
 
 
-def sharegpt(rec: dict, per_turn: bool = False) -> list[dict]:
+def sharegpt(rec: dict, piece: Piece, k: int | None) -> dict:
     turns = []
-    for m in rec["conversations"]:
+    for m in piece.convo:
         value = m.get("content") or ""
         if m["role"] == "assistant" and m.get("reasoning_content"):
             value = f"<think>\n{m['reasoning_content']}\n</think>\n\n{value}"
         turns.append({"from": _SHAREGPT.get(m["role"], m["role"]), "value": value})
-    return [{"id": rec["id"], "conversations": turns}]
+    row_id = rec["id"] if k is None else f"{rec['id']}#turn{k}"
+    return {"id": row_id, "conversations": turns}
 
 
 ROWS = {"specforge": specforge, "speculators": speculators, "sharegpt": sharegpt}

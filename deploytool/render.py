@@ -290,6 +290,7 @@ def export_result(r, out: Console | None = None) -> None:
     out = out or console
     out.print(f"[bold]{r.out}[/]: {r.rows:,} rows from {r.kept:,} records ({r.dropped:,} dropped)")
     out.print(f"  manifest: {r.manifest}", markup=False)
+    out.print(f"  read it with: {r.reads_as}", markup=False)
     for name, d in r.datasets.items():
         dropped = ", ".join(f"{n:,} {why}" for why, n in d["dropped"].items()) or "none"
         out.print(

@@ -185,9 +185,13 @@ def pull(c, host="", to="pulled", refetch=False):
         "format": "specforge (default) | speculators (needs return_token_ids) | sharegpt",
         "out": "the training file to write (default: export-<format>.jsonl); "
         "its manifest is written beside it as <out>.manifest.json",
-        "drop": "leave out records: length (cut at max_tokens), empty (no answer); e.g. length,empty",
+        "drop": "also leave out: length (replies cut at max_tokens; left out by default except in "
+        "speculators rows), empty, original_answers, role_order",
+        "keep": "keep what the format leaves out by default: empty (no answer text), length, "
+        "original_answers (the dataset's own answers, trained), role_order (SpecForge cuts them)",
         "datasets": "only these datasets (default: every dataset of the job)",
-        "per-turn": "one row per assistant turn (SpecForge: train with train_only_last_turn)",
+        "per-turn": "one row per generated reply, its history before it (SpecForge: "
+        "data.train_only_last_turn: true); keeps conversations that hold the dataset's own answers",
         "mixed": "allow records made with different settings in one file",
         "pulled": "the local folder pull writes to (one subfolder per host)",
         "no-pull": "export what is already pulled, without asking the host for new records",
@@ -200,6 +204,7 @@ def export(
     format="specforge",
     out="",
     drop="",
+    keep="",
     datasets="",
     per_turn=False,
     mixed=False,
@@ -212,6 +217,7 @@ def export(
         fmt=format,
         out=out or None,
         drop=drop,
+        keep=keep,
         datasets=datasets,
         per_turn=per_turn,
         mixed=mixed,

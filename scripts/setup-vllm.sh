@@ -24,4 +24,13 @@ if [ ! -f "$VENV/.rig-ready" ]; then
   "$VENV/bin/python" -c 'import aiohttp, vllm, transformers, tokenizers; from transformers import Qwen3ForCausalLM' >&2
   touch "$VENV/.rig-ready"
 fi
+# The released trainers, to read our training files with their own code (tests/real_engine/
+# trainers_read.py): without their deps (sglang, a pinned torch), plus what their data code imports.
+if [ ! -f "$VENV/.trainers-ready" ]; then
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    specforge==0.2.0 speculators==0.9.0 hs-connectors==0.9.0 >&2
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "datasets>=4.0.0,<=5.1.0" >&2
+  "$VENV/bin/python" -c 'import specforge.data.preprocessing, speculators.cli.prepare_data, datasets' >&2
+  touch "$VENV/.trainers-ready"
+fi
 echo "$VENV/bin/python"

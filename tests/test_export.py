@@ -4,6 +4,7 @@ through the CLI and the real sshd, from a job with a one-turn and a whole-conver
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -19,7 +20,7 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
-from tests.test_conversations import write_conversations
+from tests.test_conversations import ORIGINAL, write_conversations
 
 
 def lines(path) -> list[dict]:
@@ -32,10 +33,13 @@ def finished_job(tmp_path, ssh_rig, openai_server):
     project = tmp_path / "p"
     write_prompts(project / "data" / "prompts" / "B1.jsonl", 30)
     write_conversations(project / "data" / "prompts" / "MT.jsonl", 12)
+    write_conversations(project / "data" / "prompts" / "HL.jsonl", 8, ds="HL")
     job = base_job(
         datasets={
             "B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 100},
             "MT": {"prompts": "data/prompts/MT.jsonl", "est_tokens": 300, "turns": "all"},
+            # turns: last: the history's answers are the dataset's own, only the last is the target's
+            "HL": {"prompts": "data/prompts/HL.jsonl", "est_tokens": 100},
         },
         engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 8},
     )
@@ -48,83 +52,110 @@ def finished_job(tmp_path, ssh_rig, openai_server):
     return cfg, project, host_dir
 
 
+def why_left_out(rec: dict, whole: bool) -> str | None:
+    """The default reason a record's row is left out, worked out from the record alone."""
+    convo = rec["conversations"]
+    mine = [m for m in convo if m["role"] == "assistant"]
+    if "turns" not in rec:
+        mine = mine[-1:]
+    if not all(m["content"].strip() for m in mine):
+        return "empty"
+    if rec["finish_reason"] == "length":
+        return "length"
+    if whole and sum(m["role"] == "assistant" for m in convo) > len(mine):
+        return "original_answers"
+    return None
+
+
+def export_cli(cfg, project, *args):
+    res = cli(cfg, "export", "--no-pull", *args, cwd=project)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = args[args.index("--out") + 1]
+    return lines(project / out), json.loads((project / f"{out}.manifest.json").read_text())
+
+
 def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
     cfg, project, host_dir = finished_job
-    recs = {ds: records(host_dir, ds) for ds in ("B1", "MT")}
+    recs = {ds: records(host_dir, ds) for ds in ("B1", "MT", "HL")}
+    by_id = {r["id"]: r for rs in recs.values() for r in rs}
     cut = {ds: sum(r["finish_reason"] == "length" for r in rs) for ds, rs in recs.items()}
-    assert cut["B1"] and cut["MT"]  # the drop below has something to drop
+    assert cut["B1"] and cut["MT"] and cut["HL"]  # the drops below have something to drop
 
-    res = cli(cfg, "export", "--drop", "length", "--out", "train.jsonl", cwd=project)
+    res = cli(cfg, "export", "--out", "train.jsonl", cwd=project)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "pulled into" in res.stdout  # the new bytes were pulled first
     assert not (project / "pulled" / "gpu" / "MT.partial.jsonl").exists()  # host-side state only
     rows = lines(project / "train.jsonl")
     manifest = json.loads((project / "train.jsonl.manifest.json").read_text())
-    for ds in ("B1", "MT"):
+    assert set(manifest["drop"]) == {"empty", "length", "original_answers", "role_order"}
+    assert "data.train_data_path" in manifest["reads_as"]
+    for ds in ("B1", "MT", "HL"):
         m = manifest["datasets"][ds]
-        assert m["records"] == len(recs[ds]) and m["dropped"] == {"length": cut[ds]}
-        assert m["kept"] + cut[ds] == m["records"] == m["rows"] + cut[ds]
+        want = Counter(why_left_out(r, whole=True) for r in recs[ds])
+        kept = want.pop(None, 0)
+        assert m["records"] == len(recs[ds]) and m["dropped"] == dict(want), ds
+        assert m["kept"] == m["rows"] == kept
         assert m["model"] == "test-model" and m["extra_body"] == {"return_token_ids": True}
         assert m["sampling"]["max_tokens"] == 8192 and m["hosts"] == ["gpu"]
         assert m["releases"] and "unknown" not in m["releases"]  # each record names its release
         assert m["first_record"] <= m["last_record"]
     assert manifest["datasets"]["MT"]["turns"] == "all"
-    assert (
-        manifest["totals"]["rows"]
-        == len(rows)
-        == sum(manifest["datasets"][d]["kept"] for d in ("B1", "MT"))
-    )
-    kept = {r["id"] for rs in recs.values() for r in rs if r["finish_reason"] != "length"}
-    assert {r["id"] for r in rows} == kept  # exactly the cut ones left out
+    assert manifest["datasets"]["HL"]["rows"] == 0  # every HL row would train the dataset's answers
+    assert manifest["totals"]["rows"] == len(rows)
+    assert {r["id"] for r in rows} == {i for i, r in by_id.items() if not why_left_out(r, True)}
+    assert ORIGINAL not in (project / "train.jsonl").read_text()
     mt = next(r for r in rows if r["id"].startswith("MT"))
     assert [m["role"] for m in mt["conversations"]] == ["system"] + ["user", "assistant"] * 3
     assert all("reasoning_content" in m for m in mt["conversations"] if m["role"] == "assistant")
 
-    # --per-turn: one row per assistant turn, history without its thinking
-    res = cli(
-        cfg,
-        "export",
-        "--per-turn",
-        "--no-pull",
-        "--datasets",
-        "MT",
-        "--out",
-        "pt.jsonl",
-        cwd=project,
-    )
-    assert res.returncode == 0, res.stderr
-    pt = lines(project / "pt.jsonl")
-    assert len(pt) == sum(r["turns_done"] for r in recs["MT"])
-    two = next(r for r in pt if r["id"].endswith("#turn1"))
-    assert "reasoning_content" not in two["conversations"][2]  # turn 0, as history
-    assert "reasoning_content" in two["conversations"][-1] and two["assistant_turn_index"] == 1
+    # --per-turn: one row per reply the target made, its history before it (thinking kept: the
+    # template decides), the dataset's own answers only ever history
+    pt, man = export_cli(cfg, project, "--per-turn", "--out", "pt.jsonl")
+    assert man["drop"].keys() == {"empty", "length", "role_order"}
+    assert "train_only_last_turn: true" in man["reads_as"]
+    hl = [r for r in pt if r["source_id"].startswith("HL")]
+    assert {r["source_id"] for r in hl} == {r["id"] for r in recs["HL"] if not why_left_out(r, 0)}
+    assert all(r["id"].endswith("#turn0") for r in hl)  # never a row for an original answer
+    assert all(ORIGINAL not in r["conversations"][-1]["content"] for r in pt)
+    assert all(ORIGINAL in r["conversations"][2]["content"] for r in hl)  # as history, untrained
+    two = next(r for r in pt if r["id"].startswith("MT") and r["id"].endswith("#turn1"))
+    assert "reasoning_content" in two["conversations"][2]  # turn 0, as history
+    assert two["conversations"][-1] == by_id[two["source_id"]]["conversations"][4]
 
-    # speculators: one row per generation, the exact tokens, loss on the generated ones
-    res = cli(
-        cfg, "export", "--format", "speculators", "--no-pull", "--out", "sp.jsonl", cwd=project
-    )
-    assert res.returncode == 0, res.stderr
-    sp = lines(project / "sp.jsonl")
-    assert len(sp) == len(recs["B1"]) + sum(r["turns_done"] for r in recs["MT"])
-    by_id = {r["id"]: r for rs in recs.values() for r in rs}
+    # speculators: one row per reply, the exact tokens, loss on the generated ones, and the
+    # conversation of exactly the turn its tokens hold
+    sp, man = export_cli(cfg, project, "--format", "speculators", "--out", "sp.jsonl")
+    assert man["drop"].keys() == {"empty"}  # rows of exact tokens: a cut reply is the model's own
     for row in sp:
         rec = by_id[row["primary_id"]]
         k = int(row["id"].rsplit("_gen", 1)[1])
         gen = rec["turns"][k] if "turns" in rec else rec
         assert row["input_ids"] == gen["prompt_token_ids"] + gen["token_ids"]
         assert row["loss_mask"] == [0] * len(gen["prompt_token_ids"]) + [1] * len(gen["token_ids"])
+        replies = [m for m in rec["conversations"] if m["role"] == "assistant"]
+        reply = replies[k] if "turns" in rec else replies[-1]
+        assert row["conversations"][-1] == reply and ORIGINAL not in reply["content"]
+    assert {r["primary_id"] for r in sp if r["primary_id"].startswith("HL")} == {
+        r["id"] for r in recs["HL"] if r["conversations"][-1]["content"].strip()
+    }
 
-    res = cli(cfg, "export", "--format", "sharegpt", "--no-pull", "--out", "sg.jsonl", cwd=project)
-    assert res.returncode == 0, res.stderr
-    sg = lines(project / "sg.jsonl")
-    assert len(sg) == len(recs["B1"]) + len(recs["MT"])
+    sg, man = export_cli(cfg, project, "--format", "sharegpt", "--out", "sg.jsonl")
+    assert len(sg) == manifest["totals"]["rows"]  # the same rows as specforge's whole ones
     assert {t["from"] for r in sg for t in r["conversations"]} == {"system", "human", "gpt"}
     assert any(t["value"].startswith("<think>\n") for r in sg for t in r["conversations"])
 
-    res = cli(cfg, "export", "--format", "alpaca", cwd=project)
-    assert res.returncode == 2 and "--format: expected one of" in res.stderr
-    res = cli(cfg, "export", "--drop", "short", cwd=project)
-    assert res.returncode == 2 and "--drop: unknown reason short" in res.stderr
+    # --keep: what the format leaves out, asked for by name
+    kept, man = export_cli(cfg, project, "--keep", "empty,length", "--out", "all.jsonl")
+    assert man["datasets"]["B1"]["kept"] == len(recs["B1"]) and not man["datasets"]["B1"]["dropped"]
+
+    for args, err in (
+        (("--format", "alpaca"), "--format: expected one of"),
+        (("--drop", "short"), "--drop: unknown reason short"),
+        (("--keep", "short"), "--keep: unknown reason short"),
+        (("--drop", "length", "--keep", "length"), "--drop and --keep both name length"),
+    ):
+        res = cli(cfg, "export", *args, cwd=project)
+        assert res.returncode == 2 and err in res.stderr, res.stderr
 
 
 def write_pulled(dirname, ds: str, recs: list[dict], meta: dict) -> Source:

@@ -30,6 +30,7 @@ class Prompt:
 
 
 _TOOL_ROLES = ("tool", "function", "ipython", "observation")
+_TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
 
 
 def split_turns(msgs: list) -> list:
@@ -67,7 +68,10 @@ def to_messages(obj: dict, turns: str = "last") -> list:
         msgs = []
         for turn in obj["conversations"]:
             if "role" in turn:
-                msgs.append({"role": turn["role"], "content": turn.get("content", "")})
+                # a tool call and its answer stay paired: without them an assistant turn is empty
+                # and a tool message answers nothing
+                keep = {k: turn[k] for k in _TOOL_KEYS if turn.get(k) is not None}
+                msgs.append({"role": turn["role"], "content": turn.get("content", ""), **keep})
             else:
                 role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
                 if role is None:

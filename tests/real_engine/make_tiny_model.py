@@ -5,8 +5,11 @@ word-level tokenizer made with `tokenizers`, and a chat template that opens a `<
 reasoning parser (`deepseek_r1`, `qwen3`) splits `reasoning` from `content`. The answers are noise;
 what the tests need is the real server around them.
 
+`--trainer` makes the variant the trainers' tier reads (tests/real_engine/test_real_trainers.py):
+a template that keeps each reply's thinking, and greedy replies that close their thinking and end.
+
 Run with the Python of the vLLM environment (torch, transformers, tokenizers):
-    python tests/real_engine/make_tiny_model.py OUT_DIR
+    python tests/real_engine/make_tiny_model.py OUT_DIR [--trainer]
 """
 
 from __future__ import annotations
@@ -26,9 +29,18 @@ TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
 )
+# the trainer variant (--trainer): Qwen3's shape, but every reply keeps its thinking (vLLM hands a
+# reply's `reasoning` to templates as `reasoning_content`, as SpecForge's ThinkingParser does), so a
+# reply renders to exactly the tokens the model made after its generation prompt
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}"
+    "<think>\n{{ m.get('reasoning_content') or '' }}\n</think>\n\n{% endif %}"
+    "{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
 
 
-def build(out: Path) -> Path:
+def build(out: Path, trainer: bool = False) -> Path:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -45,7 +57,7 @@ def build(out: Path) -> Path:
         json.dumps(
             {
                 "tokenizer_class": "PreTrainedTokenizerFast",
-                "chat_template": TEMPLATE,
+                "chat_template": THINKING_TEMPLATE if trainer else TEMPLATE,
                 "eos_token": "<|im_end|>",
                 "pad_token": "<|endoftext|>",
                 "unk_token": "<unk>",
@@ -82,6 +94,9 @@ def build(out: Path) -> Path:
     nxt = {w: words[(i + 1) % len(words)] for i, w in enumerate(words)}
     for t in SPECIAL:
         nxt[vocab[t]] = words[0]
+    if trainer:  # greedy: 8 words of thinking, </think>, 12 words of answer, the end of the turn
+        nxt[words[7]], nxt[vocab["</think>"]] = vocab["</think>"], words[8]
+        nxt[words[19]] = eos
     with torch.no_grad():
         emb = torch.randn(len(vocab), config.hidden_size)
         model.model.embed_tokens.weight.copy_(emb)
@@ -97,4 +112,4 @@ def build(out: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(build(Path(sys.argv[1])))
+    print(build(Path(sys.argv[1]), trainer="--trainer" in sys.argv[2:]))

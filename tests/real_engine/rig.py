@@ -3,8 +3,12 @@ environment made by scripts/setup-vllm.sh, the tiny model, and a `vllm` command 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -37,10 +41,10 @@ def vllm_python() -> str:
     return py
 
 
-def build_model(out: Path, python: str) -> Path:
+def build_model(out: Path, python: str, trainer: bool = False) -> Path:
     """The tiny random-weight model, made by the vLLM environment's own torch and transformers."""
     subprocess.run(
-        [python, str(HERE / "make_tiny_model.py"), str(out)],
+        [python, str(HERE / "make_tiny_model.py"), str(out), *(["--trainer"] if trainer else [])],
         check=True,
         capture_output=True,
         timeout=300,
@@ -57,3 +61,41 @@ def vllm_command(where: Path, python: str) -> Path:
     exe.write_text(f'#!/bin/sh\nexec {python} -m vllm.entrypoints.cli.main "$@"\n')
     exe.chmod(0o755)
     return exe
+
+
+@contextlib.contextmanager
+def serve(exe: Path, model: Path, port: int, log: Path, timeout: float = 300):
+    """A bare `vllm serve` of the model for a test that needs a real server but not the product's
+    server commands (those have tests of their own); stopped, its whole session, at the end."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [str(exe), "serve", str(model), "--port", str(port), *BASE_ARGS],
+            env={**os.environ, **SERVER_ENV},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"vllm serve exited {proc.returncode}: {log.read_text()[-2000:]}"
+                )
+            try:
+                urllib.request.urlopen(f"{url}/v1/models", timeout=2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"vllm serve not ready in {timeout:.0f} s") from None
+                time.sleep(0.5)
+        yield f"{url}/v1"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
