@@ -290,7 +290,8 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
         "file": out.name,
         "format": fmt,
         "per_turn": per_turn,
-        "reads_as": READS_AS[fmt] + (", data.train_only_last_turn: true" if per_turn else ""),
+        "reads_as": READS_AS[fmt]
+        + (", data.train_only_last_turn: true" if per_turn and fmt == "specforge" else ""),
         "drop": {why: DROP_REASONS[why] for why in drop},
         "mixed_settings": mixed,
         "written": _when(time.time()),
