@@ -21,6 +21,7 @@ from tests.conftest import (
     write_prompts,
 )
 from tests.test_conversations import ORIGINAL, write_conversations
+from tests.test_training_rows import generated
 
 
 def lines(path) -> list[dict]:
@@ -55,9 +56,7 @@ def finished_job(tmp_path, ssh_rig, openai_server):
 def why_left_out(rec: dict, whole: bool) -> str | None:
     """The default reason a record's row is left out, worked out from the record alone."""
     convo = rec["conversations"]
-    mine = [m for m in convo if m["role"] == "assistant"]
-    if "turns" not in rec:
-        mine = mine[-1:]
+    mine = generated(rec)
     if not all(m["content"].strip() for m in mine):
         return "empty"
     if rec["finish_reason"] == "length":
@@ -132,8 +131,7 @@ def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
         gen = rec["turns"][k] if "turns" in rec else rec
         assert row["input_ids"] == gen["prompt_token_ids"] + gen["token_ids"]
         assert row["loss_mask"] == [0] * len(gen["prompt_token_ids"]) + [1] * len(gen["token_ids"])
-        replies = [m for m in rec["conversations"] if m["role"] == "assistant"]
-        reply = replies[k] if "turns" in rec else replies[-1]
+        reply = generated(rec)[k]
         assert row["conversations"][-1] == reply and ORIGINAL not in reply["content"]
     assert {r["primary_id"] for r in sp if r["primary_id"].startswith("HL")} == {
         r["id"] for r in recs["HL"] if r["conversations"][-1]["content"].strip()

@@ -7,9 +7,10 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
+
+from tests.conftest import wait_for
 
 HERE = Path(__file__).resolve().parent
 SERVED_NAME = "tiny"
@@ -76,20 +77,18 @@ def serve(exe: Path, model: Path, port: int, log: Path, timeout: float = 300):
             start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm serve exited {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            urllib.request.urlopen(f"{url}/v1/models", timeout=2).close()
+            return True
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"vllm serve exited {proc.returncode}: {log.read_text()[-2000:]}"
-                )
-            try:
-                urllib.request.urlopen(f"{url}/v1/models", timeout=2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"vllm serve not ready in {timeout:.0f} s") from None
-                time.sleep(0.5)
+        wait_for(ready, timeout, 0.5, "vllm serve ready")
         yield f"{url}/v1"
     finally:
         with contextlib.suppress(ProcessLookupError):
