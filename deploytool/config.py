@@ -165,6 +165,7 @@ ENGINE_FIELDS = {
     "stream": boolean,
     "first_token_timeout": number(1.0),
     "progress_timeout": number(1.0),
+    "thinking_end": string,
 }
 SERVER_FIELDS = {
     "command": string,

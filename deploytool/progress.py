@@ -224,6 +224,28 @@ def totals(statuses: list[JobStatus]) -> dict:
     }
 
 
+def kept_line(st: JobStatus) -> str | None:
+    """The unfinished answers' tokens kept for a restart, and what continuing them saved."""
+    k = st.kept
+    if not k.on:
+        return (
+            None
+            if st.terminal or not k.why_not
+            else f"restarts redo answers in flight: {k.why_not}"
+        )
+    text = f"streaming {fmt_tokens(k.streamed_per_s)} tok/s · {fmt_tokens(k.tokens)} tokens of unfinished answers kept"
+    if k.waiting:
+        text += f" ({k.waiting} answers waiting to be continued)"
+    if k.continued:
+        saved = fmt_tokens(k.tokens_saved)
+        text += (
+            f" · continued {k.continued} answers after a restart ({saved} tokens not made again)"
+        )
+    if k.started_over:
+        text += f" · {k.started_over} asked again from their start (see the log)"
+    return text
+
+
 def host_view(host: str, st: JobStatus | None, now: float, note: str | None = None):
     if st is None:
         return Text(f"{host}: no status yet" + (f" ({note})" if note else ""), style="yellow")
@@ -271,8 +293,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
     line, bad = health(st, now)
     parts = [head, table, total, Text(line, style="red" if bad else "dim")]
     parts += [Text(text, style="red" if down else "dim") for text, down in endpoint_lines(st, now)]
-    if gpu_line(st):
-        parts.append(Text(gpu_line(st), style="dim"))
+    parts += [Text(line, style="dim") for line in (kept_line(st), gpu_line(st)) if line]
     if disk_line(st):
         parts.append(Text(disk_line(st)[0], style=disk_line(st)[1]))
     parts += [Text(h, style="yellow") for h in hints(st)]

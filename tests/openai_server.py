@@ -54,6 +54,8 @@ class FakeOpenAI:
         engines: int = 1,
         strict_model: bool = False,
         stall_rate: float = 0.0,
+        token_model: bool = False,
+        chunk_tokens: int = 1,
     ):
         self.latency = latency
         self.fail_rate, self.rate_limit_rate = fail_rate, rate_limit_rate
@@ -76,6 +78,10 @@ class FakeOpenAI:
         # (a request routed to a dead data-parallel rank hangs before its first token: hang_rate)
         self.stall_rate = stall_rate
         self.stalled = 0
+        # a model made of token ids (see TokenModel): /v1/completions continues from them
+        self.tokens_model = TokenModel() if token_model else None
+        self.chunk_tokens = chunk_tokens  # tokens per streamed chunk (vLLM merges them under load)
+        self.completion_bodies: list[dict] = []
         self.long_text = False  # an answer of n words for n tokens (one streamed chunk per token)
         self.slot_count = slots
         self.generated_tokens = 0
@@ -155,6 +161,8 @@ class FakeOpenAI:
                 await asyncio.sleep(self.latency)
             if roll < self.malformed_rate:
                 return web.Response(text='{"choices": [', content_type="application/json")
+            if self.tokens_model is not None:
+                return await self.token_answer(request, body, key, n)
             reply = self.reply(body, key, n, len(text) // 4)
             if body.get("stream"):
                 return await self.stream(request, body, key, reply)
@@ -328,10 +336,172 @@ class FakeOpenAI:
             }
         )
 
+    async def token_answer(self, request, body: dict, key: str, n: int):
+        """A chat answer of the token model, streamed in chunks of chunk_tokens as vLLM does."""
+        tm = self.tokens_model
+        thinking = bool((body.get("chat_template_kwargs") or {}).get("thinking"))
+        prompt = tm.prompt_ids(key, thinking)
+        ids, finish = tm.cut(tm.answer(key, n, thinking), body.get("max_tokens"))
+        skip = body.get("skip_special_tokens", True)
+        parts = [ids[i : i + self.chunk_tokens] for i in range(0, len(ids), self.chunk_tokens)]
+        deltas, seen = [], []
+        for part in parts:  # vLLM's BaseThinkingReasoningParser, line for line
+            deltas.append(
+                tm.parse_delta(seen, part, skip, thinking, finish == "stop" and part is parts[-1])
+            )
+            seen += part
+        usage = {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(ids),
+            "total_tokens": len(prompt) + len(ids),
+        }
+        if not body.get("stream"):
+            self.generated_tokens += len(ids)
+            r = "".join(d.get("reasoning") or "" for d in deltas) or None
+            c = "".join(d.get("content") or "" for d in deltas) or None
+            self.requests[key] += 1
+            return web.json_response(
+                {
+                    "id": "chatcmpl-t",
+                    "object": "chat.completion",
+                    "model": body.get("model"),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": c, "reasoning": r},
+                            "finish_reason": finish,
+                            "token_ids": ids,
+                        }
+                    ],
+                    "usage": usage,
+                    "prompt_token_ids": prompt,
+                }
+            )
+        head = {"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": body.get("model")}
+        chunks = [
+            dict(
+                head,
+                prompt_token_ids=prompt,
+                choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+            )
+        ]
+        for i, (part, d) in enumerate(zip(parts, deltas)):
+            last = i == len(parts) - 1
+            chunks.append(
+                dict(
+                    head,
+                    choices=[
+                        {
+                            "index": 0,
+                            "delta": d,
+                            "token_ids": part,
+                            "finish_reason": finish if last else None,
+                        }
+                    ],
+                )
+            )
+        return await self.send_chunks(
+            request, body, key, chunks, dict(head, choices=[], usage=usage)
+        )
+
+    async def send_chunks(self, request, body, key, chunks, usage_chunk):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        try:
+            return await self._send_chunks(resp, body, key, chunks, usage_chunk)
+        except ConnectionError:  # the client went (a kill -9): vLLM aborts the request
+            return resp
+
+    async def _send_chunks(self, resp, body, key, chunks, usage_chunk):
+        for i, chunk in enumerate(chunks):
+            if i and self.token_time:
+                await asyncio.sleep(
+                    self.token_time * len(chunk["choices"][0].get("token_ids") or ())
+                )
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            # made only as it is sent, as vLLM's counter counts: a killed stream made no more
+            self.generated_tokens += len(chunk["choices"][0].get("token_ids") or ())
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await resp.write(b"data: " + json.dumps(usage_chunk).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        self.requests[key] += 1
+        self.t_last = time.monotonic()
+        await resp.write_eof()
+        return resp
+
+    async def completions(self, request):
+        """vLLM's /v1/completions with a token-id prompt: the token model continues from it."""
+        body = await request.json()
+        self.completion_bodies.append(body)
+        self.in_flight += 1
+        try:
+            return await self._completions(request, body)
+        finally:
+            self.in_flight -= 1
+
+    async def _completions(self, request, body: dict):
+        tm = self.tokens_model
+        prompt = body.get("prompt")
+        found = tm.find(prompt) if tm is not None and isinstance(prompt, list) else None
+        if found is None:
+            return web.json_response({"error": {"message": "unknown prompt"}}, status=400)
+        key, thinking, made = found
+        full = tm.answer(key, self.tokens_for(key), thinking)
+        if full[: len(made)] != made:
+            return web.json_response({"error": {"message": "not this answer's prefix"}}, status=400)
+        ids, finish = tm.cut(full[len(made) :], body.get("max_tokens"))
+        skip = body.get("skip_special_tokens", True)
+        usage = {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(ids),
+            "total_tokens": len(prompt) + len(ids),
+            "prompt_tokens_details": {"cached_tokens": len(prompt) - len(prompt) % 16},
+        }
+        head = {"id": "cmpl-t", "object": "text_completion", "model": body.get("model")}
+        parts = [ids[i : i + self.chunk_tokens] for i in range(0, len(ids), self.chunk_tokens)] or [
+            []
+        ]
+        chunks = []
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            text = tm.text(part[:-1] if last and finish == "stop" else part, skip)
+            choice = {
+                "index": 0,
+                "text": text,
+                "token_ids": part,
+                "finish_reason": finish if last else None,
+            }
+            if i == 0:
+                choice["prompt_token_ids"] = prompt
+            chunks.append(dict(head, choices=[choice]))
+        if not body.get("stream"):
+            self.generated_tokens += len(ids)
+            self.requests[key] += 1
+            text = "".join(c["choices"][0]["text"] for c in chunks)
+            return web.json_response(
+                dict(
+                    head,
+                    choices=[{"index": 0, "text": text, "token_ids": ids, "finish_reason": finish}],
+                    usage=usage,
+                )
+            )
+        return await self.send_chunks(
+            request, body, key, chunks, dict(head, choices=[], usage=usage)
+        )
+
+    async def tokenize(self, request):
+        body = await request.json()
+        if body.get("prompt") == TokenModel.END_TEXT:
+            return web.json_response({"tokens": [TokenModel.END], "count": 1})
+        return web.json_response({"tokens": [1, 2], "count": 2})
+
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 << 20)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.chat)
+        if self.tokens_model is not None:
+            app.router.add_post("/v1/completions", self.completions)
+            app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/stats", self.stats)
         return app
@@ -364,6 +534,78 @@ class FakeOpenAI:
         if self._loop:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+
+
+class TokenModel:
+    """Answers made of token ids, each its own text (` w<id>`), so that an answer continued from any
+    prefix of its ids is the same answer: the thinking, `</think>` (a special token, left out of
+    the text with skip_special_tokens), the answer text, and the EOS id that vLLM's token_ids hold."""
+
+    END, END_TEXT, EOS = 7, "</think>", 2
+
+    def __init__(self):
+        self.prompts: dict[tuple, tuple[str, bool]] = {}
+
+    def prompt_ids(self, key: str, thinking: bool) -> list[int]:
+        rng = random.Random("prompt" + key)
+        ids = [rng.randrange(100, 999) for _ in range(5 + rng.randrange(20))]
+        self.prompts[tuple(ids)] = (key, thinking)
+        return ids
+
+    def answer(self, key: str, n: int, thinking: bool) -> list[int]:
+        rng = random.Random("answer" + key)
+        words = [rng.randrange(1000, 9000) for _ in range(max(2, n) - 1)]
+        if thinking:
+            m = max(1, len(words) // 3)
+            words = words[:m] + [self.END] + words[m:]
+        return words + [self.EOS]
+
+    @staticmethod
+    def cut(ids: list, max_tokens) -> tuple[list, str]:
+        if max_tokens is not None and len(ids) > int(max_tokens):
+            return ids[: int(max_tokens)], "length"
+        return ids, "stop"
+
+    def text(self, ids, skip: bool = True) -> str:
+        return "".join(
+            (self.END_TEXT if not skip else "")
+            if i == self.END
+            else ("" if i == self.EOS else f" w{i}")
+            for i in ids
+        )
+
+    def parse_delta(
+        self, previous: list, delta: list, skip: bool, thinking: bool, stops: bool
+    ) -> dict:
+        """vllm/reasoning/basic_parsers.py extract_reasoning_streaming (0.32): `find` of the end
+        marker's text in delta_text, which skip_special_tokens emptied (vllm#53303)."""
+        text = self.text(delta[:-1] if stops else delta, skip)
+        if not thinking:
+            return {"content": text}
+        if len(delta) == 1 and delta[0] == self.END:
+            return {}
+        if self.END in delta:
+            i = text.find(self.END_TEXT)
+            content = text[i + len(self.END_TEXT) :]
+            return {"reasoning": text[:i], "content": content or None}
+        if self.END in previous:
+            return {"content": text}
+        return {"reasoning": text}
+
+    def split(self, ids: list) -> tuple[str | None, str]:
+        """The right reasoning and content of a whole answer (what a record must say)."""
+        body = ids[:-1] if ids and ids[-1] == self.EOS else ids
+        if self.END in body:
+            i = body.index(self.END)
+            return self.text(body[:i]) or None, self.text(body[i + 1 :])
+        return None, self.text(body)
+
+    def find(self, prompt: list):
+        for n in range(len(prompt), 0, -1):
+            got = self.prompts.get(tuple(prompt[:n]))
+            if got is not None:
+                return got[0], got[1], prompt[n:]
+        return None
 
 
 def main() -> None:

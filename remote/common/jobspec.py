@@ -67,6 +67,8 @@ class EngineSpec:
     # long as a whole answer takes (Kimi-K2.5: up to ~15 min under full load on 8 GPUs)
     first_token_timeout: float = 1800.0
     progress_timeout: float = 300.0  # seconds between tokens once they flow (a preemption pauses)
+    # where the server's reasoning parser ends the thinking: a continued answer is split there
+    thinking_end: str = "</think>"
 
     def urls(self) -> list[str]:
         """Every server, without a trailing slash."""
@@ -260,6 +262,11 @@ class Paths:
     def partial(self, ds: str) -> Path:
         """Finished turns of conversations not yet recorded (turns: all)."""
         return self.outputs / f"{ds}.partial.jsonl"
+
+    @property
+    def kept(self) -> Path:
+        """The tokens of unfinished answers, for continuing them after a stop (SPEC 11.2)."""
+        return self.run / "kept.jsonl"
 
     def meta(self, ds: str) -> Path:
         return self.outputs / f"{ds}.meta.json"

@@ -205,6 +205,25 @@ class Supervision(_FromDict):
 
 
 @dataclass
+class KeptStatus:
+    """Unfinished answers' tokens kept for continuing them after a stop (SPEC 11.2)."""
+
+    on: bool = False
+    why_not: str | None = None  # why restarts ask in-flight answers again from their start
+    tokens: int = 0  # tokens of unfinished answers held now (streaming, or waiting to continue)
+    waiting: int = 0  # unfinished answers from before this start, not yet continued
+    continued: int = 0  # answers continued in this run
+    tokens_saved: int = 0  # tokens those continuations did not make again
+    started_over: int = 0  # kept answers asked again from their start (the log says why)
+    bytes: int = 0  # appended to run/kept.jsonl by this runner
+    streamed_per_s: float = 0.0  # tokens/s as they stream, finished or not (last minute)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KeptStatus":
+        return cls(**_known(cls, d))
+
+
+@dataclass
 class JobStatus:
     state: str = NEVER_RUN
     message: str = ""
@@ -237,6 +256,7 @@ class JobStatus:
     gpus: list[GpuStatus] | None = None  # from nvidia-smi; None where there is none
     disk: DiskStatus = field(default_factory=DiskStatus)
     notified: list = field(default_factory=list)  # job.notify events sent by this runner, in order
+    kept: KeptStatus = field(default_factory=KeptStatus)
     # filled in by `ctl status` on the host, and by deploytool
     runner: RunnerInfo | None = None
     current_release: str | None = None
@@ -274,6 +294,7 @@ class JobStatus:
         if d.get("gpus") is not None:
             d["gpus"] = [GpuStatus.from_dict(g) for g in d["gpus"]]
         d["disk"] = DiskStatus.from_dict(d.get("disk") or {})
+        d["kept"] = KeptStatus.from_dict(d.get("kept") or {})
         return cls(**d)
 
     @classmethod

@@ -27,6 +27,8 @@ def reply_of(c) -> dict:
     if c.token_ids is not None:
         r["prompt_token_ids"] = c.prompt_token_ids
         r["token_ids"] = c.token_ids
+    if c.continued:
+        r["continued"] = c.continued
     return r
 
 
@@ -76,7 +78,11 @@ def record(dataset: str, p: Prompt, replies: list, stopped: str | None = None) -
         "turns_done": len(replies),
         "turns_total": len(p.turns),
         "turns": [
-            {k: r[k] for k in ("finish_reason", "usage", "prompt_token_ids", "token_ids") if k in r}
+            {
+                k: r[k]
+                for k in ("finish_reason", "usage", "prompt_token_ids", "token_ids", "continued")
+                if k in r
+            }
             for r in replies
         ],
         "model": last["model"],

@@ -11,6 +11,7 @@ from ..common.jobspec import EngineSpec
 from . import conversation
 from .datasets import DatasetRun
 from .engine import Engine, EngineDown, PermanentError, Stuck, TransientError, backoff
+from .kept import Keeping, KeptFile
 from .pool import Endpoint, Pool
 from .prompts import Prompt
 from .scheduler import Scheduler
@@ -49,6 +50,12 @@ class Dispatcher:
         self.retries = 0
         self.tasks: set[asyncio.Task] = set()
         self._streak: list = []  # (run, prompt, error, attempts): one permanent error in a row
+        # unfinished answers' tokens (None: not kept, see continuation.keeping); what that saved
+        self.kept: KeptFile | None = None
+        self.continued = 0  # answers continued from kept tokens in this run
+        self.tokens_saved = 0  # kept tokens those continuations did not make again
+        self.started_over = 0  # kept answers asked again from the start (see _refused)
+        self._refusals: set[str] = set()
 
     @property
     def in_flight(self) -> int:
@@ -145,6 +152,7 @@ class Dispatcher:
             self.end_streak()
             if replies is None:
                 self.writer.write_record(run, p, c)
+                self._answered(run, p, None)
                 self.pool.answered(ep, c.completion_tokens, time.time())
             else:
                 self.writer.write_conversation(run, p, replies)
@@ -157,16 +165,69 @@ class Dispatcher:
         this server (its prefix is in this server's cache, and the slot never drains between
         turns). Each finished turn goes to the sidecar at once; `replies` grows in place."""
         if replies is None:
-            return await self.engine.complete(ep.url, p.messages, run.spec.est_tokens, p.id)
+            return await self._one(ep, run, p, p.messages, None)
         while not conversation.finished(p, replies):
             msgs = conversation.request(p, replies)
-            c = await self.engine.complete(ep.url, msgs, run.spec.est_tokens, p.id)
+            c = await self._one(ep, run, p, msgs, len(replies))
             replies.append(conversation.reply_of(c))
+            self._answered(run, p, len(replies) - 1)
             self.pool.answered(ep, c.completion_tokens, time.time())
             run.attempts.pop(p.id, None)  # retries are counted per turn
             if not conversation.finished(p, replies):
                 run.partials.add(p, len(replies) - 1, replies[-1])
         return None
+
+    def _key(self, run: DatasetRun, p: Prompt, turn: int | None) -> str:
+        return f"{run.spec.name}\t{p.id}" + ("" if turn is None else f"\t{turn}")
+
+    async def _one(self, ep: Endpoint, run: DatasetRun, p: Prompt, msgs: list, turn: int | None):
+        """One answer; its tokens kept while it streams, continued where some were kept."""
+        if self.kept is None:
+            return await self.engine.complete(ep.url, msgs, run.spec.est_tokens, p.id)
+        key = self._key(run, p, turn)
+        keep = self.kept.start(key, self.engine.signature(msgs))
+        if keep.continuing and (why := await self._cannot_continue(ep, keep)):
+            self._refused(run, p, key, why)
+            keep = self.kept.start(key, keep.base.sig)
+        elif not keep.continuing:
+            await self.engine.end_of_thinking(ep.url)  # known before the end marker streams
+        try:
+            c = await self.engine.complete(ep.url, msgs, run.spec.est_tokens, p.id, keep)
+            if keep.continuing:
+                self.continued += 1
+                self.tokens_saved += len(keep.base.ids)
+            return c
+        except PermanentError as e:
+            if not keep.continuing:
+                self.kept.settle(keep)
+                raise
+            # the server refused the token-id prompt: asked again from the start, said once
+            self._refused(run, p, key, f"the server refused the continuation ({e})")
+            raise TransientError(f"continuation refused: {e}") from None
+        except BaseException:
+            self.kept.settle(keep)  # what it made stays kept: the next attempt continues it
+            raise
+
+    async def _cannot_continue(self, ep: Endpoint, keep: Keeping) -> str | None:
+        kept = keep.base
+        if kept.thinking is None:
+            return "its kept tokens have no text yet"
+        if kept.thinking and await self.engine.end_of_thinking(ep.url) is None:
+            return "it was cut inside its thinking and the server has no /tokenize for the marker"
+        return None
+
+    def _refused(self, run: DatasetRun, p: Prompt, key: str, why: str) -> None:
+        self.kept.end(key)
+        self.started_over += 1
+        reason = why.split(" (")[0]
+        if reason not in self._refusals:  # each reason said once
+            self._refusals.add(reason)
+            self.log(f"{run.spec.name} {p.id}: not continued, asked again from its start: {why}")
+
+    def _answered(self, run: DatasetRun, p: Prompt, turn: int | None) -> None:
+        if self.kept is None:
+            return
+        self.kept.end(self._key(run, p, turn))
 
     def _down(self, ep: Endpoint, run: DatasetRun, p: Prompt, e: EngineDown) -> None:
         now = time.time()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import random
 import time
 from dataclasses import dataclass
 
-from .stream import Watchdog, read_stream
+from . import continuation
+from .kept import Keeping, signature
+from .stream import Assembly, ThinkingSplit, Watchdog, read_stream
 
 
 class EngineError(Exception):
@@ -61,6 +62,7 @@ class Completion:
         None  # vLLM `return_token_ids`: the exact tokens a draft model trains on
     )
     token_ids: list | None = None
+    continued: int = 0  # times this answer was continued from kept tokens
 
 
 def _text(value) -> str | None:
@@ -113,10 +115,21 @@ class Engine:
     async def __aexit__(self, *exc) -> None:
         return None
 
-    async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
+    async def complete(
+        self, url: str, messages: list, est_tokens: int, key: str, keep: Keeping | None = None
+    ) -> Completion:
         """One answer from the server at `url`; raises EngineDown, Stuck, TransientError or
-        PermanentError, each of which the dispatcher handles its own way."""
+        PermanentError, each of which the dispatcher handles its own way. With `keep`, the tokens
+        stream into it, and a kept unfinished answer is continued rather than asked again."""
         raise NotImplementedError
+
+    def signature(self, messages: list) -> str:
+        """Which request kept tokens answer: these messages under these settings."""
+        return signature(messages)
+
+    async def end_of_thinking(self, url: str) -> int | None:
+        """The token id that ends the thinking on `url` (None: unknown)."""
+        return None
 
     async def probe(self, url: str) -> str | None:
         """None when the server answers at all, else why not (a down server is probed until then)."""
@@ -154,6 +167,11 @@ class OpenAIEngine(Engine):
         self.fixed.update(job.extra_body)
         if self.stream:  # tokens as they come: a request that stops making progress is seen
             self.fixed.update(stream=True, stream_options={"include_usage": True})
+        # vLLM's reasoning parser splits at the end-of-thinking marker's text: a special-token
+        # marker left out of the text makes it cut the answer one character early (vllm#53303)
+        self.fixed.setdefault("skip_special_tokens", False)
+        self.thinking_end = engine.thinking_end
+        self._end_ids: dict[str, int | None] = {}
         self._session = None
 
     async def __aenter__(self):
@@ -201,17 +219,84 @@ class OpenAIEngine(Engine):
         except (asyncio.TimeoutError, self._aiohttp.ClientError, OSError):
             return None
 
-    async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
+    def signature(self, messages: list) -> str:
+        return signature(messages, self.fixed)
+
+    async def end_of_thinking(self, url: str) -> int | None:
+        """The marker's token id, from vLLM's /tokenize (asked once per server)."""
+        if url in self._end_ids:
+            return self._end_ids[url]
+        root = url[: -len("/v1")] if url.endswith("/v1") else url
+        body = {"model": self.model, "prompt": self.thinking_end, "add_special_tokens": False}
+        try:
+            async with self._session.post(
+                f"{root}/tokenize", json=body, timeout=self._aiohttp.ClientTimeout(total=10)
+            ) as resp:
+                got = await resp.json(content_type=None) if resp.status == 200 else None
+                definite = resp.status < 500
+        except (asyncio.TimeoutError, self._aiohttp.ClientError, OSError, ValueError):
+            return None  # asked again next time
+        tokens = got.get("tokens") if isinstance(got, dict) else None
+        end = tokens[0] if isinstance(tokens, list) and len(tokens) == 1 else None
+        if definite:
+            self._end_ids[url] = end
+        return end
+
+    async def complete(
+        self, url: str, messages: list, est_tokens: int, key: str, keep: Keeping | None = None
+    ) -> Completion:
+        if keep is not None and keep.continuing:
+            return await self._continue(url, keep, key)
+        if keep is not None:
+            keep.asm, keep.end_id = Assembly(), self._end_ids.get(url)
+        data = await self._post(url, "chat/completions", {**self.fixed, "messages": messages}, keep)
+        return self._parse(data)
+
+    async def _continue(self, url: str, keep: Keeping, key: str) -> Completion:
+        """The kept answer, continued: prompt = its prompt ids + the ids made so far."""
+        kept = keep.base
+        body = continuation.body(self.fixed, kept, key)
+        reply = None
+        if body is not None:
+            end = self._end_ids.get(url)
+            keep.asm = Assembly(ThinkingSplit(self.thinking_end, bool(kept.thinking), end))
+            reply = await self._post(url, "completions", body, keep)
+            choices = reply.get("choices") if isinstance(reply, dict) else None
+            if not (choices and isinstance(choices[0], dict) and "message" in choices[0]):
+                # one body, not a stream: split it as the stream would have been
+                reply = _split_body(reply, self.thinking_end, bool(kept.thinking))
+        m = continuation.merged(kept, reply)
+        model = (reply or {}).get("model") or self.model
+        return Completion(
+            m["content"],
+            m["reasoning_content"],
+            m["finish_reason"],
+            m["prompt_tokens"],
+            m["completion_tokens"],
+            str(model),
+            m["prompt_token_ids"],
+            m["token_ids"],
+            m["continued"],
+        )
+
+    def _parse(self, data) -> Completion:
+        try:
+            return parse_reply(data, self.model)
+        except (ValueError, TypeError) as e:
+            raise TransientError(f"malformed reply ({e})") from None
+
+    async def _post(self, url: str, path: str, body: dict, keep: Keeping | None):
+        """One request; the reply body (a stream put back together). Raises the engine errors."""
         aiohttp = self._aiohttp
-        body = {**self.fixed, "messages": messages}
         progress = self.watchdog.watch(url) if self.stream else None
         try:
-            async with self._session.post(f"{url}/chat/completions", json=body) as resp:
+            async with self._session.post(f"{url}/{path}", json=body) as resp:
                 status = resp.status
                 # a server that ignores `stream` answers one JSON body: read it as such
                 streamed = status == 200 and resp.content_type == "text/event-stream"
                 if streamed:
-                    data = await read_stream(resp.content, progress)
+                    got = keep.asm if keep is not None else None
+                    data = await read_stream(resp.content, progress, got)
                 else:
                     text = await resp.text()
         except asyncio.CancelledError:
@@ -245,10 +330,35 @@ class OpenAIEngine(Engine):
             raise TransientError(f"HTTP {status}: {text[:200]}")
         if status >= 400:
             raise PermanentError(f"HTTP {status}: {_error_text(text)[:500]}", status)
+        if streamed:
+            return data
         try:
-            return parse_reply(data if streamed else json.loads(text), self.model)
-        except (ValueError, TypeError) as e:
+            return json.loads(text)
+        except ValueError as e:
             raise TransientError(f"malformed reply ({e})") from None
+
+
+def _split_body(reply, marker: str, thinking: bool) -> dict:
+    """A non-streamed completions body in the shape a chat reply has, its text split."""
+    try:
+        choice = reply["choices"][0]
+        got = Assembly(ThinkingSplit(marker, thinking))
+        got.add(
+            {
+                "choices": [
+                    {
+                        "text": choice.get("text") or "",
+                        "token_ids": choice.get("token_ids"),
+                        "finish_reason": choice.get("finish_reason"),
+                    }
+                ],
+                "usage": reply.get("usage"),
+                "model": reply.get("model"),
+            }
+        )
+        return got.reply()
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise TransientError(f"malformed reply ({e})") from None
 
 
 def _error_text(body: str) -> str:
@@ -262,51 +372,11 @@ def _error_text(body: str) -> str:
         return body
 
 
-_WORDS = (
-    "the model answers with a long and careful response that walks through each step of the "
-    "reasoning before it gives the final result so that a draft model can learn"
-).split()
-
-
-class SimulateEngine(Engine):
-    """Answers like a continuous-batching server: a shared token rate split over the requests in
-    flight, long-tailed response lengths around each dataset's est_tokens. A demo, never a fallback."""
-
-    model = "simulated"
-    base_urls = ["simulate"]
-
-    def __init__(self, job):
-        engine, sampling = job.engine, job.sampling
-        self.tokens_per_s = engine.tokens_per_s
-        self.concurrency = engine.concurrency
-        self.max_tokens = int(sampling.get("max_tokens", 8192))
-        self.thinking = bool(job.chat_template_kwargs.get("thinking"))
-
-    def length(self, est_tokens: int, key: str) -> int:
-        rng = random.Random(key)
-        sigma = 0.6
-        mu = math.log(max(est_tokens, 1)) - sigma * sigma / 2  # lognormal with mean est_tokens
-        return max(8, int(rng.lognormvariate(mu, sigma)))
-
-    async def probe(self, url: str) -> str | None:
-        return None  # no server to ask
-
-    async def complete(self, url: str, messages: list, est_tokens: int, key: str) -> Completion:
-        n = self.length(est_tokens, key)
-        finish = "stop"
-        if n >= self.max_tokens:
-            n, finish = self.max_tokens, "length"
-        per_seq = self.tokens_per_s / max(1, self.concurrency)
-        await asyncio.sleep(n / per_seq)
-        words = [_WORDS[i % len(_WORDS)] for i in range(n)]
-        reasoning = " ".join(words[: max(1, n // 4)]) if self.thinking else None
-        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
-        return Completion(" ".join(words), reasoning, finish, prompt_tokens, n, self.model)
-
-
 def make_engine(job) -> Engine:
     kind = job.engine.kind
     if kind == "simulate":
+        from .simulate import SimulateEngine
+
         return SimulateEngine(job)
     if kind == "openai":
         return OpenAIEngine(job)

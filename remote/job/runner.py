@@ -27,6 +27,7 @@ from ..common.status import (
     EngineStatus,
     JobStatus,
 )
+from . import continuation
 from .alerts import AlertWatcher
 from .control import ControlWatcher
 from .datasets import BadInput, DatasetRun
@@ -84,6 +85,7 @@ class Runner:
         )
         self.pool: Pool | None = None
         self.dispatcher: Dispatcher | None = None
+        self.kept_why_not: str | None = None
         self.telemetry: Telemetry | None = None
 
     @property
@@ -145,6 +147,8 @@ class Runner:
             if tick % 10 == 0:
                 self.scheduler.notice_changed_prompts()
             if tick % 4 == 0:
+                if self.dispatcher is not None and self.dispatcher.kept is not None:
+                    self.dispatcher.kept.flush()  # every unfinished answer's new tokens, one append
                 for run in self.runs.values():
                     run.out.sync()
                     run.err.sync()
@@ -221,6 +225,7 @@ class Runner:
             gpus=self.telemetry.gpus if self.telemetry else None,
             disk=self.writer.disk(self.paths.outputs, now, self.started_at),
             notified=list(self.notifier.sent),
+            kept=continuation.status(d, self.kept_why_not),
         )
 
     def write_status(self) -> None:
@@ -240,6 +245,8 @@ class Runner:
         self.stopping = True
         if d is not None:
             d.stopping = True
+            if d.kept is not None:
+                d.kept.flush()  # at once: a kill -9 after the grace period loses nothing more
         stop_event.set()
         n = d.in_flight if d else 0
         self.log(f"{signame}: no new requests; {n} in flight get {self.grace:g}s to finish")
@@ -277,6 +284,9 @@ class Runner:
                 )
                 self.dispatcher.stopping, self.dispatcher.draining = self.stopping, self.draining
                 self.dispatcher.recovering_at = lambda: self.watch_view.recovering_at
+                self.dispatcher.kept, self.kept_why_not = continuation.keeping(
+                    self.job, self.paths.kept, self.runs, self.log
+                )
                 background = [asyncio.ensure_future(self.pool.probe_forever(engine.probe))]
                 if self.metrics_interval > 0:
                     self.telemetry = Telemetry(engine, self.pool.endpoints, self.metrics_interval)
@@ -294,6 +304,8 @@ class Runner:
             return self._verdict()
         finally:
             house.cancel()
+            if self.dispatcher is not None and self.dispatcher.kept is not None:
+                self.dispatcher.kept.close()
             self.scheduler.close()
 
     def _verdict(self) -> int:

@@ -113,6 +113,12 @@ class Scheduler:
                 run.failed.add(p.id)
 
     def next_prompt(self, now: float) -> tuple[DatasetRun, Prompt] | None:
+        for spec in self.job.datasets:  # sent again (kept answers, retries due) before new ones
+            run = self.runs.get(spec.name)
+            if run is not None and run.queue and run.queue[0][0] <= now:
+                p = run.next_prompt(now)
+                if p is not None:
+                    return run, p
         for spec in self.job.datasets:  # job order: the window rolls from one dataset into the next
             run = self.runs.get(spec.name)
             p = run.next_prompt(now) if run is not None else None

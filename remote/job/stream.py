@@ -20,7 +20,7 @@ class Assembly:
     """The deltas of one answer: content, thinking (`reasoning` or `reasoning_content`), token ids,
     finish_reason, usage."""
 
-    def __init__(self):
+    def __init__(self, split: "ThinkingSplit | None" = None):
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.token_ids: list | None = None
@@ -28,6 +28,8 @@ class Assembly:
         self.finish_reason = None
         self.usage: dict | None = None
         self.model = None
+        # /v1/completions (a continuation) streams raw `text`: split at the end of the thinking here
+        self.split = split
 
     def add(self, chunk: dict) -> None:
         if chunk.get("error"):  # vLLM reports an engine error inside the stream
@@ -46,6 +48,15 @@ class Assembly:
             ):
                 if isinstance(delta.get(key), str):
                     into.append(delta[key])
+            if isinstance(choice.get("text"), str) and choice["text"]:
+                if self.split is None:
+                    self.content.append(choice["text"])
+                else:
+                    self.split.feed(
+                        choice["text"], self.reasoning, self.content, choice.get("token_ids")
+                    )
+            if isinstance(choice.get("prompt_token_ids"), list):  # /v1/completions puts it here
+                self.prompt_token_ids = choice["prompt_token_ids"]
             if isinstance(choice.get("token_ids"), list):
                 if self.token_ids is None:
                     self.token_ids = []
@@ -57,6 +68,8 @@ class Assembly:
         """What the non-streamed answer's body would have been (null where nothing came)."""
         if self.finish_reason is None:
             raise ValueError("the stream ended without a finish_reason")
+        if self.split is not None:
+            self.split.end(self.reasoning)
         return {
             "model": self.model,
             "choices": [
@@ -74,6 +87,43 @@ class Assembly:
         }
 
 
+class ThinkingSplit:
+    """Raw text that may still be inside the thinking, split where the end-of-thinking marker is, as
+    the server's reasoning parser splits a chat answer (the marker itself in neither part). A marker
+    cut across two chunks is held back until the next one says which it is."""
+
+    def __init__(self, marker: str, thinking: bool, end_id: int | None = None):
+        self.marker, self.thinking, self.held, self.end_id = marker, thinking, "", end_id
+
+    def feed(self, text: str, reasoning: list, content: list, ids=None) -> None:
+        if not self.thinking:
+            content.append(text)
+            return
+        if self.end_id is not None and ids == [self.end_id]:
+            # the marker alone in its chunk: its whole text dropped, as vLLM's chat parser does
+            self.end(reasoning)
+            self.thinking = False
+            return
+        text = self.held + text
+        i = text.find(self.marker)
+        if i >= 0:
+            self.thinking, self.held = False, ""
+            reasoning.append(text[:i])
+            if text[i + len(self.marker) :]:
+                content.append(text[i + len(self.marker) :])
+            return
+        keep = next(
+            (n for n in range(len(self.marker) - 1, 0, -1) if text.endswith(self.marker[:n])), 0
+        )
+        self.held = text[len(text) - keep :] if keep else ""
+        reasoning.append(text[: len(text) - keep])
+
+    def end(self, reasoning: list) -> None:
+        if self.held:
+            reasoning.append(self.held)
+            self.held = ""
+
+
 class Progress:
     """One request's clock, read by the watchdog: when it was sent, when something last arrived."""
 
@@ -84,9 +134,10 @@ class Progress:
         self.url = url
 
 
-async def read_stream(content, progress: Progress) -> dict:
-    """Every `data:` event of an aiohttp StreamReader until [DONE], as one reply body."""
-    got = Assembly()
+async def read_stream(content, progress: Progress, got: Assembly | None = None) -> dict:
+    """Every `data:` event of an aiohttp StreamReader until [DONE], as one reply body. `got` is
+    read while it fills (the kept tokens of an unfinished answer)."""
+    got = got if got is not None else Assembly()
     buf = b""
     async for data in content.iter_any():
         progress.last = time.monotonic()

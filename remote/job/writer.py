@@ -34,6 +34,8 @@ def record(run: DatasetRun, p: Prompt, c) -> dict:
     if c.token_ids is not None:  # extra_body.return_token_ids: keep the exact tokens
         rec["prompt_token_ids"] = c.prompt_token_ids
         rec["token_ids"] = c.token_ids
+    if c.continued:  # made in parts, from kept tokens (the same answer, SPEC 11.2)
+        rec["continued"] = c.continued
     return rec
 
 

@@ -7,9 +7,10 @@ what the tests need is the real server around them.
 
 `--trainer` makes the variant the trainers' tier reads (tests/real_engine/test_real_trainers.py):
 a template that keeps each reply's thinking, and greedy replies that close their thinking and end.
+`--long`: greedy replies of 82 tokens that close their thinking half way (the continuation tier).
 
 Run with the Python of the vLLM environment (torch, transformers, tokenizers):
-    python tests/real_engine/make_tiny_model.py OUT_DIR [--trainer]
+    python tests/real_engine/make_tiny_model.py OUT_DIR [--trainer] [--long]
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ THINKING_TEMPLATE = (
 )
 
 
-def build(out: Path, trainer: bool = False) -> Path:
+def build(out: Path, trainer: bool = False, long: bool = False) -> Path:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -97,6 +98,9 @@ def build(out: Path, trainer: bool = False) -> Path:
     if trainer:  # greedy: 8 words of thinking, </think>, 12 words of answer, the end of the turn
         nxt[words[7]], nxt[vocab["</think>"]] = vocab["</think>"], words[8]
         nxt[words[19]] = eos
+    if long:  # greedy: 50 words of thinking, </think>, 30 words of answer, the end of the turn
+        nxt[words[49]], nxt[vocab["</think>"]] = vocab["</think>"], words[50]
+        nxt[words[79]] = eos
     with torch.no_grad():
         emb = torch.randn(len(vocab), config.hidden_size)
         model.model.embed_tokens.weight.copy_(emb)
@@ -112,4 +116,4 @@ def build(out: Path, trainer: bool = False) -> Path:
 
 
 if __name__ == "__main__":
-    print(build(Path(sys.argv[1]), trainer="--trainer" in sys.argv[2:]))
+    print(build(Path(sys.argv[1]), "--trainer" in sys.argv[2:], "--long" in sys.argv[2:]))

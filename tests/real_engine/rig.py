@@ -42,10 +42,11 @@ def vllm_python() -> str:
     return py
 
 
-def build_model(out: Path, python: str, trainer: bool = False) -> Path:
+def build_model(out: Path, python: str, trainer: bool = False, long: bool = False) -> Path:
     """The tiny random-weight model, made by the vLLM environment's own torch and transformers."""
+    variant = (["--trainer"] if trainer else []) + (["--long"] if long else [])
     subprocess.run(
-        [python, str(HERE / "make_tiny_model.py"), str(out), *(["--trainer"] if trainer else [])],
+        [python, str(HERE / "make_tiny_model.py"), str(out), *variant],
         check=True,
         capture_output=True,
         timeout=300,
