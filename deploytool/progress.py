@@ -233,16 +233,15 @@ def kept_line(st: JobStatus) -> str | None:
             if st.terminal or not k.why_not
             else f"restarts redo answers in flight: {k.why_not}"
         )
-    text = f"streaming {fmt_tokens(k.streamed_per_s)} tok/s · {fmt_tokens(k.tokens)} tokens of unfinished answers kept"
+    text = f"streaming {fmt_tokens(k.streamed_per_s)} tok/s · unfinished answers: {fmt_tokens(k.tokens)} tokens kept"
     if k.waiting:
-        text += f" ({k.waiting} answers waiting to be continued)"
+        text += f" ({k.waiting} waiting to be continued)"
     if k.continued:
-        saved = fmt_tokens(k.tokens_saved)
-        text += (
-            f" · continued {k.continued} answers after a restart ({saved} tokens not made again)"
-        )
+        text += f" · continued {k.continued} after a restart, saving {fmt_tokens(k.tokens_saved)} tokens"
     if k.started_over:
         text += f" · {k.started_over} asked again from their start (see the log)"
+    if k.why_not:
+        text += f" · {k.why_not}"
     return text
 
 

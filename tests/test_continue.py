@@ -76,7 +76,8 @@ def test_a_continuation_appends_after_the_kept_part(tmp_path):
     kept.settle(h)  # the continuation was cut too
     got = KeptFile(path).get("B1\ta", "sig")
     assert got.ids == [10, 11, 7, 99] and got.reasoning == " 10 11" and got.content == " x"
-    assert got.thinking is False
+    assert got.thinking is False and got.parts == 1  # its next continuation is the second
+    assert continuation.merged(got, None)["continued"] == 2
 
 
 def test_the_thinking_split_holds_a_marker_cut_across_chunks():
@@ -239,6 +240,13 @@ def test_without_token_ids_a_restart_says_it_throws_work_away(tmp_path, openai_s
     log = (root / "logs" / "runner.log").read_text()
     assert "set job.extra_body.return_token_ids: true" in log
     assert status(root)["kept"]["why_not"].startswith("set job.extra_body.return_token_ids")
+    # asked for, but the server gives none (an older vLLM, another server): said once too
+    srv = openai_server(shape="classic")
+    root = _job(tmp_path / "classic", srv, 6)
+    assert run(root).returncode == 0
+    log = (root / "logs" / "runner.log").read_text()
+    assert log.count("sends no token ids: restarts redo answers in flight") == 1
+    assert "sends no token ids" in status(root)["kept"]["why_not"]
 
 
 def test_the_end_of_thinking_sharing_a_chunk_loses_no_character(tmp_path, openai_server):
@@ -267,9 +275,9 @@ def test_status_shows_what_is_kept_and_what_continuing_saved():
     st = JobStatus(state="running")
     st.kept = KeptStatus(True, None, 120_000, 3, 256, 480_000, 1, 9_000, 2100.0)
     line = kept_line(st)
-    assert "streaming 2.1k tok/s" in line and "120.0k tokens of unfinished answers kept" in line
-    assert "(3 answers waiting" in line and "continued 256 answers" in line
-    assert "480.0k tokens not made again" in line and "1 asked again" in line
+    assert "streaming 2.1k tok/s" in line and "unfinished answers: 120.0k tokens kept" in line
+    assert "(3 waiting to be continued)" in line and "continued 256 after a restart" in line
+    assert "saving 480.0k tokens" in line and "1 asked again" in line
     st.kept = KeptStatus(False, "set job.extra_body.return_token_ids: true (vLLM) to keep them")
     assert kept_line(st) == (
         "restarts redo answers in flight: set job.extra_body.return_token_ids: true (vLLM) to keep them"
@@ -334,3 +342,50 @@ def test_a_conversation_continues_its_unfinished_turn(tmp_path, openai_server):
     continued = {(r["id"], k) for r in recs for k, t in enumerate(r["turns"]) if t.get("continued")}
     assert continued == {(k.split("\t")[1], int(k.split("\t")[2])) for k in kept}
     assert any(k > 0 for _, k in continued)
+
+
+def test_an_append_the_disk_refused_is_made_whole_by_the_next(tmp_path, monkeypatch):
+    from remote.job.outputs import DiskFull
+
+    path = tmp_path / "kept.jsonl"
+    kept = KeptFile(path)
+    h = _stream(kept, "B1\ta", [[10]])
+    real = kept.file.append
+
+    def full(data):
+        raise DiskFull("kept.jsonl: No space left on device")
+
+    monkeypatch.setattr(kept.file, "append", full)
+    h.asm.add({"choices": [{"delta": {"reasoning": " 11"}, "token_ids": [11]}]})
+    kept.flush()  # refused: nothing written, nothing counted as written
+    monkeypatch.setattr(kept.file, "append", real)
+    h.asm.add({"choices": [{"delta": {"reasoning": " 12"}, "token_ids": [12]}]})
+    kept.flush()
+    assert KeptFile.read(path)["B1\ta"].ids == [10, 11, 12]
+
+
+def test_a_kept_answer_goes_back_to_the_server_that_made_it(tmp_path, openai_server):
+    # each test server knows only the prompts it was asked: a continuation sent to the other one
+    # would be refused (and the answer asked again from its start)
+    servers = [openai_server(token_model=True, token_time=0.01, shape="vllm") for _ in range(2)]
+    for srv in servers:
+        srv.lengths = lambda key: 40 + int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 80
+    root = make_root(
+        tmp_path, {"B1": 30}, {"base_urls": [s.url for s in servers], "concurrency": 4}
+    )
+    job = json.loads((root / "job.json").read_text())
+    job["sampling"] = {"max_tokens": 400, "temperature": 0.0}
+    job["extra_body"] = {"return_token_ids": True}
+    (root / "job.json").write_text(json.dumps(job))
+    path = root / "run" / "kept.jsonl"
+    _kill_mid_answer(
+        root, lambda _: {k.url for k in KeptFile.read(path).values()} >= {s.url for s in servers}
+    )
+    kept = KeptFile.read(path)
+    assert run(root).returncode == 0
+    st = status(root)["kept"]
+    assert st["continued"] == len(kept) and st["started_over"] == 0
+    for srv in servers:
+        mine = [k for k in kept.values() if k.url == srv.url]
+        assert len(srv.completion_bodies) == len(mine) > 0
+    assert len(records(root, "B1")) == 30

@@ -138,4 +138,6 @@ def status(dispatcher, why_not: str | None) -> KeptStatus:
     d = dispatcher
     if d is None or d.kept is None:
         return KeptStatus(on=False, why_not=why_not)
-    return d.kept.status(d.continued, d.tokens_saved, d.started_over)
+    st = d.kept.status(d.continued, d.tokens_saved, d.started_over)
+    st.why_not = d.no_token_ids
+    return st

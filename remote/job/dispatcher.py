@@ -56,6 +56,7 @@ class Dispatcher:
         self.tokens_saved = 0  # kept tokens those continuations did not make again
         self.started_over = 0  # kept answers asked again from the start (see _refused)
         self._refusals: set[str] = set()
+        self.no_token_ids: str | None = None  # return_token_ids asked, none came (said once)
 
     @property
     def in_flight(self) -> int:
@@ -89,6 +90,7 @@ class Dispatcher:
             now = time.time()
             while (ep := self.pool.pick()) is not None and (nxt := self._next(now)) is not None:
                 run, p = nxt
+                ep = self._made_on(run, p) or ep
                 run.in_flight.add(p.id)
                 ep.in_flight += 1
                 t = asyncio.ensure_future(self._process(ep, run, p))
@@ -185,14 +187,17 @@ class Dispatcher:
         if self.kept is None:
             return await self.engine.complete(ep.url, msgs, run.spec.est_tokens, p.id)
         key = self._key(run, p, turn)
-        keep = self.kept.start(key, self.engine.signature(msgs))
+        keep = self.kept.start(key, self.engine.signature(msgs), ep.url)
         if keep.continuing and (why := await self._cannot_continue(ep, keep)):
             self._refused(run, p, key, why)
-            keep = self.kept.start(key, keep.base.sig)
+            keep = self.kept.start(key, keep.base.sig, ep.url)
         elif not keep.continuing:
             await self.engine.end_of_thinking(ep.url)  # known before the end marker streams
         try:
             c = await self.engine.complete(ep.url, msgs, run.spec.est_tokens, p.id, keep)
+            if c.token_ids is None and self.no_token_ids is None:
+                self.no_token_ids = f"{ep.url} sends no token ids: restarts redo answers in flight"
+                self.log(self.no_token_ids)
             if keep.continuing:
                 self.continued += 1
                 self.tokens_saved += len(keep.base.ids)
@@ -207,6 +212,18 @@ class Dispatcher:
         except BaseException:
             self.kept.settle(keep)  # what it made stays kept: the next attempt continues it
             raise
+
+    def _made_on(self, run: DatasetRun, p: Prompt) -> Endpoint | None:
+        """A kept answer goes back to the server that made it, where that one has a free slot:
+        its prefix cache still holds the prefix."""
+        if self.kept is None or not self.kept.entries:
+            return None
+        turn = len(run.partials.replies(p)) if p.turns is not None else None
+        k = self.kept.entries.get(self._key(run, p, turn))
+        for e in self.pool.endpoints if k is not None and k.url else ():
+            if e.url == k.url and e.reachable and e.in_flight < e.concurrency:
+                return e
+        return None
 
     async def _cannot_continue(self, ep: Endpoint, keep: Keeping) -> str | None:
         kept = keep.base

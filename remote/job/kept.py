@@ -9,6 +9,7 @@ answers still unfinished."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.status import KeptStatus
-from .outputs import AppendFile, DiskFull
+from .outputs import AppendFile
 from .rates import RateWindow
 
 COMPACT_AFTER = 64 << 20  # bytes appended before the file is rewritten with what is unfinished
@@ -36,6 +37,7 @@ class Kept:
     thinking: bool | None = None
     parts: int = 0  # times it was continued before
     finish: str | None = None  # the answer ended (its stream broke after the last token)
+    url: str | None = None  # the server that made the last part (its prefix cache holds it)
 
 
 def signature(*parts) -> str:
@@ -47,10 +49,10 @@ def signature(*parts) -> str:
 class Keeping:
     """One request while it streams: the store reads its assembly at each append."""
 
-    __slots__ = ("key", "base", "asm", "end_id", "written")
+    __slots__ = ("key", "base", "asm", "end_id", "written", "url")
 
-    def __init__(self, key: str, base: Kept):
-        self.key, self.base, self.asm, self.end_id = key, base, None, None
+    def __init__(self, key: str, base: Kept, url: str | None = None):
+        self.key, self.base, self.asm, self.end_id, self.url = key, base, None, None, url
         self.written = (0, 0, 0)  # ids, reasoning pieces, content pieces already in the file
 
     @property
@@ -76,7 +78,9 @@ class Keeping:
             thinking = False  # the end marker came; the answer text not yet
         else:
             thinking = True if reasoning else None
-        return Kept(b.sig, prompt, ids, reasoning, content, thinking, b.parts, a.finish_reason)
+        parts = b.parts + (a.split is not None)  # a continuation is one part more
+        finish = a.finish_reason
+        return Kept(b.sig, prompt, ids, reasoning, content, thinking, parts, finish, self.url)
 
 
 class KeptFile:
@@ -135,15 +139,18 @@ class KeptFile:
                 have.content += e.get("c", "")
                 have.thinking = e.get("th")
                 have.finish = e.get("f")
+                have.parts = int(e.get("n", have.parts))
+                have.url = e.get("u", have.url)
 
     def get(self, key: str, sig: str) -> Kept | None:
         k = self.entries.get(key)
         return k if k is not None and k.sig == sig and k.ids else None
 
-    def start(self, key: str, sig: str, prompt_ids: list | None = None) -> Keeping:
-        """Track a request from now on; its base is what is kept for it (if it answers `sig`)."""
-        base = self.get(key, sig) or Kept(sig, prompt_ids or [])
-        h = self.live[key] = Keeping(key, base)
+    def start(self, key: str, sig: str, url: str | None = None) -> Keeping:
+        """Track a request to `url` from now on; its base is what is kept for it (if it answers
+        `sig`)."""
+        base = self.get(key, sig) or Kept(sig, [])
+        h = self.live[key] = Keeping(key, base, url)
         if base.ids:  # in the file already: only what comes now is appended
             h.written = (len(base.ids), 0, 0)
         return h
@@ -168,7 +175,12 @@ class KeptFile:
     def flush(self) -> None:
         """One append of every live request's new tokens (and the ends since the last one)."""
         if self.since_compact > COMPACT_AFTER:
-            self.compact()
+            try:
+                self.compact()
+            except OSError:  # a full disk: appending goes on (a later flush tries again)
+                self.since_compact = COMPACT_AFTER // 2
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp"))
         self._append(list(self.live.values()))
 
     def compact(self) -> None:
@@ -199,7 +211,7 @@ class KeptFile:
 
     def _append(self, handles: list) -> None:
         out = [json.dumps({"k": key, "end": 1}).encode() + b"\n" for key in self.ended]
-        fresh = 0
+        fresh, done = 0, []
         for h in handles:
             now = h.now()
             if now is None:
@@ -217,17 +229,19 @@ class KeptFile:
                 out.append(_line(h.key, 0, now, now.ids, now.reasoning, now.content, first=True))
             else:
                 out.append(_line(h.key, n_ids, now, new, r, c))
-            h.written = (base_n + len(a.token_ids or ()), len(a.reasoning), len(a.content))
-            self.on_disk.add(h.key)
-        if fresh:
-            self.streamed.add(time.time(), fresh)
+            done.append((h, (base_n + len(a.token_ids or ()), len(a.reasoning), len(a.content))))
         if not out:
             return
         data = b"".join(out)
         try:
             self.file.append(data)
-        except DiskFull:
-            return  # kept in memory only: a restart would ask these again
+        except OSError:  # a full disk (DiskFull), or worse: the same lines again next time
+            return
+        for h, written in done:
+            h.written = written
+            self.on_disk.add(h.key)
+        if fresh:
+            self.streamed.add(time.time(), fresh)
         self.ended.clear()
         self.bytes += len(data)
         self.since_compact += len(data)
@@ -277,12 +291,16 @@ def _line(key: str, off: int, k: Kept, ids, reasoning, content, first: bool = Fa
     e = {"k": key, "o": off, "s": k.sig, "t": ids, "th": k.thinking}
     if k.finish:
         e["f"] = k.finish
+    if k.url:
+        e["u"] = k.url
     if reasoning:
         e["r"] = reasoning
     if content:
         e["c"] = content
+    if k.parts:
+        e["n"] = k.parts
     if first:
-        e["p"], e["n"] = k.prompt_ids, k.parts
+        e["p"] = k.prompt_ids
     return json.dumps(e, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
