@@ -168,8 +168,10 @@ class OpenAIEngine(Engine):
         if self.stream:  # tokens as they come: a request that stops making progress is seen
             self.fixed.update(stream=True, stream_options={"include_usage": True})
         # vLLM's reasoning parser splits at the end-of-thinking marker's text: a special-token
-        # marker left out of the text makes it cut the answer one character early (vllm#53303)
-        self.fixed.setdefault("skip_special_tokens", False)
+        # marker left out of the text makes it cut the answer one character early (vllm#53303).
+        # Only where the job already speaks vLLM's dialect: another server may refuse the field.
+        if job.extra_body.get("return_token_ids"):
+            self.fixed.setdefault("skip_special_tokens", False)
         self.thinking_end = engine.thinking_end
         self._end_ids: dict[str, int | None] = {}
         self._session = None
