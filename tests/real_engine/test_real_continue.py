@@ -18,7 +18,10 @@ from tests.conftest import REPO, free_port, records, runner_cmd, status, wait_fo
 from tests.real_engine import rig
 
 pytestmark = pytest.mark.real_vllm
-N = 480  # ~40k tokens: the tiny model makes ~2,000 tok/s here, so each start runs for seconds
+# ~80k tokens: the tiny model makes ~2,000 tok/s here. Its greedy answers are all alike and start
+# together, so they reach each phase in step, and a stop may wait for many appends until one falls
+# in the phase it wants: the job must outlast three such waits
+N = 960
 
 
 def generated(url: str) -> float:
@@ -106,7 +109,8 @@ def test_a_killed_and_restarted_greedy_job_makes_the_uninterrupted_records(
                 kept = KeptFile.read(path).items()
                 return any(v.thinking is cut and old.get(k) != len(v.ids) for k, v in kept)
 
-            wait_for(cut_now, timeout=120, interval=0.05, what="tokens kept mid-answer")
+            wait_for(cut_now, timeout=240, interval=0.05, what="tokens kept mid-answer")
+            assert proc.poll() is None, "the job ended before this stop: raise N"
             proc.send_signal(sig)
             proc.wait(timeout=60)
         kept = {k.split("\t")[1]: v for k, v in KeptFile.read(path).items()}
