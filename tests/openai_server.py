@@ -343,7 +343,7 @@ class FakeOpenAI:
         prompt = tm.prompt_ids(key, thinking)
         ids, finish = tm.cut(tm.answer(key, n, thinking), body.get("max_tokens"))
         skip = body.get("skip_special_tokens", True)
-        parts = [ids[i : i + self.chunk_tokens] for i in range(0, len(ids), self.chunk_tokens)]
+        parts = self.chunks(ids)
         deltas, seen = [], []
         for part in parts:  # vLLM's BaseThinkingReasoningParser, line for line
             deltas.append(
@@ -404,6 +404,10 @@ class FakeOpenAI:
             request, body, key, chunks, dict(head, choices=[], usage=usage)
         )
 
+    def chunks(self, ids: list) -> list[list]:
+        """Token ids as they are streamed: chunk_tokens a chunk."""
+        return [ids[i : i + self.chunk_tokens] for i in range(0, len(ids), self.chunk_tokens)]
+
     async def send_chunks(self, request, body, key, chunks, usage_chunk):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -458,9 +462,7 @@ class FakeOpenAI:
             "prompt_tokens_details": {"cached_tokens": len(prompt) - len(prompt) % 16},
         }
         head = {"id": "cmpl-t", "object": "text_completion", "model": body.get("model")}
-        parts = [ids[i : i + self.chunk_tokens] for i in range(0, len(ids), self.chunk_tokens)] or [
-            []
-        ]
+        parts = self.chunks(ids) or [[]]
         chunks = []
         for i, part in enumerate(parts):
             last = i == len(parts) - 1

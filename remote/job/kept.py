@@ -53,7 +53,8 @@ class Keeping:
 
     def __init__(self, key: str, base: Kept, url: str | None = None):
         self.key, self.base, self.asm, self.end_id, self.url = key, base, None, None, url
-        self.written = (0, 0, 0)  # ids, reasoning pieces, content pieces already in the file
+        # what the file holds of it: ids (a kept base is there already), reasoning and content pieces
+        self.written = (len(base.ids), 0, 0)
 
     @property
     def continuing(self) -> bool:
@@ -86,19 +87,12 @@ class Keeping:
 class KeptFile:
     def __init__(self, path: Path):
         self.path = path
-        self.entries: dict[str, Kept] = {}
         self.live: dict[str, Keeping] = {}
         self.ended: list[str] = []  # finished since the last append: an end line each
-        self._load()
+        self.entries = _read(path)
         self.on_disk = set(self.entries)  # answers with lines in the file (an end line closes them)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            for key, k in self.entries.items():
-                f.write(_line(key, 0, k, k.ids, k.reasoning, k.content, first=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        self._rewrite([_whole(key, k) for key, k in self.entries.items()])
         self.file = AppendFile(path)
         self.bytes = 0  # appended by this runner (the cost, in status and the benchmark)
         self.since_compact = 0
@@ -108,39 +102,21 @@ class KeptFile:
     @staticmethod
     def read(path: Path) -> dict[str, Kept]:
         """What a start would find in the file (read only)."""
-        k = KeptFile.__new__(KeptFile)
-        k.path, k.entries = path, {}
-        k._load()
-        return k.entries
+        return _read(path)
 
-    def _load(self) -> None:
+    def _rewrite(self, lines: list) -> None:
+        """The file replaced, whole and synced, by these lines."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            f = open(self.path, "rb")
-        except FileNotFoundError:
-            return
-        with f:
-            for raw in f:
-                try:
-                    e = json.loads(raw)
-                    key, off = str(e["k"]), int(e.get("o", 0))
-                except (ValueError, KeyError, TypeError):
-                    continue  # a torn last line
-                if e.get("end"):
-                    self.entries.pop(key, None)
-                    continue
-                have = self.entries.get(key)
-                if "p" in e and off == 0:
-                    have = self.entries[key] = Kept(e["s"], e["p"], parts=int(e.get("n", 0)))
-                elif have is None or off != len(have.ids) or e.get("s") != have.sig:
-                    self.entries.pop(key, None)  # a gap: this answer is asked again from its start
-                    continue
-                have.ids += e.get("t", [])
-                have.reasoning += e.get("r", "")
-                have.content += e.get("c", "")
-                have.thinking = e.get("th")
-                have.finish = e.get("f")
-                have.parts = int(e.get("n", have.parts))
-                have.url = e.get("u", have.url)
+            with open(tmp, "wb") as f:
+                f.writelines(lines)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        os.replace(tmp, self.path)
 
     def get(self, key: str, sig: str) -> Kept | None:
         k = self.entries.get(key)
@@ -151,8 +127,6 @@ class KeptFile:
         `sig`)."""
         base = self.get(key, sig) or Kept(sig, [])
         h = self.live[key] = Keeping(key, base, url)
-        if base.ids:  # in the file already: only what comes now is appended
-            h.written = (len(base.ids), 0, 0)
         return h
 
     def settle(self, h: Keeping) -> None:
@@ -179,29 +153,21 @@ class KeptFile:
                 self.compact()
             except OSError:  # a full disk: appending goes on (a later flush tries again)
                 self.since_compact = COMPACT_AFTER // 2
-                with contextlib.suppress(OSError):
-                    os.unlink(self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp"))
         self._append(list(self.live.values()))
 
     def compact(self) -> None:
         """Rewrite the file with only what is unfinished, one line each (the file would otherwise
         grow by every token the job makes)."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        lines = [_whole(key, k) for key, k in self.entries.items() if key not in self.live]
         written = {}
-        with open(tmp, "wb") as f:
-            for key, k in self.entries.items():
-                if key not in self.live:
-                    f.write(_line(key, 0, k, k.ids, k.reasoning, k.content, first=True))
-            for h in self.live.values():
-                now = h.now()
-                if now is None or not now.ids:
-                    continue
-                f.write(_line(h.key, 0, now, now.ids, now.reasoning, now.content, first=True))
-                written[h] = (len(now.ids), len(h.asm.reasoning), len(h.asm.content))
-            f.flush()
-            os.fsync(f.fileno())
+        for h in self.live.values():
+            now = h.now()
+            if now is None or not now.ids:
+                continue
+            lines.append(_whole(h.key, now))
+            written[h] = (len(now.ids), len(h.asm.reasoning), len(h.asm.content))
+        self._rewrite(lines)
         self.file.close()
-        os.replace(tmp, self.path)
         self.file = AppendFile(self.path)
         for h, w in written.items():
             h.written = w
@@ -223,11 +189,10 @@ class KeptFile:
             if not new:
                 continue
             fresh += len(new)
-            r = "".join(a.reasoning[n_r:])
-            c = "".join(a.content[n_c:])
             if n_ids == 0:  # the first line of this answer in the file: whole, with its prompt
-                out.append(_line(h.key, 0, now, now.ids, now.reasoning, now.content, first=True))
+                out.append(_whole(h.key, now))
             else:
+                r, c = "".join(a.reasoning[n_r:]), "".join(a.content[n_c:])
                 out.append(_line(h.key, n_ids, now, new, r, c))
             done.append((h, (base_n + len(a.token_ids or ()), len(a.reasoning), len(a.content))))
         if not out:
@@ -285,6 +250,45 @@ class KeptFile:
         for key in gone:
             self.end(key)
         return len(gone)
+
+
+def _read(path: Path) -> dict[str, Kept]:
+    """The kept answers the file holds; an answer with a gap in its lines is left out (asked again
+    from its start)."""
+    entries: dict[str, Kept] = {}
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return entries
+    with f:
+        for raw in f:
+            try:
+                e = json.loads(raw)
+                key, off = str(e["k"]), int(e.get("o", 0))
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line
+            if e.get("end"):
+                entries.pop(key, None)
+                continue
+            have = entries.get(key)
+            if "p" in e and off == 0:
+                have = entries[key] = Kept(e["s"], e["p"], parts=int(e.get("n", 0)))
+            elif have is None or off != len(have.ids) or e.get("s") != have.sig:
+                entries.pop(key, None)  # a gap: this answer is asked again from its start
+                continue
+            have.ids += e.get("t", [])
+            have.reasoning += e.get("r", "")
+            have.content += e.get("c", "")
+            have.thinking = e.get("th")
+            have.finish = e.get("f")
+            have.parts = int(e.get("n", have.parts))
+            have.url = e.get("u", have.url)
+    return entries
+
+
+def _whole(key: str, k: Kept) -> bytes:
+    """An answer's first line: all of it so far, with its prompt."""
+    return _line(key, 0, k, k.ids, k.reasoning, k.content, first=True)
 
 
 def _line(key: str, off: int, k: Kept, ids, reasoning, content, first: bool = False) -> bytes:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from remote.common import metrics
 from remote.job.kept import KeptFile
 from tests.conftest import REPO, free_port, records, runner_cmd, status, wait_for, write_prompts
 from tests.real_engine import rig
@@ -25,15 +27,9 @@ N = 960
 
 
 def generated(url: str) -> float:
-    import urllib.request
-
+    """vLLM's own count of the tokens it made (the product's reader of /metrics)."""
     with urllib.request.urlopen(url.replace("/v1", "/metrics"), timeout=5) as r:
-        text = r.read().decode()
-    return sum(
-        float(ln.rsplit(" ", 1)[1])
-        for ln in text.splitlines()
-        if ln.startswith("vllm:generation_tokens_total")
-    )
+        return metrics.total(metrics.parse(r.read().decode()), metrics.GENERATION) or 0.0
 
 
 def job_root(root: Path, url: str) -> Path:
