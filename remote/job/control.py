@@ -1,7 +1,10 @@
 """run/control.json: what `restart` (live re-cap), `stop --grace` and `--drain` ask of the running
-runner. Each request has a sequence number; the answer is status.json's `control_seq`."""
+runner (each request has a sequence number; the answer is status.json's `control_seq`); the stop and
+drain state it leads to, held once; the clocks housekeeping keeps."""
 
 from __future__ import annotations
+
+import time
 
 from ..common import procinfo
 from ..common.jobspec import Paths
@@ -31,3 +34,43 @@ class ControlWatcher:
             return None  # meant for another runner
         self.seq = int(req["seq"])
         return req
+
+
+class StopState:
+    """Whether the job was asked to stop (a signal: in-flight requests get the grace period) or to
+    drain (`stop --drain`: they finish): held once, read by the runner and the dispatcher alike."""
+
+    def __init__(self):
+        self.stopping = False
+        self.draining = False
+
+    @property
+    def asked(self) -> bool:
+        """No new requests."""
+        return self.stopping or self.draining
+
+    def stop(self) -> bool:
+        """Asked to stop; True when it was asked already (a second signal: stop now)."""
+        again, self.stopping = self.stopping, True
+        return again
+
+    def drain(self) -> None:
+        self.draining = True
+
+    def verdict(self) -> str:
+        return "stopped by signal" if self.stopping else "drained"
+
+
+class Every:
+    """A housekeeping clock: due at once, then once per `period_s` (a slow tick never makes a chore
+    run twice in a row to catch up)."""
+
+    def __init__(self, period_s: float, clock=time.monotonic):
+        self.period_s, self.clock, self._next = period_s, clock, float("-inf")
+
+    def due(self) -> bool:
+        now = self.clock()
+        if now < self._next:
+            return False
+        self._next = now + self.period_s
+        return True

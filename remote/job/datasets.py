@@ -3,8 +3,6 @@ its files; opened (resumed) with the check that the records were made with the s
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,13 +11,13 @@ from ..common import procinfo
 from ..common.jobspec import DatasetSpec, Paths, write_json_atomic
 from ..common.status import COMPLETE, INCOMPLETE, PENDING, RUNNING
 from .conversation import Partials
+from .ledger import HELD, Ledger
 from .outputs import AppendFile, count_lines, load_existing, repair_tail
 from .prompts import Prompt, PromptFile
 from .rates import RateWindow
 
 # a key a meta file predates reads as its empty value
 FINGERPRINT_ABSENT = {"extra_body": {}, "turns": "last"}
-_SEQ = itertools.count()  # tie-break in the retry queue: prompts never compare
 
 
 class BadInput(Exception):
@@ -28,9 +26,11 @@ class BadInput(Exception):
 
 @dataclass
 class DatasetRun:
+    """A dataset while it runs: its target, budget and files; each prompt's state is its ledger's."""
+
     spec: DatasetSpec
     prompts: PromptFile
-    done: set[str]
+    ledger: Ledger
     tokens_total: int  # response tokens of every record of the dataset (the budget counts them)
     errors: int
     out: AppendFile
@@ -38,9 +38,6 @@ class DatasetRun:
     target_n: int = 0
     done_in_target: int = 0
     next_pos: int = 0
-    in_flight: set[str] = field(default_factory=set)
-    # permanent failures in this run: not retried until restart
-    failed: set[str] = field(default_factory=set)
     new_records: int = 0
     finish_length: int = 0
     empty: int = 0
@@ -49,15 +46,19 @@ class DatasetRun:
     # in flight across a reload: id -> new index
     reindexed: dict[str, int] = field(default_factory=dict)
     prompts_changed: bool = False  # the file on disk is newer than the one in use
-    # prompts to send again (a retry after its backoff, or back from a server that went away)
-    queue: list = field(default_factory=list)  # heap of (not before, seq, Prompt)
-    queued: set[str] = field(default_factory=set)
-    # transient failures per prompt in this run
-    attempts: dict[str, int] = field(default_factory=dict)
-    # times a server went away under the prompt
-    requeues: dict[str, int] = field(default_factory=dict)
-    held: set[str] = field(default_factory=set)  # answered, waiting for disk space to be written
     partials: Partials | None = None  # turns: all — finished turns of unrecorded conversations
+
+    @property
+    def done(self):
+        return self.ledger.done
+
+    @property
+    def in_flight(self):
+        return self.ledger.sent
+
+    @property
+    def failed(self):
+        return self.ledger.failed
 
     @property
     def completion_tokens(self) -> int:
@@ -74,34 +75,21 @@ class DatasetRun:
     def budget_reached(self) -> bool:
         return self.budget is not None and self.tokens_total >= self.budget
 
-    def requeue(self, p: Prompt, not_before: float) -> None:
-        self.queued.add(p.id)
-        heapq.heappush(self.queue, (not_before, next(_SEQ), p))
-
-    def _skip(self, pid: str) -> bool:
-        return (
-            pid in self.done
-            or pid in self.in_flight
-            or pid in self.failed
-            or pid in self.queued
-            or pid in self.held
-        )
+    def due_now(self, now: float) -> bool:
+        due = self.ledger.next_due_at()
+        return due is not None and due <= now
 
     def next_prompt(self, now: float) -> Prompt | None:
         if self.budget_reached():
             return None
-        while self.queue and self.queue[0][0] <= now:
-            p = heapq.heappop(self.queue)[2]
-            self.queued.discard(p.id)
-            if (
-                p.id not in self.done and p.index < self.target_n
-            ):  # a re-cap may have lowered the target
+        while (p := self.ledger.due(now)) is not None:
+            if p.index < self.target_n:  # a re-cap may have lowered the target
                 return p
         ids = self.prompts.ids
         while self.next_pos < self.target_n:
             i = self.next_pos
             self.next_pos += 1
-            if self._skip(ids[i]):
+            if not self.ledger.is_new(ids[i]):
                 continue
             return self.prompts[i]  # read and parsed only now
         return None
@@ -110,15 +98,15 @@ class DatasetRun:
         """Something is left to send, now or after a backoff (without taking it)."""
         if self.budget_reached():
             return False
-        if self.queue:
+        if self.ledger.next_due_at() is not None:
             return True
         ids = self.prompts.ids
-        while self.next_pos < self.target_n and self._skip(ids[self.next_pos]):
+        while self.next_pos < self.target_n and not self.ledger.is_new(ids[self.next_pos]):
             self.next_pos += 1
         return self.next_pos < self.target_n
 
     def record_done(self, p: Prompt, tokens: int) -> None:
-        self.done.add(p.id)
+        self.ledger.recorded(p.id)
         self.tokens_total += tokens
         self.new_records += 1
         index = self.reindexed.pop(p.id, p.index)
@@ -126,10 +114,12 @@ class DatasetRun:
             self.done_in_target += 1
 
     def reload(self, new: PromptFile) -> None:
-        """Use `new` from now on. Requests in flight keep the prompt they were sent with; their ids are
-        looked up in the new file so they count towards its target (or not, if they left it)."""
-        if self.in_flight:
-            self.reindexed = {pid: -1 for pid in self.in_flight}
+        """Use `new` from now on. Requests in flight (or answered, waiting for the disk) keep the
+        prompt they were sent with; their ids are looked up in the new file so they count towards
+        its target (or not, if they left it)."""
+        unrecorded = list(self.ledger.sent) + list(self.ledger.ids(HELD))
+        if unrecorded:
+            self.reindexed = {pid: -1 for pid in unrecorded}
             for i, pid in enumerate(new.ids):
                 if pid in self.reindexed:
                     self.reindexed[pid] = i
@@ -141,7 +131,7 @@ class DatasetRun:
     def state(self) -> str:
         if self.done_in_target >= self.target_n or (self.budget_reached() and not self.in_flight):
             return COMPLETE
-        if self.in_flight or self.queue:
+        if self.in_flight or self.ledger.next_due_at() is not None:
             return RUNNING
         if self.next_pos >= self.target_n and self.failed:
             return INCOMPLETE  # every prompt tried; the missing ones are in <DS>.errors.jsonl
@@ -187,7 +177,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
     run = DatasetRun(
         spec,
         prompts,
-        existing.ids,
+        Ledger(existing.ids),
         sum(existing.tokens.values()),
         count_lines(paths.errors(spec.name)),
         AppendFile(out_path, indexed=True),

@@ -9,6 +9,7 @@ from typing import Callable
 
 from ..common.jobspec import EngineSpec
 from . import conversation
+from .control import StopState
 from .datasets import DatasetRun
 from .engine import Engine, EngineDown, PermanentError, Stuck, TransientError, backoff
 from .kept import Keeping, KeptFile
@@ -29,6 +30,7 @@ class Dispatcher:
         writer: RecordWriter,
         engine_cfg: EngineSpec,
         log: Callable[[str], None],
+        stop: StopState | None = None,
     ):
         self.engine, self.pool, self.scheduler, self.writer, self.log = (
             engine,
@@ -41,8 +43,7 @@ class Dispatcher:
         self.max_requeues = max(16, 2 * self.max_retries)
         self.retry_base = engine_cfg.retry_base
         self.down_deadline = engine_cfg.down_deadline
-        self.stopping = False  # no new requests; in-flight ones get the grace period
-        self.draining = False  # no new requests; in-flight ones finish
+        self.stop = stop or StopState()  # the runner's: no new requests once asked
         self.fatal: str | None = None
         # when the host's watcher was last seen restarting the server: down_deadline counts from then
         self.recovering_at: Callable[[], float] = lambda: 0.0
@@ -63,14 +64,14 @@ class Dispatcher:
         return len(self.tasks)
 
     def _next(self, now: float) -> tuple[DatasetRun, Prompt] | None:
-        if self.stopping or self.draining or self.fatal or self.writer.disk_full:
+        if self.stop.asked or self.fatal or self.writer.disk_full:
             return None
         return self.scheduler.next_prompt(now)
 
     def has_work(self) -> bool:
         if self.writer.unwritten and not self.fatal:
             return True  # answers waiting for disk space: the window stays open for them
-        if self.stopping or self.draining or self.fatal:
+        if self.stop.asked or self.fatal:
             return False
         return self.scheduler.has_work()
 
@@ -91,7 +92,7 @@ class Dispatcher:
             while (ep := self.pool.pick()) is not None and (nxt := self._next(now)) is not None:
                 run, p = nxt
                 ep = self._made_on(run, p) or ep
-                run.in_flight.add(p.id)
+                run.ledger.send(p.id)
                 ep.in_flight += 1
                 t = asyncio.ensure_future(self._process(ep, run, p))
                 self.tasks.add(t)
@@ -160,7 +161,7 @@ class Dispatcher:
                 self.writer.write_conversation(run, p, replies)
         finally:
             ep.in_flight -= 1
-            run.in_flight.discard(p.id)
+            run.ledger.settle(p.id)  # cancelled or crashed: asked again on resume
 
     async def _ask(self, ep: Endpoint, run: DatasetRun, p: Prompt, replies: list | None):
         """One request; for a conversation, every turn not yet answered, one after the other on
@@ -174,7 +175,7 @@ class Dispatcher:
             replies.append(conversation.reply_of(c))
             self._answered(run, p, len(replies) - 1)
             self.pool.answered(ep, c.completion_tokens, time.time())
-            run.attempts.pop(p.id, None)  # retries are counted per turn
+            run.ledger.turn_answered(p.id)
             if not conversation.finished(p, replies):
                 run.partials.add(p, len(replies) - 1, replies[-1])
         return None
@@ -261,15 +262,15 @@ class Dispatcher:
         self._requeue(run, p, lambda n: f"stuck {n} times, last: {e}", now)
 
     def _requeue(self, run: DatasetRun, p: Prompt, why: Callable[[int], str], now: float) -> None:
-        n = run.requeues[p.id] = run.requeues.get(p.id, 0) + 1
+        n = run.ledger.went_away(p.id)
         if n > self.max_requeues:  # a prompt that takes every server down with it, or always hangs
             self.writer.write_error(run, p, why(n), n)
-            run.failed.add(p.id)
+            run.ledger.fail(p.id)
             return
-        run.requeue(p, now)  # not a retry of the prompt: another server (or slot) takes it
+        run.ledger.requeue(p, now)  # not a retry of the prompt: another server (or slot) takes it
 
     def _transient(self, ep: Endpoint, run: DatasetRun, p: Prompt, e: TransientError) -> None:
-        n = run.attempts[p.id] = run.attempts.get(p.id, 0) + 1
+        n = run.ledger.failed_attempt(p.id)
         self.retries += 1
         ep.errors += 1
         self.engine_error = str(e)
@@ -277,9 +278,9 @@ class Dispatcher:
             ep.check_now = True  # is the server still there?
         if n > self.max_retries:
             self.writer.write_error(run, p, f"gave up after {n} attempts: {e}", n)
-            run.failed.add(p.id)
+            run.ledger.fail(p.id)
             return
-        run.requeue(p, time.time() + backoff(n - 1, self.retry_base))
+        run.ledger.requeue(p, time.time() + backoff(n - 1, self.retry_base))
 
     def _permanent(self, run: DatasetRun, p: Prompt, e: PermanentError) -> None:
         """A prompt's own fault goes to its errors file. The job's fault (a model the server does not
@@ -288,17 +289,17 @@ class Dispatcher:
         if (
             e.job_fault or self.fatal
         ):  # after a fault, answers still in flight are no prompt's fault
-            run.requeue(p, time.time())  # unfiled, and never lost
+            run.ledger.requeue(p, time.time())  # unfiled, and never lost
             self._job_fault(str(e))
             return
-        run.failed.add(p.id)  # not asked again in this run, filed once the streak ends
+        run.ledger.fail(p.id)  # not asked again in this run, filed once the streak ends
         streak = self._streak
         if streak and streak[0][2] != str(e):
             self.end_streak()
-        streak.append((run, p, str(e), run.attempts.get(p.id, 0) + 1))
+        streak.append((run, p, str(e), run.ledger.attempts.get(p.id, 0) + 1))
         if len(streak) >= JOB_FAULT_STREAK:
             for r, q, _, _ in streak:
-                r.failed.discard(q.id)
+                r.ledger.unfail(q.id)
             streak.clear()
             self._job_fault(f"{e} (the same answer for {JOB_FAULT_STREAK} prompts in a row)")
 

@@ -330,6 +330,6 @@ def open_kept(path: Path, runs: dict, log) -> KeptFile:
     for ds, pids in by_ds.items():
         run = runs[ds]
         for i, pid in enumerate(run.prompts.ids):
-            if pid in pids and i < run.target_n and pid not in run.queued:
-                run.requeue(run.prompts[i], 0.0)
+            if pid in pids and i < run.target_n and run.ledger.is_new(pid):
+                run.ledger.requeue(run.prompts[i], 0.0, partial=True)
     return kept

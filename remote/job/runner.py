@@ -29,7 +29,7 @@ from ..common.status import (
 )
 from . import continuation
 from .alerts import AlertWatcher
-from .control import ControlWatcher
+from .control import ControlWatcher, Every, StopState
 from .datasets import BadInput, DatasetRun
 from .dispatcher import Dispatcher
 from .engine import make_engine
@@ -67,7 +67,7 @@ class Runner:
         self.started_at = time.time()
         self.token = os.environ.get(JOB_TOKEN_ENV) or os.urandom(8).hex()
         self.abandoned = 0  # in-flight requests cut off by a stop (redone on resume)
-        self.stopping = self.draining = False  # asked for; the dispatcher acts on them
+        self.stop = StopState()  # the dispatcher reads the same one
         self.notifier = Notifier(job.notify, paths.root, self.log)
         self.history = History(paths.run / "history.jsonl")
         self.writer = RecordWriter(self.log, self._disk_full)
@@ -114,9 +114,7 @@ class Runner:
             self.grace = max(0.0, float(req["grace"]))
         d = self.dispatcher
         if req.get("drain"):
-            self.draining = True
-            if d is not None:
-                d.draining = True
+            self.stop.drain()
             n = d.in_flight if d else 0
             self.log(f"control {self.control.seq}: drain: no new requests; finishing {n} in flight")
             return
@@ -140,13 +138,13 @@ class Runner:
             self._apply_control(req)
 
     async def _housekeeping(self) -> None:
-        tick = 0
+        prompts, status, disk, history = Every(2.5), Every(1.0), Every(3.0), Every(60.0)
         while True:
             self.check_control()  # a stat() every 0.25 s: a re-cap lands fast
             self.watch_view.reprobe(time.time(), self.pool, self.log)
-            if tick % 10 == 0:
+            if prompts.due():
                 self.scheduler.notice_changed_prompts()
-            if tick % 4 == 0:
+            if status.due():
                 if self.dispatcher is not None and self.dispatcher.kept is not None:
                     self.dispatcher.kept.flush()  # every unfinished answer's new tokens, one append
                 for run in self.runs.values():
@@ -162,11 +160,10 @@ class Runner:
                     self.pool,
                     d.engine_error if d else None,
                 )
-            if tick % 12 == 0 and self.writer.unwritten:
+            if disk.due() and self.writer.unwritten:
                 self.writer.flush()
-            if tick % 240 == 0 and self.state == RUNNING:
+            if history.due() and self.state == RUNNING:
                 self.history.record(self.status())
-            tick += 1
             await asyncio.sleep(0.25)
 
     # ------------------------------------------------------------------ what it reports
@@ -196,7 +193,7 @@ class Runner:
             control_seq=self.control.seq,
             control_error=self.control.error,
             reloaded=self.scheduler.reloaded,
-            draining=self.draining,
+            draining=self.stop.draining,
             abandoned=self.abandoned,
             engine=EngineStatus(
                 kind=self.job.engine.kind,
@@ -239,12 +236,10 @@ class Runner:
     def _on_signal(self, signame: str, stop_event: asyncio.Event) -> None:
         self.check_control()  # a stop writes its grace period there just before the signal
         d = self.dispatcher
-        if self.stopping:
+        if self.stop.stop():
             self.log(f"{signame} again: stopping now")
             self.grace = 0
-        self.stopping = True
         if d is not None:
-            d.stopping = True
             if d.kept is not None:
                 d.kept.flush()  # at once: a kill -9 after the grace period loses nothing more
         stop_event.set()
@@ -280,9 +275,8 @@ class Runner:
                 eng = self.job.engine
                 self.pool = Pool(engine.base_urls, self.concurrency, eng.retry_base, self.log)
                 self.dispatcher = Dispatcher(
-                    engine, self.pool, self.scheduler, self.writer, eng, self.log
+                    engine, self.pool, self.scheduler, self.writer, eng, self.log, self.stop
                 )
-                self.dispatcher.stopping, self.dispatcher.draining = self.stopping, self.draining
                 self.dispatcher.recovering_at = lambda: self.watch_view.recovering_at
                 self.dispatcher.kept, self.kept_why_not = continuation.keeping(
                     self.job, self.paths.kept, self.runs, self.log
@@ -314,9 +308,8 @@ class Runner:
             self.state, self.message = FAILED, d.fatal
             self.log(f"failed: {d.fatal}")
             return EXIT_FAILED
-        if d.stopping or d.draining:
-            self.state = STOPPED
-            self.message = "stopped by signal" if d.stopping else "drained"
+        if self.stop.asked:
+            self.state, self.message = STOPPED, self.stop.verdict()
             self.log(f"stopped: {self.scheduler.summary()}")
             return EXIT_OK
         self.state = FINISHED

@@ -110,12 +110,13 @@ class Scheduler:
             if index < run.target_n and p.id not in run.done:
                 if p.id not in reported:  # said once in errors.jsonl, not again on every start
                     self.writer.write_error(run, p, p.problem or "unreadable prompt", 0)
-                run.failed.add(p.id)
+                if run.ledger.is_new(p.id):  # a re-cap reports again what is failed already
+                    run.ledger.fail(p.id)
 
     def next_prompt(self, now: float) -> tuple[DatasetRun, Prompt] | None:
         for spec in self.job.datasets:  # sent again (kept answers, retries due) before new ones
             run = self.runs.get(spec.name)
-            if run is not None and run.queue and run.queue[0][0] <= now:
+            if run is not None and run.due_now(now):
                 p = run.next_prompt(now)
                 if p is not None:
                     return run, p

@@ -69,7 +69,6 @@ class RecordWriter:
 
         def write() -> None:
             run.out.append(line, p.id, tokens)
-            run.held.discard(p.id)
             run.record_done(p, tokens)
             if run.partials is not None:
                 run.partials.forget(p.id)
@@ -80,7 +79,7 @@ class RecordWriter:
             run.finish_length += cut
             run.empty += empty
 
-        run.held.add(p.id)
+        run.ledger.answered(p.id)
         self._write_or_hold(write)
 
     def write_error(self, run: DatasetRun, p: Prompt, reason: str, attempts: int) -> None:

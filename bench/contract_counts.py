@@ -1,0 +1,100 @@
+"""How many places declare each host-command option, and how many string-keyed dict reads the local
+side makes (#23's before/after figures). Run from the repository root: `python bench/contract_counts.py`.
+
+An option is "declared" where its name or default is written: an argparse `add_argument("--x")`, a
+parameter with a default, a class field with a default, or a call passing it a literal (`grace=30.0`).
+A dict read is `x["key"]` or `x.get("key")` in deploytool/ outside the modules that read hosts.yaml or
+record files (config, validate, export, formats): what is left reads host answers.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OPTIONS = [
+    "max_samples", "cap", "max_tokens", "datasets", "grace", "force", "hard", "drain",
+    "drain_timeout", "dry_run", "force_gpu", "wait", "recover", "gpu_wait", "tokens_per_dataset",
+    "have", "spec", "root", "job",
+]
+NOT_ANSWERS = ("config", "validate", "export", "formats")
+
+
+def sources(*where: str):
+    for w in where:
+        p = REPO / w
+        yield from ([p] if p.suffix == ".py" else sorted(p.rglob("*.py")))
+
+
+def declarations() -> Counter:
+    found: Counter = Counter()
+    for path in sources("tasks.py", "deploytool", "remote"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                if isinstance(f, ast.Attribute) and f.attr == "add_argument" and node.args:
+                    a = node.args[0]
+                    if isinstance(a, ast.Constant) and str(a.value).startswith("--"):
+                        name = str(a.value)[2:].replace("-", "_")
+                        found[name if name != "cap" else "cap"] += 1
+                for kw in node.keywords:
+                    if kw.arg in OPTIONS and isinstance(kw.value, ast.Constant):
+                        if kw.value.value is not None and not isinstance(kw.value.value, bool):
+                            found[kw.arg] += 1
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args.args + node.args.kwonlyargs
+                defaults = [None] * (len(node.args.args) - len(node.args.defaults))
+                defaults += node.args.defaults + node.args.kw_defaults
+                for arg, d in zip(args, defaults):
+                    if d is not None and arg.arg in OPTIONS:
+                        found[arg.arg] += 1
+            elif isinstance(node, ast.ClassDef):
+                for st in node.body:
+                    if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+                        if st.target.id in OPTIONS and st.value is not None:
+                            found[st.target.id] += 1
+    return found
+
+
+def dict_reads() -> Counter:
+    found: Counter = Counter()
+    for path in sources("deploytool"):
+        if path.stem.startswith(NOT_ANSWERS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            key = None
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                key = node.slice.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                key = node.args[0].value
+            if isinstance(key, str) and not (
+                isinstance(node, ast.Call) and "environ" in ast.unparse(node.func)
+            ):
+                found[str(path.relative_to(REPO))] += 1
+    return found
+
+
+def main() -> int:
+    decl = declarations()
+    print("option declarations (name: places)")
+    for name in OPTIONS:
+        print(f"  {name:20} {decl.get(name, 0)}")
+    print(f"  {'(all)':20} {sum(decl[n] for n in OPTIONS)}")
+    reads = dict_reads()
+    print(f"string-keyed dict reads on the local side: {sum(reads.values())}")
+    for path, n in reads.most_common():
+        print(f"  {path:40} {n}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

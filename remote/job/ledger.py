@@ -1,0 +1,140 @@
+"""Each prompt's state in one dataset, held in one place; every change is a method that checks the
+state it starts from, so "never lost, never recorded twice" is this file's rule, not a convention
+kept across the dispatcher, the writer and the scheduler.
+
+    new --send--> sent --answered--> held --recorded--> done
+      ^            |  \\--requeue / retry--> queued --due--> new
+      |            |  \\--fail--> failed --unfail--> new
+      \\--settle----/   (cancelled or crashed: redone on resume)
+
+`new` is every prompt the ledger holds nothing for (not yet sent in this run). A prompt with kept
+tokens (an unfinished answer, SPEC 11.2) is `partial` as well as queued: it is continued, not asked
+again from its start.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import KeysView
+
+NEW, QUEUED, SENT, HELD, DONE, FAILED = "new", "queued", "sent", "held", "done", "failed"
+_SEQ = itertools.count()  # tie-break in the retry queue: prompts never compare
+
+
+class LedgerError(AssertionError):
+    """A change the rules do not allow: a bug in the caller, never bad input."""
+
+
+class Ledger:
+    def __init__(self, done=()):
+        self._in = {s: {} for s in (QUEUED, SENT, HELD, DONE, FAILED)}  # state -> {id: None}
+        self._in[DONE] = dict.fromkeys(done)
+        self._queue: list = []  # heap of (not before, seq, prompt): each queued id once
+        self.attempts: dict[str, int] = {}  # transient failures per prompt in this run
+        self.requeues: dict[str, int] = {}  # times a server went away under the prompt
+        self.partial: set[str] = set()  # queued with kept tokens: continued, not asked again
+
+    # ------------------------------------------------------------------ reading
+
+    def state(self, pid: str) -> str:
+        for s, ids in self._in.items():
+            if pid in ids:
+                return s
+        return NEW
+
+    def ids(self, state: str) -> KeysView:
+        """The ids in `state`: a read-only view (no copy), never changed from outside."""
+        return self._in[state].keys()
+
+    @property
+    def done(self) -> KeysView:
+        return self.ids(DONE)
+
+    @property
+    def sent(self) -> KeysView:
+        return self.ids(SENT)
+
+    @property
+    def failed(self) -> KeysView:
+        return self.ids(FAILED)
+
+    @property
+    def queued(self) -> KeysView:
+        return self.ids(QUEUED)
+
+    def is_new(self, pid: str) -> bool:
+        return all(pid not in ids for ids in self._in.values())
+
+    def next_due_at(self) -> float | None:
+        return self._queue[0][0] if self._queue else None
+
+    # ------------------------------------------------------------------ changes
+
+    def _move(self, pid: str, frm: tuple[str, ...], to: str) -> None:
+        now = self.state(pid)
+        if now not in frm:
+            raise LedgerError(f"prompt {pid}: {now} -> {to} (allowed only from {', '.join(frm)})")
+        if now != NEW:
+            del self._in[now][pid]
+        if to != NEW:
+            self._in[to][pid] = None
+
+    def send(self, pid: str) -> None:
+        self._move(pid, (NEW,), SENT)
+
+    def answered(self, pid: str) -> None:
+        """Answered: its line waits to be written (at once, or once the disk has space)."""
+        self._move(pid, (SENT,), HELD)
+
+    def recorded(self, pid: str) -> None:
+        self._move(pid, (HELD,), DONE)
+        self.attempts.pop(pid, None)
+        self.requeues.pop(pid, None)
+        self.partial.discard(pid)
+
+    def requeue(self, p, not_before: float, partial: bool = False) -> None:
+        """Send `p` again from `not_before` on (a retry's backoff; 0: at once). From `new` only for a
+        prompt with kept tokens, queued at start."""
+        self._move(p.id, (SENT, NEW) if partial else (SENT,), QUEUED)
+        if partial:
+            self.partial.add(p.id)
+        heapq.heappush(self._queue, (not_before, next(_SEQ), p))
+
+    def due(self, now: float):
+        """The first queued prompt whose time has come, back to `new` (the caller sends it or leaves
+        it to the scan); None when none is due."""
+        if not self._queue or self._queue[0][0] > now:
+            return None
+        p = heapq.heappop(self._queue)[2]
+        self._move(p.id, (QUEUED,), NEW)
+        return p
+
+    def fail(self, pid: str) -> None:
+        """Given up on in this run (filed in the errors file): asked again only after a restart."""
+        self._move(pid, (SENT, NEW), FAILED)
+        self.partial.discard(pid)
+
+    def unfail(self, pid: str) -> None:
+        """Not the prompt's fault after all (the job's): unfiled, left for the next run."""
+        self._move(pid, (FAILED,), NEW)
+
+    def settle(self, pid: str) -> None:
+        """A request ended without an outcome (cancelled at the end of the grace period, or a bug):
+        the prompt is `new` again, so a resume asks it again. Nothing when it has an outcome."""
+        if pid in self._in[SENT]:
+            self._move(pid, (SENT,), NEW)
+
+    def failed_attempt(self, pid: str) -> int:
+        """One more transient failure of `pid`; returns how many it has had in this run."""
+        n = self.attempts[pid] = self.attempts.get(pid, 0) + 1
+        return n
+
+    def went_away(self, pid: str) -> int:
+        """A server went away (or hung) under `pid`; returns how many times in this run."""
+        n = self.requeues[pid] = self.requeues.get(pid, 0) + 1
+        return n
+
+    def turn_answered(self, pid: str) -> None:
+        """A conversation's turn came back: retries are counted per turn."""
+        self.attempts.pop(pid, None)
