@@ -6,6 +6,8 @@ should not pay for rich tables, tarfile or paramiko it never touches.
 
 from __future__ import annotations
 
+from remote.common.protocol import GRACE_S
+
 from .config import load_config
 from .errors import DeployToolError, ExitCode, MultiHostError
 
@@ -61,13 +63,11 @@ def hosts(host_spec: str | None) -> int:
             "local" if h.is_local else f"{h.user + '@' if h.user else ''}{h.address}:{h.port or 22}"
         )
         res = results.get(h.name)
-        if h.name in failures or not res["ok"]:
-            problems.append(
-                (h.name, str(failures[h.name]) if h.name in failures else res["detail"])
-            )
+        if h.name in failures or not res.ok:
+            problems.append((h.name, str(failures[h.name]) if h.name in failures else res.detail))
             check = "FAILED (below)"
         else:
-            check = "ok: " + res["detail"]
+            check = "ok: " + res.detail
         rows.append(
             (
                 h.name + (" (default)" if h.name == config.default_host else ""),
@@ -108,7 +108,7 @@ def rollback(host_spec: str | None, *, to: str | None = None) -> int:
     _run(
         config,
         host_spec,
-        lambda conn: dict(deploy_mod.rollback_host(conn, to), host=conn.name),
+        lambda conn: deploy_mod.rollback_host(conn, to),
         render.rollback_result,
     )
     return ExitCode.OK
@@ -176,7 +176,7 @@ def server_start(host_spec: str | None) -> int:
     return ExitCode.OK
 
 
-def server_stop(host_spec: str | None, *, grace: float = 30.0) -> int:
+def server_stop(host_spec: str | None, *, grace: float = GRACE_S) -> int:
     from . import render_server
     from . import server as server_mod
 
@@ -196,7 +196,7 @@ def server_status(host_spec: str | None) -> int:
     return ExitCode.OK
 
 
-def stop(host_spec: str | None, *, grace: float = 30.0, drain: bool = False) -> int:
+def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) -> int:
     from . import control, render
 
     config = load_config()
@@ -245,7 +245,7 @@ def plan(
     if apply:
         for name, r in results.items():
             caps = [f"{ds}={row.cap}" for ds, row in r.datasets.items()]
-            flags = control.parse_run_flags(config, caps=caps)
+            flags = control.parse_run_flags(config, cap=caps)
             render.note(f"[bold]{name}[/]: applying caps {', '.join(caps)}")
             _run(
                 config,

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
-
 from remote.common.answers import RestartAnswer, StopAnswer
+from remote.common.protocol import GRACE_S, CtlRestart, CtlStatus, CtlStop, Request, RunArgs
 from remote.common.recover import RecoverSpec
 from remote.common.status import JobStatus
-from remote.common.units import parse_cap, parse_dataset_list, parse_tokens
+from remote.common.wire import Fault, ProtocolError, read_envelope
 
 from .config import Config
 from .connectors import Connector
@@ -17,69 +15,25 @@ from .errors import RemoteError, UsageError
 NOT_DEPLOYED = 97
 
 
-@dataclass(frozen=True)
-class RunFlags:
-    """Caps for a run, validated against hosts.yaml before anything on a host is touched."""
-
-    max_samples: int | None = None
-    caps: tuple[tuple[str, int], ...] = ()
-    max_tokens: int | None = None
-    datasets: tuple[str, ...] | None = None
-    grace: float = 30.0
-    force: bool = False
-
-    def argv(self) -> list[str]:
-        from remote.common.runargs import run_argv
-
-        return run_argv(
-            self.max_samples, self.caps, self.max_tokens, self.datasets, self.grace, self.force
-        )
-
-
-def parse_run_flags(
-    config: Config,
-    *,
-    max_samples=None,
-    caps=(),
-    max_tokens=None,
-    datasets=None,
-    grace=30.0,
-    force=False,
-) -> RunFlags:
-    known = config.job.dataset_names()
+def parse_run_flags(config: Config, **raw) -> RunArgs:
+    """The runner's flags as typed, checked against hosts.yaml before any host is touched."""
     try:
-        ms = None
-        if max_samples not in (None, ""):
-            ms = int(str(max_samples))
-            if ms < 0:
-                raise ValueError(f"--max-samples must be >= 0, got {ms}")
-        parsed_caps = tuple(parse_cap(c) for c in (caps or ()))
-        mt = parse_tokens(max_tokens) if max_tokens not in (None, "") else None
-        ds = parse_dataset_list(datasets) if datasets else None
-        g = float(grace)
-        if g < 0:
-            raise ValueError(f"--grace must be >= 0, got {grace}")
+        flags = RunArgs.from_text(**raw)
     except ValueError as e:
-        msg = str(e)
-        if "invalid literal for int()" in msg:
-            msg = f"--max-samples expects a whole number, got {max_samples!r}"
-        raise UsageError(msg) from None
-    unknown = [n for n in list(ds or []) + [c[0] for c in parsed_caps] if n not in known]
+        raise UsageError(str(e)) from None
+    known = config.job.dataset_names()
+    unknown = [n for n in list(flags.datasets or []) + [c[0] for c in flags.cap] if n not in known]
     if unknown:
         raise UsageError(f"unknown dataset {', '.join(unknown)}; hosts.yaml has {', '.join(known)}")
-    return RunFlags(ms, parsed_caps, mt, tuple(ds) if ds else None, g, bool(force))
+    return flags
 
 
-def ctl(conn: Connector, *args: str, timeout: float | None = None) -> dict:
-    """Run `python -m remote ctl ARGS` from the host's current release; return its JSON answer."""
-    return call(conn, "ctl", *args, timeout=timeout)
-
-
-def call(conn: Connector, *args: str, timeout: float | None = None) -> dict:
-    """Run `python -m remote ARGS` from the host's current release; return its JSON answer."""
+def call(conn: Connector, request: Request, timeout: float | None = None):
+    """Run `python -m remote <request>` from the host's current release; its typed answer, or a
+    RemoteError with the host's fault (message, fix, log lines)."""
     script = '[ -d current ] || exit 97; cd current && exec "$@"'
     res = conn.run(
-        ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", *args)],
+        ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", *request.argv())],
         cwd=conn.remote_dir,
         timeout=timeout,
     )
@@ -87,19 +41,24 @@ def call(conn: Connector, *args: str, timeout: float | None = None) -> dict:
         not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)
     ):
         raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")
+    what = " ".join(request.command)
     try:
-        answer = res.answer()
+        answer = read_envelope(res.answer(), type(request).answer)
+    except ProtocolError as e:
+        raise RemoteError(f"`remote {what}`: {e}") from None
     except ValueError:
-        raise RemoteError(
-            f"`remote {' '.join(args[:2])}` failed (exit {res.exit_code}): {res.why()}"
-        ) from None
-    if not answer.get("ok"):
-        if answer.get("preflight"):
-            raise RemoteError(
-                "nothing was stopped: " + preflight_message(conn.name, answer["preflight"])
-            )
-        raise RemoteError(answer.get("error", "failed"), details=answer.get("log") or ())
+        raise RemoteError(f"`remote {what}` failed (exit {res.exit_code}): {res.why()}") from None
+    if isinstance(answer, Fault):
+        raise RemoteError(fault_message(conn.name, answer), details=answer.log)
+    if hasattr(answer, "host"):
+        answer.host = conn.name
     return answer
+
+
+def fault_message(host: str, f: Fault) -> str:
+    if f.code == "preflight":
+        return "nothing was stopped: " + preflight_message(host, f.detail["problem"])
+    return f"{f.message}: {f.fix}" if f.fix else f.message
 
 
 def preflight_message(host: str, problem: dict) -> str:
@@ -115,7 +74,7 @@ def preflight_message(host: str, problem: dict) -> str:
 
 def restart(
     conn: Connector,
-    flags: RunFlags,
+    flags: RunArgs,
     *,
     hard=False,
     drain=False,
@@ -123,22 +82,18 @@ def restart(
     force_gpu=False,
     recover: RecoverSpec | None = None,
 ) -> RestartAnswer:
-    args = ["restart", *flags.argv()]
-    if recover is not None:
-        args += ["--recover", json.dumps(recover.to_dict())]
-    args += (
-        ["--hard"] * hard
-        + ["--drain"] * drain
-        + ["--dry-run"] * dry_run
-        + ["--force-gpu"] * force_gpu
+    rec = recover.to_dict() if recover is not None else None
+    return call(
+        conn,
+        CtlRestart(
+            **vars(flags), recover=rec, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu
+        ),
     )
-    return RestartAnswer.from_dict(dict(ctl(conn, *args), host=conn.name))
 
 
-def stop(conn: Connector, grace: float = 30.0, drain: bool = False) -> StopAnswer:
-    answer = ctl(conn, "stop", "--grace", f"{grace:g}", *(["--drain"] if drain else []))
-    return StopAnswer.from_dict(dict(answer, host=conn.name))
+def stop(conn: Connector, grace: float = GRACE_S, drain: bool = False) -> StopAnswer:
+    return call(conn, CtlStop(grace=grace, drain=drain))
 
 
 def status(conn: Connector) -> JobStatus:
-    return replace(JobStatus.from_dict(ctl(conn, "status")), host=conn.name)
+    return call(conn, CtlStatus())

@@ -15,7 +15,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from remote.common.answers import ReleaseApplied, ReleasePlan, RolledBack
 from remote.common.jobspec import JOB_FILE
+from remote.common.wire import from_wire
 
 from .config import Config
 from .connectors import Connector
@@ -108,6 +110,15 @@ def release_helper(conn: Connector, cmd: str, args: dict, stdin=None) -> dict:
         raise RemoteError(f"{cmd}: unexpected answer from the host: {res.out[:200]!r}") from None
 
 
+def _read(cls, text: str):
+    try:
+        return from_wire(cls, json.loads(text))
+    except ValueError as e:  # ProtocolError too: a host helper of another deploytool
+        raise RemoteError(
+            f"deploy: unexpected answer from the host ({e}): {text[:200]!r}"
+        ) from None
+
+
 def _helper_argv(conn: Connector, cmd: str, *args: str) -> list[str]:
     # -S: the helper needs only the standard library, and skipping site saves a third of start-up
     return conn.python("-S", "-c", _RELEASE_SRC, cmd, conn.remote_dir, *args)
@@ -132,25 +143,25 @@ def deploy_host(
     line = proc.readline()
     if not line.strip():
         raise _helper_error(conn, "deploy", proc.finish())
-    plan = json.loads(line)
-    remote_files: dict[str, str] = plan["manifest"]
-    result = DeployResult(host=conn.name, release=rel.id, previous=plan["current"], dry_run=dry_run)
+    plan = _read(ReleasePlan, line)
+    remote_files = plan.manifest
+    result = DeployResult(host=conn.name, release=rel.id, previous=plan.current, dry_run=dry_run)
     result.added = sorted(p for p in rel.manifest if p not in remote_files)
     result.modified = sorted(
         p for p in rel.manifest if p in remote_files and remote_files[p] != rel.manifest[p]
     )
     result.removed = sorted(p for p in remote_files if p not in rel.manifest)
     result.prompts = send_prompts = sorted(
-        p for p, local in prompts.items() if plan["prompts"].get(p) != _sha_file(local)
+        p for p, local in prompts.items() if plan.prompts.get(p) != _sha_file(local)
     )
-    running = plan.get("running_prompts") or {}
+    running = plan.running_prompts
     result.prompts_in_use = {p: running[p] for p in send_prompts if p in running}
     # the host already has this exact release (e.g. after a rollback): only the switch is needed
-    to_send = [] if rel.id in plan["releases"] else result.added + result.modified
+    to_send = [] if rel.id in plan.releases else result.added + result.modified
     result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(
         prompts[p].stat().st_size for p in send_prompts
     )
-    if dry_run or (rel.id == plan["current"] and not send_prompts):
+    if dry_run or (rel.id == plan.current and not send_prompts):
         proc.close_stdin()
         res = proc.finish()
         if not res.ok:
@@ -161,7 +172,7 @@ def deploy_host(
         header = {
             "id": rel.id,
             "files": rel.manifest,
-            "base": plan["current"],
+            "base": plan.current,
             "prompts": send_prompts,
             "keep": conn.host.keep_releases,
         }
@@ -171,7 +182,7 @@ def deploy_host(
         res = proc.finish()
         if not res.ok:
             raise _helper_error(conn, "deploy", res)
-        result.pruned = res.answer().get("pruned", [])
+        result.pruned = _read(ReleaseApplied, res.last_line()).pruned
     result.seconds = time.monotonic() - t0
     result.round_trips = conn.round_trips
     return result
@@ -200,5 +211,6 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def rollback_host(conn: Connector, to: str | None = None) -> dict:
-    return release_helper(conn, "rollback", {"to": to} if to else {})
+def rollback_host(conn: Connector, to: str | None = None) -> RolledBack:
+    out = release_helper(conn, "rollback", {"to": to} if to else {})
+    return from_wire(RolledBack, dict(out, host=conn.name))

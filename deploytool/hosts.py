@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from .config import Config, HostConfig
@@ -44,7 +45,15 @@ def on_hosts(
     return results
 
 
-def probe(conn: Connector, engine: dict, urls: list[str]) -> dict:
+@dataclass
+class Probe:
+    """`invoke hosts`' look at one host: usable or not, and the one line that says why."""
+
+    ok: bool
+    detail: str
+
+
+def probe(conn: Connector, engine: dict, urls: list[str]) -> Probe:
     """Reachable, what Python the host has, whether it imports what the job's engine needs, and
     whether the job's servers (those that answer) serve the job's model. One round trip: the host
     runs remote/preflight.py's source, so nothing needs to be deployed yet."""
@@ -60,14 +69,14 @@ def probe(conn: Connector, engine: dict, urls: list[str]) -> dict:
     try:
         found = res.answer()
     except ValueError:
-        return {"ok": False, "detail": res.why("python failed")}
+        return Probe(False, res.why("python failed"))
     if found["missing"]:
         problem = {
             "python": found["executable"] or conn.host.python,
             "engine": engine.get("kind", "openai"),
             "missing": found["missing"],
         }
-        return {"ok": False, "detail": preflight_message(conn.name, problem)}
+        return Probe(False, preflight_message(conn.name, problem))
     if found["model"]:
-        return {"ok": False, "detail": found["model"]}
-    return {"ok": True, "detail": f"{found['node']}, Python {found['version']}"}
+        return Probe(False, found["model"])
+    return Probe(True, f"{found['node']}, Python {found['version']}")

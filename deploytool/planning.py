@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from remote.common.answers import PlanAnswer, PlanRow
+from remote.common.answers import PlanAnswer
+from remote.common.protocol import CtlPlan
 from remote.common.units import parse_tokens
 
 from .connectors import Connector
-from .control import ctl
+from .control import call
 from .errors import UsageError
 
 
@@ -24,10 +25,10 @@ def parse_plan_args(tokens_per_dataset: str, tokens_per_s: str | None) -> tuple[
 
 
 def plan_host(conn: Connector, tokens_per_dataset: int, tokens_per_s: float | None) -> PlanAnswer:
-    answer = ctl(conn, "plan", "--tokens-per-dataset", str(tokens_per_dataset))
-    rate = tokens_per_s or answer.get("tokens_per_s") or None
+    answer = call(conn, CtlPlan(tokens_per_dataset=tokens_per_dataset))
+    rate = tokens_per_s or answer.tokens_per_s or None
     rate_source = "--tokens-per-s" if tokens_per_s else ("measured (last minute)" if rate else None)
-    rows = {name: PlanRow.from_dict(row) for name, row in answer["datasets"].items()}
+    rows = answer.datasets
     cum = 0
     for row in rows.values():
         cum += row.tokens_todo

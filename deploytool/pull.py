@@ -7,16 +7,16 @@ Only whole lines are appended, and a tail torn by a killed pull is cut on the ne
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from remote.common.protocol import CtlFiles
 from remote.common.pull import prefix_hash
 
 from .connectors import Connector
-from .control import ctl
+from .control import call
 
 
 @dataclass
@@ -94,18 +94,15 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
             if _append_only(p.name):
                 _cut_torn_tail(p)
             have[p.name] = p.stat().st_size
-    info = ctl(conn, "files", "--have", json.dumps(have))["files"]
+    info = call(conn, CtlFiles(have=have)).files
     result = PullResult(conn.name, str(local_dir))
     remote_dir = f"{conn.remote_dir.rstrip('/')}/data/outputs"
     for name, e in info.items():
-        local, remote, size = local_dir / name, f"{remote_dir}/{name}", e["size"]
+        local, remote, size = local_dir / name, f"{remote_dir}/{name}", e.size
         mine = have.get(name, 0)
         if not _append_only(name):
             same = (
-                name in have
-                and e.get("sha256")
-                and e["sha256"] == prefix_hash(local, mine)
-                and mine == size
+                name in have and e.sha256 and e.sha256 == prefix_hash(local, mine) and mine == size
             )
             if same:
                 result.files[name] = {"action": "unchanged", "bytes": 0}
@@ -115,7 +112,7 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
                     "bytes": _fetch_whole(conn, remote, local, size),
                 }
             continue
-        diverged = mine > size or (mine > 0 and e.get("prefix_sha256") != prefix_hash(local, mine))
+        diverged = mine > size or (mine > 0 and e.prefix_sha256 != prefix_hash(local, mine))
         if diverged:
             if not refetch:
                 result.refused.append(name)

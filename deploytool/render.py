@@ -11,8 +11,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.answers import (
+    CapRow,
     PlanAnswer,
     RestartAnswer,
+    RolledBack,
     StopAnswer,
 )
 from remote.common.status import JobStatus
@@ -60,8 +62,8 @@ def status_json(results: dict) -> None:
     print(json.dumps({name: st.to_dict() for name, st in results.items()}, indent=1))
 
 
-def rollback_result(r: dict, out: Console | None = None) -> None:
-    (out or console).print(f"[bold]{r['host']}[/]: current -> {r['current']} (was {r['previous']})")
+def rollback_result(r: RolledBack, out: Console | None = None) -> None:
+    (out or console).print(f"[bold]{r.host}[/]: current -> {r.current} (was {r.previous})")
 
 
 def deploy_result(r: DeployResult, out: Console | None = None) -> None:
@@ -116,12 +118,12 @@ def hosts_table(
         out.print(f"[bold red]{host}[/]: {escape(why)}", soft_wrap=True)
 
 
-def caps_table(caps: dict, out: Console | None = None) -> None:
+def caps_table(caps: dict[str, CapRow], out: Console | None = None) -> None:
     if not caps:
         return
     t = Table("dataset", "done", "target", "state", box=None, pad_edge=False)
     for name, d in caps.items():
-        t.add_row(name, f"{d['done']:,}", f"{d['target']:,}", d["state"])
+        t.add_row(name, f"{d.done:,}", f"{d.target:,}", d.state)
     (out or console).print(t)
 
 
@@ -131,10 +133,10 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
     if r.dry_run:
         what = {
             "live": "re-cap the running runner live (nothing lost)",
-            "restart": f"stop runner pid {r.running and r.running['pid']} and start a new one",
+            "restart": f"stop runner pid {r.running_pid} and start a new one",
             "start": "start a runner",
         }[r.mode]
-        out.print(f"{host}: dry run: would {what} with caps {r.caps}")
+        out.print(f"{host}: dry run: would {what} with caps {r.asked}")
         return
     if r.mode == "live":
         out.print(f"{host}: re-capped live: runner pid {r.pid} kept running, no request lost")
@@ -151,8 +153,8 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
             )
         release = (r.release or "").rstrip("/").rsplit("/", 1)[-1]
         out.print(f"{host}: started runner pid {r.pid} from release {release}; state {r.state}")
-        if (r.gpu or {}).get("note"):
-            out.print(f"  {r.gpu['note']}")
+        if r.gpu and r.gpu.note:
+            out.print(f"  {r.gpu.note}")
     caps_table(r.caps, out)
 
 

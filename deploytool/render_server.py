@@ -66,10 +66,10 @@ def server_stopped(r: ServerStopped, out: Console | None = None) -> None:
         line += f"; SIGKILL: {r.killed}"
     if r.gpu is None:
         line += "; no nvidia-smi (GPU memory not checked)"
-    elif r.gpu["free"]:
+    elif r.gpu.free:
         line += "; its GPU memory is free"
     else:
-        line += f"; [red]GPU memory still held by {[a['pid'] for a in r.gpu['still_held_by']]}[/]"
+        line += f"; [red]GPU memory still held by {[a['pid'] for a in r.gpu.still_held_by]}[/]"
     out.print(line)
 
 

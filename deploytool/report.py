@@ -7,10 +7,11 @@ import html
 import time
 from pathlib import Path
 
-from remote.common.status import JobStatus
+from remote.common.answers import RecoverEvent, ReportAnswer, ReportDataset
+from remote.common.protocol import CtlReport
 
 from .connectors import Connector
-from .control import ctl
+from .control import call
 from .progress import fmt_duration, fmt_tokens
 
 W, H, PAD = 640, 180, 36  # chart size and margin, in SVG units
@@ -34,8 +35,8 @@ text { font-size: 11px; fill: #5b6577; } .bad { color: #b3261e; } code { font-si
 FINISH_COLORS = {"stop": "#27864f", "length": "#c0392b"}
 
 
-def fetch(conn: Connector) -> dict:
-    return dict(ctl(conn, "report", timeout=1800), host=conn.name)
+def fetch(conn: Connector) -> ReportAnswer:
+    return call(conn, CtlReport(), timeout=1800)
 
 
 def _svg(body: str, title: str) -> str:
@@ -82,8 +83,8 @@ def throughput_chart(points: list, starts: list) -> str:
     )
 
 
-def histogram_chart(name: str, d: dict, max_tokens: int | None) -> str:
-    counts, width = d["hist"]["counts"], d["hist"]["width"]
+def histogram_chart(name: str, d: ReportDataset, max_tokens: int | None) -> str:
+    counts, width = d.hist.counts, d.hist.width
     top = max(counts) or 1
     span = width * len(counts)
     bw = (W - PAD - 8) / len(counts)
@@ -103,9 +104,9 @@ def histogram_chart(name: str, d: dict, max_tokens: int | None) -> str:
         )
 
     marks = vline(max_tokens, "cap", f"max_tokens {max_tokens:,}") if max_tokens else ""
-    if d["mean"]:
-        marks += vline(d["mean"], "mean", f"mean {d['mean']:,.0f}")
-    title = f"{name}: response length in tokens ({d['records']:,} records)"
+    if d.mean:
+        marks += vline(d.mean, "mean", f"mean {d.mean:,.0f}")
+    title = f"{name}: response length in tokens ({d.records:,} records)"
     return _svg(_axes(f"tokens (0–{span:,})", top, "records") + bars + marks, title)
 
 
@@ -125,17 +126,17 @@ def finish_share(finish: dict) -> str:
     return f'<div class="share">{parts}</div><span class="sub">{words}</span>'
 
 
-def restarts_table(events: list) -> str:
+def restarts_table(events: list[RecoverEvent]) -> str:
     """What the watcher did: each death it saw, each restart, a give-up (run/recover.jsonl)."""
     if not events:
         return "<p>None: nothing died or wedged.</p>"
-    done = sum(1 for e in events if e.get("event") == "restarted")
+    done = sum(1 for e in events if e.event == "restarted")
     gave_up = '<span class="bad">gave up</span>'
     rows = "".join(
-        f"<tr><td>{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e.get('at', 0)))}</td>"
-        f"<td>{html.escape(str(e.get('what', '?')))}</td>"
-        f"<td>{gave_up if e.get('event') == 'gave_up' else html.escape(str(e.get('event', '?')))}"
-        f"</td><td style='text-align:left'>{html.escape(str(e.get('why') or ''))}</td></tr>"
+        f"<tr><td>{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e.at))}</td>"
+        f"<td>{html.escape(e.what)}</td>"
+        f"<td>{gave_up if e.event == 'gave_up' else html.escape(e.event)}"
+        f"</td><td style='text-align:left'>{html.escape(e.why or '')}</td></tr>"
         for e in events
     )
     return (
@@ -144,47 +145,46 @@ def restarts_table(events: list) -> str:
     )
 
 
-def page(data: dict) -> str:
-    st = JobStatus.from_dict(data["status"])
-    host, max_tokens, ds = data["host"], data["max_tokens"], data["datasets"]
+def page(data: ReportAnswer) -> str:
+    st, host, max_tokens, ds = data.status, data.host, data.max_tokens, data.datasets
     rows = []
     for name, d in ds.items():
         sd = st.datasets.get(name)
-        cap = f"{d['target']:,}" if d["target"] is not None else "-"
+        cap = f"{d.target:,}" if d.target is not None else "-"
         budget = fmt_tokens(sd.budget) if sd and sd.budget else "-"
-        mean = f"{d['mean']:,.0f}" if d["mean"] else "-"
-        err = f'<span class="bad">{d["errors"]:,}</span>' if d["errors"] else "0"
+        mean = f"{d.mean:,.0f}" if d.mean else "-"
+        err = f'<span class="bad">{d.errors:,}</span>' if d.errors else "0"
         rows.append(
-            f"<tr><td>{html.escape(name)}</td><td>{d['records']:,}</td><td>{cap}</td><td>{budget}</td>"
-            f"<td>{fmt_tokens(d['tokens'])}</td><td>{mean}</td><td style='text-align:left'>"
-            f"{finish_share(d['finish'])}</td><td>{err}</td></tr>"
+            f"<tr><td>{html.escape(name)}</td><td>{d.records:,}</td><td>{cap}</td><td>{budget}</td>"
+            f"<td>{fmt_tokens(d.tokens)}</td><td>{mean}</td><td style='text-align:left'>"
+            f"{finish_share(d.finish)}</td><td>{err}</td></tr>"
         )
     cards = "".join(
         f'<div class="card"><h3>{html.escape(n)}</h3>{histogram_chart(n, d, max_tokens)}</div>'
         for n, d in ds.items()
     )
     errs = "".join(
-        f"<h3>{html.escape(n)}: {d['errors']:,} errors (last {len(d['last_errors'])})</h3><ul>"
-        + "".join(f"<li><code>{html.escape(e)}</code></li>" for e in d["last_errors"])
+        f"<h3>{html.escape(n)}: {d.errors:,} errors (last {len(d.last_errors)})</h3><ul>"
+        + "".join(f"<li><code>{html.escape(e)}</code></li>" for e in d.last_errors)
         + "</ul>"
         for n, d in ds.items()
-        if d["errors"]
+        if d.errors
     )
-    hist = data["history"]
+    hist = data.history
     made = time.strftime("%Y-%m-%d %H:%M:%S")
-    restarts = restarts_table(data.get("restarts") or [])
+    restarts = restarts_table(data.restarts)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>deploytool report: {html.escape(host)}</title><style>{CSS}</style></head><body>
 <h1>{html.escape(host)}: {html.escape(st.state)}</h1>
 <p class="sub">Made {made} · {fmt_tokens(st.completion_tokens)} response tokens · {fmt_tokens(st.tokens_per_s)} tok/s
-now · {len(hist["starts"])} runner start(s) · model {html.escape(st.engine.model or "?")}
+now · {len(hist.starts)} runner start(s) · model {html.escape(st.engine.model or "?")}
 {(" · " + html.escape(st.message)) if st.message else ""}</p>
 <h2>Caps, records and tokens</h2>
 <table><tr><th>dataset</th><th>records</th><th>cap (target)</th><th>token budget</th><th>tokens</th>
 <th>mean length</th><th style="text-align:left">finish_reason</th><th>errors</th></tr>{"".join(rows)}</table>
 <h2>Tokens per second over the job's life</h2>
-<div class="card wide">{throughput_chart(hist["points"], hist["starts"])}
+<div class="card wide">{throughput_chart(hist.points, hist.starts)}
 <span class="sub">Orange dashed: a runner (re)start.</span></div>
 <h2>Response length per dataset</h2>
 <p class="sub">Bars: records per length band. Red dashed: <code>max_tokens</code> (answers cut there end with
@@ -195,7 +195,7 @@ finish_reason <code>length</code>). Green dotted: the mean.</p><div class="grid"
 """
 
 
-def write(data: dict, out: Path) -> Path:
+def write(data: ReportAnswer, out: Path) -> Path:
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(page(data))
     tmp.replace(out)

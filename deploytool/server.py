@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 from typing import Callable
 from urllib.parse import urlparse
 
 from remote.common.answers import ServerStarted, ServerState, ServerStopped
+from remote.common.protocol import GRACE_S, ServerCheck, ServerSmoke, ServerStart, ServerStatus
+from remote.common.protocol import ServerStop as ServerStopRequest
 from remote.common.recover import RecoverSpec
 
 from .config import Config, ServerSpec
@@ -19,10 +20,8 @@ from .errors import RemoteError
 HEADLESS_SETTLE_S = 5.0  # a headless worker alive this long got past its start-up checks
 
 
-def spec_json(spec: ServerSpec) -> str:
-    d = asdict(spec)
-    d["args"] = list(spec.args)
-    return json.dumps(d)
+def spec_dict(spec: ServerSpec) -> dict:
+    return dict(asdict(spec), args=list(spec.args))
 
 
 def manages_engine(config: Config, host: str) -> bool:
@@ -47,56 +46,51 @@ def start(
     sleep=time.sleep,
     recover: RecoverSpec | None = None,
 ) -> ServerStarted:
-    extra = ["--recover", json.dumps(recover.to_dict())] if recover is not None else []
-    started = call(conn, "server", "start", "--spec", spec_json(spec), *extra)
-    if started.get("already"):
-        return ServerStarted.from_dict(dict(started, host=conn.name))
+    rec = recover.to_dict() if recover is not None else None
+    started = call(conn, ServerStart(spec=spec_dict(spec), recover=rec))
+    if started.already:
+        return started
     t0 = clock()
     last_note = 0.0
     while True:
-        c = call(conn, "server", "check")
-        if c["ready"] and not spec.headless:
+        c = call(conn, ServerCheck())
+        if c.ready and not spec.headless:
             break
-        if c["ready"] and c.get("elapsed_s", 0) >= HEADLESS_SETTLE_S:
+        if c.ready and c.elapsed_s >= HEADLESS_SETTLE_S:
             # a data-parallel worker serves no HTTP: alive for a while is ready; the head is what answers
-            return ServerStarted.from_dict(
-                dict(started, host=conn.name, ready_after_s=clock() - t0, headless=True)
-            )
+            started.ready_after_s, started.headless = clock() - t0, True
+            return started
         elapsed = clock() - t0
-        if not c["alive"]:
+        if not c.alive:
             raise RemoteError(
                 f"the server died during start-up after {elapsed:.0f}s (logs/server.log)",
-                details=c.get("log") or (),
+                details=c.log,
             )
         if elapsed > spec.ready_timeout:
             raise RemoteError(
                 f"the server is not ready after {spec.ready_timeout}s (server.ready_timeout); it is "
                 "still running: `invoke server.status` to watch, `invoke server.stop` to give up",
-                details=c.get("log") or (),
+                details=c.log,
             )
         if clock() - last_note >= 15 or not last_note:
-            last_line = (c.get("log") or [""])[-1][:100]
+            last_line = (c.log or [""])[-1][:100]
             progress(
                 f"{conn.name}: loading {spec.model}: {elapsed:.0f}s of up to {spec.ready_timeout}s; {last_line}"
             )
             last_note = clock()
         sleep(poll)
-    smoke = call(conn, "server", "smoke", "--spec", spec_json(spec))
-    return ServerStarted.from_dict(
-        dict(
-            started,
-            host=conn.name,
-            ready_after_s=clock() - t0,
-            smoke=smoke["answer"],
-            served_model=smoke.get("model"),
-        )
+    smoke = call(conn, ServerSmoke(spec=spec_dict(spec)))
+    started.ready_after_s, started.smoke, started.served_model = (
+        clock() - t0,
+        smoke.answer,
+        smoke.model,
     )
+    return started
 
 
-def stop(conn: Connector, grace: float = 30.0) -> ServerStopped:
-    answer = call(conn, "server", "stop", "--grace", f"{grace:g}")
-    return ServerStopped.from_dict(dict(answer, host=conn.name))
+def stop(conn: Connector, grace: float = GRACE_S) -> ServerStopped:
+    return call(conn, ServerStopRequest(grace=grace))
 
 
 def status(conn: Connector) -> ServerState:
-    return ServerState.from_dict(dict(call(conn, "server", "status"), host=conn.name))
+    return call(conn, ServerStatus())

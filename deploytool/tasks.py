@@ -7,6 +7,8 @@ import sys
 
 from invoke import Collection, Exit, Task, task
 
+from remote.common.protocol import GRACE_S, CtlRestart, CtlStop, helps
+
 from . import commands
 from .errors import DeployToolError
 
@@ -61,25 +63,18 @@ def rollback(c, host="", to=""):
     return commands.rollback(host or None, to=to or None)
 
 
-RUN_HELP = {
-    "host": HOST_HELP,
-    "max_samples": "target: the first N prompts of each dataset",
-    "cap": "DS=N: per-dataset override of --max-samples (repeatable)",
-    "max_tokens": "per dataset, stop dispatching once response tokens reach T (10M, 500k, 2500000)",
-    "datasets": "run only these datasets, comma-separated (B2,B3)",
-    "grace": "seconds in-flight requests get to finish after SIGTERM before SIGKILL",
-    "hard": "always a real restart, never a live re-cap",
-    "drain": "stop dispatching and let in-flight requests finish before restarting",
-    "dry_run": "say what would happen, change nothing",
-    "force": "resume even if model/sampling settings differ from the existing outputs",
-    "force_gpu": "start even if other processes hold GPU memory",
-}
+RUN_FLAGS = ("max_samples", "cap", "max_tokens", "datasets", "grace", "force", "force_gpu")
+# the host's own words for its flags
+RUN_HELP = {"host": HOST_HELP, **helps(CtlRestart, *RUN_FLAGS, "hard", "drain", "dry_run")}
 
 
 @task(
     klass=HostTask,
     iterable=["cap"],
-    help=dict(RUN_HELP, no_server="do not start the vLLM server when it is down"),
+    help={
+        **RUN_HELP,
+        "no_server": "do not start the vLLM server when it is down",
+    },
 )
 @_cli
 def restart(
@@ -89,7 +84,7 @@ def restart(
     cap=None,
     max_tokens="",
     datasets="",
-    grace=30.0,
+    grace=GRACE_S,
     hard=False,
     drain=False,
     dry_run=False,
@@ -106,7 +101,7 @@ def restart(
         force_gpu=force_gpu,
         with_server=not no_server,
         max_samples=max_samples or None,
-        caps=cap or (),
+        cap=cap or (),
         max_tokens=max_tokens or None,
         datasets=datasets or None,
         grace=grace,
@@ -115,10 +110,10 @@ def restart(
 
 
 @task(
-    klass=HostTask, help={"host": HOST_HELP, "grace": RUN_HELP["grace"], "drain": RUN_HELP["drain"]}
+    klass=HostTask, help={"host": HOST_HELP, **helps(CtlStop, "grace", "drain")}
 )
 @_cli
-def stop(c, host="", grace=30.0, drain=False):
+def stop(c, host="", grace=GRACE_S, drain=False):
     """Stop the job: SIGTERM, grace period, SIGKILL of the whole process tree."""
     return commands.stop(host or None, grace=grace, drain=drain)
 
@@ -245,7 +240,7 @@ def server_start(c, host=""):
 
 @task(name="stop", klass=HostTask, help={"host": HOST_HELP, "grace": "seconds before SIGKILL"})
 @_cli
-def server_stop(c, host="", grace=30.0):
+def server_stop(c, host="", grace=GRACE_S):
     """Stop the vLLM server and every worker it left; wait for its GPU memory to be free."""
     return commands.server_stop(host or None, grace=grace)
 

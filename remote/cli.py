@@ -1,67 +1,69 @@
-"""Argument parsing for `python -m remote ...` (standard library only: it runs on the host)."""
+"""`python -m remote ...`: the command line made from protocol.py's request types, and the one table
+from each request type to its handler (standard library only: it runs on the host).
+
+A handler takes the host's paths and its typed request and returns its typed answer, printed in the
+envelope; a HostFault becomes the envelope's fault. `run` and `watch` are processes: their handler
+returns the exit status.
+"""
 
 from __future__ import annotations
 
-import argparse
+import importlib
+import json
 import sys
-from pathlib import Path
 
+from .common import protocol as P
 from .common.jobspec import JOB_FILE, Paths, default_root, release_dir
-from .common.runargs import add_run_args, caps_from_args
+from .common.wire import FAULTS, HostFault, envelope, fault_envelope
+
+# request type -> "module:function", imported only when called (`ctl status` stays quick)
+HANDLERS: dict[type[P.Request], str] = {
+    P.RunJob: "remote.cli:run",
+    P.Watch: "remote.cli:watch",
+    P.CtlStart: "remote.host.ctl:start_command",
+    P.CtlRestart: "remote.host.ctl:restart_command",
+    P.CtlStop: "remote.host.ctl:stop_command",
+    P.CtlStatus: "remote.host.ctl:status",
+    P.CtlFiles: "remote.host.ctl:files_command",
+    P.CtlPlan: "remote.job.plan:answer",  # reads the job's outputs: the job's room
+    P.CtlReport: "remote.job.report:gather",
+    P.ServerStart: "remote.host.server:start_command",
+    P.ServerCheck: "remote.host.server:check",
+    P.ServerSmoke: "remote.host.server:smoke_command",
+    P.ServerStop: "remote.host.server:stop_command",
+    P.ServerStatus: "remote.host.server:status",
+}
 
 
-def run_command(a, argv: list[str]) -> int:
+def handler(cls: type[P.Request]):
+    module, name = HANDLERS[cls].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def run(paths: Paths, req: P.RunJob, argv: list[str]) -> int:
     from .job import runner
 
-    root = (a.root or default_root()).expanduser().resolve()
-    job = (a.job or release_dir() / JOB_FILE).expanduser()
-    return runner.main(Paths(root), job, caps_from_args(a), grace=a.grace, force=a.force, argv=argv)
+    job = (req.job or release_dir() / JOB_FILE).expanduser()
+    return runner.main(paths, job, req.caps(), grace=req.grace, force=req.force, argv=argv)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m remote", description="deploytool's host side")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser(
-        "run", help="run the job in the foreground (same lock, outputs and status as a managed run)"
-    )
-    add_run_args(run)
-    from .host import ctl, server
+def watch(paths: Paths, req: P.Watch, argv: list[str]) -> int:
+    from .host import watch
 
-    ctl.add_parser(sub)
-    server.add_parser(sub)
-    w = sub.add_parser(
-        "watch", help="the watcher: restarts a dead or wedged server and a dead runner"
-    )
-    w.add_argument("--root", type=Path, help="remote_dir (default: the one this release lives in)")
-    return parser
+    return watch.main(paths.root)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    a = build_parser().parse_args(argv)
-    if a.command == "run":
-        return run_command(a, argv)
-    if a.command == "watch":
-        from .host import watch
-
-        return watch.main((a.root or default_root()).expanduser().resolve())
-    if a.command == "ctl" and a.ctl_command in ("plan", "report"):
-        return read_outputs(a)  # reads the job's outputs: the job's room, not process control
-    return a.func(a)
-
-
-def read_outputs(a) -> int:
-    """`ctl plan` and `ctl report`: one JSON answer from the outputs, like every ctl answer."""
-    import json
-
-    paths = Paths((a.root or default_root()).expanduser().resolve())
-    if a.ctl_command == "plan":
-        from .job.plan import answer
-
-        out = answer(paths, a.tokens_per_dataset, a.datasets)
-    else:
-        from .job.report import gather
-
-        out = gather(paths)
-    print(json.dumps({"ok": True, **out}))
-    return 0
+    try:
+        req, root = P.parse(argv)
+        paths = Paths((root or default_root()).expanduser().resolve())
+        fn = handler(type(req))
+        if type(req).answer is None:
+            return fn(paths, req, argv)
+        out = envelope(fn(paths, req))
+        code = 0
+    except HostFault as e:
+        out, code = fault_envelope(e.fault), FAULTS[e.fault.code]
+    print(json.dumps(out))
+    return code

@@ -17,6 +17,8 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError, UsageError
 from remote.common import procinfo
+from remote.common.protocol import CtlStart
+from remote.common.wire import read_envelope
 from tests.conftest import (
     base_job,
     restart_unwatched,
@@ -79,11 +81,11 @@ def test_restart_starts_then_live_recap_keeps_the_process(job):
     cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
     r1 = restart_unwatched(conn, flags(cfg, max_samples=300))
     assert r1.mode == "start" and r1.state == "running"
-    assert r1.caps["B1"]["target"] == 300
+    assert r1.caps["B1"].target == 300
     wait_for(lambda: len(outputs(root, "B1")) >= 8, what="progress")
-    r2 = restart_unwatched(conn, flags(cfg, max_samples=20, caps=["B2=5"]))
+    r2 = restart_unwatched(conn, flags(cfg, max_samples=20, cap=["B2=5"]))
     assert r2.mode == "live" and r2.pid == r1.pid and r2.lost_in_flight == 0
-    assert r2.caps["B1"]["target"] == 20 and r2.caps["B2"]["target"] == 5
+    assert r2.caps["B1"].target == 20 and r2.caps["B2"].target == 5
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     assert max(srv.attempts.values()) == 1  # the server saw no request twice
     assert len(outputs(root, "B2")) == 5 and set(outputs(root, "B1")) >= {
@@ -242,8 +244,8 @@ def test_invalid_flags_change_nothing(job):
     for bad in (
         {"max_samples": "-1"},
         {"max_samples": "ten"},
-        {"caps": ["B9=3"]},
-        {"caps": ["B1"]},
+        {"cap": ["B9=3"]},
+        {"cap": ["B1"]},
         {"max_tokens": "10Q"},
         {"datasets": "B1,B9"},
         {"datasets": "B1;rm"},
@@ -266,7 +268,9 @@ def test_invalid_flags_change_nothing(job):
         capture_output=True,
         text=True,
     )
-    assert res.returncode == 2 and res.stderr.startswith("error: --max-samples must be >= 0")
+    assert res.returncode == 2 and res.stderr.startswith(
+        "error: --max-samples: expected a number >= 0"
+    )
     assert procinfo.alive(r.pid) and status(root)["caps"]["max_samples"] == 100
 
 
@@ -274,7 +278,7 @@ def test_second_start_refused_by_lock(job):
     cfg, conn = job["cfg"], job["conn"]
     restart_unwatched(conn, flags(cfg, max_samples=100))
     with pytest.raises(RemoteError, match="already running"):
-        control.ctl(conn, "start", "--max-samples", "5")
+        control.call(conn, CtlStart(max_samples=5))
 
 
 def test_runner_dying_at_start_shows_its_log(job):
@@ -325,12 +329,10 @@ def test_gpu_check_refuses_foreign_gpu_memory(job, tmp_path):
         res = subprocess.run(
             cmd, cwd=(root / "current").resolve(), env=env, capture_output=True, text=True
         )
-        out = json.loads(res.stdout)
-        assert (
-            res.returncode == 1
-            and f"pid {hog} (40960 MiB: sleep 600)" in out["error"]
-            and "--force-gpu" in out["error"]
-        )
+        fault = read_envelope(json.loads(res.stdout), CtlStart.answer)
+        assert res.returncode == 1 and fault.code == "gpu_busy"
+        assert f"pid {hog} (40960 MiB: sleep 600)" in fault.message and "--force-gpu" in fault.fix
+        assert [a["pid"] for a in fault.detail["gpu"]["blocking"]] == [hog]
         assert not (root / "run" / "runner.pid").exists()
         res = subprocess.run(
             cmd + ["--force-gpu"],
@@ -373,7 +375,7 @@ def test_gpu_check_allows_the_engine_server_session(job, tmp_path):
         os.environ["DEPLOYTOOL_NVIDIA_SMI"] = str(fake)
         try:
             report = gpu.check(server.allowed_pids(Paths(job["host_dir"]), port))
-            assert report["checked"] and report["blocking"] == []
+            assert report.checked and report.blocking == []
             with pytest.raises(gpu.GPUBusy):
                 gpu.check(
                     server.allowed_pids(Paths(job["host_dir"]), None)

@@ -96,7 +96,7 @@ def test_rollback_and_redeploy(env):
     r2 = deploy(env)
     assert r2.added == ["remote/new_module.py"]
     out = rollback_host(env["conn"])
-    assert out == {"current": r1.release, "previous": r2.release}
+    assert (out.current, out.previous) == (r1.release, r2.release)
     assert current(env).name == r1.release
     assert not (current(env) / "remote" / "new_module.py").exists()
     # same content as r2: the release is on the host already, only the switch happens

@@ -211,7 +211,7 @@ def test_tail_reads_the_watcher_and_drops_a_recovery_nobody_carries_on():
 
 
 def test_the_runner_comes_back_with_the_flags_it_had():
-    from remote.common.runargs import argv_of, parse_run_argv
+    from remote.common.protocol import GRACE_S, RunArgs
 
     argv = [
         "--max-samples",
@@ -223,13 +223,14 @@ def test_the_runner_comes_back_with_the_flags_it_had():
         "--datasets",
         "B1,B2",
     ]
-    a = parse_run_argv(argv + ["--grace", "12", "--force"])
-    back = parse_run_argv(argv_of(a))
+    a = RunArgs.from_argv(argv + ["--grace", "12", "--force"])
+    back = RunArgs.from_argv(a.argv())
+    assert back == a
     assert (back.max_samples, back.cap, back.max_tokens, back.datasets) == (
         7000,
-        [("B2", 2636)],
+        (("B2", 2636),),
         10_000_000,
-        ["B1", "B2"],
+        ("B1", "B2"),
     )
     assert back.grace == 12.0 and back.force is True
-    assert parse_run_argv([]).grace == 30.0  # the default, stated once in add_run_args
+    assert RunArgs.from_argv([]).grace == GRACE_S  # the default, stated once in protocol.py

@@ -13,7 +13,7 @@ from deploytool.connectors import connect
 from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
 from remote.common import procinfo
-from remote.common.answers import ServerState
+from remote.common.answers import GpuFreed, ServerState
 from remote.host.smoke import degenerate
 from tests.conftest import (
     REPO,
@@ -271,13 +271,10 @@ def test_server_stop_waits_for_gpu_memory(tmp_path, monkeypatch):
     fake.chmod(0o755)
     monkeypatch.setenv("DEPLOYTOOL_NVIDIA_SMI", str(fake))
     held = remote_server.wait_gpu_free({sleeper.pid}, timeout=0.3)
-    assert held == {"free": False, "still_held_by": [{"pid": sleeper.pid, "used_mib": 1000}]}
+    assert held == GpuFreed(False, [{"pid": sleeper.pid, "used_mib": 1000}])
     sleeper.kill()
     sleeper.wait()
-    assert remote_server.wait_gpu_free({sleeper.pid}, timeout=5) == {
-        "free": True,
-        "still_held_by": [],
-    }
+    assert remote_server.wait_gpu_free({sleeper.pid}, timeout=5) == GpuFreed(True, [])
 
 
 def test_data_parallel_group_on_two_hosts_headless_worker(tmp_path, ssh_rig):

@@ -1,27 +1,64 @@
-"""ctl's and server's answers (one JSON object on stdout), typed: the host writes these fields,
-deploytool reads them back with `from_dict` and renders fields, never string keys. Like status.json,
-a reader ignores keys it does not know and fills defaults for missing ones."""
+"""Every host command's answer, typed. The host builds these (never a plain dict) and prints them in
+protocol.py's envelope; deploytool reads them back with protocol.from_wire, strictly, and renders
+fields, never string keys. `host` is filled in on the local side."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .status import ServerMetrics, _FromDict, _known
+from .status import JobStatus, ServerMetrics
 
 
 @dataclass
-class StopAnswer(_FromDict):
+class WatcherInfo:
+    """The host's watcher after a command: running while something is wanted."""
+
+    pid: int
+    on_boot: bool = False  # recover.on_boot's unit is installed
+    note: str | None = None  # why it is not
+
+
+@dataclass
+class GpuCheck:
+    """The GPU check before a start: who holds GPU memory, and who of them is not the server."""
+
+    checked: bool = False  # False: no nvidia-smi on the host
+    note: str | None = None
+    apps: list[dict] = field(default_factory=list)  # nvidia-smi's compute apps
+    blocking: list[dict] = field(default_factory=list)  # of them, not the inference server's
+
+
+@dataclass
+class GpuFreed:
+    """After a server stop: is its GPU memory free."""
+
+    free: bool = True
+    still_held_by: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class CapRow:
+    done: int = 0
+    target: int = 0
+    state: str = ""
+
+
+@dataclass
+class StopAnswer:
     host: str = ""
     was_running: bool = False
-    stopped: list = field(default_factory=list)  # pids signalled
-    killed: list = field(default_factory=list)  # pids that needed SIGKILL
-    strays: list = field(default_factory=list)  # runners found without a pid file
+    stopped: list[int] = field(default_factory=list)  # pids signalled
+    killed: list[int] = field(default_factory=list)  # pids that needed SIGKILL
+    strays: list[int] = field(default_factory=list)  # runners found without a pid file
     lost_in_flight: int = 0  # requests cut off (redone on resume)
     drained: bool = False
+    watcher: WatcherInfo | None = None
 
 
 @dataclass
-class RestartAnswer(_FromDict):
+class RestartAnswer:
+    """`ctl start` and `ctl restart`."""
+
     host: str = ""
     mode: str = "start"  # live (caps applied to the running runner) | restart | start
     dry_run: bool = False
@@ -29,23 +66,18 @@ class RestartAnswer(_FromDict):
     token: str | None = None
     release: str | None = None
     state: str | None = None
-    caps: dict = field(default_factory=dict)  # dataset -> {done, target, state}
-    gpu: dict | None = None  # the GPU check's report
+    caps: dict[str, CapRow] = field(default_factory=dict)
+    gpu: GpuCheck | None = None
     lost_in_flight: int = 0
     stopped: StopAnswer | None = None
     reloaded: dict = field(default_factory=dict)  # prompt files reloaded live: name -> {from, to}
-    running: dict | None = None  # dry run: the runner's pid file record
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RestartAnswer":
-        d = _known(cls, d)
-        if d.get("stopped") is not None:
-            d["stopped"] = StopAnswer.from_dict(d["stopped"])
-        return cls(**d)
+    running_pid: int | None = None  # dry run: the runner that would be stopped or re-capped
+    asked: dict = field(default_factory=dict)  # dry run: the caps asked for (Caps.to_dict)
+    watcher: WatcherInfo | None = None
 
 
 @dataclass
-class LeftoverProcess(_FromDict):
+class LeftoverProcess:
     """A process of a server that died hard, still in its session (vLLM's engine core, workers)."""
 
     pid: int
@@ -55,51 +87,58 @@ class LeftoverProcess(_FromDict):
     gpu_mib: int | None = None
 
 
-def _leftovers(d: dict, key: str) -> None:
-    d[key] = [LeftoverProcess.from_dict(p) for p in d.get(key) or []]
-
-
 @dataclass
-class ServerStarted(_FromDict):
+class ServerStarted:
     host: str = ""
     already: bool = False  # it was up: nothing started
     pid: int | None = None
     port: int | None = None
     model: str = ""
-    argv: list = field(default_factory=list)
+    argv: list[str] = field(default_factory=list)
     env: dict = field(default_factory=dict)  # secret-looking values masked
     removed: list[LeftoverProcess] = field(default_factory=list)  # a dead server's, removed first
-    ready_after_s: float | None = None
+    ready_after_s: float | None = None  # filled in locally, once `check` says ready
     smoke: str | None = None  # the smoke test's answer
     served_model: str | None = None  # the name the smoke test asked for (GET /v1/models)
     headless: bool = False
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ServerStarted":
-        d = _known(cls, d)
-        _leftovers(d, "removed")
-        return cls(**d)
+    watcher: WatcherInfo | None = None
 
 
 @dataclass
-class ServerStopped(_FromDict):
+class ServerChecked:
+    """`server check`: one look at the server's process and GET /v1/models."""
+
+    alive: bool = False
+    ready: bool = False
+    started: bool = False  # a pid file exists
+    pid: int | None = None
+    port: int | None = None
+    models: list[str] = field(default_factory=list)
+    headless: bool = False
+    elapsed_s: float = 0.0  # since it was started
+    log: list[str] = field(default_factory=list)  # logs/server.log's last lines
+
+
+@dataclass
+class SmokeAnswer:
+    answer: str = ""  # the first 200 characters of the model's answer
+    model: str = ""  # the name asked for
+
+
+@dataclass
+class ServerStopped:
     host: str = ""
     was_running: bool = False
     pid: int | None = None
-    killed: list = field(default_factory=list)
+    killed: list[int] = field(default_factory=list)
     alive: list = field(default_factory=list)  # still alive after everything
-    gpu: dict | None = None  # {free, still_held_by}; None: no nvidia-smi
+    gpu: GpuFreed | None = None  # None: no nvidia-smi
     removed: list[LeftoverProcess] = field(default_factory=list)  # a dead server's leftovers
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ServerStopped":
-        d = _known(cls, d)
-        _leftovers(d, "removed")
-        return cls(**d)
+    watcher: WatcherInfo | None = None
 
 
 @dataclass
-class ServerState(_FromDict):
+class ServerState:
     host: str = ""
     up: bool = False
     ready: bool = False
@@ -113,18 +152,55 @@ class ServerState(_FromDict):
     died: bool = False  # down, and nobody stopped it
     engines_gone: list[LeftoverProcess] = field(default_factory=list)  # its engine processes, dead
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "ServerState":
-        d = _known(cls, d)
-        _leftovers(d, "leftovers")
-        _leftovers(d, "engines_gone")
-        if d.get("metrics") is not None:
-            d["metrics"] = ServerMetrics.from_dict(d["metrics"])
-        return cls(**d)
+
+@dataclass
+class ReleasePlan:
+    """release.py's `session` first line: what the host has (release.py sends plain JSON: it
+    imports nothing of the package; these types read it, strictly, on the local side)."""
+
+    root: str
+    current: str | None
+    manifest: dict[str, str]  # path -> sha256 of the current release's files
+    releases: list[str]
+    prompts: dict[str, str | None]  # prompt file -> sha256 on the host
+    in_use: list[str]
+    running_prompts: dict[str, str]  # prompt files a running runner has open
 
 
 @dataclass
-class PlanRow(_FromDict):
+class ReleaseApplied:
+    """release.py's `session` last line, once the new release is in place."""
+
+    current: str
+    previous: str | None
+    prompts: list[str]
+    pruned: list[str]
+    applied: bool
+
+
+@dataclass
+class RolledBack:
+    current: str
+    previous: str | None
+    host: str = ""
+
+
+@dataclass
+class FileInfo:
+    """One file of data/outputs, for pull: its size, and hashes that tell appended from replaced."""
+
+    size: int = 0
+    prefix_sha256: str | None = None  # of the block before the local copy's end
+    sha256: str | None = None  # whole (small, rewritten files only)
+
+
+@dataclass
+class FilesAnswer:
+    files: dict[str, FileInfo] = field(default_factory=dict)
+
+
+@dataclass
+class PlanRow:
     """One dataset of `ctl plan`: the cap that reaches the token target, and what is left to do."""
 
     prompts: int = 0
@@ -149,9 +225,64 @@ class PlanRow(_FromDict):
 
 
 @dataclass
+class HostPlan:
+    """`ctl plan`: per dataset, the cap that reaches the target; the rate, where the job runs."""
+
+    datasets: dict[str, PlanRow] = field(default_factory=dict)
+    tokens_per_s: float | None = None
+    state: str = ""
+
+
+@dataclass
 class PlanAnswer:
     host: str
     tokens_per_dataset: int
     datasets: dict[str, PlanRow]
     tokens_per_s: float | None = None
     rate_source: str | None = None  # --tokens-per-s | measured (last minute) | None
+
+
+@dataclass
+class Histogram:
+    width: int = 1  # tokens per bin
+    counts: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ReportDataset:
+    records: int = 0
+    tokens: int = 0
+    mean: float | None = None
+    target: int | None = None
+    hist: Histogram = field(default_factory=Histogram)
+    finish: dict[str, int] = field(default_factory=dict)  # finish_reason -> records
+    errors: int = 0
+    last_errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReportHistory:
+    points: list[list[float]] = field(default_factory=list)  # [time, tokens/s], one a minute
+    starts: list[float] = field(default_factory=list)  # runner starts
+
+
+@dataclass
+class RecoverEvent:
+    """One line of run/recover.jsonl: a death the watcher saw, a restart, a give-up."""
+
+    at: float = 0.0
+    what: str = "?"  # server | runner
+    event: str = "?"  # died | restarted | gave_up ...
+    why: str | None = None
+
+
+@dataclass
+class ReportAnswer:
+    """`ctl report`: what the page draws, gathered in one pass over the outputs."""
+
+    host: str = ""
+    status: JobStatus = field(default_factory=JobStatus)
+    max_tokens: int | None = None
+    datasets: dict[str, ReportDataset] = field(default_factory=dict)
+    history: ReportHistory = field(default_factory=ReportHistory)
+    restarts: list[RecoverEvent] = field(default_factory=list)

@@ -8,7 +8,6 @@ answer is one JSON object on stdout, so deploytool makes one SSH round trip per 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import secrets
 import sys
@@ -16,28 +15,22 @@ import time
 from pathlib import Path
 
 from ..common import procinfo
+from ..common.answers import CapRow, FileInfo, FilesAnswer, RestartAnswer, StopAnswer
 from ..common.jobspec import (
     JOB_FILE,
     JOB_TOKEN_ENV,
     Caps,
     JobSpec,
     Paths,
-    default_root,
     release_dir,
     write_json_atomic,
 )
+from ..common.protocol import CtlFiles, CtlRestart, CtlStart, CtlStatus, CtlStop
 from ..common.pull import output_files
-from ..common.runargs import add_run_args, argv_of
 from ..common.status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
+from ..common.wire import HostFault
 from . import gpu, intent, kill, server, supervised, watch
 from .strays import stray_runners
-
-
-class CtlError(Exception):
-    def __init__(self, message: str, code: int = 1, **extra):
-        super().__init__(message)
-        self.code, self.extra = code, extra
-
 
 # ------------------------------------------------------------------ finding our processes
 
@@ -54,16 +47,15 @@ def send_control(paths: Paths, token: str | None, **request) -> int:
     return seq
 
 
-def caps_summary(st: JobStatus) -> dict:
-    return {
-        n: {"done": d.done, "target": d.target, "state": d.state} for n, d in st.datasets.items()
-    }
+def caps_summary(st: JobStatus) -> dict[str, CapRow]:
+    return {n: CapRow(d.done, d.target, d.state) for n, d in st.datasets.items()}
 
 
 # ------------------------------------------------------------------ stopping
 
 
-def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float = 3600.0) -> dict:
+def stop(paths: Paths, req: CtlStop) -> StopAnswer:
+    grace, drain, drain_timeout = req.grace, req.drain, req.drain_timeout
     rec = managed_runner(paths)
     exclude = set()
     targets: dict[int, int | None] = {}
@@ -76,13 +68,7 @@ def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float =
     for pid in strays:
         targets[pid] = procinfo.start_time(pid)
     if not targets:
-        return {
-            "stopped": [],
-            "killed": [],
-            "strays": [],
-            "lost_in_flight": 0,
-            "was_running": False,
-        }
+        return StopAnswer(was_running=False)
     before = JobStatus.read(paths.status) or JobStatus()
     in_flight_before = before.in_flight
     drained = False
@@ -102,14 +88,14 @@ def stop(paths: Paths, grace: float, drain: bool = False, drain_timeout: float =
         _mark_stopped(paths, rec, f"killed after {grace:g}s grace")
     else:
         lost = after.abandoned
-    return {
-        "stopped": sorted(targets),
-        "killed": sorted(set(killed)),
-        "strays": strays,
-        "lost_in_flight": 0 if drained else lost,
-        "was_running": True,
-        "drained": drained,
-    }
+    return StopAnswer(
+        stopped=sorted(targets),
+        killed=sorted(set(killed)),
+        strays=strays,
+        lost_in_flight=0 if drained else lost,
+        was_running=True,
+        drained=drained,
+    )
 
 
 def _mark_stopped(paths: Paths, rec: dict, why: str) -> None:
@@ -135,19 +121,22 @@ def lock_is_free(paths: Paths) -> bool:
         os.close(fd)
 
 
-def start(paths: Paths, a, rel: Path | None = None) -> dict:
+def start(paths: Paths, a: CtlStart, rel: Path | None = None) -> RestartAnswer:
     """Start the runner detached from `rel` (this release) and wait until it reports running."""
     if not lock_is_free(paths) or managed_runner(paths):
         rec = managed_runner(paths) or {}
-        raise CtlError(
-            f"a runner is already running in {paths.root} (pid {rec.get('pid', '?')}); use restart"
+        raise HostFault(
+            "busy",
+            f"a runner is already running in {paths.root} (pid {rec.get('pid', '?')})",
+            fix="use restart",
         )
     gpu_report = gpu.check(server.allowed_pids(paths, job_engine_port()), force=a.force_gpu)
     token = secrets.token_hex(12)
     env = dict(os.environ, **{JOB_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
     env.pop("DEPLOYTOOL_WATCH_TOKEN", None)  # started by the watcher: stopping it must not stop us
     rel = rel or release_dir()
-    argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root), *argv_of(a)]
+    argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root)]
+    argv += a.run_flags().argv()
     paths.ensure()
     with open(paths.log, "ab") as log:
         proc = procinfo.start_detached(argv, cwd=rel, env=env, log=log)
@@ -158,25 +147,27 @@ def start(paths: Paths, a, rel: Path | None = None) -> dict:
             break
         code = proc.poll()
         if code is not None:
-            raise CtlError(
+            raise HostFault(
+                "start_failed",
                 f"the runner exited with code {code} during start-up",
-                code=1,
                 log=procinfo.tail_lines(paths.log, 20),
             )
         if time.monotonic() > deadline:
-            raise CtlError(
+            raise HostFault(
+                "start_failed",
                 f"the runner did not report running within {a.wait:g}s",
                 log=procinfo.tail_lines(paths.log, 20),
             )
         time.sleep(0.05)
-    return {
-        "pid": proc.pid,
-        "token": token,
-        "release": str(rel),
-        "state": st.state,
-        "caps": caps_summary(st),
-        "gpu": gpu_report,
-    }
+    return RestartAnswer(
+        mode="start",
+        pid=proc.pid,
+        token=token,
+        release=str(rel),
+        state=st.state,
+        caps=caps_summary(st),
+        gpu=gpu_report,
+    )
 
 
 def job_engine_port() -> int | None:
@@ -201,44 +192,45 @@ def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> JobStat
         st = JobStatus.read(paths.status) or JobStatus()
         if st.control_seq >= seq:
             if st.control_error:
-                raise CtlError(f"the running runner refused: {st.control_error}")
+                raise HostFault("refused", f"the running runner refused: {st.control_error}")
             return st
         if not procinfo.is_same_process(rec):
             break
         time.sleep(0.05)
-    raise CtlError(
-        "the running runner did not take the new caps (see logs/runner.log); use --hard to restart it"
+    raise HostFault(
+        "refused",
+        "the running runner did not take the new caps (see logs/runner.log)",
+        fix="use --hard to restart it",
+        log=procinfo.tail_lines(paths.log, 20),
     )
 
 
-def restart(paths: Paths, a) -> dict:
-    caps = Caps(a.max_samples, dict(a.cap), a.max_tokens, a.datasets)
+def restart(paths: Paths, a: CtlRestart) -> RestartAnswer:
+    caps = a.caps()
     rec = managed_runner(paths)
     same_release = rec is not None and Path(rec.get("release", "")).resolve() == release_dir()
     if a.dry_run:
         mode = "live" if same_release and not a.hard else ("restart" if rec else "start")
-        return {"mode": mode, "dry_run": True, "running": rec, "caps": caps.to_dict()}
+        return RestartAnswer(
+            mode=mode, dry_run=True, running_pid=rec and rec["pid"], asked=caps.to_dict()
+        )
     if same_release and not a.hard:
         st = recap(paths, rec, caps)
-        return {
-            "mode": "live",
-            "pid": rec["pid"],
-            "lost_in_flight": 0,
-            "state": st.state,
-            "caps": caps_summary(st),
-            "reloaded": st.reloaded,
-        }
-    stopped = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
+        return RestartAnswer(
+            mode="live",
+            pid=rec["pid"],
+            state=st.state,
+            caps=caps_summary(st),
+            reloaded=st.reloaded,
+        )
+    stopped = stop(paths, CtlStop(a.grace, a.drain, a.drain_timeout))
     started = start(paths, a)
-    return dict(
-        started,
-        mode="restart" if stopped["was_running"] else "start",
-        stopped=stopped,
-        lost_in_flight=stopped["lost_in_flight"],
-    )
+    started.mode = "restart" if stopped.was_running else "start"
+    started.stopped, started.lost_in_flight = stopped, stopped.lost_in_flight
+    return started
 
 
-def status(paths: Paths) -> dict:
+def status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
     st = JobStatus.read(paths.status) or JobStatus()
     rec = managed_runner(paths)
     if st.state in (STARTING, RUNNING) and not rec:
@@ -257,56 +249,10 @@ def status(paths: Paths) -> dict:
     st.strays = stray_runners(paths, {rec["pid"]} if rec else set())
     st.supervision = watch.supervision(paths)
     st.token = None
-    return st.to_dict()
+    return st
 
 
-# ------------------------------------------------------------------ CLI
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("ctl", help="process control: start, stop, restart, status (JSON on stdout)")
-    csub = p.add_subparsers(dest="ctl_command", required=True)
-    for name in ("start", "restart"):
-        c = csub.add_parser(name)
-        add_run_args(c)
-        c.add_argument(
-            "--wait",
-            type=float,
-            default=300.0,
-            help="seconds to wait for the runner to report running",
-        )
-        c.add_argument(
-            "--force-gpu", action="store_true", help="start even if other processes hold GPU memory"
-        )
-        c.add_argument("--recover", help="JSON of hosts.yaml `recover:` (the watcher's settings)")
-        if name == "restart":
-            c.add_argument(
-                "--hard", action="store_true", help="always a real restart, never a live re-cap"
-            )
-            c.add_argument(
-                "--drain",
-                action="store_true",
-                help="let in-flight requests finish before restarting",
-            )
-            c.add_argument("--drain-timeout", type=float, default=3600.0)
-            c.add_argument("--dry-run", action="store_true")
-    s = csub.add_parser("stop")
-    s.add_argument("--grace", type=float, default=30.0)
-    s.add_argument("--drain", action="store_true")
-    s.add_argument("--drain-timeout", type=float, default=3600.0)
-    s.add_argument("--root", type=Path)
-    st = csub.add_parser("status")
-    st.add_argument("--root", type=Path)
-    pl = csub.add_parser("plan")
-    pl.add_argument("--tokens-per-dataset", required=True)
-    pl.add_argument("--datasets")
-    pl.add_argument("--root", type=Path)
-    rp = csub.add_parser("report", help="what `invoke report` draws, in one pass over the outputs")
-    rp.add_argument("--root", type=Path)
-    fi = csub.add_parser("files", help="sizes and prefix hashes of data/outputs files, for pull")
-    fi.add_argument("--have", default="{}", help="JSON {name: local size}")
-    fi.add_argument("--root", type=Path)
-    p.set_defaults(func=main)
+# ------------------------------------------------------------------ the commands
 
 
 def preflight() -> None:
@@ -322,52 +268,47 @@ def preflight() -> None:
     problem = engine_problem(kind)
     if problem:
         mods = ", ".join(problem["missing"])
-        raise CtlError(
+        raise HostFault(
+            "preflight",
             f"{problem['python']} cannot import {mods}, which the {kind} engine needs; nothing was "
             "stopped",
-            preflight=problem,
+            problem=problem,
         )
     wrong = model_problem(engine.to_dict(), engine.urls(), dict(os.environ))
     if wrong:
-        raise CtlError(f"nothing was stopped: {model_message(wrong)}", model=wrong)
+        raise HostFault("model", f"nothing was stopped: {model_message(wrong)}", model=wrong)
 
 
-def _command(paths: Paths, a) -> dict:
-    if a.ctl_command in ("start", "restart"):
-        preflight()
-    if a.ctl_command == "files":
-        return {"files": output_files(paths, json.loads(a.have))}
-    if a.ctl_command == "status":
-        return status(paths)
+def start_command(paths: Paths, a: CtlStart) -> RestartAnswer:
+    preflight()
     with intent.locked(paths):  # the watcher acts between commands, never during one
-        if a.ctl_command == "start":
-            out = start(paths, a)
-            supervised.want_runner(paths, a)
-        elif a.ctl_command == "restart":
-            if not a.dry_run:  # a start that fails leaves nothing for the watcher to bring back
-                intent.change(paths, runner={"wanted": False, "why": "restarting"})
-            out = restart(paths, a)
-            if not a.dry_run:
-                supervised.want_runner(paths, a)
-        elif a.ctl_command == "stop":  # said before anything is signalled: nothing comes back
-            intent.change(paths, runner={"wanted": False, "why": "stopped"})
-            out = stop(paths, a.grace, drain=a.drain, drain_timeout=a.drain_timeout)
-        else:
-            raise CtlError(f"unknown ctl command {a.ctl_command!r}", code=2)
-    if not getattr(a, "dry_run", False):
-        out["watcher"] = supervised.after(paths)
+        out = start(paths, a)
+        supervised.want_runner(paths, a)
+    out.watcher = supervised.after(paths)
     return out
 
 
-def main(a) -> int:
-    paths = Paths((a.root or default_root()).expanduser().resolve())
-    try:
-        out = _command(paths, a)
-        print(json.dumps({"ok": True, **out}))
-        return 0
-    except CtlError as e:
-        print(json.dumps({"ok": False, "error": str(e), **e.extra}))
-        return e.code
-    except gpu.GPUBusy as e:
-        print(json.dumps({"ok": False, "error": str(e), "gpu": e.report}))
-        return 1
+def restart_command(paths: Paths, a: CtlRestart) -> RestartAnswer:
+    preflight()
+    with intent.locked(paths):
+        if a.dry_run:
+            return restart(paths, a)
+        # a start that fails leaves nothing for the watcher to bring back
+        intent.change(paths, runner={"wanted": False, "why": "restarting"})
+        out = restart(paths, a)
+        supervised.want_runner(paths, a)
+    out.watcher = supervised.after(paths)
+    return out
+
+
+def stop_command(paths: Paths, a: CtlStop) -> StopAnswer:
+    with intent.locked(paths):  # said before anything is signalled: nothing comes back
+        intent.change(paths, runner={"wanted": False, "why": "stopped"})
+        out = stop(paths, a)
+    out.watcher = supervised.after(paths)
+    return out
+
+
+def files_command(paths: Paths, a: CtlFiles) -> FilesAnswer:
+    found = output_files(paths, a.have)
+    return FilesAnswer({name: FileInfo(**e) for name, e in found.items()})

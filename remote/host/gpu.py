@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 
 from ..common import procinfo
+from ..common.answers import GpuCheck
 from ..common.nvsmi import compute_apps
+from ..common.wire import HostFault
 
 
-class GPUBusy(Exception):
+class GPUBusy(HostFault):
     def __init__(self, message: str, report: dict):
-        super().__init__(message)
+        super().__init__("gpu_busy", message, fix="stop them, or pass --force-gpu", gpu=report)
         self.report = report
 
 
@@ -43,17 +45,17 @@ def listener_pids(port: int) -> set[int]:
     return pids
 
 
-def check(allowed: set[int], force: bool = False) -> dict:
+def check(allowed: set[int], force: bool = False) -> GpuCheck:
     """Refuse (GPUBusy) when a process outside `allowed` holds GPU memory, unless forced."""
     apps = compute_apps()
     if apps is None:
-        return {"checked": False, "note": "no nvidia-smi on this host: GPU check skipped"}
+        return GpuCheck(checked=False, note="no nvidia-smi on this host: GPU check skipped")
     others = [
         dict(a, cmd=" ".join(procinfo.cmdline(a["pid"]))[:120])
         for a in apps
         if a["pid"] not in allowed
     ]
-    report = {"checked": True, "apps": apps, "blocking": others}
+    report = GpuCheck(checked=True, apps=apps, blocking=others)
     if others and not force:
         names = ", ".join(
             f"pid {o['pid']} ({o['used_mib']} MiB: {o['cmd'] or '?'})" for o in others

@@ -16,8 +16,8 @@ from typing import Callable
 
 from ..common import metrics, nvsmi, procinfo
 from ..common.jobspec import Paths, write_json_atomic
+from ..common.protocol import CtlStart, CtlStop, RunArgs
 from ..common.recover import Budget, Observation, RecoverSpec, WedgeClock
-from ..common.runargs import parse_run_argv
 from ..common.status import (
     BACKOFF,
     FAILED,
@@ -29,9 +29,11 @@ from ..common.status import (
     JobStatus,
     ProcessWatch,
 )
+from ..common.wire import HostFault
 from . import engines, intent, kill, server
 
 GPU_WAIT_S = 120.0  # at most this long for a dead server's GPU memory to be freed before a start
+START_WAIT_S = 120.0  # a runner it starts again has this long to report running
 _WHY_LINE = re.compile(r"error|exception|traceback|killed|fatal|illegal|out of memory|xid", re.I)
 
 Tell = Callable[[str, str], None]  # (notify event, what happened)
@@ -191,7 +193,7 @@ class ServerKeeper(Keeper):
             if now < self.next_look or rec.get("headless"):
                 return
             self.next_look = now + self.look_every
-            if not server.check(self.paths)["ready"]:  # it records ready_at once ready
+            if not server.check(self.paths).ready:  # it records ready_at once ready
                 return
             rec = procinfo.read_json(self.paths.server_pid) or rec
         rec = engines.watch(self.paths, rec)
@@ -242,18 +244,18 @@ class ServerKeeper(Keeper):
         spec = want.get("spec") or {}
         c = server.check(self.paths)
         rec = procinfo.read_json(self.paths.server_pid) or {"pid": -1}
-        if not c["alive"]:
+        if not c.alive:
             return self._dead(
                 now, rec, "it died while loading", reason_lines(self.paths.server_log)
             )
         timeout = float(spec.get("ready_timeout", 1800))
-        if not c["ready"]:
+        if not c.ready:
             if now - (self.started_at or now) > timeout:
                 self._dead(now, rec, f"not ready after {timeout:g}s (server.ready_timeout)")
             return
-        if c.get("headless") and c.get("elapsed_s", 0) < engines.SETTLED_S:
+        if c.headless and c.elapsed_s < engines.SETTLED_S:
             return
-        if not c.get("headless"):
+        if not c.headless:
             from .smoke import smoke
 
             try:
@@ -278,7 +280,7 @@ class ServerKeeper(Keeper):
             self.paths, server={"wanted": False, "why": why}, runner={"wanted": False, "why": why}
         )
         server.wait_gpu_free(self.dead_pids, GPU_WAIT_S)
-        ctl.stop(self.paths, grace=10.0)
+        ctl.stop(self.paths, CtlStop(grace=10.0))
         fail_job(self.paths, why)
         self.tell("failed", f"failed: {why}")
 
@@ -317,18 +319,18 @@ class RunnerKeeper(Keeper):
             self._give_up(cause)
 
     def _start(self, now: float, want: dict) -> None:
-        from . import ctl, gpu
+        from . import ctl
 
         if ctl.managed_runner(self.paths):  # started meanwhile (`invoke restart`)
             self.w.state, self.w.next_try_at = WATCHING, None
             return
         self.w.attempt = self.budget.restarting(now)
-        a = parse_run_argv(list(want.get("argv") or []))
-        a.force_gpu, a.wait = False, 120.0
+        flags = RunArgs.from_argv(list(want.get("argv") or []))
+        a = CtlStart(**vars(flags), wait=START_WAIT_S)
         try:
             ctl.start(self.paths, a, rel=(self.paths.root / "current").resolve())
-        except (ctl.CtlError, gpu.GPUBusy) as e:
-            lines = list(getattr(e, "extra", {}).get("log") or [])
+        except HostFault as e:
+            lines = e.fault.log
             if not self._died(now, f"could not start: {e}", lines):
                 self._give_up(f"could not start: {e}")
             return

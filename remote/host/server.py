@@ -7,7 +7,6 @@ logs/server.log), so a job restart never reloads the weights. Readiness is polle
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -18,16 +17,27 @@ import time
 from pathlib import Path
 
 from ..common import metrics, nvsmi, procinfo
-from ..common.jobspec import SERVER_TOKEN_ENV, Paths, default_root, release_dir, write_json_atomic
+from ..common.answers import (
+    GpuFreed,
+    LeftoverProcess,
+    ServerChecked,
+    ServerStarted,
+    ServerState,
+    ServerStopped,
+    SmokeAnswer,
+)
+from ..common.jobspec import SERVER_TOKEN_ENV, Paths, release_dir, write_json_atomic
+from ..common.protocol import ServerCheck, ServerSmoke, ServerStart, ServerStatus, ServerStop
+from ..common.status import ServerMetrics
+from ..common.wire import HostFault
 from . import engines, gpu, intent, kill
 
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
 
-class ServerError(Exception):
-    def __init__(self, message: str, **extra):
-        super().__init__(message)
-        self.extra = extra
+class ServerError(HostFault):
+    def __init__(self, message: str, *, fix: str = "", log=()):
+        super().__init__("server", message, fix=fix, log=log)
 
 
 def managed(paths: Paths) -> dict | None:
@@ -81,10 +91,10 @@ def get_url(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return 0, ""
 
 
-def start(paths: Paths, spec: dict) -> dict:
+def start(paths: Paths, spec: dict) -> ServerStarted:
     rec = managed(paths)
     if rec:
-        return {"already": True, "pid": rec["pid"], "port": rec["port"], "model": rec["model"]}
+        return ServerStarted(already=True, pid=rec["pid"], port=rec["port"], model=rec["model"])
     # a second engine beside them is CUDA out of memory at load
     removed = engines.remove_leftovers(paths)
     port = int(spec["port"])
@@ -93,7 +103,7 @@ def start(paths: Paths, spec: dict) -> dict:
     if holders:
         names = ", ".join(f"pid {p} ({engines.title(p)})" for p in sorted(holders))
         raise ServerError(
-            f"port {port} is already in use by {names}: stop it or change server.port"
+            f"port {port} is already in use by {names}", fix="stop it or change server.port"
         )
     argv = build_argv(spec)
     token = secrets.token_hex(12)
@@ -122,27 +132,26 @@ def start(paths: Paths, spec: dict) -> dict:
             "by": spec.get("by", "user"),  # the watcher's own starts count against its budget
         },
     )
-    return {
-        "already": False,
-        "pid": proc.pid,
-        "port": port,
-        "model": spec["model"],
-        "argv": argv,
-        "env": masked(spec.get("env", {})),
-        "removed": removed,
-    }
+    return ServerStarted(
+        already=False,
+        pid=proc.pid,
+        port=port,
+        model=spec["model"],
+        argv=argv,
+        env=masked(spec.get("env", {})),
+        removed=_leftovers(removed),
+    )
 
 
-def check(paths: Paths) -> dict:
+def _leftovers(procs: list[dict]) -> list[LeftoverProcess]:
+    return [LeftoverProcess(**p) for p in procs]
+
+
+def check(paths: Paths, req: ServerCheck | None = None) -> ServerChecked:
     """One look: is the server alive, is it ready (GET /v1/models), the log's last lines."""
     rec = procinfo.read_json(paths.server_pid)
     if not rec:
-        return {
-            "alive": False,
-            "ready": False,
-            "started": False,
-            "log": procinfo.tail_lines(paths.server_log, 30),
-        }
+        return ServerChecked(log=procinfo.tail_lines(paths.server_log, 30))
     alive = procinfo.is_same_process(rec)
     elapsed = time.time() - rec.get("started_at", time.time())
     if rec.get(
@@ -150,32 +159,31 @@ def check(paths: Paths) -> dict:
     ):  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
         if alive:
             engines.watch(paths, rec)
-        return {
-            "alive": alive,
-            "ready": alive,
-            "started": True,
-            "pid": rec["pid"],
-            "port": rec["port"],
-            "models": [],
-            "headless": True,
-            "elapsed_s": elapsed,
-            "log": procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
-        }
+        return ServerChecked(
+            alive=alive,
+            ready=alive,
+            started=True,
+            pid=rec["pid"],
+            port=rec["port"],
+            headless=True,
+            elapsed_s=elapsed,
+            log=procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
+        )
     code, models = served_models(rec["port"]) if alive else (0, [])
     if alive and code == 200:  # ready: start-up's passing children are gone, its engines are up
         rec = engines.watch(paths, rec)
         if not rec.get("ready_at"):  # from now on a wedge counts (loading never does)
             write_json_atomic(paths.server_pid, dict(rec, ready_at=time.time()))
-    return {
-        "alive": alive,
-        "ready": alive and code == 200,
-        "started": True,
-        "pid": rec["pid"],
-        "port": rec["port"],
-        "models": models,
-        "elapsed_s": elapsed,
-        "log": procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
-    }
+    return ServerChecked(
+        alive=alive,
+        ready=alive and code == 200,
+        started=True,
+        pid=rec["pid"],
+        port=rec["port"],
+        models=models,
+        elapsed_s=elapsed,
+        log=procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
+    )
 
 
 def allowed_pids(paths: Paths, engine_port: int | None) -> set[int]:
@@ -209,13 +217,14 @@ def _mark_stopped(paths: Paths) -> None:
         write_json_atomic(paths.server_pid, dict(rec, stopped_at=time.time()))
 
 
-def stop(paths: Paths, grace: float, gpu_wait: float = 120.0) -> dict:
+def stop(paths: Paths, req: ServerStop) -> ServerStopped:
+    grace, gpu_wait = req.grace, req.gpu_wait
     rec = managed(paths)
     _mark_stopped(paths)
     if not rec:
         removed = engines.remove_leftovers(paths, grace)
         held = wait_gpu_free({p["pid"] for p in removed}, gpu_wait) if removed else None
-        return {"was_running": False, "killed": [], "gpu": held, "removed": removed}
+        return ServerStopped(was_running=False, gpu=held, removed=_leftovers(removed))
     token = rec.get("token")
     tree = engines.processes(rec)
     tree[rec["pid"]] = rec["start_time"]
@@ -224,17 +233,12 @@ def stop(paths: Paths, grace: float, gpu_wait: float = 120.0) -> dict:
     killed += kill.terminate(rest, min(grace, 10.0)) if rest else []  # already sent SIGTERM
     left = kill.wait_gone(tree, 5)
     held = wait_gpu_free(set(tree), gpu_wait)
-    return {
-        "was_running": True,
-        "pid": rec["pid"],
-        "killed": sorted(set(killed)),
-        "alive": left,
-        "gpu": held,
-        "removed": [],
-    }
+    return ServerStopped(
+        was_running=True, pid=rec["pid"], killed=sorted(set(killed)), alive=left, gpu=held
+    )
 
 
-def wait_gpu_free(pids: set[int], timeout: float) -> dict | None:
+def wait_gpu_free(pids: set[int], timeout: float) -> GpuFreed | None:
     """Wait until none of `pids` holds GPU memory (vLLM workers free it slowly). None: no nvidia-smi."""
     deadline = time.monotonic() + timeout
     while True:
@@ -243,7 +247,7 @@ def wait_gpu_free(pids: set[int], timeout: float) -> dict | None:
             return None
         holding = [a for a in apps if a["pid"] in pids]
         if not holding or time.monotonic() >= deadline:
-            return {"free": not holding, "still_held_by": holding}
+            return GpuFreed(free=not holding, still_held_by=holding)
         time.sleep(0.5)
 
 
@@ -252,31 +256,30 @@ def _metrics(port: int) -> dict:
     return metrics.snapshot(text) if code == 200 else {}
 
 
-def status(paths: Paths) -> dict:
+def status(paths: Paths, req: ServerStatus | None = None) -> ServerState:
     rec = managed(paths)
     if not rec:
         last = procinfo.read_json(paths.server_pid)
         died = bool(last) and "stopped_at" not in last  # not stopped by us: it died
-        return {
-            "up": False,
-            "leftovers": engines.leftovers(paths),
-            "died": died,
-            "engines_gone": engines.gone(last) if died else [],
-        }
+        return ServerState(
+            up=False,
+            leftovers=_leftovers(engines.leftovers(paths)),
+            died=died,
+            engines_gone=_leftovers(engines.gone(last)) if died else [],
+        )
     c = check(paths)  # records engine processes seen for the first time
     rec = procinfo.read_json(paths.server_pid) or rec
-    out = {
-        "up": True,
-        "ready": c["ready"],
-        "pid": rec["pid"],
-        "port": rec["port"],
-        "model": rec["model"],
-        "uptime_s": time.time() - rec["started_at"],
-        "metrics": None,
-        "headless": bool(rec.get("headless")),
-        "engines_gone": engines.gone(rec),
-    }
-    if out["headless"]:
+    out = ServerState(
+        up=True,
+        ready=c.ready,
+        pid=rec["pid"],
+        port=rec["port"],
+        model=rec["model"],
+        uptime_s=time.time() - rec["started_at"],
+        headless=bool(rec.get("headless")),
+        engines_gone=_leftovers(engines.gone(rec)),
+    )
+    if out.headless:
         return out
     m1 = _metrics(rec["port"])
     if any(v is not None for v in m1.values()):
@@ -285,59 +288,40 @@ def status(paths: Paths) -> dict:
         m2 = _metrics(rec["port"])
         g1, g2 = m1["generation_tokens"], m2.get("generation_tokens")
         rate = (g2 - g1) / (time.monotonic() - t1) if g1 is not None and g2 is not None else None
-        out["metrics"] = {  # the fields of ServerMetrics
-            "running": m2.get("running"),
-            "waiting": m2.get("waiting"),
-            "kv_cache": m2.get("kv_cache"),
-            "generation_tokens_per_s": rate,
-        }
+        out.metrics = ServerMetrics(
+            running=m2.get("running"),
+            waiting=m2.get("waiting"),
+            kv_cache=m2.get("kv_cache"),
+            generation_tokens_per_s=rate,
+        )
     return out
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "server", help="the vLLM server: start, check, smoke, stop, status (JSON on stdout)"
-    )
-    p.add_argument("server_command", choices=["start", "check", "smoke", "stop", "status"])
-    p.add_argument("--spec", default="{}", help="JSON of hosts.yaml `server:`")
-    p.add_argument("--grace", type=float, default=30.0)
-    p.add_argument("--gpu-wait", type=float, default=120.0)
-    p.add_argument("--recover", help="JSON of hosts.yaml `recover:` (the watcher's settings)")
-    p.add_argument("--root", type=Path)
-    p.set_defaults(func=main)
+def smoke_command(paths: Paths, req: ServerSmoke) -> SmokeAnswer:
+    from .smoke import smoke
+
+    return smoke(paths, req.spec.get("model", "default"))
 
 
-def _command(paths: Paths, a: argparse.Namespace, spec: dict) -> dict:
-    if a.server_command == "check":
-        return check(paths)
-    if a.server_command == "smoke":
-        from .smoke import smoke
-
-        return smoke(paths, spec.get("model", "default"))
-    if a.server_command == "status":
-        return status(paths)
+def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
     from . import supervised
 
     with intent.locked(paths):  # the watcher acts between commands, never during one
-        if a.server_command == "start":
-            out = start(paths, spec)
-            recover = supervised.recover_arg(a)
-            intent.change(paths, recover=recover, server={"wanted": True, "spec": spec})
-        elif a.server_command == "stop":  # said before anything is signalled: nothing comes back
-            intent.change(paths, server={"wanted": False, "why": "stopped"})
-            out = stop(paths, a.grace, a.gpu_wait)
-        else:
-            raise ServerError(f"unknown server command {a.server_command!r}")
-    out["watcher"] = supervised.after(paths)
+        out = start(paths, req.spec)
+        intent.change(
+            paths,
+            recover=supervised.recover_arg(req),
+            server={"wanted": True, "spec": req.spec},
+        )
+    out.watcher = supervised.after(paths)
     return out
 
 
-def main(a: argparse.Namespace) -> int:
-    paths = Paths((a.root or default_root()).expanduser().resolve())
-    try:
-        out = _command(paths, a, json.loads(a.spec))
-        print(json.dumps({"ok": True, **out}))
-        return 0
-    except ServerError as e:
-        print(json.dumps({"ok": False, "error": str(e), **e.extra}))
-        return 1
+def stop_command(paths: Paths, req: ServerStop) -> ServerStopped:
+    from . import supervised
+
+    with intent.locked(paths):  # said before anything is signalled: nothing comes back
+        intent.change(paths, server={"wanted": False, "why": "stopped"})
+        out = stop(paths, req)
+    out.watcher = supervised.after(paths)
+    return out

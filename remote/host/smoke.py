@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+from ..common.answers import SmokeAnswer
 from ..common.jobspec import Paths
 from . import server
 
@@ -22,7 +23,7 @@ def degenerate(text: str) -> str | None:
     return None
 
 
-def smoke(paths: Paths, model: str) -> dict:
+def smoke(paths: Paths, model: str) -> SmokeAnswer:
     """One short request, naming a model the server says it serves: `server.model` is the weights
     path, which --served-model-name replaces as the name requests must use."""
     import urllib.error
@@ -60,7 +61,8 @@ def smoke(paths: Paths, model: str) -> dict:
     if why:
         raise server.ServerError(
             f"smoke test answer is degenerate ({why}): a known failure of some kernels on SM120 "
-            "GPUs; check the vLLM version and attention backend",
-            answer=text[:200],
+            "GPUs",
+            fix="check the vLLM version and attention backend",
+            log=[f"its answer: {text[:200]!r}"],
         )
-    return {"answer": text[:200], "model": model}
+    return SmokeAnswer(answer=text[:200], model=model)

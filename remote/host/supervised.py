@@ -3,26 +3,27 @@ watcher while anything is, none once nothing is."""
 
 from __future__ import annotations
 
-import json
 import sys
 
+from ..common.answers import WatcherInfo
 from ..common.jobspec import Paths
+from ..common.protocol import CtlStart
 from ..common.recover import RecoverSpec
-from ..common.runargs import argv_of
 from . import intent, watch
 
 
 def recover_arg(a) -> RecoverSpec | None:
-    """--recover JSON (hosts.yaml `recover:`); None keeps what the intent has (defaults at first)."""
-    return RecoverSpec.from_dict(json.loads(a.recover)) if getattr(a, "recover", None) else None
+    """--recover (hosts.yaml `recover:`); None keeps what the intent has (defaults at first)."""
+    return RecoverSpec.from_dict(a.recover) if a.recover is not None else None
 
 
-def want_runner(paths: Paths, a) -> None:
+def want_runner(paths: Paths, a: CtlStart) -> None:
     """The runner is wanted, with the flags it had (the watcher starts it again with them)."""
-    intent.change(paths, recover=recover_arg(a), runner={"wanted": True, "argv": argv_of(a)})
+    argv = a.run_flags().argv()
+    intent.change(paths, recover=recover_arg(a), runner={"wanted": True, "argv": argv})
 
 
-def after(paths: Paths) -> dict | None:
+def after(paths: Paths) -> WatcherInfo | None:
     """A watcher while something is wanted; none once nothing is (it would exit by itself)."""
     data = intent.read(paths)
     wanted = any(intent.wanted(data, w) for w in ("server", "runner"))
@@ -36,5 +37,5 @@ def after(paths: Paths) -> dict | None:
         from . import boot
 
         why = boot.install(paths, sys.executable)
-        return {"pid": rec["pid"], "on_boot": why is None, "note": why}
-    return {"pid": rec["pid"], "on_boot": False}
+        return WatcherInfo(rec["pid"], on_boot=why is None, note=why)
+    return WatcherInfo(rec["pid"])

@@ -161,7 +161,7 @@ class Dispatcher:
                 self.writer.write_conversation(run, p, replies)
         finally:
             ep.in_flight -= 1
-            run.ledger.settle(p.id)  # cancelled or crashed: asked again on resume
+            run.ledger.settle(p)  # cancelled or crashed: queued again, never lost
 
     async def _ask(self, ep: Endpoint, run: DatasetRun, p: Prompt, replies: list | None):
         """One request; for a conversation, every turn not yet answered, one after the other on

@@ -3,9 +3,8 @@ state it starts from, so "never lost, never recorded twice" is this file's rule,
 kept across the dispatcher, the writer and the scheduler.
 
     new --send--> sent --answered--> held --recorded--> done
-      ^            |  \\--requeue / retry--> queued --due--> new
-      |            |  \\--fail--> failed --unfail--> new
-      \\--settle----/   (cancelled or crashed: redone on resume)
+                   |--requeue, retry, settle--> queued --due--> new
+                   `--fail--> failed --unfail--> new
 
 `new` is every prompt the ledger holds nothing for (not yet sent in this run). A prompt with kept
 tokens (an unfinished answer, SPEC 11.2) is `partial` as well as queued: it is continued, not asked
@@ -119,11 +118,11 @@ class Ledger:
         """Not the prompt's fault after all (the job's): unfiled, left for the next run."""
         self._move(pid, (FAILED,), NEW)
 
-    def settle(self, pid: str) -> None:
+    def settle(self, p) -> None:
         """A request ended without an outcome (cancelled at the end of the grace period, or a bug):
-        the prompt is `new` again, so a resume asks it again. Nothing when it has an outcome."""
-        if pid in self._in[SENT]:
-            self._move(pid, (SENT,), NEW)
+        queued again at once, so neither this run nor a resume loses it. Nothing when it has one."""
+        if p.id in self._in[SENT]:
+            self.requeue(p, 0.0)
 
     def failed_attempt(self, pid: str) -> int:
         """One more transient failure of `pid`; returns how many it has had in this run."""

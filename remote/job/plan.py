@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from ..common.answers import HostPlan, PlanRow
 from ..common.jobspec import JobSpec, Paths
+from ..common.protocol import CtlPlan
 from .outputs import load_existing
 from .prompts import PromptFile
 
@@ -57,18 +59,16 @@ def plan(
     return rows
 
 
-def answer(paths: Paths, tokens_per_dataset: str, datasets: str | None) -> dict:
+def answer(paths: Paths, req: CtlPlan) -> HostPlan:
     """`ctl plan`'s answer: per-dataset caps for a token budget, with the measured rate."""
     from ..common.jobspec import JOB_FILE, release_dir
     from ..common.status import RUNNING, JobStatus
-    from ..common.units import parse_dataset_list, parse_tokens
 
     job = JobSpec.load(release_dir() / JOB_FILE)
     st = JobStatus.read(paths.status) or JobStatus()
-    return {
-        "datasets": plan(
-            paths, job, parse_tokens(tokens_per_dataset), parse_dataset_list(datasets)
-        ),
-        "tokens_per_s": st.tokens_per_s if st.state == RUNNING else None,
-        "state": st.state,
-    }
+    rows = plan(paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None)
+    return HostPlan(
+        datasets={name: PlanRow(**row) for name, row in rows.items()},
+        tokens_per_s=st.tokens_per_s if st.state == RUNNING else None,
+        state=st.state,
+    )

@@ -9,7 +9,15 @@ import json
 import re
 from pathlib import Path
 
+from ..common.answers import (
+    Histogram,
+    RecoverEvent,
+    ReportAnswer,
+    ReportDataset,
+    ReportHistory,
+)
 from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
+from ..common.protocol import CtlReport
 from ..common.status import JobStatus
 from . import history
 
@@ -43,13 +51,13 @@ def scan_outputs(path: Path) -> tuple[list[int], collections.Counter]:
     return lengths, finish
 
 
-def histogram(values: list[int], top: int) -> dict:
+def histogram(values: list[int], top: int) -> Histogram:
     top = max(1, top)
     width = max(1, -(-top // BINS))
     counts = [0] * BINS
     for v in values:
         counts[min(BINS - 1, v // width)] += 1
-    return {"width": width, "counts": counts}
+    return Histogram(width, counts)
 
 
 def errors(path: Path) -> tuple[int, list[str]]:
@@ -86,7 +94,7 @@ def jsonl(path: Path) -> list[dict]:
     return out
 
 
-def gather(paths: Paths) -> dict:
+def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
     st = JobStatus.read(paths.status) or JobStatus()
     st.token = None
     try:
@@ -101,25 +109,33 @@ def gather(paths: Paths) -> dict:
         n_err, last = errors(paths.errors(name))
         top = max(max_tokens or 0, max(lengths, default=0))
         d = st.datasets.get(name)
-        datasets[name] = {
-            "records": len(lengths),
-            "tokens": sum(lengths),
-            "mean": sum(lengths) / len(lengths) if lengths else None,
-            "target": d.target if d else None,
-            "hist": histogram(lengths, top),
-            "finish": dict(finish),
-            "errors": n_err,
-            "last_errors": last,
-        }
+        datasets[name] = ReportDataset(
+            records=len(lengths),
+            tokens=sum(lengths),
+            mean=sum(lengths) / len(lengths) if lengths else None,
+            target=d.target if d else None,
+            hist=histogram(lengths, top),
+            finish=dict(finish),
+            errors=n_err,
+            last_errors=last,
+        )
     lines = history.read(paths.run / "history.jsonl")
-    restarts = jsonl(paths.recover_log)[-MAX_RESTARTS:]  # the watcher's, kept across runs
+    restarts = [  # the watcher's, kept across runs
+        RecoverEvent(
+            at=float(e.get("at") or 0),
+            what=str(e.get("what", "?")),
+            event=str(e.get("event", "?")),
+            why=e.get("why") and str(e["why"]),
+        )
+        for e in jsonl(paths.recover_log)[-MAX_RESTARTS:]
+    ]
     starts = [x["t"] for x in lines if "start" in x]
     points = [[x["t"], x.get("tps", 0)] for x in lines if "start" not in x]
     step = max(1, len(points) // MAX_HISTORY_POINTS)
-    return {
-        "status": st.to_dict(),
-        "max_tokens": max_tokens,
-        "datasets": datasets,
-        "history": {"points": points[::step], "starts": starts},
-        "restarts": restarts,
-    }
+    return ReportAnswer(
+        status=st,
+        max_tokens=max_tokens,
+        datasets=datasets,
+        history=ReportHistory(points[::step], starts),
+        restarts=restarts,
+    )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir, write_json_atomic
 from ..common.notify import Notifier
+from ..common.protocol import GRACE_S
 from ..common.status import (
     COMPLETE,
     FAILED,
@@ -52,7 +53,7 @@ class Runner:
         job: JobSpec,
         caps: Caps,
         *,
-        grace: float = 30.0,
+        grace: float = GRACE_S,
         force: bool = False,
         echo: bool = False,
     ):

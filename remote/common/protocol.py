@@ -1,0 +1,393 @@
+"""The one contract between deploytool and the host (standard library only).
+
+Every host command is a typed request (its flags, each default written once, here) and a typed answer
+(answers.py). The host prints one envelope, `{"protocol", "ok", "answer" | "fault"}`; a fault is
+typed too: a code, the message, the fix, the log lines that show it. The command line is made from
+the request type (`Request.argv`) and parsed back into it by a parser made from the same type
+(`add_arguments`), so the two sides cannot drift apart, and an answer is read back strictly
+(`from_wire`): a field renamed on one side is an error on the first call, never a default on screen.
+Models: vLLM's entrypoints/openai/protocol.py (requests as types), supervisor's xmlrpc faults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import ClassVar
+
+from . import answers as A
+from .jobspec import Caps
+from .status import JobStatus
+from .units import parse_cap, parse_dataset_list, parse_tokens
+from .wire import HostFault
+
+GRACE_S = 30.0  # seconds in-flight requests get after SIGTERM before SIGKILL
+DRAIN_TIMEOUT_S = 3600.0
+START_WAIT_S = 300.0
+GPU_WAIT_S = 120.0
+
+# ------------------------------------------------------------------ requests and their flags
+
+
+def opt(default, help: str, *, parse=None, show=str, metavar=None, json_arg=False):
+    """A request's field: its one default, its help, how its flag's text is read and written."""
+    meta = {"help": help, "parse": parse, "show": show, "metavar": metavar, "json": json_arg}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=type(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _nonneg_int(text) -> int:
+    try:
+        n = int(str(text))
+    except ValueError:
+        raise ValueError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise ValueError(f"expected a number >= 0, got {n}")
+    return n
+
+
+def _nonneg_float(text) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {text!r}") from None
+    if x < 0:
+        raise ValueError(f"must be >= 0, got {text}")
+    return x
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _default(f):
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+class Request:
+    """A host command's request: `command` is its place on the command line, `answer` its answer's
+    type (None: a process, not a JSON answer). Fields are its flags (see `opt`)."""
+
+    command: ClassVar[tuple[str, ...]] = ()
+    answer: ClassVar[type | None] = None
+    help: ClassVar[str] = ""
+
+    def argv(self) -> list[str]:
+        """The command line: the command, then a flag for every value that is not the default."""
+        out = list(self.command)
+        for f in fields(self):
+            v, meta = getattr(self, f.name), f.metadata
+            if v == _default(f):
+                continue
+            if v is True:
+                out.append(_flag(f.name))
+            elif meta["json"]:
+                out += [_flag(f.name), json.dumps(v)]
+            elif isinstance(v, tuple) and meta["parse"] is parse_cap:
+                for item in v:
+                    out += [_flag(f.name), meta["show"](item)]
+            else:
+                out += [_flag(f.name), meta["show"](v)]
+        return out
+
+    @classmethod
+    def add_arguments(cls, p: argparse.ArgumentParser) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            meta, tp = f.metadata, hints[f.name]
+            kw: dict = {"help": meta["help"], "dest": f.name}
+            if tp is bool:
+                kw["action"] = "store_true"
+            else:
+                kw["type"] = _friendly(_argtype(meta, tp))
+                kw["metavar"] = meta["metavar"]
+                if meta["parse"] is parse_cap:
+                    kw["action"] = "append"
+            kw["default"] = argparse.SUPPRESS  # the dataclass holds the default, once
+            p.add_argument(_flag(f.name), **kw)
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace):
+        given = {f.name: getattr(ns, f.name) for f in fields(cls) if hasattr(ns, f.name)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
+
+    @classmethod
+    def from_text(cls, **raw):
+        """The request from the text of its flags as a user typed them (None or "": the default);
+        ValueError names the flag."""
+        hints, out = typing.get_type_hints(cls), {}
+        for f in fields(cls):
+            v = raw.pop(f.name, None)
+            if v in (None, "", ()):
+                continue
+            conv = _argtype(f.metadata, hints[f.name])
+            try:
+                if hints[f.name] is bool:
+                    out[f.name] = bool(v)
+                elif f.metadata["parse"] is parse_cap:
+                    out[f.name] = tuple(conv(x) for x in v)
+                else:
+                    out[f.name] = conv(v)
+            except (ValueError, argparse.ArgumentTypeError) as e:
+                msg = str(e)
+                raise ValueError(msg if msg.startswith("--") else f"{_flag(f.name)}: {msg}") from None
+        assert not raw, f"not flags of {cls.__name__}: {sorted(raw)}"
+        return cls(**out)
+
+
+def helps(cls: type[Request], *names: str) -> dict[str, str]:
+    """These flags' help, by field name (the invoke tasks show the host's own words)."""
+    found = {f.name: f.metadata["help"] for f in fields(cls)}
+    return {n: found[n] for n in names}
+
+
+def _friendly(conv):
+    """argparse says "invalid _nonneg_float value"; this says what is wrong with it."""
+
+    def parse(text):
+        try:
+            return conv(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
+def _argtype(meta, tp):
+    if meta["json"]:
+        return json.loads
+    if meta["parse"]:
+        return meta["parse"]
+    base = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+    return base[0]
+
+
+def _grace():
+    return opt(
+        GRACE_S,
+        "seconds in-flight requests get to finish after SIGTERM before SIGKILL",
+        parse=_nonneg_float,
+        show=lambda g: f"{g:g}",
+    )
+
+
+def _datasets():
+    return opt(
+        None, "run only these datasets, comma-separated (B2,B3)",
+        parse=lambda t: tuple(parse_dataset_list(t)), show=",".join, metavar="B2,B3",
+    )  # fmt: skip
+
+
+def _recover():
+    return opt(None, "JSON of hosts.yaml `recover:` (the watcher's settings)", json_arg=True)
+
+
+def _spec():
+    return opt({}, "JSON of hosts.yaml `server:`", json_arg=True)
+
+
+def _drain(what: str):
+    return opt(False, f"stop dispatching and let in-flight requests finish {what}")
+
+
+def _drain_timeout():
+    return opt(DRAIN_TIMEOUT_S, "seconds a drain may take before SIGTERM", parse=_nonneg_float)
+
+
+@dataclass
+class RunArgs(Request):
+    """The runner's flags (not a command of its own): `run`, `ctl start` and `ctl restart` take
+    them, and the watcher starts a runner again with them."""
+
+    max_samples: int | None = opt(
+        None, "target: the first N prompts of each dataset", parse=_nonneg_int
+    )
+    cap: tuple[tuple[str, int], ...] = opt(
+        (), "DS=N: per-dataset override of --max-samples (repeatable)", parse=parse_cap,
+        show=lambda c: f"{c[0]}={c[1]}", metavar="DS=N",
+    )  # fmt: skip
+    max_tokens: int | None = opt(
+        None,
+        "per dataset, stop dispatching once response tokens reach T (10M, 500k, 2500000)",
+        parse=parse_tokens,
+        metavar="T",
+    )
+    datasets: tuple[str, ...] | None = _datasets()
+    grace: float = _grace()
+    force: bool = opt(False, "resume even if model/sampling settings differ from the outputs")
+
+    def caps(self) -> Caps:
+        datasets = list(self.datasets) if self.datasets else None
+        return Caps(self.max_samples, dict(self.cap), self.max_tokens, datasets)
+
+    def run_flags(self) -> RunArgs:
+        """Only the runner's flags (what the watcher starts it again with)."""
+        return RunArgs(**{f.name: getattr(self, f.name) for f in fields(RunArgs)})
+
+    @classmethod
+    def from_argv(cls, argv: list[str]):
+        p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+        cls.add_arguments(p)
+        return cls.from_args(p.parse_args(argv))
+
+
+@dataclass
+class RunJob(RunArgs):
+    command: ClassVar = ("run",)
+    help: ClassVar = (
+        "run the job in the foreground (same lock, outputs and status as a managed run)"
+    )
+    job: Path | None = opt(None, "job spec (default: job.json in this release)")
+
+
+@dataclass
+class CtlStart(RunArgs):
+    command: ClassVar = ("ctl", "start")
+    answer: ClassVar = A.RestartAnswer
+    help: ClassVar = "start the runner detached; wait until it reports running"
+    wait: float = opt(START_WAIT_S, "seconds to wait for the runner to report running")
+    force_gpu: bool = opt(False, "start even if other processes hold GPU memory")
+    recover: dict | None = _recover()
+
+
+@dataclass
+class CtlRestart(CtlStart):
+    command: ClassVar = ("ctl", "restart")
+    help: ClassVar = "new caps live, or stop the runner and start it again"
+    hard: bool = opt(False, "always a real restart, never a live re-cap")
+    drain: bool = _drain("before restarting")
+    drain_timeout: float = _drain_timeout()
+    dry_run: bool = opt(False, "say what would happen, change nothing")
+
+
+@dataclass
+class CtlStop(Request):
+    command: ClassVar = ("ctl", "stop")
+    answer: ClassVar = A.StopAnswer
+    help: ClassVar = "stop the runner: SIGTERM, the grace period, SIGKILL of its tree"
+    grace: float = _grace()
+    drain: bool = _drain("first")
+    drain_timeout: float = _drain_timeout()
+
+
+@dataclass
+class CtlStatus(Request):
+    command: ClassVar = ("ctl", "status")
+    answer: ClassVar = JobStatus
+    help: ClassVar = "the job's status.json, with the runner, strays and supervision looked up"
+
+
+@dataclass
+class CtlPlan(Request):
+    command: ClassVar = ("ctl", "plan")
+    answer: ClassVar = A.HostPlan
+    help: ClassVar = "per-dataset caps that reach a response-token target"
+    tokens_per_dataset: int = opt(0, "response-token target per dataset (10M, 500k)",
+                                  parse=parse_tokens)  # fmt: skip
+    datasets: tuple[str, ...] | None = _datasets()
+
+
+@dataclass
+class CtlReport(Request):
+    command: ClassVar = ("ctl", "report")
+    answer: ClassVar = A.ReportAnswer
+    help: ClassVar = "what `invoke report` draws, in one pass over the outputs"
+
+
+@dataclass
+class CtlFiles(Request):
+    command: ClassVar = ("ctl", "files")
+    answer: ClassVar = A.FilesAnswer
+    help: ClassVar = "sizes and prefix hashes of data/outputs files, for pull"
+    have: dict = opt({}, "JSON {name: local size}", json_arg=True)
+
+
+@dataclass
+class ServerStart(Request):
+    command: ClassVar = ("server", "start")
+    answer: ClassVar = A.ServerStarted
+    help: ClassVar = "start the vLLM server detached (readiness: `server check`)"
+    spec: dict = _spec()
+    recover: dict | None = _recover()
+
+
+@dataclass
+class ServerCheck(Request):
+    command: ClassVar = ("server", "check")
+    answer: ClassVar = A.ServerChecked
+    help: ClassVar = "one look: alive, ready (GET /v1/models), the log's last lines"
+
+
+@dataclass
+class ServerSmoke(Request):
+    command: ClassVar = ("server", "smoke")
+    answer: ClassVar = A.SmokeAnswer
+    help: ClassVar = "one short request, its answer checked for a broken model"
+    spec: dict = _spec()
+
+
+@dataclass
+class ServerStop(Request):
+    command: ClassVar = ("server", "stop")
+    answer: ClassVar = A.ServerStopped
+    help: ClassVar = "stop the server and every engine process it left; wait for GPU memory"
+    grace: float = _grace()
+    gpu_wait: float = opt(GPU_WAIT_S, "seconds to wait for its GPU memory to be free",
+                          parse=_nonneg_float)  # fmt: skip
+
+
+@dataclass
+class ServerStatus(Request):
+    command: ClassVar = ("server", "status")
+    answer: ClassVar = A.ServerState
+    help: ClassVar = "up, ready, model, uptime and the server's own /metrics"
+
+
+@dataclass
+class Watch(Request):
+    command: ClassVar = ("watch",)
+    help: ClassVar = "the watcher: restarts a dead or wedged server and a dead runner"
+
+
+REQUESTS: tuple[type[Request], ...] = (
+    RunJob, CtlStart, CtlRestart, CtlStop, CtlStatus, CtlPlan, CtlReport, CtlFiles,
+    ServerStart, ServerCheck, ServerSmoke, ServerStop, ServerStatus, Watch,
+)  # fmt: skip
+
+
+class _Parser(argparse.ArgumentParser):
+    """A command line that is not the contract's is a usage fault, answered like any other."""
+
+    def error(self, message: str):
+        raise HostFault("usage", f"{self.prog}: {message}")
+
+
+def parser() -> argparse.ArgumentParser:
+    """`python -m remote ...`, made from the request types; each subcommand's `request` default
+    names its type, and an unknown subcommand is a usage fault."""
+    top = _Parser(prog="python -m remote", description="deploytool's host side")
+    groups: dict[str, argparse._SubParsersAction] = {}
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for cls in REQUESTS:
+        *group, name = cls.command
+        where = sub
+        if group:
+            if group[0] not in groups:
+                g = sub.add_parser(group[0], help=f"{group[0]} commands (JSON on stdout)")
+                groups[group[0]] = g.add_subparsers(dest="sub", required=True, parser_class=_Parser)
+            where = groups[group[0]]
+        p = where.add_parser(name, help=cls.help)
+        cls.add_arguments(p)
+        p.add_argument("--root", type=Path, help="remote_dir (default: the one this release is in)")
+        p.set_defaults(request=cls)
+    return top
+
+
+def parse(argv: list[str]) -> tuple[Request, Path | None]:
+    """The request a command line asks for, and its --root; HostFault("usage") when it is none."""
+    ns = parser().parse_args(argv)
+    return ns.request.from_args(ns), getattr(ns, "root", None)

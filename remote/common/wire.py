@@ -1,0 +1,122 @@
+"""The envelope every host command prints, the typed faults, and the strict codec of answers
+(standard library only). See protocol.py for the requests."""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+PROTOCOL = 2  # the envelope's version: a host of another release says so instead of misreading
+
+# ------------------------------------------------------------------ faults
+
+
+# each fault's code, and the exit status the host gives it
+FAULTS = {
+    "usage": 2,  # the command line itself is wrong (an unknown subcommand, a bad flag)
+    "busy": 1,  # a runner is already running
+    "gpu_busy": 1,  # other processes hold GPU memory
+    "preflight": 1,  # the host's python cannot import what the engine needs
+    "model": 1,  # a server does not serve the job's model
+    "start_failed": 1,  # the runner or server exited or did not come up
+    "refused": 1,  # the running runner refused the new caps
+    "server": 1,  # the server could not be started or asked
+}
+
+
+@dataclass
+class Fault:
+    code: str
+    message: str
+    fix: str = ""
+    log: list[str] = field(default_factory=list)
+    detail: dict = field(default_factory=dict)  # the code's own facts (a GPU report, a problem)
+
+
+class HostFault(Exception):
+    """Raised by a handler on the host: becomes the envelope's fault."""
+
+    def __init__(self, code: str, message: str, *, fix: str = "", log=(), **detail):
+        assert code in FAULTS, code
+        super().__init__(message)
+        self.fault = Fault(code, message, fix, list(log), detail)
+
+
+class ProtocolError(ValueError):
+    """What the host printed is not this contract's (another release, or not an envelope)."""
+
+
+def envelope(answer) -> dict:
+    return {"protocol": PROTOCOL, "ok": True, "answer": to_wire(answer)}
+
+
+def fault_envelope(fault: Fault) -> dict:
+    return {"protocol": PROTOCOL, "ok": False, "fault": to_wire(fault)}
+
+
+def read_envelope(data: dict, answer_type: type):
+    """The typed answer, or the Fault; ProtocolError when it speaks another contract."""
+    if not isinstance(data, dict) or data.get("protocol") != PROTOCOL:
+        got = data.get("protocol", 1) if isinstance(data, dict) else "none"
+        raise ProtocolError(
+            f"the host's release speaks protocol {got}, this deploytool {PROTOCOL}: run "
+            "`invoke deploy` to bring the host up to date"
+        )
+    if data.get("ok"):
+        return from_wire(answer_type, data.get("answer"))
+    return from_wire(Fault, data.get("fault"))
+
+
+# ------------------------------------------------------------------ the wire: typed, strict
+
+
+def to_wire(obj) -> Any:
+    if is_dataclass(obj):
+        return {f.name: to_wire(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_wire(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_wire(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def from_wire(cls: type, data):
+    """`cls` from what to_wire wrote: every field present, no other key (both sides are one release)."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    extra, missing = set(data) - names, names - set(data)
+    if extra or missing:
+        raise ProtocolError(
+            f"{cls.__name__}: unknown fields {sorted(extra)}, missing {sorted(missing)}"
+        )
+    return cls(**{n: _convert(hints[n], data[n]) for n in names})
+
+
+def _convert(tp, value):
+    if value is None:
+        return None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value) if len(inner) == 1 else value
+    if is_dataclass(tp):
+        return from_wire(tp, value)
+    if origin is list and args:
+        return [_convert(args[0], v) for v in value]
+    if origin is tuple:
+        item = args[0] if args else Any
+        return tuple(_convert(item, v) for v in value)
+    if origin is dict and len(args) == 2:
+        return {k: _convert(args[1], v) for k, v in value.items()}
+    if tp is Path:
+        return Path(value)
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value

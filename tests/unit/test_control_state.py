@@ -1,0 +1,24 @@
+"""The stop and drain state, held once, and the housekeeping clocks."""
+
+from __future__ import annotations
+
+from remote.job.control import Every, StopState
+
+
+def test_stop_and_drain():
+    s = StopState()
+    assert not s.asked
+    s.drain()
+    assert s.asked and s.draining and s.verdict() == "drained"
+    assert s.stop() is False and s.verdict() == "stopped by signal"
+    assert s.stop() is True  # a second signal: stop now
+
+
+def test_a_clock_is_due_at_once_then_once_per_period_and_never_catches_up():
+    t = [100.0]
+    e = Every(1.0, clock=lambda: t[0])
+    assert e.due() and not e.due()
+    t[0] = 100.9
+    assert not e.due()
+    t[0] = 105.0  # a stalled loop: due once, not five times
+    assert e.due() and not e.due()

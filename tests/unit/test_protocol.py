@@ -1,0 +1,148 @@
+"""The contract between the two sides: each request's command line parses back to the same request,
+every request has exactly one handler, every answer reads back exactly, and what is not the contract
+(an unknown subcommand, a renamed field, another release's envelope) is a clear error."""
+
+from __future__ import annotations
+
+import json
+import typing
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from remote import cli
+from remote.common import protocol as P
+from remote.common.answers import RestartAnswer, StopAnswer
+from remote.common.wire import (
+    FAULTS,
+    Fault,
+    HostFault,
+    ProtocolError,
+    envelope,
+    fault_envelope,
+    from_wire,
+    read_envelope,
+    to_wire,
+)
+
+SAMPLE = {  # a value other than the default, by the field's type
+    bool: True,
+    int: 7,
+    float: 1.5,
+    str: "x",
+    dict: {"a": 1},
+    Path: Path("/x/job.json"),
+    tuple[tuple[str, int], ...]: (("B1", 3), ("B2", 0)),
+    tuple[str, ...]: ("B1", "B2"),
+}
+
+
+def sample(cls):
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        tp = hints[f.name]
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        key = tp if tp in SAMPLE else (inner[0] if len(inner) == 1 else tp)
+        out[f.name] = SAMPLE[key]
+    return cls(**out)
+
+
+@pytest.mark.parametrize("cls", P.REQUESTS, ids=lambda c: " ".join(c.command))
+def test_a_requests_command_line_parses_back_to_it(cls):
+    for req in (cls(), sample(cls)):
+        back, root = P.parse(req.argv() + ["--root", "/h"])
+        assert back == req and root == Path("/h")
+
+
+@pytest.mark.parametrize("cls", P.REQUESTS, ids=lambda c: " ".join(c.command))
+def test_defaults_are_the_types_own(cls):
+    """No flag given: every value is the dataclass default (argparse holds none of its own)."""
+    back, _ = P.parse(list(cls.command))
+    assert back == cls() and cls().argv() == list(cls.command)
+
+
+def test_one_handler_per_request_and_each_one_exists():
+    assert set(cli.HANDLERS) == set(P.REQUESTS)
+    assert len({c.command for c in P.REQUESTS}) == len(P.REQUESTS)
+    for cls in P.REQUESTS:
+        assert callable(cli.handler(cls)), cls
+
+
+ANSWERS = sorted({c.answer for c in P.REQUESTS if c.answer}, key=lambda c: c.__name__)
+
+
+@pytest.mark.parametrize("cls", ANSWERS, ids=lambda c: c.__name__)
+def test_every_answer_reads_back_exactly_through_json(cls):
+    a = cls() if cls is not Fault else cls("usage", "m")
+    wire = json.loads(json.dumps(envelope(a)))
+    assert read_envelope(wire, cls) == a
+
+
+def test_nested_answers_keep_their_types():
+    a = RestartAnswer(mode="restart", stopped=StopAnswer(was_running=True, killed=[3]))
+    a.caps = {"B1": P.A.CapRow(1, 2, "running")}
+    back = from_wire(RestartAnswer, json.loads(json.dumps(to_wire(a))))
+    assert back == a and isinstance(back.stopped, StopAnswer) and back.caps["B1"].target == 2
+
+
+def test_a_renamed_field_is_an_error_not_a_default():
+    wire = to_wire(StopAnswer(was_running=True))
+    wire["was_runing"] = wire.pop("was_running")
+    with pytest.raises(
+        ProtocolError, match=r"unknown fields \['was_runing'\], missing \['was_running'\]"
+    ):
+        from_wire(StopAnswer, wire)
+
+
+def test_another_releases_envelope_says_deploy():
+    with pytest.raises(ProtocolError, match="protocol 1.*invoke deploy"):
+        read_envelope({"ok": True, "was_running": False}, StopAnswer)
+
+
+def test_a_fault_carries_its_code_fix_and_log():
+    f = HostFault("busy", "a runner is already running", fix="use restart", log=["l1"], pid=4).fault
+    back = read_envelope(json.loads(json.dumps(fault_envelope(f))), StopAnswer)
+    assert back == Fault("busy", "a runner is already running", "use restart", ["l1"], {"pid": 4})
+    with pytest.raises(AssertionError):
+        HostFault("no-such-code", "m")
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["ctl", "frob"], "invalid choice: 'frob'"),
+        (["server", "stat"], "invalid choice: 'stat'"),
+        (["ctl", "stop", "--grace", "-1"], "--grace: must be >= 0"),
+        (["ctl", "start", "--cap", "B1"], "--cap expects DS=N"),
+        (["ctl", "status", "--unknown"], "unrecognized arguments: --unknown"),
+        ([], "the following arguments are required: command"),
+    ],
+)
+def test_what_is_not_the_contract_is_a_usage_fault(argv, words, capsys):
+    assert cli.main(argv) == FAULTS["usage"] == 2
+    fault = read_envelope(json.loads(capsys.readouterr().out), StopAnswer)
+    assert fault.code == "usage" and words in fault.message
+
+
+def test_local_flags_name_the_flag_that_is_wrong():
+    with pytest.raises(ValueError, match="--max-samples: expected a whole number, got 'ten'"):
+        P.RunArgs.from_text(max_samples="ten")
+    with pytest.raises(ValueError, match="--max-tokens: expected a token count"):
+        P.RunArgs.from_text(max_tokens="10Q")
+    got = P.RunArgs.from_text(max_samples="7000", cap=["B2=5"], grace=12, datasets="B1,B2")
+    assert got.caps().to_dict() == {
+        "max_samples": 7000,
+        "caps": {"B2": 5},
+        "max_tokens": None,
+        "datasets": ["B1", "B2"],
+    }
+
+
+def test_the_runners_flags_are_written_once_for_every_command_that_takes_them():
+    run_flags = {f.name for f in fields(P.RunArgs)}
+    for cls in (P.RunJob, P.CtlStart, P.CtlRestart):
+        assert run_flags <= {f.name for f in fields(cls)}
+    req = P.CtlRestart(max_samples=5, hard=True, wait=9.0)
+    assert req.run_flags() == P.RunArgs(max_samples=5) and "--hard" not in req.run_flags().argv()

@@ -1,0 +1,63 @@
+"""The record writer alone: one line per answer, and a full disk holding lines in order (their
+prompts `held` in the ledger: answered, not yet recorded) until it has space."""
+
+from __future__ import annotations
+
+import json
+
+from remote.job.ledger import DONE, HELD
+from remote.job.writer import RecordWriter
+from tests.unit.fakes import completion, dataset
+
+
+def writer():
+    lines, told = [], []
+    return RecordWriter(lines.append, told.append), lines, told
+
+
+def answer(w, run, i, tokens=10):
+    p = run.prompts[i]
+    run.ledger.send(p.id)
+    w.write_record(run, p, completion(tokens))
+    return p.id
+
+
+def test_an_answer_is_one_record_and_its_prompt_done():
+    w, _, _ = writer()
+    run = dataset("B1", 3)
+    pid = answer(w, run, 0, tokens=7)
+    ((line, key, tokens),) = run.out.lines
+    rec = json.loads(line)
+    assert (rec["id"], rec["dataset"], rec["usage"]["completion_tokens"]) == (pid, "B1", 7)
+    assert (key, tokens) == (pid, 7) and run.ledger.state(pid) == DONE
+    assert run.done_in_target == 1 and run.tokens_total == 7
+
+
+def test_a_full_disk_holds_answers_in_order_and_writes_them_once_there_is_space():
+    w, log, told = writer()
+    run = dataset("B1", 4)
+    run.out.full = run.err.full = True
+    held = [answer(w, run, i) for i in range(3)]
+    w.write_error(run, run.prompts[3], "too long", 1)
+    assert w.disk_full and len(told) == 1 and len(w.unwritten) == 4
+    assert [run.ledger.state(p) for p in held] == [HELD] * 3 and run.out.lines == []
+    w.flush()  # still full: nothing written, nothing lost
+    assert len(w.unwritten) == 4
+    run.out.full = run.err.full = False
+    w.flush()
+    assert [k for _, k, _ in run.out.lines] == held and len(run.err.lines) == 1
+    assert not w.disk_full and w.unwritten == [] and run.errors == 1
+    assert all(run.ledger.state(p) == DONE for p in held)
+    assert any("disk has space again" in line for line in log)
+
+
+def test_a_later_line_waits_behind_an_earlier_held_one():
+    w, _, _ = writer()
+    run = dataset("B1", 2)
+    run.out.full = True
+    first = answer(w, run, 0)
+    run.out.full = False  # space again, but the first line is still waiting
+    second = answer(w, run, 1)
+    assert run.out.lines == [] and len(w.unwritten) == 2
+    w.flush()
+    assert [k for _, k, _ in run.out.lines] == [first, second]
