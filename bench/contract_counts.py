@@ -16,9 +16,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OPTIONS = [
-    "max_samples", "cap", "max_tokens", "datasets", "grace", "force", "hard", "drain",
-    "drain_timeout", "dry_run", "force_gpu", "wait", "recover", "gpu_wait", "tokens_per_dataset",
-    "have", "spec", "root", "job",
+    "max_samples",
+    "cap",
+    "max_tokens",
+    "datasets",
+    "grace",
+    "force",
+    "hard",
+    "drain",
+    "drain_timeout",
+    "dry_run",
+    "force_gpu",
+    "wait",
+    "recover",
+    "gpu_wait",
+    "tokens_per_dataset",
+    "have",
+    "spec",
+    "root",
+    "job",
 ]
 NOT_ANSWERS = ("config", "validate", "export", "formats")
 

@@ -109,9 +109,7 @@ def restart(
     )
 
 
-@task(
-    klass=HostTask, help={"host": HOST_HELP, **helps(CtlStop, "grace", "drain")}
-)
+@task(klass=HostTask, help={"host": HOST_HELP, **helps(CtlStop, "grace", "drain")})
 @_cli
 def stop(c, host="", grace=GRACE_S, drain=False):
     """Stop the job: SIGTERM, grace period, SIGKILL of the whole process tree."""

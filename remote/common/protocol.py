@@ -134,7 +134,9 @@ class Request:
                     out[f.name] = conv(v)
             except (ValueError, argparse.ArgumentTypeError) as e:
                 msg = str(e)
-                raise ValueError(msg if msg.startswith("--") else f"{_flag(f.name)}: {msg}") from None
+                raise ValueError(
+                    msg if msg.startswith("--") else f"{_flag(f.name)}: {msg}"
+                ) from None
         assert not raw, f"not flags of {cls.__name__}: {sorted(raw)}"
         return cls(**out)
 
