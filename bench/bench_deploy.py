@@ -19,7 +19,7 @@ from pathlib import Path
 from common import REPO, Rig, timed, write_config  # noqa: E402
 
 from deploytool.connectors import connect
-from deploytool.deploy import PACKAGE_DIR, build_release, deploy_host
+from deploytool.ops.deploy import PACKAGE_DIR, build_release, deploy_host
 
 
 def make_tree(dst: Path, n_files: int = 50) -> Path:

@@ -20,9 +20,9 @@ import time
 
 from common import Rig, timed, write_config  # noqa: E402
 
-from deploytool import control
 from deploytool.connectors import connect
-from deploytool.deploy import deploy_host
+from deploytool.ops import control
+from deploytool.ops.deploy import deploy_host
 
 
 def main():

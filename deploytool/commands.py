@@ -14,8 +14,8 @@ from .errors import DeployToolError, ExitCode, MultiHostError
 
 def _run(config, host_spec, fn, show):
     """on_hosts + render every host's result, failures included, then re-raise one error for all."""
-    from . import render
-    from .hosts import on_hosts
+    from .ops.hosts import on_hosts
+    from .views import render
 
     hosts = config.select_hosts(host_spec)
     try:
@@ -35,8 +35,8 @@ def _run(config, host_spec, fn, show):
 
 
 def hosts(host_spec: str | None) -> int:
-    from . import render
-    from .hosts import on_hosts, probe
+    from .ops.hosts import on_hosts, probe
+    from .views import render
 
     config = load_config()
     # without --host: every configured host (a newcomer's second host must show up here)
@@ -81,8 +81,8 @@ def hosts(host_spec: str | None) -> int:
 
 
 def deploy(host_spec: str | None, *, dry_run: bool = False) -> int:
-    from . import deploy as deploy_mod
-    from . import render
+    from .ops import deploy as deploy_mod
+    from .views import render
 
     config = load_config()
     releases = {
@@ -101,8 +101,8 @@ def deploy(host_spec: str | None, *, dry_run: bool = False) -> int:
 
 
 def rollback(host_spec: str | None, *, to: str | None = None) -> int:
-    from . import deploy as deploy_mod
-    from . import render
+    from .ops import deploy as deploy_mod
+    from .views import render
 
     config = load_config()
     _run(
@@ -124,8 +124,9 @@ def restart(
     with_server=True,
     **flags,
 ) -> int:
-    from . import control, render, render_server
-    from . import server as server_mod
+    from .ops import control
+    from .ops import server as server_mod
+    from .views import render, render_server
 
     config = load_config()
     # bad flags: exit 2 before any host is touched
@@ -158,8 +159,8 @@ def restart(
 
 
 def server_start(host_spec: str | None) -> int:
-    from . import render, render_server
-    from . import server as server_mod
+    from .ops import server as server_mod
+    from .views import render, render_server
 
     config = load_config()
     _run(
@@ -177,8 +178,8 @@ def server_start(host_spec: str | None) -> int:
 
 
 def server_stop(host_spec: str | None, *, grace: float = GRACE_S) -> int:
-    from . import render_server
-    from . import server as server_mod
+    from .ops import server as server_mod
+    from .views import render_server
 
     config = load_config()
     _run(config, host_spec, lambda conn: server_mod.stop(conn, grace), render_server.server_stopped)
@@ -186,9 +187,9 @@ def server_stop(host_spec: str | None, *, grace: float = GRACE_S) -> int:
 
 
 def server_status(host_spec: str | None) -> int:
-    from . import render_server
-    from . import server as server_mod
-    from .dpgroup import problems
+    from .ops import server as server_mod
+    from .ops.dpgroup import problems
+    from .views import render_server
 
     config = load_config()
     results = _run(config, host_spec, server_mod.status, render_server.server_status)
@@ -197,7 +198,8 @@ def server_status(host_spec: str | None) -> int:
 
 
 def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) -> int:
-    from . import control, render
+    from .ops import control
+    from .views import render
 
     config = load_config()
     if grace < 0:
@@ -207,7 +209,8 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
 
 
 def status(host_spec: str | None, *, as_json: bool = False) -> int:
-    from . import control, render
+    from .ops import control
+    from .views import render
 
     config = load_config()
     if as_json:
@@ -218,14 +221,14 @@ def status(host_spec: str | None, *, as_json: bool = False) -> int:
 
 
 def tail(host_spec: str | None, *, once: bool = False, log: bool = False) -> int:
-    from . import render
-    from . import tail as tail_mod
+    from .ops import follow
+    from .views import render
+    from .views import tail as tail_view
 
     config = load_config()
     hosts = config.select_hosts(host_spec)
-    return tail_mod.watch(
-        config, hosts, once=once, log=log, live=render.console.is_terminal, out=render.console
-    )
+    view = tail_view.choose(render.console, once=once, log=log, live=render.console.is_terminal)
+    return follow.watch(config, hosts, view, once=once, log=log, out=render.console)
 
 
 def plan(
@@ -235,7 +238,8 @@ def plan(
     tokens_per_s: str | None = None,
     apply: bool = False,
 ) -> int:
-    from . import control, planning, render
+    from .ops import control, planning
+    from .views import render
 
     config = load_config()
     target, rate = planning.parse_plan_args(tokens_per_dataset, tokens_per_s)
@@ -261,8 +265,8 @@ def plan(
 def pull(host_spec: str | None, *, to: str = "pulled", refetch: bool = False) -> int:
     from pathlib import Path
 
-    from . import pull as pull_mod
-    from . import render
+    from .ops import pull as pull_mod
+    from .views import render
 
     config = load_config()
     results = _run(
@@ -295,8 +299,8 @@ def export(
 ) -> int:
     from pathlib import Path
 
-    from . import export as export_mod
-    from . import render
+    from .ops import export as export_mod
+    from .views import render
 
     config = load_config()
     export_mod.check_format(fmt)  # before anything is pulled
@@ -328,8 +332,11 @@ def export(
 def report(host_spec: str | None, *, out: str | None = None) -> int:
     from pathlib import Path
 
-    from . import render
-    from . import report as report_mod
+    from remote.common.protocol import CtlReport
+
+    from .ops import control
+    from .views import render
+    from .views import report as report_mod
 
     config = load_config()
     hosts = config.select_hosts(host_spec)
@@ -340,7 +347,8 @@ def report(host_spec: str | None, *, out: str | None = None) -> int:
 
     def one(conn):
         target = Path(out) if out else Path(f"report-{conn.name}.html")
-        return {"host": conn.name, "path": report_mod.write(report_mod.fetch(conn), target)}
+        data = control.call(conn, CtlReport(), timeout=1800)
+        return {"host": conn.name, "path": report_mod.write(data, target)}
 
     _run(config, host_spec, one, render.report_written)
     return ExitCode.OK

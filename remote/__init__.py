@@ -2,18 +2,24 @@
 
 The rooms, and which way imports run (tests/test_layering.py holds it):
 
-    cli.py, __main__.py, run_inference.py   `python -m remote run|ctl|server`: wires job and host
+    cli.py, __main__.py, run_inference.py   `python -m remote ...`: the one table from a request to
+                                            its handler; wires job and host
     common/   what both sides share, standard library only; the one part deploytool imports
+        protocol  every host command as a typed request (its flags, each default once) and the parser
+                  made from them; answers: each command's typed answer; wire: the envelope, typed
+                  faults, the strict codec
         jobspec   the typed job spec (defaults stated once), caps, the host's paths, token names
-        status    status.json, typed (nested parts too); answers: ctl's and server's answers
-        units, runargs, metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull,
+        status    status.json, typed (nested parts too)
+        units, metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull,
         notify (job.notify's command), recover (recover: and the watcher's rules: budget, wedge clock)
     job/      the runner's process: one job through the engine
         runner      wiring and lifecycle only
-        scheduler   caps, token budgets, reload, which prompt next (datasets: one dataset's state)
+        scheduler   caps, token budgets, reload, which prompt next (datasets: one dataset's run)
+        ledger      each prompt's state, one owner, transitions as checked methods
         dispatcher  the request window, one request, retries, requeues, the job's own faults
         writer      records and errors onto disk, holding them while the disk is full
-        control     run/control.json (live re-cap, drain, grace); telemetry (/metrics, GPUs);
+        control     run/control.json (live re-cap, drain, grace), the stop state, housekeeping
+                    clocks; telemetry (/metrics, GPUs);
         alerts      stalled / engine_down -> notify; status_builder (pure); rates (one window)
         engine (openai | simulate), pool (servers), prompts, outputs, history, plan, report,
         watched (run/watch.json as the runner reads it)

@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         out = envelope(fn(paths, req))
         code = 0
     except HostFault as e:
+        if argv[:1] in (["run"], ["watch"]):  # a process, often started by hand: words, not JSON
+            print(f"error: {e.fault.message}", file=sys.stderr)
+            return FAULTS[e.fault.code]
         out, code = fault_envelope(e.fault), FAULTS[e.fault.code]
     print(json.dumps(out))
     return code

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from deploytool.config import load_config
+from remote.common.jobspec import Paths
 
 REPO = Path(__file__).resolve().parent.parent
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -202,6 +203,49 @@ def write_prompts(path: Path, n: int, dataset: str = "B1", fmt: str = "messages"
     return ids
 
 
+class Project:
+    """A project folder (hosts.yaml, data/prompts) for a job on the test sshd host: the one way
+    test modules make one. `make(...)` writes the prompts and hosts.yaml; the job is stopped at the
+    end of the test, whatever it did."""
+
+    def __init__(self, tmp_path: Path, rig: Sshd):
+        self.rig, self.proj, self.host_dir = rig, tmp_path / "p", tmp_path / "host"
+        self.proj.mkdir()
+        self.made = False
+
+    def make(self, prompts=None, *, engine=None, fmt=None, est_tokens=100, sampling=None,
+             extra_body=None, **host):  # fmt: skip
+        """prompts: {dataset: n} (B1 and B2, 40 each, by default); fmt: {dataset: prompt format};
+        engine: job.engine over the OpenAI defaults; host: more of the host's hosts.yaml entry.
+        Returns the loaded config."""
+        prompts = prompts or {"B1": 40, "B2": 40}
+        for ds, n in prompts.items():
+            path = self.proj / "data" / "prompts" / f"{ds}.jsonl"
+            write_prompts(path, n, ds, fmt=(fmt or {}).get(ds, "messages"))
+        spec = base_job(
+            datasets={
+                ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": est_tokens}
+                for ds in prompts
+            },
+            engine={"kind": "openai", "model": "test-model", "retry_base": 0.01, **(engine or {})},
+        )
+        if sampling is not None:
+            spec["sampling"] = sampling
+        if extra_body is not None:
+            spec["extra_body"] = extra_body
+        self.made = True
+        entry = ssh_host_entry(self.rig, self.host_dir, **host)
+        return write_config(self.proj, {"gpu": entry}, job=spec)
+
+
+@pytest.fixture
+def project(tmp_path, ssh_rig):
+    p = Project(tmp_path, ssh_rig)
+    yield p
+    if p.made:
+        cli(p.proj / "hosts.yaml", "stop", "--grace", "0", timeout=60)
+
+
 @pytest.fixture
 def openai_server():
     from tests.openai_server import FakeOpenAI
@@ -230,10 +274,27 @@ def cli(config, *args: str, timeout: float = 180, cwd=None) -> subprocess.Comple
     )
 
 
+def outputs(root: Path) -> Path:
+    """data/outputs of a host's remote_dir (Paths says where, once)."""
+    return Paths(root).outputs
+
+
+def _lines(p: Path) -> list[dict]:
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
 def records(root: Path, ds: str) -> list[dict]:
     """Every record of a dataset on a host's remote_dir (every line must be valid JSON)."""
-    p = root / "data" / "outputs" / f"{ds}.jsonl"
-    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+    return _lines(Paths(root).output(ds))
+
+
+def record_ids(root: Path, ds: str) -> list[str]:
+    return [r["id"] for r in records(root, ds)]
+
+
+def error_lines(root: Path, ds: str) -> list[dict]:
+    """<DS>.errors.jsonl of a host's remote_dir."""
+    return _lines(Paths(root).errors(ds))
 
 
 def status(root: Path) -> dict:
@@ -259,7 +320,7 @@ def runner_cmd(root: Path, *args: str) -> list[str]:
 def restart_unwatched(*args, **kw):
     """control.restart with the host's watcher off: for tests that make deaths on purpose and look
     at them (the recovery tests turn it on)."""
-    from deploytool import control
+    from deploytool.ops import control
     from remote.common.recover import RecoverSpec
 
     return control.restart(*args, recover=RecoverSpec(enabled=False), **kw)
@@ -267,7 +328,7 @@ def restart_unwatched(*args, **kw):
 
 def start_unwatched(*args, **kw):
     """server.start with the host's watcher off (as restart_unwatched)."""
-    from deploytool import server
+    from deploytool.ops import server
     from remote.common.recover import RecoverSpec
 
     return server.start(*args, recover=RecoverSpec(enabled=False), **kw)

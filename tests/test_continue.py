@@ -269,7 +269,7 @@ def test_the_end_of_thinking_sharing_a_chunk_loses_no_character(tmp_path, openai
 
 
 def test_status_shows_what_is_kept_and_what_continuing_saved():
-    from deploytool.progress import kept_line
+    from deploytool.views.progress import kept_line
     from remote.common.status import JobStatus, KeptStatus
 
     st = JobStatus(state="running")

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from deploytool import control
 from deploytool.connectors import connect
-from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError, UsageError
+from deploytool.ops import control
+from deploytool.ops.deploy import deploy_host
 from remote.common import procinfo
 from remote.common.protocol import CtlStart
 from remote.common.wire import read_envelope
 from tests.conftest import (
     base_job,
+    record_ids,
     restart_unwatched,
     ssh_host_entry,
     status,
@@ -72,23 +73,18 @@ def runners_of(root: Path) -> list[int]:
     return stray_runners(Paths(root), set())
 
 
-def outputs(root: Path, ds: str) -> list[str]:
-    p = root / "data" / "outputs" / f"{ds}.jsonl"
-    return [json.loads(line)["id"] for line in p.read_text().splitlines()] if p.exists() else []
-
-
 def test_restart_starts_then_live_recap_keeps_the_process(job):
     cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
     r1 = restart_unwatched(conn, flags(cfg, max_samples=300))
     assert r1.mode == "start" and r1.state == "running"
     assert r1.caps["B1"].target == 300
-    wait_for(lambda: len(outputs(root, "B1")) >= 8, what="progress")
+    wait_for(lambda: len(record_ids(root, "B1")) >= 8, what="progress")
     r2 = restart_unwatched(conn, flags(cfg, max_samples=20, cap=["B2=5"]))
     assert r2.mode == "live" and r2.pid == r1.pid and r2.lost_in_flight == 0
     assert r2.caps["B1"].target == 20 and r2.caps["B2"].target == 5
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     assert max(srv.attempts.values()) == 1  # the server saw no request twice
-    assert len(outputs(root, "B2")) == 5 and set(outputs(root, "B1")) >= {
+    assert len(record_ids(root, "B2")) == 5 and set(record_ids(root, "B1")) >= {
         f"B1-{i:06d}" for i in range(20)
     }
     wait_for(lambda: runners_of(root) == [], what="the finished runner exits")
@@ -97,7 +93,7 @@ def test_restart_starts_then_live_recap_keeps_the_process(job):
 def test_hard_restart_leaves_exactly_one_runner_and_loses_nothing(job):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
     r1 = restart_unwatched(conn, flags(cfg, max_samples=60, grace=10))
-    wait_for(lambda: len(outputs(root, "B1")) >= 4, what="progress")
+    wait_for(lambda: len(record_ids(root, "B1")) >= 4, what="progress")
     r2 = restart_unwatched(conn, flags(cfg, max_samples=60, grace=10), hard=True)
     assert r2.mode == "restart" and r2.pid != r1.pid
     assert r2.stopped.stopped == [r1.pid] and r2.stopped.killed == []
@@ -107,14 +103,14 @@ def test_hard_restart_leaves_exactly_one_runner_and_loses_nothing(job):
     assert runners_of(root) == [r2.pid]
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     for ds in ("B1", "B2"):
-        got = outputs(root, ds)
+        got = record_ids(root, ds)
         assert sorted(got) == [f"{ds}-{i:06d}" for i in range(60)]
 
 
 def test_kill_9_then_restart_resumes_without_loss_or_duplicates(job):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
     r1 = restart_unwatched(conn, flags(cfg, max_samples=40))
-    wait_for(lambda: len(outputs(root, "B1")) >= 6, what="progress")
+    wait_for(lambda: len(record_ids(root, "B1")) >= 6, what="progress")
     os.kill(r1.pid, signal.SIGKILL)
     wait_for(lambda: not procinfo.alive(r1.pid), what="runner dead")
     st = control.status(conn)
@@ -123,7 +119,7 @@ def test_kill_9_then_restart_resumes_without_loss_or_duplicates(job):
     assert r2.mode == "start"
     wait_for(lambda: status(root)["state"] == "finished", timeout=60, what="finish")
     for ds in ("B1", "B2"):
-        got = outputs(root, ds)
+        got = record_ids(root, ds)
         assert len(got) == len(set(got)) and sorted(got) == [f"{ds}-{i:06d}" for i in range(40)]
 
 
@@ -158,7 +154,11 @@ def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
         start_new_session=True,
     )
     wait_for(
-        lambda: (root / "run" / "runner.pid").exists() and status(root)["state"] == "running",
+        lambda: (
+            (root / "run" / "runner.pid").exists()
+            and (root / "run" / "status.json").exists()  # written just after the pid file
+            and status(root)["state"] == "running"
+        ),
         what="hand runner",
     )
     (root / "run" / "runner.pid").unlink()  # the pid file is lost
@@ -300,7 +300,7 @@ def test_not_deployed_is_one_clear_line(ssh_rig, tmp_path):
 def test_new_release_means_real_restart(job, tmp_path):
     import shutil
 
-    from deploytool.deploy import PACKAGE_DIR, build_release
+    from deploytool.ops.deploy import PACKAGE_DIR, build_release
 
     cfg, conn = job["cfg"], job["conn"]
     r1 = restart_unwatched(conn, flags(cfg, max_samples=100))

@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 
-from tests.conftest import REPO, records, runner_cmd, status, wait_for
+from tests.conftest import REPO, outputs, records, runner_cmd, status, wait_for
 from tests.test_runner import make_root, run
 
 ORIGINAL = "ORIGINAL ANSWER"  # the dataset's own assistant text: never sent, never recorded
@@ -87,7 +87,7 @@ def test_every_turn_is_regenerated_from_the_replies_before_it(tmp_path, openai_s
     )
     # the sidecar holds nothing once every conversation is recorded (rewritten at the next start)
     assert run(root).returncode == 0
-    assert (root / "data" / "outputs" / "MT.partial.jsonl").read_text() == ""
+    assert (outputs(root) / "MT.partial.jsonl").read_text() == ""
 
 
 def test_a_reply_cut_at_max_tokens_ends_its_conversation(tmp_path, openai_server):
@@ -126,7 +126,7 @@ def test_tool_turns_are_refused_per_prompt_with_the_reason(tmp_path, openai_serv
 def test_kill_9_mid_conversation_does_not_ask_finished_turns_again(tmp_path, openai_server):
     srv = openai_server(shape="vllm", latency=0.15)
     root = conversation_root(tmp_path, 40, {"base_url": srv.url, "concurrency": 8})
-    partial = root / "data" / "outputs" / "MT.partial.jsonl"
+    partial = outputs(root) / "MT.partial.jsonl"
     proc = subprocess.Popen(runner_cmd(root), cwd=REPO)
     try:
         wait_for(

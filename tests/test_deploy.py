@@ -13,9 +13,15 @@ from pathlib import Path
 import pytest
 
 from deploytool.connectors import connect
-from deploytool.deploy import PACKAGE_DIR, build_release, deploy_host, release_helper, rollback_host
 from deploytool.errors import RemoteError
-from tests.conftest import free_port, ssh_host_entry, wait_for, write_config, write_prompts
+from deploytool.ops.deploy import (
+    PACKAGE_DIR,
+    build_release,
+    deploy_host,
+    release_helper,
+    rollback_host,
+)
+from tests.conftest import free_port, outputs, ssh_host_entry, wait_for, write_config, write_prompts
 
 
 @pytest.fixture
@@ -112,13 +118,13 @@ def test_rollback_without_previous_is_clear(env):
 
 def test_prompt_file_replaced_atomically_and_outputs_untouched(env):
     deploy(env)
-    outputs = env["host_dir"] / "data" / "outputs"
-    (outputs / "B1.jsonl").write_text('{"id": "x"}\n')
+    outs = outputs(env["host_dir"])
+    (outs / "B1.jsonl").write_text('{"id": "x"}\n')
     write_prompts(env["project"] / "data" / "prompts" / "B1.jsonl", 30)
     r = deploy(env)
     assert r.prompts == ["data/prompts/B1.jsonl"] and not r.added and not r.modified
     assert len((env["host_dir"] / "data" / "prompts" / "B1.jsonl").read_text().splitlines()) == 30
-    assert (outputs / "B1.jsonl").read_text() == '{"id": "x"}\n'
+    assert (outs / "B1.jsonl").read_text() == '{"id": "x"}\n'
     assert not list((env["host_dir"] / "data" / "prompts").glob("*.part"))
 
 

@@ -14,6 +14,7 @@ from tests.conftest import (
     base_job,
     cli,
     free_port,
+    outputs,
     records,
     ssh_host_entry,
     status,
@@ -102,7 +103,7 @@ def test_a_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(tmp_
         wait_for(lambda: status(head_dir)["state"] == "finished", timeout=120, what="finish")
         ids = sorted(r["id"] for r in records(head_dir, "B1"))
         assert ids == [f"B1-{i:06d}" for i in range(N)]  # each once
-        assert not (head_dir / "data" / "outputs" / "B1.errors.jsonl").read_text()
+        assert not (outputs(head_dir) / "B1.errors.jsonl").read_text()
         assert status(head_dir)["endpoints"][0]["stuck"] >= 3
         res = cli(cfg, "server.status", *both)
         assert "group broken" not in res.stdout
@@ -112,7 +113,7 @@ def test_a_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(tmp_
 
 
 def test_group_membership_and_what_counts_as_broken(tmp_path, ssh_rig):
-    from deploytool.dpgroup import group_of, problems
+    from deploytool.ops.dpgroup import group_of, problems
     from remote.common.answers import LeftoverProcess, ServerState
 
     dp = ["--data-parallel-size", "4", "--data-parallel-size-local", "2"]

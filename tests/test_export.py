@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from deploytool.errors import DeployToolError
-from deploytool.export import Source, export
+from deploytool.ops.export import Source, export
 from tests.conftest import (
     base_job,
     cli,

@@ -1,10 +1,14 @@
-"""The rooms of remote/ and which way imports run (README: "The rooms"):
+"""The rooms of remote/ and deploytool/, and which way imports run (README: "Where things live"):
 
 deploytool/  ->  remote.common  <-  remote.job
                                 <-  remote.host
 remote.cli (the entry point) wires job and host; job and host never import each other;
 nothing in remote/ imports deploytool; host/release.py and host/preflight.py import nothing of
 the package (deploytool sends them as source to hosts where nothing is deployed yet).
+
+deploytool: commands, tasks, program (the entry) wire the rooms; ops (what is done on hosts) may
+use connectors and config; connectors use config; views (what is shown) use only other views;
+config uses only errors. A name imported for a type hint only (`if TYPE_CHECKING:`) is no import.
 """
 
 from __future__ import annotations
@@ -24,7 +28,16 @@ def imports(path: Path, source: str | None = None) -> set[str]:
     """Every module a file imports (relative imports made absolute), whatever the nesting."""
     package = list(path.relative_to(REPO).with_suffix("").parts)[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+    tree = ast.parse(path.read_text() if source is None else source)
+    hints_only = {
+        id(n)
+        for top in ast.walk(tree)
+        if isinstance(top, ast.If) and ast.unparse(top.test) == "TYPE_CHECKING"
+        for n in ast.walk(top)
+    }
+    for node in ast.walk(tree):
+        if id(node) in hints_only:
+            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -71,10 +84,42 @@ def test_remote_rooms(path):
             assert not ours and {m.split(".")[0] for m in mods} <= STDLIB, rel(path)
 
 
+# deploytool's rooms: what each may import of deploytool (besides itself and errors)
+DEPLOYTOOL_ROOMS = {
+    "config": set(),
+    "connectors": {"config"},
+    "ops": {"config", "connectors"},
+    "views": set(),
+}
+ENTRY = {"commands", "tasks", "program", "__main__"}
+
+
+def deploytool_room(path: Path) -> str:
+    parts = path.relative_to(REPO / "deploytool").parts
+    return parts[0] if len(parts) > 1 else path.stem
+
+
+@pytest.mark.parametrize("path", files("deploytool"), ids=rel)
+def test_deploytool_rooms(path):
+    room = deploytool_room(path)
+    ours = {m.split(".")[1] for m in imports(path) if m.startswith("deploytool.")}
+    ours -= {room, "errors"}
+    if room in DEPLOYTOOL_ROOMS:  # and never the entry point
+        assert ours <= DEPLOYTOOL_ROOMS[room], f"{rel(path)} ({room}) imports {sorted(ours)}"
+    else:
+        assert room in ENTRY | {"errors", "__init__"}, f"{rel(path)}: a module outside every room"
+        if room in ("errors", "__init__"):
+            assert not ours, f"{rel(path)} imports {sorted(ours)}"
+
+
 def test_the_check_sees_a_violation():
     where = REPO / "remote" / "job" / "probe.py"  # never written: the source is given
     source = "from ..host import kill\nfrom . import pool\ndef f():\n    import deploytool.config\n"
     assert imports(where, source) == {"remote.host", "remote.job.pool", "deploytool.config"}
+    view = REPO / "deploytool" / "views" / "probe.py"
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..ops import deploy\n"
+    assert imports(view, source) == {"typing"}  # a type hint only
+    assert imports(view, source + "from ..ops.control import call\n") >= {"deploytool.ops.control"}
 
 
 def sizes() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:

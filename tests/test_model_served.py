@@ -5,28 +5,23 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import cli, records, status, write_config, write_prompts
+from tests.conftest import cli, error_lines, records, status, write_config, write_prompts
 from tests.test_runner import make_root, run
-from tests.test_vllm_wire import project  # noqa: F401  (fixture)
-
-
-def error_lines(root, ds: str) -> list[dict]:
-    p = root / "data" / "outputs" / f"{ds}.errors.jsonl"
-    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+from tests.test_vllm_wire import wire_job
 
 
 def test_a_model_the_server_does_not_serve_is_refused_before_anything_stops(
-    project,  # noqa: F811
+    project,
     openai_server,
 ):
     srv = openai_server(latency=0.3, model="tiny", strict_model=True)
-    cfg, host_dir = project({"base_url": srv.url, "model": "tiny"})
+    cfg, host_dir = wire_job(project, {"base_url": srv.url, "model": "tiny"})
     assert cli(cfg, "deploy").returncode == 0
     res = cli(cfg, "restart", "--max-samples", "40")
     assert res.returncode == 0, res.stderr
     pid = json.loads((host_dir / "run" / "runner.pid").read_text())["pid"]
 
-    cfg, _ = project({"base_url": srv.url, "model": "moonshotai/Kimi-K2.5"})
+    cfg, _ = wire_job(project, {"base_url": srv.url, "model": "moonshotai/Kimi-K2.5"})
     res = cli(cfg, "hosts")
     assert res.returncode == 1
     out = " ".join(res.stdout.split())
@@ -43,8 +38,8 @@ def test_a_model_the_server_does_not_serve_is_refused_before_anything_stops(
     assert st["pid"] == pid and st["state"] in ("running", "finished")  # the running job untouched
 
 
-def test_a_server_that_does_not_answer_yet_is_not_judged(project):  # noqa: F811
-    cfg, _ = project({"base_url": "http://127.0.0.1:9/v1", "model": "tiny"})
+def test_a_server_that_does_not_answer_yet_is_not_judged(project):
+    cfg, _ = wire_job(project, {"base_url": "http://127.0.0.1:9/v1", "model": "tiny"})
     res = cli(cfg, "hosts")
     assert res.returncode == 0, res.stdout + res.stderr
 

@@ -13,9 +13,9 @@ import pytest
 
 from tests.conftest import (
     REPO,
-    base_job,
     cli,
     free_port,
+    outputs,
     records,
     ssh_host_entry,
     status,
@@ -83,35 +83,16 @@ def servers():
         s.stop()
 
 
-@pytest.fixture
-def project(tmp_path, ssh_rig):
-    proj = tmp_path / "p"
-    proj.mkdir()
-    host_dir = tmp_path / "host"
-
-    def make(urls: list[str], n: int = 120, **engine):
-        write_prompts(proj / "data" / "prompts" / "B1.jsonl", n, "B1")
-        spec = base_job(
-            engine={
-                "kind": "openai",
-                "base_urls": urls,
-                "model": "test-model",
-                "concurrency": 4,
-                "retry_base": 0.01,
-                "request_timeout": 20,
-                **engine,
-            }
-        )
-        return write_config(proj, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec), host_dir
-
-    yield make
-    cli(proj / "hosts.yaml", "stop", "--grace", "0", timeout=60)
+def pool_job(project, urls: list[str], n: int = 120, **engine):
+    """A job of one dataset (B1, n prompts) over `urls`."""
+    engine = {"base_urls": urls, "concurrency": 4, "request_timeout": 20, **engine}
+    return project.make({"B1": n}, engine=engine), project.host_dir
 
 
 def test_three_servers_share_the_job_exactly_once(project, servers):
     make, _ = servers
     srvs = make(3, latency=0.1)
-    cfg, host_dir = project([s.url for s in srvs], n=90)
+    cfg, host_dir = pool_job(project, [s.url for s in srvs], n=90)
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "90").returncode == 0
     res = cli(cfg, "tail")
@@ -131,7 +112,7 @@ def test_three_servers_share_the_job_exactly_once(project, servers):
 def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, servers):
     make, made = servers
     srvs = make(3, latency=0.4)
-    cfg, host_dir = project([s.url for s in srvs], n=180)
+    cfg, host_dir = pool_job(project, [s.url for s in srvs], n=180)
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "180").returncode == 0
     wait_for(lambda: len(records(host_dir, "B1")) >= 30, timeout=60, what="first records")
@@ -153,8 +134,8 @@ def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, serv
     ids = [r["id"] for r in records(host_dir, "B1")]
     assert len(ids) == len(set(ids)) == 180  # exactly once
     assert (
-        not (host_dir / "data" / "outputs" / "B1.errors.jsonl").exists()
-        or (host_dir / "data" / "outputs" / "B1.errors.jsonl").read_text() == ""
+        not (outputs(host_dir) / "B1.errors.jsonl").exists()
+        or (outputs(host_dir) / "B1.errors.jsonl").read_text() == ""
     )
     assert back.stats()["answered"] > 0  # used again before the job ended
     st = status(host_dir)
@@ -180,8 +161,7 @@ def test_every_server_down_waits_then_fails_after_down_deadline(tmp_path):
     assert st["state"] == "failed" and "every engine server unreachable for" in st["message"]
     assert st["engine"]["reachable"] is False and not any(e["reachable"] for e in st["endpoints"])
     assert (
-        not (root / "data" / "outputs" / "B1.jsonl").exists()
-        or (root / "data" / "outputs" / "B1.jsonl").read_text() == ""
+        not (outputs(root) / "B1.jsonl").exists() or (outputs(root) / "B1.jsonl").read_text() == ""
     )
 
 

@@ -8,26 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from deploytool import control
 from deploytool.connectors import connect
-from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
+from deploytool.ops import control
+from deploytool.ops.deploy import deploy_host
 from remote.common import procinfo
 from tests.conftest import (
-    base_job,
     cli,
+    record_ids,
     restart_unwatched,
-    ssh_host_entry,
     status,
     wait_for,
-    write_config,
-    write_prompts,
 )
-
-
-def record_ids(host_dir: Path, ds: str) -> list[str]:
-    p = host_dir / "data" / "outputs" / f"{ds}.jsonl"
-    return [json.loads(line)["id"] for line in p.read_text().splitlines()] if p.exists() else []
 
 
 def append_prompts(path: Path, start: int, n: int, with_ids: bool) -> None:
@@ -43,36 +35,19 @@ def append_prompts(path: Path, start: int, n: int, with_ids: bool) -> None:
 
 
 @pytest.fixture
-def project(tmp_path, ssh_rig, openai_server):
+def reload_job(project, openai_server):
+    """make(b2_fmt, b1, b2) -> config: B1 and B2 (B2 in b2_fmt) against one test server."""
     srv = openai_server(latency=0.5)
-    proj = tmp_path / "p"
-    proj.mkdir()
-    host_dir = tmp_path / "host"
 
     def make(b2_fmt: str, b1: int = 40, b2: int = 30):
-        write_prompts(proj / "data" / "prompts" / "B1.jsonl", b1, "B1")
-        write_prompts(proj / "data" / "prompts" / "B2.jsonl", b2, "B2", fmt=b2_fmt)
-        spec = base_job(
-            datasets={
-                ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100}
-                for ds in ("B1", "B2")
-            },
-            engine={
-                "kind": "openai",
-                "base_url": srv.url,
-                "model": "test-model",
-                "concurrency": 2,
-                "retry_base": 0.01,
-            },
-        )
-        return write_config(proj, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec)
+        engine = {"base_url": srv.url, "concurrency": 2}
+        return project.make({"B1": b1, "B2": b2}, fmt={"B2": b2_fmt}, engine=engine)
 
-    yield make, srv, proj, host_dir
-    cli(proj / "hosts.yaml", "stop", "--grace", "0", timeout=60)
+    return make, srv, project.proj, project.host_dir
 
 
-def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(project):
-    make, srv, proj, host_dir = project
+def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(reload_job):
+    make, srv, proj, host_dir = reload_job
     cfg = make("prompt")  # no ids: line numbers are the ids, as in the report
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "100").returncode == 0
@@ -111,8 +86,8 @@ def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(project):
     }  # nothing in flight was lost or redone
 
 
-def test_rewritten_file_with_ids_reloads_live(project):
-    make, srv, proj, host_dir = project
+def test_rewritten_file_with_ids_reloads_live(reload_job):
+    make, srv, proj, host_dir = reload_job
     cfg = make("messages", b1=20, b2=10)
     conn = connect(cfg.hosts["gpu"], cfg)
     try:
@@ -135,8 +110,8 @@ def test_rewritten_file_with_ids_reloads_live(project):
         conn.close()
 
 
-def test_rewritten_file_without_ids_is_refused_and_the_runner_untouched(project):
-    make, srv, proj, host_dir = project
+def test_rewritten_file_without_ids_is_refused_and_the_runner_untouched(reload_job):
+    make, srv, proj, host_dir = reload_job
     cfg = make("prompt", b1=40, b2=10)
     conn = connect(cfg.hosts["gpu"], cfg)
     try:

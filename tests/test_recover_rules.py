@@ -132,7 +132,7 @@ def test_status_and_tail_say_recovering_gave_up_and_unsupervised():
 
     from rich.console import Console
 
-    from deploytool import progress, render
+    from deploytool.views import progress, render
     from remote.common.status import JobStatus, Supervision
 
     st = JobStatus(state="running", host="gpu1")
@@ -184,7 +184,7 @@ def test_on_boot_unit_and_why_not_without_systemd(tmp_path, monkeypatch):
 
 def test_tail_reads_the_watcher_and_drops_a_recovery_nobody_carries_on():
     from deploytool.config import HostConfig
-    from deploytool.tail import WATCH_STALE_S, HostWatch
+    from deploytool.ops.follow import WATCH_STALE_S, HostWatch
     from remote.common.status import JobStatus
 
     files = {}

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from deploytool import control, server
 from deploytool.connectors import connect
-from deploytool.deploy import deploy_host
+from deploytool.ops import control, server
+from deploytool.ops.deploy import deploy_host
 from remote.common import procinfo
 from remote.common.recover import RecoverSpec
 from tests.conftest import (
     base_job,
     cli,
     free_port,
+    outputs,
     records,
     ssh_host_entry,
     wait_for,
@@ -118,7 +119,7 @@ class Rig:
         assert (
             len(ids) == self.n and len(set(ids)) == self.n
         )  # every prompt once: none lost, none twice
-        errors = self.root / "data" / "outputs" / "B1.errors.jsonl"
+        errors = outputs(self.root) / "B1.errors.jsonl"
         assert not errors.exists() or not errors.read_text().strip()
 
     def events_said(self) -> list[str]:

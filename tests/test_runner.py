@@ -14,7 +14,7 @@ import pytest
 
 from remote.job.outputs import encode_record, repair_tail, scan
 from remote.job.prompts import load_prompts
-from tests.conftest import REPO, records, runner_cmd, status, wait_for, write_prompts
+from tests.conftest import REPO, outputs, records, runner_cmd, status, wait_for, write_prompts
 
 
 def make_root(tmp_path: Path, sizes: dict[str, int], engine: dict, est: dict | None = None) -> Path:
@@ -99,7 +99,7 @@ def test_token_budget_stops_dispatch_overshoot_bounded_by_window(tmp_path, opena
 
 
 def _prewrite(root: Path, ds: str, n: int, tokens: int = 100) -> None:
-    out = root / "data" / "outputs"
+    out = outputs(root)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"{ds}.jsonl", "ab") as f:
         for i in range(n):
@@ -164,7 +164,7 @@ def test_kill_9_at_random_moments_then_resume_exactly_once(tmp_path, openai_serv
             "B1",
             "B2",
         ):  # whatever state the kill left, every line is either complete or repaired on start
-            p = root / "data" / "outputs" / f"{ds}.jsonl"
+            p = outputs(root) / f"{ds}.jsonl"
             if p.exists() and rng.random() < 0.5:
                 with open(p, "ab") as f:
                     f.write(b'{"id": "B1-torn", "dataset": "B1", "ind')  # simulate a torn write
@@ -184,7 +184,7 @@ def test_injected_5xx_429_malformed_and_timeouts_all_complete(tmp_path, openai_s
     res = run(root)
     assert res.returncode == 0, res.stderr
     assert sorted(ids(root, "B1")) == expected("B1", 120)
-    assert not (root / "data" / "outputs" / "B1.errors.jsonl").read_text()
+    assert not (outputs(root) / "B1.errors.jsonl").read_text()
     assert status(root)["retries"] > 0
 
 
@@ -194,8 +194,7 @@ def test_permanent_error_lands_in_errors_file_and_is_retried_on_restart(tmp_path
     assert run(root).returncode == 0
     assert sorted(ids(root, "B1")) == [i for i in expected("B1", 10) if i != "B1-000003"]
     errs = [
-        json.loads(line)
-        for line in (root / "data" / "outputs" / "B1.errors.jsonl").read_text().splitlines()
+        json.loads(line) for line in (outputs(root) / "B1.errors.jsonl").read_text().splitlines()
     ]
     assert [e["id"] for e in errs] == ["B1-000003"] and "HTTP 400" in errs[0]["error"]
     st = status(root)
@@ -209,14 +208,12 @@ def test_torn_last_line_is_repaired_and_kept_aside(tmp_path, openai_server):
     srv = openai_server()
     root = make_root(tmp_path, {"B1": 5}, {"base_url": srv.url})
     _prewrite(root, "B1", 3)
-    out = root / "data" / "outputs" / "B1.jsonl"
+    out = outputs(root) / "B1.jsonl"
     with open(out, "ab") as f:
         f.write(b'{"id": "B1-000003", "dataset": "B1", "index": 3, "finish_re')
     assert run(root).returncode == 0
     assert sorted(ids(root, "B1")) == expected("B1", 5)
-    assert (
-        (root / "data" / "outputs" / "B1.jsonl.torn").read_bytes().startswith(b'{"id": "B1-000003"')
-    )
+    assert (outputs(root) / "B1.jsonl.torn").read_bytes().startswith(b'{"id": "B1-000003"')
 
 
 def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
@@ -232,7 +229,7 @@ def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
     assert len(ids(root, "B1")) == 2 and status(root)["state"] == "failed"
     assert run(root, "--force").returncode == 0
     assert len(ids(root, "B1")) == 6
-    meta = json.loads((root / "data" / "outputs" / "B1.meta.json").read_text())
+    meta = json.loads((outputs(root) / "B1.meta.json").read_text())
     assert (
         meta["sampling"]["temperature"] == 0.6
         and meta["previous"][0]["sampling"]["temperature"] == 1.0
@@ -488,10 +485,7 @@ def test_settings_changed_before_any_record_are_simply_recorded(tmp_path, openai
     (root / "job.json").write_text(json.dumps(job))
     assert run(root, "--max-samples", "2").returncode == 0
     assert (
-        json.loads((root / "data" / "outputs" / "B1.meta.json").read_text())["sampling"][
-            "temperature"
-        ]
-        == 0.3
+        json.loads((outputs(root) / "B1.meta.json").read_text())["sampling"]["temperature"] == 0.3
     )
     job["sampling"]["temperature"] = 1.0
     (root / "job.json").write_text(json.dumps(job))

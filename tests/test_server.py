@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from deploytool import server
 from deploytool.connectors import connect
-from deploytool.deploy import deploy_host
 from deploytool.errors import RemoteError
+from deploytool.ops import server
+from deploytool.ops.deploy import deploy_host
 from remote.common import procinfo
 from remote.common.answers import GpuFreed, ServerState
 from remote.host.smoke import degenerate
@@ -19,6 +19,7 @@ from tests.conftest import (
     REPO,
     base_job,
     free_port,
+    outputs,
     ssh_host_entry,
     start_unwatched,
     wait_for,
@@ -252,7 +253,7 @@ def test_restart_starts_the_server_first_then_the_runner_uses_it(host, tmp_path)
         and "started runner" in res.stdout
     )
     assert "hf_secret_value" not in res.stdout and "HF_TOKEN=****" in res.stdout
-    out = tmp_path / "host" / "data" / "outputs" / "B1.jsonl"
+    out = outputs(tmp_path / "host") / "B1.jsonl"
     wait_for(
         lambda: out.exists() and len(out.read_text().splitlines()) == 5,
         what="records from the server",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import cli, records, status, wait_for, write_config, write_prompts
+from tests.conftest import cli, outputs, records, status, wait_for, write_config, write_prompts
 from tests.test_runner import make_root, run
-from tests.test_vllm_wire import project  # noqa: F401  (fixture)
+from tests.test_vllm_wire import wire_job
 
 
 def test_stuck_requests_are_sent_again_every_prompt_once(tmp_path, openai_server):
@@ -26,7 +26,7 @@ def test_stuck_requests_are_sent_again_every_prompt_once(tmp_path, openai_server
     assert res.returncode == 0, res.stderr
     ids = [r["id"] for r in records(root, "B1")]
     assert sorted(ids) == [f"B1-{i:06d}" for i in range(120)]  # each once
-    assert not (root / "data" / "outputs" / "B1.errors.jsonl").read_text()
+    assert not (outputs(root) / "B1.errors.jsonl").read_text()
     st = status(root)
     ep = st["endpoints"][0]
     assert ep["stuck"] >= 10 and ep["stuck"] == ep["stuck_recent"]
@@ -55,17 +55,18 @@ def test_a_streamed_and_a_plain_answer_make_the_same_record(tmp_path, openai_ser
     assert all(r["conversations"][-1]["reasoning_content"] for r in cut)
 
 
-def test_a_degraded_server_is_shown_and_notified(project, openai_server, tmp_path):  # noqa: F811
+def test_a_degraded_server_is_shown_and_notified(project, openai_server, tmp_path):
     srv = openai_server(shape="vllm", hang_rate=0.25, latency=0.05, seed=1)
     log = tmp_path / "events.log"
-    cfg, host_dir = project(
+    cfg, host_dir = wire_job(
+        project,
         {
             "base_url": srv.url,
             "concurrency": 8,
             "first_token_timeout": 1,
             "progress_timeout": 1,
             "request_timeout": 600,
-        }
+        },
     )
     data = __import__("yaml").safe_load(cfg.path.read_text())
     data["job"]["notify"] = {"command": f'echo "$DEPLOYTOOL_EVENT" >> {log}'}

@@ -10,16 +10,25 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from deploytool import progress
 from deploytool.connectors import connect
-from deploytool.deploy import deploy_host
-from deploytool.pull import pull_host
-from deploytool.tail import HostWatch, watch
+from deploytool.ops import follow
+from deploytool.ops.deploy import deploy_host
+from deploytool.ops.follow import HostWatch
+from deploytool.ops.pull import pull_host
+from deploytool.views import progress
+from deploytool.views import tail as tail_view
 from remote.common.jobspec import JobSpec, Paths
 from remote.common.status import JobStatus
 from remote.job.outputs import encode_record
 from remote.job.plan import plan
-from tests.conftest import Sshd, base_job, ssh_host_entry, write_config, write_prompts
+from tests.conftest import Sshd, base_job, outputs, ssh_host_entry, write_config, write_prompts
+
+
+def watch(config, hosts, *, once=False, log=False, live=True, out=None, **kw):
+    """What `invoke tail` runs (commands.tail): the view for its flags, the loop over the hosts."""
+    view = tail_view.choose(out, once=once, log=log, live=live)
+    return follow.watch(config, hosts, view, once=once, log=log, out=out, **kw)
+
 
 NOW = 1_764_500_000.0
 
@@ -330,9 +339,9 @@ def test_plan_reproduces_spec_caps(tmp_path):
     job = JobSpec.load(tmp_path / "job.json")
     write_prompts(root / "data" / "prompts" / "B1.jsonl", 10_000, "B1")
     write_prompts(root / "data" / "prompts" / "B2.jsonl", 14_714, "B2")
-    _records(root / "data" / "outputs" / "B1.jsonl", "B1", 10_000, 1577)
+    _records(outputs(root) / "B1.jsonl", "B1", 10_000, 1577)
     # measured 3,793 beats the 4,116 estimate
-    _records(root / "data" / "outputs" / "B2.jsonl", "B2", 1639, 3793)
+    _records(outputs(root) / "B2.jsonl", "B2", 1639, 3793)
     rows = plan(Paths(root), job, 10_000_000)
     caps = {d: r["cap"] for d, r in rows.items()}
     assert caps == {
@@ -390,7 +399,7 @@ def pulled(ssh_rig, tmp_path):
     cfg = write_config(project, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=base_job())
     conn = connect(cfg.hosts["gpu"], cfg)
     deploy_host(conn, cfg)
-    yield conn, host_dir / "data" / "outputs", tmp_path / "local"
+    yield conn, outputs(host_dir), tmp_path / "local"
     conn.close()
 
 

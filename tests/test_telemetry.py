@@ -15,6 +15,7 @@ from tests.conftest import (
     base_job,
     cli,
     free_port,
+    outputs,
     runner_cmd,
     ssh_host_entry,
     status,
@@ -192,7 +193,7 @@ def test_notify_stalled_once_and_a_failing_command_is_only_logged(tmp_path, open
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    where = tmp_path / "host" / "data" / "outputs"
+    where = outputs(tmp_path / "host")
     where.mkdir(parents=True)
     res = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(where)], capture_output=True
@@ -256,7 +257,7 @@ def _st(**endpoint):
 
 
 def test_hints_need_a_pattern_not_one_sample():
-    from deploytool.progress import disk_line, hints
+    from deploytool.views.progress import disk_line, hints
 
     room = {"running": 256, "waiting": 0, "kv_cache": 0.41, "new_preemptions": 0}
     assert hints(_st(metrics=dict(room, room_samples=2))) == []

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from deploytool.errors import DeployToolError
-from deploytool.export import Source, effective_drop, export
-from deploytool.formats import specforge_cut
+from deploytool.ops.export import Source, effective_drop, export
+from deploytool.ops.formats import specforge_cut
 
 FIXTURE = Path(__file__).parent / "fixtures" / "real_vllm_records.jsonl"
 RECS = [json.loads(x) for x in FIXTURE.read_text().splitlines()]
@@ -131,7 +131,7 @@ def test_a_tool_call_and_its_answer_stay_paired_from_the_prompt_file():
 
 
 def test_a_datasets_thinking_under_vllms_input_name_is_the_trainers_field():
-    from deploytool.formats import message
+    from deploytool.ops.formats import message
 
     m = {"role": "assistant", "content": "4", "reasoning": "2+2", "weight": 0}
     assert message(m) == {"role": "assistant", "content": "4", "reasoning_content": "2+2"}

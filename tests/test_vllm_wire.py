@@ -5,55 +5,28 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
 from remote.common import metrics
 from remote.job.engine import parse_reply
-from tests.conftest import base_job, cli, records, ssh_host_entry, write_config, write_prompts
+from tests.conftest import (
+    cli,
+    error_lines,
+    outputs,
+    records,
+    write_config,
+)
 from tests.openai_server import FakeOpenAI
 from tests.test_server import fake_vllm
 
 
-def error_lines(host_dir: Path, ds: str) -> list[str]:
-    p = host_dir / "data" / "outputs" / f"{ds}.errors.jsonl"
-    return p.read_text().splitlines() if p.exists() else []
-
-
-@pytest.fixture
-def project(tmp_path, ssh_rig):
-    """make(engine=..., extra_body=..., **host) -> (config, host_dir) for a job of B1, B2 on the sshd host."""
-    proj = tmp_path / "p"
-    proj.mkdir()
-    for ds in ("B1", "B2"):
-        write_prompts(proj / "data" / "prompts" / f"{ds}.jsonl", 40, ds)
-    host_dir = tmp_path / "host"
-
-    def make(engine: dict, extra_body: dict | None = None, **host):
-        spec = base_job(
-            datasets={
-                ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100}
-                for ds in ("B1", "B2")
-            },
-            engine={
-                "kind": "openai",
-                "model": "test-model",
-                "concurrency": 8,
-                "retry_base": 0.01,
-                "request_timeout": 10,
-                **engine,
-            },
-        )
-        spec["sampling"] = {"max_tokens": 8192, "temperature": 1.0, "top_p": 0.95}
-        if extra_body is not None:
-            spec["extra_body"] = extra_body
-        return write_config(
-            proj, {"gpu": ssh_host_entry(ssh_rig, host_dir, **host)}, job=spec
-        ), host_dir
-
-    yield make
-    cli(proj / "hosts.yaml", "stop", "--grace", "0", timeout=60)
+def wire_job(project, engine: dict, extra_body: dict | None = None, **host):
+    """B1 and B2 (40 prompts each) on the sshd host, asking vLLM's sampling of a thinking model."""
+    engine = {"concurrency": 8, "request_timeout": 10, **engine}
+    sampling = {"max_tokens": 8192, "temperature": 1.0, "top_p": 0.95}
+    cfg = project.make(engine=engine, sampling=sampling, extra_body=extra_body, **host)
+    return cfg, project.host_dir
 
 
 # ------------------------------------------------------------------ the reply, field by field
@@ -144,7 +117,7 @@ def test_a_stale_running_gauge_reads_unknown_not_an_empty_batch():
 @pytest.mark.parametrize("shape", ["vllm", "classic"])
 def test_answers_cut_inside_thinking_are_asked_once_and_kept(project, openai_server, shape):
     srv = openai_server(shape=shape, cut_in_thinking=0.4, latency=0.01)
-    cfg, host_dir = project({"base_url": srv.url})
+    cfg, host_dir = wire_job(project, {"base_url": srv.url})
     assert cli(cfg, "deploy").returncode == 0
     res = cli(cfg, "restart", "--max-samples", "40")
     assert res.returncode == 0, res.stderr
@@ -177,7 +150,7 @@ def test_extra_body_reaches_the_server_and_is_part_of_the_fingerprint(project, o
         "repetition_detection": {"max_pattern_size": 30, "min_pattern_size": 5, "min_count": 4},
         "return_token_ids": True,
     }
-    cfg, host_dir = project({"base_url": srv.url}, extra_body=extra)
+    cfg, host_dir = wire_job(project, {"base_url": srv.url}, extra_body=extra)
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "5").returncode == 0
     assert cli(cfg, "tail").returncode == 0
@@ -194,11 +167,11 @@ def test_extra_body_reaches_the_server_and_is_part_of_the_fingerprint(project, o
         and len(rec["token_ids"]) == rec["usage"]["completion_tokens"]
     )
     assert rec["prompt_token_ids"] == list(range(rec["usage"]["prompt_tokens"]))
-    meta = json.loads((host_dir / "data" / "outputs" / "B1.meta.json").read_text())
+    meta = json.loads((outputs(host_dir) / "B1.meta.json").read_text())
     assert meta["extra_body"] == extra
 
     # another extra_body is another run: resuming into the same outputs is refused, with the reason shown
-    cfg, _ = project({"base_url": srv.url}, extra_body={"return_token_ids": True})
+    cfg, _ = wire_job(project, {"base_url": srv.url}, extra_body={"return_token_ids": True})
     assert cli(cfg, "deploy").returncode == 0
     res = cli(cfg, "restart", "--max-samples", "10")
     assert res.returncode == 1, res.stderr
@@ -211,7 +184,7 @@ def test_extra_body_reaches_the_server_and_is_part_of_the_fingerprint(project, o
 
 def test_server_dying_at_start_shows_why_on_one_host(project, tmp_path, ssh_rig):
     exe = fake_vllm(tmp_path)
-    cfg, host_dir = project({"base_url": "http://127.0.0.1:9/v1"})
+    cfg, host_dir = wire_job(project, {"base_url": "http://127.0.0.1:9/v1"})
     data = json.loads(
         json.dumps(cfg.path.read_text() and __import__("yaml").safe_load(cfg.path.read_text()))
     )
@@ -233,7 +206,7 @@ def test_host_python_without_aiohttp_is_caught_before_anything_stops(
     project, openai_server, tmp_path
 ):
     srv = openai_server(latency=0.3)
-    cfg, host_dir = project({"base_url": srv.url})
+    cfg, host_dir = wire_job(project, {"base_url": srv.url})
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "40").returncode == 0
     pid = json.loads((host_dir / "run" / "runner.pid").read_text())["pid"]
@@ -247,7 +220,7 @@ def test_host_python_without_aiohttp_is_caught_before_anything_stops(
     bare = tmp_path / "bare-python"
     bare.write_text(f'#!/bin/sh\nPYTHONPATH={shadow.parent} exec {sys.executable} "$@"\n')
     bare.chmod(0o755)
-    cfg, _ = project({"base_url": srv.url}, python=str(bare))
+    cfg, _ = wire_job(project, {"base_url": srv.url}, python=str(bare))
 
     res = cli(cfg, "hosts")
     assert res.returncode == 1

@@ -16,7 +16,7 @@ def connect(host: HostConfig, config: Config | None = None) -> Connector:
     base = config.base_dir if config else Path.cwd()
     if host.is_local:
         return LocalConnector(host, base_dir=base)
-    from .ssh import SSHConnector  # paramiko is only imported when a real SSH host is used
+    from .ssh import SSHConnector
 
     gateways = config.hosts if config else {}
     return SSHConnector(host, known_hosts_base=base, hosts=gateways)

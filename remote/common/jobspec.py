@@ -123,7 +123,7 @@ class JobSpec:
             DatasetSpec(
                 name=k,
                 prompts=v["prompts"],
-                est_tokens=int(v.get("est_tokens", 2000)),
+                est_tokens=int(v.get("est_tokens", DatasetSpec.est_tokens)),
                 turns=v.get("turns", "last"),
             )
             for k, v in raw["datasets"].items()

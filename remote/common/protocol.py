@@ -1,11 +1,12 @@
 """The one contract between deploytool and the host (standard library only).
 
-Every host command is a typed request (its flags, each default written once, here) and a typed answer
-(answers.py). The host prints one envelope, `{"protocol", "ok", "answer" | "fault"}`; a fault is
-typed too: a code, the message, the fix, the log lines that show it. The command line is made from
-the request type (`Request.argv`) and parsed back into it by a parser made from the same type
-(`add_arguments`), so the two sides cannot drift apart, and an answer is read back strictly
-(`from_wire`): a field renamed on one side is an error on the first call, never a default on screen.
+Every host command is a typed request (its flags, each default written once, here) and a typed
+answer (answers.py). The host prints one envelope, `{"protocol", "ok", "answer" | "fault"}`
+(wire.py); a fault is typed too: a code, the message, the fix, the log lines that show it. The
+command line is made from the request type (`Request.argv`) and parsed back into it by a parser
+made from the same type (`add_arguments`), so the two sides cannot drift apart, and an answer is
+read back strictly (`from_wire`): a field renamed on one side is an error on the first call, never a
+default on screen. `REQUESTS` lists every command; remote/cli.py maps each to its handler.
 Models: vLLM's entrypoints/openai/protocol.py (requests as types), supervisor's xmlrpc faults.
 """
 

@@ -20,6 +20,7 @@ STARTING, RUNNING, FINISHED, FAILED, STOPPED = (
     "stopped",
 )
 NEVER_RUN = "never run"
+STALE_AFTER = 30.0  # seconds without a status update before a reader asks whether the runner lives
 TERMINAL = frozenset({FINISHED, FAILED, STOPPED})
 # a dataset's states
 PENDING, COMPLETE, INCOMPLETE = "pending", "complete", "incomplete"  # and RUNNING

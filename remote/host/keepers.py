@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..common import metrics, nvsmi, procinfo
 from ..common.jobspec import Paths, write_json_atomic
-from ..common.protocol import CtlStart, CtlStop, RunArgs
+from ..common.protocol import GPU_WAIT_S, CtlStart, CtlStop, RunArgs
 from ..common.recover import Budget, Observation, RecoverSpec, WedgeClock
 from ..common.status import (
     BACKOFF,
@@ -32,7 +32,6 @@ from ..common.status import (
 from ..common.wire import HostFault
 from . import engines, intent, kill, server
 
-GPU_WAIT_S = 120.0  # at most this long for a dead server's GPU memory to be freed before a start
 START_WAIT_S = 120.0  # a runner it starts again has this long to report running
 _WHY_LINE = re.compile(r"error|exception|traceback|killed|fatal|illegal|out of memory|xid", re.I)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..common.answers import HostPlan, PlanRow
 from ..common.jobspec import JobSpec, Paths
 from ..common.protocol import CtlPlan
+from ..common.wire import HostFault
 from .outputs import load_existing
 from .prompts import PromptFile
 
@@ -64,6 +65,8 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
     from ..common.jobspec import JOB_FILE, release_dir
     from ..common.status import RUNNING, JobStatus
 
+    if req.tokens_per_dataset <= 0:
+        raise HostFault("usage", "ctl plan: --tokens-per-dataset must be positive")
     job = JobSpec.load(release_dir() / JOB_FILE)
     st = JobStatus.read(paths.status) or JobStatus()
     rows = plan(paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None)

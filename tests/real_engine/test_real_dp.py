@@ -16,6 +16,7 @@ from tests.conftest import (
     base_job,
     cli,
     free_port,
+    outputs,
     records,
     ssh_host_entry,
     status,
@@ -116,7 +117,7 @@ def test_real_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(
         assert st["state"] == "finished", st["message"]
         ids = sorted(r["id"] for r in records(head_dir, "B1"))
         assert ids == [f"B1-{i:06d}" for i in range(N)]  # each once
-        assert not (head_dir / "data" / "outputs" / "B1.errors.jsonl").read_text().strip()
+        assert not (outputs(head_dir) / "B1.errors.jsonl").read_text().strip()
         assert st["endpoints"][0]["stuck"] >= 2
         assert "group broken" not in cli(cfg, "server.status", *both).stdout
     finally:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from deploytool.export import Source, effective_drop, export
-from deploytool.formats import replies
-from tests.conftest import REPO, free_port, records, runner_cmd, write_prompts
+from deploytool.ops.export import Source, effective_drop, export
+from deploytool.ops.formats import replies
+from tests.conftest import REPO, free_port, outputs, records, runner_cmd, write_prompts
 from tests.real_engine import rig
 from tests.test_conversations import ORIGINAL, write_conversations
 
@@ -104,10 +104,7 @@ def test_specforge_and_speculators_train_exactly_the_generated_tokens(
     by_id = {r["id"]: r for rs in recs.values() for r in rs}
     assert all(r["finish_reason"] == "stop" for r in by_id.values())  # each reply ended itself
     assert all(t["token_ids"] for r in recs["MT"] for t in r["turns"])
-    sources = [
-        Source("h", ds, main / "data" / "outputs" / f"{ds}.jsonl", {"model": "tiny"})
-        for ds in datasets
-    ]
+    sources = [Source("h", ds, outputs(main) / f"{ds}.jsonl", {"model": "tiny"}) for ds in datasets]
     work = tmp_path / "work"
     whole = export(sources, work / "specforge.jsonl", fmt="specforge")
     per_turn = export(sources, work / "per_turn.jsonl", fmt="specforge", per_turn=True)
@@ -127,7 +124,7 @@ def test_specforge_and_speculators_train_exactly_the_generated_tokens(
     assert tool_row["conversations"][2]["tool_call_id"] == "call_1"
 
     # the cut replies: left out by default, in every format; kept on demand in exact rows
-    cut_src = [Source("h", "CUT", cut / "data" / "outputs" / "CUT.jsonl", {})]
+    cut_src = [Source("h", "CUT", outputs(cut) / "CUT.jsonl", {})]
     assert export(cut_src, work / "c1.jsonl", fmt="specforge").datasets["CUT"]["dropped"] == {
         "empty": 4
     }

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from deploytool.export import Source, export
+from deploytool.ops.export import Source, export
 from remote.common import procinfo
 from tests.conftest import (
     base_job,
     cli,
     free_port,
+    outputs,
     records,
     runner_cmd,
     ssh_host_entry,
@@ -153,7 +154,7 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
     assert hand.returncode == 1
     st = status(host_dir)
     assert st["state"] == "failed" and "does not exist" in st["message"]
-    assert not (host_dir / "data" / "outputs" / "B1.errors.jsonl").read_text().strip()
+    assert not (outputs(host_dir) / "B1.errors.jsonl").read_text().strip()
     assert records(host_dir, "B1") == []
 
     # 3. the job, with more requests than vLLM's batch: requests wait inside vLLM
@@ -199,7 +200,7 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
     assert sorted(r["id"] for r in b1) == [f"B1-{i:06d}" for i in range(N_B1)]
     b2 = records(host_dir, "B2")
     assert sorted(r["id"] for r in b2) == [f"B2-{i:06d}" for i in range(20) if i != 5]
-    errors = (host_dir / "data" / "outputs" / "B2.errors.jsonl").read_text().splitlines()
+    errors = (outputs(host_dir) / "B2.errors.jsonl").read_text().splitlines()
     assert len(errors) == 1 and json.loads(errors[0])["id"] == "B2-000005"
     assert "HTTP 400" in json.loads(errors[0])["error"]
     for r in b1 + b2:
@@ -256,7 +257,7 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
             assert len(t["token_ids"]) == t["usage"]["completion_tokens"] > 0
             assert len(t["prompt_token_ids"]) == t["usage"]["prompt_tokens"]
     rows = export(
-        [Source("h", "MT", root / "data" / "outputs" / "MT.jsonl", {})],
+        [Source("h", "MT", outputs(root) / "MT.jsonl", {})],
         root / "sp.jsonl",
         fmt="speculators",
         drop=(),  # the stop word ends each reply inside its thinking: rows the default leaves out

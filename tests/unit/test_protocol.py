@@ -146,3 +146,15 @@ def test_the_runners_flags_are_written_once_for_every_command_that_takes_them():
         assert run_flags <= {f.name for f in fields(cls)}
     req = P.CtlRestart(max_samples=5, hard=True, wait=9.0)
     assert req.run_flags() == P.RunArgs(max_samples=5) and "--hard" not in req.run_flags().argv()
+
+
+def test_a_process_command_started_by_hand_says_its_error_in_words(capsys):
+    assert cli.main(["run", "--max-samples", "ten"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("error: ") and "expected a whole number" in out.err
+
+
+def test_plan_without_a_target_is_a_usage_fault(capsys, tmp_path):
+    assert cli.main(["ctl", "plan", "--root", str(tmp_path)]) == 2
+    fault = read_envelope(json.loads(capsys.readouterr().out), P.CtlPlan.answer)
+    assert fault.code == "usage" and "--tokens-per-dataset must be positive" in fault.message

@@ -15,7 +15,7 @@ from pathlib import Path
 from remote.common.protocol import CtlFiles
 from remote.common.pull import prefix_hash
 
-from .connectors import Connector
+from ..connectors import Connector
 from .control import call
 
 

@@ -19,16 +19,14 @@ from remote.common.answers import (
 )
 from remote.common.status import JobStatus
 
-from .errors import DeployToolError
+from ..errors import DeployToolError
 from .progress import disk_line, endpoint_lines, gpu_line, hints, notices, recovery_lines
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 
 if TYPE_CHECKING:
     # a type only: deploy's tarfile and hashlib stay unimported for `status`
-    from .deploy import (
-        DeployResult,
-    )
+    from ..ops.deploy import DeployResult
 
 console = Console(highlight=False)
 

@@ -12,10 +12,10 @@ from remote.common.protocol import GRACE_S, ServerCheck, ServerSmoke, ServerStar
 from remote.common.protocol import ServerStop as ServerStopRequest
 from remote.common.recover import RecoverSpec
 
-from .config import Config, ServerSpec
-from .connectors import Connector
+from ..config import Config, ServerSpec
+from ..connectors import Connector
+from ..errors import RemoteError
 from .control import call
-from .errors import RemoteError
 
 HEADLESS_SETTLE_S = 5.0  # a headless worker alive this long got past its start-up checks
 

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from remote.common.units import parse_tokens
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def suggest(word: str, choices) -> str:

@@ -6,9 +6,9 @@ from remote.common.answers import PlanAnswer
 from remote.common.protocol import CtlPlan
 from remote.common.units import parse_tokens
 
-from .connectors import Connector
+from ..connectors import Connector
+from ..errors import UsageError
 from .control import call
-from .errors import UsageError
 
 
 def parse_plan_args(tokens_per_dataset: str, tokens_per_s: str | None) -> tuple[int, float | None]:

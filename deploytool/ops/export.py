@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .errors import DeployToolError, ExitCode
+from ..errors import DeployToolError, ExitCode
 from .formats import FORMATS, PER_REPLY, ROWS, NoTokenIds, Piece, pieces, specforge_cut
 
 # why a row is left out: what each means, said in the manifest and by --help

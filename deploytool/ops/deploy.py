@@ -19,11 +19,11 @@ from remote.common.answers import ReleaseApplied, ReleasePlan, RolledBack
 from remote.common.jobspec import JOB_FILE
 from remote.common.wire import from_wire
 
-from .config import Config
-from .connectors import Connector
-from .errors import RemoteError
+from ..config import Config
+from ..connectors import Connector
+from ..errors import RemoteError
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent / "remote"
+PACKAGE_DIR = Path(__file__).resolve().parents[2] / "remote"
 _RELEASE_SRC = (PACKAGE_DIR / "host" / "release.py").read_text()
 
 

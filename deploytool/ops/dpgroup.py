@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from remote.common.answers import ServerState
 
-from .config import Config
+from ..config import Config
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""tail: watch status.json (and optionally runner.log) over one kept-open connection per host.
+"""tail's driver: status.json (and optionally runner.log) over one kept-open connection per host.
 
 Reads only small files and new log bytes each second; reconnects with backoff when a connection
-drops, without losing its place in the log; Ctrl-C detaches and never touches the job.
+drops, without losing its place in the log; Ctrl-C detaches and never touches the job. What each
+tick shows is the view's (views/tail.py).
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from remote.common.recover import WatchState
-from remote.common.status import FINISHED, JobStatus
+from remote.common.status import FINISHED, STALE_AFTER, JobStatus
 
-from .config import Config, HostConfig
-from .connectors import Connector, connect
-from .errors import ConnectError, DeployToolError
-from .progress import STALE_AFTER
+from ..config import Config, HostConfig
+from ..connectors import Connector, connect
+from ..errors import ConnectError, DeployToolError
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
 WATCH_STALE_S = (
@@ -172,112 +172,23 @@ def exit_code(statuses: list[JobStatus | None]) -> int | None:
     return 0 if all(s.state == FINISHED for s in statuses) else 1
 
 
-class _View:
-    """What one tick of the watch shows. The driver (`watch`) polls; views only draw."""
-
-    def __init__(self, out):
-        self.out = out
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def show(self, watches: list[HostWatch], now: float) -> None:
-        raise NotImplementedError
-
-    def finish(self, watches: list[HostWatch], now: float) -> None:
-        """The job ended: anything left to show."""
-
-
-def _snapshots(watches: list[HostWatch]):
-    return {w.host.name: w.status for w in watches}, {w.host.name: w.note for w in watches}
-
-
-class LiveView(_View):
-    """rich's Live: the bars redrawn in place (a terminal)."""
-
-    def __enter__(self):
-        from rich.live import Live
-
-        self.live = Live(console=self.out, refresh_per_second=4, transient=False)
-        self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.live.__exit__(*exc)
-
-    def show(self, watches, now):
-        from . import progress
-
-        self.live.update(progress.view(*_snapshots(watches), now))
-
-
-class SnapshotView(_View):
-    """One rich snapshot per tick (`--once` on a terminal)."""
-
-    def show(self, watches, now):
-        from . import progress
-
-        self.out.print(progress.view(*_snapshots(watches), now))
-
-
-class PlainView(_View):
-    """One plain line per host per tick (not a terminal: logs, pipes, CI)."""
-
-    def show(self, watches, now):
-        from . import progress
-
-        for w in watches:
-            self.out.print(progress.plain_line(w.host.name, w.status, now, w.note), soft_wrap=True)
-
-
-class LogView(_View):
-    """runner.log as it grows (`--log`); a prefix per host when there are several."""
-
-    def show(self, watches, now):
-        for w in watches:
-            self._lines(w, w.poll_log(now), len(watches) > 1)
-            if w.note and w.failures:
-                self.out.print(f"{w.host.name}: {w.note}", style="yellow")
-
-    def finish(self, watches, now):
-        for w in watches:  # the runner's last lines
-            self._lines(w, w.poll_log(now), len(watches) > 1)
-
-    def _lines(self, w, lines, prefixed):
-        for line in lines:
-            self.out.print(
-                (f"{w.host.name}| " if prefixed else "") + line,
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
-
-
 def watch(
     config: Config,
     hosts: list[HostConfig],
+    view,
     *,
     once: bool = False,
     log: bool = False,
     interval: float = 1.0,
-    live: bool = True,
     out=None,
     clock=time.time,
     sleep=time.sleep,
     max_seconds: float | None = None,
 ) -> int:
-    """The tail loop: poll every host, let the view draw, stop when every job has ended. `out` is a rich
-    Console. Returns the exit code (0 every job finished, 1 one failed or stopped)."""
+    """The tail loop: poll every host, let `view` draw (views/tail.py), stop when every job has
+    ended. `out` is a rich Console. Returns the exit code (0 every job finished, 1 one failed or
+    stopped)."""
     watches = [HostWatch(h, config) for h in hosts]
-    if log:
-        view: _View = LogView(out)
-    elif once:
-        view = SnapshotView(out) if live else PlainView(out)
-    else:
-        view = LiveView(out) if live else PlainView(out)
     started = clock()
     try:
         if not once and not log:

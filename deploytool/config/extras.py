@@ -8,7 +8,7 @@ from typing import Any
 from remote.common.jobspec import NOTIFY_EVENTS
 from remote.common.recover import RecoverSpec
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .validate import (
     boolean,
     check_keys,

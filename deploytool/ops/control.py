@@ -1,4 +1,6 @@
-"""restart / stop / status: validate flags here, decide and act on the host (`python -m remote ctl`)."""
+"""The one way deploytool asks a host anything (`call(conn, request)`: `python -m remote ...` from its
+current release, the typed answer back), and restart / stop / status on top of it: flags validated
+here, decided and done on the host."""
 
 from __future__ import annotations
 
@@ -8,9 +10,9 @@ from remote.common.recover import RecoverSpec
 from remote.common.status import JobStatus
 from remote.common.wire import Fault, ProtocolError, read_envelope
 
-from .config import Config
-from .connectors import Connector
-from .errors import RemoteError, UsageError
+from ..config import Config
+from ..connectors import Connector
+from ..errors import RemoteError, UsageError
 
 NOT_DEPLOYED = 97
 

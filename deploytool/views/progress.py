@@ -10,9 +10,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from remote.common.status import JobStatus, ServerMetrics
-
-STALE_AFTER = 30.0  # seconds without a status update before we ask whether the runner is alive
+from remote.common.status import STALE_AFTER, JobStatus, ServerMetrics
 
 
 def fmt_tokens(n) -> str:

@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from .config import Config, HostConfig
-from .connectors import Connector, connect
-from .errors import DeployToolError, MultiHostError
+from ..config import Config, HostConfig
+from ..connectors import Connector, connect
+from ..errors import DeployToolError, MultiHostError
 
 T = TypeVar("T")
 
@@ -62,9 +62,7 @@ def probe(conn: Connector, engine: dict, urls: list[str]) -> Probe:
     from .control import preflight_message
 
     # sent as source, never imported here (deploytool imports only remote.common)
-    source = (
-        Path(__file__).resolve().parent.parent / "remote" / "host" / "preflight.py"
-    ).read_text()
+    source = (Path(__file__).resolve().parents[2] / "remote" / "host" / "preflight.py").read_text()
     res = conn.run(conn.python("-c", source, json.dumps(engine), json.dumps(urls)))
     try:
         found = res.answer()

@@ -13,8 +13,8 @@ from remote.common.jobspec import TURNS, DatasetSpec, EngineSpec, JobSpec
 from remote.common.recover import RecoverSpec
 from remote.common.units import DATASET_NAME_RE
 
-from .config_extras import parse_notify, parse_recover
-from .errors import ConfigError
+from ..errors import ConfigError
+from .extras import parse_notify, parse_recover
 from .validate import (
     boolean,
     check_keys,
@@ -252,7 +252,7 @@ def _datasets(ds_raw: dict) -> list[DatasetSpec]:
             raise ConfigError(
                 f"{at}.prompts: must be a relative path inside remote_dir, got {show(prompts)}"
             )
-        est = tokens(f"{at}.est_tokens", spec.get("est_tokens", 2000))
+        est = tokens(f"{at}.est_tokens", spec.get("est_tokens", DatasetSpec.est_tokens))
         turns = choice(TURNS)(f"{at}.turns", spec.get("turns", "last"))
         datasets.append(DatasetSpec(name=name, prompts=prompts, est_tokens=est, turns=turns))
     return datasets

@@ -8,10 +8,7 @@ import time
 from pathlib import Path
 
 from remote.common.answers import RecoverEvent, ReportAnswer, ReportDataset
-from remote.common.protocol import CtlReport
 
-from .connectors import Connector
-from .control import call
 from .progress import fmt_duration, fmt_tokens
 
 W, H, PAD = 640, 180, 36  # chart size and margin, in SVG units
@@ -33,10 +30,6 @@ text { font-size: 11px; fill: #5b6577; } .bad { color: #b3261e; } code { font-si
 .share { display: flex; height: 14px; border-radius: 3px; overflow: hidden; min-width: 160px; }
 """
 FINISH_COLORS = {"stop": "#27864f", "length": "#c0392b"}
-
-
-def fetch(conn: Connector) -> ReportAnswer:
-    return call(conn, CtlReport(), timeout=1800)
 
 
 def _svg(body: str, title: str) -> str:
