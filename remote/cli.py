@@ -23,7 +23,7 @@ HANDLERS: dict[type[P.Request], str] = {
     P.CtlStart: "remote.host.ctl:start_command",
     P.CtlRestart: "remote.host.ctl:restart_command",
     P.CtlStop: "remote.host.ctl:stop_command",
-    P.CtlStatus: "remote.host.ctl:status",
+    P.CtlStatus: "remote.host.jobstate:status",
     P.CtlFiles: "remote.host.ctl:files_command",
     P.CtlPlan: "remote.job.plan:answer",  # reads the job's outputs: the job's room
     P.CtlReport: "remote.job.report:gather",

@@ -329,7 +329,7 @@ def test_gpu_check_refuses_foreign_gpu_memory(job, tmp_path):
         res = subprocess.run(
             cmd, cwd=(root / "current").resolve(), env=env, capture_output=True, text=True
         )
-        fault = read_envelope(json.loads(res.stdout), CtlStart.answer)
+        fault = read_envelope(json.loads(res.stdout), CtlStart.answer_type())
         assert res.returncode == 1 and fault.code == "gpu_busy"
         assert f"pid {hog} (40960 MiB: sleep 600)" in fault.message and "--force-gpu" in fault.fix
         assert [a["pid"] for a in fault.detail["gpu"]["blocking"]] == [hog]

@@ -45,7 +45,7 @@ def call(conn: Connector, request: Request, timeout: float | None = None):
         raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")
     what = " ".join(request.command)
     try:
-        answer = read_envelope(res.answer(), type(request).answer)
+        answer = read_envelope(res.answer(), type(request).answer_type())
     except ProtocolError as e:
         raise RemoteError(f"`remote {what}`: {e}") from None
     except ValueError:

@@ -19,9 +19,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
-from . import answers as A
 from .jobspec import Caps
-from .status import JobStatus
 from .units import parse_cap, parse_dataset_list, parse_tokens
 from .wire import HostFault
 
@@ -70,12 +68,22 @@ def _default(f):
 
 
 class Request:
-    """A host command's request: `command` is its place on the command line, `answer` its answer's
-    type (None: a process, not a JSON answer). Fields are its flags (see `opt`)."""
+    """A host command's request: `command` is its place on the command line, `answer` names its
+    answer's type (None: a process, not a JSON answer). Fields are its flags (see `opt`)."""
 
     command: ClassVar[tuple[str, ...]] = ()
-    answer: ClassVar[type | None] = None
+    answer: ClassVar[str | None] = None  # a name in answers.py (imported only when asked for)
     help: ClassVar[str] = ""
+
+    @classmethod
+    def answer_type(cls) -> type:
+        if cls.answer == "JobStatus":
+            from .status import JobStatus
+
+            return JobStatus
+        from . import answers
+
+        return getattr(answers, cls.answer)
 
     def argv(self) -> list[str]:
         """The command line: the command, then a flag for every value that is not the default."""
@@ -250,7 +258,7 @@ class RunJob(RunArgs):
 @dataclass
 class CtlStart(RunArgs):
     command: ClassVar = ("ctl", "start")
-    answer: ClassVar = A.RestartAnswer
+    answer: ClassVar = "RestartAnswer"
     help: ClassVar = "start the runner detached; wait until it reports running"
     wait: float = opt(START_WAIT_S, "seconds to wait for the runner to report running")
     force_gpu: bool = opt(False, "start even if other processes hold GPU memory")
@@ -270,7 +278,7 @@ class CtlRestart(CtlStart):
 @dataclass
 class CtlStop(Request):
     command: ClassVar = ("ctl", "stop")
-    answer: ClassVar = A.StopAnswer
+    answer: ClassVar = "StopAnswer"
     help: ClassVar = "stop the runner: SIGTERM, the grace period, SIGKILL of its tree"
     grace: float = _grace()
     drain: bool = _drain("first")
@@ -280,14 +288,14 @@ class CtlStop(Request):
 @dataclass
 class CtlStatus(Request):
     command: ClassVar = ("ctl", "status")
-    answer: ClassVar = JobStatus
+    answer: ClassVar = "JobStatus"
     help: ClassVar = "the job's status.json, with the runner, strays and supervision looked up"
 
 
 @dataclass
 class CtlPlan(Request):
     command: ClassVar = ("ctl", "plan")
-    answer: ClassVar = A.HostPlan
+    answer: ClassVar = "HostPlan"
     help: ClassVar = "per-dataset caps that reach a response-token target"
     tokens_per_dataset: int = opt(0, "response-token target per dataset (10M, 500k)",
                                   parse=parse_tokens)  # fmt: skip
@@ -297,14 +305,14 @@ class CtlPlan(Request):
 @dataclass
 class CtlReport(Request):
     command: ClassVar = ("ctl", "report")
-    answer: ClassVar = A.ReportAnswer
+    answer: ClassVar = "ReportAnswer"
     help: ClassVar = "what `invoke report` draws, in one pass over the outputs"
 
 
 @dataclass
 class CtlFiles(Request):
     command: ClassVar = ("ctl", "files")
-    answer: ClassVar = A.FilesAnswer
+    answer: ClassVar = "FilesAnswer"
     help: ClassVar = "sizes and prefix hashes of data/outputs files, for pull"
     have: dict = opt({}, "JSON {name: local size}", json_arg=True)
 
@@ -312,7 +320,7 @@ class CtlFiles(Request):
 @dataclass
 class ServerStart(Request):
     command: ClassVar = ("server", "start")
-    answer: ClassVar = A.ServerStarted
+    answer: ClassVar = "ServerStarted"
     help: ClassVar = "start the vLLM server detached (readiness: `server check`)"
     spec: dict = _spec()
     recover: dict | None = _recover()
@@ -321,14 +329,14 @@ class ServerStart(Request):
 @dataclass
 class ServerCheck(Request):
     command: ClassVar = ("server", "check")
-    answer: ClassVar = A.ServerChecked
+    answer: ClassVar = "ServerChecked"
     help: ClassVar = "one look: alive, ready (GET /v1/models), the log's last lines"
 
 
 @dataclass
 class ServerSmoke(Request):
     command: ClassVar = ("server", "smoke")
-    answer: ClassVar = A.SmokeAnswer
+    answer: ClassVar = "SmokeAnswer"
     help: ClassVar = "one short request, its answer checked for a broken model"
     spec: dict = _spec()
 
@@ -336,7 +344,7 @@ class ServerSmoke(Request):
 @dataclass
 class ServerStop(Request):
     command: ClassVar = ("server", "stop")
-    answer: ClassVar = A.ServerStopped
+    answer: ClassVar = "ServerStopped"
     help: ClassVar = "stop the server and every engine process it left; wait for GPU memory"
     grace: float = _grace()
     gpu_wait: float = opt(GPU_WAIT_S, "seconds to wait for its GPU memory to be free",
@@ -346,7 +354,7 @@ class ServerStop(Request):
 @dataclass
 class ServerStatus(Request):
     command: ClassVar = ("server", "status")
-    answer: ClassVar = A.ServerState
+    answer: ClassVar = "ServerState"
     help: ClassVar = "up, ready, model, uptime and the server's own /metrics"
 
 
@@ -369,6 +377,16 @@ class _Parser(argparse.ArgumentParser):
         raise HostFault("usage", f"{self.prog}: {message}")
 
 
+BY_COMMAND = {cls.command: cls for cls in REQUESTS}
+
+
+def _command_parser(cls: type[Request], p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    cls.add_arguments(p)
+    p.add_argument("--root", type=Path, help="remote_dir (default: the one this release is in)")
+    p.set_defaults(request=cls)
+    return p
+
+
 def parser() -> argparse.ArgumentParser:
     """`python -m remote ...`, made from the request types; each subcommand's `request` default
     names its type, and an unknown subcommand is a usage fault."""
@@ -383,14 +401,20 @@ def parser() -> argparse.ArgumentParser:
                 g = sub.add_parser(group[0], help=f"{group[0]} commands (JSON on stdout)")
                 groups[group[0]] = g.add_subparsers(dest="sub", required=True, parser_class=_Parser)
             where = groups[group[0]]
-        p = where.add_parser(name, help=cls.help)
-        cls.add_arguments(p)
-        p.add_argument("--root", type=Path, help="remote_dir (default: the one this release is in)")
-        p.set_defaults(request=cls)
+        _command_parser(cls, where.add_parser(name, help=cls.help))
     return top
 
 
 def parse(argv: list[str]) -> tuple[Request, Path | None]:
-    """The request a command line asks for, and its --root; HostFault("usage") when it is none."""
-    ns = parser().parse_args(argv)
+    """The request a command line asks for, and its --root; HostFault("usage") when it is none.
+    Only the asked command's parser is made (`ctl status` is asked every few seconds); anything
+    else goes to the whole parser, which says what is wrong."""
+    for n in (2, 1):
+        cls = BY_COMMAND.get(tuple(argv[:n]))
+        if cls is not None:
+            p = _command_parser(cls, _Parser(prog="python -m remote " + " ".join(cls.command)))
+            ns = p.parse_args(argv[n:])
+            break
+    else:
+        ns = parser().parse_args(argv)
     return ns.request.from_args(ns), getattr(ns, "root", None)

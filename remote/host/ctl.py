@@ -25,19 +25,15 @@ from ..common.jobspec import (
     release_dir,
     write_json_atomic,
 )
-from ..common.protocol import CtlFiles, CtlRestart, CtlStart, CtlStatus, CtlStop
+from ..common.protocol import CtlFiles, CtlRestart, CtlStart, CtlStop
 from ..common.pull import output_files
-from ..common.status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
+from ..common.status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus
 from ..common.wire import HostFault
-from . import gpu, intent, kill, server, supervised, watch
+from . import gpu, intent, kill, server, supervised
+from .jobstate import managed_runner  # found the same way by every command
 from .strays import stray_runners
 
 # ------------------------------------------------------------------ finding our processes
-
-
-def managed_runner(paths: Paths) -> dict | None:
-    """The pid file's runner if that process is still the one that wrote it."""
-    return procinfo.live_record(paths.pidfile)
 
 
 def send_control(paths: Paths, token: str | None, **request) -> int:
@@ -230,28 +226,6 @@ def restart(paths: Paths, a: CtlRestart) -> RestartAnswer:
     return started
 
 
-def status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
-    st = JobStatus.read(paths.status) or JobStatus()
-    rec = managed_runner(paths)
-    if st.state in (STARTING, RUNNING) and not rec:
-        st.state, st.message = STOPPED, "the runner is gone without writing its status (killed?)"
-    try:
-        current = os.readlink(paths.root / "current")
-    except OSError:
-        current = None
-    st.runner = RunnerInfo(
-        alive=rec is not None,
-        pid=rec and rec["pid"],
-        release=rec and rec.get("release"),
-        uptime_s=(time.time() - rec["started_at"]) if rec else None,
-    )
-    st.current_release = current
-    st.strays = stray_runners(paths, {rec["pid"]} if rec else set())
-    st.supervision = watch.supervision(paths)
-    st.token = None
-    return st
-
-
 # ------------------------------------------------------------------ the commands
 
 
@@ -302,11 +276,7 @@ def restart_command(paths: Paths, a: CtlRestart) -> RestartAnswer:
 
 
 def stop_command(paths: Paths, a: CtlStop) -> StopAnswer:
-    with intent.locked(paths):  # said before anything is signalled: nothing comes back
-        intent.change(paths, runner={"wanted": False, "why": "stopped"})
-        out = stop(paths, a)
-    out.watcher = supervised.after(paths)
-    return out
+    return supervised.stop_wanted(paths, "runner", lambda: stop(paths, a))
 
 
 def files_command(paths: Paths, a: CtlFiles) -> FilesAnswer:

@@ -153,35 +153,27 @@ def check(paths: Paths, req: ServerCheck | None = None) -> ServerChecked:
     if not rec:
         return ServerChecked(log=procinfo.tail_lines(paths.server_log, 30))
     alive = procinfo.is_same_process(rec)
-    elapsed = time.time() - rec.get("started_at", time.time())
-    if rec.get(
-        "headless"
-    ):  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
+    headless = bool(rec.get("headless"))
+    if headless:  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
+        ready, models = alive, []
         if alive:
             engines.watch(paths, rec)
-        return ServerChecked(
-            alive=alive,
-            ready=alive,
-            started=True,
-            pid=rec["pid"],
-            port=rec["port"],
-            headless=True,
-            elapsed_s=elapsed,
-            log=procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
-        )
-    code, models = served_models(rec["port"]) if alive else (0, [])
-    if alive and code == 200:  # ready: start-up's passing children are gone, its engines are up
-        rec = engines.watch(paths, rec)
-        if not rec.get("ready_at"):  # from now on a wedge counts (loading never does)
-            write_json_atomic(paths.server_pid, dict(rec, ready_at=time.time()))
+    else:
+        code, models = served_models(rec["port"]) if alive else (0, [])
+        ready = alive and code == 200
+        if ready:  # start-up's passing children are gone, its engines are up
+            rec = engines.watch(paths, rec)
+            if not rec.get("ready_at"):  # from now on a wedge counts (loading never does)
+                write_json_atomic(paths.server_pid, dict(rec, ready_at=time.time()))
     return ServerChecked(
         alive=alive,
-        ready=alive and code == 200,
+        ready=ready,
         started=True,
         pid=rec["pid"],
         port=rec["port"],
         models=models,
-        elapsed_s=elapsed,
+        headless=headless,
+        elapsed_s=time.time() - rec.get("started_at", time.time()),
         log=procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
     )
 
@@ -320,8 +312,4 @@ def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
 def stop_command(paths: Paths, req: ServerStop) -> ServerStopped:
     from . import supervised
 
-    with intent.locked(paths):  # said before anything is signalled: nothing comes back
-        intent.change(paths, server={"wanted": False, "why": "stopped"})
-        out = stop(paths, req)
-    out.watcher = supervised.after(paths)
-    return out
+    return supervised.stop_wanted(paths, "server", lambda: stop(paths, req))

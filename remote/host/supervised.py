@@ -23,6 +23,16 @@ def want_runner(paths: Paths, a: CtlStart) -> None:
     intent.change(paths, recover=recover_arg(a), runner={"wanted": True, "argv": argv})
 
 
+def stop_wanted(paths: Paths, what: str, stop):
+    """`ctl stop` / `server stop`: `what` is no longer wanted, said before anything is signalled (the
+    watcher brings nothing back), then `stop()`; its answer gets the watcher as it is after."""
+    with intent.locked(paths):
+        intent.change(paths, **{what: {"wanted": False, "why": "stopped"}})
+        out = stop()
+    out.watcher = after(paths)
+    return out
+
+
 def after(paths: Paths) -> WatcherInfo | None:
     """A watcher while something is wanted; none once nothing is (it would exit by itself)."""
     data = intent.read(paths)

@@ -22,7 +22,6 @@ from ..common.notify import Notifier
 from ..common.recover import WatchState
 from ..common.status import FATAL, IDLE, Supervision
 from . import boot, intent, kill
-from .keepers import RunnerKeeper, ServerKeeper
 
 TICK_S = 0.5
 
@@ -87,6 +86,11 @@ def supervision(paths: Paths) -> Supervision:
 
 class Watcher:
     def __init__(self, paths: Paths):
+        from .keepers import (  # the watcher's own: `ctl status` needs none
+            RunnerKeeper,
+            ServerKeeper,
+        )
+
         self.paths = paths
         self.spec = intent.recover_spec(intent.read(paths))
         self.state = WatchState(pid=os.getpid())

@@ -13,7 +13,7 @@ import pytest
 
 from remote import cli
 from remote.common import protocol as P
-from remote.common.answers import RestartAnswer, StopAnswer
+from remote.common.answers import CapRow, RestartAnswer, StopAnswer
 from remote.common.wire import (
     FAULTS,
     Fault,
@@ -70,7 +70,7 @@ def test_one_handler_per_request_and_each_one_exists():
         assert callable(cli.handler(cls)), cls
 
 
-ANSWERS = sorted({c.answer for c in P.REQUESTS if c.answer}, key=lambda c: c.__name__)
+ANSWERS = sorted({c.answer_type() for c in P.REQUESTS if c.answer}, key=lambda c: c.__name__)
 
 
 @pytest.mark.parametrize("cls", ANSWERS, ids=lambda c: c.__name__)
@@ -82,7 +82,7 @@ def test_every_answer_reads_back_exactly_through_json(cls):
 
 def test_nested_answers_keep_their_types():
     a = RestartAnswer(mode="restart", stopped=StopAnswer(was_running=True, killed=[3]))
-    a.caps = {"B1": P.A.CapRow(1, 2, "running")}
+    a.caps = {"B1": CapRow(1, 2, "running")}
     back = from_wire(RestartAnswer, json.loads(json.dumps(to_wire(a))))
     assert back == a and isinstance(back.stopped, StopAnswer) and back.caps["B1"].target == 2
 
@@ -156,5 +156,5 @@ def test_a_process_command_started_by_hand_says_its_error_in_words(capsys):
 
 def test_plan_without_a_target_is_a_usage_fault(capsys, tmp_path):
     assert cli.main(["ctl", "plan", "--root", str(tmp_path)]) == 2
-    fault = read_envelope(json.loads(capsys.readouterr().out), P.CtlPlan.answer)
+    fault = read_envelope(json.loads(capsys.readouterr().out), P.CtlPlan.answer_type())
     assert fault.code == "usage" and "--tokens-per-dataset must be positive" in fault.message
