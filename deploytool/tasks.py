@@ -7,7 +7,8 @@ import sys
 
 from invoke import Collection, Exit, Task, task
 
-from remote.common.protocol import GRACE_S, CtlRestart, CtlStop, helps
+from remote.common.flags import helps
+from remote.common.protocol import GRACE_S, CtlRestart, CtlStop
 
 from . import commands
 from .errors import DeployToolError

@@ -6,8 +6,8 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
                                             its handler; wires job and host
     common/   what both sides share, standard library only; the one part deploytool imports
         protocol  every host command as a typed request (its flags, each default once) and the parser
-                  made from them; answers: each command's typed answer; wire: the envelope, typed
-                  faults, the strict codec
+                  made from them; flags: what a request is made of; answers: each command's typed
+                  answer; wire: the envelope, typed faults, the strict codec
         jobspec   the typed job spec (defaults stated once), caps, the host's paths, token names
         status    status.json, typed (nested parts too)
         units, metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull,

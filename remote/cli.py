@@ -13,11 +13,12 @@ import json
 import sys
 
 from .common import protocol as P
+from .common.flags import Request
 from .common.jobspec import JOB_FILE, Paths, default_root, release_dir
 from .common.wire import FAULTS, HostFault, envelope, fault_envelope
 
 # request type -> "module:function", imported only when called (`ctl status` stays quick)
-HANDLERS: dict[type[P.Request], str] = {
+HANDLERS: dict[type[Request], str] = {
     P.RunJob: "remote.cli:run",
     P.Watch: "remote.cli:watch",
     P.CtlStart: "remote.host.ctl:start_command",
@@ -35,7 +36,7 @@ HANDLERS: dict[type[P.Request], str] = {
 }
 
 
-def handler(cls: type[P.Request]):
+def handler(cls: type[Request]):
     module, name = HANDLERS[cls].split(":")
     return getattr(importlib.import_module(module), name)
 

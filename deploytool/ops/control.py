@@ -5,7 +5,8 @@ here, decided and done on the host."""
 from __future__ import annotations
 
 from remote.common.answers import RestartAnswer, StopAnswer
-from remote.common.protocol import GRACE_S, CtlRestart, CtlStatus, CtlStop, Request, RunArgs
+from remote.common.flags import Request
+from remote.common.protocol import GRACE_S, CtlRestart, CtlStatus, CtlStop, RunArgs
 from remote.common.recover import RecoverSpec
 from remote.common.status import JobStatus
 from remote.common.wire import Fault, ProtocolError, read_envelope
