@@ -4,7 +4,8 @@ here, decided and done on the host."""
 
 from __future__ import annotations
 
-from remote.common.answers import RestartAnswer, StopAnswer
+from typing import TYPE_CHECKING
+
 from remote.common.flags import Request
 from remote.common.protocol import GRACE_S, CtlRestart, CtlStatus, CtlStop, RunArgs
 from remote.common.recover import RecoverSpec
@@ -14,6 +15,9 @@ from remote.common.wire import Fault, ProtocolError, read_envelope
 from ..config import Config
 from ..connectors import Connector
 from ..errors import RemoteError, UsageError
+
+if TYPE_CHECKING:  # types only: answers load with the commands that build them
+    from remote.common.answers import RestartAnswer, StopAnswer
 
 NOT_DEPLOYED = 97
 
@@ -85,6 +89,7 @@ def restart(
     force_gpu=False,
     recover: RecoverSpec | None = None,
 ) -> RestartAnswer:
+
     rec = recover.to_dict() if recover is not None else None
     return call(
         conn,

@@ -9,10 +9,12 @@ cannot rejoin one by one, so the fix is always the whole group, stopped and star
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from remote.common.answers import ServerState
+from typing import TYPE_CHECKING
 
 from ..config import Config
+
+if TYPE_CHECKING:  # types only: answers load with the commands that build them
+    from remote.common.answers import ServerState
 
 
 @dataclass(frozen=True)

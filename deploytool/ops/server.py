@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlparse
 
-from remote.common.answers import ServerStarted, ServerState, ServerStopped
 from remote.common.protocol import GRACE_S, ServerCheck, ServerSmoke, ServerStart, ServerStatus
 from remote.common.protocol import ServerStop as ServerStopRequest
 from remote.common.recover import RecoverSpec
@@ -16,6 +15,9 @@ from ..config import Config, ServerSpec
 from ..connectors import Connector
 from ..errors import RemoteError
 from .control import call
+
+if TYPE_CHECKING:  # types only: answers load with the commands that build them
+    from remote.common.answers import ServerStarted, ServerState, ServerStopped
 
 HEADLESS_SETTLE_S = 5.0  # a headless worker alive this long got past its start-up checks
 
@@ -46,6 +48,7 @@ def start(
     sleep=time.sleep,
     recover: RecoverSpec | None = None,
 ) -> ServerStarted:
+
     rec = recover.to_dict() if recover is not None else None
     started = call(conn, ServerStart(spec=spec_dict(spec), recover=rec))
     if started.already:

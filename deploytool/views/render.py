@@ -10,13 +10,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from remote.common.answers import (
-    CapRow,
-    PlanAnswer,
-    RestartAnswer,
-    RolledBack,
-    StopAnswer,
-)
 from remote.common.status import JobStatus
 
 from ..errors import DeployToolError
@@ -25,6 +18,14 @@ from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 
 if TYPE_CHECKING:
+    from remote.common.answers import (
+        CapRow,
+        PlanAnswer,
+        RestartAnswer,
+        RolledBack,
+        StopAnswer,
+    )
+
     # a type only: deploy's tarfile and hashlib stay unimported for `status`
     from ..ops.deploy import DeployResult
 

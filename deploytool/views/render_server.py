@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import TYPE_CHECKING
 
-from remote.common.answers import LeftoverProcess, ServerStarted, ServerState, ServerStopped
+from rich.console import Console
 
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 from .render import console
+
+if TYPE_CHECKING:  # types only: answers load with the commands that build them
+    from remote.common.answers import LeftoverProcess, ServerStarted, ServerState, ServerStopped
 
 
 def _leftover_list(procs: list[LeftoverProcess]) -> str:
