@@ -13,6 +13,7 @@ from deploytool.errors import RemoteError
 from deploytool.ops import control
 from deploytool.ops.deploy import deploy_host
 from remote.common import procinfo
+from remote.common.status import Reload
 from tests.conftest import (
     cli,
     record_ids,
@@ -100,7 +101,7 @@ def test_rewritten_file_with_ids_reloads_live(reload_job):
         deploy_host(conn, cfg)
         again = restart_unwatched(conn, control.parse_run_flags(cfg, max_samples=100))
         assert again.mode == "live" and again.pid == r.pid
-        assert again.reloaded == {"B2": {"from": 10, "to": 13}}
+        assert again.reloaded == {"B2": Reload(before=10, after=13)}
         wait_for(lambda: status(host_dir)["state"] == "finished", timeout=60, what="finished")
         expected = sorted({json.loads(x)["id"] for x in path.read_text().splitlines()})
         got = record_ids(host_dir, "B2")

@@ -13,7 +13,7 @@ from deploytool.errors import RemoteError
 from deploytool.ops import server
 from deploytool.ops.deploy import deploy_host
 from remote.common import procinfo
-from remote.common.answers import GpuFreed, ServerState
+from remote.common.answers import GpuApp, GpuFreed, ServerState
 from remote.host.smoke import degenerate
 from tests.conftest import (
     REPO,
@@ -272,7 +272,7 @@ def test_server_stop_waits_for_gpu_memory(tmp_path, monkeypatch):
     fake.chmod(0o755)
     monkeypatch.setenv("DEPLOYTOOL_NVIDIA_SMI", str(fake))
     held = remote_server.wait_gpu_free({sleeper.pid}, timeout=0.3)
-    assert held == GpuFreed(False, [{"pid": sleeper.pid, "used_mib": 1000}])
+    assert held == GpuFreed(False, [GpuApp(sleeper.pid, 1000)])
     sleeper.kill()
     sleeper.wait()
     assert remote_server.wait_gpu_free({sleeper.pid}, timeout=5) == GpuFreed(True, [])

@@ -10,14 +10,14 @@ from remote.common.flags import Request
 from remote.common.protocol import GRACE_S, CtlRestart, CtlStatus, CtlStop, RunArgs
 from remote.common.recover import RecoverSpec
 from remote.common.status import JobStatus
-from remote.common.wire import Fault, ProtocolError, read_envelope
+from remote.common.wire import Fault, ProtocolError, from_wire, read_envelope
 
 from ..config import Config
 from ..connectors import Connector
 from ..errors import RemoteError, UsageError
 
 if TYPE_CHECKING:  # types only: answers load with the commands that build them
-    from remote.common.answers import RestartAnswer, StopAnswer
+    from remote.common.answers import PreflightProblem, RestartAnswer, StopAnswer
 
 NOT_DEPLOYED = 97
 
@@ -64,17 +64,20 @@ def call(conn: Connector, request: Request, timeout: float | None = None):
 
 def fault_message(host: str, f: Fault) -> str:
     if f.code == "preflight":
-        return "nothing was stopped: " + preflight_message(host, f.detail["problem"])
+        from remote.common.answers import PreflightProblem
+
+        problem = from_wire(PreflightProblem, f.detail["problem"])
+        return "nothing was stopped: " + preflight_message(host, problem)
     return f"{f.message}: {f.fix}" if f.fix else f.message
 
 
-def preflight_message(host: str, problem: dict) -> str:
+def preflight_message(host: str, problem: PreflightProblem) -> str:
     """One line with the fix, for a host whose Python cannot run the job's engine."""
-    mods = ", ".join(problem["missing"])
-    why = "; ".join(problem["missing"].values())
+    mods = ", ".join(problem.missing)
+    why = "; ".join(problem.missing.values())
     return (
-        f"the host's python ({problem['python']}) cannot import {mods} ({why}), which job.engine.kind "
-        f"{problem['engine']} needs: point hosts.{host}.python (or defaults.python) at the Python of the "
+        f"the host's python ({problem.python}) cannot import {mods} ({why}), which job.engine.kind "
+        f"{problem.engine} needs: point hosts.{host}.python (or defaults.python) at the Python of the "
         "vLLM environment (e.g. ~/vllm-venv/bin/python)"
     )
 

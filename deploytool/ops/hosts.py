@@ -59,22 +59,23 @@ def probe(conn: Connector, engine: dict, urls: list[str]) -> Probe:
     runs remote/preflight.py's source, so nothing needs to be deployed yet."""
     from pathlib import Path
 
+    from remote.common.answers import HostProbe, PreflightProblem
+    from remote.common.jobspec import EngineSpec
+    from remote.common.wire import from_wire
+
     from .control import preflight_message
 
     # sent as source, never imported here (deploytool imports only remote.common)
     source = (Path(__file__).resolve().parents[2] / "remote" / "host" / "preflight.py").read_text()
     res = conn.run(conn.python("-c", source, json.dumps(engine), json.dumps(urls)))
     try:
-        found = res.answer()
-    except ValueError:
+        found = from_wire(HostProbe, res.answer())
+    except ValueError:  # no JSON line, or one of another release's shape
         return Probe(False, res.why("python failed"))
-    if found["missing"]:
-        problem = {
-            "python": found["executable"] or conn.host.python,
-            "engine": engine.get("kind", "openai"),
-            "missing": found["missing"],
-        }
+    if found.missing:
+        kind = EngineSpec.from_dict(engine).kind
+        problem = PreflightProblem(found.executable or conn.host.python, kind, found.missing)
         return Probe(False, preflight_message(conn.name, problem))
-    if found["model"]:
-        return Probe(False, found["model"])
-    return Probe(True, f"{found['node']}, Python {found['version']}")
+    if found.model:
+        return Probe(False, found.model)
+    return Probe(True, f"{found.node}, Python {found.version}")

@@ -140,7 +140,7 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
     if r.mode == "live":
         out.print(f"{host}: re-capped live: runner pid {r.pid} kept running, no request lost")
         for name, change in r.reloaded.items():
-            out.print(f"  {name}: prompts {change['from']:,} → {change['to']:,}, reloaded")
+            out.print(f"  {name}: prompts {change.before:,} → {change.after:,}, reloaded")
     else:
         stopped = r.stopped
         if stopped and stopped.was_running:

@@ -72,7 +72,7 @@ def server_stopped(r: ServerStopped, out: Console | None = None) -> None:
     elif r.gpu.free:
         line += "; its GPU memory is free"
     else:
-        line += f"; [red]GPU memory still held by {[a['pid'] for a in r.gpu.still_held_by]}[/]"
+        line += f"; [red]GPU memory still held by {[a.pid for a in r.gpu.still_held_by]}[/]"
     out.print(line)
 
 

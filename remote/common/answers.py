@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .status import JobStatus, ServerMetrics
+from .status import JobStatus, Reload, ServerMetrics
 
 
 @dataclass
@@ -19,13 +19,22 @@ class WatcherInfo:
 
 
 @dataclass
+class GpuApp:
+    """A process that holds GPU memory (nvidia-smi's compute apps)."""
+
+    pid: int
+    used_mib: int = 0
+    cmd: str = ""  # its command line (for one that is not the server's)
+
+
+@dataclass
 class GpuCheck:
     """The GPU check before a start: who holds GPU memory, and who of them is not the server."""
 
     checked: bool = False  # False: no nvidia-smi on the host
     note: str | None = None
-    apps: list[dict] = field(default_factory=list)  # nvidia-smi's compute apps
-    blocking: list[dict] = field(default_factory=list)  # of them, not the inference server's
+    apps: list[GpuApp] = field(default_factory=list)
+    blocking: list[GpuApp] = field(default_factory=list)  # of them, not the inference server's
 
 
 @dataclass
@@ -33,7 +42,7 @@ class GpuFreed:
     """After a server stop: is its GPU memory free."""
 
     free: bool = True
-    still_held_by: list[dict] = field(default_factory=list)
+    still_held_by: list[GpuApp] = field(default_factory=list)
 
 
 @dataclass
@@ -70,7 +79,7 @@ class RestartAnswer:
     gpu: GpuCheck | None = None
     lost_in_flight: int = 0
     stopped: StopAnswer | None = None
-    reloaded: dict = field(default_factory=dict)  # prompt files reloaded live: name -> {from, to}
+    reloaded: dict[str, Reload] = field(default_factory=dict)  # prompt files reloaded live
     running_pid: int | None = None  # dry run: the runner that would be stopped or re-capped
     asked: dict = field(default_factory=dict)  # dry run: the caps asked for (Caps.to_dict)
     watcher: WatcherInfo | None = None
@@ -183,6 +192,27 @@ class RolledBack:
     current: str
     previous: str | None
     host: str = ""
+
+
+@dataclass
+class PreflightProblem:
+    """The host's python cannot import what the job's engine needs (host/preflight.py's
+    engine_problem, the `preflight` fault's detail)."""
+
+    python: str
+    engine: str
+    missing: dict[str, str]  # module -> why it did not import
+
+
+@dataclass
+class HostProbe:
+    """host/preflight.py's one line for `invoke hosts` (sent as source: it writes plain JSON)."""
+
+    node: str
+    version: str
+    executable: str | None
+    missing: dict[str, str]
+    model: str | None  # why the job's servers would answer every request with a 404
 
 
 @dataclass

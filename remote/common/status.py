@@ -40,6 +40,14 @@ class _FromDict:
 
 
 @dataclass
+class Reload(_FromDict):
+    """A prompt file a re-cap reloaded: its prompts before and after."""
+
+    before: int = 0
+    after: int = 0
+
+
+@dataclass
 class DatasetStatus(_FromDict):
     state: str = PENDING
     done: int = 0  # records among the target's prompts
@@ -237,8 +245,7 @@ class JobStatus:
     caps: dict = field(default_factory=dict)
     control_seq: int = 0
     control_error: str | None = None
-    # prompt files the last re-cap reloaded: name -> {from, to}
-    reloaded: dict = field(default_factory=dict)
+    reloaded: dict[str, Reload] = field(default_factory=dict)  # by the last re-cap
     draining: bool = False
     abandoned: int = 0
     engine: EngineStatus = field(default_factory=EngineStatus)
@@ -296,6 +303,7 @@ class JobStatus:
             d["gpus"] = [GpuStatus.from_dict(g) for g in d["gpus"]]
         d["disk"] = DiskStatus.from_dict(d.get("disk") or {})
         d["kept"] = KeptStatus.from_dict(d.get("kept") or {})
+        d["reloaded"] = {n: Reload.from_dict(x) for n, x in (d.get("reloaded") or {}).items()}
         return cls(**d)
 
     @classmethod

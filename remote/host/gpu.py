@@ -6,14 +6,15 @@ from __future__ import annotations
 import os
 
 from ..common import procinfo
-from ..common.answers import GpuCheck
+from ..common.answers import GpuApp, GpuCheck
 from ..common.nvsmi import compute_apps
 from ..common.wire import HostFault
 
 
 class GPUBusy(HostFault):
     def __init__(self, message: str, report: dict):
-        super().__init__("gpu_busy", message, fix="stop them, or pass --force-gpu", gpu=report)
+        fix = "stop them (or pass --force-gpu to start anyway)"
+        super().__init__("gpu_busy", message, fix=fix, gpu=report)
         self.report = report
 
 
@@ -50,19 +51,16 @@ def check(allowed: set[int], force: bool = False) -> GpuCheck:
     apps = compute_apps()
     if apps is None:
         return GpuCheck(checked=False, note="no nvidia-smi on this host: GPU check skipped")
+    held = [GpuApp(a["pid"], a["used_mib"]) for a in apps]
     others = [
-        dict(a, cmd=" ".join(procinfo.cmdline(a["pid"]))[:120])
-        for a in apps
-        if a["pid"] not in allowed
+        GpuApp(a.pid, a.used_mib, " ".join(procinfo.cmdline(a.pid))[:120])
+        for a in held
+        if a.pid not in allowed
     ]
-    report = GpuCheck(checked=True, apps=apps, blocking=others)
+    report = GpuCheck(checked=True, apps=held, blocking=others)
     if others and not force:
-        names = ", ".join(
-            f"pid {o['pid']} ({o['used_mib']} MiB: {o['cmd'] or '?'})" for o in others
-        )
+        names = ", ".join(f"pid {o.pid} ({o.used_mib} MiB: {o.cmd or '?'})" for o in others)
         raise GPUBusy(
-            f"GPU memory is held by processes that are not the inference server: {names}; "
-            "stop them (or pass --force-gpu to start anyway)",
-            report,
+            f"GPU memory is held by processes that are not the inference server: {names}", report
         )
     return report

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..common import metrics, nvsmi, procinfo
 from ..common.answers import (
+    GpuApp,
     GpuFreed,
     LeftoverProcess,
     ServerChecked,
@@ -239,7 +240,8 @@ def wait_gpu_free(pids: set[int], timeout: float) -> GpuFreed | None:
             return None
         holding = [a for a in apps if a["pid"] in pids]
         if not holding or time.monotonic() >= deadline:
-            return GpuFreed(free=not holding, still_held_by=holding)
+            held = [GpuApp(a["pid"], a["used_mib"]) for a in holding]
+            return GpuFreed(free=not holding, still_held_by=held)
         time.sleep(0.5)
 
 

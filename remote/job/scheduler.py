@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..common.jobspec import Caps, JobSpec, Paths
+from ..common.status import Reload
 from .datasets import BadInput, DatasetRun, error_ids, open_dataset
 from .prompts import Prompt, PromptFile
 from .writer import RecordWriter
@@ -25,7 +26,7 @@ class Scheduler:
         self.paths, self.job, self.caps = paths, job, caps
         self.fingerprint, self.writer, self.log, self.force = fingerprint, writer, log, force
         self.runs: dict[str, DatasetRun] = {}
-        self.reloaded: dict[str, dict] = {}  # prompt files reloaded by the last re-cap: {from, to}
+        self.reloaded: dict[str, Reload] = {}  # prompt files reloaded by the last re-cap
 
     def unknown(self, caps: Caps) -> list[str]:
         return [
@@ -87,10 +88,10 @@ class Scheduler:
         self.reloaded = {}
         for name, new in reloads.items():
             run = self.runs[name]
-            self.reloaded[name] = {"from": len(run.prompts), "to": len(new)}
+            self.reloaded[name] = Reload(len(run.prompts), len(new))
             run.reload(new)
             self.log(
-                f"{name}: prompts file changed on the host: reloaded, {self.reloaded[name]['from']} -> "
+                f"{name}: prompts file changed on the host: reloaded, {self.reloaded[name].before} -> "
                 f"{len(new)} prompts"
             )
         self.caps = caps
