@@ -66,9 +66,7 @@ class DatasetRun:
 
     def set_target(self, n: int | None, budget: int | None) -> None:
         self.target_n = len(self.prompts) if n is None else min(n, len(self.prompts))
-        self.done_in_target = sum(
-            1 for pid in self.prompts.ids[: self.target_n] if pid in self.done
-        )
+        self.done_in_target = self.ledger.count_done(self.prompts.ids[: self.target_n])
         self.next_pos = min(self.next_pos, self.target_n)
         self.budget = budget
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import KeysView
+from collections.abc import Set
 
 NEW, QUEUED, SENT, HELD, DONE, FAILED = "new", "queued", "sent", "held", "done", "failed"
 _SEQ = itertools.count()  # tie-break in the retry queue: prompts never compare
@@ -25,10 +25,29 @@ class LedgerError(AssertionError):
     """A change the rules do not allow: a bug in the caller, never bad input."""
 
 
+class View(Set):
+    """A state's ids, read-only, without a copy (a resume holds a million done ids)."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self, ids: set):
+        self._ids = ids
+
+    def __contains__(self, pid) -> bool:
+        return pid in self._ids
+
+    def __iter__(self):
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
 class Ledger:
     def __init__(self, done=()):
-        self._in = {s: {} for s in (QUEUED, SENT, HELD, DONE, FAILED)}  # state -> {id: None}
-        self._in[DONE] = dict.fromkeys(done)
+        """`done`: the ids recorded already; a set is taken over, not copied."""
+        self._in = {s: set() for s in (QUEUED, SENT, HELD, FAILED)}
+        self._in[DONE] = done if isinstance(done, set) else set(done)
         self._queue: list = []  # heap of (not before, seq, prompt): each queued id once
         self.attempts: dict[str, int] = {}  # transient failures per prompt in this run
         self.requeues: dict[str, int] = {}  # times a server went away under the prompt
@@ -42,28 +61,41 @@ class Ledger:
                 return s
         return NEW
 
-    def ids(self, state: str) -> KeysView:
+    def ids(self, state: str) -> View:
         """The ids in `state`: a read-only view (no copy), never changed from outside."""
-        return self._in[state].keys()
+        return View(self._in[state])
 
     @property
-    def done(self) -> KeysView:
+    def done(self) -> View:
         return self.ids(DONE)
 
     @property
-    def sent(self) -> KeysView:
+    def sent(self) -> View:
         return self.ids(SENT)
 
     @property
-    def failed(self) -> KeysView:
+    def failed(self) -> View:
         return self.ids(FAILED)
 
     @property
-    def queued(self) -> KeysView:
+    def queued(self) -> View:
         return self.ids(QUEUED)
 
+    def count_done(self, ids) -> int:
+        """How many of `ids` are recorded (a re-cap counts a million of them)."""
+        done = self._in[DONE]
+        return sum(1 for pid in ids if pid in done)
+
     def is_new(self, pid: str) -> bool:
-        return all(pid not in ids for ids in self._in.values())
+        """Asked once per prompt the scan passes (a million on a resume): plain lookups."""
+        i = self._in
+        return not (
+            pid in i[DONE]
+            or pid in i[SENT]
+            or pid in i[QUEUED]
+            or pid in i[HELD]
+            or pid in i[FAILED]
+        )
 
     def next_due_at(self) -> float | None:
         return self._queue[0][0] if self._queue else None
@@ -75,9 +107,9 @@ class Ledger:
         if now not in frm:
             raise LedgerError(f"prompt {pid}: {now} -> {to} (allowed only from {', '.join(frm)})")
         if now != NEW:
-            del self._in[now][pid]
+            self._in[now].discard(pid)
         if to != NEW:
-            self._in[to][pid] = None
+            self._in[to].add(pid)
 
     def send(self, pid: str) -> None:
         self._move(pid, (NEW,), SENT)
