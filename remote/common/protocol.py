@@ -94,7 +94,8 @@ class RunArgs(Request):
 
     @classmethod
     def from_argv(cls, argv: list[str]):
-        p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+        """These flags back from their command line; HostFault("usage") when they are not."""
+        p = _Parser(prog="runner flags", add_help=False)
         cls.add_arguments(p)
         return cls.from_args(p.parse_args(argv))
 

@@ -324,9 +324,9 @@ class RunnerKeeper(Keeper):
             self.w.state, self.w.next_try_at = WATCHING, None
             return
         self.w.attempt = self.budget.restarting(now)
-        flags = RunArgs.from_argv(list(want.get("argv") or []))
-        a = CtlStart(**vars(flags), wait=START_WAIT_S)
-        try:
+        try:  # flags it cannot read are a start that failed: counted, said, never a crash
+            flags = RunArgs.from_argv(list(want.get("argv") or []))
+            a = CtlStart(**vars(flags), wait=START_WAIT_S)
             ctl.start(self.paths, a, rel=(self.paths.root / "current").resolve())
         except HostFault as e:
             lines = e.fault.log

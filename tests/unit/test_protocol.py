@@ -158,3 +158,9 @@ def test_plan_without_a_target_is_a_usage_fault(capsys, tmp_path):
     assert cli.main(["ctl", "plan", "--root", str(tmp_path)]) == 2
     fault = read_envelope(json.loads(capsys.readouterr().out), P.CtlPlan.answer_type())
     assert fault.code == "usage" and "--tokens-per-dataset must be positive" in fault.message
+
+
+def test_stored_runner_flags_that_do_not_parse_are_a_usage_fault():
+    with pytest.raises(HostFault) as e:
+        P.RunArgs.from_argv(["--max-samples", "7000", "--no-such-flag"])
+    assert e.value.fault.code == "usage" and "--no-such-flag" in e.value.fault.message
