@@ -7,8 +7,14 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlparse
 
-from remote.common.protocol import GRACE_S, ServerCheck, ServerSmoke, ServerStart, ServerStatus
-from remote.common.protocol import ServerStop as ServerStopRequest
+from remote.common.protocol import (
+    GRACE_S,
+    ServerCheck,
+    ServerSmoke,
+    ServerStart,
+    ServerStatus,
+    ServerStop,
+)
 from remote.common.recover import RecoverSpec
 
 from ..config import Config, ServerSpec
@@ -92,7 +98,7 @@ def start(
 
 
 def stop(conn: Connector, grace: float = GRACE_S) -> ServerStopped:
-    return call(conn, ServerStopRequest(grace=grace))
+    return call(conn, ServerStop(grace=grace))
 
 
 def status(conn: Connector) -> ServerState:
