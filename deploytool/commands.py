@@ -348,7 +348,7 @@ def report(host_spec: str | None, *, out: str | None = None) -> int:
     def one(conn):
         target = Path(out) if out else Path(f"report-{conn.name}.html")
         data = control.call(conn, CtlReport(), timeout=1800)
-        return {"host": conn.name, "path": report_mod.write(data, target)}
+        return conn.name, report_mod.write(data, target)
 
     _run(config, host_spec, one, render.report_written)
     return ExitCode.OK

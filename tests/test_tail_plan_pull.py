@@ -14,7 +14,7 @@ from deploytool.connectors import connect
 from deploytool.ops import follow
 from deploytool.ops.deploy import deploy_host
 from deploytool.ops.follow import HostWatch
-from deploytool.ops.pull import pull_host
+from deploytool.ops.pull import Pulled, pull_host
 from deploytool.views import progress
 from deploytool.views import tail as tail_view
 from remote.common.jobspec import JobSpec, Paths
@@ -410,21 +410,21 @@ def test_pull_sends_only_new_bytes(pulled):
     (remote / "B1.meta.json").write_text('{"model": "m"}')
     r1 = pull_host(conn, local)
     assert (local / "gpu" / "B1.jsonl").read_bytes() == out.read_bytes()
-    assert r1.files["B1.jsonl"]["bytes"] == out.stat().st_size
+    assert r1.files["B1.jsonl"].bytes == out.stat().st_size
     before = out.stat().st_size
     _records(out, "B1", 100, 100)
     with open(out, "ab") as f:
         f.write(b'{"id": "torn')  # the runner is mid-write: only whole lines come over
     r2 = pull_host(conn, local)
     new = out.stat().st_size - before
-    assert r2.files["B1.jsonl"] == {"action": "appended", "bytes": new}
-    assert r2.files["B1.meta.json"]["action"] == "unchanged"
+    assert r2.files["B1.jsonl"] == Pulled("appended", new)
+    assert r2.files["B1.meta.json"].action == "unchanged"
     assert (local / "gpu" / "B1.jsonl").read_bytes() == out.read_bytes()[
         : out.read_bytes().rfind(b"\n") + 1
     ]
     r3 = pull_host(conn, local)
     # only the still-torn tail is looked at again
-    assert r3.files["B1.jsonl"]["bytes"] == len(b'{"id": "torn')
+    assert r3.files["B1.jsonl"].bytes == len(b'{"id": "torn')
 
 
 def test_pull_refuses_when_prefix_differs_and_refetches_on_request(pulled):
@@ -439,7 +439,7 @@ def test_pull_refuses_when_prefix_differs_and_refetches_on_request(pulled):
     r = pull_host(conn, local)
     assert r.refused == ["B1.jsonl"] and mine.read_bytes() == bytes(data)  # left as it was
     r = pull_host(conn, local, refetch=True)
-    assert r.files["B1.jsonl"]["action"] == "re-fetched"
+    assert r.files["B1.jsonl"].action == "re-fetched"
     assert mine.read_bytes() == (remote / "B1.jsonl").read_bytes()
 
 

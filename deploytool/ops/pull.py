@@ -20,15 +20,23 @@ from .control import call
 
 
 @dataclass
+class Pulled:
+    """What pull did with one file: unchanged | fetched | appended | re-fetched | refused: ..."""
+
+    action: str
+    bytes: int = 0
+
+
+@dataclass
 class PullResult:
     host: str
     dest: str
-    files: dict[str, dict] = field(default_factory=dict)  # name -> {action, bytes}
+    files: dict[str, Pulled] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
-        return sum(f["bytes"] for f in self.files.values())
+        return sum(f.bytes for f in self.files.values())
 
 
 def _append_only(name: str) -> bool:
@@ -105,33 +113,25 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
                 name in have and e.sha256 and e.sha256 == prefix_hash(local, mine) and mine == size
             )
             if same:
-                result.files[name] = {"action": "unchanged", "bytes": 0}
+                result.files[name] = Pulled("unchanged", 0)
             else:
-                result.files[name] = {
-                    "action": "fetched",
-                    "bytes": _fetch_whole(conn, remote, local, size),
-                }
+                result.files[name] = Pulled("fetched", _fetch_whole(conn, remote, local, size))
             continue
         diverged = mine > size or (mine > 0 and e.prefix_sha256 != prefix_hash(local, mine))
         if diverged:
             if not refetch:
                 result.refused.append(name)
-                result.files[name] = {
-                    "action": "refused: local copy is not a prefix of the host's file",
-                    "bytes": 0,
-                }
+                result.files[name] = Pulled(
+                    "refused: local copy is not a prefix of the host's file", 0
+                )
                 continue
-            result.files[name] = {
-                "action": "re-fetched",
-                "bytes": _fetch_whole(conn, remote, local, size),
-            }
+            result.files[name] = Pulled("re-fetched", _fetch_whole(conn, remote, local, size))
         elif size > mine:
             if mine == 0:
                 local.touch()
-            result.files[name] = {
-                "action": "appended" if mine else "fetched",
-                "bytes": _append_new(conn, remote, local, mine, size),
-            }
+            result.files[name] = Pulled(
+                "appended" if mine else "fetched", _append_new(conn, remote, local, mine, size)
+            )
         else:
-            result.files[name] = {"action": "unchanged", "bytes": 0}
+            result.files[name] = Pulled("unchanged", 0)
     return result

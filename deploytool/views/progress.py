@@ -211,15 +211,12 @@ def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
     return out
 
 
-def totals(statuses: list[JobStatus]) -> dict:
+def totals(statuses: list[JobStatus]) -> tuple[int, float, int | None]:
+    """Tokens, tokens/s and the ETA over every host (the ETA: the last host to finish)."""
     tok = sum(s.completion_tokens for s in statuses)
     rate = sum(s.tokens_per_s or 0 for s in statuses)
     etas = [s.eta_s for s in statuses if not s.terminal]
-    return {
-        "tokens": tok,
-        "tokens_per_s": rate,
-        "eta_s": max(etas) if etas and None not in etas else (None if etas else 0),
-    }
+    return tok, rate, max(etas) if etas and None not in etas else (None if etas else 0)
 
 
 def kept_line(st: JobStatus) -> str | None:
@@ -310,11 +307,11 @@ def view(
     parts = [host_view(h, st, now, notes.get(h)) for h, st in snapshots.items()]
     present = [s for s in snapshots.values() if s]
     if len(snapshots) > 1 and present:
-        t = totals(present)
+        tok, rate, eta = totals(present)
         parts.append(
             Text(
-                f"all hosts: {fmt_tokens(t['tokens'])} tokens · {fmt_tokens(t['tokens_per_s'])} tok/s · "
-                f"ETA {fmt_duration(t['eta_s'])}",
+                f"all hosts: {fmt_tokens(tok)} tokens · {fmt_tokens(rate)} tok/s · "
+                f"ETA {fmt_duration(eta)}",
                 style="bold",
             )
         )

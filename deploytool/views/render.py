@@ -18,6 +18,8 @@ from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from remote.common.answers import (
         CapRow,
         PlanAnswer,
@@ -268,8 +270,8 @@ def pull_result(r, out: Console | None = None) -> None:
     out = out or console
     out.print(f"[bold]{r.host}[/]: pulled into {r.dest}: {_size(r.bytes)} received")
     for name, f in r.files.items():
-        if f["action"] != "unchanged":
-            out.print(f"  {f['action']:10} {name} ({_size(f['bytes'])})")
+        if f.action != "unchanged":
+            out.print(f"  {f.action:10} {name} ({_size(f.bytes)})")
 
 
 @contextmanager
@@ -300,7 +302,8 @@ def export_result(r, out: Console | None = None) -> None:
         )
 
 
-def report_written(r: dict, out: Console | None = None) -> None:
+def report_written(r: tuple[str, Path], out: Console | None = None) -> None:
+    host, path = r
     (out or console).print(
-        f"[bold]{r['host']}[/]: report written to {r['path']} (one file: open it in a browser)"
+        f"[bold]{host}[/]: report written to {path} (one file: open it in a browser)"
     )
