@@ -46,11 +46,7 @@ def hosts(host_spec: str | None) -> int:
             on_hosts(
                 config,
                 selected,
-                lambda conn: probe(
-                    conn,
-                    config.job_for(conn.name).to_dict()["engine"],
-                    list(config.job_for(conn.name).engine.base_urls),
-                ),
+                lambda conn: probe(conn, config.job_for(conn.name).engine),
                 render.trusted_key,
             ),
             {},

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..config import Config, HostConfig
 from ..connectors import Connector, connect
 from ..errors import DeployToolError, MultiHostError
+
+if TYPE_CHECKING:
+    from remote.common.jobspec import EngineSpec
 
 T = TypeVar("T")
 
@@ -53,28 +56,27 @@ class Probe:
     detail: str
 
 
-def probe(conn: Connector, engine: dict, urls: list[str]) -> Probe:
+def probe(conn: Connector, engine: EngineSpec) -> Probe:
     """Reachable, what Python the host has, whether it imports what the job's engine needs, and
     whether the job's servers (those that answer) serve the job's model. One round trip: the host
     runs remote/preflight.py's source, so nothing needs to be deployed yet."""
     from pathlib import Path
 
     from remote.common.answers import HostProbe, PreflightProblem
-    from remote.common.jobspec import EngineSpec
     from remote.common.wire import from_wire
 
     from .control import preflight_message
 
     # sent as source, never imported here (deploytool imports only remote.common)
     source = (Path(__file__).resolve().parents[2] / "remote" / "host" / "preflight.py").read_text()
-    res = conn.run(conn.python("-c", source, json.dumps(engine), json.dumps(urls)))
+    urls = list(engine.base_urls)
+    res = conn.run(conn.python("-c", source, json.dumps(engine.to_dict()), json.dumps(urls)))
     try:
         found = from_wire(HostProbe, res.answer())
     except ValueError:  # no JSON line, or one of another release's shape
         return Probe(False, res.why("python failed"))
     if found.missing:
-        kind = EngineSpec.from_dict(engine).kind
-        problem = PreflightProblem(found.executable or conn.host.python, kind, found.missing)
+        problem = PreflightProblem(found.executable or conn.host.python, engine.kind, found.missing)
         return Probe(False, preflight_message(conn.name, problem))
     if found.model:
         return Probe(False, found.model)

@@ -10,12 +10,12 @@ import typing
 from dataclasses import MISSING, field, fields
 from typing import ClassVar
 
-from .units import parse_cap
 
-
-def opt(default, help: str, *, parse=None, show=str, metavar=None, json_arg=False):
-    """A request's field: its one default, its help, how its flag's text is read and written."""
+def opt(default, help: str, *, parse=None, show=str, metavar=None, json_arg=False, repeat=False):
+    """A request's field: its one default, its help, how its flag's text is read and written;
+    `repeat`: the flag may be given many times, the field holds a tuple of what each one parsed."""
     meta = {"help": help, "parse": parse, "show": show, "metavar": metavar, "json": json_arg}
+    meta["repeat"] = repeat
     if isinstance(default, (list, dict)):
         return field(default_factory=type(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -78,7 +78,7 @@ class Request:
                 out.append(_flag(f.name))
             elif meta["json"]:
                 out += [_flag(f.name), json.dumps(v)]
-            elif isinstance(v, tuple) and meta["parse"] is parse_cap:
+            elif meta["repeat"]:
                 for item in v:
                     out += [_flag(f.name), meta["show"](item)]
             else:
@@ -96,7 +96,7 @@ class Request:
             else:
                 kw["type"] = _friendly(_argtype(meta, tp))
                 kw["metavar"] = meta["metavar"]
-                if meta["parse"] is parse_cap:
+                if meta["repeat"]:
                     kw["action"] = "append"
             kw["default"] = argparse.SUPPRESS  # the dataclass holds the default, once
             p.add_argument(_flag(f.name), **kw)
@@ -119,7 +119,7 @@ class Request:
             try:
                 if hints[f.name] is bool:
                     out[f.name] = bool(v)
-                elif f.metadata["parse"] is parse_cap:
+                elif f.metadata["repeat"]:
                     out[f.name] = tuple(conv(x) for x in v)
                 else:
                     out[f.name] = conv(v)

@@ -72,7 +72,7 @@ class RunArgs(Request):
     )
     cap: tuple[tuple[str, int], ...] = opt(
         (), "DS=N: per-dataset override of --max-samples (repeatable)", parse=parse_cap,
-        show=lambda c: f"{c[0]}={c[1]}", metavar="DS=N",
+        show=lambda c: f"{c[0]}={c[1]}", metavar="DS=N", repeat=True,
     )  # fmt: skip
     max_tokens: int | None = opt(
         None,

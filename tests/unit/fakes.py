@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
-from remote.common.jobspec import DatasetSpec, EngineSpec
+from remote.common.jobspec import Caps, DatasetSpec, EngineSpec
 from remote.job.datasets import DatasetRun
 from remote.job.engine import Completion, Engine
 from remote.job.ledger import Ledger
 from remote.job.outputs import DiskFull
 from remote.job.prompts import Prompt
+from remote.job.scheduler import Scheduler
 
 
 class Prompts:
@@ -119,6 +121,16 @@ class ScriptedEngine(Engine):
 
     async def probe(self, url):
         return None
+
+
+def scheduler(*runs, caps: Caps | None = None) -> Scheduler:
+    """A Scheduler over these in-memory datasets, in this order (their job)."""
+    job = SimpleNamespace(
+        datasets=[r.spec for r in runs], dataset_names=lambda: [r.spec.name for r in runs]
+    )
+    s = Scheduler(None, job, caps or Caps(), {}, Writer(), lambda line: None)
+    s.runs = {r.spec.name: r for r in runs}
+    return s
 
 
 def engine_spec(**kw) -> EngineSpec:

@@ -10,8 +10,7 @@ from remote.job.dispatcher import JOB_FAULT_STREAK, Dispatcher
 from remote.job.engine import EngineDown, PermanentError, TransientError
 from remote.job.ledger import FAILED, NEW
 from remote.job.pool import Pool
-from tests.unit.fakes import ScriptedEngine, Writer, dataset, engine_spec
-from tests.unit.test_scheduler import scheduler
+from tests.unit.fakes import ScriptedEngine, Writer, dataset, engine_spec, scheduler
 
 
 def dispatcher(script=None, urls=("http://a",), n=(4, 4), concurrency=2, stop=None, **spec):

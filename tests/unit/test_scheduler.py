@@ -3,20 +3,9 @@ token budgets, with datasets held in memory."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from remote.common.jobspec import Caps
 from remote.job.scheduler import Scheduler
-from tests.unit.fakes import Writer, dataset
-
-
-def scheduler(*runs, caps: Caps | None = None) -> Scheduler:
-    job = SimpleNamespace(
-        datasets=[r.spec for r in runs], dataset_names=lambda: [r.spec.name for r in runs]
-    )
-    s = Scheduler(None, job, caps or Caps(), {}, Writer(), lambda line: None)
-    s.runs = {r.spec.name: r for r in runs}
-    return s
+from tests.unit.fakes import dataset, scheduler
 
 
 def take(s: Scheduler, n: int, now: float = 0.0) -> list[str]:
