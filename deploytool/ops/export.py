@@ -68,6 +68,10 @@ class ExportResult:
     dropped: int
     datasets: dict
     reads_as: str = ""
+    records: int = 0  # every record read
+    per_turn: bool = False
+    per_turn_why: str | None = None  # why the export chose per-turn rows itself
+    keeps: dict = field(default_factory=dict)  # reason -> the flag that keeps what it left out
 
 
 def check_format(fmt: str) -> None:
@@ -127,6 +131,42 @@ READS_AS = {
 }
 
 
+# what keeps the rows a reason leaves out (said beside every count of them)
+KEEP_FLAG = {
+    "empty": "--keep empty",
+    "length": "--keep length",
+    "original_answers": "--per-turn keeps their replies alone",
+    "role_order": "--keep role_order",
+}
+# formats whose trainer can train a row's last reply alone (SpecForge: data.train_only_last_turn)
+LAST_TURN_READERS = ("specforge",)
+
+
+def _holds_originals(raw: bytes) -> bool:
+    if raw.count(b'"assistant"') < 2:  # one reply and no history: the common case, not parsed
+        return False
+    return pieces(json.loads(raw), False)[0].originals() > 0
+
+
+def choose_rows(sources: list[Source], fmt: str, per_turn: bool | None) -> tuple[bool, str | None]:
+    """Whole-conversation rows or per-turn rows (per_turn None: the export chooses). Whole rows
+    train every assistant turn they hold, so a conversation that carries the dataset's own earlier
+    answers cannot be one; per-turn rows, read as training only their last turn, train each
+    generated reply once. One file is read one way: one such record makes the whole file per-turn.
+    Returns (per_turn, why it was chosen)."""
+    if per_turn is not None or fmt not in LAST_TURN_READERS:
+        return bool(per_turn), None
+    for s in sources:
+        with open(s.path, "rb") as f:
+            for raw in f:
+                if raw.endswith(b"\n") and _holds_originals(raw):
+                    return True, (
+                        f"{s.dataset}'s conversations hold the dataset's own earlier answers, "
+                        "which whole rows would train"
+                    )
+    return False, None
+
+
 def default_drop(fmt: str, per_turn: bool) -> set[str]:
     """What the trainer would reject or mistrain, per format: only generated tokens carry loss."""
     drop = {"empty"}
@@ -180,10 +220,14 @@ def export(
     *,
     fmt: str,
     drop: tuple[str, ...] | None = None,
-    per_turn: bool = False,
+    per_turn: bool | None = None,
     mixed: bool = False,
     advance: Callable[[int], None] = lambda n: None,
+    drop_flags: tuple[str, str] = ("", ""),
 ) -> ExportResult:
+    """per_turn None: whole rows where they train only generated replies, else per-turn rows
+    (choose_rows); drop None: the format's own reasons for the rows chosen, with --drop and --keep
+    (`drop_flags`) over them."""
     check_format(fmt)
     if not sources:
         raise DeployToolError(
@@ -192,8 +236,11 @@ def export(
             ExitCode.BAD_INPUT,
         )
     check_settings(sources, mixed)
+    if per_turn is None and "original_answers" in parse_reasons("--keep", drop_flags[1]):
+        per_turn = False  # the dataset's own answers trained: only whole rows hold them
+    per_turn, why = choose_rows(sources, fmt, per_turn)
     if drop is None:  # the format's own: what its trainer would reject or mistrain
-        drop = effective_drop(fmt, per_turn)
+        drop = effective_drop(fmt, per_turn, *drop_flags)
     tallies: dict[str, DatasetTally] = {}
     seen: set[tuple[str, str]] = set()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -208,6 +255,7 @@ def export(
         tmp.unlink(missing_ok=True)
     manifest = out.with_name(out.name + ".manifest.json")
     body = _manifest(sources, tallies, fmt, drop, per_turn, mixed, out)
+    body["per_turn_why"] = why
     manifest.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
     return ExportResult(
         out,
@@ -217,6 +265,10 @@ def export(
         dropped=sum(sum(t.dropped.values()) for t in tallies.values()),
         datasets=body["datasets"],
         reads_as=body["reads_as"],
+        records=sum(t.records for t in tallies.values()),
+        per_turn=per_turn,
+        per_turn_why=why,
+        keeps={r: KEEP_FLAG[r] for r in drop if r in KEEP_FLAG},
     )
 
 

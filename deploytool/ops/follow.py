@@ -209,9 +209,9 @@ def watch(
                 if log:
                     for w in watches:
                         w.poll_status(now)
-                if once:
-                    return 0
                 code = exit_code([w.status for w in watches])
+                if once:
+                    return code or 0  # a job that has ended answers as the live view does
                 if code is not None:
                     view.finish(watches, clock())
                     return code

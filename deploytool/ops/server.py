@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Callable
@@ -82,9 +83,10 @@ def start(
                 details=c.log,
             )
         if clock() - last_note >= 15 or not last_note:
-            last_line = (c.log or [""])[-1][:100]
+            said = log_gist((c.log or [""])[-1])
             progress(
-                f"{conn.name}: loading {spec.model}: {elapsed:.0f}s of up to {spec.ready_timeout}s; {last_line}"
+                f"{conn.name}: loading {spec.model}: {elapsed:.0f}s of up to {spec.ready_timeout}s"
+                + (f" · {said}" if said else "")
             )
             last_note = clock()
         sleep(poll)
@@ -95,6 +97,21 @@ def start(
         smoke.model,
     )
     return started
+
+
+# vLLM's log prefix: `(APIServer pid=4242) INFO 12-02 00:45:21 [api_server.py:1234] `
+_LOG_PREFIX = re.compile(
+    r"^(\(\w+ pid=\d+\)\s*)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[\d-]+\s+[\d:.]+\s+(\[[^\]]*\]\s*)?"
+)
+GIST_CHARS = 90
+
+
+def log_gist(line: str) -> str:
+    """What a server log line says, without vLLM's prefix, cut whole at a word with an ellipsis."""
+    text = _LOG_PREFIX.sub("", line.strip()).strip()
+    if len(text) <= GIST_CHARS:
+        return text
+    return text[:GIST_CHARS].rsplit(" ", 1)[0] + " …"
 
 
 def stop(conn: Connector, grace: float = GRACE_S) -> ServerStopped:

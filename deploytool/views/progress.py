@@ -12,6 +12,8 @@ from rich.text import Text
 
 from remote.common.status import STALE_AFTER, JobStatus, ServerMetrics
 
+from .typed import say
+
 
 def fmt_tokens(n) -> str:
     n = float(n or 0)
@@ -152,6 +154,7 @@ def hints(st: JobStatus) -> list[str]:
                 "data-parallel rank behind it (its requests hang). `invoke server.status --host "
                 "<every host of the group>` names it; stop and start the group together"
             )
+            out[-1] = say(out[-1])
         m = e.metrics
         if not e.reachable or not m:
             continue
@@ -173,7 +176,8 @@ def notices(st: JobStatus) -> list[str]:
     """Things the user should act on that are not failures: prompt files replaced under a running job."""
     changed = [n for n, d in st.datasets.items() if d.prompts_changed]
     if changed and not st.terminal:
-        return [f"{', '.join(changed)}: prompts changed on the host; `invoke restart` to use them"]
+        text = f"{', '.join(changed)}: prompts changed on the host; `invoke restart` to use them"
+        return [say(text, st.host)]
     return []
 
 
@@ -207,7 +211,7 @@ def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
                 )
             )
     if sup.note:
-        out.append((sup.note, "yellow" if not sup.supervised else "dim"))
+        out.append((say(sup.note, st.host), "yellow" if not sup.supervised else "dim"))
     return out
 
 
@@ -223,11 +227,9 @@ def kept_line(st: JobStatus) -> str | None:
     """The unfinished answers' tokens kept for a restart, and what continuing them saved."""
     k = st.kept
     if not k.on:
-        return (
-            None
-            if st.terminal or not k.why_not
-            else f"restarts redo answers in flight: {k.why_not}"
-        )
+        # the stand-in has no tokens to keep: nothing a user could change, so nothing to say
+        quiet = st.terminal or not k.why_not or st.engine.kind == "simulate"
+        return None if quiet else f"restarts redo answers in flight: {k.why_not}"
     text = f"streaming {fmt_tokens(k.streamed_per_s)} tok/s · unfinished answers: {fmt_tokens(k.tokens)} tokens kept"
     if k.waiting:
         text += f" ({k.waiting} waiting to be continued)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from ..errors import DeployToolError
 from .progress import disk_line, endpoint_lines, gpu_line, hints, notices, recovery_lines
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
+from .typed import say
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,8 +32,19 @@ if TYPE_CHECKING:
 
     # a type only: deploy's tarfile and hashlib stay unimported for `status`
     from ..ops.deploy import DeployResult
+    from ..ops.export import ExportResult
 
-console = Console(highlight=False)
+
+def _console() -> Console:
+    out = Console(highlight=False)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        # piped or logged (`invoke status | cat`): each line whole, not folded at 80 columns
+        out = Console(highlight=False, width=PIPED_WIDTH, soft_wrap=True)
+    return out
+
+
+PIPED_WIDTH = 400
+console = _console()
 
 
 def _size(n: int) -> str:
@@ -45,6 +58,11 @@ def _size(n: int) -> str:
 def note(text: str, out: Console | None = None) -> None:
     """A progress line between results (rich markup allowed)."""
     (out or console).print(text)
+
+
+def plain_note(text: str, out: Console | None = None) -> None:
+    """A progress line that quotes something else (a log line): no markup, one line."""
+    (out or console).print(text, markup=False, soft_wrap=True)
 
 
 def trusted_key(host: str, key: str) -> None:
@@ -67,6 +85,19 @@ def rollback_result(r: RolledBack, out: Console | None = None) -> None:
     (out or console).print(f"[bold]{r.host}[/]: current -> {r.current} (was {r.previous})")
 
 
+LIST_AT_MOST = 12  # files a deploy lists one by one
+
+
+def _by_folder(paths: list[str]) -> str:
+    """`job.json, remote/ (57)`: counts by top-level folder, in first-seen order."""
+    counts: dict[str, int] = {}
+    for p in paths:
+        top, sep, _ = p.partition("/")
+        key = top + sep
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(k if not k.endswith("/") else f"{k} ({n})" for k, n in counts.items())
+
+
 def deploy_result(r: DeployResult, out: Console | None = None) -> None:
     out = out or console
     verb = "would deploy" if r.dry_run else "deployed"
@@ -82,6 +113,9 @@ def deploy_result(r: DeployResult, out: Console | None = None) -> None:
         ("removed", r.removed, "red"),
         ("prompts", r.prompts, "cyan"),
     ):
+        if len(items) > LIST_AT_MOST:  # a first deploy: every file; say where, not each one
+            out.print(f"  [{style}]{label:8}[/] {len(items)} files: {_by_folder(items)}")
+            continue
         for item in items:
             out.print(f"  [{style}]{label:8}[/] {item}")
     if r.prompts_in_use:
@@ -122,10 +156,20 @@ def hosts_table(
 def caps_table(caps: dict[str, CapRow], out: Console | None = None) -> None:
     if not caps:
         return
+    out = out or console
     t = Table("dataset", "done", "target", "state", box=None, pad_edge=False)
+    short = {}  # cap -> datasets whose file has fewer prompts than it
     for name, d in caps.items():
-        t.add_row(name, f"{d.done:,}", f"{d.target:,}", d.state)
-    (out or console).print(t)
+        clipped = d.cap is not None and d.cap > d.prompts and d.target == d.prompts
+        t.add_row(name, f"{d.done:,}", f"{d.target:,}" + ("*" if clipped else ""), d.state)
+        if clipped:
+            short.setdefault(d.cap, []).append(name)
+    out.print(t)
+    for cap, names in short.items():
+        out.print(
+            f"  * {', '.join(names)}: fewer prompts than the cap of {cap:,}: "
+            "the target is every prompt of the file"
+        )
 
 
 def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
@@ -177,7 +221,7 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
     alive = f" (pid {r.pid}, up {_eta(r.uptime_s)})" if r and r.alive else ""
     out.print(f"[bold]{s.host}[/]: {s.state}{alive}  release {s.current_release or 'none'}")
     if s.message:
-        out.print(f"  {escape(s.message)}")
+        out.print(f"  {escape(say(s.message, s.host))}")
     if s.datasets:
         t = Table(
             "dataset",
@@ -289,15 +333,31 @@ def bytes_progress(total: int, what: str):
         yield lambda n: bar.advance(task, n)
 
 
-def export_result(r, out: Console | None = None) -> None:
+def export_result(r: ExportResult, out: Console | None = None) -> None:
     out = out or console
-    out.print(f"[bold]{r.out}[/]: {r.rows:,} rows from {r.kept:,} records ({r.dropped:,} dropped)")
+    left = f", {r.dropped:,} rows left out (below)" if r.dropped else ""
+    out.print(
+        f"[bold]{escape(str(r.out))}[/]: {r.records:,} records read, {r.rows:,} rows written "
+        f"from {r.kept:,} of them{left}"
+    )
+    if r.per_turn_why:
+        out.print(
+            f"  one row per generated reply (per-turn): {r.per_turn_why}; "
+            "`--whole` for whole conversations, leaving those out",
+            markup=False,
+        )
     out.print(f"  manifest: {r.manifest}", markup=False)
     out.print(f"  read it with: {r.reads_as}", markup=False)
     for name, d in r.datasets.items():
-        dropped = ", ".join(f"{n:,} {why}" for why, n in d["dropped"].items()) or "none"
+        dropped = (
+            "; ".join(
+                f"{n:,} {why}" + (f" ({r.keeps[why]})" if why in r.keeps else "")
+                for why, n in d["dropped"].items()
+            )
+            or "none"
+        )
         out.print(
-            f"  {name}: kept {d['kept']:,} of {d['records']:,} ({d['rows']:,} rows), dropped {dropped}",
+            f"  {name}: {d['records']:,} records, {d['rows']:,} rows; left out: {dropped}",
             markup=False,
         )
 

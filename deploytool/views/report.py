@@ -52,7 +52,7 @@ def _axes(x_label: str, y_max: float, y_label: str) -> str:
 
 def throughput_chart(points: list, starts: list) -> str:
     if len(points) < 2:
-        return "<p class='sub'>Not enough history yet (one line a minute while the job runs).</p>"
+        return "<p class='sub'>Not enough records yet to draw a rate over time.</p>"
     t0 = min([points[0][0], *starts])  # a start just before the first minute line is still shown
     t1 = max(points[-1][0], t0 + 1)
     top = max(p[1] for p in points) or 1.0
@@ -72,7 +72,8 @@ def throughput_chart(points: list, starts: list) -> str:
     span = f"{fmt_duration(t1 - t0)} from {time.strftime('%Y-%m-%d %H:%M', time.localtime(t0))}"
     return _svg(
         _axes(span, top, "tok/s") + marks + f'<polyline class="line" points="{path}"/>',
-        "response tokens per second over the job's life; dashed: runner (re)starts",
+        "response tokens per second over the job's life (from when each record was written); "
+        "dashed: runner (re)starts",
     )
 
 
@@ -165,13 +166,17 @@ def page(data: ReportAnswer) -> str:
     )
     hist = data.history
     made = time.strftime("%Y-%m-%d %H:%M:%S")
+    if st.terminal or st.state == "starting":  # "now" is a rate of a job that runs
+        rate = f"{fmt_tokens(hist.mean_tps)} tok/s on average" if hist.mean_tps else "no rate yet"
+    else:
+        rate = f"{fmt_tokens(st.tokens_per_s)} tok/s now"
     restarts = restarts_table(data.restarts)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>deploytool report: {html.escape(host)}</title><style>{CSS}</style></head><body>
 <h1>{html.escape(host)}: {html.escape(st.state)}</h1>
-<p class="sub">Made {made} · {fmt_tokens(st.completion_tokens)} response tokens · {fmt_tokens(st.tokens_per_s)} tok/s
-now · {len(hist.starts)} runner start(s) · model {html.escape(st.engine.model or "?")}
+<p class="sub">Made {made} · {fmt_tokens(st.completion_tokens)} response tokens · {rate} ·
+{len(hist.starts)} runner start(s) · model {html.escape(st.engine.model or "?")}
 {(" · " + html.escape(st.message)) if st.message else ""}</p>
 <h2>Caps, records and tokens</h2>
 <table><tr><th>dataset</th><th>records</th><th>cap (target)</th><th>token budget</th><th>tokens</th>

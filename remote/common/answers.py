@@ -50,6 +50,8 @@ class CapRow:
     done: int = 0
     target: int = 0
     state: str = ""
+    prompts: int = 0  # prompts in the dataset's file
+    cap: int | None = None  # the cap asked for (None: every prompt)
 
 
 @dataclass
@@ -292,8 +294,10 @@ class ReportDataset:
 
 @dataclass
 class ReportHistory:
-    points: list[list[float]] = field(default_factory=list)  # [time, tokens/s], one a minute
+    points: list[list[float]] = field(default_factory=list)  # [bin middle, tokens/s] from records
     starts: list[float] = field(default_factory=list)  # runner starts
+    bin_s: float = 0.0  # seconds each point sums
+    mean_tps: float | None = None  # response tokens / seconds from first record to last
 
 
 @dataclass

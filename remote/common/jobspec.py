@@ -25,6 +25,7 @@ NOTIFY_EVENTS = (
     "engine_up",
 )
 NOTIFY_DEFAULT = NOTIFY_EVENTS[:-1]  # engine_up only when asked for
+NOTIFY_TIMEOUT_S = 60.0  # a notify command still running after this is killed
 WATCH_TOKEN_ENV = (
     "DEPLOYTOOL_WATCH_TOKEN"  # the watcher's: found by it and its start time, never a name
 )

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .jobspec import JOB_TOKEN_ENV, NOTIFY_DEFAULT
+from .jobspec import JOB_TOKEN_ENV, NOTIFY_DEFAULT, NOTIFY_TIMEOUT_S
 
 
 class Notifier:
@@ -21,7 +21,7 @@ class Notifier:
         cfg = cfg or {}
         self.command: str | None = cfg.get("command")
         self.on = set(cfg.get("on") or NOTIFY_DEFAULT)
-        self.timeout = float(cfg.get("timeout", 60))
+        self.timeout = float(cfg.get("timeout", NOTIFY_TIMEOUT_S))
         self.remote_dir = remote_dir
         self.log = log
         self.sent: list[str] = []  # events sent in this run, in order

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-PROTOCOL = 2  # the envelope's version: a host of another release says so instead of misreading
+PROTOCOL = 3  # the envelope's version: a host of another release says so instead of misreading
 
 # ------------------------------------------------------------------ faults
 

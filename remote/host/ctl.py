@@ -43,8 +43,11 @@ def send_control(paths: Paths, token: str | None, **request) -> int:
     return seq
 
 
-def caps_summary(st: JobStatus) -> dict[str, CapRow]:
-    return {n: CapRow(d.done, d.target, d.state) for n, d in st.datasets.items()}
+def caps_summary(st: JobStatus, caps: Caps) -> dict[str, CapRow]:
+    return {
+        n: CapRow(d.done, d.target, d.state, d.prompts, caps.target(n))
+        for n, d in st.datasets.items()
+    }
 
 
 # ------------------------------------------------------------------ stopping
@@ -161,7 +164,7 @@ def start(paths: Paths, a: CtlStart, rel: Path | None = None) -> RestartAnswer:
         token=token,
         release=str(rel),
         state=st.state,
-        caps=caps_summary(st),
+        caps=caps_summary(st, a.caps()),
         gpu=gpu_report,
     )
 
@@ -216,7 +219,7 @@ def restart(paths: Paths, a: CtlRestart) -> RestartAnswer:
             mode="live",
             pid=rec["pid"],
             state=st.state,
-            caps=caps_summary(st),
+            caps=caps_summary(st, caps),
             reloaded=st.reloaded,
         )
     stopped = stop(paths, CtlStop(a.grace, a.drain, a.drain_timeout))

@@ -61,7 +61,7 @@ def why_not_keep(job) -> str | None:
     """Why unfinished answers' tokens are not kept (a restart asks them again from their first
     token), and what would keep them; None: they are kept."""
     if job.engine.kind != "openai":
-        return "the simulate engine makes no tokens"
+        return "the simulate engine is a stand-in without token ids"
     if not job.extra_body.get("return_token_ids"):
         return "set job.extra_body.return_token_ids: true (vLLM) to keep them"
     if not job.engine.stream:

@@ -25,13 +25,29 @@ _HEAD = re.compile(
     rb'"finish_reason": ("[^"]*"|null), "usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)'
 )
 BINS = 40
-MAX_HISTORY_POINTS = 2000
 LAST_ERRORS = 5
 
 
-def scan_outputs(path: Path) -> tuple[list[int], collections.Counter]:
-    """Response lengths and finish_reason counts of every record (heads only: no conversation is parsed)."""
+_CREATED = re.compile(rb'"created": (\d+)')
+SERIES_POINTS = 60  # the throughput chart's points (fewer for a job shorter than a minute)
+SERIES_MIN_BIN_S = 1.0  # `created` is in whole seconds
+
+
+def _created(line: bytes) -> int | None:
+    """A record's `created`, found from the line's end: it follows the conversation, and only the
+    token ids and the continuation count come after it."""
+    at = line.rfind(b'"created": ')
+    m = _CREATED.match(line, at) if at >= 0 else None
+    return int(m.group(1)) if m else None
+
+
+def scan_outputs(
+    path: Path, made: collections.Counter | None = None
+) -> tuple[list[int], collections.Counter]:
+    """Response lengths and finish_reason counts of every record (heads only: no conversation is
+    parsed); `made` gets each record's response tokens at the second it was written."""
     lengths, finish = [], collections.Counter()
+    made = collections.Counter() if made is None else made
     try:
         with open(path, "rb") as f:
             for line in f:
@@ -41,14 +57,36 @@ def scan_outputs(path: Path) -> tuple[list[int], collections.Counter]:
                         rec = json.loads(line)
                     except ValueError:
                         continue  # a torn last line
-                    lengths.append(int((rec.get("usage") or {}).get("completion_tokens") or 0))
+                    n = int((rec.get("usage") or {}).get("completion_tokens") or 0)
+                    lengths.append(n)
                     finish[str(rec.get("finish_reason"))] += 1
+                    if isinstance(rec.get("created"), int):
+                        made[rec["created"]] += n
                     continue
-                lengths.append(int(m.group(2)))
+                n = int(m.group(2))
+                lengths.append(n)
                 finish[json.loads(m.group(1)) or "None"] += 1
+                t = _created(line)
+                if t is not None:
+                    made[t] += n
     except FileNotFoundError:
         pass
     return lengths, finish
+
+
+def throughput(made: collections.Counter) -> tuple[list[list[float]], float, float | None]:
+    """Response tokens per second over the job's life, measured from the records themselves (when
+    each was written, and its tokens): (points [bin middle, tok/s], bin seconds, the mean tok/s
+    over the whole span). A job of a few seconds still has a line."""
+    if not made:
+        return [], 0.0, None
+    t0, t1 = min(made), max(made) + 1
+    width = max(SERIES_MIN_BIN_S, (t1 - t0) / SERIES_POINTS)
+    bins = [0] * (int((t1 - t0) // width) + 1)
+    for t, n in made.items():
+        bins[int((t - t0) // width)] += n
+    points = [[t0 + (i + 0.5) * width, n / width] for i, n in enumerate(bins)]
+    return points, width, sum(made.values()) / (t1 - t0)
 
 
 def histogram(values: list[int], top: int) -> Histogram:
@@ -104,8 +142,9 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
     max_tokens = int((job.sampling if job else {}).get("max_tokens") or 0) or None
     names = job.dataset_names() if job else list(st.datasets)
     datasets = {}
+    made: collections.Counter = collections.Counter()
     for name in names:
-        lengths, finish = scan_outputs(paths.output(name))
+        lengths, finish = scan_outputs(paths.output(name), made)
         n_err, last = errors(paths.errors(name))
         top = max(max_tokens or 0, max(lengths, default=0))
         d = st.datasets.get(name)
@@ -130,12 +169,11 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
         for e in jsonl(paths.recover_log)[-MAX_RESTARTS:]
     ]
     starts = [x["t"] for x in lines if "start" in x]
-    points = [[x["t"], x.get("tps", 0)] for x in lines if "start" not in x]
-    step = max(1, len(points) // MAX_HISTORY_POINTS)
+    points, width, mean = throughput(made)
     return ReportAnswer(
         status=st,
         max_tokens=max_tokens,
         datasets=datasets,
-        history=ReportHistory(points[::step], starts),
+        history=ReportHistory(points, starts, width, mean),
         restarts=restarts,
     )

@@ -106,8 +106,12 @@ def test_specforge_and_speculators_train_exactly_the_generated_tokens(
     assert all(t["token_ids"] for r in recs["MT"] for t in r["turns"])
     sources = [Source("h", ds, outputs(main) / f"{ds}.jsonl", {"model": "tiny"}) for ds in datasets]
     work = tmp_path / "work"
-    whole = export(sources, work / "specforge.jsonl", fmt="specforge")
+    whole = export(sources, work / "specforge.jsonl", fmt="specforge", per_turn=False)
     per_turn = export(sources, work / "per_turn.jsonl", fmt="specforge", per_turn=True)
+    # the default: HL holds the dataset's own answers, so the export takes per-turn rows itself
+    default = export(sources, work / "default.jsonl", fmt="specforge")
+    assert default.per_turn and default.rows == per_turn.rows
+    assert (work / "default.jsonl").read_text() == (work / "per_turn.jsonl").read_text()
     pre = export(sources, work / "speculators.jsonl", fmt="speculators")
 
     # what was left out, and why: the dataset's own answers never in a whole row; the system
@@ -144,7 +148,7 @@ def test_specforge_and_speculators_train_exactly_the_generated_tokens(
     )
     assert res.returncode == 0, res.stderr[-4000:]
     read = json.loads((work / "read.json").read_text())
-    # the README's SpecForge run config is one SpecForge 0.2.0 accepts, reading our file pre-tokenized
+    # the docs' SpecForge run config is one SpecForge 0.2.0 accepts, reading our file pre-tokenized
     assert read.pop("readme_config") == {"prompts_path": "train.jsonl", "mode": "online"}
 
     def want(path: Path, per_reply: bool) -> list[tuple]:

@@ -9,10 +9,10 @@ WORK_DIR holds the exports: specforge.jsonl (whole conversations), per_turn.json
 speculators.jsonl (pre-tokenized rows). The readers:
 - SpecForge's dataset builder (`build_eagle3_dataset`, its ThinkingParser) on the conversations, with
   a registered thinking template whose markers are the tiny model's, and `train_only_last_turn` for
-  the per-turn file, as the README tells users;
+  the per-turn file, as docs/training-file.md tells users;
 - SpecForge's prompt builder (`prepare_prompt_tasks`, `data.prompts_path`) on the pre-tokenized rows;
 - `speculators prepare-data` on the pre-tokenized rows, then the Arrow dataset it saved;
-- SpecForge's config schema on the README's run config (`readme_config`).
+- SpecForge's config schema on the run config of docs/training-file.md (`readme_config`).
 """
 
 from __future__ import annotations
@@ -55,13 +55,16 @@ def specforge_builder(tok, path: Path, last_only: bool) -> list[dict]:
     return rows(built)
 
 
+RECIPES = Path(__file__).resolve().parents[2] / "docs" / "training-file.md"
+
+
 def readme_config() -> dict:
-    """The README's SpecForge run config, as SpecForge 0.2.0's own schema validates it."""
+    """The docs' SpecForge run config (docs/training-file.md), as SpecForge 0.2.0's own schema
+    validates it."""
     import yaml
     from specforge.config.schema import Config
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = re.search(r"cat > run.yaml <<'YAML'\n(.*?)\nYAML\n", readme, re.S)
+    block = re.search(r"cat > run.yaml <<'YAML'\n(.*?)\nYAML\n", RECIPES.read_text(), re.S)
     cfg = Config.model_validate(yaml.safe_load(block.group(1)))
     return {"prompts_path": cfg.data.prompts_path, "mode": cfg.mode}
 

@@ -1,0 +1,110 @@
+"""A mistyped command line is bad input: one line that says what was meant, and exit status 2.
+
+invoke's parser answers `No idea what '--max-sample' is!` with status 1, and a flag value of the
+wrong type (`--grace abc`) with a traceback. Both programs that run our tasks — invoke itself (from
+the repository's tasks.py) and the `deploytool` console script — parse through
+`Program.parse_tasks`; wrapping it turns those into the same one-line answer a config typo gets.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from invoke import Exit, Program
+from invoke.exceptions import ParseError
+from invoke.parser import ParseMachine
+
+from .errors import ExitCode
+
+_UNKNOWN = re.compile(r"^No idea what '(.*)' is!$")
+_NO_VALUE = re.compile(r"^Flag <Argument: (\w+)> needed value")
+
+
+def _suggest(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def explain(e: Exception, binary: str, task_names) -> str:
+    """The one line for a parse failure (without the `error: ` prefix)."""
+    context = getattr(e, "context", None)
+    task = context.name if context is not None else None
+    message = str(e)
+    unknown = _UNKNOWN.match(message)
+    if unknown:
+        token = unknown.group(1)
+        if token.startswith("-") and task:
+            flags = [f for f in context.flags if f.startswith("--")]
+            return (
+                f"{task} has no flag {token}{_suggest(token, flags)}; "
+                f"`{binary} {task} --help` lists them"
+            )
+        if token.startswith("-"):
+            return f"no option {token}; `{binary} --help` lists them"
+        names = [repr(n) for n in task_names]
+        if task and not _suggest(repr(token), names):
+            return (
+                f"{task} takes no argument {token!r} (a value goes after its flag); "
+                f"`{binary} {task} --help` lists them"
+            )
+        return (
+            f"no task named {token!r}{_suggest(repr(token), names)}; `{binary} --list` lists them"
+        )
+    no_value = _NO_VALUE.match(message)
+    if no_value:
+        where = f"{task} " if task else ""
+        return f"{where}{_flag(no_value.group(1))}: needs a value"
+    return message
+
+
+def _machine(tb) -> tuple[ParseMachine | None, object]:
+    """The parser's state machine from a traceback (it knows which flag was being read), and the
+    value it was given."""
+    found, value = None, None
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        if isinstance(local.get("self"), ParseMachine):
+            found, value = local["self"], local.get("value", value)
+        tb = tb.tb_next
+    return found, value
+
+
+def _bad_value(e: ValueError) -> str:
+    machine, value = _machine(e.__traceback__)
+    if machine is None or machine.flag is None:
+        raise e
+    task = machine.context.name if machine.context is not None else None
+    kind = {int: "a whole number", float: "a number"}.get(machine.flag.kind, "another value")
+    where = f"{task} " if task else ""
+    return f"{where}{_flag(machine.flag.name)}: expected {kind}, got {value!r}"
+
+
+def parse_tasks(program: Program, parse) -> None:
+    """Run invoke's task parsing; a failure is an Exit with the one line and status 2."""
+    binary = program.called_as or program.binary or "invoke"
+    try:
+        parse()
+    except ParseError as e:
+        names = program.collection.task_names if program.collection else {}
+        line = explain(e, binary, [*names, *(a for al in names.values() for a in al)])
+        raise Exit(f"error: {line}", ExitCode.BAD_INPUT) from None
+    except ValueError as e:
+        raise Exit(f"error: {_bad_value(e)}", ExitCode.BAD_INPUT) from None
+
+
+def install(program_class: type[Program] = Program) -> None:
+    """Make `program_class` (invoke's own, by default) answer a mistyped command line this way."""
+    original = program_class.parse_tasks
+    if getattr(original, "answers_bad_input", False):
+        return
+
+    def wrapped(self):
+        parse_tasks(self, lambda: original(self))
+
+    wrapped.answers_bad_input = True
+    program_class.parse_tasks = wrapped

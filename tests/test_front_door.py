@@ -1,0 +1,118 @@
+"""The front door, typed as a user types it: the venv's `invoke` as a subprocess, cwd the repository
+root (whose tasks.py hands invoke the collection), on the built-in `local` host and on a host over the
+real sshd. deploy, restart with a cap, tail to the end, a restart that raises the cap, status, stop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, piped_env, record_ids, records, ssh_host_entry, write_prompts
+
+INVOKE = str(Path(sys.executable).with_name("invoke"))
+DATASETS = ("B1", "B2")
+
+
+def typed(line: str, config: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """One command line exactly as the README types it, from the repository root; the only thing
+    the test adds is which hosts.yaml to read (never the developer's own)."""
+    args = line.split()
+    assert args[0] == "invoke"
+    env = dict(piped_env(), DEPLOYTOOL_CONFIG=str(config))
+    return subprocess.run(
+        [INVOKE, *args[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def ok(line: str, config: Path, timeout: float = 120) -> str:
+    res = typed(line, config, timeout)
+    assert res.returncode == 0, f"`{line}` exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
+    assert "Traceback" not in res.stderr, res.stderr
+    return res.stdout
+
+
+def _config(tmp_path: Path, host: dict, engine: dict) -> Path:
+    for ds in DATASETS:
+        write_prompts(tmp_path / "data" / "prompts" / f"{ds}.jsonl", 12, ds)
+    data = {
+        "default_host": "gpu",
+        "hosts": {"gpu": host},
+        "job": {
+            "datasets": {
+                ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in DATASETS
+            },
+            "engine": engine,
+            "sampling": {"max_tokens": 256, "temperature": 1.0},
+        },
+        "recover": False,
+    }
+    path = tmp_path / "hosts.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(params=["local", "ssh"])
+def front_door(request, tmp_path):
+    """(hosts.yaml, the host's remote_dir) for a `local` host and for one over the test sshd."""
+    root = tmp_path / "host"
+    if request.param == "local":
+        host = {"connect": "local", "remote_dir": str(root)}
+        engine = {"kind": "simulate", "concurrency": 4, "tokens_per_s": 200_000}
+    else:
+        rig = request.getfixturevalue("ssh_rig")
+        srv = request.getfixturevalue("openai_server")(tokens=40)
+        host = ssh_host_entry(rig, root)
+        engine = {"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 4}
+    config = _config(tmp_path, host, engine)
+    yield config, root
+    typed("invoke stop --grace 0", config)
+
+
+def test_invoke_lists_the_tasks_from_the_repository_root(tmp_path):
+    out = ok("invoke --list", tmp_path / "unused.yaml")
+    for name in ("deploy", "restart", "tail", "status", "stop", "export", "server.start"):
+        assert f"  {name} " in out, out
+
+
+def test_the_design_card_as_typed(front_door):
+    config, root = front_door
+    assert "deployed release" in ok("invoke deploy", config)
+
+    out = ok("invoke restart --max-samples 5", config)
+    assert "started runner" in out
+    assert "finished" in ok("invoke tail", config).splitlines()[-1]
+    first = {ds: records(root, ds) for ds in DATASETS}
+    assert {ds: len(r) for ds, r in first.items()} == {"B1": 5, "B2": 5}
+
+    ok("invoke restart --max-samples 9", config)
+    assert "finished" in ok("invoke tail", config).splitlines()[-1]
+    for ds in DATASETS:
+        ids = record_ids(root, ds)
+        assert len(ids) == len(set(ids)) == 9, ids  # exactly once
+        assert sorted(ids) == [f"{ds}-{i:06d}" for i in range(9)]  # the first nine of the file
+        assert records(root, ds)[:5] == first[ds]  # the first five kept as they were, not redone
+
+    status = ok("invoke status", config)
+    assert "finished" in status and "9" in status
+    ok("invoke stop", config)
+    state = json.loads((root / "run" / "status.json").read_text())
+    assert state["datasets"]["B1"]["done"] == 9
+
+
+def test_a_mistyped_task_or_flag_is_bad_input_with_a_suggestion(tmp_path):
+    res = typed("invoke restart --max-sample 40", tmp_path / "unused.yaml")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: restart has no flag --max-sample (did you mean --max-samples?); "
+        "`invoke restart --help` lists them"
+    ]
+    res = typed("invoke statuss", tmp_path / "unused.yaml")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: no task named 'statuss' (did you mean 'status'?); `invoke --list` lists them"
+    ]

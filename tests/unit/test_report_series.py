@@ -1,0 +1,44 @@
+"""The report's tokens-per-second series, measured from the records (remote/job/report.py)."""
+
+import collections
+import json
+
+from remote.job.report import _created, scan_outputs, throughput
+
+
+def test_created_is_read_from_the_line_end_past_a_prompt_that_names_it():
+    rec = {
+        "id": "B1-0",
+        "finish_reason": "stop",
+        "usage": {"prompt_tokens": 3, "completion_tokens": 7},
+        "conversations": [{"role": "user", "content": '"created": 5', "created": 6}],
+        "created": 1_764_500_123,
+        "token_ids": [1, 2, 3],
+    }
+    assert _created(json.dumps(rec).encode()) == 1_764_500_123
+
+
+def test_a_job_of_half_a_minute_has_a_line_and_an_average(tmp_path):
+    path = tmp_path / "B1.jsonl"
+    with open(path, "w") as f:
+        for i in range(30):  # 100 tokens a second for 30 s
+            usage = {"prompt_tokens": 1, "completion_tokens": 100}
+            rec = {"id": i, "finish_reason": "stop", "usage": usage, "conversations": []}
+            f.write(json.dumps({**rec, "created": 1_000 + i}) + "\n")
+    made = collections.Counter()
+    lengths, finish = scan_outputs(path, made)
+    assert lengths == [100] * 30 and finish == {"stop": 30}
+    points, width, mean = throughput(made)
+    assert width == 1.0 and len(points) == 31  # 30 s in 1 s bins (and the edge of the last)
+    assert points[0] == [1_000.5, 100.0] and mean == 100.0
+
+
+def test_nothing_written_has_no_series():
+    assert throughput(collections.Counter()) == ([], 0.0, None)
+
+
+def test_a_long_job_is_drawn_in_sixty_points_that_add_up():
+    made = collections.Counter({t: 10 for t in range(0, 20 * 3600, 7)})
+    points, width, mean = throughput(made)
+    assert 60 <= len(points) <= 61 and width == (max(made) + 1) / 60
+    assert abs(sum(p[1] for p in points) * width - sum(made.values())) < 1e-6
