@@ -21,13 +21,19 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
         control     run/control.json (live re-cap, drain, grace), the stop state, housekeeping
                     clocks; telemetry (/metrics, GPUs);
         alerts      stalled / engine_down -> notify; status_builder (pure); rates (one window)
-        engine (openai | simulate), pool (servers), prompts, outputs, history, plan, report,
+        engine (openai; engine_kinds picks it or the simulate stand-in), pool (servers), prompts,
+        outputs, history, plan, report,
         watched (run/watch.json as the runner reads it)
-    host/     process control on the host
-        ctl (start/stop/restart/status), strays, kill, gpu, server (vLLM), smoke, release and
-        preflight (both sent by deploytool as source, so they import nothing of this package);
-        watch (the watcher process), keepers (its per-process decisions), intent (run/supervise.json:
-        what should run), supervised (after a command), boot (recover.on_boot's systemd unit)
+    host/     process control on the host, in floors (every import points down):
+        facts       kill, gpu, strays (finding runners), engines (a server's engine processes),
+                    intent (run/supervise.json: what should run), boot (recover.on_boot's systemd
+                    unit), release and preflight (sent by deploytool as source: they import nothing
+                    of this package)
+        processes   runner_process (start, stop, re-cap the runner), server (start, check, stop
+                    vLLM), smoke: the mechanism the watcher and the commands share
+        watcher     keepers (its per-process decisions), watch (the watcher process)
+        commands    ctl (start/restart/stop/files), server_commands (start/smoke/stop): record
+                    intent, then keep a watcher (supervised); jobstate (`ctl status`, only looks)
 
     deploytool -> remote.common <- remote.job
                                 <- remote.host      (job and host never import each other)

@@ -28,10 +28,10 @@ HANDLERS: dict[type[Request], str] = {
     P.CtlFiles: "remote.host.ctl:files_command",
     P.CtlPlan: "remote.job.plan:answer",  # reads the job's outputs: the job's room
     P.CtlReport: "remote.job.report:gather",
-    P.ServerStart: "remote.host.server:start_command",
+    P.ServerStart: "remote.host.server_commands:start_command",
     P.ServerCheck: "remote.host.server:check",
-    P.ServerSmoke: "remote.host.server:smoke_command",
-    P.ServerStop: "remote.host.server:stop_command",
+    P.ServerSmoke: "remote.host.server_commands:smoke_command",
+    P.ServerStop: "remote.host.server_commands:stop_command",
     P.ServerStatus: "remote.host.server:status",
 }
 

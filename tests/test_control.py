@@ -68,7 +68,7 @@ def flags(cfg, **kw):
 
 def runners_of(root: Path) -> list[int]:
     from remote.common.jobspec import Paths
-    from remote.host.ctl import stray_runners
+    from remote.host.strays import stray_runners
 
     return stray_runners(Paths(root), set())
 

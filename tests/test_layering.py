@@ -9,6 +9,9 @@ the package (deploytool sends them as source to hosts where nothing is deployed 
 deploytool: commands, tasks, program, usage (the entry) wire the rooms; ops (what is done on hosts) may
 use connectors and config; connectors use config; views (what is shown) use only other views;
 config uses only errors. A name imported for a type hint only (`if TYPE_CHECKING:`) is no import.
+
+remote/host in floors (HOST_FLOORS): facts, the managed processes, the watcher, the commands; and
+no import circle anywhere, imports inside functions included.
 """
 
 from __future__ import annotations
@@ -140,3 +143,100 @@ def sizes() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
 def test_no_module_over_400_lines_and_no_function_over_60():
     modules, functions = sizes()
     assert modules == [] and functions == [], "split them: one room, one job each"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(paths: list[Path], sources: dict[str, str] | None = None) -> dict[str, set[str]]:
+    """module -> the modules of ours it imports, at the top or inside a function."""
+    names = {module_name(p): p for p in paths}
+    graph = {}
+    for name, path in names.items():
+        found = imports(path, (sources or {}).get(name))
+        graph[name] = {m for m in found if m in names and m != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that import each other round (Tarjan's strongly connected parts)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_function_level_imports_included():
+    graph = import_graph(files("remote") + files("deploytool"))
+    assert circles(graph) == []
+
+
+def test_the_circle_check_sees_one():
+    a, b = REPO / "remote" / "host" / "a.py", REPO / "remote" / "host" / "b.py"
+    graph = import_graph(
+        [a, b],
+        {"remote.host.a": "from . import b\n", "remote.host.b": "def f():\n    from .a import x\n"},
+    )
+    assert circles(graph) == [["remote.host.a", "remote.host.b"]]
+
+
+# remote/host from the bottom: facts of the machine, then one module per managed process (start,
+# stop, check), then the watcher that keeps them, then the commands that record intent on top.
+# Every arrow points down (or along a floor): the watcher uses the mechanism, never a command.
+HOST_FLOORS = [
+    {"kill", "gpu", "strays", "engines", "intent", "boot", "preflight", "release"},
+    {"runner_process", "server", "smoke"},
+    {"keepers", "watch"},
+    {"ctl", "server_commands", "supervised", "jobstate"},
+]
+
+
+def host_floor(name: str) -> int:
+    return next(i for i, floor in enumerate(HOST_FLOORS) if name in floor)
+
+
+@pytest.mark.parametrize("path", files("remote/host"), ids=rel)
+def test_host_imports_point_down(path):
+    if path.stem == "__init__":
+        return
+    assert any(path.stem in floor for floor in HOST_FLOORS), f"{rel(path)}: on no floor"
+    mine = host_floor(path.stem)
+    up = [
+        m
+        for m in imports(path)
+        if m.startswith("remote.host.") and host_floor(m.split(".")[2]) > mine
+    ]
+    assert not up, f"{rel(path)} (floor {mine}) imports a floor above it: {up}"
+
+
+def test_the_floor_check_sees_an_arrow_up():
+    keepers = REPO / "remote" / "host" / "keepers.py"
+    found = imports(keepers, "def _start():\n    from . import ctl\n")
+    assert [m for m in found if host_floor(m.split(".")[2]) > host_floor("keepers")] == [
+        "remote.host.ctl"
+    ]

@@ -250,7 +250,8 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
         health = "reachable" if eng.reachable else f"UNREACHABLE ({eng.last_error})"
         out.print(
             f"  total {_tok(s.completion_tokens)} tokens, {_tok(s.tokens_per_s)} tok/s, "
-            f"ETA {_eta(s.eta_s)}; engine {eng.kind} {health}; errors {s.errors}"
+            f"ETA {'-' if s.terminal else _eta(s.eta_s)}; engine {eng.kind} {health}; "
+            f"errors {s.errors}"
             f"{'; STALLED' if s.stalled else ''}",
             markup=False,
         )
@@ -297,7 +298,7 @@ def plan_result(r: PlanAnswer, out: Console | None = None) -> None:
         "  basis: measured mean of the records on the host (50 or more), else est_tokens from hosts.yaml"
     )
     if any(d.fewer_prompts_than_cap for d in r.datasets.values()):
-        out.print("  * the dataset has fewer prompts than the cap: all of them are done")
+        out.print("  * the dataset has fewer prompts than the cap: its target is every prompt it has")
     if r.tokens_per_s:
         total = sum(d.tokens_todo for d in r.datasets.values())
         out.print(

@@ -7,17 +7,11 @@ from __future__ import annotations
 import os
 import time
 
-from ..common import procinfo
 from ..common.jobspec import Paths
 from ..common.protocol import CtlStatus
 from ..common.status import RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
 from . import watch
-from .strays import stray_runners
-
-
-def managed_runner(paths: Paths) -> dict | None:
-    """The pid file's runner if that process is still the one that wrote it."""
-    return procinfo.live_record(paths.pidfile)
+from .strays import managed_runner, stray_runners
 
 
 def status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:

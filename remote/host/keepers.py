@@ -30,7 +30,8 @@ from ..common.status import (
     ProcessWatch,
 )
 from ..common.wire import HostFault
-from . import engines, intent, kill, server
+from . import engines, intent, kill, runner_process, server
+from .smoke import smoke
 
 START_WAIT_S = 120.0  # a runner it starts again has this long to report running
 _WHY_LINE = re.compile(r"error|exception|traceback|killed|fatal|illegal|out of memory|xid", re.I)
@@ -255,8 +256,6 @@ class ServerKeeper(Keeper):
         if c.headless and c.elapsed_s < engines.SETTLED_S:
             return
         if not c.headless:
-            from .smoke import smoke
-
             try:
                 smoke(self.paths, spec.get("model", "default"))
             except server.ServerError as e:
@@ -268,8 +267,6 @@ class ServerKeeper(Keeper):
 
     def _give_up(self, cause: str, lines: list[str]) -> None:
         """Nothing is started again, nothing of the server stays on the GPUs, the job fails."""
-        from . import ctl
-
         with_lines = cause + (": " + " | ".join(lines[-3:]) if lines else "")
         why = (
             f"the server died again after {self.spec.max_restarts} restarts within "
@@ -279,7 +276,7 @@ class ServerKeeper(Keeper):
             self.paths, server={"wanted": False, "why": why}, runner={"wanted": False, "why": why}
         )
         server.wait_gpu_free(self.dead_pids, GPU_WAIT_S)
-        ctl.stop(self.paths, CtlStop(grace=10.0))
+        runner_process.stop(self.paths, CtlStop(grace=10.0))
         fail_job(self.paths, why)
         self.tell("failed", f"failed: {why}")
 
@@ -318,16 +315,14 @@ class RunnerKeeper(Keeper):
             self._give_up(cause)
 
     def _start(self, now: float, want: dict) -> None:
-        from . import ctl
-
-        if ctl.managed_runner(self.paths):  # started meanwhile (`invoke restart`)
+        if runner_process.managed_runner(self.paths):  # started meanwhile (`invoke restart`)
             self.w.state, self.w.next_try_at = WATCHING, None
             return
         self.w.attempt = self.budget.restarting(now)
         try:  # flags it cannot read are a start that failed: counted, said, never a crash
             flags = RunArgs.from_argv(list(want.get("argv") or []))
             a = CtlStart(**vars(flags), wait=START_WAIT_S)
-            ctl.start(self.paths, a, rel=(self.paths.root / "current").resolve())
+            runner_process.start(self.paths, a, rel=(self.paths.root / "current").resolve())
         except HostFault as e:
             lines = e.fault.log
             if not self._died(now, f"could not start: {e}", lines):

@@ -1,4 +1,5 @@
-"""The long-lived vLLM OpenAI-compatible server: `python -m remote server start|check|smoke|stop|status`.
+"""The long-lived vLLM OpenAI-compatible server as a process: start, check, stop, status. What the
+`server` commands (server_commands) and the watcher both use; it records no intent.
 
 Started detached like the runner (own session, pid file with start time and a token, log in
 logs/server.log), so a job restart never reloads the weights. Readiness is polled by the caller with
@@ -25,13 +26,12 @@ from ..common.answers import (
     ServerStarted,
     ServerState,
     ServerStopped,
-    SmokeAnswer,
 )
 from ..common.jobspec import SERVER_TOKEN_ENV, Paths, release_dir, write_json_atomic
-from ..common.protocol import ServerCheck, ServerSmoke, ServerStart, ServerStatus, ServerStop
+from ..common.protocol import ServerCheck, ServerStatus, ServerStop
 from ..common.status import ServerMetrics
 from ..common.wire import HostFault
-from . import engines, gpu, intent, kill
+from . import engines, gpu, kill
 
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
@@ -289,29 +289,3 @@ def status(paths: Paths, req: ServerStatus | None = None) -> ServerState:
             generation_tokens_per_s=rate,
         )
     return out
-
-
-def smoke_command(paths: Paths, req: ServerSmoke) -> SmokeAnswer:
-    from .smoke import smoke
-
-    return smoke(paths, req.spec.get("model", "default"))
-
-
-def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
-    from . import supervised
-
-    with intent.locked(paths):  # the watcher acts between commands, never during one
-        out = start(paths, req.spec)
-        intent.change(
-            paths,
-            recover=supervised.recover_arg(req),
-            server={"wanted": True, "spec": req.spec},
-        )
-    out.watcher = supervised.after(paths)
-    return out
-
-
-def stop_command(paths: Paths, req: ServerStop) -> ServerStopped:
-    from . import supervised
-
-    return supervised.stop_wanted(paths, "server", lambda: stop(paths, req))

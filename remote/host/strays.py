@@ -1,5 +1,6 @@
-"""Runners of this remote_dir without a valid pid file (started by hand, pid file lost): found by
-their command line *and* a working directory or --root inside the remote_dir, never by name alone."""
+"""Finding this remote_dir's runners: the managed one by its pid file (pid + start time + token),
+and those without a valid pid file (started by hand, pid file lost) by their command line *and* a
+working directory or --root inside the remote_dir, never by name alone."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from pathlib import Path
 
 from ..common import procinfo
 from ..common.jobspec import Paths
+
+
+def managed_runner(paths: Paths) -> dict | None:
+    """The pid file's runner if that process is still the one that wrote it."""
+    return procinfo.live_record(paths.pidfile)
 
 
 def _looks_like_runner(argv: list[str]) -> bool:

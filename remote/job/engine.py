@@ -104,7 +104,7 @@ def parse_reply(data, fallback_model: str) -> Completion:
 
 class Engine:
     """What the runner asks of an engine (the declared interface: the dispatcher, the pool's probes
-    and the telemetry use nothing else). Used as `async with make_engine(job) as engine`."""
+    and the telemetry use nothing else). Used as `async with make_engine(job) as engine` (engine_kinds)."""
 
     model: str  # what records say made them
     base_urls: list[str]  # the servers requests go to (the pool's endpoints)
@@ -372,17 +372,6 @@ def _error_text(body: str) -> str:
         return msg if isinstance(msg, str) and msg else body
     except ValueError:
         return body
-
-
-def make_engine(job) -> Engine:
-    kind = job.engine.kind
-    if kind == "simulate":
-        from .simulate import SimulateEngine
-
-        return SimulateEngine(job)
-    if kind == "openai":
-        return OpenAIEngine(job)
-    raise ValueError(f"unknown engine kind {kind!r}")
 
 
 def backoff(attempt: int, base: float, cap: float = 60.0) -> float:

@@ -33,7 +33,7 @@ from .alerts import AlertWatcher
 from .control import ControlWatcher, Every, StopState
 from .datasets import BadInput, DatasetRun
 from .dispatcher import Dispatcher
-from .engine import make_engine
+from .engine_kinds import make_engine
 from .history import History
 from .pool import Pool
 from .process import LockHeld, Log, acquire_lock, write_pidfile

@@ -1,0 +1,33 @@
+"""`python -m remote server start|smoke|stop`: the commands on the vLLM server. Each records what is
+wanted (run/supervise.json) and keeps a watcher while anything is, around the mechanism in server
+and smoke, which the watcher uses too. (`server check` and `server status` only look: server's.)
+"""
+
+from __future__ import annotations
+
+from ..common.answers import ServerStarted, ServerStopped, SmokeAnswer
+from ..common.jobspec import Paths
+from ..common.protocol import ServerSmoke, ServerStart, ServerStop
+from . import intent, supervised
+from .server import start, stop
+from .smoke import smoke
+
+
+def smoke_command(paths: Paths, req: ServerSmoke) -> SmokeAnswer:
+    return smoke(paths, req.spec.get("model", "default"))
+
+
+def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
+    with intent.locked(paths):  # the watcher acts between commands, never during one
+        out = start(paths, req.spec)
+        intent.change(
+            paths,
+            recover=supervised.recover_arg(req),
+            server={"wanted": True, "spec": req.spec},
+        )
+    out.watcher = supervised.after(paths)
+    return out
+
+
+def stop_command(paths: Paths, req: ServerStop) -> ServerStopped:
+    return supervised.stop_wanted(paths, "server", lambda: stop(paths, req))
