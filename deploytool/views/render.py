@@ -298,7 +298,9 @@ def plan_result(r: PlanAnswer, out: Console | None = None) -> None:
         "  basis: measured mean of the records on the host (50 or more), else est_tokens from hosts.yaml"
     )
     if any(d.fewer_prompts_than_cap for d in r.datasets.values()):
-        out.print("  * the dataset has fewer prompts than the cap: its target is every prompt it has")
+        out.print(
+            "  * the dataset has fewer prompts than the cap: its target is every prompt it has"
+        )
     if r.tokens_per_s:
         total = sum(d.tokens_todo for d in r.datasets.values())
         out.print(
