@@ -1,4 +1,4 @@
-"""Tokens made again per restart, with unfinished answers continued (SPEC 11.2) and without.
+"""Tokens made again per restart, with unfinished answers continued and without.
 
     .venv/bin/python bench/bench_continue.py [--engine fake|vllm] [--signal term|kill] [--repeat 3]
 
@@ -58,7 +58,7 @@ def job_root(where: Path, url: str, model: str, n: int, conc: int, keep: bool, m
         "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": max_tokens // 2}},
         "engine": {"kind": "openai", "base_url": url, "model": model, "concurrency": conc},
         "sampling": {"max_tokens": max_tokens, "temperature": 0},
-        # not kept: as before SPEC 11.2 (and as any job without token ids still is)
+        # not kept: as before continuation existed (and as any job without token ids still is)
         "extra_body": {"return_token_ids": True} if keep else {},
         "chat_template_kwargs": {"thinking": True},
     }

@@ -85,7 +85,7 @@ def main():
             trips_live = conn.round_trips
             control.stop(conn, grace=0)
 
-        # the manual loop of SPEC §1, against the same sshd
+        # the manual loop (scp, pkill -f, nohup), against the same sshd
         manual_dir = rig.root / "manual"
         manual_dir.mkdir()
         script = manual_dir / "run_inference.py"

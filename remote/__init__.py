@@ -10,6 +10,8 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
                   answer; wire: the envelope, typed faults, the strict codec
         jobspec   the typed job spec (defaults stated once), caps, the host's paths, token names
         status    status.json, typed (nested parts too)
+        state     the other files under run/, typed (pid files, control.json, supervise.json), and
+                  the one atomic write and tolerant codec every replaced file goes through
         units, metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull,
         notify (job.notify's command), recover (recover: and the watcher's rules: budget, wedge clock)
     job/      the runner's process: one job through the engine

@@ -1,4 +1,4 @@
-"""No generated token thrown away (SPEC 11.2): the tokens of unfinished answers are kept as they
+"""No generated token thrown away: the tokens of unfinished answers are kept as they
 stream, and after a kill -9 the answer is continued from them on /v1/completions; the record is the
 one an uninterrupted answer makes. The pieces (kept file, thinking split, request rules) first, then
 the runner against the test server's token model, which continues any prefix of its own answers."""

@@ -22,38 +22,15 @@ from pathlib import Path
 
 import pytest
 
+# the benchmark's own, which it reruns on any commit
+from bench.house_counts import circles, file_imports
 from tests.conftest import REPO
 
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 
 def imports(path: Path, source: str | None = None) -> set[str]:
-    """Every module a file imports (relative imports made absolute), whatever the nesting."""
-    package = list(path.relative_to(REPO).with_suffix("").parts)[:-1]
-    found = set()
-    tree = ast.parse(path.read_text() if source is None else source)
-    hints_only = {
-        id(n)
-        for top in ast.walk(tree)
-        if isinstance(top, ast.If) and ast.unparse(top.test) == "TYPE_CHECKING"
-        for n in ast.walk(top)
-    }
-    for node in ast.walk(tree):
-        if id(node) in hints_only:
-            continue
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-                if node.module is None:  # from . import a, b: each is a module
-                    found |= {f"{mod}.{a.name}" for a in node.names}
-                    continue
-            else:
-                mod = node.module
-            found.add(mod)
-    return found
+    return file_imports(REPO, path, source)
 
 
 def files(where: str) -> list[Path]:
@@ -158,37 +135,6 @@ def import_graph(paths: list[Path], sources: dict[str, str] | None = None) -> di
         found = imports(path, (sources or {}).get(name))
         graph[name] = {m for m in found if m in names and m != name}
     return graph
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every group of modules that import each other round (Tarjan's strongly connected parts)."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            part = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                part.append(w)
-                if w == v:
-                    break
-            if len(part) > 1:
-                out.append(sorted(part))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
 
 
 def test_no_import_circle_function_level_imports_included():

@@ -17,6 +17,7 @@ from deploytool.ops import control, server
 from deploytool.ops.deploy import deploy_host
 from remote.common import procinfo
 from remote.common.recover import RecoverSpec
+from remote.common.state import EngineProcess, ProcessRecord
 from tests.conftest import (
     base_job,
     cli,
@@ -110,7 +111,7 @@ class Rig:
         wait_for(
             lambda: (
                 self.status()["state"] == "finished"
-                and not procinfo.live_record(self.root / "run" / "runner.pid")
+                and not ProcessRecord.live(self.root / "run" / "runner.pid")
             ),
             timeout,
             what="the job to finish",
@@ -210,7 +211,7 @@ def test_server_deaths_that_look_alive_or_clean(rig, tmp_path, how):
     expect = {"exit0": "gone", "engine_gone": "engine processes are gone", "wedged": "wedged"}[how]
     assert expect in cause, cause
     if how == "wedged":
-        assert not procinfo.is_same_process(stopped)  # the stopped process was killed too
+        assert not EngineProcess.from_dict(stopped).alive()  # the stopped process was killed too
     r.finished()
 
 
@@ -253,10 +254,10 @@ def test_a_server_that_dies_at_every_start_ends_in_a_clean_give_up(rig, tmp_path
     st = wait_for(lambda: r.status()["state"] == "failed" and r.status(), 30, what="job failed")
     assert "gave up" in st["message"] and "illegal memory access" in st["message"]
     wait_for(
-        lambda: not procinfo.live_record(r.root / "run" / "watcher.pid"), 10, what="watcher gone"
+        lambda: not ProcessRecord.live(r.root / "run" / "watcher.pid"), 10, what="watcher gone"
     )
-    assert not procinfo.live_record(r.root / "run" / "runner.pid")  # nothing started again
-    assert not server_processes(old) and not procinfo.live_record(r.root / "run" / "server.pid")
+    assert not ProcessRecord.live(r.root / "run" / "runner.pid")  # nothing started again
+    assert not server_processes(old) and not ProcessRecord.live(r.root / "run" / "server.pid")
     said = r.events_said()
     assert any(e.startswith("failed ") and "illegal memory access" in e for e in said), said
     events = [json.loads(x) for x in (r.root / "run" / "recover.jsonl").read_text().splitlines()]
@@ -291,10 +292,10 @@ def test_runner_killed_9_is_restarted_and_a_finished_job_is_not(rig):
         1.0
     )  # a finished job stays finished: nothing to wait for but the absence of a restart
     assert r.watch()["runner"]["restarts"] == 1 and r.watch()["runner"]["state"] == "idle"
-    assert procinfo.live_record(r.root / "run" / "watcher.pid")  # the server is still watched
+    assert ProcessRecord.live(r.root / "run" / "watcher.pid")  # the server is still watched
     server.stop(r.conn, grace=0)
     wait_for(
-        lambda: not procinfo.live_record(r.root / "run" / "watcher.pid"), 10, what="watcher exits"
+        lambda: not ProcessRecord.live(r.root / "run" / "watcher.pid"), 10, what="watcher exits"
     )
 
 
@@ -305,31 +306,31 @@ def test_stop_and_server_stop_are_obeyed(rig):
     control.stop(r.conn, grace=0)
     server.stop(r.conn, grace=0)
     time.sleep(1.5)  # several backoffs long: whatever would come back would be back
-    assert not procinfo.live_record(r.root / "run" / "runner.pid")
-    assert not procinfo.live_record(r.root / "run" / "server.pid")
-    assert not procinfo.live_record(r.root / "run" / "watcher.pid")
+    assert not ProcessRecord.live(r.root / "run" / "runner.pid")
+    assert not ProcessRecord.live(r.root / "run" / "server.pid")
+    assert not ProcessRecord.live(r.root / "run" / "watcher.pid")
     w = r.watch()
     assert w["server"]["restarts"] == 0 and w["runner"]["restarts"] == 0
 
 
 def test_killing_the_watcher_leaves_the_job_running_and_restart_brings_it_back(rig):
-    r = rig(answer_delay=0.4)
+    r = rig(answer_delay=0.4, n=120)  # a job that outlasts the test's steps on a busy machine
     r.start()
     r.wait_records(2)
     watcher = r.pid("watcher.pid")
     runner = r.pid("runner.pid")
     os.kill(watcher["pid"], signal.SIGKILL)
-    wait_for(lambda: not procinfo.is_same_process(watcher), 5, what="watcher dead")
-    assert procinfo.is_same_process(runner)
+    wait_for(lambda: not ProcessRecord.from_dict(watcher).alive(), 5, what="watcher dead")
+    assert ProcessRecord.from_dict(runner).alive()
     out = cli(r.cfg, "status", "--host", "gpu")
     assert out.returncode == 0 and "unsupervised" in out.stdout, out.stdout
     st = control.status(r.conn)
     assert st.supervision.enabled and not st.supervision.supervised
     again = cli(r.cfg, "restart", "--host", "gpu")  # same release: a live re-cap, nothing lost
     assert again.returncode == 0, again.stdout + again.stderr
-    assert procinfo.is_same_process(runner)
+    assert ProcessRecord.from_dict(runner).alive()
     back = r.pid("watcher.pid")
-    assert back["pid"] != watcher["pid"] and procinfo.is_same_process(back)
+    assert back["pid"] != watcher["pid"] and ProcessRecord.from_dict(back).alive()
     assert control.status(r.conn).supervision.supervised
     r.finished()
 
@@ -348,6 +349,6 @@ def test_a_restart_with_recover_false_ends_the_watcher(rig):
     watcher = r.pid("watcher.pid")
     flags = control.parse_run_flags(r.cfg)
     control.restart(r.conn, flags, recover=RecoverSpec(enabled=False))  # a live re-cap
-    wait_for(lambda: not procinfo.is_same_process(watcher), 10, what="the watcher to exit")
-    assert procinfo.live_record(r.root / "run" / "runner.pid")  # the job itself goes on
+    wait_for(lambda: not ProcessRecord.from_dict(watcher).alive(), 10, what="the watcher to exit")
+    assert ProcessRecord.live(r.root / "run" / "runner.pid")  # the job itself goes on
     r.finished()

@@ -129,7 +129,7 @@ def _prewrite(root: Path, ds: str, n: int, tokens: int = 100) -> None:
 
 
 def test_worked_example_b1_complete_b2_resumes_to_cap(tmp_path, openai_server):
-    """SPEC §1 scaled by 1/100: B1 100 prompts all done, B2 147 prompts with 16 done, --max-samples 70."""
+    """The worked example scaled by 1/100: B1 100 prompts all done, B2 147 prompts with 16 done, --max-samples 70."""
     srv = openai_server()
     root = make_root(tmp_path, {"B1": 100, "B2": 147, "B3": 90}, {"base_url": srv.url})
     _prewrite(root, "B1", 100)

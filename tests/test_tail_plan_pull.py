@@ -1,4 +1,4 @@
-"""tail (rendering, end, reconnect, --log), plan (SPEC §1 caps), pull (only new bytes)."""
+"""tail (rendering, end, reconnect, --log), plan (the worked example's caps), pull (only new bytes)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ NOW = 1_764_500_000.0
 
 
 def spec_status(**over) -> dict:
-    """SPEC §1 mid-run: B1 complete, B2 at 1,639 of 7,000."""
+    """The worked example mid-run: B1 complete, B2 at 1,639 of 7,000."""
     st = {
         "state": "running",
         "pid": 4242,

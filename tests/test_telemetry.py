@@ -136,9 +136,9 @@ def test_notify_finished_once_and_a_hanging_command_changes_nothing(
 
 
 def _alive(host_dir: Path) -> bool:
-    from remote.common import procinfo
+    from remote.common.state import ProcessRecord
 
-    return procinfo.live_record(host_dir / "run" / "runner.pid") is not None
+    return ProcessRecord.live(host_dir / "run" / "runner.pid") is not None
 
 
 def test_notify_engine_down_then_failed_each_once(tmp_path):

@@ -232,7 +232,7 @@ def test_host_python_without_aiohttp_is_caught_before_anything_stops(
     assert "nothing was stopped" in res.stderr and "cannot import aiohttp" in res.stderr
     assert "hosts.gpu.python (or defaults.python)" in res.stderr and "Traceback" not in res.stderr
     assert json.loads((host_dir / "run" / "runner.pid").read_text())["pid"] == pid
-    from remote.common import procinfo
+    from remote.common.state import ProcessRecord
 
     # the running job is untouched
-    assert procinfo.live_record(host_dir / "run" / "runner.pid") is not None
+    assert ProcessRecord.live(host_dir / "run" / "runner.pid") is not None

@@ -266,7 +266,7 @@ class Paths:
 
     @property
     def kept(self) -> Path:
-        """The tokens of unfinished answers, for continuing them after a stop (SPEC 11.2)."""
+        """The tokens of unfinished answers, for continuing them after a stop."""
         return self.run / "kept.jsonl"
 
     def meta(self, ds: str) -> Path:
@@ -275,11 +275,3 @@ class Paths:
     def ensure(self) -> None:
         for d in (self.outputs, self.run, self.logs):
             d.mkdir(parents=True, exist_ok=True)
-
-
-def write_json_atomic(path: Path, data) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
-
-
-def read_json(path) -> dict | None:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else None
-    except (FileNotFoundError, ValueError, IsADirectoryError, PermissionError):
-        return None
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -134,20 +124,6 @@ def uid(pid: int) -> int | None:
 
 def all_pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def is_same_process(record: dict) -> bool:
-    """The pid in a pid file still names the process that wrote it (pids are reused)."""
-    pid = record.get("pid")
-    if not isinstance(pid, int) or not alive(pid):
-        return False
-    return start_time(pid) == record.get("start_time")
-
-
-def live_record(path) -> dict | None:
-    """A pid file's record if its process is still the one that wrote it, else None."""
-    rec = read_json(path)
-    return rec if rec and is_same_process(rec) else None
 
 
 def tail_lines(path, n: int, window: int = 256 * 1024) -> list[str]:

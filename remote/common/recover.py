@@ -18,7 +18,7 @@ BACKOFF_CAP = 300.0  # seconds: the longest wait between two restarts
 
 @dataclass(frozen=True)
 class RecoverSpec:
-    """hosts.yaml `recover:` (SPEC 11.1); `recover: false` is `enabled=False`."""
+    """hosts.yaml `recover:`; `recover: false` is `enabled=False`."""
 
     enabled: bool = True
     server: bool = True  # restart the managed vLLM server when it dies or wedges

@@ -215,7 +215,7 @@ class Supervision(_FromDict):
 
 @dataclass
 class KeptStatus:
-    """Unfinished answers' tokens kept for continuing them after a stop (SPEC 11.2)."""
+    """Unfinished answers' tokens kept for continuing them after a stop."""
 
     on: bool = False
     why_not: str | None = None  # why restarts ask in-flight answers again from their start

@@ -11,19 +11,20 @@ every `server status`.
 from __future__ import annotations
 
 from ..common import nvsmi, procinfo
-from ..common.jobspec import SERVER_TOKEN_ENV, Paths, write_json_atomic
+from ..common.answers import LeftoverProcess
+from ..common.jobspec import SERVER_TOKEN_ENV, Paths
+from ..common.state import EngineProcess, ServerRecord
 from . import kill
 
 SETTLED_S = 5.0  # a child this old is part of the server, not a passing start-up helper
 
 
-def children(rec: dict) -> list[dict]:
+def children(rec: ServerRecord) -> list[EngineProcess]:
     """The launcher's direct children that stayed in its session and have lived a while."""
-    session = rec.get("sid", rec["pid"])
     return [
-        {"pid": p, "start_time": procinfo.start_time(p), "what": title(p)}
-        for p in procinfo.session_members(session, since=rec.get("start_time"))
-        if procinfo.ppid(p) == rec["pid"] and (procinfo.age_s(p) or 0.0) >= SETTLED_S
+        EngineProcess(p, procinfo.start_time(p), title(p))
+        for p in procinfo.session_members(rec.session, since=rec.start_time)
+        if procinfo.ppid(p) == rec.pid and (procinfo.age_s(p) or 0.0) >= SETTLED_S
     ]
 
 
@@ -32,61 +33,60 @@ def title(pid: int) -> str:
     return " ".join(procinfo.cmdline(pid))[:80] or "?"
 
 
-def watch(paths: Paths, rec: dict) -> dict:
+def watch(paths: Paths, rec: ServerRecord) -> ServerRecord:
     """Add the children seen now to the record (engines may start after the launcher is ready)."""
-    known = {(e["pid"], e.get("start_time")) for e in rec.get("engines", [])}
-    new = [c for c in children(rec) if (c["pid"], c["start_time"]) not in known]
+    known = {(e.pid, e.start_time) for e in rec.engines}
+    new = [c for c in children(rec) if (c.pid, c.start_time) not in known]
     if new:
-        rec = dict(rec, engines=rec.get("engines", []) + new)
-        write_json_atomic(paths.server_pid, rec)
+        rec.engines = rec.engines + new
+        rec.write(paths.server_pid)
     return rec
 
 
-def gone(rec: dict) -> list[dict]:
+def gone(rec: ServerRecord) -> list[LeftoverProcess]:
     """Recorded engine processes that are no longer running."""
-    return [e for e in rec.get("engines", []) if not procinfo.is_same_process(e)]
+    return [LeftoverProcess(e.pid, e.start_time, e.what) for e in rec.engines if not e.alive()]
 
 
-def processes(rec: dict) -> dict[int, int | None]:
+def processes(rec: ServerRecord) -> dict[int, int | None]:
     """Every process of the server a pid file records (pid -> start time), whatever they call
     themselves: its session (renamed engine processes hide the token) and every process carrying
     its token (workers that left the session with setsid)."""
-    session = rec.get("sid", rec["pid"])  # pid files before `sid` was recorded: a session leader
     found = {
         p: procinfo.start_time(p)
-        for p in procinfo.session_members(session, since=rec.get("start_time"))
+        for p in procinfo.session_members(rec.session, since=rec.start_time)
     }
-    if rec.get("token"):
-        for p in kill.token_holders(SERVER_TOKEN_ENV, rec["token"]):
+    if rec.token:
+        for p in kill.token_holders(SERVER_TOKEN_ENV, rec.token):
             found.setdefault(p, procinfo.start_time(p))
     return found
 
 
-def leftovers(paths: Paths) -> list[dict]:
+def leftovers(paths: Paths) -> list[LeftoverProcess]:
     """Processes of a server that died hard (kill -9, the OOM killer): vLLM's engine core and workers
     outlive their API server, re-parented to init but still in its session, holding the GPUs. They
     rename themselves (setproctitle), which clobbers /proc/PID/environ too, so neither a name nor the
     token finds them: the session does, as the pid file recorded it. Workers that left the session
     (setsid) but kept their environment are found by the server's token."""
-    rec = procinfo.read_json(paths.server_pid)
-    if not rec or not isinstance(rec.get("pid"), int) or procinfo.is_same_process(rec):
+    rec = ServerRecord.read(paths.server_pid)
+    if rec is None or rec.pid <= 0 or rec.alive():
         return []
     pids = processes(rec)
     gpu_mib = {a["pid"]: a["used_mib"] for a in nvsmi.compute_apps() or []}
     return [
-        {
-            "pid": pid,
-            "start_time": procinfo.start_time(pid),
-            "what": title(pid),
-            "rss_mib": procinfo.rss_mib(pid),
-            "gpu_mib": gpu_mib.get(pid),
-        }
+        LeftoverProcess(
+            pid=pid,
+            start_time=procinfo.start_time(pid),
+            what=title(pid),
+            rss_mib=procinfo.rss_mib(pid),
+            gpu_mib=gpu_mib.get(pid),
+        )
         for pid in sorted(pids)
     ]
 
 
-def remove_leftovers(paths: Paths, grace: float = 10.0) -> list[dict]:
+def remove_leftovers(paths: Paths, grace: float = 10.0) -> list[LeftoverProcess]:
     found = leftovers(paths)
     if found:
-        kill.terminate({p["pid"]: p["start_time"] for p in found}, grace)
+        kill.terminate({p.pid: p.start_time for p in found}, grace)
     return found

@@ -4,28 +4,24 @@
 the server's spec), `stop` / `server.stop` say "not wanted" *before* they signal anything, and the
 watcher restarts only what is wanted. Both sides hold run/supervise.lock while they read-modify-write
 or act on it, so a stop never races a restart: once `stop` has said its word, nothing it stops comes
-back. The file holds the server's environment (HF_TOKEN), so it is readable by its owner only.
+back. The record is state.Supervise (readable by its owner only: it holds the server's environment).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
-import json
 import os
 import time
 
 from ..common.jobspec import Paths
 from ..common.recover import RecoverSpec
+from ..common.state import Supervise
 
 
-def read(paths: Paths) -> dict:
-    try:
-        with open(paths.supervise) as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+def read(paths: Paths) -> Supervise:
+    return Supervise.read(paths.supervise) or Supervise()
 
 
 @contextlib.contextmanager
@@ -41,29 +37,22 @@ def locked(paths: Paths):
         os.close(fd)
 
 
-def _write(paths: Paths, data: dict) -> None:
-    tmp = paths.supervise.with_name(f".{paths.supervise.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, paths.supervise)
-
-
-def change(paths: Paths, *, recover: RecoverSpec | None = None, **parts: dict) -> dict:
-    """Merge `server={...}` / `runner={...}` (and the recover settings) into the intent; call it
-    while holding `locked`."""
+def change(
+    paths: Paths,
+    *,
+    recover: RecoverSpec | None = None,
+    server: dict | None = None,
+    runner: dict | None = None,
+) -> Supervise:
+    """Change what is wanted (`server=dict(wanted=False, why="stopped")`) and the recover settings;
+    call it while holding `locked`."""
     data = read(paths)
     if recover is not None:
-        data["recover"] = recover.to_dict()
-    for key, value in parts.items():
-        data[key] = dict(data.get(key) or {}, **value, changed_at=time.time())
-    _write(paths, data)
+        data.recover = recover
+    now = time.time()
+    if server is not None:
+        data.server = dataclasses.replace(data.server, **server, changed_at=now)
+    if runner is not None:
+        data.runner = dataclasses.replace(data.runner, **runner, changed_at=now)
+    data.write(paths.supervise)
     return data
-
-
-def wanted(data: dict, what: str) -> bool:
-    return bool((data.get(what) or {}).get("wanted"))
-
-
-def recover_spec(data: dict) -> RecoverSpec:
-    return RecoverSpec.from_dict(data.get("recover"))

@@ -25,12 +25,12 @@ def status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
         current = None
     st.runner = RunnerInfo(
         alive=rec is not None,
-        pid=rec and rec["pid"],
-        release=rec and rec.get("release"),
-        uptime_s=(time.time() - rec["started_at"]) if rec else None,
+        pid=rec.pid if rec else None,
+        release=rec.release if rec else None,
+        uptime_s=(time.time() - rec.started_at) if rec else None,
     )
     st.current_release = current
-    st.strays = stray_runners(paths, {rec["pid"]} if rec else set())
+    st.strays = stray_runners(paths, {rec.pid} if rec else set())
     st.supervision = watch.supervision(paths)
     st.token = None
     return st

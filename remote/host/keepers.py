@@ -15,9 +15,10 @@ import time
 from typing import Callable
 
 from ..common import metrics, nvsmi, procinfo
-from ..common.jobspec import Paths, write_json_atomic
+from ..common.jobspec import Paths
 from ..common.protocol import GPU_WAIT_S, CtlStart, CtlStop, RunArgs
 from ..common.recover import Budget, Observation, RecoverSpec, WedgeClock
+from ..common.state import RunnerRecord, RunnerWanted, ServerRecord, ServerWanted, write_json
 from ..common.status import (
     BACKOFF,
     FAILED,
@@ -100,26 +101,26 @@ def fail_job(paths: Paths, why: str) -> None:
     """The job's verdict when the watcher gives up: `failed`, with the reason."""
     st = JobStatus.read(paths.status) or JobStatus()
     st.state, st.message, st.updated_at = FAILED, why, time.time()
-    write_json_atomic(paths.status, st.to_dict())
+    write_json(paths.status, st.to_dict())
 
 
 # ------------------------------------------------------------------ the server
 
 
-def kill_session(rec: dict) -> list[int]:
+def kill_session(rec: ServerRecord) -> list[int]:
     """SIGKILL everything of a dead or wedged server: its session (a SIGSTOPped engine takes no
     SIGTERM) and every process carrying its token. Returns the pids signalled."""
     tree = engines.processes(rec)
-    if procinfo.is_same_process(rec):
-        tree[rec["pid"]] = rec["start_time"]
+    if rec.alive():
+        tree[rec.pid] = rec.start_time
     hit = [p for p, st in tree.items() if kill.signal_if_same(p, st, signal.SIGKILL, group=False)]
     kill.wait_gone(tree, 10)
     return sorted(hit)
 
 
-def observe(paths: Paths, rec: dict, now: float) -> Observation:
+def observe(paths: Paths, rec: ServerRecord, now: float) -> Observation:
     """One look at a ready server: its /metrics, /v1/models if that failed, the runner's view."""
-    port = rec["port"]
+    port = rec.port
     code, text = server.get_url(f"http://127.0.0.1:{port}/metrics", timeout=5)
     snap = metrics.snapshot(text) if code == 200 else {}
     o = Observation(
@@ -162,8 +163,8 @@ class ServerKeeper(Keeper):
     def look_every(self) -> float:
         return max(0.5, min(5.0, self.spec.wedged_after / 10))
 
-    def tick(self, now: float, want: dict) -> None:
-        if dp_member(want.get("spec") or {}):
+    def tick(self, now: float, want: ServerWanted) -> None:
+        if dp_member(want.spec):
             self.w.state, self.w.why = IDLE, "a data-parallel group member: restart the group"
             return
         if self.w.state in (WATCHING, IDLE):
@@ -173,12 +174,12 @@ class ServerKeeper(Keeper):
         elif self.w.state == STARTING:
             self._starting(now, want)
 
-    def _watch(self, now: float, want: dict) -> None:
-        rec = procinfo.read_json(self.paths.server_pid)
-        if not rec or not isinstance(rec.get("pid"), int):
+    def _watch(self, now: float, want: ServerWanted) -> None:
+        rec = ServerRecord.read(self.paths.server_pid)
+        if rec is None or rec.pid <= 0:
             return
-        alive = procinfo.is_same_process(rec)
-        if not alive and not rec.get("ready_at") and rec.get("by") != "watcher":
+        alive = rec.alive()
+        if not alive and not rec.ready_at and rec.by != "watcher":
             # `server.start` at the keyboard failed and said so there: not ours to retry
             self.log("server: died during a start-up the user ran; not restarted")
             intent.change(self.paths, server={"wanted": False, "why": "start-up failed"})
@@ -187,32 +188,35 @@ class ServerKeeper(Keeper):
         self.w.state = WATCHING
         if not alive:
             return self._dead(now, rec, "the server process is gone (an exit nobody asked for)")
-        if not rec.get("ready_at"):
+        if not rec.ready_at:
             # still loading (bounded by server.ready_timeout, not by these rules); its children
             # now include passing start-up helpers, so its engines are known only once it is ready
-            if now < self.next_look or rec.get("headless"):
+            if now < self.next_look or rec.headless:
                 return
             self.next_look = now + self.look_every
             if not server.check(self.paths).ready:  # it records ready_at once ready
                 return
-            rec = procinfo.read_json(self.paths.server_pid) or rec
+            rec = ServerRecord.read(self.paths.server_pid) or rec
         rec = engines.watch(self.paths, rec)
         gone = engines.gone(rec)
         if gone:
-            names = ", ".join(f"{e.get('what', '?')} (pid {e['pid']})" for e in gone)
+            names = ", ".join(f"{e.what} (pid {e.pid})" for e in gone)
             return self._dead(now, rec, f"its engine processes are gone: {names}")
-        if rec.get("headless") or now < self.next_look:
+        if rec.headless or now < self.next_look:
             return
         self.next_look = now + self.look_every
-        if self.clock is None or self.clock_of != rec["pid"]:
-            self.clock = WedgeClock(self.spec.wedged_after, rec["ready_at"])
-            self.clock_of = rec["pid"]
+        if self.clock is None or self.clock_of != rec.pid:
+            self.clock = WedgeClock(self.spec.wedged_after, rec.ready_at)
+            self.clock_of = rec.pid
         why = self.clock.observe(observe(self.paths, rec, now))
         if why:
             self._dead(now, rec, why)
 
-    def _dead(self, now: float, rec: dict, cause: str, lines: list[str] | None = None) -> None:
-        self.dead_pids = set(kill_session(rec)) | {rec["pid"]}
+    def _dead(
+        self, now: float, rec: ServerRecord | None, cause: str, lines: list[str] | None = None
+    ) -> None:
+        """`rec`: the dead server's record (None: no process was started)."""
+        self.dead_pids = set(kill_session(rec)) | {rec.pid} if rec is not None else set()
         self.gpu_deadline = now + GPU_WAIT_S
         self.clock = None
         lines = lines if lines is not None else reason_lines(self.paths.server_log)
@@ -222,7 +226,7 @@ class ServerKeeper(Keeper):
     def _gpu_held(self) -> list[dict]:
         return [a for a in nvsmi.compute_apps() or [] if a["pid"] in self.dead_pids]
 
-    def _start(self, now: float, want: dict) -> None:
+    def _start(self, now: float, want: ServerWanted) -> None:
         if server.managed(self.paths):  # started meanwhile (`server.start` at the keyboard)
             self.w.state, self.w.next_try_at = WATCHING, None
             return
@@ -236,14 +240,14 @@ class ServerKeeper(Keeper):
         self.w.attempt = self.budget.restarting(now)
         self.w.state, self.started_at = STARTING, now
         try:
-            server.start(self.paths, dict(want.get("spec") or {}, by="watcher"))
+            server.start(self.paths, dict(want.spec, by="watcher"))
         except server.ServerError as e:
-            self._dead(now, {"pid": -1}, f"could not start: {e}", [str(e)])
+            self._dead(now, None, f"could not start: {e}", [str(e)])
 
-    def _starting(self, now: float, want: dict) -> None:
-        spec = want.get("spec") or {}
+    def _starting(self, now: float, want: ServerWanted) -> None:
+        spec = want.spec
         c = server.check(self.paths)
-        rec = procinfo.read_json(self.paths.server_pid) or {"pid": -1}
+        rec = ServerRecord.read(self.paths.server_pid)
         if not c.alive:
             return self._dead(
                 now, rec, "it died while loading", reason_lines(self.paths.server_log)
@@ -260,8 +264,9 @@ class ServerKeeper(Keeper):
                 smoke(self.paths, spec.get("model", "default"))
             except server.ServerError as e:
                 return self._dead(now, rec, f"the smoke test failed: {e}", [str(e)])
-        if not rec.get("ready_at"):  # check records it, but not for a headless worker
-            write_json_atomic(self.paths.server_pid, dict(rec, ready_at=now))
+        if rec is not None and not rec.ready_at:  # check records it, but not for a headless worker
+            rec.ready_at = now
+            rec.write(self.paths.server_pid)
         self.ready_seq += 1
         self._restarted(now, f"; ready in {now - (self.started_at or now):.0f}s")
 
@@ -287,40 +292,40 @@ class ServerKeeper(Keeper):
 class RunnerKeeper(Keeper):
     what = "runner"
 
-    def tick(self, now: float, want: dict) -> None:
+    def tick(self, now: float, want: RunnerWanted) -> None:
         if self.w.state in (WATCHING, IDLE):
             self._watch(now)
         elif self.w.state == BACKOFF and now >= (self.w.next_try_at or 0):
             self._start(now, want)
 
     def _watch(self, now: float) -> None:
-        rec = procinfo.read_json(self.paths.pidfile)
-        if not rec or not isinstance(rec.get("pid"), int):
+        rec = RunnerRecord.read(self.paths.pidfile)
+        if rec is None or rec.pid <= 0:
             return
-        if procinfo.is_same_process(rec):
+        if rec.alive():
             self.w.state = WATCHING
             return
         st = JobStatus.read(self.paths.status)
-        if st and st.pid == rec["pid"] and st.state in (FINISHED, FAILED):
+        if st and st.pid == rec.pid and st.state in (FINISHED, FAILED):
             # its own verdict: a finished job, or a fault restarting cannot mend
             intent.change(self.paths, runner={"wanted": False, "why": f"the runner {st.state}"})
             self.log(f"runner: {st.state} by itself ({st.message or 'no message'}); not restarted")
             self.w.state = IDLE
             return
         cause = (
-            f"the runner (pid {rec['pid']}) died without being stopped (a signal, a crash, "
+            f"the runner (pid {rec.pid}) died without being stopped (a signal, a crash, "
             "the OOM killer: see dmesg)"
         )
         if not self._died(now, cause, reason_lines(self.paths.log)):
             self._give_up(cause)
 
-    def _start(self, now: float, want: dict) -> None:
+    def _start(self, now: float, want: RunnerWanted) -> None:
         if runner_process.managed_runner(self.paths):  # started meanwhile (`invoke restart`)
             self.w.state, self.w.next_try_at = WATCHING, None
             return
         self.w.attempt = self.budget.restarting(now)
         try:  # flags it cannot read are a start that failed: counted, said, never a crash
-            flags = RunArgs.from_argv(list(want.get("argv") or []))
+            flags = RunArgs.from_argv(list(want.argv))
             a = CtlStart(**vars(flags), wait=START_WAIT_S)
             runner_process.start(self.paths, a, rel=(self.paths.root / "current").resolve())
         except HostFault as e:

@@ -16,16 +16,9 @@ from pathlib import Path
 
 from ..common import procinfo
 from ..common.answers import CapRow, RestartAnswer, StopAnswer
-from ..common.jobspec import (
-    JOB_FILE,
-    JOB_TOKEN_ENV,
-    Caps,
-    JobSpec,
-    Paths,
-    release_dir,
-    write_json_atomic,
-)
+from ..common.jobspec import JOB_FILE, JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
 from ..common.protocol import CtlRestart, CtlStart, CtlStop
+from ..common.state import ControlRequest, RunnerRecord, write_json
 from ..common.status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus
 from ..common.wire import HostFault
 from . import gpu, kill, server
@@ -36,8 +29,9 @@ from .strays import managed_runner, stray_runners
 
 def send_control(paths: Paths, token: str | None, **request) -> int:
     """Ask the running runner something through run/control.json; returns the request's seq."""
-    seq = int((procinfo.read_json(paths.control) or {}).get("seq", 0)) + 1
-    write_json_atomic(paths.control, {"seq": seq, "token": token, **request})
+    last = ControlRequest.read(paths.control)
+    seq = (last.seq if last else 0) + 1
+    ControlRequest(seq=seq, token=token, **request).write(paths.control)
     return seq
 
 
@@ -58,9 +52,9 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
     targets: dict[int, int | None] = {}
     token = None
     if rec:
-        targets[rec["pid"]] = rec["start_time"]
-        token = rec.get("token")
-        exclude.add(rec["pid"])
+        targets[rec.pid] = rec.start_time
+        token = rec.token
+        exclude.add(rec.pid)
     strays = stray_runners(paths, exclude)
     for pid in strays:
         targets[pid] = procinfo.start_time(pid)
@@ -71,7 +65,7 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
     drained = False
     if drain and rec:
         send_control(paths, token, drain=True)
-        drained = not kill.wait_gone({rec["pid"]: rec["start_time"]}, drain_timeout)
+        drained = not kill.wait_gone({rec.pid: rec.start_time}, drain_timeout)
     margin = 0.0
     if rec:
         # the runner itself lets in-flight work finish for `grace`, then writes its final status;
@@ -80,7 +74,7 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
         margin = 3.0
     killed = kill.terminate(targets, grace + margin, JOB_TOKEN_ENV, token)
     after = JobStatus.read(paths.status) or JobStatus()
-    if killed and rec and rec["pid"] in killed:
+    if killed and rec and rec.pid in killed:
         lost = after.in_flight or in_flight_before
         _mark_stopped(paths, rec, f"killed after {grace:g}s grace")
     else:
@@ -95,11 +89,11 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
     )
 
 
-def _mark_stopped(paths: Paths, rec: dict, why: str) -> None:
+def _mark_stopped(paths: Paths, rec: RunnerRecord, why: str) -> None:
     st = JobStatus.read(paths.status)
-    if st and st.pid == rec["pid"] and st.state in (STARTING, RUNNING):
+    if st and st.pid == rec.pid and st.state in (STARTING, RUNNING):
         st.state, st.message, st.updated_at = STOPPED, why, time.time()
-        write_json_atomic(paths.status, st.to_dict())
+        write_json(paths.status, st.to_dict())
 
 
 # ------------------------------------------------------------------ starting
@@ -121,10 +115,10 @@ def lock_is_free(paths: Paths) -> bool:
 def start(paths: Paths, a: CtlStart, rel: Path | None = None) -> RestartAnswer:
     """Start the runner detached from `rel` (this release) and wait until it reports running."""
     if not lock_is_free(paths) or managed_runner(paths):
-        rec = managed_runner(paths) or {}
+        rec = managed_runner(paths)
         raise HostFault(
             "busy",
-            f"a runner is already running in {paths.root} (pid {rec.get('pid', '?')})",
+            f"a runner is already running in {paths.root} (pid {rec.pid if rec else '?'})",
             fix="use restart",
         )
     gpu_report = gpu.check(server.allowed_pids(paths, job_engine_port()), force=a.force_gpu)
@@ -182,8 +176,8 @@ def job_engine_port() -> int | None:
 # ------------------------------------------------------------------ restart: live re-cap or real
 
 
-def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> JobStatus:
-    seq = send_control(paths, rec.get("token"), caps=caps.to_dict())
+def recap(paths: Paths, rec: RunnerRecord, caps: Caps, timeout: float = 15.0) -> JobStatus:
+    seq = send_control(paths, rec.token, caps=caps.to_dict())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = JobStatus.read(paths.status) or JobStatus()
@@ -191,7 +185,7 @@ def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> JobStat
             if st.control_error:
                 raise HostFault("refused", f"the running runner refused: {st.control_error}")
             return st
-        if not procinfo.is_same_process(rec):
+        if not rec.alive():
             break
         time.sleep(0.05)
     raise HostFault(
@@ -205,17 +199,17 @@ def recap(paths: Paths, rec: dict, caps: Caps, timeout: float = 15.0) -> JobStat
 def restart(paths: Paths, a: CtlRestart) -> RestartAnswer:
     caps = a.caps()
     rec = managed_runner(paths)
-    same_release = rec is not None and Path(rec.get("release", "")).resolve() == release_dir()
+    same_release = rec is not None and Path(rec.release or "").resolve() == release_dir()
     if a.dry_run:
         mode = "live" if same_release and not a.hard else ("restart" if rec else "start")
         return RestartAnswer(
-            mode=mode, dry_run=True, running_pid=rec and rec["pid"], asked=caps.to_dict()
+            mode=mode, dry_run=True, running_pid=rec.pid if rec else None, asked=caps.to_dict()
         )
     if same_release and not a.hard:
         st = recap(paths, rec, caps)
         return RestartAnswer(
             mode="live",
-            pid=rec["pid"],
+            pid=rec.pid,
             state=st.state,
             caps=caps_summary(st, caps),
             reloaded=st.reloaded,

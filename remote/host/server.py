@@ -21,14 +21,14 @@ from ..common import metrics, nvsmi, procinfo
 from ..common.answers import (
     GpuApp,
     GpuFreed,
-    LeftoverProcess,
     ServerChecked,
     ServerStarted,
     ServerState,
     ServerStopped,
 )
-from ..common.jobspec import SERVER_TOKEN_ENV, Paths, release_dir, write_json_atomic
+from ..common.jobspec import SERVER_TOKEN_ENV, Paths, release_dir
 from ..common.protocol import ServerCheck, ServerStatus, ServerStop
+from ..common.state import ServerRecord
 from ..common.status import ServerMetrics
 from ..common.wire import HostFault
 from . import engines, gpu, kill
@@ -41,8 +41,9 @@ class ServerError(HostFault):
         super().__init__("server", message, fix=fix, log=log)
 
 
-def managed(paths: Paths) -> dict | None:
-    return procinfo.live_record(paths.server_pid)
+def managed(paths: Paths) -> ServerRecord | None:
+    """The pid file's server if that process is still the one that wrote it."""
+    return ServerRecord.live(paths.server_pid)
 
 
 def resolve_command(spec: dict) -> str:
@@ -95,7 +96,7 @@ def get_url(url: str, timeout: float = 5.0) -> tuple[int, str]:
 def start(paths: Paths, spec: dict) -> ServerStarted:
     rec = managed(paths)
     if rec:
-        return ServerStarted(already=True, pid=rec["pid"], port=rec["port"], model=rec["model"])
+        return ServerStarted(already=True, pid=rec.pid, port=rec.port, model=rec.model)
     # a second engine beside them is CUDA out of memory at load
     removed = engines.remove_leftovers(paths)
     port = int(spec["port"])
@@ -116,23 +117,20 @@ def start(paths: Paths, spec: dict) -> ServerStarted:
         )
         log.flush()
         proc = procinfo.start_detached(argv, cwd=paths.root, env=env, log=log)
-    write_json_atomic(
-        paths.server_pid,
-        {
-            "pid": proc.pid,
-            "sid": proc.pid,  # start_detached: a session of its own, which its engine processes keep
-            "start_time": procinfo.start_time(proc.pid),
-            "token": token,
-            "port": port,
-            "model": spec["model"],
-            "argv": argv,
-            "env": masked(spec.get("env", {})),
-            "started_at": time.time(),
-            "release": str(release_dir()),
-            "headless": headless,
-            "by": spec.get("by", "user"),  # the watcher's own starts count against its budget
-        },
-    )
+    ServerRecord(
+        pid=proc.pid,
+        sid=proc.pid,  # start_detached: a session of its own, which its engine processes keep
+        start_time=procinfo.start_time(proc.pid),
+        token=token,
+        port=port,
+        model=spec["model"],
+        argv=argv,
+        env=masked(spec.get("env", {})),
+        started_at=time.time(),
+        release=str(release_dir()),
+        headless=headless,
+        by=spec.get("by", "user"),
+    ).write(paths.server_pid)
     return ServerStarted(
         already=False,
         pid=proc.pid,
@@ -140,41 +138,37 @@ def start(paths: Paths, spec: dict) -> ServerStarted:
         model=spec["model"],
         argv=argv,
         env=masked(spec.get("env", {})),
-        removed=_leftovers(removed),
+        removed=removed,
     )
-
-
-def _leftovers(procs: list[dict]) -> list[LeftoverProcess]:
-    return [LeftoverProcess(**p) for p in procs]
 
 
 def check(paths: Paths, req: ServerCheck | None = None) -> ServerChecked:
     """One look: is the server alive, is it ready (GET /v1/models), the log's last lines."""
-    rec = procinfo.read_json(paths.server_pid)
-    if not rec:
+    rec = ServerRecord.read(paths.server_pid)
+    if rec is None:
         return ServerChecked(log=procinfo.tail_lines(paths.server_log, 30))
-    alive = procinfo.is_same_process(rec)
-    headless = bool(rec.get("headless"))
-    if headless:  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
+    alive = rec.alive()
+    if rec.headless:  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
         ready, models = alive, []
         if alive:
             engines.watch(paths, rec)
     else:
-        code, models = served_models(rec["port"]) if alive else (0, [])
+        code, models = served_models(rec.port) if alive else (0, [])
         ready = alive and code == 200
         if ready:  # start-up's passing children are gone, its engines are up
             rec = engines.watch(paths, rec)
-            if not rec.get("ready_at"):  # from now on a wedge counts (loading never does)
-                write_json_atomic(paths.server_pid, dict(rec, ready_at=time.time()))
+            if not rec.ready_at:  # from now on a wedge counts (loading never does)
+                rec.ready_at = time.time()
+                rec.write(paths.server_pid)
     return ServerChecked(
         alive=alive,
         ready=ready,
         started=True,
-        pid=rec["pid"],
-        port=rec["port"],
+        pid=rec.pid,
+        port=rec.port,
         models=models,
-        headless=headless,
-        elapsed_s=time.time() - rec.get("started_at", time.time()),
+        headless=rec.headless,
+        elapsed_s=time.time() - (rec.started_at or time.time()),
         log=procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
     )
 
@@ -185,10 +179,10 @@ def allowed_pids(paths: Paths, engine_port: int | None) -> set[int]:
     allowed: set[int] = set()
     rec = managed(paths)
     if rec:
-        if rec.get("token"):
-            allowed |= set(kill.token_holders(SERVER_TOKEN_ENV, rec["token"]))
-        allowed |= set(procinfo.session_members(rec.get("sid", rec["pid"]), rec["start_time"]))
-        allowed.add(rec["pid"])
+        if rec.token:
+            allowed |= set(kill.token_holders(SERVER_TOKEN_ENV, rec.token))
+        allowed |= set(procinfo.session_members(rec.session, rec.start_time))
+        allowed.add(rec.pid)
     listeners = gpu.listener_pids(engine_port) if engine_port else set()
     return procinfo.descendants(listeners | allowed)
 
@@ -205,9 +199,10 @@ def served_models(port: int) -> tuple[int, list[str]]:
 
 def _mark_stopped(paths: Paths) -> None:
     """A stopped server is not a dead one: status says `died` only when nobody stopped it."""
-    rec = procinfo.read_json(paths.server_pid)
-    if rec and "stopped_at" not in rec:
-        write_json_atomic(paths.server_pid, dict(rec, stopped_at=time.time()))
+    rec = ServerRecord.read(paths.server_pid)
+    if rec is not None and rec.stopped_at is None:
+        rec.stopped_at = time.time()
+        rec.write(paths.server_pid)
 
 
 def stop(paths: Paths, req: ServerStop) -> ServerStopped:
@@ -216,18 +211,17 @@ def stop(paths: Paths, req: ServerStop) -> ServerStopped:
     _mark_stopped(paths)
     if not rec:
         removed = engines.remove_leftovers(paths, grace)
-        held = wait_gpu_free({p["pid"] for p in removed}, gpu_wait) if removed else None
-        return ServerStopped(was_running=False, gpu=held, removed=_leftovers(removed))
-    token = rec.get("token")
+        held = wait_gpu_free({p.pid for p in removed}, gpu_wait) if removed else None
+        return ServerStopped(was_running=False, gpu=held, removed=removed)
     tree = engines.processes(rec)
-    tree[rec["pid"]] = rec["start_time"]
-    killed = kill.terminate({rec["pid"]: rec["start_time"]}, grace, SERVER_TOKEN_ENV, token)
-    rest = {p: st for p, st in tree.items() if p != rec["pid"] and procinfo.start_time(p) == st}
+    tree[rec.pid] = rec.start_time
+    killed = kill.terminate({rec.pid: rec.start_time}, grace, SERVER_TOKEN_ENV, rec.token)
+    rest = {p: st for p, st in tree.items() if p != rec.pid and procinfo.start_time(p) == st}
     killed += kill.terminate(rest, min(grace, 10.0)) if rest else []  # already sent SIGTERM
     left = kill.wait_gone(tree, 5)
     held = wait_gpu_free(set(tree), gpu_wait)
     return ServerStopped(
-        was_running=True, pid=rec["pid"], killed=sorted(set(killed)), alive=left, gpu=held
+        was_running=True, pid=rec.pid, killed=sorted(set(killed)), alive=left, gpu=held
     )
 
 
@@ -253,33 +247,33 @@ def _metrics(port: int) -> dict:
 def status(paths: Paths, req: ServerStatus | None = None) -> ServerState:
     rec = managed(paths)
     if not rec:
-        last = procinfo.read_json(paths.server_pid)
-        died = bool(last) and "stopped_at" not in last  # not stopped by us: it died
+        last = ServerRecord.read(paths.server_pid)
+        died = last is not None and last.stopped_at is None  # not stopped by us: it died
         return ServerState(
             up=False,
-            leftovers=_leftovers(engines.leftovers(paths)),
+            leftovers=engines.leftovers(paths),
             died=died,
-            engines_gone=_leftovers(engines.gone(last)) if died else [],
+            engines_gone=engines.gone(last) if died else [],
         )
     c = check(paths)  # records engine processes seen for the first time
-    rec = procinfo.read_json(paths.server_pid) or rec
+    rec = ServerRecord.read(paths.server_pid) or rec
     out = ServerState(
         up=True,
         ready=c.ready,
-        pid=rec["pid"],
-        port=rec["port"],
-        model=rec["model"],
-        uptime_s=time.time() - rec["started_at"],
-        headless=bool(rec.get("headless")),
-        engines_gone=_leftovers(engines.gone(rec)),
+        pid=rec.pid,
+        port=rec.port,
+        model=rec.model,
+        uptime_s=time.time() - rec.started_at,
+        headless=rec.headless,
+        engines_gone=engines.gone(rec),
     )
     if out.headless:
         return out
-    m1 = _metrics(rec["port"])
+    m1 = _metrics(rec.port)
     if any(v is not None for v in m1.values()):
         t1 = time.monotonic()
         time.sleep(1.0)
-        m2 = _metrics(rec["port"])
+        m2 = _metrics(rec.port)
         g1, g2 = m1["generation_tokens"], m2.get("generation_tokens")
         rate = (g2 - g1) / (time.monotonic() - t1) if g1 is not None and g2 is not None else None
         out.metrics = ServerMetrics(

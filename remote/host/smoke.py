@@ -32,7 +32,7 @@ def smoke(paths: Paths, model: str) -> SmokeAnswer:
     rec = server.managed(paths)
     if not rec:
         raise server.ServerError("the server is not running")
-    served = server.served_models(rec["port"])[1]
+    served = server.served_models(rec.port)[1]
     if served and model not in served:
         model = served[0]
     body = json.dumps(
@@ -44,7 +44,7 @@ def smoke(paths: Paths, model: str) -> SmokeAnswer:
         }
     ).encode()
     req = urllib.request.Request(
-        f"http://127.0.0.1:{rec['port']}/v1/chat/completions",
+        f"http://127.0.0.1:{rec.port}/v1/chat/completions",
         data=body,
         headers={"Content-Type": "application/json"},
     )

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from ..common import procinfo
 from ..common.jobspec import Paths
+from ..common.state import RunnerRecord
 
 
-def managed_runner(paths: Paths) -> dict | None:
+def managed_runner(paths: Paths) -> RunnerRecord | None:
     """The pid file's runner if that process is still the one that wrote it."""
-    return procinfo.live_record(paths.pidfile)
+    return RunnerRecord.live(paths.pidfile)
 
 
 def _looks_like_runner(argv: list[str]) -> bool:

@@ -36,16 +36,16 @@ def stop_wanted(paths: Paths, what: str, stop):
 def after(paths: Paths) -> WatcherInfo | None:
     """A watcher while something is wanted; none once nothing is (it would exit by itself)."""
     data = intent.read(paths)
-    wanted = any(intent.wanted(data, w) for w in ("server", "runner"))
-    if not wanted or not intent.recover_spec(data).enabled:
+    wanted = data.server.wanted or data.runner.wanted
+    if not wanted or not data.recover_spec.enabled:
         watch.stop(paths)
         return None
     rec = watch.ensure(paths)
     if not rec:
         return None
-    if intent.recover_spec(data).on_boot:
+    if data.recover_spec.on_boot:
         from . import boot
 
         why = boot.install(paths, sys.executable)
-        return WatcherInfo(rec["pid"], on_boot=why is None, note=why)
-    return WatcherInfo(rec["pid"])
+        return WatcherInfo(rec.pid, on_boot=why is None, note=why)
+    return WatcherInfo(rec.pid)

@@ -17,27 +17,27 @@ import time
 from pathlib import Path
 
 from ..common import procinfo
-from ..common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths, write_json_atomic
+from ..common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths
 from ..common.notify import Notifier
 from ..common.recover import WatchState
+from ..common.state import WatcherRecord, write_json
 from ..common.status import FATAL, IDLE, Supervision
 from . import boot, intent, kill
 
 TICK_S = 0.5
 
 
-def managed(paths: Paths) -> dict | None:
-    return procinfo.live_record(paths.watcher_pid)
+def managed(paths: Paths) -> WatcherRecord | None:
+    return WatcherRecord.live(paths.watcher_pid)
 
 
-def ensure(paths: Paths, python: str = sys.executable) -> dict | None:
+def ensure(paths: Paths, python: str = sys.executable) -> WatcherRecord | None:
     """Start the watcher unless one is alive (or nothing is to be watched); returns its record."""
     rec = managed(paths)
     data = intent.read(paths)
-    spec = intent.recover_spec(data)
-    if rec or not spec.enabled:
+    if rec or not data.recover_spec.enabled:
         return rec
-    if not any(intent.wanted(data, w) and spec.watches(w) for w in ("server", "runner")):
+    if not any(data.watched(w) for w in ("server", "runner")):
         return None
     token = secrets.token_hex(12)
     env = dict(os.environ, **{WATCH_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
@@ -51,7 +51,7 @@ def ensure(paths: Paths, python: str = sys.executable) -> dict | None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and proc.poll() is None:
         rec = managed(paths)
-        if rec and rec.get("token") == token:
+        if rec and rec.token == token:
             return rec
         time.sleep(0.02)
     return managed(paths)
@@ -62,15 +62,15 @@ def stop(paths: Paths) -> bool:
     rec = managed(paths)
     if not rec:
         return False
-    kill.terminate({rec["pid"]: rec["start_time"]}, 5.0, WATCH_TOKEN_ENV, rec.get("token"))
+    kill.terminate({rec.pid: rec.start_time}, 5.0, WATCH_TOKEN_ENV, rec.token)
     return True
 
 
 def supervision(paths: Paths) -> Supervision:
     """What status shows: is the job supervised, is a recovery under way, what happened before."""
     data = intent.read(paths)
-    spec = intent.recover_spec(data)
-    wanted = [w for w in ("server", "runner") if intent.wanted(data, w) and spec.watches(w)]
+    spec = data.recover_spec
+    wanted = [w for w in ("server", "runner") if data.watched(w)]
     rec = managed(paths)
     ws = WatchState.read(paths.watch_state) or WatchState()
     sup = ws.view(time.time(), live=rec is not None)
@@ -92,7 +92,7 @@ class Watcher:
         )
 
         self.paths = paths
-        self.spec = intent.recover_spec(intent.read(paths))
+        self.spec = intent.read(paths).recover_spec
         self.state = WatchState(pid=os.getpid())
         self.server = ServerKeeper(paths, self.spec, self.tell, self.log)
         self.runner = RunnerKeeper(paths, self.spec, self.tell, self.log)
@@ -118,16 +118,15 @@ class Watcher:
         """One look at everything; False when nothing is left to watch."""
         with intent.locked(self.paths):
             data = intent.read(self.paths)
-            self._settings(intent.recover_spec(data))
+            self._settings(data.recover_spec)
             if not self.spec.enabled:
                 return False  # `recover: false` since: a restart said so
             alive = False
             for keeper in (self.server, self.runner):
-                want = data.get(keeper.what) or {}
-                if intent.wanted(data, keeper.what) and self.spec.watches(keeper.what):
-                    keeper.tick(now, want)
+                if data.watched(keeper.what):
+                    keeper.tick(now, data.part(keeper.what))
                     data = intent.read(self.paths)  # a keeper may have changed it (a give-up)
-                    alive |= keeper.w.state != FATAL and intent.wanted(data, keeper.what)
+                    alive |= keeper.w.state != FATAL and data.part(keeper.what).wanted
                 elif keeper.w.state != FATAL:
                     keeper.w.state = IDLE
             self.write_state(now)
@@ -146,7 +145,7 @@ class Watcher:
         s = self.state
         s.updated_at, s.server, s.runner = now, self.server.w, self.runner.w
         s.server_ready_seq = self.server.ready_seq
-        write_json_atomic(self.paths.watch_state, s.to_dict())
+        write_json(self.paths.watch_state, s.to_dict(), sync=False)  # twice a second
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
@@ -177,14 +176,11 @@ def main(root: Path) -> int:
         return 1
     pid = os.getpid()
     os.environ.setdefault(WATCH_TOKEN_ENV, secrets.token_hex(12))  # started by systemd: none given
-    write_json_atomic(
-        paths.watcher_pid,
-        {
-            "pid": pid,
-            "start_time": procinfo.start_time(pid),
-            "token": os.environ.get(WATCH_TOKEN_ENV),
-            "started_at": time.time(),
-            "release": str(Path(__file__).resolve().parent.parent.parent),
-        },
-    )
+    WatcherRecord(
+        pid=pid,
+        start_time=procinfo.start_time(pid),
+        token=os.environ.get(WATCH_TOKEN_ENV),
+        started_at=time.time(),
+        release=str(Path(__file__).resolve().parent.parent.parent),
+    ).write(paths.watcher_pid)
     return Watcher(paths).run()

@@ -1,4 +1,4 @@
-"""Continuing an unfinished answer from its kept tokens (SPEC 11.2): when it may be done without
+"""Continuing an unfinished answer from its kept tokens: when it may be done without
 changing what is sampled, the `/v1/completions` request that does it, and the one record it makes
 with the kept part."""
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from ..common import procinfo
 from ..common.jobspec import Paths
+from ..common.state import ControlRequest
 
 
 class ControlWatcher:
@@ -17,7 +17,7 @@ class ControlWatcher:
         self.error: str | None = None  # why the last re-cap was refused
         self._mtime = None
 
-    def poll(self) -> dict | None:
+    def poll(self) -> ControlRequest | None:
         """The new request meant for this runner, if one came since the last poll (one stat() when
         nothing changed: cheap enough for every quarter second)."""
         try:
@@ -27,12 +27,12 @@ class ControlWatcher:
         if mtime == self._mtime:
             return None
         self._mtime = mtime
-        req = procinfo.read_json(self.paths.control)
-        if not req or int(req.get("seq", 0)) <= self.seq:
+        req = ControlRequest.read(self.paths.control)
+        if req is None or req.seq <= self.seq:
             return None
-        if req.get("token") not in (None, self.token):
+        if req.token not in (None, self.token):
             return None  # meant for another runner
-        self.seq = int(req["seq"])
+        self.seq = req.seq
         return req
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
+from ..common.state import write_atomic
 from .outputs import AppendFile, DiskFull
 from .prompts import Prompt
 
@@ -127,13 +127,8 @@ class Partials:
         except FileNotFoundError:
             pass
         self.turns = {k: v for k, v in self.turns.items() if v}
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.writelines(lines)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, lines)
         self.file = AppendFile(path)
         self.unsaved = 0  # turns the disk had no room for (asked again after a restart)
 

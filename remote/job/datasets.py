@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..common import procinfo
-from ..common.jobspec import DatasetSpec, Paths, write_json_atomic
+from ..common.jobspec import DatasetSpec, Paths
+from ..common.state import read_json, write_json
 from ..common.status import COMPLETE, INCOMPLETE, PENDING, RUNNING
 from .conversation import Partials
 from .ledger import HELD, Ledger
@@ -154,11 +154,11 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
         )
     meta_path = paths.meta(spec.name)
     fp = json.loads(json.dumps(dict(fp, turns=spec.turns)))  # as it reads back from JSON
-    meta = procinfo.read_json(meta_path)
+    meta = read_json(meta_path)
     # a key the meta file predates reads as its empty value: adding a setting later is no change
     old = {k: meta.get(k, FINGERPRINT_ABSENT.get(k)) for k in fp} if meta else None
     if old is None:
-        write_json_atomic(meta_path, fp)
+        write_json(meta_path, fp)
     elif old != fp:
         if existing.ids:
             diff = ", ".join(k for k in fp if old.get(k) != fp[k])
@@ -170,7 +170,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
                 )
             log(f"{spec.name}: --force: resuming with changed {diff}")
             fp = dict(fp, previous=[old] + list(meta.get("previous", [])))
-        write_json_atomic(meta_path, fp)  # what the records from now on are made with
+        write_json(meta_path, fp)  # what the records from now on are made with
     prompts = PromptFile(path, spec.name, cache_dir=paths.run / "prompt-index", turns=spec.turns)
     run = DatasetRun(
         spec,

@@ -1,4 +1,4 @@
-"""The tokens of every unfinished answer, kept as they stream (SPEC 11.2), so that after any stop the
+"""The tokens of every unfinished answer, kept as they stream, so that after any stop the
 answer is continued from them instead of asked again.
 
 `run/kept.jsonl` is appended once a second with one line per answer that got tokens since the last
@@ -9,14 +9,13 @@ answers still unfinished."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..common.state import write_atomic
 from ..common.status import KeptStatus
 from .outputs import AppendFile
 from .rates import RateWindow
@@ -106,17 +105,7 @@ class KeptFile:
 
     def _rewrite(self, lines: list) -> None:
         """The file replaced, whole and synced, by these lines."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.writelines(lines)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        os.replace(tmp, self.path)
+        write_atomic(self.path, lines)
 
     def get(self, key: str, sig: str) -> Kept | None:
         k = self.entries.get(key)

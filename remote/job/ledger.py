@@ -7,7 +7,7 @@ kept across the dispatcher, the writer and the scheduler.
                    `--fail--> failed --unfail--> new
 
 `new` is every prompt the ledger holds nothing for (not yet sent in this run). A prompt with kept
-tokens (an unfinished answer, SPEC 11.2) is `partial` as well as queued: it is continued, not asked
+tokens (an unfinished answer) is `partial` as well as queued: it is continued, not asked
 again from its start.
 """
 

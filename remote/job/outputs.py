@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..common.state import write_atomic
+
 # Records are written with these keys first, so resume can read ids and token counts without
 # parsing multi-kilobyte conversations (1M records resume in seconds). Other lines fall back to json.
 _HEAD_RE = re.compile(
@@ -237,10 +239,7 @@ def load_existing(path: Path, log=None, update_index: bool = True) -> Existing:
     t_ids, t_toks, t_ends = scan_range(path, ends[-1] if ends else 0, with_ends=True)
     if update_index and (rewrite or t_ids):
         if rewrite:
-            tmp = idx.with_name(f".{idx.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as f:
-                f.write(b"".join(index_line(i, t, e) for i, t, e in zip(ids, toks, ends)))
-            os.replace(tmp, idx)
+            write_atomic(idx, b"".join(index_line(i, t, e) for i, t, e in zip(ids, toks, ends)))
         with open(idx, "ab") as f:
             f.write(b"".join(index_line(i, t, e) for i, t, e in zip(t_ids, t_toks, t_ends)))
     ids += t_ids

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from ..common import procinfo
-from ..common.jobspec import Paths, release_dir, write_json_atomic
+from ..common.jobspec import Paths, release_dir
+from ..common.state import RunnerRecord
 
 
 class LockHeld(Exception):
@@ -40,26 +41,23 @@ def acquire_lock(paths: Paths):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        holder = procinfo.read_json(paths.pidfile) or {}
+        holder = RunnerRecord.read(paths.pidfile)
         raise LockHeld(
-            f"another runner is already running in {paths.root} (pid {holder.get('pid', '?')})"
+            f"another runner is already running in {paths.root} (pid {holder.pid if holder else '?'})"
         ) from None
     return fd
 
 
 def write_pidfile(paths: Paths, token: str, argv: list[str]) -> None:
     pid = os.getpid()
-    write_json_atomic(
-        paths.pidfile,
-        {
-            "pid": pid,
-            "pgid": os.getpgid(0),
-            "sid": os.getsid(0),
-            "start_time": procinfo.start_time(pid),
-            "token": token,
-            "release": str(release_dir()),
-            "root": str(paths.root),
-            "argv": argv,
-            "started_at": time.time(),
-        },
-    )
+    RunnerRecord(
+        pid=pid,
+        pgid=os.getpgid(0),
+        sid=os.getsid(0),
+        start_time=procinfo.start_time(pid),
+        token=token,
+        release=str(release_dir()),
+        root=str(paths.root),
+        argv=list(argv),
+        started_at=time.time(),
+    ).write(paths.pidfile)

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common.state import write_atomic
+
 _SHAREGPT_ROLES = {
     "human": "user",
     "user": "user",
@@ -123,10 +125,7 @@ class PromptFile:
             if cache is not None:
                 try:
                     cache.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-                    with open(tmp, "w") as f:
-                        json.dump(data, f)
-                    os.replace(tmp, cache)
+                    write_atomic(cache, json.dumps(data))
                 except OSError:
                     pass  # a cache only
         self.ids: list[str] = data["ids"]

@@ -15,9 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir, write_json_atomic
+from ..common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
 from ..common.notify import Notifier
 from ..common.protocol import GRACE_S
+from ..common.state import ControlRequest, write_json
 from ..common.status import (
     COMPLETE,
     FAILED,
@@ -110,18 +111,18 @@ class Runner:
 
     # ------------------------------------------------------------------ while it runs
 
-    def _apply_control(self, req: dict) -> None:
-        if req.get("grace") is not None:  # `stop --grace S` says how long in-flight work gets
-            self.grace = max(0.0, float(req["grace"]))
+    def _apply_control(self, req: ControlRequest) -> None:
+        if req.grace is not None:  # `stop --grace S` says how long in-flight work gets
+            self.grace = max(0.0, float(req.grace))
         d = self.dispatcher
-        if req.get("drain"):
+        if req.drain:
             self.stop.drain()
             n = d.in_flight if d else 0
             self.log(f"control {self.control.seq}: drain: no new requests; finishing {n} in flight")
             return
-        if "caps" in req:
+        if req.caps is not None:
             try:
-                caps = Caps.from_dict(req["caps"])
+                caps = Caps.from_dict(req.caps)
                 unknown = self.scheduler.unknown(caps)
                 if unknown:
                     raise BadInput(f"unknown dataset {', '.join(unknown)}")
@@ -228,7 +229,7 @@ class Runner:
 
     def write_status(self) -> None:
         try:
-            write_json_atomic(self.paths.status, self.status().to_dict())
+            write_json(self.paths.status, self.status().to_dict(), sync=False)  # every second
         except OSError as e:
             self.log(f"cannot write {self.paths.status.name}: {e}")
 

@@ -17,7 +17,7 @@ from .rates import RateWindow
 
 
 def record(run: DatasetRun, p: Prompt, c) -> dict:
-    """The output line for one answer (SPEC: one JSON object per finished prompt)."""
+    """The output line for one answer (one JSON object per finished prompt)."""
     assistant = {"role": "assistant", "content": c.content}
     if c.reasoning_content is not None:
         assistant["reasoning_content"] = c.reasoning_content
@@ -34,7 +34,7 @@ def record(run: DatasetRun, p: Prompt, c) -> dict:
     if c.token_ids is not None:  # extra_body.return_token_ids: keep the exact tokens
         rec["prompt_token_ids"] = c.prompt_token_ids
         rec["token_ids"] = c.token_ids
-    if c.continued:  # made in parts, from kept tokens (the same answer, SPEC 11.2)
+    if c.continued:  # made in parts, from kept tokens (the same answer)
         rec["continued"] = c.continued
     return rec
 

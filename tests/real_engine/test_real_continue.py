@@ -1,4 +1,4 @@
-"""Unfinished answers continued after a stop, against real vLLM (SPEC 11.2): a greedy job killed -9
+"""Unfinished answers continued after a stop, against real vLLM: a greedy job killed -9
 mid-answer, then stopped for new code (SIGTERM), then run to the end gives token for token the
 records of an uninterrupted greedy run, and vLLM's own generation counter shows that the last start
 made no token twice. The tiny model's `--long` variant: 50 words of thinking, `</think>` (a special

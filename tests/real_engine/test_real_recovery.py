@@ -9,6 +9,7 @@ import json
 import pytest
 
 from remote.common import procinfo
+from remote.common.state import ProcessRecord
 from tests.conftest import (
     base_job,
     cli,
@@ -96,4 +97,4 @@ def test_real_vllm_job_heals_itself_every_prompt_once(
         cli(cfg, "server.stop", "--grace", "0")
     rec = json.loads((host / "run" / "server.pid").read_text())
     wait_for(lambda: not procinfo.session_members(rec["sid"]), 30, what="server processes gone")
-    assert not procinfo.live_record(host / "run" / "watcher.pid")
+    assert not ProcessRecord.live(host / "run" / "watcher.pid")

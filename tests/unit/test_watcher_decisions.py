@@ -8,8 +8,9 @@ import json
 import subprocess
 import sys
 
-from remote.common.jobspec import Paths, write_json_atomic
+from remote.common.jobspec import Paths
 from remote.common.recover import RecoverSpec
+from remote.common.state import RunnerWanted, write_json
 from remote.common.status import BACKOFF, FATAL, FINISHED, IDLE, RUNNING, JobStatus
 from remote.host import intent
 from remote.host.keepers import RunnerKeeper
@@ -20,8 +21,8 @@ def dead_runner(paths: Paths, state: str) -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     paths.ensure()
-    write_json_atomic(paths.pidfile, {"pid": p.pid, "start_time": 1, "token": "t"})
-    write_json_atomic(paths.status, JobStatus(state=state, pid=p.pid).to_dict())
+    write_json(paths.pidfile, {"pid": p.pid, "start_time": 1, "token": "t"})
+    write_json(paths.status, JobStatus(state=state, pid=p.pid).to_dict())
     return p.pid
 
 
@@ -38,15 +39,15 @@ def test_a_runner_that_finished_by_itself_is_not_restarted(tmp_path):
     paths.ensure()
     intent.change(paths, runner={"wanted": True, "argv": []})
     dead_runner(paths, FINISHED)
-    k.tick(100.0, {})
-    assert k.w.state == IDLE and not intent.wanted(intent.read(paths), "runner")
+    k.tick(100.0, RunnerWanted(wanted=True))
+    assert k.w.state == IDLE and not intent.read(paths).runner.wanted
     assert "finished by itself" in lines[-1]
 
 
 def test_a_runner_that_died_waits_its_backoff_then_the_budget_runs_out(tmp_path):
     k, paths, _, lines = keeper(tmp_path, max_restarts=2)
     pid = dead_runner(paths, RUNNING)
-    k.tick(100.0, {})
+    k.tick(100.0, RunnerWanted(wanted=True))
     assert k.w.state == BACKOFF and k.w.next_try_at == 110.0 and k.w.attempt == 1
     assert f"pid {pid}" in k.w.why and "OOM killer" in k.w.why
     k.budget.restarting(110.0)  # what its start does first
