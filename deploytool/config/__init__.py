@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import yaml
 
-from remote.common.jobspec import TURNS, DatasetSpec, EngineSpec, JobSpec
+from remote.common.jobspec import TURNS, DatasetSpec, EngineSpec, JobSpec, ServerSpec
 from remote.common.recover import RecoverSpec
 from remote.common.units import DATASET_NAME_RE
 
@@ -78,19 +78,6 @@ class HostConfig:
     @property
     def address(self) -> str:
         return self.host or self.name
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    command: str | None = None
-    model: str = "default"
-    port: int = 8000
-    args: tuple[str, ...] = ()
-    env: dict = field(default_factory=dict)
-    ready_timeout: int = 1800
-    headless: bool = (
-        False  # a vLLM data-parallel worker (--headless): serves no HTTP; ready when alive
-    )
 
 
 @dataclass(frozen=True)

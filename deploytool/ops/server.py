@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlparse
 
@@ -27,10 +26,6 @@ if TYPE_CHECKING:  # types only: answers load with the commands that build them
     from remote.common.answers import ServerStarted, ServerState, ServerStopped
 
 HEADLESS_SETTLE_S = 5.0  # a headless worker alive this long got past its start-up checks
-
-
-def spec_dict(spec: ServerSpec) -> dict:
-    return dict(asdict(spec), args=list(spec.args))
 
 
 def manages_engine(config: Config, host: str) -> bool:
@@ -57,7 +52,7 @@ def start(
 ) -> ServerStarted:
 
     rec = recover.to_dict() if recover is not None else None
-    started = call(conn, ServerStart(spec=spec_dict(spec), recover=rec))
+    started = call(conn, ServerStart(spec=spec.to_dict(), recover=rec))
     if started.already:
         return started
     t0 = clock()
@@ -90,7 +85,7 @@ def start(
             )
             last_note = clock()
         sleep(poll)
-    smoke = call(conn, ServerSmoke(spec=spec_dict(spec)))
+    smoke = call(conn, ServerSmoke(spec=spec.to_dict()))
     started.ready_after_s, started.smoke, started.served_model = (
         clock() - t0,
         smoke.answer,

@@ -91,6 +91,37 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
+class ServerSpec:
+    """hosts.yaml `server:`, what `server start` runs (`COMMAND serve MODEL --port PORT ARGS...`),
+    with every default stated once: hosts.yaml's validation builds it, the host reads it back."""
+
+    command: str | None = None  # default: the `vllm` beside the host's python, else on PATH
+    model: str = "default"
+    port: int = 8000
+    args: tuple[str, ...] = ()
+    env: dict = field(default_factory=dict)
+    ready_timeout: int = 1800  # seconds to wait for GET /v1/models
+    headless: bool = False  # a vLLM data-parallel worker (--headless): serves no HTTP
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), args=list(self.args), env=dict(self.env))
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "ServerSpec":
+        """Tolerant: a key another release added is left out."""
+        names = set(cls.__dataclass_fields__)
+        d = {k: v for k, v in (d or {}).items() if k in names}
+        if "args" in d:
+            d["args"] = tuple(d["args"] or ())
+        return cls(**d)
+
+    @property
+    def data_parallel_member(self) -> bool:
+        """One host cannot restart a vLLM data-parallel group: its members are named, not restarted."""
+        return self.headless or "--data-parallel-address" in self.args
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """The job (hosts.yaml `job:`, job.json in a release): typed once for both sides."""
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import procinfo
+from .jobspec import ServerSpec
 from .recover import RecoverSpec
 
 
@@ -238,7 +239,7 @@ class Wanted(Codec):
 
 @dataclass
 class ServerWanted(Wanted):
-    spec: dict = field(default_factory=dict)  # what `server start` was given: the watcher's too
+    spec: ServerSpec = field(default_factory=ServerSpec)  # what `server start` ran: the watcher's
 
 
 @dataclass

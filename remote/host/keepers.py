@@ -141,11 +141,6 @@ def observe(paths: Paths, rec: ServerRecord, now: float) -> Observation:
     return o
 
 
-def dp_member(spec: dict) -> bool:
-    """One host cannot restart a vLLM data-parallel group: its members are named, not restarted."""
-    return bool(spec.get("headless")) or "--data-parallel-address" in (spec.get("args") or ())
-
-
 class ServerKeeper(Keeper):
     what = "server"
 
@@ -164,7 +159,7 @@ class ServerKeeper(Keeper):
         return max(0.5, min(5.0, self.spec.wedged_after / 10))
 
     def tick(self, now: float, want: ServerWanted) -> None:
-        if dp_member(want.spec):
+        if want.spec.data_parallel_member:
             self.w.state, self.w.why = IDLE, "a data-parallel group member: restart the group"
             return
         if self.w.state in (WATCHING, IDLE):
@@ -240,7 +235,7 @@ class ServerKeeper(Keeper):
         self.w.attempt = self.budget.restarting(now)
         self.w.state, self.started_at = STARTING, now
         try:
-            server.start(self.paths, dict(want.spec, by="watcher"))
+            server.start(self.paths, want.spec, by="watcher")
         except server.ServerError as e:
             self._dead(now, None, f"could not start: {e}", [str(e)])
 
@@ -252,7 +247,7 @@ class ServerKeeper(Keeper):
             return self._dead(
                 now, rec, "it died while loading", reason_lines(self.paths.server_log)
             )
-        timeout = float(spec.get("ready_timeout", 1800))
+        timeout = float(spec.ready_timeout)
         if not c.ready:
             if now - (self.started_at or now) > timeout:
                 self._dead(now, rec, f"not ready after {timeout:g}s (server.ready_timeout)")
@@ -261,7 +256,7 @@ class ServerKeeper(Keeper):
             return
         if not c.headless:
             try:
-                smoke(self.paths, spec.get("model", "default"))
+                smoke(self.paths, spec.model)
             except server.ServerError as e:
                 return self._dead(now, rec, f"the smoke test failed: {e}", [str(e)])
         if rec is not None and not rec.ready_at:  # check records it, but not for a headless worker

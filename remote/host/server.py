@@ -26,7 +26,7 @@ from ..common.answers import (
     ServerState,
     ServerStopped,
 )
-from ..common.jobspec import SERVER_TOKEN_ENV, Paths, release_dir
+from ..common.jobspec import SERVER_TOKEN_ENV, Paths, ServerSpec, release_dir
 from ..common.protocol import ServerCheck, ServerStatus, ServerStop
 from ..common.state import ServerRecord
 from ..common.status import ServerMetrics
@@ -46,12 +46,11 @@ def managed(paths: Paths) -> ServerRecord | None:
     return ServerRecord.live(paths.server_pid)
 
 
-def resolve_command(spec: dict) -> str:
-    if spec.get("command"):
-        cmd = os.path.expanduser(spec["command"])
-        found = shutil.which(cmd)
+def resolve_command(spec: ServerSpec) -> str:
+    if spec.command:
+        found = shutil.which(os.path.expanduser(spec.command))
         if not found:
-            raise ServerError(f"server.command {spec['command']!r} not found on the host")
+            raise ServerError(f"server.command {spec.command!r} not found on the host")
         return found
     beside = Path(sys.executable).parent / "vllm"  # the vllm of the venv whose python runs us
     if beside.exists():
@@ -64,15 +63,8 @@ def resolve_command(spec: dict) -> str:
     return found
 
 
-def build_argv(spec: dict) -> list[str]:
-    return [
-        resolve_command(spec),
-        "serve",
-        spec["model"],
-        "--port",
-        str(spec["port"]),
-        *spec.get("args", []),
-    ]
+def build_argv(spec: ServerSpec) -> list[str]:
+    return [resolve_command(spec), "serve", spec.model, "--port", str(spec.port), *spec.args]
 
 
 def masked(env: dict) -> dict:
@@ -93,14 +85,14 @@ def get_url(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return 0, ""
 
 
-def start(paths: Paths, spec: dict) -> ServerStarted:
+def start(paths: Paths, spec: ServerSpec, by: str = "user") -> ServerStarted:
+    """Start it detached; `by` the watcher: its own starts count against its budget."""
     rec = managed(paths)
     if rec:
         return ServerStarted(already=True, pid=rec.pid, port=rec.port, model=rec.model)
     # a second engine beside them is CUDA out of memory at load
     removed = engines.remove_leftovers(paths)
-    port = int(spec["port"])
-    headless = bool(spec.get("headless"))
+    port, headless = spec.port, spec.headless
     holders = set() if headless else gpu.listener_pids(port)  # a headless worker serves no HTTP
     if holders:
         names = ", ".join(f"pid {p} ({engines.title(p)})" for p in sorted(holders))
@@ -109,7 +101,7 @@ def start(paths: Paths, spec: dict) -> ServerStarted:
         )
     argv = build_argv(spec)
     token = secrets.token_hex(12)
-    env = dict(os.environ, **spec.get("env", {}), **{SERVER_TOKEN_ENV: token})
+    env = dict(os.environ, **spec.env, **{SERVER_TOKEN_ENV: token})
     paths.ensure()
     with open(paths.server_log, "ab") as log:
         log.write(
@@ -123,21 +115,21 @@ def start(paths: Paths, spec: dict) -> ServerStarted:
         start_time=procinfo.start_time(proc.pid),
         token=token,
         port=port,
-        model=spec["model"],
+        model=spec.model,
         argv=argv,
-        env=masked(spec.get("env", {})),
+        env=masked(spec.env),
         started_at=time.time(),
         release=str(release_dir()),
         headless=headless,
-        by=spec.get("by", "user"),
+        by=by,
     ).write(paths.server_pid)
     return ServerStarted(
         already=False,
         pid=proc.pid,
         port=port,
-        model=spec["model"],
+        model=spec.model,
         argv=argv,
-        env=masked(spec.get("env", {})),
+        env=masked(spec.env),
         removed=removed,
     )
 

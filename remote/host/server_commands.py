@@ -6,7 +6,7 @@ and smoke, which the watcher uses too. (`server check` and `server status` only 
 from __future__ import annotations
 
 from ..common.answers import ServerStarted, ServerStopped, SmokeAnswer
-from ..common.jobspec import Paths
+from ..common.jobspec import Paths, ServerSpec
 from ..common.protocol import ServerSmoke, ServerStart, ServerStop
 from . import intent, supervised
 from .server import start, stop
@@ -14,16 +14,15 @@ from .smoke import smoke
 
 
 def smoke_command(paths: Paths, req: ServerSmoke) -> SmokeAnswer:
-    return smoke(paths, req.spec.get("model", "default"))
+    return smoke(paths, ServerSpec.from_dict(req.spec).model)
 
 
 def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
+    spec = ServerSpec.from_dict(req.spec)
     with intent.locked(paths):  # the watcher acts between commands, never during one
-        out = start(paths, req.spec)
+        out = start(paths, spec)
         intent.change(
-            paths,
-            recover=supervised.recover_arg(req),
-            server={"wanted": True, "spec": req.spec},
+            paths, recover=supervised.recover_arg(req), server={"wanted": True, "spec": spec}
         )
     out.watcher = supervised.after(paths)
     return out
