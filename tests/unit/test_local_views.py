@@ -44,5 +44,7 @@ def test_the_loading_line_quotes_vllm_without_its_prefix_and_cut_at_a_word():
     gist = log_gist(line)
     assert gist.startswith("Model loading took 61.2 GiB") and gist.endswith(" …")
     assert len(gist) <= 92 and "[gpu_model_runner" not in gist
-    assert log_gist("(APIServer pid=1) INFO 12-02 00:45:21 [api_server.py:1] Starting") == "Starting"
+    assert (
+        log_gist("(APIServer pid=1) INFO 12-02 00:45:21 [api_server.py:1] Starting") == "Starting"
+    )
     assert log_gist("a plain line [with brackets]") == "a plain line [with brackets]"
