@@ -104,6 +104,22 @@ def from_dict(cls, data: dict):
     return cls(**{k: _decode(hints[k], v) for k, v in data.items() if k in known})
 
 
+def _plain(value):
+    """A record as JSON, its unset (None) fields left out: a reader of an older release tells a
+    field by its presence (`"caps" in request`, `"stopped_at" not in record`), not by its value."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _plain(v)
+            for f in dataclasses.fields(value)
+            if (v := getattr(value, f.name)) is not None
+        }
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 class Codec:
     """A dataclass as JSON: `to_dict()`, and `from_dict()` tolerant of what another release wrote."""
 
@@ -112,7 +128,7 @@ class Codec:
         return from_dict(cls, data)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return _plain(self)
 
 
 class Record(Codec):
