@@ -153,6 +153,11 @@ class Record(Codec):
 # ------------------------------------------------------------------ the processes' records
 
 
+def _same_process(pid: int, start_time: int | None) -> bool:
+    """`pid` still names the process that started at `start_time` (pids are reused)."""
+    return pid > 0 and procinfo.alive(pid) and procinfo.start_time(pid) == start_time
+
+
 @dataclass
 class ProcessRecord(Record):
     """A process we started, as its pid file records it. Found again by pid *and* start time (pids
@@ -166,11 +171,7 @@ class ProcessRecord(Record):
 
     def alive(self) -> bool:
         """Still the process that wrote the record."""
-        return (
-            self.pid > 0
-            and procinfo.alive(self.pid)
-            and procinfo.start_time(self.pid) == self.start_time
-        )
+        return _same_process(self.pid, self.start_time)
 
     @classmethod
     def live(cls, path):
@@ -198,7 +199,7 @@ class EngineProcess(Codec):
     what: str = "?"
 
     def alive(self) -> bool:
-        return procinfo.alive(self.pid) and procinfo.start_time(self.pid) == self.start_time
+        return _same_process(self.pid, self.start_time)
 
 
 @dataclass
