@@ -160,9 +160,8 @@ def caps_table(caps: dict[str, CapRow], out: Console | None = None) -> None:
     t = Table("dataset", "done", "target", "state", box=None, pad_edge=False)
     short = {}  # cap -> datasets whose file has fewer prompts than it
     for name, d in caps.items():
-        clipped = d.cap is not None and d.cap > d.prompts and d.target == d.prompts
-        t.add_row(name, f"{d.done:,}", f"{d.target:,}" + ("*" if clipped else ""), d.state)
-        if clipped:
+        t.add_row(name, f"{d.done:,}", f"{d.target:,}" + ("*" if d.short_of_cap else ""), d.state)
+        if d.short_of_cap:
             short.setdefault(d.cap, []).append(name)
     out.print(t)
     for cap, names in short.items():

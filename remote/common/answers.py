@@ -53,6 +53,11 @@ class CapRow:
     prompts: int = 0  # prompts in the dataset's file
     cap: int | None = None  # the cap asked for (None: every prompt)
 
+    @property
+    def short_of_cap(self) -> bool:
+        """The file has fewer prompts than the cap: the target is all of them."""
+        return self.cap is not None and self.cap > self.prompts and self.target == self.prompts
+
 
 @dataclass
 class StopAnswer:
