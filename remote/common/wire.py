@@ -40,7 +40,8 @@ class HostFault(Exception):
     """Raised by a handler on the host: becomes the envelope's fault."""
 
     def __init__(self, code: str, message: str, *, fix: str = "", log=(), **detail):
-        assert code in FAULTS, code
+        if code not in FAULTS:  # a bug of ours: say which code, even under python -O
+            raise ValueError(f"unknown fault code {code!r}; known: {', '.join(FAULTS)}")
         super().__init__(message)
         self.fault = Fault(code, message, fix, list(log), detail)
 
