@@ -211,7 +211,7 @@ class ServerKeeper(Keeper):
         self, now: float, rec: ServerRecord | None, cause: str, lines: list[str] | None = None
     ) -> None:
         """`rec`: the dead server's record (None: no process was started)."""
-        self.dead_pids = set(kill_session(rec)) | {rec.pid} if rec is not None else set()
+        self.dead_pids = set() if rec is None else set(kill_session(rec)) | {rec.pid}
         self.gpu_deadline = now + GPU_WAIT_S
         self.clock = None
         lines = lines if lines is not None else reason_lines(self.paths.server_log)
