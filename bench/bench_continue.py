@@ -103,8 +103,8 @@ def one_restart(root: Path, url: str, conc: int, sig: int, running) -> dict:
 def append_cost(answers: int = 256, tokens: int = 4000) -> dict:
     """One append (and the status read) with `answers` answers in flight growing to `tokens` each,
     100 tokens a second, 6-digit ids as with a 151k vocabulary: the runner's cost per second."""
-    from remote.job.kept import KeptFile
-    from remote.job.stream import Assembly
+    from remote.job.engine.kept_tokens import KeptFile
+    from remote.job.engine.stream import Assembly
 
     kept = KeptFile(Path(tempfile.mkdtemp(prefix="deploytool-bench-kept-")) / "kept.jsonl")
     live = []

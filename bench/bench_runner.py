@@ -25,8 +25,8 @@ from pathlib import Path
 from common import REPO  # noqa: E402
 
 from remote.common.jobspec import Caps, JobSpec, Paths
-from remote.job.outputs import encode_record
-from remote.job.runner import Runner
+from remote.job.loop.runner import Runner
+from remote.job.store.outputs import encode_record
 from tests.conftest import runner_cmd
 from tests.openai_server import FakeOpenAI
 

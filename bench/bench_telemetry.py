@@ -21,7 +21,7 @@ from bench_pool import lengths, make_root, run_runner
 from common import REPO  # noqa: F401,E402
 
 from remote.common.status import DatasetStatus, EndpointStatus, JobStatus
-from remote.job.history import History
+from remote.job.store.history import History
 from tests.openai_server import FakeOpenAI
 
 

@@ -28,8 +28,9 @@ def modules(root: Path) -> dict[str, Path]:
 
 
 def file_imports(root: Path, path: Path, source: str | None = None) -> set[str]:
-    """Every module a file imports (relative imports made absolute), whatever the nesting; a
-    name imported for a type hint only (`if TYPE_CHECKING:`) is no import."""
+    """Every module a file imports (relative imports made absolute), whatever the nesting, and for
+    `from X import a` also X.a; a name imported for a type hint only (`if TYPE_CHECKING:`) is no
+    import."""
     package = list(path.relative_to(root).with_suffix("").parts)[:-1]
     found = set()
     tree = ast.parse(path.read_text() if source is None else source)
@@ -54,6 +55,9 @@ def file_imports(root: Path, path: Path, source: str | None = None) -> set[str]:
             else:
                 mod = node.module
             found.add(mod)
+            # `from ..facts import kill` imports a module too: each name may be one (a name that is
+            # not a module matches none, so it adds nothing to a graph of modules)
+            found |= {f"{mod}.{a.name}" for a in node.names}
     return found
 
 
@@ -116,12 +120,29 @@ def replaces(path: Path) -> int:
     return n
 
 
+def unit_tested(root: Path, mods: dict[str, Path]) -> tuple[set[str], set[str]]:
+    """(modules a file under tests/unit/ imports, modules with a test at the mirrored path:
+    remote/job/engine/pool.py <- tests/unit/remote/job/engine/test_pool.py)."""
+    imported, mirrored = set(), set()
+    for t in (root / "tests" / "unit").rglob("test_*.py"):
+        imported |= {m for m in file_imports(root, t) if m in mods}
+        under = t.parent.relative_to(root / "tests" / "unit")
+        name = ".".join([*under.parts, t.stem[len("test_") :]])
+        if name in mods:
+            mirrored.add(name)
+    return imported, mirrored
+
+
 def main(root: Path) -> None:
     mods = modules(root)
     graph = {m: {i for i in file_imports(root, p) if i in mods and i != m} for m, p in mods.items()}
-    host = {m: p for m, p in mods.items() if m.startswith(("remote.host", "remote.job"))}
+    host = {
+        m: p
+        for m, p in mods.items()
+        if m.startswith(("remote.host", "remote.job", "remote.queries"))
+    }
     print(
-        f"string-keyed reads of process state in remote/host and remote/job: "
+        "string-keyed reads of process state in remote/host, remote/job, remote/queries: "
         f"{sum(keyed_reads(p) for p in host.values())}"
     )
     found = circles(graph)
@@ -130,8 +151,22 @@ def main(root: Path) -> None:
     print(f"os.replace/os.rename call sites: {sum(by_hand.values())} in {sorted(by_hand)}")
     sizes = sorted(((len(p.read_text().splitlines()), m) for m, p in mods.items()), reverse=True)
     print("largest modules: " + ", ".join(f"{m} ({n})" for n, m in sizes[:3]))
-    for room in ("remote/host", "remote/job"):
-        print(f"modules in {room}: {len(list((root / room).glob('*.py')))}")
+    folders: dict[str, int] = {}
+    for p in mods.values():
+        if p.stem != "__init__":
+            folders[str(p.parent.relative_to(root))] = (
+                folders.get(str(p.parent.relative_to(root)), 0) + 1
+            )
+    big = sorted(((n, f) for f, n in folders.items()), reverse=True)[:3]
+    print("largest folders: " + ", ".join(f"{f} ({n})" for n, f in big))
+    ours = {m for m, p in host.items() if p.stem != "__init__"}
+    imported, mirrored = unit_tested(root, mods)
+    print(
+        f"modules of remote/host, remote/job, remote/queries: {len(ours)}; imported by a unit test: "
+        f"{len(ours & imported)}; with a unit test at the mirrored path: {len(ours & mirrored)}"
+    )
+    untested = sorted(ours - imported)
+    print("  no unit test: " + (", ".join(untested) or "none"))
 
 
 if __name__ == "__main__":

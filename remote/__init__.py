@@ -12,31 +12,34 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
         status    status.json, typed (nested parts too)
         state     the other files under run/, typed (pid files, control.json, supervise.json), and
                   the one atomic write and tolerant codec every replaced file goes through
-        units, metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull,
+        units, metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull_protocol,
         notify (job.notify's command), recover (recover: and the watcher's rules: budget, wedge clock)
-    job/      the runner's process: one job through the engine
-        runner      wiring and lifecycle only
-        scheduler   caps, token budgets, reload, which prompt next (datasets: one dataset's run)
-        ledger      each prompt's state, one owner, transitions as checked methods
-        dispatcher  the request window, one request, retries, requeues, the job's own faults
-        writer      records and errors onto disk, holding them while the disk is full
-        control     run/control.json (live re-cap, drain, grace), the stop state, housekeeping
-                    clocks; telemetry (/metrics, GPUs);
-        alerts      stalled / engine_down -> notify; status_builder (pure); rates (one window)
-        engine (openai; engine_kinds picks it or the simulate stand-in), pool (servers), prompts,
-        outputs, history, plan, report,
-        watched (run/watch.json as the runner reads it)
-    host/     process control on the host, in floors (every import points down):
-        facts       kill, gpu, strays (finding runners), engines (a server's engine processes),
-                    intent (run/supervise.json: what should run), boot (recover.on_boot's systemd
-                    unit), release and preflight (sent by deploytool as source: they import nothing
-                    of this package)
-        processes   runner_process (start, stop, re-cap the runner), server (start, check, stop
-                    vLLM), smoke: the mechanism the watcher and the commands share
-        watcher     keepers (its per-process decisions), watch (the watcher process)
-        commands    ctl (start/restart/stop/files), server_commands (start/smoke/stop): record
-                    intent, then keep a watcher (supervised); jobstate (`ctl status`, only looks)
+    job/      the runner's process: one job through the engine, in rooms stacked from the bottom
+      store/    the files on disk: prompts, outputs (records, their headers), conversation (whole
+                conversations), ledger (each prompt's state, one owner, checked transitions),
+                datasets (one dataset's run), writer (records and errors onto disk, holding them
+                while the disk is full), history (run/history.jsonl), rates (one window)
+      engine/   client (the OpenAI engine), stream (one answer's bytes to text), kept_tokens (the
+                tokens of unfinished answers, kept across a stop), continuation (resuming one),
+                pool (the servers), simulate (the stand-in), kinds (which of them a job gets)
+      observe/  status_builder (pure), telemetry (/metrics, GPUs), alerts (stalled, engine_down ->
+                notify), watched (run/watch.json as the runner reads it)
+      loop/     runner (wiring and lifecycle only), scheduler (caps, budgets, reload, which prompt
+                next), dispatcher (the request window, one request, retries, the job's own faults),
+                control_requests (run/control.json: live re-cap, drain, grace; the stop state),
+                own_process (the runner's lock, pid file and log)
+    queries/  what the host is asked about the job's files: target_caps (`plan`), report_data
+              (`report`); read only
+    host/     process control on the host, in rooms stacked the same way (every import points down):
+      facts/      kill, gpu, strays (finding runners), engines (a server's engine processes),
+                  intent (run/supervise.json: what should run), boot (recover.on_boot's systemd unit)
+      processes/  runner_process (start, stop, re-cap the runner), server_process (start, check,
+                  stop vLLM), smoke: the mechanism the watcher and the commands share
+      watcher/    keepers (its per-process decisions), watch (the watcher process)
+      commands/   ctl (start/restart/stop/files), server_commands (start/smoke/stop): record intent,
+                  then keep a watcher (supervised); jobstate (`ctl status`, only looks)
+      release.py, preflight.py  sent by deploytool as source: they import nothing of this package
 
-    deploytool -> remote.common <- remote.job
+    deploytool -> remote.common <- remote.job <- remote.queries
                                 <- remote.host      (job and host never import each other)
 """

@@ -21,18 +21,18 @@ from .common.wire import FAULTS, HostFault, envelope, fault_envelope
 HANDLERS: dict[type[Request], str] = {
     P.RunJob: "remote.cli:run",
     P.Watch: "remote.cli:watch",
-    P.CtlStart: "remote.host.ctl:start_command",
-    P.CtlRestart: "remote.host.ctl:restart_command",
-    P.CtlStop: "remote.host.ctl:stop_command",
-    P.CtlStatus: "remote.host.jobstate:status",
-    P.CtlFiles: "remote.host.ctl:files_command",
-    P.CtlPlan: "remote.job.plan:answer",  # reads the job's outputs: the job's room
-    P.CtlReport: "remote.job.report:gather",
-    P.ServerStart: "remote.host.server_commands:start_command",
-    P.ServerCheck: "remote.host.server:check",
-    P.ServerSmoke: "remote.host.server_commands:smoke_command",
-    P.ServerStop: "remote.host.server_commands:stop_command",
-    P.ServerStatus: "remote.host.server:status",
+    P.CtlStart: "remote.host.commands.ctl:start_command",
+    P.CtlRestart: "remote.host.commands.ctl:restart_command",
+    P.CtlStop: "remote.host.commands.ctl:stop_command",
+    P.CtlStatus: "remote.host.commands.jobstate:status",
+    P.CtlFiles: "remote.host.commands.ctl:files_command",
+    P.CtlPlan: "remote.queries.target_caps:answer",  # reads the job's outputs: the job's room
+    P.CtlReport: "remote.queries.report_data:gather",
+    P.ServerStart: "remote.host.commands.server_commands:start_command",
+    P.ServerCheck: "remote.host.processes.server_process:check",
+    P.ServerSmoke: "remote.host.commands.server_commands:smoke_command",
+    P.ServerStop: "remote.host.commands.server_commands:stop_command",
+    P.ServerStatus: "remote.host.processes.server_process:status",
 }
 
 
@@ -42,14 +42,14 @@ def handler(cls: type[Request]):
 
 
 def run(paths: Paths, req: P.RunJob, argv: list[str]) -> int:
-    from .job import runner
+    from .job.loop import runner
 
     job = (req.job or release_dir() / JOB_FILE).expanduser()
     return runner.main(paths, job, req.caps(), grace=req.grace, force=req.force, argv=argv)
 
 
 def watch(paths: Paths, req: P.Watch, argv: list[str]) -> int:
-    from .host import watch
+    from .host.watcher import watch
 
     return watch.main(paths.root)
 

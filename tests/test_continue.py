@@ -11,9 +11,9 @@ import signal
 import subprocess
 import time
 
-from remote.job import continuation
-from remote.job.kept import Kept, KeptFile
-from remote.job.stream import Assembly, ThinkingSplit
+from remote.job.engine import continuation
+from remote.job.engine.kept_tokens import Kept, KeptFile
+from remote.job.engine.stream import Assembly, ThinkingSplit
 from tests.conftest import REPO, records, runner_cmd, status, wait_for
 from tests.openai_server import TokenModel
 from tests.test_runner import make_root, run
@@ -287,7 +287,7 @@ def test_status_shows_what_is_kept_and_what_continuing_saved():
 
 
 def test_the_kept_file_is_rewritten_before_it_grows_with_every_token(tmp_path, monkeypatch):
-    from remote.job import kept as kept_mod
+    from remote.job.engine import kept_tokens as kept_mod
 
     monkeypatch.setattr(kept_mod, "COMPACT_AFTER", 200)
     path = tmp_path / "kept.jsonl"
@@ -345,7 +345,7 @@ def test_a_conversation_continues_its_unfinished_turn(tmp_path, openai_server):
 
 
 def test_an_append_the_disk_refused_is_made_whole_by_the_next(tmp_path, monkeypatch):
-    from remote.job.outputs import DiskFull
+    from remote.job.store.outputs import DiskFull
 
     path = tmp_path / "kept.jsonl"
     kept = KeptFile(path)

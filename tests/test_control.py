@@ -68,7 +68,7 @@ def flags(cfg, **kw):
 
 def runners_of(root: Path) -> list[int]:
     from remote.common.jobspec import Paths
-    from remote.host.strays import stray_runners
+    from remote.host.facts.strays import stray_runners
 
     return stray_runners(Paths(root), set())
 
@@ -349,7 +349,8 @@ def test_gpu_check_refuses_foreign_gpu_memory(job, tmp_path):
 def test_gpu_check_allows_the_engine_server_session(job, tmp_path):
     """GPU memory held by the process serving the engine's port (and its children: vLLM workers) is fine."""
     from remote.common.jobspec import Paths
-    from remote.host import gpu, server
+    from remote.host.facts import gpu
+    from remote.host.processes import server_process
 
     srv_proc = subprocess.Popen(
         [
@@ -374,11 +375,11 @@ def test_gpu_check_allows_the_engine_server_session(job, tmp_path):
         fake.chmod(0o755)
         os.environ["DEPLOYTOOL_NVIDIA_SMI"] = str(fake)
         try:
-            report = gpu.check(server.allowed_pids(Paths(job["host_dir"]), port))
+            report = gpu.check(server_process.allowed_pids(Paths(job["host_dir"]), port))
             assert report.checked and report.blocking == []
             with pytest.raises(gpu.GPUBusy):
                 gpu.check(
-                    server.allowed_pids(Paths(job["host_dir"]), None)
+                    server_process.allowed_pids(Paths(job["host_dir"]), None)
                 )  # not the engine's: refused
         finally:
             del os.environ["DEPLOYTOOL_NVIDIA_SMI"]

@@ -51,7 +51,9 @@ def current(env) -> Path:
 
 def test_first_deploy_then_noop_then_one_file(env):
     r1 = deploy(env)
-    assert r1.previous is None and "remote/job/runner.py" in r1.added and "job.json" in r1.added
+    assert (
+        r1.previous is None and "remote/job/loop/runner.py" in r1.added and "job.json" in r1.added
+    )
     assert r1.prompts == ["data/prompts/B1.jsonl"]
     cur = current(env)
     assert cur.parent.name == "releases" and cur.name == r1.release

@@ -18,7 +18,7 @@ from remote.common.recover import (
 )
 from remote.common.state import write_json
 from remote.common.status import ProcessWatch
-from remote.job.watched import WatchView
+from remote.job.observe.watched import WatchView
 from tests.conftest import base_job, write_config
 
 
@@ -171,7 +171,7 @@ def test_status_and_tail_say_recovering_gave_up_and_unsupervised():
 
 def test_on_boot_unit_and_why_not_without_systemd(tmp_path, monkeypatch):
     from remote.common.jobspec import Paths
-    from remote.host import boot
+    from remote.host.facts import boot
 
     paths = Paths(tmp_path / "eagle3-train")
     text = boot.unit_text(paths, "/opt/venv/bin/python")

@@ -216,7 +216,7 @@ def test_server_deaths_that_look_alive_or_clean(rig, tmp_path, how):
 
 
 def server_get(port: int, path: str) -> tuple[int, str]:
-    from remote.host.server import get_url
+    from remote.host.processes.server_process import get_url
 
     return get_url(f"http://127.0.0.1:{port}{path}", timeout=3)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from remote.job.outputs import encode_record, repair_tail, scan
-from remote.job.prompts import load_prompts
+from remote.job.store.outputs import encode_record, repair_tail, scan
+from remote.job.store.prompts import load_prompts
 from tests.conftest import REPO, outputs, records, runner_cmd, status, wait_for, write_prompts
 
 
@@ -414,7 +414,7 @@ def test_repair_tail_cuts_invalid_last_line(tmp_path):
 
 
 def test_sidecar_index_is_used_trimmed_and_rebuilt(tmp_path):
-    from remote.job.outputs import AppendFile, index_path, load_existing
+    from remote.job.store.outputs import AppendFile, index_path, load_existing
 
     out = tmp_path / "B1.jsonl"
     f = AppendFile(out, indexed=True)

@@ -14,7 +14,7 @@ from deploytool.ops import server
 from deploytool.ops.deploy import deploy_host
 from remote.common import procinfo
 from remote.common.answers import GpuApp, GpuFreed, ServerState
-from remote.host.smoke import degenerate
+from remote.host.processes.smoke import degenerate
 from tests.conftest import (
     REPO,
     base_job,
@@ -262,7 +262,7 @@ def test_restart_starts_the_server_first_then_the_runner_uses_it(host, tmp_path)
 
 
 def test_server_stop_waits_for_gpu_memory(tmp_path, monkeypatch):
-    from remote.host import server as remote_server
+    from remote.host.processes import server_process as remote_server
 
     sleeper = __import__("subprocess").Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     fake = tmp_path / "nvidia-smi"

@@ -19,8 +19,8 @@ from deploytool.views import progress
 from deploytool.views import tail as tail_view
 from remote.common.jobspec import JobSpec, Paths
 from remote.common.status import JobStatus
-from remote.job.outputs import encode_record
-from remote.job.plan import plan
+from remote.job.store.outputs import encode_record
+from remote.queries.target_caps import plan
 from tests.conftest import Sshd, base_job, outputs, ssh_host_entry, write_config, write_prompts
 
 

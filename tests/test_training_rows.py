@@ -135,7 +135,7 @@ def test_kept_on_demand_and_said_in_the_manifest(tmp_path):
 
 
 def test_a_tool_call_and_its_answer_stay_paired_from_the_prompt_file():
-    from remote.job.prompts import to_messages
+    from remote.job.store.prompts import to_messages
 
     convo = [
         {"role": "user", "content": "add"},

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from remote.common import metrics
-from remote.job.engine import parse_reply
+from remote.job.engine.client import parse_reply
 from tests.conftest import (
     cli,
     error_lines,

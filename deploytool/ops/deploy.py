@@ -1,6 +1,6 @@
 """deploy and rollback: content-addressed releases, only changed files sent, atomic switch.
 
-Two round trips for a change (plan, apply), one for a no-op. The host side is remote/release.py,
+Two round trips for a change (plan, apply), one for a no-op. The host side is remote/host/release.py,
 sent as `python -c` source so it works on a host that has no release yet.
 """
 

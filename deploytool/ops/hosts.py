@@ -59,7 +59,7 @@ class Probe:
 def probe(conn: Connector, engine: EngineSpec) -> Probe:
     """Reachable, what Python the host has, whether it imports what the job's engine needs, and
     whether the job's servers (those that answer) serve the job's model. One round trip: the host
-    runs remote/preflight.py's source, so nothing needs to be deployed yet."""
+    runs remote/host/preflight.py's source, so nothing needs to be deployed yet."""
     from pathlib import Path
 
     from remote.common.answers import HostProbe, PreflightProblem

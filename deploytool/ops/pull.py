@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote.common.protocol import CtlFiles
-from remote.common.pull import prefix_hash
+from remote.common.pull_protocol import prefix_hash
 
 from ..connectors import Connector
 from .control import call

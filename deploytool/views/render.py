@@ -22,13 +22,7 @@ from .typed import say
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from remote.common.answers import (
-        CapRow,
-        PlanAnswer,
-        RestartAnswer,
-        RolledBack,
-        StopAnswer,
-    )
+    from remote.common.answers import CapRow, PlanAnswer, RestartAnswer, RolledBack, StopAnswer
 
     # a type only: deploy's tarfile and hashlib stay unimported for `status`
     from ..ops.deploy import DeployResult

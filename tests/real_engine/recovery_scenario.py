@@ -127,7 +127,7 @@ def run(host: Path, wedge_after: float, load_timeout: float = 400) -> list[Failu
 
 def _http_while_stopped(port: int) -> str:
     """What a wedged real vLLM still answers (the reason the wedge rule exists)."""
-    from remote.host.server import get_url
+    from remote.host.processes.server_process import get_url
 
     time.sleep(1.0)
     m, _ = get_url(f"http://127.0.0.1:{port}/v1/models", timeout=5)

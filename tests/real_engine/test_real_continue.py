@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from remote.common import metrics
-from remote.job.kept import KeptFile
+from remote.job.engine.kept_tokens import KeptFile
 from tests.conftest import REPO, free_port, records, runner_cmd, status, wait_for, write_prompts
 from tests.real_engine import rig
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from remote.common.jobspec import Caps, DatasetSpec, EngineSpec
-from remote.job.datasets import DatasetRun
-from remote.job.engine import Completion, Engine
-from remote.job.ledger import Ledger
-from remote.job.outputs import DiskFull
-from remote.job.prompts import Prompt
-from remote.job.scheduler import Scheduler
+from remote.job.engine.client import Completion, Engine
+from remote.job.loop.scheduler import Scheduler
+from remote.job.store.datasets import DatasetRun
+from remote.job.store.ledger import Ledger
+from remote.job.store.outputs import DiskFull
+from remote.job.store.prompts import Prompt
 
 
 class Prompts:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remote.job.control import Every, StopState
+from remote.job.loop.control_requests import Every, StopState
 
 
 def test_stop_and_drain():

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from remote.job.control import StopState
-from remote.job.dispatcher import JOB_FAULT_STREAK, Dispatcher
-from remote.job.engine import EngineDown, PermanentError, TransientError
-from remote.job.ledger import FAILED, NEW
-from remote.job.pool import Pool
+from remote.job.engine.client import EngineDown, PermanentError, TransientError
+from remote.job.engine.pool import Pool
+from remote.job.loop.control_requests import StopState
+from remote.job.loop.dispatcher import JOB_FAULT_STREAK, Dispatcher
+from remote.job.store.ledger import FAILED, NEW
 from tests.unit.fakes import ScriptedEngine, Writer, dataset, engine_spec, scheduler
 
 

@@ -9,8 +9,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from remote.job.ledger import DONE, FAILED, HELD, NEW, QUEUED, SENT, Ledger, LedgerError
-from remote.job.prompts import Prompt
+from remote.job.store.ledger import DONE, FAILED, HELD, NEW, QUEUED, SENT, Ledger, LedgerError
+from remote.job.store.prompts import Prompt
 from tests.unit.fakes import dataset
 
 

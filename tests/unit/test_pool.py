@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remote.job.pool import Pool
+from remote.job.engine.pool import Pool
 
 
 def pool(n=2, concurrency=2):

@@ -1,9 +1,9 @@
-"""The report's tokens-per-second series, measured from the records (remote/job/report.py)."""
+"""The report's tokens-per-second series, measured from the records (remote/queries/report_data.py)."""
 
 import collections
 import json
 
-from remote.job.report import _created, scan_outputs, throughput
+from remote.queries.report_data import _created, scan_outputs, throughput
 
 
 def test_created_is_read_from_the_line_end_past_a_prompt_that_names_it():

@@ -4,7 +4,7 @@ token budgets, with datasets held in memory."""
 from __future__ import annotations
 
 from remote.common.jobspec import Caps
-from remote.job.scheduler import Scheduler
+from remote.job.loop.scheduler import Scheduler
 from tests.unit.fakes import dataset, scheduler
 
 

@@ -12,8 +12,8 @@ from remote.common.jobspec import Paths
 from remote.common.recover import RecoverSpec
 from remote.common.state import RunnerWanted, write_json
 from remote.common.status import BACKOFF, FATAL, FINISHED, IDLE, RUNNING, JobStatus
-from remote.host import intent
-from remote.host.keepers import RunnerKeeper
+from remote.host.facts import intent
+from remote.host.watcher.keepers import RunnerKeeper
 
 
 def dead_runner(paths: Paths, state: str) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from remote.job.ledger import DONE, HELD
-from remote.job.writer import RecordWriter
+from remote.job.store.ledger import DONE, HELD
+from remote.job.store.writer import RecordWriter
 from tests.unit.fakes import completion, dataset
 
 

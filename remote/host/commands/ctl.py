@@ -1,0 +1,71 @@
+"""`python -m remote ctl start|restart|stop|files`: the commands on the runner. Each records what
+is wanted (run/supervise.json) and keeps a watcher while anything is, around the mechanism in
+runner_process, which the watcher uses too. (`ctl status` is jobstate.status: it only looks.)
+"""
+
+from __future__ import annotations
+
+import os
+
+from ...common.answers import FileInfo, FilesAnswer, RestartAnswer, StopAnswer
+from ...common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
+from ...common.protocol import CtlFiles, CtlRestart, CtlStart, CtlStop
+from ...common.pull_protocol import output_files
+from ...common.wire import HostFault
+from ..facts import intent
+from ..preflight import engine_problem, model_message, model_problem
+from ..processes.runner_process import restart, start, stop
+from . import supervised
+
+
+def preflight() -> None:
+    """Refuse a start or restart, before anything is stopped, when this Python cannot run the engine
+    or a server does not serve the job's model (every request would be a 404)."""
+    try:
+        engine = JobSpec.load(release_dir() / JOB_FILE).engine
+    except (OSError, ValueError, KeyError):
+        return  # no readable job spec: the runner says so itself, with its log lines
+    kind = engine.kind
+    problem = engine_problem(kind)
+    if problem:
+        mods = ", ".join(problem["missing"])
+        raise HostFault(
+            "preflight",
+            f"{problem['python']} cannot import {mods}, which the {kind} engine needs; nothing was "
+            "stopped",
+            problem=problem,
+        )
+    wrong = model_problem(engine.to_dict(), engine.urls(), dict(os.environ))
+    if wrong:
+        raise HostFault("model", f"nothing was stopped: {model_message(wrong)}", model=wrong)
+
+
+def start_command(paths: Paths, a: CtlStart) -> RestartAnswer:
+    preflight()
+    with intent.locked(paths):  # the watcher acts between commands, never during one
+        out = start(paths, a)
+        supervised.want_runner(paths, a)
+    out.watcher = supervised.after(paths)
+    return out
+
+
+def restart_command(paths: Paths, a: CtlRestart) -> RestartAnswer:
+    preflight()
+    with intent.locked(paths):
+        if a.dry_run:
+            return restart(paths, a)
+        # a start that fails leaves nothing for the watcher to bring back
+        intent.change(paths, runner={"wanted": False, "why": "restarting"})
+        out = restart(paths, a)
+        supervised.want_runner(paths, a)
+    out.watcher = supervised.after(paths)
+    return out
+
+
+def stop_command(paths: Paths, a: CtlStop) -> StopAnswer:
+    return supervised.stop_wanted(paths, "runner", lambda: stop(paths, a))
+
+
+def files_command(paths: Paths, a: CtlFiles) -> FilesAnswer:
+    found = output_files(paths, a.have)
+    return FilesAnswer({name: FileInfo(**e) for name, e in found.items()})

@@ -1,0 +1,36 @@
+"""`ctl status`: status.json with the runner looked up (alive, its release, strays) and the
+watcher's view. Read-only, and asked every few seconds by `invoke status` and `tail`, so it imports
+only what looking needs: nothing that starts or stops a process."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ...common.jobspec import Paths
+from ...common.protocol import CtlStatus
+from ...common.status import RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
+from ..facts.strays import managed_runner, stray_runners
+from ..watcher import watch
+
+
+def status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
+    st = JobStatus.read(paths.status) or JobStatus()
+    rec = managed_runner(paths)
+    if st.state in (STARTING, RUNNING) and not rec:
+        st.state, st.message = STOPPED, "the runner is gone without writing its status (killed?)"
+    try:
+        current = os.readlink(paths.root / "current")
+    except OSError:
+        current = None
+    st.runner = RunnerInfo(
+        alive=rec is not None,
+        pid=rec.pid if rec else None,
+        release=rec.release if rec else None,
+        uptime_s=(time.time() - rec.started_at) if rec else None,
+    )
+    st.current_release = current
+    st.strays = stray_runners(paths, {rec.pid} if rec else set())
+    st.supervision = watch.supervision(paths)
+    st.token = None
+    return st

@@ -1,0 +1,58 @@
+"""run/supervise.json: what should be running, said by the commands, obeyed by the watcher.
+
+`restart` / `server.start` say "wanted" (with what it takes to start it again: the runner's flags,
+the server's spec), `stop` / `server.stop` say "not wanted" *before* they signal anything, and the
+watcher restarts only what is wanted. Both sides hold run/supervise.lock while they read-modify-write
+or act on it, so a stop never races a restart: once `stop` has said its word, nothing it stops comes
+back. The record is state.Supervise (readable by its owner only: it holds the server's environment).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import os
+import time
+
+from ...common.jobspec import Paths
+from ...common.recover import RecoverSpec
+from ...common.state import Supervise
+
+
+def read(paths: Paths) -> Supervise:
+    return Supervise.read(paths.supervise) or Supervise()
+
+
+@contextlib.contextmanager
+def locked(paths: Paths):
+    """Held while deciding and acting on the intent (the watcher's tick, a command's change)."""
+    paths.ensure()
+    fd = os.open(paths.run / "supervise.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def change(
+    paths: Paths,
+    *,
+    recover: RecoverSpec | None = None,
+    server: dict | None = None,
+    runner: dict | None = None,
+) -> Supervise:
+    """Change what is wanted (`server=dict(wanted=False, why="stopped")`) and the recover settings;
+    call it while holding `locked`."""
+    data = read(paths)
+    if recover is not None:
+        data.recover = recover
+    now = time.time()
+    if server is not None:
+        data.server = dataclasses.replace(data.server, **server, changed_at=now)
+    if runner is not None:
+        data.runner = dataclasses.replace(data.runner, **runner, changed_at=now)
+    data.write(paths.supervise)
+    return data

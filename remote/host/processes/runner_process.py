@@ -1,0 +1,222 @@
+"""The runner as a process: start it detached, stop it, re-cap it live. What the `ctl` commands and
+the watcher both use; it records no intent and starts no watcher (the commands do, above it).
+
+Never by name: a runner is found by its pid file (pid + start time + job token) or, for one started
+by hand, by its command line *and* a working directory or --root inside this remote_dir.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from ...common import procinfo
+from ...common.answers import CapRow, RestartAnswer, StopAnswer
+from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
+from ...common.protocol import CtlRestart, CtlStart, CtlStop
+from ...common.state import ControlRequest, RunnerRecord, write_json
+from ...common.status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus
+from ...common.wire import HostFault
+from ..facts import gpu, kill
+from ..facts.strays import managed_runner, stray_runners
+from . import server_process
+
+# ------------------------------------------------------------------ finding our processes
+
+
+def send_control(paths: Paths, token: str | None, **request) -> int:
+    """Ask the running runner something through run/control.json; returns the request's seq."""
+    last = ControlRequest.read(paths.control)
+    seq = (last.seq if last else 0) + 1
+    ControlRequest(seq=seq, token=token, **request).write(paths.control)
+    return seq
+
+
+def caps_summary(st: JobStatus, caps: Caps) -> dict[str, CapRow]:
+    return {
+        n: CapRow(d.done, d.target, d.state, d.prompts, caps.target(n))
+        for n, d in st.datasets.items()
+    }
+
+
+# ------------------------------------------------------------------ stopping
+
+
+def stop(paths: Paths, req: CtlStop) -> StopAnswer:
+    grace, drain, drain_timeout = req.grace, req.drain, req.drain_timeout
+    rec = managed_runner(paths)
+    exclude = set()
+    targets: dict[int, int | None] = {}
+    token = None
+    if rec:
+        targets[rec.pid] = rec.start_time
+        token = rec.token
+        exclude.add(rec.pid)
+    strays = stray_runners(paths, exclude)
+    for pid in strays:
+        targets[pid] = procinfo.start_time(pid)
+    if not targets:
+        return StopAnswer(was_running=False)
+    before = JobStatus.read(paths.status) or JobStatus()
+    in_flight_before = before.in_flight
+    drained = False
+    if drain and rec:
+        send_control(paths, token, drain=True)
+        drained = not kill.wait_gone({rec.pid: rec.start_time}, drain_timeout)
+    margin = 0.0
+    if rec:
+        # the runner itself lets in-flight work finish for `grace`, then writes its final status;
+        # our SIGKILL comes a little later, only for a runner that does not stop by itself
+        send_control(paths, token, grace=grace)
+        margin = 3.0
+    killed = kill.terminate(targets, grace + margin, JOB_TOKEN_ENV, token)
+    after = JobStatus.read(paths.status) or JobStatus()
+    if killed and rec and rec.pid in killed:
+        lost = after.in_flight or in_flight_before
+        _mark_stopped(paths, rec, f"killed after {grace:g}s grace")
+    else:
+        lost = after.abandoned
+    return StopAnswer(
+        stopped=sorted(targets),
+        killed=sorted(set(killed)),
+        strays=strays,
+        lost_in_flight=0 if drained else lost,
+        was_running=True,
+        drained=drained,
+    )
+
+
+def _mark_stopped(paths: Paths, rec: RunnerRecord, why: str) -> None:
+    st = JobStatus.read(paths.status)
+    if st and st.pid == rec.pid and st.state in (STARTING, RUNNING):
+        st.state, st.message, st.updated_at = STOPPED, why, time.time()
+        write_json(paths.status, st.to_dict())
+
+
+# ------------------------------------------------------------------ starting
+
+
+def lock_is_free(paths: Paths) -> bool:
+    paths.ensure()
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def start(paths: Paths, a: CtlStart, rel: Path | None = None) -> RestartAnswer:
+    """Start the runner detached from `rel` (this release) and wait until it reports running."""
+    if not lock_is_free(paths) or managed_runner(paths):
+        rec = managed_runner(paths)
+        raise HostFault(
+            "busy",
+            f"a runner is already running in {paths.root} (pid {rec.pid if rec else '?'})",
+            fix="use restart",
+        )
+    gpu_report = gpu.check(server_process.allowed_pids(paths, job_engine_port()), force=a.force_gpu)
+    token = secrets.token_hex(12)
+    env = dict(os.environ, **{JOB_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
+    env.pop("DEPLOYTOOL_WATCH_TOKEN", None)  # started by the watcher: stopping it must not stop us
+    rel = rel or release_dir()
+    argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root)]
+    argv += a.run_flags().argv()
+    paths.ensure()
+    with open(paths.log, "ab") as log:
+        proc = procinfo.start_detached(argv, cwd=rel, env=env, log=log)
+    deadline = time.monotonic() + a.wait
+    while True:
+        st = JobStatus.read(paths.status) or JobStatus()
+        if st.token == token and st.state in (RUNNING, FINISHED, STOPPED):
+            break
+        code = proc.poll()
+        if code is not None:
+            raise HostFault(
+                "start_failed",
+                f"the runner exited with code {code} during start-up",
+                log=procinfo.tail_lines(paths.log, 20),
+            )
+        if time.monotonic() > deadline:
+            raise HostFault(
+                "start_failed",
+                f"the runner did not report running within {a.wait:g}s",
+                log=procinfo.tail_lines(paths.log, 20),
+            )
+        time.sleep(0.05)
+    return RestartAnswer(
+        mode="start",
+        pid=proc.pid,
+        token=token,
+        release=str(rel),
+        state=st.state,
+        caps=caps_summary(st, a.caps()),
+        gpu=gpu_report,
+    )
+
+
+def job_engine_port() -> int | None:
+    try:
+        job = JobSpec.load(release_dir() / JOB_FILE)
+    except (OSError, ValueError, KeyError):
+        return None
+    if job.engine.kind != "openai":
+        return None
+    from urllib.parse import urlparse
+
+    return urlparse(job.engine.base_url).port
+
+
+# ------------------------------------------------------------------ restart: live re-cap or real
+
+
+def recap(paths: Paths, rec: RunnerRecord, caps: Caps, timeout: float = 15.0) -> JobStatus:
+    seq = send_control(paths, rec.token, caps=caps.to_dict())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = JobStatus.read(paths.status) or JobStatus()
+        if st.control_seq >= seq:
+            if st.control_error:
+                raise HostFault("refused", f"the running runner refused: {st.control_error}")
+            return st
+        if not rec.alive():
+            break
+        time.sleep(0.05)
+    raise HostFault(
+        "refused",
+        "the running runner did not take the new caps (see logs/runner.log)",
+        fix="use --hard to restart it",
+        log=procinfo.tail_lines(paths.log, 20),
+    )
+
+
+def restart(paths: Paths, a: CtlRestart) -> RestartAnswer:
+    caps = a.caps()
+    rec = managed_runner(paths)
+    same_release = rec is not None and Path(rec.release or "").resolve() == release_dir()
+    if a.dry_run:
+        mode = "live" if same_release and not a.hard else ("restart" if rec else "start")
+        return RestartAnswer(
+            mode=mode, dry_run=True, running_pid=rec.pid if rec else None, asked=caps.to_dict()
+        )
+    if same_release and not a.hard:
+        st = recap(paths, rec, caps)
+        return RestartAnswer(
+            mode="live",
+            pid=rec.pid,
+            state=st.state,
+            caps=caps_summary(st, caps),
+            reloaded=st.reloaded,
+        )
+    stopped = stop(paths, CtlStop(a.grace, a.drain, a.drain_timeout))
+    started = start(paths, a)
+    started.mode = "restart" if stopped.was_running else "start"
+    started.stopped, started.lost_in_flight = stopped, stopped.lost_in_flight
+    return started

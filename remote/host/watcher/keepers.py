@@ -1,0 +1,341 @@
+"""What the watcher does each tick for the server and for the runner: notice a death or a wedge,
+wait out the backoff, start again, and give up past the budget.
+
+One state per process (recover.WATCHING, BACKOFF, STARTING, FATAL, IDLE), moved only here. A start
+is not waited for: the server loads for minutes, so STARTING is checked tick by tick and the runner
+is watched meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from typing import Callable
+
+from ...common import metrics, nvsmi, procinfo
+from ...common.jobspec import Paths
+from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, RunArgs
+from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
+from ...common.state import RunnerRecord, RunnerWanted, ServerRecord, ServerWanted, write_json
+from ...common.status import (
+    BACKOFF,
+    FAILED,
+    FATAL,
+    FINISHED,
+    IDLE,
+    STARTING,
+    WATCHING,
+    JobStatus,
+    ProcessWatch,
+)
+from ...common.wire import HostFault
+from ..facts import engines, intent, kill
+from ..processes import runner_process, server_process
+from ..processes.smoke import smoke
+
+START_WAIT_S = 120.0  # a runner it starts again has this long to report running
+_WHY_LINE = re.compile(r"error|exception|traceback|killed|fatal|illegal|out of memory|xid", re.I)
+
+Tell = Callable[[str, str], None]  # (notify event, what happened)
+
+
+def reason_lines(path, n: int = 8) -> list[str]:
+    """The lines of a log that say why it died: its errors, else its last lines."""
+    tail = procinfo.tail_lines(path, 200)
+    why = [line for line in tail if _WHY_LINE.search(line)]
+    return (why or tail)[-n:]
+
+
+def record_event(paths: Paths, **event) -> None:
+    try:
+        with open(paths.recover_log, "a") as f:
+            f.write(json.dumps(dict(event, at=time.time())) + "\n")
+    except OSError:
+        pass
+
+
+class Keeper:
+    """What both keepers share: the state, the budget, the death and the give-up bookkeeping."""
+
+    what = "?"
+
+    def __init__(self, paths: Paths, spec: RecoverSpec, tell: Tell, log: Callable[[str], None]):
+        self.paths, self.spec, self.tell, self.log = paths, spec, tell, log
+        self.w = ProcessWatch(of=spec.max_restarts)
+        self.budget = Budget(spec)
+
+    def _died(self, now: float, cause: str, lines: list[str]) -> bool:
+        """Count a death (or a failed start); False when the budget is spent."""
+        self.w.last_cause = cause
+        record_event(self.paths, what=self.what, event="died", why=cause)
+        delay = self.budget.failed(now)
+        if delay is None:
+            self.w.state, self.w.why, self.w.log = FATAL, cause, lines
+            self.w.next_try_at = None
+            record_event(self.paths, what=self.what, event="gave_up", why=cause, log=lines)
+            self.log(f"{self.what}: gave up after {self.spec.max_restarts} restarts: {cause}")
+            return False
+        self.w.state, self.w.why = BACKOFF, cause
+        self.w.attempt, self.w.next_try_at = self.budget.attempt(now), now + delay
+        self.log(
+            f"{self.what}: {cause}; restart {self.w.attempt} of {self.spec.max_restarts} in "
+            f"{delay:g}s"
+        )
+        return True
+
+    def _restarted(self, now: float, extra: str = "") -> None:
+        self.w.state, self.w.next_try_at = WATCHING, None
+        self.w.restarts += 1
+        msg = (
+            f"{self.what} restarted (attempt {self.w.attempt} of {self.spec.max_restarts}) after: "
+            f"{self.w.why}{extra}"
+        )
+        record_event(self.paths, what=self.what, event="restarted", why=self.w.why)
+        self.log(msg)
+        self.w.why = None
+        self.tell(f"{self.what}_restarted", msg)
+
+
+def fail_job(paths: Paths, why: str) -> None:
+    """The job's verdict when the watcher gives up: `failed`, with the reason."""
+    st = JobStatus.read(paths.status) or JobStatus()
+    st.state, st.message, st.updated_at = FAILED, why, time.time()
+    write_json(paths.status, st.to_dict())
+
+
+# ------------------------------------------------------------------ the server
+
+
+def kill_session(rec: ServerRecord) -> list[int]:
+    """SIGKILL everything of a dead or wedged server: its session (a SIGSTOPped engine takes no
+    SIGTERM) and every process carrying its token. Returns the pids signalled."""
+    tree = engines.processes(rec)
+    if rec.alive():
+        tree[rec.pid] = rec.start_time
+    hit = [p for p, st in tree.items() if kill.signal_if_same(p, st, signal.SIGKILL, group=False)]
+    kill.wait_gone(tree, 10)
+    return sorted(hit)
+
+
+def observe(paths: Paths, rec: ServerRecord, now: float) -> Observation:
+    """One look at a ready server: its /metrics, /v1/models if that failed, the runner's view."""
+    port = rec.port
+    code, text = server_process.get_url(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    snap = metrics.snapshot(text) if code == 200 else {}
+    o = Observation(
+        now=now,
+        generation_tokens=snap.get("generation_tokens"),
+        prompt_tokens=snap.get("prompt_tokens"),
+        running=snap.get("running"),
+    )
+    if code != 200:
+        o.models_ok = server_process.served_models(port)[0] == 200
+    st = JobStatus.read(paths.status)
+    fresh = st is not None and st.updated_at is not None and now - st.updated_at < 15
+    for e in st.endpoints if fresh else ():
+        if re.search(rf"//(127\.0\.0\.1|localhost|\[::1\]):{port}(/|$)", e.url):
+            o.runner_in_flight += e.in_flight
+            if e.last_token_at is not None:
+                o.last_token_at = max(o.last_token_at or 0.0, e.last_token_at)
+    return o
+
+
+class ServerKeeper(Keeper):
+    what = "server"
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.clock: WedgeClock | None = None
+        self.clock_of: int | None = None  # the pid the clock belongs to
+        self.next_look = 0.0
+        self.dead_pids: set[int] = set()  # of the server that died: the GPU memory to wait for
+        self.gpu_deadline = 0.0
+        self.started_at: float | None = None
+        self.ready_seq = 0
+
+    @property
+    def look_every(self) -> float:
+        return max(0.5, min(5.0, self.spec.wedged_after / 10))
+
+    def tick(self, now: float, want: ServerWanted) -> None:
+        if want.spec.data_parallel_member:
+            self.w.state, self.w.why = IDLE, "a data-parallel group member: restart the group"
+            return
+        if self.w.state in (WATCHING, IDLE):
+            self._watch(now, want)
+        elif self.w.state == BACKOFF and now >= (self.w.next_try_at or 0):
+            self._start(now, want)
+        elif self.w.state == STARTING:
+            self._starting(now, want)
+
+    def _watch(self, now: float, want: ServerWanted) -> None:
+        rec = ServerRecord.read(self.paths.server_pid)
+        if rec is None or rec.pid <= 0:
+            return
+        alive = rec.alive()
+        if not alive and not rec.ready_at and rec.by != "watcher":
+            # `server.start` at the keyboard failed and said so there: not ours to retry
+            self.log("server: died during a start-up the user ran; not restarted")
+            intent.change(self.paths, server={"wanted": False, "why": "start-up failed"})
+            self.w.state = IDLE
+            return
+        self.w.state = WATCHING
+        if not alive:
+            return self._dead(now, rec, "the server process is gone (an exit nobody asked for)")
+        if not rec.ready_at:
+            # still loading (bounded by server.ready_timeout, not by these rules); its children
+            # now include passing start-up helpers, so its engines are known only once it is ready
+            if now < self.next_look or rec.headless:
+                return
+            self.next_look = now + self.look_every
+            if not server_process.check(self.paths).ready:  # it records ready_at once ready
+                return
+            rec = ServerRecord.read(self.paths.server_pid) or rec
+        rec = engines.watch(self.paths, rec)
+        gone = engines.gone(rec)
+        if gone:
+            names = ", ".join(f"{e.what} (pid {e.pid})" for e in gone)
+            return self._dead(now, rec, f"its engine processes are gone: {names}")
+        if rec.headless or now < self.next_look:
+            return
+        self.next_look = now + self.look_every
+        if self.clock is None or self.clock_of != rec.pid:
+            self.clock = WedgeClock(self.spec.wedged_after, rec.ready_at)
+            self.clock_of = rec.pid
+        why = self.clock.observe(observe(self.paths, rec, now))
+        if why:
+            self._dead(now, rec, why)
+
+    def _dead(
+        self, now: float, rec: ServerRecord | None, cause: str, lines: list[str] | None = None
+    ) -> None:
+        """`rec`: the dead server's record (None: no process was started)."""
+        self.dead_pids = set() if rec is None else set(kill_session(rec)) | {rec.pid}
+        self.gpu_deadline = now + GPU_WAIT_S
+        self.clock = None
+        lines = lines if lines is not None else reason_lines(self.paths.server_log)
+        if not self._died(now, cause, lines):
+            self._give_up(cause, lines)
+
+    def _gpu_held(self) -> list[dict]:
+        return [a for a in nvsmi.compute_apps() or [] if a["pid"] in self.dead_pids]
+
+    def _start(self, now: float, want: ServerWanted) -> None:
+        if server_process.managed(self.paths):  # started meanwhile (`server.start` at the keyboard)
+            self.w.state, self.w.next_try_at = WATCHING, None
+            return
+        held = self._gpu_held()
+        if held and now < self.gpu_deadline:
+            return  # vLLM's workers free GPU memory slowly: a start beside them is out of memory
+        if held:
+            self.log(
+                f"server: GPU memory still held by {held} after {GPU_WAIT_S:g}s; starting anyway"
+            )
+        self.w.attempt = self.budget.restarting(now)
+        self.w.state, self.started_at = STARTING, now
+        try:
+            server_process.start(self.paths, want.spec, by="watcher")
+        except server_process.ServerError as e:
+            self._dead(now, None, f"could not start: {e}", [str(e)])
+
+    def _starting(self, now: float, want: ServerWanted) -> None:
+        spec = want.spec
+        c = server_process.check(self.paths)
+        rec = ServerRecord.read(self.paths.server_pid)
+        if not c.alive:
+            return self._dead(
+                now, rec, "it died while loading", reason_lines(self.paths.server_log)
+            )
+        timeout = float(spec.ready_timeout)
+        if not c.ready:
+            if now - (self.started_at or now) > timeout:
+                self._dead(now, rec, f"not ready after {timeout:g}s (server.ready_timeout)")
+            return
+        if c.headless and c.elapsed_s < engines.SETTLED_S:
+            return
+        if not c.headless:
+            try:
+                smoke(self.paths, spec.model)
+            except server_process.ServerError as e:
+                return self._dead(now, rec, f"the smoke test failed: {e}", [str(e)])
+        if rec is not None and not rec.ready_at:  # check records it, but not for a headless worker
+            rec.ready_at = now
+            rec.write(self.paths.server_pid)
+        self.ready_seq += 1
+        self._restarted(now, f"; ready in {now - (self.started_at or now):.0f}s")
+
+    def _give_up(self, cause: str, lines: list[str]) -> None:
+        """Nothing is started again, nothing of the server stays on the GPUs, the job fails."""
+        with_lines = cause + (": " + " | ".join(lines[-3:]) if lines else "")
+        why = (
+            f"the server died again after {self.spec.max_restarts} restarts within "
+            f"{self.spec.window:g}s; gave up: {with_lines}"
+        )
+        intent.change(
+            self.paths, server={"wanted": False, "why": why}, runner={"wanted": False, "why": why}
+        )
+        server_process.wait_gpu_free(self.dead_pids, GPU_WAIT_S)
+        runner_process.stop(self.paths, CtlStop(grace=10.0))
+        fail_job(self.paths, why)
+        self.tell("failed", f"failed: {why}")
+
+
+# ------------------------------------------------------------------ the runner
+
+
+class RunnerKeeper(Keeper):
+    what = "runner"
+
+    def tick(self, now: float, want: RunnerWanted) -> None:
+        if self.w.state in (WATCHING, IDLE):
+            self._watch(now)
+        elif self.w.state == BACKOFF and now >= (self.w.next_try_at or 0):
+            self._start(now, want)
+
+    def _watch(self, now: float) -> None:
+        rec = RunnerRecord.read(self.paths.pidfile)
+        if rec is None or rec.pid <= 0:
+            return
+        if rec.alive():
+            self.w.state = WATCHING
+            return
+        st = JobStatus.read(self.paths.status)
+        if st and st.pid == rec.pid and st.state in (FINISHED, FAILED):
+            # its own verdict: a finished job, or a fault restarting cannot mend
+            intent.change(self.paths, runner={"wanted": False, "why": f"the runner {st.state}"})
+            self.log(f"runner: {st.state} by itself ({st.message or 'no message'}); not restarted")
+            self.w.state = IDLE
+            return
+        cause = (
+            f"the runner (pid {rec.pid}) died without being stopped (a signal, a crash, "
+            "the OOM killer: see dmesg)"
+        )
+        if not self._died(now, cause, reason_lines(self.paths.log)):
+            self._give_up(cause)
+
+    def _start(self, now: float, want: RunnerWanted) -> None:
+        if runner_process.managed_runner(self.paths):  # started meanwhile (`invoke restart`)
+            self.w.state, self.w.next_try_at = WATCHING, None
+            return
+        self.w.attempt = self.budget.restarting(now)
+        try:  # flags it cannot read are a start that failed: counted, said, never a crash
+            flags = RunArgs.from_argv(list(want.argv))
+            a = CtlStart(**vars(flags), wait=START_WAIT_S)
+            runner_process.start(self.paths, a, rel=(self.paths.root / "current").resolve())
+        except HostFault as e:
+            lines = e.fault.log
+            if not self._died(now, f"could not start: {e}", lines):
+                self._give_up(f"could not start: {e}")
+            return
+        self._restarted(now)
+
+    def _give_up(self, cause: str) -> None:
+        why = (
+            f"the runner died again after {self.spec.max_restarts} restarts within "
+            f"{self.spec.window:g}s; gave up: {cause}"
+        )
+        intent.change(self.paths, runner={"wanted": False, "why": why})
+        fail_job(self.paths, why)
+        self.tell("failed", f"failed: {why}")

@@ -1,0 +1,183 @@
+"""The watcher: `python -m remote watch`, one per remote_dir, detached, needing no SSH session.
+
+Started by `ctl start/restart` and `server start` when something is wanted and `recover:` allows
+it; it exits by itself once nothing is wanted (after `stop` and `server.stop`, or a finished job).
+Found like the runner (run/watcher.pid: pid + start time + token), never by name. Killing it never
+touches the job: `ctl status` then says the job is unsupervised, and `restart` brings it back.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import signal
+import sys
+import time
+from pathlib import Path
+
+from ...common import procinfo
+from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths
+from ...common.notify import Notifier
+from ...common.recover import WatchState
+from ...common.state import WatcherRecord, write_json
+from ...common.status import FATAL, IDLE, Supervision
+from ..facts import boot, intent, kill
+
+TICK_S = 0.5
+
+
+def managed(paths: Paths) -> WatcherRecord | None:
+    return WatcherRecord.live(paths.watcher_pid)
+
+
+def ensure(paths: Paths, python: str = sys.executable) -> WatcherRecord | None:
+    """Start the watcher unless one is alive (or nothing is to be watched); returns its record."""
+    rec = managed(paths)
+    data = intent.read(paths)
+    if rec or not data.recover_spec.enabled:
+        return rec
+    if not any(data.watched(w) for w in ("server", "runner")):
+        return None
+    token = secrets.token_hex(12)
+    env = dict(os.environ, **{WATCH_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
+    for key in ("DEPLOYTOOL_JOB_TOKEN", "DEPLOYTOOL_SERVER_TOKEN"):
+        env.pop(key, None)  # it is neither: stopping them must not stop it
+    release = Path(__file__).resolve().parent.parent.parent
+    argv = [python, "-m", "remote", "watch", "--root", str(paths.root)]
+    paths.ensure()
+    with open(paths.watcher_log, "ab") as log:
+        proc = procinfo.start_detached(argv, cwd=release, env=env, log=log)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and proc.poll() is None:
+        rec = managed(paths)
+        if rec and rec.token == token:
+            return rec
+        time.sleep(0.02)
+    return managed(paths)
+
+
+def stop(paths: Paths) -> bool:
+    """Stop the watcher (a stop of everything it watches); True when one was running."""
+    rec = managed(paths)
+    if not rec:
+        return False
+    kill.terminate({rec.pid: rec.start_time}, 5.0, WATCH_TOKEN_ENV, rec.token)
+    return True
+
+
+def supervision(paths: Paths) -> Supervision:
+    """What status shows: is the job supervised, is a recovery under way, what happened before."""
+    data = intent.read(paths)
+    spec = data.recover_spec
+    wanted = [w for w in ("server", "runner") if data.watched(w)]
+    rec = managed(paths)
+    ws = WatchState.read(paths.watch_state) or WatchState()
+    sup = ws.view(time.time(), live=rec is not None)
+    sup.enabled = bool(wanted)
+    if wanted and not rec:
+        sup.note = "unsupervised: the watcher is not running; `invoke restart` brings it back"
+    elif rec and not ws.on_boot:
+        sup.note = "a reboot needs `invoke restart`" + (
+            "" if not spec.on_boot else f" ({boot.why_not()})"
+        )
+    return sup
+
+
+class Watcher:
+    def __init__(self, paths: Paths):
+        from .keepers import RunnerKeeper, ServerKeeper
+
+        self.paths = paths
+        self.spec = intent.read(paths).recover_spec
+        self.state = WatchState(pid=os.getpid())
+        self.server = ServerKeeper(paths, self.spec, self.tell, self.log)
+        self.runner = RunnerKeeper(paths, self.spec, self.tell, self.log)
+        self.notifier = self._notifier()
+        self.stopping = False
+
+    def log(self, msg: str) -> None:
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}", flush=True)
+
+    def _notifier(self) -> Notifier:
+        try:
+            cfg = JobSpec.load(self.paths.root / "current" / JOB_FILE).notify
+        except (OSError, ValueError, KeyError):
+            cfg = {}
+        return Notifier(cfg, self.paths.root, self.log)
+
+    def tell(self, event: str, what: str) -> None:
+        import platform
+
+        self.notifier.send(event, f"{platform.node()}:{self.paths.root}: {what}")
+
+    def tick(self, now: float) -> bool:
+        """One look at everything; False when nothing is left to watch."""
+        with intent.locked(self.paths):
+            data = intent.read(self.paths)
+            self._settings(data.recover_spec)
+            if not self.spec.enabled:
+                return False  # `recover: false` since: a restart said so
+            alive = False
+            for keeper in (self.server, self.runner):
+                if data.watched(keeper.what):
+                    keeper.tick(now, data.part(keeper.what))
+                    data = intent.read(self.paths)  # a keeper may have changed it (a give-up)
+                    alive |= keeper.w.state != FATAL and data.part(keeper.what).wanted
+                elif keeper.w.state != FATAL:
+                    keeper.w.state = IDLE
+            self.write_state(now)
+            return alive
+
+    def _settings(self, spec) -> None:
+        """The latest `recover:` (a restart may change it); the restarts counted so far stay."""
+        if spec != self.spec:
+            self.log(f"recover settings now {spec}")
+            self.spec = spec
+            for keeper in (self.server, self.runner):
+                keeper.spec = keeper.budget.spec = spec
+                keeper.w.of = spec.max_restarts
+
+    def write_state(self, now: float) -> None:
+        s = self.state
+        s.updated_at, s.server, s.runner = now, self.server.w, self.runner.w
+        s.server_ready_seq = self.server.ready_seq
+        write_json(self.paths.watch_state, s.to_dict(), sync=False)  # twice a second
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
+        self.state.on_boot = boot.installed(self.paths) if self.spec.on_boot else False
+        self.log(f"watcher start pid {os.getpid()}: {self.spec}")
+        while not self.stopping:
+            try:
+                if not self.tick(time.time()):
+                    self.log("nothing left to watch: exiting")
+                    break
+            except Exception:  # a bug must not end supervision silently: log it and go on
+                import traceback
+
+                self.log("watcher error:\n" + traceback.format_exc())
+            time.sleep(TICK_S)
+        self.notifier.wait(5.0)
+        return 0
+
+
+def main(root: Path) -> int:
+    paths = Paths(root)
+    paths.ensure()
+    fd = os.open(paths.run / "watcher.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("another watcher is running for this remote_dir", file=sys.stderr)
+        return 1
+    pid = os.getpid()
+    os.environ.setdefault(WATCH_TOKEN_ENV, secrets.token_hex(12))  # started by systemd: none given
+    WatcherRecord(
+        pid=pid,
+        start_time=procinfo.start_time(pid),
+        token=os.environ.get(WATCH_TOKEN_ENV),
+        started_at=time.time(),
+        release=str(Path(__file__).resolve().parent.parent.parent),
+    ).write(paths.watcher_pid)
+    return Watcher(paths).run()

@@ -1,0 +1,383 @@
+"""Engines: an OpenAI-compatible server (vLLM) over aiohttp, and `simulate`, a built-in stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+
+from . import continuation
+from .kept_tokens import Keeping, signature
+from .stream import Assembly, ThinkingSplit, Watchdog, read_stream
+
+
+class EngineError(Exception):
+    pass
+
+
+class TransientError(EngineError):
+    """Timeouts, 429, 5xx, malformed replies: retry with backoff."""
+
+    def __init__(self, message: str, timeout: bool = False):
+        super().__init__(message)
+        self.timeout = timeout  # the server may be gone: the pool asks it
+
+
+class PermanentError(EngineError):
+    """4xx other than 408/429: retrying cannot help."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def job_fault(self) -> bool:
+        """401/403 (credentials) and 404 (a model the server does not serve, a wrong base_url) say
+        nothing about the prompt: every other prompt would get the same answer."""
+        return self.status in (401, 403, 404)
+
+
+class Stuck(EngineError):
+    """A streamed request that stopped making progress: abandoned and sent again (like a failover
+    requeue: no retry counted), counted per server."""
+
+
+class EngineDown(EngineError):
+    """The server refuses connections, or dropped this one mid-request (its process died): the request
+    goes to another server, or waits for this one to answer again (up to the engine's down_deadline)."""
+
+
+@dataclass
+class Completion:
+    content: str
+    reasoning_content: str | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
+    prompt_token_ids: list | None = (
+        None  # vLLM `return_token_ids`: the exact tokens a draft model trains on
+    )
+    token_ids: list | None = None
+    continued: int = 0  # times this answer was continued from kept tokens
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def parse_reply(data, fallback_model: str) -> Completion:
+    """One chat-completion body -> Completion. Current vLLM (>= 0.16) sends every field, `null` where
+    unset, and the thinking in `reasoning`; older vLLM, SGLang and DeepSeek-style APIs send
+    `reasoning_content`. `content: null` is an answer (cut by max_tokens inside the thinking, or
+    thinking only): it is recorded, never asked again. Only a body without a usable choice is
+    malformed (ValueError)."""
+    if not isinstance(data, dict):
+        raise ValueError("the body is not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("no choices")
+    choice = choices[0]
+    msg = choice.get("message")
+    if not isinstance(msg, dict):
+        raise ValueError("choice without a message")
+    content = msg.get("content")
+    if content is not None and not isinstance(content, str):
+        raise ValueError(f"content is {type(content).__name__}, not text")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    token_ids = choice.get("token_ids")
+    prompt_ids = data.get("prompt_token_ids")
+    return Completion(
+        content=content or "",
+        reasoning_content=_text(msg.get("reasoning")) or _text(msg.get("reasoning_content")),
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        model=str(data.get("model") or fallback_model),
+        prompt_token_ids=prompt_ids if isinstance(prompt_ids, list) else None,
+        token_ids=token_ids if isinstance(token_ids, list) else None,
+    )
+
+
+class Engine:
+    """What the runner asks of an engine (the declared interface: the dispatcher, the pool's probes
+    and the telemetry use nothing else). Used as `async with make_engine(job) as engine` (engine_kinds)."""
+
+    model: str  # what records say made them
+    base_urls: list[str]  # the servers requests go to (the pool's endpoints)
+
+    async def __aenter__(self) -> "Engine":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        return None
+
+    async def complete(
+        self, url: str, messages: list, est_tokens: int, key: str, keep: Keeping | None = None
+    ) -> Completion:
+        """One answer from the server at `url`; raises EngineDown, Stuck, TransientError or
+        PermanentError, each of which the dispatcher handles its own way. With `keep`, the tokens
+        stream into it, and a kept unfinished answer is continued rather than asked again."""
+        raise NotImplementedError
+
+    def signature(self, messages: list) -> str:
+        """Which request kept tokens answer: these messages under these settings."""
+        return signature(messages)
+
+    async def end_of_thinking(self, url: str) -> int | None:
+        """The token id that ends the thinking on `url` (None: unknown)."""
+        return None
+
+    async def probe(self, url: str) -> str | None:
+        """None when the server answers at all, else why not (a down server is probed until then)."""
+        raise NotImplementedError
+
+    def last_data_at(self, url: str) -> float | None:
+        """When a stream from `url` last delivered bytes (wall clock); None: not streamed."""
+        return None
+
+    async def metrics(self, url: str) -> str | None:
+        """The server's Prometheus text, or None where it has none."""
+        return None
+
+
+class OpenAIEngine(Engine):
+    """POST {base_url}/chat/completions, one request per prompt; the window lives in the runner."""
+
+    def __init__(self, job):
+        engine = job.engine
+        self.base_urls = engine.urls()
+        self.model = engine.model
+        self.timeout = engine.request_timeout
+        self.concurrency = engine.concurrency
+        self.stream = engine.stream
+        self.watchdog = Watchdog(engine.first_token_timeout, engine.progress_timeout)
+        key_env = engine.api_key_env
+        self.api_key = (
+            os.environ.get(key_env, "") if key_env else os.environ.get("OPENAI_API_KEY", "")
+        )
+        # everything but the messages is the same for every request: build it once
+        self.fixed = {"model": self.model, **job.sampling}
+        if job.chat_template_kwargs:
+            self.fixed["chat_template_kwargs"] = dict(job.chat_template_kwargs)
+        # vLLM's extras (repetition_detection, return_token_ids, ...) as-is
+        self.fixed.update(job.extra_body)
+        if self.stream:  # tokens as they come: a request that stops making progress is seen
+            self.fixed.update(stream=True, stream_options={"include_usage": True})
+        # vLLM's reasoning parser splits at the end-of-thinking marker's text: a special-token
+        # marker left out of the text makes it cut the answer one character early (vllm#53303).
+        # Only where the job already speaks vLLM's dialect: another server may refuse the field.
+        if job.extra_body.get("return_token_ids"):
+            self.fixed.setdefault("skip_special_tokens", False)
+        self.thinking_end = engine.thinking_end
+        self._end_ids: dict[str, int | None] = {}
+        self._session = None
+
+    async def __aenter__(self):
+        import aiohttp  # installed with vLLM on the host; imported late so `simulate` needs nothing
+
+        self._aiohttp = aiohttp
+        self._watching = asyncio.ensure_future(self.watchdog.run()) if self.stream else None
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._session = aiohttp.ClientSession(
+            headers=headers,
+            connector=aiohttp.TCPConnector(limit=0, force_close=False),
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+        )
+        return self
+
+    async def __aexit__(self, *exc):
+        if self._watching is not None:
+            self._watching.cancel()
+        await self._session.close()
+
+    async def probe(self, url: str) -> str | None:
+        """None when the server answers HTTP at all (any status), else why not."""
+        try:
+            async with self._session.get(
+                f"{url}/models", timeout=self._aiohttp.ClientTimeout(total=10)
+            ) as resp:
+                await resp.read()
+            return None
+        except asyncio.TimeoutError:
+            return "no answer within 10s"
+        except (self._aiohttp.ClientError, OSError) as e:
+            return f"{type(e).__name__}: {e}"
+
+    def last_data_at(self, url: str) -> float | None:
+        return self.watchdog.last_data_at(url) if self.stream else None
+
+    async def metrics(self, url: str) -> str | None:
+        """The server's Prometheus text (vLLM serves /metrics beside /v1), or None."""
+        root = url[: -len("/v1")] if url.endswith("/v1") else url
+        try:
+            async with self._session.get(
+                f"{root}/metrics", timeout=self._aiohttp.ClientTimeout(total=5)
+            ) as resp:
+                return await resp.text() if resp.status == 200 else None
+        except (asyncio.TimeoutError, self._aiohttp.ClientError, OSError):
+            return None
+
+    def signature(self, messages: list) -> str:
+        return signature(messages, self.fixed)
+
+    async def end_of_thinking(self, url: str) -> int | None:
+        """The marker's token id, from vLLM's /tokenize (asked once per server)."""
+        if url in self._end_ids:
+            return self._end_ids[url]
+        root = url[: -len("/v1")] if url.endswith("/v1") else url
+        body = {"model": self.model, "prompt": self.thinking_end, "add_special_tokens": False}
+        try:
+            async with self._session.post(
+                f"{root}/tokenize", json=body, timeout=self._aiohttp.ClientTimeout(total=10)
+            ) as resp:
+                got = await resp.json(content_type=None) if resp.status == 200 else None
+                definite = resp.status < 500
+        except (asyncio.TimeoutError, self._aiohttp.ClientError, OSError, ValueError):
+            return None  # asked again next time
+        tokens = got.get("tokens") if isinstance(got, dict) else None
+        end = tokens[0] if isinstance(tokens, list) and len(tokens) == 1 else None
+        if definite:
+            self._end_ids[url] = end
+        return end
+
+    async def complete(
+        self, url: str, messages: list, est_tokens: int, key: str, keep: Keeping | None = None
+    ) -> Completion:
+        if keep is not None and keep.continuing:
+            return await self._continue(url, keep, key)
+        if keep is not None:
+            keep.asm, keep.end_id = Assembly(), self._end_ids.get(url)
+        data = await self._post(url, "chat/completions", {**self.fixed, "messages": messages}, keep)
+        return self._parse(data)
+
+    async def _continue(self, url: str, keep: Keeping, key: str) -> Completion:
+        """The kept answer, continued: prompt = its prompt ids + the ids made so far."""
+        kept = keep.base
+        body = continuation.body(self.fixed, kept, key)
+        reply = None
+        if body is not None:
+            end = self._end_ids.get(url)
+            keep.asm = Assembly(ThinkingSplit(self.thinking_end, bool(kept.thinking), end))
+            reply = await self._post(url, "completions", body, keep)
+            choices = reply.get("choices") if isinstance(reply, dict) else None
+            if not (choices and isinstance(choices[0], dict) and "message" in choices[0]):
+                # one body, not a stream: split it as the stream would have been
+                reply = _split_body(reply, self.thinking_end, bool(kept.thinking))
+        m = continuation.merged(kept, reply)
+        model = (reply or {}).get("model") or self.model
+        return Completion(
+            m["content"],
+            m["reasoning_content"],
+            m["finish_reason"],
+            m["prompt_tokens"],
+            m["completion_tokens"],
+            str(model),
+            m["prompt_token_ids"],
+            m["token_ids"],
+            m["continued"],
+        )
+
+    def _parse(self, data) -> Completion:
+        try:
+            return parse_reply(data, self.model)
+        except (ValueError, TypeError) as e:
+            raise TransientError(f"malformed reply ({e})") from None
+
+    async def _post(self, url: str, path: str, body: dict, keep: Keeping | None):
+        """One request; the reply body (a stream put back together). Raises the engine errors."""
+        aiohttp = self._aiohttp
+        progress = self.watchdog.watch(url) if self.stream else None
+        try:
+            async with self._session.post(f"{url}/{path}", json=body) as resp:
+                status = resp.status
+                # a server that ignores `stream` answers one JSON body: read it as such
+                streamed = status == 200 and resp.content_type == "text/event-stream"
+                if streamed:
+                    got = keep.asm if keep is not None else None
+                    data = await read_stream(resp.content, progress, got)
+                else:
+                    text = await resp.text()
+        except asyncio.CancelledError:
+            if progress is None or progress.why is None:
+                raise  # a stop, not the watchdog
+            task = asyncio.current_task()
+            if hasattr(task, "uncancel"):  # Python 3.11+: this cancellation is handled here
+                task.uncancel()
+            raise Stuck(progress.why) from None
+        except aiohttp.ClientConnectorError as e:
+            raise EngineDown(f"cannot connect to {url}: {e.os_error or e}") from None
+        except (
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+            aiohttp.ClientPayloadError,
+            ConnectionResetError,
+        ) as e:
+            raise EngineDown(f"connection dropped mid-request ({type(e).__name__}: {e})") from None
+        except asyncio.TimeoutError:
+            raise TransientError(
+                f"request timed out after {self.timeout:g}s", timeout=True
+            ) from None
+        except (aiohttp.ClientError, ConnectionError) as e:
+            raise TransientError(f"{type(e).__name__}: {e}") from None
+        except ValueError as e:  # a stream that does not parse
+            raise TransientError(f"malformed stream ({e})") from None
+        finally:
+            if progress is not None:
+                self.watchdog.done(progress)
+        if status == 429 or status == 408 or status >= 500:
+            raise TransientError(f"HTTP {status}: {text[:200]}")
+        if status >= 400:
+            raise PermanentError(f"HTTP {status}: {_error_text(text)[:500]}", status)
+        if streamed:
+            return data
+        try:
+            return json.loads(text)
+        except ValueError as e:
+            raise TransientError(f"malformed reply ({e})") from None
+
+
+def _split_body(reply, marker: str, thinking: bool) -> dict:
+    """A non-streamed completions body in the shape a chat reply has, its text split."""
+    try:
+        choice = reply["choices"][0]
+        got = Assembly(ThinkingSplit(marker, thinking))
+        got.add(
+            {
+                "choices": [
+                    {
+                        "text": choice.get("text") or "",
+                        "token_ids": choice.get("token_ids"),
+                        "finish_reason": choice.get("finish_reason"),
+                    }
+                ],
+                "usage": reply.get("usage"),
+                "model": reply.get("model"),
+            }
+        )
+        return got.reply()
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise TransientError(f"malformed reply ({e})") from None
+
+
+def _error_text(body: str) -> str:
+    """The server's own message from an OpenAI-style error body, else the body."""
+    try:
+        err = json.loads(body)
+        err = err.get("error", err) if isinstance(err, dict) else err
+        msg = err.get("message") if isinstance(err, dict) else None
+        return msg if isinstance(msg, str) and msg else body
+    except ValueError:
+        return body
+
+
+def backoff(attempt: int, base: float, cap: float = 60.0) -> float:
+    """Exponential backoff with full jitter."""
+    return random.uniform(0.5, 1.0) * min(cap, base * (2**attempt))
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,53 @@
+"""`simulate`: a built-in stand-in for an engine, for the demo on the `local` host (no model)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+
+from .client import Completion, Engine
+from .kept_tokens import Keeping
+
+_WORDS = (
+    "the model answers with a long and careful response that walks through each step of the "
+    "reasoning before it gives the final result so that a draft model can learn"
+).split()
+
+
+class SimulateEngine(Engine):
+    """Answers like a continuous-batching server: a shared token rate split over the requests in
+    flight, long-tailed response lengths around each dataset's est_tokens. A demo, never a fallback."""
+
+    model = "simulated"
+    base_urls = ["simulate"]
+
+    def __init__(self, job):
+        engine, sampling = job.engine, job.sampling
+        self.tokens_per_s = engine.tokens_per_s
+        self.concurrency = engine.concurrency
+        self.max_tokens = int(sampling.get("max_tokens", 8192))
+        self.thinking = bool(job.chat_template_kwargs.get("thinking"))
+
+    def length(self, est_tokens: int, key: str) -> int:
+        rng = random.Random(key)
+        sigma = 0.6
+        mu = math.log(max(est_tokens, 1)) - sigma * sigma / 2  # lognormal with mean est_tokens
+        return max(8, int(rng.lognormvariate(mu, sigma)))
+
+    async def probe(self, url: str) -> str | None:
+        return None  # no server to ask
+
+    async def complete(
+        self, url: str, messages: list, est_tokens: int, key: str, keep: Keeping | None = None
+    ) -> Completion:
+        n = self.length(est_tokens, key)
+        finish = "stop"
+        if n >= self.max_tokens:
+            n, finish = self.max_tokens, "length"
+        per_seq = self.tokens_per_s / max(1, self.concurrency)
+        await asyncio.sleep(n / per_seq)
+        words = [_WORDS[i % len(_WORDS)] for i in range(n)]
+        reasoning = " ".join(words[: max(1, n // 4)]) if self.thinking else None
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        return Completion(" ".join(words), reasoning, finish, prompt_tokens, n, self.model)

@@ -1,0 +1,151 @@
+"""Which prompt goes next: the datasets of the job in job order, their caps and token budgets, and a
+re-cap (with prompt files deployed since the start reloaded) applied while the job runs."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ...common.jobspec import Caps, JobSpec, Paths
+from ...common.status import Reload
+from ..store.datasets import BadInput, DatasetRun, error_ids, open_dataset
+from ..store.prompts import Prompt, PromptFile
+from ..store.writer import RecordWriter
+
+
+class Scheduler:
+    def __init__(
+        self,
+        paths: Paths,
+        job: JobSpec,
+        caps: Caps,
+        fingerprint: dict,
+        writer: RecordWriter,
+        log: Callable[[str], None],
+        force: bool = False,
+    ):
+        self.paths, self.job, self.caps = paths, job, caps
+        self.fingerprint, self.writer, self.log, self.force = fingerprint, writer, log, force
+        self.runs: dict[str, DatasetRun] = {}
+        self.reloaded: dict[str, Reload] = {}  # prompt files reloaded by the last re-cap
+
+    def unknown(self, caps: Caps) -> list[str]:
+        return [
+            n for n in (caps.datasets or []) + list(caps.caps) if n not in self.job.dataset_names()
+        ]
+
+    def prepare(self) -> None:
+        unknown = self.unknown(self.caps)
+        if unknown:
+            raise BadInput(
+                f"unknown dataset {', '.join(unknown)}; the job has {', '.join(self.job.dataset_names())}"
+            )
+        self.apply_caps(self.caps)
+        for run in self.runs.values():
+            self.report_problems(run)
+
+    def _reloads(self, caps: Caps) -> dict[str, PromptFile]:
+        """The prompt files a deploy replaced under selected datasets, opened and checked; raises
+        BadInput (closing them all) where reloading would make an old id name another prompt."""
+        fresh: dict[str, PromptFile] = {}
+        try:
+            for name, run in self.runs.items():
+                if not caps.selected(name) or not run.prompts.changed_on_disk():
+                    continue
+                new = PromptFile(
+                    run.prompts.path,
+                    name,
+                    cache_dir=self.paths.run / "prompt-index",
+                    turns=run.spec.turns,
+                )
+                fresh[name] = new
+                if not (
+                    run.prompts.is_prefix_of(new) or (run.prompts.explicit_ids and new.explicit_ids)
+                ):
+                    raise BadInput(
+                        f"{name}: {run.spec.prompts} was rewritten, not only appended to, and its prompts have "
+                        f"no `id`: line-number ids of the {len(run.done)} records already written could now name "
+                        "other prompts, so it is not reloaded live and nothing changed. Give every prompt an "
+                        "`id` (then it reloads live), or `invoke restart --hard` to start from the new file"
+                    )
+        except BaseException:
+            for pf in fresh.values():
+                pf.close()
+            raise
+        return fresh
+
+    def apply_caps(self, caps: Caps) -> None:
+        reloads = self._reloads(caps)  # checked before anything changes
+        try:  # open what is newly selected first: a failure changes nothing
+            for spec in self.job.datasets:
+                if caps.selected(spec.name) and spec.name not in self.runs:
+                    self.runs[spec.name] = open_dataset(
+                        self.paths, spec, self.fingerprint, self.force, self.log
+                    )
+        except BaseException:
+            for pf in reloads.values():
+                pf.close()
+            raise
+        self.reloaded = {}
+        for name, new in reloads.items():
+            run = self.runs[name]
+            self.reloaded[name] = Reload(len(run.prompts), len(new))
+            run.reload(new)
+            self.log(
+                f"{name}: prompts file changed on the host: reloaded, {self.reloaded[name].before} -> "
+                f"{len(new)} prompts"
+            )
+        self.caps = caps
+        for name, run in self.runs.items():
+            # deselected live: dispatch nothing more
+            run.set_target(caps.target(name) if caps.selected(name) else 0, caps.max_tokens)
+        for name in reloads:
+            self.report_problems(self.runs[name])
+
+    def report_problems(self, run: DatasetRun) -> None:
+        """Unreadable prompt lines inside the target: into errors.jsonl once, never sent."""
+        if not run.prompts.problems:
+            return
+        reported = error_ids(self.paths.errors(run.spec.name))
+        for index in sorted(run.prompts.problems):
+            p = run.prompts[index]
+            if index < run.target_n and p.id not in run.done:
+                if p.id not in reported:  # said once in errors.jsonl, not again on every start
+                    self.writer.write_error(run, p, p.problem or "unreadable prompt", 0)
+                if run.ledger.is_new(p.id):  # a re-cap reports again what is failed already
+                    run.ledger.fail(p.id)
+
+    def next_prompt(self, now: float) -> tuple[DatasetRun, Prompt] | None:
+        for spec in self.job.datasets:  # sent again (kept answers, retries due) before new ones
+            run = self.runs.get(spec.name)
+            if run is not None and run.due_now(now):
+                p = run.next_prompt(now)
+                if p is not None:
+                    return run, p
+        for spec in self.job.datasets:  # job order: the window rolls from one dataset into the next
+            run = self.runs.get(spec.name)
+            p = run.next_prompt(now) if run is not None else None
+            if p is not None:
+                return run, p
+        return None
+
+    def has_work(self) -> bool:
+        return any(run.has_work() for run in self.runs.values())
+
+    def notice_changed_prompts(self) -> None:
+        """A deploy may have replaced a prompt file: say so (status); a re-cap reloads it."""
+        for run in self.runs.values():
+            run.prompts_changed = run.prompts.changed_on_disk()
+
+    def caps_line(self) -> str:
+        return ", ".join(f"{n}={r.target_n}" for n, r in self.runs.items())
+
+    def summary(self) -> str:
+        return ", ".join(f"{n} {r.done_in_target}/{r.target_n}" for n, r in self.runs.items())
+
+    def close(self) -> None:
+        for run in self.runs.values():
+            run.out.close()
+            run.err.close()
+            run.prompts.close()
+            if run.partials is not None:
+                run.partials.close()

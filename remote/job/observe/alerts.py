@@ -1,0 +1,72 @@
+"""stalled, engine_down (and engine_up): told through job.notify once each time they begin."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ...common.notify import Notifier
+from ..engine.pool import Pool
+from .status_builder import stalled
+
+
+class AlertWatcher:
+    def __init__(
+        self,
+        notifier: Notifier,
+        log: Callable[[str], None],
+        stall_after: float,
+        down_deadline: float,
+        message: Callable[[str], str],
+    ):
+        self.notifier, self.log, self.message = notifier, log, message
+        self.stall_after, self.down_deadline = stall_after, down_deadline
+        self._active: set[str] = set()  # conditions notified and not yet cleared
+
+    def check(
+        self,
+        now: float,
+        state: str,
+        in_flight: int,
+        last_completion: float,
+        pool: Pool | None,
+        engine_error: str | None,
+    ) -> None:
+        idle = now - last_completion
+        if stalled(state, in_flight, last_completion, now, self.stall_after):
+            if "stalled" not in self._active:
+                self._active.add("stalled")
+                self.log(f"stalled: nothing finished for {idle:.0f}s")
+                what = f"stalled: no answer finished for {idle:.0f}s"
+                self.notifier.send("stalled", self.message(what))
+        else:
+            self._active.discard("stalled")
+        down = pool.all_down_since() if pool else None
+        # a server restart is not worth a message: every server silent for a while is
+        if down is not None and now - down >= min(60.0, self.down_deadline / 2):
+            if "engine_down" not in self._active:
+                self._active.add("engine_down")
+                what = (
+                    f"engine down: no server answers for {now - down:.0f}s ({engine_error}); "
+                    f"the job fails after {self.down_deadline:g}s"
+                )
+                self.notifier.send("engine_down", self.message(what))
+        elif down is None and "engine_down" in self._active:
+            self._active.discard("engine_down")
+            self.notifier.send("engine_up", self.message("engine up: a server answers again"))
+        self._degraded(now, pool)
+
+    def _degraded(self, now: float, pool: Pool | None) -> None:
+        bad = [e for e in (pool.endpoints if pool else ()) if e.degraded(now)]
+        if bad and "engine_degraded" not in self._active:
+            self._active.add("engine_degraded")
+            what = ", ".join(f"{e.url} ({e.recent_stuck.count(now)} stuck)" for e in bad)
+            self.log(f"degraded: requests get stuck while others are answered: {what}")
+            self.notifier.send(
+                "engine_degraded",
+                self.message(
+                    f"engine degraded: {what} in the last 10 min while it answers others: likely a "
+                    "dead data-parallel rank; `invoke server.status` over the group names it"
+                ),
+            )
+        elif not bad:
+            self._active.discard("engine_degraded")

@@ -1,0 +1,95 @@
+"""status.json from the runner's pieces: pure functions of what they hold (building a status changes
+nothing, so it can be built as often as wanted)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...common.jobspec import JobSpec
+from ...common.status import COMPLETE, RUNNING, DatasetStatus
+from ..store.datasets import DatasetRun
+
+
+def stalled(state: str, in_flight: int, last_completion: float, now: float, after: float) -> bool:
+    """Requests are out and nothing has finished for `after` seconds."""
+    return state == RUNNING and in_flight > 0 and now - last_completion > after
+
+
+@dataclass
+class Progress:
+    datasets: dict[str, DatasetStatus]
+    tokens_per_s: float
+    samples_per_s: float
+    remaining_tokens: float
+
+    @property
+    def eta_s(self) -> int | None:
+        return int(self.remaining_tokens / self.tokens_per_s) if self.tokens_per_s > 0 else None
+
+    def line(self) -> str:
+        """done/target, tokens, ETA: what a notification says about the job."""
+        done = sum(d.done for d in self.datasets.values())
+        target = sum(d.target for d in self.datasets.values())
+        tokens = sum(d.completion_tokens for d in self.datasets.values())
+        eta = self.eta_s
+        when = f"{eta // 3600}h{eta % 3600 // 60:02d}m" if eta else "-"
+        return f"done {done:,}/{target:,}, {tokens:,} tokens, ETA {when}"
+
+
+def _row(run: DatasetRun, now: float, started: float) -> tuple[DatasetStatus, float]:
+    spec = run.spec
+    tok_rate = run.tokens.per_s(now, started)
+    mean = run.completion_tokens / len(run.done) if run.done else spec.est_tokens
+    state = run.state()
+    rem_tok = max(0, run.target_n - run.done_in_target) * mean
+    if run.budget is not None:
+        rem_tok = min(rem_tok, max(0, run.budget - run.completion_tokens))
+    if state == COMPLETE:
+        rem_tok = 0
+    row = DatasetStatus(
+        state=state,
+        done=run.done_in_target,
+        target=run.target_n,
+        records=len(run.done),
+        prompts=len(run.prompts),
+        completion_tokens=run.completion_tokens,
+        mean_tokens=round(mean, 1),
+        errors=run.errors,
+        failed_this_run=len(run.failed),
+        in_flight=len(run.in_flight),
+        new_records=run.new_records,
+        finish_length=run.finish_length,
+        empty=run.empty,
+        tokens_per_s=round(tok_rate, 1),
+        samples_per_s=round(run.tokens.per_s(now, started, run.tokens.count(now)), 3),
+        budget=run.budget,
+        budget_reached=run.budget_reached(),
+        remaining_tokens=int(rem_tok),
+        prompts_file=dict(run.prompts.identity, path=spec.prompts),
+        prompts_changed=run.prompts_changed,
+    )
+    return row, tok_rate
+
+
+def progress(job: JobSpec, runs: dict[str, DatasetRun], now: float, started: float) -> Progress:
+    """Per dataset, in job order: where it stands; and the rates and ETAs over the whole job (datasets
+    run one after another, so their ETAs accumulate)."""
+    datasets: dict[str, DatasetStatus] = {}
+    cum: dict[str, float] = {}
+    tok_rate = sample_rate = remaining = 0.0
+    for spec in job.datasets:
+        run = runs.get(spec.name)
+        if run is None:
+            continue
+        row, rate = _row(run, now, started)
+        datasets[spec.name] = row
+        tok_rate += rate
+        sample_rate += row.samples_per_s
+        remaining += row.remaining_tokens
+        cum[spec.name] = remaining
+    for name, d in datasets.items():
+        if d.state == COMPLETE:
+            d.eta_s = 0
+        elif tok_rate > 0:
+            d.eta_s = int(cum[name] / tok_rate)
+    return Progress(datasets, round(tok_rate, 1), round(sample_rate, 3), remaining)

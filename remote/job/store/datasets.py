@@ -1,0 +1,200 @@
+"""One dataset of the job while it runs: what is done, what is in flight, what is queued again, and
+its files; opened (resumed) with the check that the records were made with the same settings."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...common.jobspec import DatasetSpec, Paths
+from ...common.state import read_json, write_json
+from ...common.status import COMPLETE, INCOMPLETE, PENDING, RUNNING
+from .conversation import Partials
+from .ledger import HELD, Ledger
+from .outputs import AppendFile, count_lines, load_existing, repair_tail
+from .prompts import Prompt, PromptFile
+from .rates import RateWindow
+
+# a key a meta file predates reads as its empty value
+FINGERPRINT_ABSENT = {"extra_body": {}, "turns": "last"}
+
+
+class BadInput(Exception):
+    pass
+
+
+@dataclass
+class DatasetRun:
+    """A dataset while it runs: its target, budget and files; each prompt's state is its ledger's."""
+
+    spec: DatasetSpec
+    prompts: PromptFile
+    ledger: Ledger
+    tokens_total: int  # response tokens of every record of the dataset (the budget counts them)
+    errors: int
+    out: AppendFile
+    err: AppendFile
+    target_n: int = 0
+    done_in_target: int = 0
+    next_pos: int = 0
+    new_records: int = 0
+    finish_length: int = 0
+    empty: int = 0
+    tokens: RateWindow = field(default_factory=RateWindow)  # response tokens written, per second
+    budget: int | None = None
+    # in flight across a reload: id -> new index
+    reindexed: dict[str, int] = field(default_factory=dict)
+    prompts_changed: bool = False  # the file on disk is newer than the one in use
+    partials: Partials | None = None  # turns: all — finished turns of unrecorded conversations
+
+    @property
+    def done(self):
+        return self.ledger.done
+
+    @property
+    def in_flight(self):
+        return self.ledger.sent
+
+    @property
+    def failed(self):
+        return self.ledger.failed
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.tokens_total
+
+    def set_target(self, n: int | None, budget: int | None) -> None:
+        self.target_n = len(self.prompts) if n is None else min(n, len(self.prompts))
+        self.done_in_target = self.ledger.count_done(self.prompts.ids[: self.target_n])
+        self.next_pos = min(self.next_pos, self.target_n)
+        self.budget = budget
+
+    def budget_reached(self) -> bool:
+        return self.budget is not None and self.tokens_total >= self.budget
+
+    def due_now(self, now: float) -> bool:
+        due = self.ledger.next_due_at()
+        return due is not None and due <= now
+
+    def next_prompt(self, now: float) -> Prompt | None:
+        if self.budget_reached():
+            return None
+        while (p := self.ledger.due(now)) is not None:
+            if p.index < self.target_n:  # a re-cap may have lowered the target
+                return p
+        ids = self.prompts.ids
+        while self.next_pos < self.target_n:
+            i = self.next_pos
+            self.next_pos += 1
+            if not self.ledger.is_new(ids[i]):
+                continue
+            return self.prompts[i]  # read and parsed only now
+        return None
+
+    def has_work(self) -> bool:
+        """Something is left to send, now or after a backoff (without taking it)."""
+        if self.budget_reached():
+            return False
+        if self.ledger.next_due_at() is not None:
+            return True
+        ids = self.prompts.ids
+        while self.next_pos < self.target_n and not self.ledger.is_new(ids[self.next_pos]):
+            self.next_pos += 1
+        return self.next_pos < self.target_n
+
+    def record_done(self, p: Prompt, tokens: int) -> None:
+        self.ledger.recorded(p.id)
+        self.tokens_total += tokens
+        self.new_records += 1
+        index = self.reindexed.pop(p.id, p.index)
+        if 0 <= index < self.target_n:
+            self.done_in_target += 1
+
+    def reload(self, new: PromptFile) -> None:
+        """Use `new` from now on. Requests in flight (or answered, waiting for the disk) keep the
+        prompt they were sent with; their ids are looked up in the new file so they count towards
+        its target (or not, if they left it)."""
+        unrecorded = list(self.ledger.sent) + list(self.ledger.ids(HELD))
+        if unrecorded:
+            self.reindexed = {pid: -1 for pid in unrecorded}
+            for i, pid in enumerate(new.ids):
+                if pid in self.reindexed:
+                    self.reindexed[pid] = i
+        old, self.prompts = self.prompts, new
+        old.close()
+        self.next_pos = 0  # scan the new order once; done and in-flight ids are skipped
+        self.prompts_changed = False
+
+    def state(self) -> str:
+        if self.done_in_target >= self.target_n or (self.budget_reached() and not self.in_flight):
+            return COMPLETE
+        if self.in_flight or self.ledger.next_due_at() is not None:
+            return RUNNING
+        if self.next_pos >= self.target_n and self.failed:
+            return INCOMPLETE  # every prompt tried; the missing ones are in <DS>.errors.jsonl
+        return RUNNING if self.new_records else PENDING
+
+
+def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) -> DatasetRun:
+    """Repair the outputs' torn tails, read which ids exist, check the settings they were made with
+    (`fp`, the fingerprint) and open the files the run appends to."""
+    path = paths.root / spec.prompts
+    if not path.exists():
+        raise BadInput(
+            f"{spec.name}: prompts file {path} not found (deploy it, or fix job.datasets.{spec.name}.prompts)"
+        )
+    out_path = paths.output(spec.name)
+    repair_tail(out_path, log)
+    repair_tail(paths.errors(spec.name), log)
+    existing = load_existing(out_path, log)
+    if existing.duplicates:
+        log(
+            f"{spec.name}: {existing.duplicates} duplicate ids in {out_path.name} (first record of each kept)"
+        )
+    meta_path = paths.meta(spec.name)
+    fp = json.loads(json.dumps(dict(fp, turns=spec.turns)))  # as it reads back from JSON
+    meta = read_json(meta_path)
+    # a key the meta file predates reads as its empty value: adding a setting later is no change
+    old = {k: meta.get(k, FINGERPRINT_ABSENT.get(k)) for k in fp} if meta else None
+    if old is None:
+        write_json(meta_path, fp)
+    elif old != fp:
+        if existing.ids:
+            diff = ", ".join(k for k in fp if old.get(k) != fp[k])
+            if not force:
+                raise BadInput(
+                    f"{spec.name}: {len(existing.ids)} records were made with different {diff} "
+                    f"({old}); resuming would mix settings in one dataset: restore the settings, "
+                    f"move {out_path.name} aside, or pass --force"
+                )
+            log(f"{spec.name}: --force: resuming with changed {diff}")
+            fp = dict(fp, previous=[old] + list(meta.get("previous", [])))
+        write_json(meta_path, fp)  # what the records from now on are made with
+    prompts = PromptFile(path, spec.name, cache_dir=paths.run / "prompt-index", turns=spec.turns)
+    run = DatasetRun(
+        spec,
+        prompts,
+        Ledger(existing.ids),
+        sum(existing.tokens.values()),
+        count_lines(paths.errors(spec.name)),
+        AppendFile(out_path, indexed=True),
+        AppendFile(paths.errors(spec.name)),
+    )
+    if spec.turns == "all":
+        run.partials = Partials(paths.partial(spec.name), existing.ids)
+    return run
+
+
+def error_ids(path: Path) -> set[str]:
+    ids = set()
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    ids.add(str(json.loads(line)["id"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except FileNotFoundError:
+        pass
+    return ids

@@ -1,0 +1,173 @@
+"""What `invoke report` draws, gathered on the host in one pass: status, the tokens/s history, and per
+dataset the response-length histogram and finish_reason shares (read from the outputs' record heads),
+the errors. One JSON answer; the page itself is made on the local side."""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+from pathlib import Path
+
+from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
+from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
+from ..common.protocol import CtlReport
+from ..common.status import JobStatus
+from ..job.store import history
+
+_HEAD = re.compile(
+    rb'"finish_reason": ("[^"]*"|null), "usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)'
+)
+BINS = 40
+LAST_ERRORS = 5
+
+
+_CREATED = re.compile(rb'"created": (\d+)')
+SERIES_POINTS = 60  # the throughput chart's points (fewer for a job shorter than a minute)
+SERIES_MIN_BIN_S = 1.0  # `created` is in whole seconds
+
+
+def _created(line: bytes) -> int | None:
+    """A record's `created`, found from the line's end: it follows the conversation, and only the
+    token ids and the continuation count come after it."""
+    at = line.rfind(b'"created": ')
+    m = _CREATED.match(line, at) if at >= 0 else None
+    return int(m.group(1)) if m else None
+
+
+def scan_outputs(
+    path: Path, made: collections.Counter | None = None
+) -> tuple[list[int], collections.Counter]:
+    """Response lengths and finish_reason counts of every record (heads only: no conversation is
+    parsed); `made` gets each record's response tokens at the second it was written."""
+    lengths, finish = [], collections.Counter()
+    made = collections.Counter() if made is None else made
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                m = _HEAD.search(line, 0, 400)
+                if m is None:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue  # a torn last line
+                    n = int((rec.get("usage") or {}).get("completion_tokens") or 0)
+                    lengths.append(n)
+                    finish[str(rec.get("finish_reason"))] += 1
+                    if isinstance(rec.get("created"), int):
+                        made[rec["created"]] += n
+                    continue
+                n = int(m.group(2))
+                lengths.append(n)
+                finish[json.loads(m.group(1)) or "None"] += 1
+                t = _created(line)
+                if t is not None:
+                    made[t] += n
+    except FileNotFoundError:
+        pass
+    return lengths, finish
+
+
+def throughput(made: collections.Counter) -> tuple[list[list[float]], float, float | None]:
+    """Response tokens per second over the job's life, measured from the records themselves (when
+    each was written, and its tokens): (points [bin middle, tok/s], bin seconds, the mean tok/s
+    over the whole span). A job of a few seconds still has a line."""
+    if not made:
+        return [], 0.0, None
+    t0, t1 = min(made), max(made) + 1
+    width = max(SERIES_MIN_BIN_S, (t1 - t0) / SERIES_POINTS)
+    bins = [0] * (int((t1 - t0) // width) + 1)
+    for t, n in made.items():
+        bins[int((t - t0) // width)] += n
+    points = [[t0 + (i + 0.5) * width, n / width] for i, n in enumerate(bins)]
+    return points, width, sum(made.values()) / (t1 - t0)
+
+
+def histogram(values: list[int], top: int) -> Histogram:
+    top = max(1, top)
+    width = max(1, -(-top // BINS))
+    counts = [0] * BINS
+    for v in values:
+        counts[min(BINS - 1, v // width)] += 1
+    return Histogram(width, counts)
+
+
+def errors(path: Path) -> tuple[int, list[str]]:
+    n, last = 0, collections.deque(maxlen=LAST_ERRORS)
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                n += 1
+                last.append(f"{rec.get('id')}: {str(rec.get('error'))[:200]}")
+    except FileNotFoundError:
+        pass
+    return n, list(last)
+
+
+MAX_RESTARTS = 200  # the page lists the newest
+
+
+def jsonl(path: Path) -> list[dict]:
+    """Every whole line of a JSON-lines file (a torn last line is left out)."""
+    out = []
+    try:
+        with open(path) as f:
+            for raw in f:
+                try:
+                    out.append(json.loads(raw))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return out
+
+
+def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
+    st = JobStatus.read(paths.status) or JobStatus()
+    st.token = None
+    try:
+        job = JobSpec.load(release_dir() / JOB_FILE)
+    except (OSError, ValueError, KeyError):
+        job = None
+    max_tokens = int((job.sampling if job else {}).get("max_tokens") or 0) or None
+    names = job.dataset_names() if job else list(st.datasets)
+    datasets = {}
+    made: collections.Counter = collections.Counter()
+    for name in names:
+        lengths, finish = scan_outputs(paths.output(name), made)
+        n_err, last = errors(paths.errors(name))
+        top = max(max_tokens or 0, max(lengths, default=0))
+        d = st.datasets.get(name)
+        datasets[name] = ReportDataset(
+            records=len(lengths),
+            tokens=sum(lengths),
+            mean=sum(lengths) / len(lengths) if lengths else None,
+            target=d.target if d else None,
+            hist=histogram(lengths, top),
+            finish=dict(finish),
+            errors=n_err,
+            last_errors=last,
+        )
+    lines = history.read(paths.run / "history.jsonl")
+    restarts = [  # the watcher's, kept across runs
+        RecoverEvent(
+            at=float(e.get("at") or 0),
+            what=str(e.get("what", "?")),
+            event=str(e.get("event", "?")),
+            why=e.get("why") and str(e["why"]),
+        )
+        for e in jsonl(paths.recover_log)[-MAX_RESTARTS:]
+    ]
+    starts = [x["t"] for x in lines if "start" in x]
+    points, width, mean = throughput(made)
+    return ReportAnswer(
+        status=st,
+        max_tokens=max_tokens,
+        datasets=datasets,
+        history=ReportHistory(points, starts, width, mean),
+        restarts=restarts,
+    )

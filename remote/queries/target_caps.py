@@ -1,0 +1,77 @@
+"""Caps from a token target: per dataset, how many samples reach T tokens at the measured mean length."""
+
+from __future__ import annotations
+
+from ..common.answers import HostPlan, PlanRow
+from ..common.jobspec import JobSpec, Paths
+from ..common.protocol import CtlPlan
+from ..common.wire import HostFault
+from ..job.store.outputs import load_existing
+from ..job.store.prompts import PromptFile
+
+MIN_MEASURED = 50  # fewer records than this: the mean is noise, use est_tokens
+
+
+def cap_for(tokens_per_dataset: int, mean_tokens: float) -> int:
+    """Samples whose expected response tokens reach the target (floor: never over budget by design)."""
+    return int(tokens_per_dataset // max(mean_tokens, 1.0))
+
+
+def plan(
+    paths: Paths, job: JobSpec, tokens_per_dataset: int, datasets: list[str] | None = None
+) -> dict:
+    rows = {}
+    for ds in job.datasets:
+        if datasets and ds.name not in datasets:
+            continue
+        # read-only: the runner may be writing
+        ex = load_existing(paths.output(ds.name), update_index=False)
+        records = len(ex.ids)
+        measured = sum(ex.tokens.values()) / records if records else None
+        if records >= MIN_MEASURED:
+            mean, source = measured, f"measured over {records:,} records"
+        else:
+            mean, source = float(ds.est_tokens), f"est_tokens (only {records} records)"
+        cap = cap_for(tokens_per_dataset, mean)
+        prompt_path = paths.root / ds.prompts
+        ids = []
+        if prompt_path.exists():
+            pf = PromptFile(
+                prompt_path, ds.name, cache_dir=paths.run / "prompt-index", turns=ds.turns
+            )
+            ids = pf.ids
+            pf.close()
+        prompts = ids
+        target = min(cap, len(ids)) if ids else cap
+        done = sum(1 for pid in ids[:target] if pid in ex.ids) if ids else min(records, cap)
+        todo = max(0, target - done)
+        rows[ds.name] = {
+            "prompts": len(prompts),
+            "records": records,
+            "mean_tokens": round(mean, 1),
+            "source": source,
+            "cap": cap,
+            "target": target,
+            "done": done,
+            "todo": todo,
+            "tokens_todo": int(todo * mean),
+            "tokens_done": sum(ex.tokens.values()),
+        }
+    return rows
+
+
+def answer(paths: Paths, req: CtlPlan) -> HostPlan:
+    """`ctl plan`'s answer: per-dataset caps for a token budget, with the measured rate."""
+    from ..common.jobspec import JOB_FILE, release_dir
+    from ..common.status import RUNNING, JobStatus
+
+    if req.tokens_per_dataset <= 0:
+        raise HostFault("usage", "ctl plan: --tokens-per-dataset must be positive")
+    job = JobSpec.load(release_dir() / JOB_FILE)
+    st = JobStatus.read(paths.status) or JobStatus()
+    rows = plan(paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None)
+    return HostPlan(
+        datasets={name: PlanRow(**row) for name, row in rows.items()},
+        tokens_per_s=st.tokens_per_s if st.state == RUNNING else None,
+        state=st.state,
+    )
