@@ -89,7 +89,7 @@ def scale(prompts: int, slots: int, token_ms: float, counts: list[int]) -> None:
 
 
 def kill_one(prompts: int) -> None:
-    from tests.test_pool import ServerProcess
+    from tests.helpers.stand_ins import ServerProcess
 
     print(
         "2. four servers as processes (latency 0.3 s, concurrency 8 each), one killed with SIGKILL mid-run"

@@ -19,7 +19,7 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
                 conversations), ledger (each prompt's state, one owner, checked transitions),
                 datasets (one dataset's run), writer (records and errors onto disk, holding them
                 while the disk is full), history (run/history.jsonl), rates (one window)
-      engine/   client (the OpenAI engine), stream (one answer's bytes to text), kept_tokens (the
+      engine/   client (the OpenAI engine), stream (a streamed answer put back together; its watchdog), kept_tokens (the
                 tokens of unfinished answers, kept across a stop), continuation (resuming one),
                 pool (the servers), simulate (the stand-in), kinds (which of them a job gets)
       observe/  status_builder (pure), telemetry (/metrics, GPUs), alerts (stalled, engine_down ->

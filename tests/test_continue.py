@@ -15,8 +15,8 @@ from remote.job.engine import continuation
 from remote.job.engine.kept_tokens import Kept, KeptFile
 from remote.job.engine.stream import Assembly, ThinkingSplit
 from tests.conftest import REPO, records, runner_cmd, status, wait_for
+from tests.helpers.runner_jobs import make_root, run
 from tests.openai_server import TokenModel
-from tests.test_runner import make_root, run
 
 # ------------------------------------------------------------------ the pieces
 
@@ -313,7 +313,7 @@ def test_an_answer_whose_stream_broke_after_its_last_token_is_not_continued():
 
 
 def test_a_conversation_continues_its_unfinished_turn(tmp_path, openai_server):
-    from tests.test_conversations import conversation_root
+    from tests.helpers.conversations import conversation_root
 
     srv = openai_server(token_model=True, token_time=0.01, chunk_tokens=2, shape="vllm")
     srv.lengths = lambda key: 40 + int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 60

@@ -22,7 +22,7 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
-from tests.test_server import fake_vllm
+from tests.helpers.stand_ins import fake_vllm
 
 N = 400
 

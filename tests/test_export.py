@@ -20,8 +20,8 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
-from tests.test_conversations import ORIGINAL, write_conversations
-from tests.test_training_rows import generated
+from tests.helpers.conversations import ORIGINAL, write_conversations
+from tests.helpers.training_rows import generated
 
 
 def lines(path) -> list[dict]:

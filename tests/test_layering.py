@@ -203,3 +203,27 @@ def test_no_folder_over_15_modules():
             folders.setdefault(rel(path.parent), []).append(path.stem)
     big = {f: len(m) for f, m in folders.items() if len(m) > MAX_MODULES}
     assert not big, f"split them into rooms: {big}"
+
+
+def test_no_test_imports_another_and_bench_imports_no_test():
+    """Shared helpers live in fixture modules (conftest, tests/helpers/, tests/unit/fakes.py)."""
+    bad = []
+    for path in files("tests") + files("bench"):
+        for m in imports(path):
+            leaf = m.split(".")[-1]
+            if m.startswith("tests.") and leaf.startswith("test_") and m != module_name(path):
+                bad.append(f"{rel(path)} imports {m}")
+    assert not bad, bad
+
+
+def test_unit_tests_mirror_the_tree():
+    """tests/unit/remote/job/engine/test_pool.py tests remote/job/engine/pool.py: a unit test whose
+    module moved or went is moved or goes with it."""
+    unit = REPO / "tests" / "unit"
+    astray = []
+    for t in unit.rglob("test_*.py"):
+        under = t.parent.relative_to(unit)
+        module = REPO / under / (t.stem[len("test_") :] + ".py")
+        if not module.exists():
+            astray.append(str(t.relative_to(REPO)))
+    assert not astray, f"no module at the mirrored path: {astray}"

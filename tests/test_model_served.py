@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import cli, error_lines, records, status, write_config, write_prompts
-from tests.test_runner import make_root, run
-from tests.test_vllm_wire import wire_job
+from tests.helpers.runner_jobs import make_root, run, wire_job
 
 
 def test_a_model_the_server_does_not_serve_is_refused_before_anything_stops(

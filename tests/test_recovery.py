@@ -29,7 +29,7 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
-from tests.test_server import fake_vllm
+from tests.helpers.stand_ins import fake_vllm
 
 N = 48
 FAST = {"backoff": 0.2, "max_restarts": 3, "wedged_after": 2.0, "window": 3600}

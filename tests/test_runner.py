@@ -14,37 +14,8 @@ import pytest
 
 from remote.job.store.outputs import encode_record, repair_tail, scan
 from remote.job.store.prompts import load_prompts
-from tests.conftest import REPO, outputs, records, runner_cmd, status, wait_for, write_prompts
-
-
-def make_root(tmp_path: Path, sizes: dict[str, int], engine: dict, est: dict | None = None) -> Path:
-    root = tmp_path / "root"
-    for ds, n in sizes.items():
-        write_prompts(root / "data" / "prompts" / f"{ds}.jsonl", n, ds)
-    job = {
-        "datasets": {
-            ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": (est or {}).get(ds, 100)}
-            for ds in sizes
-        },
-        "engine": {
-            "kind": "openai",
-            "model": "test-model",
-            "concurrency": 8,
-            "retry_base": 0.01,
-            "request_timeout": 5,
-            **engine,
-        },
-        "sampling": {"max_tokens": 512, "temperature": 1.0},
-        "chat_template_kwargs": {"thinking": True},
-    }
-    (root / "job.json").write_text(json.dumps(job))
-    return root
-
-
-def run(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        runner_cmd(root, *args), cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
+from tests.conftest import REPO, outputs, records, runner_cmd, status, wait_for
+from tests.helpers.runner_jobs import make_root, run
 
 
 def ids(root: Path, ds: str) -> list[str]:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import cli, outputs, records, status, wait_for, write_config, write_prompts
-from tests.test_runner import make_root, run
-from tests.test_vllm_wire import wire_job
+from tests.helpers.runner_jobs import make_root, run, wire_job
 
 
 def test_stuck_requests_are_sent_again_every_prompt_once(tmp_path, openai_server):

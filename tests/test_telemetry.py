@@ -23,7 +23,7 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
-from tests.test_runner import make_root, run
+from tests.helpers.runner_jobs import make_root, run
 
 REPO = Path(__file__).resolve().parent.parent
 

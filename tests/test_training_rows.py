@@ -14,6 +14,7 @@ import pytest
 from deploytool.errors import DeployToolError
 from deploytool.ops.export import Source, effective_drop, export
 from deploytool.ops.formats import specforge_cut
+from tests.helpers.training_rows import generated
 
 FIXTURE = Path(__file__).parent / "fixtures" / "real_vllm_records.jsonl"
 RECS = [json.loads(x) for x in FIXTURE.read_text().splitlines()]
@@ -33,12 +34,6 @@ def sources(tmp_path, recs=RECS) -> list[Source]:
 def rows(tmp_path, name: str, **kw) -> tuple[list[dict], object]:
     res = export(sources(tmp_path), tmp_path / name, **kw)
     return [json.loads(x) for x in (tmp_path / name).read_text().splitlines()], res
-
-
-def generated(rec: dict) -> list[dict]:
-    """The replies the target model wrote: all of a turns: all record, the last of any other."""
-    mine = [m for m in rec["conversations"] if m["role"] == "assistant"]
-    return mine if "turns" in rec else mine[-1:]
 
 
 def test_fixture_holds_each_kind_of_record():

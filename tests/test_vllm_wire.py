@@ -17,17 +17,9 @@ from tests.conftest import (
     records,
     write_config,
 )
+from tests.helpers.runner_jobs import wire_job
+from tests.helpers.stand_ins import fake_vllm
 from tests.openai_server import FakeOpenAI
-from tests.test_server import fake_vllm
-
-
-def wire_job(project, engine: dict, extra_body: dict | None = None, **host):
-    """B1 and B2 (40 prompts each) on the sshd host, asking vLLM's sampling of a thinking model."""
-    engine = {"concurrency": 8, "request_timeout": 10, **engine}
-    sampling = {"max_tokens": 8192, "temperature": 1.0, "top_p": 0.95}
-    cfg = project.make(engine=engine, sampling=sampling, extra_body=extra_body, **host)
-    return cfg, project.host_dir
-
 
 # ------------------------------------------------------------------ the reply, field by field
 

@@ -24,7 +24,7 @@ from tests.conftest import (
     write_prompts,
 )
 from tests.real_engine import rig
-from tests.real_engine.test_real_vllm import flat, server_record, wait_status
+from tests.real_engine.vllm_helpers import flat, server_record, wait_status
 
 pytestmark = pytest.mark.real_vllm
 

@@ -17,8 +17,8 @@ import pytest
 from deploytool.ops.export import Source, effective_drop, export
 from deploytool.ops.formats import replies
 from tests.conftest import REPO, free_port, outputs, records, runner_cmd, write_prompts
+from tests.helpers.conversations import ORIGINAL, write_conversations
 from tests.real_engine import rig
-from tests.test_conversations import ORIGINAL, write_conversations
 
 pytestmark = pytest.mark.real_vllm
 

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -27,17 +26,14 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
+from tests.helpers.conversations import ORIGINAL, write_conversations
 from tests.real_engine import rig
-from tests.test_conversations import ORIGINAL, write_conversations
+from tests.real_engine.vllm_helpers import flat, server_record, wait_status
 
 pytestmark = pytest.mark.real_vllm
 
 N_B1 = 1000  # enough work (~40k tokens, a minute or two) to still be running when the server dies
 LONG = " ".join(["the"] * 400)  # longer than --max-model-len 256: vLLM answers 400
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 @pytest.fixture
@@ -91,26 +87,6 @@ def job(tmp_path, ssh_rig, tiny_model, vllm_exe, vllm_python):
     if made:
         cli(made[0], "stop", "--grace", "0")
         cli(made[0], "server.stop", "--grace", "0")
-
-
-def wait_status(host_dir: Path, pred, what: str, timeout: float) -> dict:
-    """Poll run/status.json until pred(status) holds; on time-out say what the status was."""
-    seen = {}
-
-    def check():
-        seen.update(status(host_dir))
-        return pred(seen)
-
-    try:
-        wait_for(check, timeout=timeout, interval=0.2, what=what)
-    except AssertionError as e:
-        keys = ("state", "message", "in_flight", "datasets", "endpoints")
-        raise AssertionError(f"{e}: {json.dumps({k: seen.get(k) for k in keys})}") from None
-    return seen
-
-
-def server_record(host_dir: Path) -> dict:
-    return json.loads((host_dir / "run" / "server.pid").read_text())
 
 
 def engine_cores(sid: int) -> list[int]:

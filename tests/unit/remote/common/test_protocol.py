@@ -164,3 +164,29 @@ def test_stored_runner_flags_that_do_not_parse_are_a_usage_fault():
     with pytest.raises(HostFault) as e:
         P.RunArgs.from_argv(["--max-samples", "7000", "--no-such-flag"])
     assert e.value.fault.code == "usage" and "--no-such-flag" in e.value.fault.message
+
+
+def test_the_runner_comes_back_with_the_flags_it_had():
+    from remote.common.protocol import GRACE_S, RunArgs
+
+    argv = [
+        "--max-samples",
+        "7000",
+        "--cap",
+        "B2=2636",
+        "--max-tokens",
+        "10M",
+        "--datasets",
+        "B1,B2",
+    ]
+    a = RunArgs.from_argv(argv + ["--grace", "12", "--force"])
+    back = RunArgs.from_argv(a.argv())
+    assert back == a
+    assert (back.max_samples, back.cap, back.max_tokens, back.datasets) == (
+        7000,
+        (("B2", 2636),),
+        10_000_000,
+        ("B1", "B2"),
+    )
+    assert back.grace == 12.0 and back.force is True
+    assert RunArgs.from_argv([]).grace == GRACE_S  # the default, stated once in protocol.py

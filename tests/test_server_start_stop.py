@@ -16,7 +16,6 @@ from remote.common import procinfo
 from remote.common.answers import GpuApp, GpuFreed, ServerState
 from remote.host.processes.smoke import degenerate
 from tests.conftest import (
-    REPO,
     base_job,
     free_port,
     outputs,
@@ -26,17 +25,7 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
-
-
-def fake_vllm(tmp_path: Path) -> Path:
-    exe = tmp_path / "bin" / "vllm"
-    exe.parent.mkdir(parents=True, exist_ok=True)
-    exe.write_text(
-        f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = 'vllm'\n"
-        f"runpy.run_path({str(REPO / 'tests' / 'fake_vllm.py')!r}, run_name='__main__')\n"
-    )
-    exe.chmod(0o755)
-    return exe
+from tests.helpers.stand_ins import fake_vllm
 
 
 @pytest.fixture

@@ -4,15 +4,10 @@ spread, failover when a server's process is killed, its return, every server dow
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import urllib.request
 
 import pytest
 
 from tests.conftest import (
-    REPO,
     cli,
     free_port,
     outputs,
@@ -23,50 +18,7 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
-
-
-class ServerProcess:
-    """tests/openai_server.py as its own process, so it can be killed like a real server."""
-
-    def __init__(self, port: int | None = None, latency: float = 0.3):
-        self.port = port or free_port()
-        self.latency = latency
-        self.proc = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> "ServerProcess":
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.openai_server",
-                "--port",
-                str(self.port),
-                "--latency",
-                str(self.latency),
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stdout.readline().strip() == self.url
-        return self
-
-    def stats(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as r:
-            return json.loads(r.read())
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.kill()
+from tests.helpers.stand_ins import ServerProcess
 
 
 @pytest.fixture
@@ -151,7 +103,7 @@ def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, serv
 
 
 def test_every_server_down_waits_then_fails_after_down_deadline(tmp_path):
-    from tests.test_runner import make_root, run
+    from tests.helpers.runner_jobs import make_root, run
 
     urls = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
     root = make_root(tmp_path, {"B1": 3}, {"base_urls": urls, "down_deadline": 1.5})

@@ -1,0 +1,1 @@
+"""What several test modules use, kept here so no test imports another."""

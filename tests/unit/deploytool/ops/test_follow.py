@@ -1,0 +1,38 @@
+"""tail's reading of the watcher: a recovery carried on, and one nobody carries on dropped."""
+
+from __future__ import annotations
+
+import json
+
+from remote.common.recover import (
+    WatchState,
+)
+from remote.common.status import ProcessWatch
+
+
+def test_tail_reads_the_watcher_and_drops_a_recovery_nobody_carries_on():
+    from deploytool.config import HostConfig
+    from deploytool.ops.follow import WATCH_STALE_S, HostWatch
+    from remote.common.status import JobStatus
+
+    files = {}
+
+    class Conn:
+        remote_dir = "/r"
+
+        def read_file(self, path):
+            return files.get(path)
+
+    ws = WatchState(
+        pid=3,
+        updated_at=500.0,
+        server=ProcessWatch(state="backoff", attempt=1, of=5, next_try_at=512.0),
+    )
+    files["/r/run/watch.json"] = json.dumps(ws.to_dict())
+    w = HostWatch(host=HostConfig(name="gpu1"), config=None, conn=Conn())
+    w.status = JobStatus(state="running")
+    w._watcher(w.conn, now=1000.0)
+    sup = w.status.supervision
+    assert sup.supervised and sup.server.recovering and sup.server.next_try_in_s == 12.0
+    w._watcher(w.conn, now=1000.0 + WATCH_STALE_S + 1)  # the file has not changed since: stale
+    assert not w.status.supervision.supervised and not w.status.supervision.server.recovering
