@@ -285,6 +285,16 @@ class Paths:
     def watcher_log(self) -> Path:
         return self.logs / "watcher.log"
 
+    @property
+    def history(self) -> Path:
+        """One short line a minute, kept across restarts (report draws it)."""
+        return self.run / "history.jsonl"
+
+    @property
+    def prompt_index(self) -> Path:
+        """The prompt files' offset indexes (a cache: rebuilt when a prompt file changes)."""
+        return self.run / "prompt-index"
+
     def output(self, ds: str) -> Path:
         return self.outputs / f"{ds}.jsonl"
 

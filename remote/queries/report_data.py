@@ -152,7 +152,7 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
             errors=n_err,
             last_errors=last,
         )
-    lines = history.read(paths.run / "history.jsonl")
+    lines = history.read(paths.history)
     restarts = [  # the watcher's, kept across runs
         RecoverEvent(
             at=float(e.get("at") or 0),

@@ -36,9 +36,7 @@ def plan(
         prompt_path = paths.root / ds.prompts
         ids = []
         if prompt_path.exists():
-            pf = PromptFile(
-                prompt_path, ds.name, cache_dir=paths.run / "prompt-index", turns=ds.turns
-            )
+            pf = PromptFile(prompt_path, ds.name, cache_dir=paths.prompt_index, turns=ds.turns)
             ids = pf.ids
             pf.close()
         prompts = ids

@@ -24,6 +24,7 @@ class Prompts:
         self.ids = ids or [f"{dataset}-{i}" for i in range(n)]
         self.problems: dict[int, str] = {}
         self.explicit_ids = True
+        self.identity: dict = {}  # a real file says its size and mtime here
         self.closed = False
 
     def __len__(self) -> int:

@@ -1,4 +1,4 @@
-"""The engine a job's `engine.kind` names. Apart from engine.py, which the stand-in builds on."""
+"""The engine a job's `engine.kind` names. Apart from client.py, which the stand-in builds on."""
 
 from __future__ import annotations
 

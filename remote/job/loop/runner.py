@@ -71,7 +71,7 @@ class Runner:
         self.abandoned = 0  # in-flight requests cut off by a stop (redone on resume)
         self.stop = StopState()  # the dispatcher reads the same one
         self.notifier = Notifier(job.notify, paths.root, self.log)
-        self.history = History(paths.run / "history.jsonl")
+        self.history = History(paths.history)
         self.writer = RecordWriter(self.log, self._disk_full)
         self.scheduler = Scheduler(
             paths, job, caps, self.fingerprint(), self.writer, self.log, force

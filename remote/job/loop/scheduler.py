@@ -54,7 +54,7 @@ class Scheduler:
                 new = PromptFile(
                     run.prompts.path,
                     name,
-                    cache_dir=self.paths.run / "prompt-index",
+                    cache_dir=self.paths.prompt_index,
                     turns=run.spec.turns,
                 )
                 fresh[name] = new

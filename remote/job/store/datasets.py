@@ -171,7 +171,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
             log(f"{spec.name}: --force: resuming with changed {diff}")
             fp = dict(fp, previous=[old] + list(meta.get("previous", [])))
         write_json(meta_path, fp)  # what the records from now on are made with
-    prompts = PromptFile(path, spec.name, cache_dir=paths.run / "prompt-index", turns=spec.turns)
+    prompts = PromptFile(path, spec.name, cache_dir=paths.prompt_index, turns=spec.turns)
     run = DatasetRun(
         spec,
         prompts,

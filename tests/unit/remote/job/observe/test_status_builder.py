@@ -1,0 +1,54 @@
+"""status.json's progress from the datasets' runs: per dataset where it stands, and ETAs that add up
+in job order (datasets run one after another)."""
+
+from __future__ import annotations
+
+from remote.common.jobspec import DatasetSpec
+from remote.common.status import COMPLETE, RUNNING
+from remote.job.observe.status_builder import Progress, progress, stalled
+from tests.unit.fakes import dataset
+
+
+class Job:
+    def __init__(self, *names):
+        self.datasets = [DatasetSpec(n, f"data/{n}.jsonl", 100) for n in names]
+
+
+def finish(run, k: int, tokens: int, now: float) -> None:
+    for _ in range(k):
+        p = run.next_prompt(now)
+        run.ledger.send(p.id)
+        run.ledger.answered(p.id)
+        run.record_done(p, tokens)
+        run.tokens.add(now, tokens)
+
+
+def test_each_dataset_in_job_order_and_the_etas_accumulate():
+    b1, b2 = dataset("B1", n=10), dataset("B2", n=10)
+    finish(b1, 5, 200, now=5.0)
+    p = progress(Job("B1", "B2"), {"B2": b2, "B1": b1}, now=10.0, started=0.0)
+    assert list(p.datasets) == ["B1", "B2"]
+    one, two = p.datasets["B1"], p.datasets["B2"]
+    assert (one.done, one.target, one.mean_tokens, one.state) == (5, 10, 200.0, RUNNING)
+    assert (
+        one.remaining_tokens == 5 * 200 and two.remaining_tokens == 10 * 100
+    )  # est until measured
+    assert p.tokens_per_s == 100.0  # 1000 tokens over the run's 10 s
+    assert (one.eta_s, two.eta_s) == (10, 20)  # B2 starts after B1: its ETA counts B1 in
+    assert p.line() == "done 5/20, 1,000 tokens, ETA 0h00m"
+
+
+def test_a_complete_dataset_has_nothing_left_and_a_budget_caps_what_remains():
+    b1, b2 = dataset("B1", n=2), dataset("B2", n=10)
+    finish(b1, 2, 50, now=1.0)
+    b2.set_target(None, budget=300)
+    p = progress(Job("B1", "B2"), {"B1": b1, "B2": b2}, now=2.0, started=0.0)
+    assert p.datasets["B1"].state == COMPLETE and p.datasets["B1"].eta_s == 0
+    assert p.datasets["B2"].remaining_tokens == 300 and p.datasets["B2"].budget == 300
+
+
+def test_stalled_only_while_running_with_requests_out():
+    assert stalled(RUNNING, 2, last_completion=0.0, now=301.0, after=300.0)
+    assert not stalled(RUNNING, 0, 0.0, 301.0, 300.0)
+    assert not stalled(COMPLETE, 2, 0.0, 301.0, 300.0)
+    assert Progress({}, 0.0, 0.0, 100.0).eta_s is None

@@ -1,0 +1,82 @@
+"""One dataset's run: opened over what its outputs hold (torn tails repaired, settings checked), its
+target and token budget, which prompt comes next, and the state it reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from remote.common.jobspec import DatasetSpec, Paths
+from remote.common.status import COMPLETE, INCOMPLETE, PENDING, RUNNING
+from remote.job.store.datasets import BadInput, error_ids, open_dataset
+from remote.job.store.outputs import encode_record
+from tests.conftest import write_prompts
+
+FP = {"model": "m", "sampling": {"temperature": 1.0}, "extra_body": {}}
+
+
+def opened(tmp_path, n=6, done=(), fp=FP, force=False, log=None):
+    paths = Paths(tmp_path / "root")
+    write_prompts(paths.root / "data" / "B1.jsonl", n, "B1")
+    paths.outputs.mkdir(parents=True, exist_ok=True)
+    with open(paths.output("B1"), "ab") as f:
+        for i in done:
+            rec = {"id": f"B1-{i:06d}", "dataset": "B1", "index": i, "finish_reason": "stop"}
+            f.write(encode_record(dict(rec, usage={"completion_tokens": 10})))
+    said = [] if log is None else log
+    run = open_dataset(paths, DatasetSpec("B1", "data/B1.jsonl"), fp, force, said.append)
+    return paths, run, said
+
+
+def test_resuming_skips_what_is_recorded_and_counts_its_tokens(tmp_path):
+    _, run, _ = opened(tmp_path, done=(0, 2))
+    run.set_target(4, budget=None)
+    assert (run.done_in_target, run.completion_tokens) == (2, 20)
+    got = []
+    while (p := run.next_prompt(now=0.0)) is not None:
+        run.ledger.send(p.id)
+        got.append(p.id)
+    assert got == ["B1-000001", "B1-000003"]  # the target's prompts not yet recorded, in order
+    assert run.state() == RUNNING and not run.has_work()
+
+
+def test_a_budget_reached_sends_nothing_more_and_completes_once_nothing_is_in_flight(tmp_path):
+    _, run, _ = opened(tmp_path, done=(0,))
+    run.set_target(None, budget=10)
+    assert run.target_n == 6 and run.budget_reached()
+    assert run.next_prompt(0.0) is None and not run.has_work() and run.state() == COMPLETE
+
+
+def test_pending_then_complete_or_incomplete(tmp_path):
+    _, run, _ = opened(tmp_path, n=2)
+    run.set_target(2, None)
+    assert run.state() == PENDING
+    a, b = run.next_prompt(0.0), run.next_prompt(0.0)
+    run.ledger.send(a.id)
+    run.ledger.answered(a.id)
+    run.record_done(a, tokens=5)
+    run.ledger.send(b.id)
+    run.ledger.fail(b.id)
+    assert run.state() == INCOMPLETE  # every prompt tried, one failed for good
+    run.set_target(1, None)  # a re-cap under what is done
+    assert run.state() == COMPLETE
+
+
+def test_records_made_with_other_settings_are_refused_unless_forced(tmp_path):
+    opened(tmp_path, done=(0,))
+    other = dict(FP, model="other")
+    with pytest.raises(BadInput, match="1 records were made with different model"):
+        opened(tmp_path, fp=other)
+    _, _, said = opened(tmp_path, fp=other, force=True)
+    assert any("--force: resuming with changed model" in line for line in said)
+
+
+def test_a_prompts_file_that_is_missing_is_bad_input_that_names_the_fix(tmp_path):
+    paths = Paths(tmp_path)
+    with pytest.raises(BadInput, match="prompts file .* not found .*job.datasets.B1.prompts"):
+        open_dataset(paths, DatasetSpec("B1", "data/none.jsonl"), FP, False, print)
+
+
+def test_error_ids_skip_unreadable_lines(tmp_path):
+    path = tmp_path / "B1.errors.jsonl"
+    path.write_text('{"id": "B1-000001", "error": "x"}\nnot json\n{"no": "id"}\n')
+    assert error_ids(path) == {"B1-000001"} and error_ids(tmp_path / "none") == set()

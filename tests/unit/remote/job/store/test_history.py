@@ -1,0 +1,53 @@
+"""run/history.jsonl: changed-only lines written, read back whole; starts reset; torn lines skipped."""
+
+from __future__ import annotations
+
+from remote.common.status import DatasetStatus, EndpointStatus, JobStatus
+from remote.job.store import history
+from remote.job.store.history import FULL_EVERY, History
+
+
+def status(t: float, **done: tuple[int, int]) -> JobStatus:
+    st = JobStatus(state="running", updated_at=t, tokens_per_s=12.34, in_flight=3)
+    st.datasets = {n: DatasetStatus(done=d, completion_tokens=k) for n, (d, k) in done.items()}
+    return st
+
+
+def test_only_what_changed_is_written_and_reading_fills_it_back(tmp_path):
+    path = tmp_path / "history.jsonl"
+    h = History(path)
+    h.start(100.0, pid=42)
+    h.record(status(160.0, B1=(1, 10), B2=(0, 0)))
+    h.record(status(220.0, B1=(2, 25), B2=(0, 0)))
+    raw = path.read_text().splitlines()
+    assert raw[0] == '{"t":100,"start":42}'
+    assert '"ds":{"B1":[2,25]}' in raw[2]  # B2 did not change: not written again
+    lines = history.read(path)
+    assert lines[2]["ds"] == {"B1": [2, 25], "B2": [0, 0]}  # read back whole
+    assert (lines[2]["tps"], lines[2]["fl"], lines[2]["t"]) == (12.3, 3, 220)
+
+
+def test_every_so_often_a_full_line_and_a_start_forgets_the_past(tmp_path):
+    path = tmp_path / "history.jsonl"
+    h = History(path)
+    for i in range(FULL_EVERY + 1):
+        h.record(status(float(i), B1=(0, 0), B2=(i, i)))
+    assert '"B1"' in path.read_text().splitlines()[FULL_EVERY]  # unchanged, but a full snapshot
+    h.start(1000.0, pid=7)
+    h.record(status(1001.0, B2=(1, 1)))
+    assert history.read(path)[-1]["ds"] == {"B2": [1, 1]}  # nothing carried over a start
+
+
+def test_servers_up_torn_lines_and_no_file(tmp_path):
+    path = tmp_path / "history.jsonl"
+    st = status(5.0, B1=(1, 1))
+    st.endpoints = [
+        EndpointStatus(url="a", reachable=True),
+        EndpointStatus(url="b", reachable=False),
+    ]
+    History(path).record(st)
+    with open(path, "a") as f:
+        f.write('{"t": 6, "tps"')  # a crash mid-line
+    lines = history.read(path)
+    assert len(lines) == 1 and lines[0]["up"] == "10"
+    assert history.read(tmp_path / "none.jsonl") == []

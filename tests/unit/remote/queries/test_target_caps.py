@@ -1,0 +1,55 @@
+"""`plan`: caps from a token target, at the mean length measured once there are enough records (the
+job's est_tokens before), with what is done and left among the target's prompts."""
+
+from __future__ import annotations
+
+import pytest
+
+from remote.common.jobspec import JobSpec, Paths
+from remote.common.protocol import CtlPlan
+from remote.common.wire import HostFault
+from remote.job.store.outputs import encode_record
+from remote.queries.target_caps import MIN_MEASURED, answer, cap_for, plan
+from tests.conftest import write_prompts
+
+
+def host(tmp_path, records: int, tokens: int = 400):
+    paths = Paths(tmp_path)
+    write_prompts(paths.root / "data" / "B1.jsonl", 200, "B1")
+    write_prompts(paths.root / "data" / "B2.jsonl", 10, "B2")
+    paths.outputs.mkdir(parents=True)
+    with open(paths.output("B1"), "wb") as f:
+        for i in range(records):
+            rec = {"id": f"B1-{i:06d}", "dataset": "B1", "index": i, "finish_reason": "stop"}
+            f.write(encode_record(dict(rec, usage={"completion_tokens": tokens})))
+    job = JobSpec.from_dict(
+        {
+            "datasets": {
+                "B1": {"prompts": "data/B1.jsonl", "est_tokens": 1000},
+                "B2": {"prompts": "data/B2.jsonl", "est_tokens": 500},
+            }
+        }
+    )
+    return paths, job
+
+
+def test_the_cap_never_goes_over_the_target():
+    assert cap_for(10_000, 300.0) == 33 and cap_for(10, 0.0) == 10
+
+
+def test_measured_once_there_are_enough_records_est_tokens_before(tmp_path):
+    paths, job = host(tmp_path, records=MIN_MEASURED)
+    rows = plan(paths, job, tokens_per_dataset=40_000)
+    b1, b2 = rows["B1"], rows["B2"]
+    assert (b1["mean_tokens"], b1["source"]) == (400.0, f"measured over {MIN_MEASURED} records")
+    assert (b1["cap"], b1["target"], b1["done"], b1["todo"]) == (100, 100, 50, 50)
+    assert b1["tokens_todo"] == 50 * 400 and b1["tokens_done"] == 50 * 400
+    assert (b2["source"], b2["cap"], b2["target"]) == ("est_tokens (only 0 records)", 80, 10)
+    assert list(plan(paths, job, 40_000, datasets=["B2"])) == ["B2"]
+
+
+def test_too_few_records_and_a_bad_target(tmp_path):
+    paths, job = host(tmp_path, records=MIN_MEASURED - 1)
+    assert plan(paths, job, 10_000)["B1"]["mean_tokens"] == 1000.0
+    with pytest.raises(HostFault, match="must be positive"):
+        answer(paths, CtlPlan(tokens_per_dataset=0))
