@@ -129,7 +129,11 @@ def plan(root, args):
     manifest = _read_json(os.path.join(root, "releases", cur, MANIFEST), {}) if cur else {}
     rel_dir = os.path.join(root, "releases")
     releases = (
-        sorted(d for d in os.listdir(rel_dir) if not d.startswith("."))
+        sorted(
+            d
+            for d in os.listdir(rel_dir)
+            if not d.startswith(".") and os.path.isdir(os.path.join(rel_dir, d))
+        )
         if os.path.isdir(rel_dir)
         else []
     )

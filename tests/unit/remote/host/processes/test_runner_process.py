@@ -1,0 +1,40 @@
+"""The runner's mechanism, the parts that need no runner: control requests numbered in turn, the caps
+answer per dataset, and whether the runner's lock is free."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+
+from remote.common.jobspec import Caps, Paths
+from remote.common.state import ControlRequest
+from remote.common.status import DatasetStatus, JobStatus
+from remote.host.processes.runner_process import caps_summary, lock_is_free, send_control
+
+
+def test_control_requests_are_numbered_in_turn(tmp_path):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    assert send_control(paths, "tok", grace=5.0) == 1
+    assert send_control(paths, "tok", drain=True) == 2
+    last = ControlRequest.read(paths.control)
+    assert (last.seq, last.token, last.drain) == (2, "tok", True)
+
+
+def test_the_caps_answer_says_each_dataset_and_its_new_cap():
+    st = JobStatus(state="running")
+    st.datasets = {"B1": DatasetStatus(state="running", done=3, target=10, prompts=40)}
+    row = caps_summary(st, Caps(max_samples=24))["B1"]
+    assert (row.done, row.target, row.state, row.prompts, row.cap) == (3, 10, "running", 40, 24)
+
+
+def test_the_lock_is_free_until_a_runner_holds_it(tmp_path):
+    paths = Paths(tmp_path)
+    assert lock_is_free(paths)
+    fd = os.open(paths.lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what a running runner holds
+    try:
+        assert not lock_is_free(paths)
+    finally:
+        os.close(fd)
+    assert lock_is_free(paths)

@@ -1,0 +1,55 @@
+"""Before anything stops: the host's Python can import what the engine needs (checked in a child, as
+the runner will start), and every server that answers serves the job's model (a real HTTP server on
+127.0.0.1 that wants a key)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from remote.host.preflight import engine_problem, missing_modules, model_message, model_problem
+
+
+def test_a_module_the_python_cannot_import_is_named_with_why():
+    got = missing_modules(["json", "no_such_module_xyz"], python=sys.executable)
+    assert (
+        list(got) == ["no_such_module_xyz"] and "ModuleNotFoundError" in got["no_such_module_xyz"]
+    )
+    assert missing_modules([]) == {} and engine_problem("simulate") is None
+    broken = missing_modules(["json"], python="/bin/false")
+    assert broken == {"json": "the import check failed"}
+
+
+class Served(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.headers.get("Authorization") != "Bearer sekrit":
+            self.send_response(401)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(json.dumps({"data": [{"id": "kimi-k2"}]}).encode())
+
+    def log_message(self, *a):
+        pass
+
+
+def test_a_server_serving_another_model_is_named_with_the_fix():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Served)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_port}/v1"
+    try:
+        engine = {"model": "default", "api_key_env": "MY_KEY"}
+        problem = model_problem(engine, [url], {"MY_KEY": "sekrit"})
+        assert problem == {"model": "default", "served": {url: ["kimi-k2"]}}
+        msg = model_message(problem)
+        assert msg.startswith("job.engine.model 'default' is not served") and "'kimi-k2'" in msg
+        assert model_problem(dict(engine, model="kimi-k2"), [url], {"MY_KEY": "sekrit"}) is None
+        # without the key the server does not answer: nothing to judge (the runner will say)
+        assert model_problem(engine, [url], {}) is None
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert model_problem({"kind": "simulate"}, [url], {}) is None

@@ -1,0 +1,40 @@
+"""What status says of the supervision, read from supervise.json, the watcher's pid file and
+watch.json: unsupervised while something is wanted and no watcher runs, and what a reboot needs."""
+
+from __future__ import annotations
+
+import os
+
+from remote.common import procinfo
+from remote.common.jobspec import Paths
+from remote.common.recover import RecoverSpec
+from remote.common.state import WatcherRecord
+from remote.host.facts import intent
+from remote.host.watcher import watch
+
+
+def test_nothing_wanted_is_not_supervised_and_says_nothing(tmp_path):
+    sup = watch.supervision(Paths(tmp_path))
+    assert not sup.enabled and sup.note is None and watch.managed(Paths(tmp_path)) is None
+
+
+def test_wanted_without_a_watcher_says_how_to_bring_it_back(tmp_path):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    intent.change(paths, runner={"wanted": True, "argv": []})
+    sup = watch.supervision(paths)
+    assert sup.enabled and sup.note.startswith("unsupervised: the watcher is not running")
+    assert watch.stop(paths) is False  # none to stop
+
+
+def test_with_a_watcher_a_reboot_still_needs_a_restart_unless_on_boot(tmp_path, monkeypatch):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    intent.change(paths, runner={"wanted": True, "argv": []})
+    me = os.getpid()  # stands in for the watcher's process: its record names a live process
+    WatcherRecord(pid=me, start_time=procinfo.start_time(me), token="w").write(paths.watcher_pid)
+    assert watch.managed(paths).pid == me
+    assert watch.supervision(paths).note == "a reboot needs `invoke restart`"
+    intent.change(paths, recover=RecoverSpec(on_boot=True))
+    monkeypatch.setattr(watch.boot, "why_not", lambda: "this host does not run systemd")
+    assert watch.supervision(paths).note.endswith("(this host does not run systemd)")
