@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from remote.common.recover import WatchState
-from remote.common.status import FINISHED, STALE_AFTER, JobStatus
+from remote.common.status import STALE_AFTER, JobState, JobStatus
 
 from ..config import Config, HostConfig
 from ..connectors import Connector, connect
@@ -169,7 +169,7 @@ def exit_code(statuses: list[JobStatus | None]) -> int | None:
     """None while any host still runs; then 0 if every job finished, else 1."""
     if any(s is None or not s.terminal for s in statuses):
         return None
-    return 0 if all(s.state == FINISHED for s in statuses) else 1
+    return 0 if all(s.state == JobState.FINISHED for s in statuses) else 1
 
 
 def watch(

@@ -10,7 +10,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from remote.common.status import STALE_AFTER, JobStatus, ServerMetrics
+from remote.common.status import STALE_AFTER, JobState, JobStatus, ProcessState, ServerMetrics
 
 from .typed import say
 
@@ -142,7 +142,7 @@ def hints(st: JobStatus) -> list[str]:
     """Plain advice from the servers' own view: idle batch room, or preemption."""
     out = []
     more = (
-        st.state == "running"
+        st.state == JobState.RUNNING
         and not st.draining
         and any(not d.is_complete and d.done + d.in_flight < d.target for d in st.datasets.values())
     )
@@ -194,13 +194,13 @@ def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
         if w.recovering:
             when = (
                 f"next try in {fmt_duration(w.next_try_in_s)}"
-                if w.state == "backoff"
+                if w.state == ProcessState.BACKOFF
                 else "starting it again"
             )
             out.append(
                 (f"RECOVERING {what}: {w.why}; attempt {w.attempt} of {w.of}, {when}", "bold red")
             )
-        elif w.state == "fatal":
+        elif w.state == ProcessState.FATAL:
             out.append((f"GAVE UP on the {what}: {w.why}", "bold red"))
             out += [(f"    {line}", "red") for line in w.log[-3:]]
         elif w.restarts:
@@ -242,6 +242,9 @@ def kept_line(st: JobStatus) -> str | None:
     return text
 
 
+STATE_STYLE = {JobState.FINISHED: "green", JobState.FAILED: "red", JobState.STOPPED: "yellow"}
+
+
 def host_view(host: str, st: JobStatus | None, now: float, note: str | None = None):
     if st is None:
         return Text(f"{host}: no status yet" + (f" ({note})" if note else ""), style="yellow")
@@ -274,11 +277,10 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
             eta,
             d.state,
         )
-    state_style = {"finished": "green", "failed": "red", "stopped": "yellow"}.get(st.state, "bold")
     head = Text.assemble(
         (f"{host}", "bold"),
         ": ",
-        (st.state, state_style),
+        (st.state, STATE_STYLE.get(st.state, "bold")),
         f"  pid {st.pid or '?'}  in flight {st.in_flight}/{st.concurrency or '?'}",
     )
     total = Text(

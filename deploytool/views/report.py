@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from remote.common.answers import RecoverEvent, ReportAnswer, ReportDataset
+from remote.common.status import JobState
 
 from .progress import fmt_duration, fmt_tokens
 
@@ -166,7 +167,7 @@ def page(data: ReportAnswer) -> str:
     )
     hist = data.history
     made = time.strftime("%Y-%m-%d %H:%M:%S")
-    if st.terminal or st.state == "starting":  # "now" is a rate of a job that runs
+    if st.terminal or st.state == JobState.STARTING:  # "now" is a rate of a job that runs
         rate = f"{fmt_tokens(hist.mean_tps)} tok/s on average" if hist.mean_tps else "no rate yet"
     else:
         rate = f"{fmt_tokens(st.tokens_per_s)} tok/s now"

@@ -2,7 +2,7 @@
 
 The rules are plain objects fed with observations and a clock, so each is unit-tested alone:
 `Budget` (supervisor's backoff and give-up: a growing delay, a bounded number of restarts in a
-window, then FATAL instead of a loop) and `WedgeClock` (a vLLM that is alive, answers `/health`, and
+window, then `fatal` instead of a loop) and `WedgeClock` (a vLLM that is alive, answers `/health`, and
 makes no progress). `WatchState` is run/watch.json, written by the watcher and read by `ctl status`.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .status import IDLE, ProcessWatch, Supervision, _known, read_typed
+from .status import ProcessState, ProcessWatch, Supervision, _known, read_typed
 
 BACKOFF_CAP = 300.0  # seconds: the longest wait between two restarts
 
@@ -152,7 +152,7 @@ class WatchState:
         for w in (self.server, self.runner):
             w.next_try_in_s = None if w.next_try_at is None else max(0.0, w.next_try_at - now)
             if not live and w.recovering:
-                w.state = IDLE  # a recovery nobody carries on any more
+                w.state = ProcessState.IDLE  # a recovery nobody carries on any more
         return Supervision(
             enabled=True,
             supervised=live,

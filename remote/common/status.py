@@ -9,21 +9,44 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 
-# the job's states
-STARTING, RUNNING, FINISHED, FAILED, STOPPED = (
-    "starting",
-    "running",
-    "finished",
-    "failed",
-    "stopped",
-)
+
+class JobState(StrEnum):
+    """The job's states (status.json `state`): the runner's, or what `ctl status` finds."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class DatasetState(StrEnum):
+    """One dataset's state within the job."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"  # every prompt tried; the missing ones are in <DS>.errors.jsonl
+
+
+class ProcessState(StrEnum):
+    """The watcher's view of one supervised process (server or runner)."""
+
+    IDLE = "idle"  # nothing to keep, or left alone (it ended by its own verdict)
+    WATCHING = "watching"
+    BACKOFF = "backoff"  # dead, waiting before the next start
+    STARTING = "starting"  # started again, not yet up
+    FATAL = "fatal"  # gave up: past the restart budget, or a start that cannot work
+
+
+# Fields hold a state as its string (what the file has): an older or newer release may write a
+# state this one does not know, and reading it must not fail. Members compare equal to the strings.
 NEVER_RUN = "never run"
 STALE_AFTER = 30.0  # seconds without a status update before a reader asks whether the runner lives
-TERMINAL = frozenset({FINISHED, FAILED, STOPPED})
-# a dataset's states
-PENDING, COMPLETE, INCOMPLETE = "pending", "complete", "incomplete"  # and RUNNING
+TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
 
 def _known(cls, d: dict) -> dict:
@@ -49,7 +72,7 @@ class Reload(_FromDict):
 
 @dataclass
 class DatasetStatus(_FromDict):
-    state: str = PENDING
+    state: str = DatasetState.PENDING
     done: int = 0  # records among the target's prompts
     target: int = 0
     records: int = 0  # every record of the dataset, in the target or not
@@ -73,7 +96,7 @@ class DatasetStatus(_FromDict):
 
     @property
     def is_complete(self) -> bool:
-        return self.state == COMPLETE
+        return self.state == DatasetState.COMPLETE
 
 
 @dataclass
@@ -166,16 +189,14 @@ class RunnerInfo(_FromDict):
     uptime_s: float | None = None
 
 
-# the watcher's view of one process
-WATCHING, BACKOFF, STARTING, FATAL, IDLE = "watching", "backoff", "starting", "fatal", "idle"
-RECOVERING_STATES = frozenset({BACKOFF, STARTING})
+RECOVERING_STATES = frozenset({ProcessState.BACKOFF, ProcessState.STARTING})
 
 
 @dataclass
 class ProcessWatch(_FromDict):
     """One supervised process (server or runner) as the watcher sees it."""
 
-    state: str = IDLE
+    state: str = ProcessState.IDLE
     why: str | None = None  # the cause of the recovery under way, or of the give-up
     attempt: int = 0  # of the restart under way, within the window
     of: int = 0  # recover.max_restarts

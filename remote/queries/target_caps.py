@@ -61,7 +61,7 @@ def plan(
 def answer(paths: Paths, req: CtlPlan) -> HostPlan:
     """`ctl plan`'s answer: per-dataset caps for a token budget, with the measured rate."""
     from ..common.jobspec import JOB_FILE, release_dir
-    from ..common.status import RUNNING, JobStatus
+    from ..common.status import JobState, JobStatus
 
     if req.tokens_per_dataset <= 0:
         raise HostFault("usage", "ctl plan: --tokens-per-dataset must be positive")
@@ -70,6 +70,6 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
     rows = plan(paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None)
     return HostPlan(
         datasets={name: PlanRow(**row) for name, row in rows.items()},
-        tokens_per_s=st.tokens_per_s if st.state == RUNNING else None,
+        tokens_per_s=st.tokens_per_s if st.state == JobState.RUNNING else None,
         state=st.state,
     )

@@ -40,32 +40,32 @@ def preflight() -> None:
         raise HostFault("model", f"nothing was stopped: {model_message(wrong)}", model=wrong)
 
 
-def start_command(paths: Paths, a: CtlStart) -> RestartAnswer:
+def start_command(paths: Paths, req: CtlStart) -> RestartAnswer:
     preflight()
     with intent.locked(paths):  # the watcher acts between commands, never during one
-        out = start(paths, a)
-        supervised.want_runner(paths, a)
-    out.watcher = supervised.after(paths)
+        out = start(paths, req)
+        supervised.want_runner(paths, req)
+    out.watcher = supervised.keep_watcher(paths)
     return out
 
 
-def restart_command(paths: Paths, a: CtlRestart) -> RestartAnswer:
+def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
     preflight()
     with intent.locked(paths):
-        if a.dry_run:
-            return restart(paths, a)
+        if req.dry_run:
+            return restart(paths, req)
         # a start that fails leaves nothing for the watcher to bring back
         intent.change(paths, runner={"wanted": False, "why": "restarting"})
-        out = restart(paths, a)
-        supervised.want_runner(paths, a)
-    out.watcher = supervised.after(paths)
+        out = restart(paths, req)
+        supervised.want_runner(paths, req)
+    out.watcher = supervised.keep_watcher(paths)
     return out
 
 
-def stop_command(paths: Paths, a: CtlStop) -> StopAnswer:
-    return supervised.stop_wanted(paths, "runner", lambda: stop(paths, a))
+def stop_command(paths: Paths, req: CtlStop) -> StopAnswer:
+    return supervised.stop_wanted(paths, "runner", lambda: stop(paths, req))
 
 
-def files_command(paths: Paths, a: CtlFiles) -> FilesAnswer:
-    found = output_files(paths, a.have)
+def files_command(paths: Paths, req: CtlFiles) -> FilesAnswer:
+    found = output_files(paths, req.have)
     return FilesAnswer({name: FileInfo(**e) for name, e in found.items()})

@@ -9,7 +9,7 @@ import time
 
 from ...common.jobspec import Paths
 from ...common.protocol import CtlStatus
-from ...common.status import RUNNING, STARTING, STOPPED, JobStatus, RunnerInfo
+from ...common.status import JobState, JobStatus, RunnerInfo
 from ..facts.strays import managed_runner, stray_runners
 from ..watcher import watch
 
@@ -17,8 +17,11 @@ from ..watcher import watch
 def status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
     st = JobStatus.read(paths.status) or JobStatus()
     rec = managed_runner(paths)
-    if st.state in (STARTING, RUNNING) and not rec:
-        st.state, st.message = STOPPED, "the runner is gone without writing its status (killed?)"
+    if st.state in (JobState.STARTING, JobState.RUNNING) and not rec:
+        st.state, st.message = (
+            JobState.STOPPED,
+            "the runner is gone without writing its status (killed?)",
+        )
     try:
         current = os.readlink(paths.root / "current")
     except OSError:

@@ -25,7 +25,7 @@ def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
         intent.change(
             paths, recover=supervised.recover_arg(req), server={"wanted": True, "spec": spec}
         )
-    out.watcher = supervised.after(paths)
+    out.watcher = supervised.keep_watcher(paths)
     return out
 
 

@@ -13,15 +13,15 @@ from ..facts import intent
 from ..watcher import watch
 
 
-def recover_arg(a) -> RecoverSpec | None:
+def recover_arg(req) -> RecoverSpec | None:
     """--recover (hosts.yaml `recover:`); None keeps what the intent has (defaults at first)."""
-    return RecoverSpec.from_dict(a.recover) if a.recover is not None else None
+    return RecoverSpec.from_dict(req.recover) if req.recover is not None else None
 
 
-def want_runner(paths: Paths, a: CtlStart) -> None:
+def want_runner(paths: Paths, req: CtlStart) -> None:
     """The runner is wanted, with the flags it had (the watcher starts it again with them)."""
-    argv = a.run_flags().argv()
-    intent.change(paths, recover=recover_arg(a), runner={"wanted": True, "argv": argv})
+    argv = req.run_flags().argv()
+    intent.change(paths, recover=recover_arg(req), runner={"wanted": True, "argv": argv})
 
 
 def stop_wanted(paths: Paths, what: str, stop):
@@ -30,11 +30,11 @@ def stop_wanted(paths: Paths, what: str, stop):
     with intent.locked(paths):
         intent.change(paths, **{what: {"wanted": False, "why": "stopped"}})
         out = stop()
-    out.watcher = after(paths)
+    out.watcher = keep_watcher(paths)
     return out
 
 
-def after(paths: Paths) -> WatcherInfo | None:
+def keep_watcher(paths: Paths) -> WatcherInfo | None:
     """A watcher while something is wanted; none once nothing is (it would exit by itself)."""
     data = intent.read(paths)
     wanted = data.server.wanted or data.runner.wanted

@@ -19,7 +19,7 @@ from ...common.answers import CapRow, RestartAnswer, StopAnswer
 from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
 from ...common.protocol import CtlRestart, CtlStart, CtlStop
 from ...common.state import ControlRequest, RunnerRecord, write_json
-from ...common.status import FINISHED, RUNNING, STARTING, STOPPED, JobStatus
+from ...common.status import JobState, JobStatus
 from ...common.wire import HostFault
 from ..facts import gpu, kill
 from ..facts.strays import managed_runner, stray_runners
@@ -92,8 +92,8 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
 
 def _mark_stopped(paths: Paths, rec: RunnerRecord, why: str) -> None:
     st = JobStatus.read(paths.status)
-    if st and st.pid == rec.pid and st.state in (STARTING, RUNNING):
-        st.state, st.message, st.updated_at = STOPPED, why, time.time()
+    if st and st.pid == rec.pid and st.state in (JobState.STARTING, JobState.RUNNING):
+        st.state, st.message, st.updated_at = JobState.STOPPED, why, time.time()
         write_json(paths.status, st.to_dict())
 
 
@@ -113,7 +113,7 @@ def lock_is_free(paths: Paths) -> bool:
         os.close(fd)
 
 
-def start(paths: Paths, a: CtlStart, rel: Path | None = None) -> RestartAnswer:
+def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer:
     """Start the runner detached from `rel` (this release) and wait until it reports running."""
     if not lock_is_free(paths) or managed_runner(paths):
         rec = managed_runner(paths)
@@ -122,20 +122,26 @@ def start(paths: Paths, a: CtlStart, rel: Path | None = None) -> RestartAnswer:
             f"a runner is already running in {paths.root} (pid {rec.pid if rec else '?'})",
             fix="use restart",
         )
-    gpu_report = gpu.check(server_process.allowed_pids(paths, job_engine_port()), force=a.force_gpu)
+    gpu_report = gpu.check(
+        server_process.allowed_pids(paths, job_engine_port()), force=req.force_gpu
+    )
     token = secrets.token_hex(12)
     env = dict(os.environ, **{JOB_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
     env.pop("DEPLOYTOOL_WATCH_TOKEN", None)  # started by the watcher: stopping it must not stop us
     rel = rel or release_dir()
     argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root)]
-    argv += a.run_flags().argv()
+    argv += req.run_flags().argv()
     paths.ensure()
     with open(paths.log, "ab") as log:
         proc = procinfo.start_detached(argv, cwd=rel, env=env, log=log)
-    deadline = time.monotonic() + a.wait
+    deadline = time.monotonic() + req.wait
     while True:
         st = JobStatus.read(paths.status) or JobStatus()
-        if st.token == token and st.state in (RUNNING, FINISHED, STOPPED):
+        if st.token == token and st.state in (
+            JobState.RUNNING,
+            JobState.FINISHED,
+            JobState.STOPPED,
+        ):
             break
         code = proc.poll()
         if code is not None:
@@ -147,7 +153,7 @@ def start(paths: Paths, a: CtlStart, rel: Path | None = None) -> RestartAnswer:
         if time.monotonic() > deadline:
             raise HostFault(
                 "start_failed",
-                f"the runner did not report running within {a.wait:g}s",
+                f"the runner did not report running within {req.wait:g}s",
                 log=procinfo.tail_lines(paths.log, 20),
             )
         time.sleep(0.05)
@@ -157,7 +163,7 @@ def start(paths: Paths, a: CtlStart, rel: Path | None = None) -> RestartAnswer:
         token=token,
         release=str(rel),
         state=st.state,
-        caps=caps_summary(st, a.caps()),
+        caps=caps_summary(st, req.caps()),
         gpu=gpu_report,
     )
 
@@ -197,16 +203,16 @@ def recap(paths: Paths, rec: RunnerRecord, caps: Caps, timeout: float = 15.0) ->
     )
 
 
-def restart(paths: Paths, a: CtlRestart) -> RestartAnswer:
-    caps = a.caps()
+def restart(paths: Paths, req: CtlRestart) -> RestartAnswer:
+    caps = req.caps()
     rec = managed_runner(paths)
     same_release = rec is not None and Path(rec.release or "").resolve() == release_dir()
-    if a.dry_run:
-        mode = "live" if same_release and not a.hard else ("restart" if rec else "start")
+    if req.dry_run:
+        mode = "live" if same_release and not req.hard else ("restart" if rec else "start")
         return RestartAnswer(
             mode=mode, dry_run=True, running_pid=rec.pid if rec else None, asked=caps.to_dict()
         )
-    if same_release and not a.hard:
+    if same_release and not req.hard:
         st = recap(paths, rec, caps)
         return RestartAnswer(
             mode="live",
@@ -215,8 +221,8 @@ def restart(paths: Paths, a: CtlRestart) -> RestartAnswer:
             caps=caps_summary(st, caps),
             reloaded=st.reloaded,
         )
-    stopped = stop(paths, CtlStop(a.grace, a.drain, a.drain_timeout))
-    started = start(paths, a)
+    stopped = stop(paths, CtlStop(req.grace, req.drain, req.drain_timeout))
+    started = start(paths, req)
     started.mode = "restart" if stopped.was_running else "start"
     started.stopped, started.lost_in_flight = stopped, stopped.lost_in_flight
     return started

@@ -1,9 +1,9 @@
 """What the watcher does each tick for the server and for the runner: notice a death or a wedge,
 wait out the backoff, start again, and give up past the budget.
 
-One state per process (recover.WATCHING, BACKOFF, STARTING, FATAL, IDLE), moved only here. A start
-is not waited for: the server loads for minutes, so STARTING is checked tick by tick and the runner
-is watched meanwhile.
+One state per process (status.ProcessState: idle, watching, backoff, starting, fatal), moved only
+here. A start is not waited for: the server loads for minutes, so `starting` is checked tick by tick
+and the runner is watched meanwhile.
 """
 
 from __future__ import annotations
@@ -19,17 +19,7 @@ from ...common.jobspec import Paths
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, RunArgs
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
 from ...common.state import RunnerRecord, RunnerWanted, ServerRecord, ServerWanted, write_json
-from ...common.status import (
-    BACKOFF,
-    FAILED,
-    FATAL,
-    FINISHED,
-    IDLE,
-    STARTING,
-    WATCHING,
-    JobStatus,
-    ProcessWatch,
-)
+from ...common.status import JobState, JobStatus, ProcessState, ProcessWatch
 from ...common.wire import HostFault
 from ..facts import engines, intent, kill
 from ..processes import runner_process, server_process
@@ -63,45 +53,45 @@ class Keeper:
 
     def __init__(self, paths: Paths, spec: RecoverSpec, tell: Tell, log: Callable[[str], None]):
         self.paths, self.spec, self.tell, self.log = paths, spec, tell, log
-        self.w = ProcessWatch(of=spec.max_restarts)
+        self.seen = ProcessWatch(of=spec.max_restarts)  # what status shows of this process
         self.budget = Budget(spec)
 
     def _died(self, now: float, cause: str, lines: list[str]) -> bool:
         """Count a death (or a failed start); False when the budget is spent."""
-        self.w.last_cause = cause
+        self.seen.last_cause = cause
         record_event(self.paths, what=self.what, event="died", why=cause)
         delay = self.budget.failed(now)
         if delay is None:
-            self.w.state, self.w.why, self.w.log = FATAL, cause, lines
-            self.w.next_try_at = None
+            self.seen.state, self.seen.why, self.seen.log = ProcessState.FATAL, cause, lines
+            self.seen.next_try_at = None
             record_event(self.paths, what=self.what, event="gave_up", why=cause, log=lines)
             self.log(f"{self.what}: gave up after {self.spec.max_restarts} restarts: {cause}")
             return False
-        self.w.state, self.w.why = BACKOFF, cause
-        self.w.attempt, self.w.next_try_at = self.budget.attempt(now), now + delay
+        self.seen.state, self.seen.why = ProcessState.BACKOFF, cause
+        self.seen.attempt, self.seen.next_try_at = self.budget.attempt(now), now + delay
         self.log(
-            f"{self.what}: {cause}; restart {self.w.attempt} of {self.spec.max_restarts} in "
+            f"{self.what}: {cause}; restart {self.seen.attempt} of {self.spec.max_restarts} in "
             f"{delay:g}s"
         )
         return True
 
     def _restarted(self, now: float, extra: str = "") -> None:
-        self.w.state, self.w.next_try_at = WATCHING, None
-        self.w.restarts += 1
+        self.seen.state, self.seen.next_try_at = ProcessState.WATCHING, None
+        self.seen.restarts += 1
         msg = (
-            f"{self.what} restarted (attempt {self.w.attempt} of {self.spec.max_restarts}) after: "
-            f"{self.w.why}{extra}"
+            f"{self.what} restarted (attempt {self.seen.attempt} of {self.spec.max_restarts}) after: "
+            f"{self.seen.why}{extra}"
         )
-        record_event(self.paths, what=self.what, event="restarted", why=self.w.why)
+        record_event(self.paths, what=self.what, event="restarted", why=self.seen.why)
         self.log(msg)
-        self.w.why = None
+        self.seen.why = None
         self.tell(f"{self.what}_restarted", msg)
 
 
 def fail_job(paths: Paths, why: str) -> None:
     """The job's verdict when the watcher gives up: `failed`, with the reason."""
     st = JobStatus.read(paths.status) or JobStatus()
-    st.state, st.message, st.updated_at = FAILED, why, time.time()
+    st.state, st.message, st.updated_at = JobState.FAILED, why, time.time()
     write_json(paths.status, st.to_dict())
 
 
@@ -161,13 +151,16 @@ class ServerKeeper(Keeper):
 
     def tick(self, now: float, want: ServerWanted) -> None:
         if want.spec.data_parallel_member:
-            self.w.state, self.w.why = IDLE, "a data-parallel group member: restart the group"
+            self.seen.state, self.seen.why = (
+                ProcessState.IDLE,
+                "a data-parallel group member: restart the group",
+            )
             return
-        if self.w.state in (WATCHING, IDLE):
+        if self.seen.state in (ProcessState.WATCHING, ProcessState.IDLE):
             self._watch(now, want)
-        elif self.w.state == BACKOFF and now >= (self.w.next_try_at or 0):
+        elif self.seen.state == ProcessState.BACKOFF and now >= (self.seen.next_try_at or 0):
             self._start(now, want)
-        elif self.w.state == STARTING:
+        elif self.seen.state == ProcessState.STARTING:
             self._starting(now, want)
 
     def _watch(self, now: float, want: ServerWanted) -> None:
@@ -179,9 +172,9 @@ class ServerKeeper(Keeper):
             # `server.start` at the keyboard failed and said so there: not ours to retry
             self.log("server: died during a start-up the user ran; not restarted")
             intent.change(self.paths, server={"wanted": False, "why": "start-up failed"})
-            self.w.state = IDLE
+            self.seen.state = ProcessState.IDLE
             return
-        self.w.state = WATCHING
+        self.seen.state = ProcessState.WATCHING
         if not alive:
             return self._dead(now, rec, "the server process is gone (an exit nobody asked for)")
         if not rec.ready_at:
@@ -224,7 +217,7 @@ class ServerKeeper(Keeper):
 
     def _start(self, now: float, want: ServerWanted) -> None:
         if server_process.managed(self.paths):  # started meanwhile (`server.start` at the keyboard)
-            self.w.state, self.w.next_try_at = WATCHING, None
+            self.seen.state, self.seen.next_try_at = ProcessState.WATCHING, None
             return
         held = self._gpu_held()
         if held and now < self.gpu_deadline:
@@ -233,8 +226,8 @@ class ServerKeeper(Keeper):
             self.log(
                 f"server: GPU memory still held by {held} after {GPU_WAIT_S:g}s; starting anyway"
             )
-        self.w.attempt = self.budget.restarting(now)
-        self.w.state, self.started_at = STARTING, now
+        self.seen.attempt = self.budget.restarting(now)
+        self.seen.state, self.started_at = ProcessState.STARTING, now
         try:
             server_process.start(self.paths, want.spec, by="watcher")
         except server_process.ServerError as e:
@@ -289,9 +282,9 @@ class RunnerKeeper(Keeper):
     what = "runner"
 
     def tick(self, now: float, want: RunnerWanted) -> None:
-        if self.w.state in (WATCHING, IDLE):
+        if self.seen.state in (ProcessState.WATCHING, ProcessState.IDLE):
             self._watch(now)
-        elif self.w.state == BACKOFF and now >= (self.w.next_try_at or 0):
+        elif self.seen.state == ProcessState.BACKOFF and now >= (self.seen.next_try_at or 0):
             self._start(now, want)
 
     def _watch(self, now: float) -> None:
@@ -299,14 +292,14 @@ class RunnerKeeper(Keeper):
         if rec is None or rec.pid <= 0:
             return
         if rec.alive():
-            self.w.state = WATCHING
+            self.seen.state = ProcessState.WATCHING
             return
         st = JobStatus.read(self.paths.status)
-        if st and st.pid == rec.pid and st.state in (FINISHED, FAILED):
+        if st and st.pid == rec.pid and st.state in (JobState.FINISHED, JobState.FAILED):
             # its own verdict: a finished job, or a fault restarting cannot mend
             intent.change(self.paths, runner={"wanted": False, "why": f"the runner {st.state}"})
             self.log(f"runner: {st.state} by itself ({st.message or 'no message'}); not restarted")
-            self.w.state = IDLE
+            self.seen.state = ProcessState.IDLE
             return
         cause = (
             f"the runner (pid {rec.pid}) died without being stopped (a signal, a crash, "
@@ -317,9 +310,9 @@ class RunnerKeeper(Keeper):
 
     def _start(self, now: float, want: RunnerWanted) -> None:
         if runner_process.managed_runner(self.paths):  # started meanwhile (`invoke restart`)
-            self.w.state, self.w.next_try_at = WATCHING, None
+            self.seen.state, self.seen.next_try_at = ProcessState.WATCHING, None
             return
-        self.w.attempt = self.budget.restarting(now)
+        self.seen.attempt = self.budget.restarting(now)
         try:  # flags it cannot read are a start that failed: counted, said, never a crash
             flags = RunArgs.from_argv(list(want.argv))
             a = CtlStart(**vars(flags), wait=START_WAIT_S)

@@ -21,7 +21,7 @@ from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths
 from ...common.notify import Notifier
 from ...common.recover import WatchState
 from ...common.state import WatcherRecord, write_json
-from ...common.status import FATAL, IDLE, Supervision
+from ...common.status import ProcessState, Supervision
 from ..facts import boot, intent, kill
 
 TICK_S = 0.5
@@ -123,9 +123,11 @@ class Watcher:
                 if data.watched(keeper.what):
                     keeper.tick(now, data.part(keeper.what))
                     data = intent.read(self.paths)  # a keeper may have changed it (a give-up)
-                    alive |= keeper.w.state != FATAL and data.part(keeper.what).wanted
-                elif keeper.w.state != FATAL:
-                    keeper.w.state = IDLE
+                    alive |= (
+                        keeper.seen.state != ProcessState.FATAL and data.part(keeper.what).wanted
+                    )
+                elif keeper.seen.state != ProcessState.FATAL:
+                    keeper.seen.state = ProcessState.IDLE
             self.write_state(now)
             return alive
 
@@ -136,11 +138,11 @@ class Watcher:
             self.spec = spec
             for keeper in (self.server, self.runner):
                 keeper.spec = keeper.budget.spec = spec
-                keeper.w.of = spec.max_restarts
+                keeper.seen.of = spec.max_restarts
 
     def write_state(self, now: float) -> None:
         s = self.state
-        s.updated_at, s.server, s.runner = now, self.server.w, self.runner.w
+        s.updated_at, s.server, s.runner = now, self.server.seen, self.runner.seen
         s.server_ready_seq = self.server.ready_seq
         write_json(self.paths.watch_state, s.to_dict(), sync=False)  # twice a second
 

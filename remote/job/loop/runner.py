@@ -19,16 +19,7 @@ from ...common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
 from ...common.state import ControlRequest, write_json
-from ...common.status import (
-    COMPLETE,
-    FAILED,
-    FINISHED,
-    RUNNING,
-    STARTING,
-    STOPPED,
-    EngineStatus,
-    JobStatus,
-)
+from ...common.status import DatasetState, EngineStatus, JobState, JobStatus
 from ..engine import continuation
 from ..engine.kinds import make_engine
 from ..engine.pool import Pool
@@ -65,7 +56,7 @@ class Runner:
         self.stall_after = eng.stall_minutes * 60
         self.metrics_interval = eng.metrics_interval
         self.model_name = "simulated" if eng.kind == "simulate" else eng.model
-        self.state, self.message = STARTING, ""
+        self.state, self.message = JobState.STARTING, ""
         self.started_at = time.time()
         self.token = os.environ.get(JOB_TOKEN_ENV) or os.urandom(8).hex()
         self.abandoned = 0  # in-flight requests cut off by a stop (redone on resume)
@@ -164,7 +155,7 @@ class Runner:
                 )
             if disk.due() and self.writer.unwritten:
                 self.writer.flush()
-            if history.due() and self.state == RUNNING:
+            if history.due() and self.state == JobState.RUNNING:
                 self.history.record(self.status())
             await asyncio.sleep(0.25)
 
@@ -288,7 +279,7 @@ class Runner:
                     self.telemetry = Telemetry(engine, self.pool.endpoints, self.metrics_interval)
                     background.append(asyncio.ensure_future(self.telemetry.run()))
                 self.history.start(time.time(), os.getpid())
-                self.state = RUNNING
+                self.state = JobState.RUNNING
                 self.write_status()
                 window = asyncio.ensure_future(self.dispatcher.window())
                 await self._until_done_or_stopped(window, stop_event)
@@ -307,14 +298,14 @@ class Runner:
     def _verdict(self) -> int:
         d = self.dispatcher
         if d.fatal:
-            self.state, self.message = FAILED, d.fatal
+            self.state, self.message = JobState.FAILED, d.fatal
             self.log(f"failed: {d.fatal}")
             return EXIT_FAILED
         if self.stop.asked:
-            self.state, self.message = STOPPED, self.stop.verdict()
+            self.state, self.message = JobState.STOPPED, self.stop.verdict()
             self.log(f"stopped: {self.scheduler.summary()}")
             return EXIT_OK
-        self.state = FINISHED
+        self.state = JobState.FINISHED
         errors = sum(len(r.failed) for r in self.runs.values())
         if errors:
             self.message = (
@@ -336,7 +327,7 @@ class Runner:
         self.log("caps: " + self.scheduler.caps_line())
         for name, run in self.runs.items():
             todo = run.target_n - run.done_in_target
-            state = "already complete" if run.state() == COMPLETE else f"{todo} to do"
+            state = "already complete" if run.state() == DatasetState.COMPLETE else f"{todo} to do"
             self.log(f"{name}: {run.done_in_target}/{run.target_n} done, {state}")
 
     def run(self) -> int:
@@ -347,14 +338,14 @@ class Runner:
             import traceback
 
             self.log("crashed:\n" + traceback.format_exc())
-            self.state, self.message = FAILED, f"runner crashed: {type(e).__name__}: {e}"
+            self.state, self.message = JobState.FAILED, f"runner crashed: {type(e).__name__}: {e}"
             code = EXIT_FAILED
         if self.writer.unwritten:
             n = len(self.writer.unwritten)
             self.log(f"{n} answers still waiting for disk space are dropped: redone on resume")
-        if self.state == FINISHED:
+        if self.state == JobState.FINISHED:
             self.notifier.send("finished", self.notify_message("finished"))
-        elif self.state == FAILED:
+        elif self.state == JobState.FAILED:
             self.notifier.send("failed", self.notify_message(f"failed: {self.message}"))
         self.write_status()
         self.notifier.wait(5.0)  # a moment for the last message; a hanging command runs on alone
@@ -384,7 +375,7 @@ def main(
     try:
         runner.prepare()
     except BadInput as e:
-        runner.state, runner.message = FAILED, str(e)
+        runner.state, runner.message = JobState.FAILED, str(e)
         runner.log(f"refused: {e}")
         runner.write_status()
         print(f"error: {e}", file=sys.stderr)

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...common.jobspec import JobSpec
-from ...common.status import COMPLETE, RUNNING, DatasetStatus
+from ...common.status import DatasetState, DatasetStatus, JobState
 from ..store.datasets import DatasetRun
 
 
 def stalled(state: str, in_flight: int, last_completion: float, now: float, after: float) -> bool:
     """Requests are out and nothing has finished for `after` seconds."""
-    return state == RUNNING and in_flight > 0 and now - last_completion > after
+    return state == JobState.RUNNING and in_flight > 0 and now - last_completion > after
 
 
 @dataclass
@@ -44,7 +44,7 @@ def _row(run: DatasetRun, now: float, started: float) -> tuple[DatasetStatus, fl
     rem_tok = max(0, run.target_n - run.done_in_target) * mean
     if run.budget is not None:
         rem_tok = min(rem_tok, max(0, run.budget - run.completion_tokens))
-    if state == COMPLETE:
+    if state == DatasetState.COMPLETE:
         rem_tok = 0
     row = DatasetStatus(
         state=state,
@@ -88,7 +88,7 @@ def progress(job: JobSpec, runs: dict[str, DatasetRun], now: float, started: flo
         remaining += row.remaining_tokens
         cum[spec.name] = remaining
     for name, d in datasets.items():
-        if d.state == COMPLETE:
+        if d.state == DatasetState.COMPLETE:
             d.eta_s = 0
         elif tok_rate > 0:
             d.eta_s = int(cum[name] / tok_rate)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from ...common.jobspec import DatasetSpec, Paths
 from ...common.state import read_json, write_json
-from ...common.status import COMPLETE, INCOMPLETE, PENDING, RUNNING
+from ...common.status import DatasetState
 from .conversation import Partials
-from .ledger import HELD, Ledger
+from .ledger import Ledger, PromptState
 from .outputs import AppendFile, count_lines, load_existing, repair_tail
 from .prompts import Prompt, PromptFile
 from .rates import RateWindow
@@ -115,7 +115,7 @@ class DatasetRun:
         """Use `new` from now on. Requests in flight (or answered, waiting for the disk) keep the
         prompt they were sent with; their ids are looked up in the new file so they count towards
         its target (or not, if they left it)."""
-        unrecorded = list(self.ledger.sent) + list(self.ledger.ids(HELD))
+        unrecorded = list(self.ledger.sent) + list(self.ledger.ids(PromptState.HELD))
         if unrecorded:
             self.reindexed = {pid: -1 for pid in unrecorded}
             for i, pid in enumerate(new.ids):
@@ -128,12 +128,14 @@ class DatasetRun:
 
     def state(self) -> str:
         if self.done_in_target >= self.target_n or (self.budget_reached() and not self.in_flight):
-            return COMPLETE
+            return DatasetState.COMPLETE
         if self.in_flight or self.ledger.next_due_at() is not None:
-            return RUNNING
+            return DatasetState.RUNNING
         if self.next_pos >= self.target_n and self.failed:
-            return INCOMPLETE  # every prompt tried; the missing ones are in <DS>.errors.jsonl
-        return RUNNING if self.new_records else PENDING
+            return (
+                DatasetState.INCOMPLETE
+            )  # every prompt tried; the missing ones are in <DS>.errors.jsonl
+        return DatasetState.RUNNING if self.new_records else DatasetState.PENDING
 
 
 def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) -> DatasetRun:

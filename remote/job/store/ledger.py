@@ -16,8 +16,20 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Set
+from enum import StrEnum
 
-NEW, QUEUED, SENT, HELD, DONE, FAILED = "new", "queued", "sent", "held", "done", "failed"
+
+class PromptState(StrEnum):
+    """One prompt's state in its dataset's ledger."""
+
+    NEW = "new"  # not sent in this run
+    QUEUED = "queued"  # to be sent again, not before a time
+    SENT = "sent"  # in flight
+    HELD = "held"  # answered, its record waiting for room on the disk
+    DONE = "done"  # recorded
+    FAILED = "failed"  # given up in this run (in <DS>.errors.jsonl)
+
+
 _SEQ = itertools.count()  # tie-break in the retry queue: prompts never compare
 
 
@@ -46,8 +58,11 @@ class View(Set):
 class Ledger:
     def __init__(self, done=()):
         """`done`: the ids recorded already; a set is taken over, not copied."""
-        self._in = {s: set() for s in (QUEUED, SENT, HELD, FAILED)}
-        self._in[DONE] = done if isinstance(done, set) else set(done)
+        self._in = {
+            s: set()
+            for s in (PromptState.QUEUED, PromptState.SENT, PromptState.HELD, PromptState.FAILED)
+        }
+        self._in[PromptState.DONE] = done if isinstance(done, set) else set(done)
         self._queue: list = []  # heap of (not before, seq, prompt): each queued id once
         self.attempts: dict[str, int] = {}  # transient failures per prompt in this run
         self.requeues: dict[str, int] = {}  # times a server went away under the prompt
@@ -59,7 +74,7 @@ class Ledger:
         for s, ids in self._in.items():
             if pid in ids:
                 return s
-        return NEW
+        return PromptState.NEW
 
     def ids(self, state: str) -> View:
         """The ids in `state`: a read-only view (no copy), never changed from outside."""
@@ -67,34 +82,34 @@ class Ledger:
 
     @property
     def done(self) -> View:
-        return self.ids(DONE)
+        return self.ids(PromptState.DONE)
 
     @property
     def sent(self) -> View:
-        return self.ids(SENT)
+        return self.ids(PromptState.SENT)
 
     @property
     def failed(self) -> View:
-        return self.ids(FAILED)
+        return self.ids(PromptState.FAILED)
 
     @property
     def queued(self) -> View:
-        return self.ids(QUEUED)
+        return self.ids(PromptState.QUEUED)
 
     def count_done(self, ids) -> int:
         """How many of `ids` are recorded (a re-cap counts a million of them)."""
-        done = self._in[DONE]
+        done = self._in[PromptState.DONE]
         return sum(1 for pid in ids if pid in done)
 
     def is_new(self, pid: str) -> bool:
         """Asked once per prompt the scan passes (a million on a resume): plain lookups."""
         i = self._in
         return not (
-            pid in i[DONE]
-            or pid in i[SENT]
-            or pid in i[QUEUED]
-            or pid in i[HELD]
-            or pid in i[FAILED]
+            pid in i[PromptState.DONE]
+            or pid in i[PromptState.SENT]
+            or pid in i[PromptState.QUEUED]
+            or pid in i[PromptState.HELD]
+            or pid in i[PromptState.FAILED]
         )
 
     def next_due_at(self) -> float | None:
@@ -106,20 +121,20 @@ class Ledger:
         now = self.state(pid)
         if now not in frm:
             raise LedgerError(f"prompt {pid}: {now} -> {to} (allowed only from {', '.join(frm)})")
-        if now != NEW:
+        if now != PromptState.NEW:
             self._in[now].discard(pid)
-        if to != NEW:
+        if to != PromptState.NEW:
             self._in[to].add(pid)
 
     def send(self, pid: str) -> None:
-        self._move(pid, (NEW,), SENT)
+        self._move(pid, (PromptState.NEW,), PromptState.SENT)
 
     def answered(self, pid: str) -> None:
         """Answered: its line waits to be written (at once, or once the disk has space)."""
-        self._move(pid, (SENT,), HELD)
+        self._move(pid, (PromptState.SENT,), PromptState.HELD)
 
     def recorded(self, pid: str) -> None:
-        self._move(pid, (HELD,), DONE)
+        self._move(pid, (PromptState.HELD,), PromptState.DONE)
         self.attempts.pop(pid, None)
         self.requeues.pop(pid, None)
         self.partial.discard(pid)
@@ -127,7 +142,11 @@ class Ledger:
     def requeue(self, p, not_before: float, partial: bool = False) -> None:
         """Send `p` again from `not_before` on (a retry's backoff; 0: at once). From `new` only for a
         prompt with kept tokens, queued at start."""
-        self._move(p.id, (SENT, NEW) if partial else (SENT,), QUEUED)
+        self._move(
+            p.id,
+            (PromptState.SENT, PromptState.NEW) if partial else (PromptState.SENT,),
+            PromptState.QUEUED,
+        )
         if partial:
             self.partial.add(p.id)
         heapq.heappush(self._queue, (not_before, next(_SEQ), p))
@@ -138,22 +157,22 @@ class Ledger:
         if not self._queue or self._queue[0][0] > now:
             return None
         p = heapq.heappop(self._queue)[2]
-        self._move(p.id, (QUEUED,), NEW)
+        self._move(p.id, (PromptState.QUEUED,), PromptState.NEW)
         return p
 
     def fail(self, pid: str) -> None:
         """Given up on in this run (filed in the errors file): asked again only after a restart."""
-        self._move(pid, (SENT, NEW), FAILED)
+        self._move(pid, (PromptState.SENT, PromptState.NEW), PromptState.FAILED)
         self.partial.discard(pid)
 
     def unfail(self, pid: str) -> None:
         """Not the prompt's fault after all (the job's): unfiled, left for the next run."""
-        self._move(pid, (FAILED,), NEW)
+        self._move(pid, (PromptState.FAILED,), PromptState.NEW)
 
     def settle(self, p) -> None:
         """A request ended without an outcome (cancelled at the end of the grace period, or a bug):
         queued again at once, so neither this run nor a resume loses it. Nothing when it has one."""
-        if p.id in self._in[SENT]:
+        if p.id in self._in[PromptState.SENT]:
             self.requeue(p, 0.0)
 
     def failed_attempt(self, pid: str) -> int:

@@ -44,4 +44,4 @@ def test_recovery_off_keeps_no_watcher_even_while_something_is_wanted(tmp_path):
     paths = Paths(tmp_path)
     paths.ensure()
     supervised.want_runner(paths, CtlStart(max_samples=5, recover={"enabled": False}))
-    assert intent.read(paths).runner.wanted and supervised.after(paths) is None
+    assert intent.read(paths).runner.wanted and supervised.keep_watcher(paths) is None

@@ -11,7 +11,7 @@ import sys
 from remote.common.jobspec import Paths
 from remote.common.recover import RecoverSpec
 from remote.common.state import RunnerWanted, write_json
-from remote.common.status import BACKOFF, FATAL, FINISHED, IDLE, RUNNING, JobStatus
+from remote.common.status import JobState, JobStatus, ProcessState
 from remote.host.facts import intent
 from remote.host.watcher.keepers import RunnerKeeper
 
@@ -38,23 +38,25 @@ def test_a_runner_that_finished_by_itself_is_not_restarted(tmp_path):
     k, paths, _, lines = keeper(tmp_path)
     paths.ensure()
     intent.change(paths, runner={"wanted": True, "argv": []})
-    dead_runner(paths, FINISHED)
+    dead_runner(paths, JobState.FINISHED)
     k.tick(100.0, RunnerWanted(wanted=True))
-    assert k.w.state == IDLE and not intent.read(paths).runner.wanted
+    assert k.seen.state == ProcessState.IDLE and not intent.read(paths).runner.wanted
     assert "finished by itself" in lines[-1]
 
 
 def test_a_runner_that_died_waits_its_backoff_then_the_budget_runs_out(tmp_path):
     k, paths, _, lines = keeper(tmp_path, max_restarts=2)
-    pid = dead_runner(paths, RUNNING)
+    pid = dead_runner(paths, JobState.RUNNING)
     k.tick(100.0, RunnerWanted(wanted=True))
-    assert k.w.state == BACKOFF and k.w.next_try_at == 110.0 and k.w.attempt == 1
-    assert f"pid {pid}" in k.w.why and "OOM killer" in k.w.why
+    assert (
+        k.seen.state == ProcessState.BACKOFF and k.seen.next_try_at == 110.0 and k.seen.attempt == 1
+    )
+    assert f"pid {pid}" in k.seen.why and "OOM killer" in k.seen.why
     k.budget.restarting(110.0)  # what its start does first
     k._died(120.0, "again", [])
-    assert k.w.state == BACKOFF and k.w.next_try_at == 140.0  # doubled
+    assert k.seen.state == ProcessState.BACKOFF and k.seen.next_try_at == 140.0  # doubled
     k.budget.restarting(140.0)
     assert k._died(150.0, "and again", ["oom-kill"]) is False
-    assert k.w.state == FATAL and k.w.log == ["oom-kill"]
+    assert k.seen.state == ProcessState.FATAL and k.seen.log == ["oom-kill"]
     events = [json.loads(line)["event"] for line in paths.recover_log.read_text().splitlines()]
     assert events == ["died", "died", "died", "gave_up"]

@@ -9,7 +9,7 @@ from remote.job.engine.client import EngineDown, PermanentError, TransientError
 from remote.job.engine.pool import Pool
 from remote.job.loop.control_requests import StopState
 from remote.job.loop.dispatcher import JOB_FAULT_STREAK, Dispatcher
-from remote.job.store.ledger import FAILED, NEW
+from remote.job.store.ledger import PromptState
 from tests.unit.fakes import ScriptedEngine, Writer, dataset, engine_spec, scheduler
 
 
@@ -54,7 +54,7 @@ def test_too_many_transient_errors_file_the_prompt_and_the_job_goes_on():
     d, runs = dispatcher({"B1-0": [TransientError("503")] * 3}, max_retries=2)
     run(d)
     assert d.writer.errors == [("B1", "B1-0", "gave up after 3 attempts: 503")]
-    assert runs[0].ledger.state("B1-0") == FAILED and len(d.writer.records) == 7
+    assert runs[0].ledger.state("B1-0") == PromptState.FAILED and len(d.writer.records) == 7
 
 
 def test_a_server_going_away_sends_its_request_to_the_other_one():
@@ -72,7 +72,9 @@ def test_the_same_refusal_for_many_prompts_is_the_jobs_fault_and_files_nothing()
     run(d)
     assert d.fatal and "the same answer for 8 prompts in a row" in d.fatal
     assert d.writer.errors == [] and d.writer.records == []
-    assert all(runs[0].ledger.state(p) == NEW for p in runs[0].prompts.ids)  # asked on resume
+    assert all(
+        runs[0].ledger.state(p) == PromptState.NEW for p in runs[0].prompts.ids
+    )  # asked on resume
 
 
 def test_a_model_the_server_does_not_serve_fails_at_once_without_filing():

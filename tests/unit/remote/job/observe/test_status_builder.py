@@ -4,7 +4,7 @@ in job order (datasets run one after another)."""
 from __future__ import annotations
 
 from remote.common.jobspec import DatasetSpec
-from remote.common.status import COMPLETE, RUNNING
+from remote.common.status import DatasetState, JobState
 from remote.job.observe.status_builder import Progress, progress, stalled
 from tests.unit.fakes import dataset
 
@@ -29,7 +29,7 @@ def test_each_dataset_in_job_order_and_the_etas_accumulate():
     p = progress(Job("B1", "B2"), {"B2": b2, "B1": b1}, now=10.0, started=0.0)
     assert list(p.datasets) == ["B1", "B2"]
     one, two = p.datasets["B1"], p.datasets["B2"]
-    assert (one.done, one.target, one.mean_tokens, one.state) == (5, 10, 200.0, RUNNING)
+    assert (one.done, one.target, one.mean_tokens, one.state) == (5, 10, 200.0, JobState.RUNNING)
     assert (
         one.remaining_tokens == 5 * 200 and two.remaining_tokens == 10 * 100
     )  # est until measured
@@ -43,12 +43,12 @@ def test_a_complete_dataset_has_nothing_left_and_a_budget_caps_what_remains():
     finish(b1, 2, 50, now=1.0)
     b2.set_target(None, budget=300)
     p = progress(Job("B1", "B2"), {"B1": b1, "B2": b2}, now=2.0, started=0.0)
-    assert p.datasets["B1"].state == COMPLETE and p.datasets["B1"].eta_s == 0
+    assert p.datasets["B1"].state == DatasetState.COMPLETE and p.datasets["B1"].eta_s == 0
     assert p.datasets["B2"].remaining_tokens == 300 and p.datasets["B2"].budget == 300
 
 
 def test_stalled_only_while_running_with_requests_out():
-    assert stalled(RUNNING, 2, last_completion=0.0, now=301.0, after=300.0)
-    assert not stalled(RUNNING, 0, 0.0, 301.0, 300.0)
-    assert not stalled(COMPLETE, 2, 0.0, 301.0, 300.0)
+    assert stalled(JobState.RUNNING, 2, last_completion=0.0, now=301.0, after=300.0)
+    assert not stalled(JobState.RUNNING, 0, 0.0, 301.0, 300.0)
+    assert not stalled(DatasetState.COMPLETE, 2, 0.0, 301.0, 300.0)
     assert Progress({}, 0.0, 0.0, 100.0).eta_s is None

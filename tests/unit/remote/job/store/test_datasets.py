@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from remote.common.jobspec import DatasetSpec, Paths
-from remote.common.status import COMPLETE, INCOMPLETE, PENDING, RUNNING
+from remote.common.status import DatasetState
 from remote.job.store.datasets import BadInput, error_ids, open_dataset
 from remote.job.store.outputs import encode_record
 from tests.conftest import write_prompts
@@ -36,29 +36,31 @@ def test_resuming_skips_what_is_recorded_and_counts_its_tokens(tmp_path):
         run.ledger.send(p.id)
         got.append(p.id)
     assert got == ["B1-000001", "B1-000003"]  # the target's prompts not yet recorded, in order
-    assert run.state() == RUNNING and not run.has_work()
+    assert run.state() == DatasetState.RUNNING and not run.has_work()
 
 
 def test_a_budget_reached_sends_nothing_more_and_completes_once_nothing_is_in_flight(tmp_path):
     _, run, _ = opened(tmp_path, done=(0,))
     run.set_target(None, budget=10)
     assert run.target_n == 6 and run.budget_reached()
-    assert run.next_prompt(0.0) is None and not run.has_work() and run.state() == COMPLETE
+    assert (
+        run.next_prompt(0.0) is None and not run.has_work() and run.state() == DatasetState.COMPLETE
+    )
 
 
 def test_pending_then_complete_or_incomplete(tmp_path):
     _, run, _ = opened(tmp_path, n=2)
     run.set_target(2, None)
-    assert run.state() == PENDING
+    assert run.state() == DatasetState.PENDING
     a, b = run.next_prompt(0.0), run.next_prompt(0.0)
     run.ledger.send(a.id)
     run.ledger.answered(a.id)
     run.record_done(a, tokens=5)
     run.ledger.send(b.id)
     run.ledger.fail(b.id)
-    assert run.state() == INCOMPLETE  # every prompt tried, one failed for good
+    assert run.state() == DatasetState.INCOMPLETE  # every prompt tried, one failed for good
     run.set_target(1, None)  # a re-cap under what is done
-    assert run.state() == COMPLETE
+    assert run.state() == DatasetState.COMPLETE
 
 
 def test_records_made_with_other_settings_are_refused_unless_forced(tmp_path):

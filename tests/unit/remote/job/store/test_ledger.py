@@ -9,7 +9,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from remote.job.store.ledger import DONE, FAILED, HELD, NEW, QUEUED, SENT, Ledger, LedgerError
+from remote.job.store.ledger import Ledger, LedgerError, PromptState
 from remote.job.store.prompts import Prompt
 from tests.unit.fakes import dataset
 
@@ -21,11 +21,11 @@ def P(pid: str, index: int = 0) -> Prompt:
 def test_a_prompt_goes_new_sent_held_done():
     led = Ledger()
     led.send("a")
-    assert led.state("a") == SENT and list(led.sent) == ["a"]
+    assert led.state("a") == PromptState.SENT and list(led.sent) == ["a"]
     led.answered("a")
-    assert led.state("a") == HELD
+    assert led.state("a") == PromptState.HELD
     led.recorded("a")
-    assert led.state("a") == DONE and "a" in led.done and not led.sent
+    assert led.state("a") == PromptState.DONE and "a" in led.done and not led.sent
 
 
 @pytest.mark.parametrize(
@@ -53,9 +53,9 @@ def test_requeue_waits_for_its_time_and_comes_back_new():
     led = Ledger()
     led.send("a")
     led.requeue(P("a"), not_before=10.0)
-    assert led.state("a") == QUEUED and led.next_due_at() == 10.0
+    assert led.state("a") == PromptState.QUEUED and led.next_due_at() == 10.0
     assert led.due(9.0) is None
-    assert led.due(10.0).id == "a" and led.state("a") == NEW
+    assert led.due(10.0).id == "a" and led.state("a") == PromptState.NEW
     with pytest.raises(LedgerError):
         led.requeue(P("b"), 0.0)  # never sent: only kept answers are queued from new
 
@@ -63,7 +63,7 @@ def test_requeue_waits_for_its_time_and_comes_back_new():
 def test_kept_answers_queue_from_new_as_partial_and_recording_clears_it():
     led = Ledger()
     led.requeue(P("a"), 0.0, partial=True)
-    assert led.partial == {"a"} and led.state("a") == QUEUED
+    assert led.partial == {"a"} and led.state("a") == PromptState.QUEUED
     led.send(led.due(0.0).id)
     led.answered("a")
     led.recorded("a")
@@ -74,11 +74,11 @@ def test_settle_queues_a_cut_request_again_and_leaves_an_outcome_alone():
     led = Ledger()
     led.send("a")
     led.settle(P("a"))  # cancelled: asked again (the property test below found it lost before)
-    assert led.state("a") == QUEUED and led.due(0.0).id == "a"
+    assert led.state("a") == PromptState.QUEUED and led.due(0.0).id == "a"
     led.send("a")
     led.answered("a")
     led.settle(P("a"))  # answered meanwhile: its line waits for the disk, it is not lost
-    assert led.state("a") == HELD
+    assert led.state("a") == PromptState.HELD
 
 
 def test_counts_per_prompt():
@@ -93,7 +93,7 @@ def test_views_are_read_only():
     led = Ledger(done=["x"])
     with pytest.raises(AttributeError):
         led.done.add("y")  # the ledger's methods are the only way in
-    assert len(led.done) == 1 and led.state("x") == DONE
+    assert len(led.done) == 1 and led.state("x") == PromptState.DONE
 
 
 class JobMachine(RuleBasedStateMachine):
@@ -171,7 +171,16 @@ class JobMachine(RuleBasedStateMachine):
     def never_twice_and_each_prompt_in_one_state(self):
         assert len(self.disk) == len(set(self.disk)), "a prompt recorded twice"
         led = self.run.ledger
-        states = [set(led.ids(s)) for s in (QUEUED, SENT, HELD, DONE, FAILED)]
+        states = [
+            set(led.ids(s))
+            for s in (
+                PromptState.QUEUED,
+                PromptState.SENT,
+                PromptState.HELD,
+                PromptState.DONE,
+                PromptState.FAILED,
+            )
+        ]
         assert sum(len(s) for s in states) == len(set().union(*states))
         assert set(led.done) == set(self.disk)
         target_ids = self.run.prompts.ids[: self.target]

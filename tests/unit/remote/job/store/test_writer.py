@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from remote.job.store.ledger import DONE, HELD
+from remote.job.store.ledger import PromptState
 from remote.job.store.writer import RecordWriter
 from tests.unit.fakes import completion, dataset
 
@@ -29,7 +29,7 @@ def test_an_answer_is_one_record_and_its_prompt_done():
     ((line, key, tokens),) = run.out.lines
     rec = json.loads(line)
     assert (rec["id"], rec["dataset"], rec["usage"]["completion_tokens"]) == (pid, "B1", 7)
-    assert (key, tokens) == (pid, 7) and run.ledger.state(pid) == DONE
+    assert (key, tokens) == (pid, 7) and run.ledger.state(pid) == PromptState.DONE
     assert run.done_in_target == 1 and run.tokens_total == 7
 
 
@@ -40,14 +40,14 @@ def test_a_full_disk_holds_answers_in_order_and_writes_them_once_there_is_space(
     held = [answer(w, run, i) for i in range(3)]
     w.write_error(run, run.prompts[3], "too long", 1)
     assert w.disk_full and len(told) == 1 and len(w.unwritten) == 4
-    assert [run.ledger.state(p) for p in held] == [HELD] * 3 and run.out.lines == []
+    assert [run.ledger.state(p) for p in held] == [PromptState.HELD] * 3 and run.out.lines == []
     w.flush()  # still full: nothing written, nothing lost
     assert len(w.unwritten) == 4
     run.out.full = run.err.full = False
     w.flush()
     assert [k for _, k, _ in run.out.lines] == held and len(run.err.lines) == 1
     assert not w.disk_full and w.unwritten == [] and run.errors == 1
-    assert all(run.ledger.state(p) == DONE for p in held)
+    assert all(run.ledger.state(p) == PromptState.DONE for p in held)
     assert any("disk has space again" in line for line in log)
 
 
