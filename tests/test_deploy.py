@@ -57,8 +57,8 @@ def test_first_deploy_then_noop_then_one_file(env):
     assert r1.prompts == ["data/prompts/B1.jsonl"]
     cur = current(env)
     assert cur.parent.name == "releases" and cur.name == r1.release
-    assert (cur / "remote" / "job" / "runner.py").read_bytes() == (
-        env["pkg"] / "job" / "runner.py"
+    assert (cur / "remote" / "job" / "loop" / "runner.py").read_bytes() == (
+        env["pkg"] / "job" / "loop" / "runner.py"
     ).read_bytes()
     assert (env["host_dir"] / "data" / "prompts" / "B1.jsonl").read_bytes() == (
         env["project"] / "data" / "prompts" / "B1.jsonl"
@@ -85,8 +85,8 @@ def test_first_deploy_then_noop_then_one_file(env):
     assert new.name == r3.release != r1.release
     # unchanged files are shared with the old release on the host (hard links), not sent again
     assert (
-        os.stat(new / "remote" / "job" / "runner.py").st_ino
-        == os.stat(cur / "remote" / "job" / "runner.py").st_ino
+        os.stat(new / "remote" / "job" / "loop" / "runner.py").st_ino
+        == os.stat(cur / "remote" / "job" / "loop" / "runner.py").st_ino
     )
     assert (cur / "remote" / "common" / "units.py").read_text() != (
         new / "remote" / "common" / "units.py"
@@ -279,6 +279,8 @@ def test_local_host_deploy_and_cli_output(tmp_path):
     # a first deploy sends every file: said by folder, not one line each
     files = len(list((project / ".deploytool" / "local" / "current").rglob("*.py")))
     assert re.search(rf"added +{files + 1} files: job.json, remote/ \({files}\)", first.stdout)
-    assert (project / ".deploytool" / "local" / "current" / "remote" / "job" / "runner.py").exists()
+    assert (
+        project / ".deploytool" / "local" / "current" / "remote" / "job" / "loop" / "runner.py"
+    ).exists()
     second = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert "nothing changed" in second.stdout and "0 bytes" in second.stdout

@@ -52,7 +52,7 @@ def start(
 ) -> ServerStarted:
 
     rec = recover.to_dict() if recover is not None else None
-    started = call(conn, ServerStart(spec=spec.to_dict(), recover=rec))
+    started = call(conn, ServerStart(spec=spec, recover=rec))
     if started.already:
         return started
     t0 = clock()
@@ -85,7 +85,7 @@ def start(
             )
             last_note = clock()
         sleep(poll)
-    smoke = call(conn, ServerSmoke(spec=spec.to_dict()))
+    smoke = call(conn, ServerSmoke(spec=spec))
     started.ready_after_s, started.smoke, started.served_model = (
         clock() - t0,
         smoke.answer,

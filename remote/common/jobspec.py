@@ -7,6 +7,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .codec import Codec
+
 JOB_FILE = "job.json"
 JOB_TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"  # the runner's token, inherited by anything it starts: stop finds them by it
 SERVER_TOKEN_ENV = "DEPLOYTOOL_SERVER_TOKEN"  # the inference server's, likewise
@@ -91,7 +93,7 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
-class ServerSpec:
+class ServerSpec(Codec):
     """hosts.yaml `server:`, what `server start` runs (`COMMAND serve MODEL --port PORT ARGS...`),
     with every default stated once: hosts.yaml's validation builds it, the host reads it back."""
 
@@ -103,17 +105,11 @@ class ServerSpec:
     ready_timeout: int = 1800  # seconds to wait for GET /v1/models
     headless: bool = False  # a vLLM data-parallel worker (--headless): serves no HTTP
 
-    def to_dict(self) -> dict:
-        return dict(asdict(self), args=list(self.args), env=dict(self.env))
+    KEEP_NONE = True  # `command: null` said: the vllm beside python
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "ServerSpec":
-        """Tolerant: a key another release added is left out."""
-        names = set(cls.__dataclass_fields__)
-        d = {k: v for k, v in (d or {}).items() if k in names}
-        if "args" in d:
-            d["args"] = tuple(d["args"] or ())
-        return cls(**d)
+        return super().from_dict(d or {})
 
     @property
     def data_parallel_member(self) -> bool:

@@ -13,12 +13,13 @@ Models: vLLM's entrypoints/openai/protocol.py (requests as types), supervisor's 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
 from .flags import Request, _nonneg_float, _nonneg_int, opt
-from .jobspec import Caps
+from .jobspec import Caps, ServerSpec
 from .units import parse_cap, parse_dataset_list, parse_tokens
 from .wire import HostFault
 
@@ -50,8 +51,24 @@ def _recover():
     return opt(None, "JSON of hosts.yaml `recover:` (the watcher's settings)", json_arg=True)
 
 
+def _server_spec(text: str) -> ServerSpec:
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise ValueError(f"expected the JSON of hosts.yaml `server:`, got {text[:40]!r}") from None
+    if not isinstance(raw, dict):
+        raise ValueError("expected the JSON object of hosts.yaml `server:`")
+    return ServerSpec.from_dict(raw)
+
+
 def _spec():
-    return opt({}, "JSON of hosts.yaml `server:`", json_arg=True)
+    return opt(
+        ServerSpec(),
+        "JSON of hosts.yaml `server:`",
+        parse=_server_spec,
+        show=lambda spec: json.dumps(spec.to_dict()),
+        metavar="JSON",
+    )
 
 
 def _drain(what: str):
@@ -176,7 +193,7 @@ class ServerStart(Request):
     command: ClassVar = ("server", "start")
     answer: ClassVar = "ServerStarted"
     help: ClassVar = "start the vLLM server detached (readiness: `server check`)"
-    spec: dict = _spec()
+    spec: ServerSpec = _spec()
     recover: dict | None = _recover()
 
 
@@ -192,7 +209,7 @@ class ServerSmoke(Request):
     command: ClassVar = ("server", "smoke")
     answer: ClassVar = "SmokeAnswer"
     help: ClassVar = "one short request, its answer checked for a broken model"
-    spec: dict = _spec()
+    spec: ServerSpec = _spec()
 
 
 @dataclass

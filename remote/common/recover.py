@@ -8,16 +8,16 @@ makes no progress). `WatchState` is run/watch.json, written by the watcher and r
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from .status import ProcessState, ProcessWatch, Supervision, _known, read_typed
+from .codec import Codec, Record
+from .status import ProcessState, ProcessWatch, Supervision
 
 BACKOFF_CAP = 300.0  # seconds: the longest wait between two restarts
 
 
 @dataclass(frozen=True)
-class RecoverSpec:
+class RecoverSpec(Codec):
     """hosts.yaml `recover:`; `recover: false` is `enabled=False`."""
 
     enabled: bool = True
@@ -29,12 +29,9 @@ class RecoverSpec:
     wedged_after: float = 600.0  # busy and no token processed for this long: wedged
     on_boot: bool = False  # a systemd unit brings the watcher back after a reboot
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, d: dict | None) -> "RecoverSpec":
-        return cls(**_known(cls, d or {}))
+        return super().from_dict(d or {})
 
     def watches(self, what: str) -> bool:
         return self.enabled and bool(getattr(self, what))
@@ -125,8 +122,12 @@ class WedgeClock:
 
 
 @dataclass
-class WatchState:
-    """run/watch.json: what the watcher is doing, for `ctl status`, the runner and report."""
+class WatchState(Record):
+    """run/watch.json: what the watcher is doing, for `ctl status`, the runner and report. Rewritten
+    every tick (not synced); unset fields written as null."""
+
+    KEEP_NONE = True
+    SYNC = False
 
     pid: int | None = None
     updated_at: float | None = None
@@ -136,16 +137,6 @@ class WatchState:
         0  # bumped each time a server it restarted is ready: the runner re-probes
     )
     on_boot: bool = False  # a systemd unit brings it back after a reboot
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "WatchState":
-        d = _known(cls, d)
-        for key in ("server", "runner"):
-            d[key] = ProcessWatch.from_dict(d.get(key) or {})
-        return cls(**d)
 
     def view(self, now: float, live: bool) -> Supervision:
         """What status and tail show; `now` on the host's clock, `live`: the watcher still works."""
@@ -161,7 +152,3 @@ class WatchState:
             runner=self.runner,
             on_boot=self.on_boot,
         )
-
-    @classmethod
-    def read(cls, path: Path) -> "WatchState | None":
-        return read_typed(cls, path)

@@ -7,10 +7,10 @@ older one), so both sides of a deploy can read each other's files.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
+
+from .codec import Codec, Record
 
 
 class JobState(StrEnum):
@@ -49,21 +49,8 @@ STALE_AFTER = 30.0  # seconds without a status update before a reader asks wheth
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
 
-def _known(cls, d: dict) -> dict:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in d.items() if k in names}
-
-
-class _FromDict:
-    """Built from a dict as read back from JSON: unknown keys (a newer writer) are left out."""
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        return cls(**_known(cls, d))
-
-
 @dataclass
-class Reload(_FromDict):
+class Reload(Codec):
     """A prompt file a re-cap reloaded: its prompts before and after."""
 
     before: int = 0
@@ -71,7 +58,7 @@ class Reload(_FromDict):
 
 
 @dataclass
-class DatasetStatus(_FromDict):
+class DatasetStatus(Codec):
     state: str = DatasetState.PENDING
     done: int = 0  # records among the target's prompts
     target: int = 0
@@ -100,7 +87,7 @@ class DatasetStatus(_FromDict):
 
 
 @dataclass
-class ServerMetrics(_FromDict):
+class ServerMetrics(Codec):
     """A server's own view, from its /metrics (vLLM's names; None where it has no such series)."""
 
     running: float | None = None  # requests in the batch (None: the gauge read stale)
@@ -113,7 +100,7 @@ class ServerMetrics(_FromDict):
 
 
 @dataclass
-class GpuStatus(_FromDict):
+class GpuStatus(Codec):
     index: int = 0
     util: int | None = None  # %
     memory_used: int | None = None  # MiB
@@ -121,7 +108,7 @@ class GpuStatus(_FromDict):
 
 
 @dataclass
-class DiskStatus(_FromDict):
+class DiskStatus(Codec):
     """The outputs' filesystem."""
 
     free_bytes: int | None = None
@@ -132,7 +119,7 @@ class DiskStatus(_FromDict):
 
 
 @dataclass
-class EndpointStatus(_FromDict):
+class EndpointStatus(Codec):
     """One OpenAI-compatible server the runner sends requests to."""
 
     url: str
@@ -158,19 +145,12 @@ class EndpointStatus(_FromDict):
         head routes a share of requests to the rank, and those hang), or a server dropping requests."""
         return self.reachable and self.stuck_recent > 0 and self.answered_recent > 0
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "EndpointStatus":
-        d = _known(cls, d)
-        if d.get("metrics") is not None:
-            d["metrics"] = ServerMetrics.from_dict(d["metrics"])
-        return cls(**d)
-
     def down_for(self, now: float) -> float | None:
         return None if self.down_since is None else now - self.down_since
 
 
 @dataclass
-class EngineStatus(_FromDict):
+class EngineStatus(Codec):
     kind: str = "openai"
     model: str = ""
     base_urls: list = field(default_factory=list)
@@ -180,7 +160,7 @@ class EngineStatus(_FromDict):
 
 
 @dataclass
-class RunnerInfo(_FromDict):
+class RunnerInfo(Codec):
     """Added by `ctl status` on the host: is the pid file's process still the runner that wrote it."""
 
     alive: bool = False
@@ -193,7 +173,7 @@ RECOVERING_STATES = frozenset({ProcessState.BACKOFF, ProcessState.STARTING})
 
 
 @dataclass
-class ProcessWatch(_FromDict):
+class ProcessWatch(Codec):
     """One supervised process (server or runner) as the watcher sees it."""
 
     state: str = ProcessState.IDLE
@@ -212,7 +192,7 @@ class ProcessWatch(_FromDict):
 
 
 @dataclass
-class Supervision(_FromDict):
+class Supervision(Codec):
     """What `ctl status` tells about the watcher: shown by status and tail."""
 
     enabled: bool = False  # a managed job or server wants a watcher
@@ -225,17 +205,9 @@ class Supervision(_FromDict):
         None  # e.g. "unsupervised: the watcher is gone; `invoke restart` brings it back"
     )
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "Supervision":
-        d = _known(cls, d)
-        for key in ("server", "runner"):
-            if d.get(key) is not None:
-                d[key] = ProcessWatch.from_dict(d[key])
-        return cls(**d)
-
 
 @dataclass
-class KeptStatus:
+class KeptStatus(Codec):
     """Unfinished answers' tokens kept for continuing them after a stop."""
 
     on: bool = False
@@ -248,13 +220,16 @@ class KeptStatus:
     bytes: int = 0  # appended to run/kept.jsonl by this runner
     streamed_per_s: float = 0.0  # tokens/s as they stream, finished or not (last minute)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "KeptStatus":
-        return cls(**_known(cls, d))
-
 
 @dataclass
-class JobStatus:
+class JobStatus(Record):
+    """status.json: written by the runner every second (whole, not synced: it is made again at
+    once), completed by `ctl status` on the host and by deploytool. Unset fields are written as
+    null: readers look its keys up."""
+
+    KEEP_NONE = True
+    SYNC = False
+
     state: str = NEVER_RUN
     message: str = ""
     pid: int | None = None
@@ -304,38 +279,3 @@ class JobStatus:
     @property
     def finish_length(self) -> int:
         return sum(d.finish_length for d in self.datasets.values())
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "JobStatus":
-        d = _known(cls, d)
-        d["engine"] = EngineStatus.from_dict(d.get("engine") or {})
-        d["endpoints"] = [EndpointStatus.from_dict(e) for e in d.get("endpoints") or []]
-        d["datasets"] = {
-            n: DatasetStatus.from_dict(x) for n, x in (d.get("datasets") or {}).items()
-        }
-        if d.get("runner") is not None:
-            d["runner"] = RunnerInfo.from_dict(d["runner"])
-        if d.get("supervision") is not None:
-            d["supervision"] = Supervision.from_dict(d["supervision"])
-        if d.get("gpus") is not None:
-            d["gpus"] = [GpuStatus.from_dict(g) for g in d["gpus"]]
-        d["disk"] = DiskStatus.from_dict(d.get("disk") or {})
-        d["kept"] = KeptStatus.from_dict(d.get("kept") or {})
-        d["reloaded"] = {n: Reload.from_dict(x) for n, x in (d.get("reloaded") or {}).items()}
-        return cls(**d)
-
-    @classmethod
-    def read(cls, path: Path) -> "JobStatus | None":
-        return read_typed(cls, path)
-
-
-def read_typed(cls, path: Path):
-    """cls.from_dict of a JSON file the other side writes atomically; None if missing or unreadable."""
-    try:
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
-    except (OSError, ValueError, TypeError):
-        return None

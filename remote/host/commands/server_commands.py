@@ -6,7 +6,7 @@ and smoke, which the watcher uses too. (`server check` and `server status` only 
 from __future__ import annotations
 
 from ...common.answers import ServerStarted, ServerStopped, SmokeAnswer
-from ...common.jobspec import Paths, ServerSpec
+from ...common.jobspec import Paths
 from ...common.protocol import ServerSmoke, ServerStart, ServerStop
 from ..facts import intent
 from ..processes.server_process import start, stop
@@ -15,11 +15,11 @@ from . import supervised
 
 
 def smoke_command(paths: Paths, req: ServerSmoke) -> SmokeAnswer:
-    return smoke(paths, ServerSpec.from_dict(req.spec).model)
+    return smoke(paths, req.spec.model)
 
 
 def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
-    spec = ServerSpec.from_dict(req.spec)
+    spec = req.spec
     with intent.locked(paths):  # the watcher acts between commands, never during one
         out = start(paths, spec)
         intent.change(

@@ -18,7 +18,7 @@ from ...common import procinfo
 from ...common.answers import CapRow, RestartAnswer, StopAnswer
 from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
 from ...common.protocol import CtlRestart, CtlStart, CtlStop
-from ...common.state import ControlRequest, RunnerRecord, write_json
+from ...common.state import ControlRequest, RunnerRecord
 from ...common.status import JobState, JobStatus
 from ...common.wire import HostFault
 from ..facts import gpu, kill
@@ -94,7 +94,7 @@ def _mark_stopped(paths: Paths, rec: RunnerRecord, why: str) -> None:
     st = JobStatus.read(paths.status)
     if st and st.pid == rec.pid and st.state in (JobState.STARTING, JobState.RUNNING):
         st.state, st.message, st.updated_at = JobState.STOPPED, why, time.time()
-        write_json(paths.status, st.to_dict())
+        st.write(paths.status)
 
 
 # ------------------------------------------------------------------ starting

@@ -18,7 +18,7 @@ from ...common import metrics, nvsmi, procinfo
 from ...common.jobspec import Paths
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, RunArgs
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
-from ...common.state import RunnerRecord, RunnerWanted, ServerRecord, ServerWanted, write_json
+from ...common.state import RunnerRecord, RunnerWanted, ServerRecord, ServerWanted
 from ...common.status import JobState, JobStatus, ProcessState, ProcessWatch
 from ...common.wire import HostFault
 from ..facts import engines, intent, kill
@@ -92,7 +92,7 @@ def fail_job(paths: Paths, why: str) -> None:
     """The job's verdict when the watcher gives up: `failed`, with the reason."""
     st = JobStatus.read(paths.status) or JobStatus()
     st.state, st.message, st.updated_at = JobState.FAILED, why, time.time()
-    write_json(paths.status, st.to_dict())
+    st.write(paths.status)
 
 
 # ------------------------------------------------------------------ the server

@@ -20,7 +20,7 @@ from ...common import procinfo
 from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths
 from ...common.notify import Notifier
 from ...common.recover import WatchState
-from ...common.state import WatcherRecord, write_json
+from ...common.state import WatcherRecord
 from ...common.status import ProcessState, Supervision
 from ..facts import boot, intent, kill
 
@@ -144,7 +144,7 @@ class Watcher:
         s = self.state
         s.updated_at, s.server, s.runner = now, self.server.seen, self.runner.seen
         s.server_ready_seq = self.server.ready_seq
-        write_json(self.paths.watch_state, s.to_dict(), sync=False)  # twice a second
+        s.write(self.paths.watch_state)  # twice a second
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...common.state import write_atomic
+from ...common.codec import write_atomic
 from ...common.status import KeptStatus
 from ..store.outputs import AppendFile
 from ..store.rates import RateWindow

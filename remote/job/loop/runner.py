@@ -18,7 +18,7 @@ from pathlib import Path
 from ...common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
-from ...common.state import ControlRequest, write_json
+from ...common.state import ControlRequest
 from ...common.status import DatasetState, EngineStatus, JobState, JobStatus
 from ..engine import continuation
 from ..engine.kinds import make_engine
@@ -220,7 +220,7 @@ class Runner:
 
     def write_status(self) -> None:
         try:
-            write_json(self.paths.status, self.status().to_dict(), sync=False)  # every second
+            self.status().write(self.paths.status)  # every second
         except OSError as e:
             self.log(f"cannot write {self.paths.status.name}: {e}")
 

@@ -10,7 +10,7 @@ import json
 import time
 from pathlib import Path
 
-from ...common.state import write_atomic
+from ...common.codec import write_atomic
 from .outputs import AppendFile, DiskFull
 from .prompts import Prompt
 

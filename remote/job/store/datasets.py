@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...common.codec import read_json, write_json
 from ...common.jobspec import DatasetSpec, Paths
-from ...common.state import read_json, write_json
 from ...common.status import DatasetState
 from .conversation import Partials
 from .ledger import Ledger, PromptState

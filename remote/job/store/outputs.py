@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...common.state import write_atomic
+from ...common.codec import write_atomic
 
 # Records are written with these keys first, so resume can read ids and token counts without
 # parsing multi-kilobyte conversations (1M records resume in seconds). Other lines fall back to json.

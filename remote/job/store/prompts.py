@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...common.state import write_atomic
+from ...common.codec import write_atomic
 
 _SHAREGPT_ROLES = {
     "human": "user",

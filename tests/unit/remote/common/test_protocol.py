@@ -14,6 +14,7 @@ import pytest
 from remote import cli
 from remote.common import protocol as P
 from remote.common.answers import CapRow, RestartAnswer, StopAnswer
+from remote.common.jobspec import ServerSpec
 from remote.common.wire import (
     FAULTS,
     Fault,
@@ -35,6 +36,7 @@ SAMPLE = {  # a value other than the default, by the field's type
     Path: Path("/x/job.json"),
     tuple[tuple[str, int], ...]: (("B1", 3), ("B2", 0)),
     tuple[str, ...]: ("B1", "B2"),
+    ServerSpec: ServerSpec(model="/m/k2", port=8123, args=("--tp", "8"), env={"HF_TOKEN": "t"}),
 }
 
 

@@ -2,7 +2,6 @@
 records of run/, readable by another release."""
 
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -15,35 +14,7 @@ from remote.common.state import (
     ServerRecord,
     ServerWanted,
     Supervise,
-    write_atomic,
 )
-
-
-def test_an_atomic_write_leaves_the_whole_file_its_mode_and_no_temp(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    path = run / "supervise.json"
-    path.write_text("old")
-    write_atomic(path, b"new", mode=0o600)
-    assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert os.listdir(run) == ["supervise.json"]
-
-
-def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    path = run / "kept.jsonl"
-    path.write_bytes(b"old\n")
-
-    def lines():
-        yield b"half"
-        raise OSError("disk full")
-
-    try:
-        write_atomic(path, lines())
-    except OSError:
-        pass
-    assert path.read_bytes() == b"old\n" and os.listdir(run) == ["kept.jsonl"]
 
 
 def test_records_read_back_what_another_release_wrote(tmp_path):

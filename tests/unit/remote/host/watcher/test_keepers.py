@@ -8,9 +8,10 @@ import json
 import subprocess
 import sys
 
+from remote.common.codec import write_json
 from remote.common.jobspec import Paths
 from remote.common.recover import RecoverSpec
-from remote.common.state import RunnerWanted, write_json
+from remote.common.state import RunnerWanted
 from remote.common.status import JobState, JobStatus, ProcessState
 from remote.host.facts import intent
 from remote.host.watcher.keepers import RunnerKeeper

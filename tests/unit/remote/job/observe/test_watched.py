@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from remote.common.codec import write_json
 from remote.common.recover import (
     WatchState,
 )
-from remote.common.state import write_json
 from remote.common.status import ProcessWatch
 from remote.job.observe.watched import WatchView
 
