@@ -6,8 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from remote.common.codec import atomic_file
 
 from ..config import HostConfig
 from ..errors import RemoteError
@@ -107,14 +108,8 @@ class LocalConnector(Connector):
 
     def _copy(self, src: Path, dst: Path) -> None:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".part", dir=dst.parent)
-        os.close(fd)
-        try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        with open(src, "rb") as fin, atomic_file(dst) as fout:
+            shutil.copyfileobj(fin, fout)
 
     def put(self, local_path, remote_path) -> None:
         try:

@@ -19,6 +19,8 @@ import paramiko
 from paramiko.agent import AgentRequestHandler
 from paramiko.ssh_exception import NoValidConnectionsError
 
+from remote.common.codec import atomic_file
+
 from ..config import HostConfig
 from ..errors import ConnectError, RemoteError
 from .base import Connector, RemoteProcess, Result, read_chunks, shell_command
@@ -331,16 +333,13 @@ class SSHConnector(Connector):
     def get(self, remote_path, local_path) -> None:
         local = Path(local_path)
         local.parent.mkdir(parents=True, exist_ok=True)
-        tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:8]}.part")
         self.round_trips += 1
         try:
-            self._sftp_client().get(self._sftp_path(str(remote_path)), str(tmp))
-            os.replace(tmp, local)
+            with atomic_file(local) as f:
+                self._sftp_client().getfo(self._sftp_path(str(remote_path)), f)
         except FileNotFoundError:
-            tmp.unlink(missing_ok=True)
             raise RemoteError(f"cannot get {remote_path}: no such file") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
-            tmp.unlink(missing_ok=True)
             raise self._lost(e) from None
 
     def read_file(self, remote_path, max_bytes=1 << 20):

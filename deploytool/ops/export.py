@@ -8,11 +8,12 @@ Reads `<pulled>/<host>/<DS>.jsonl` and the settings each dataset's records were 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from remote.common.codec import atomic_file
 
 from ..errors import DeployToolError, ExitCode
 from .formats import FORMATS, PER_REPLY, ROWS, NoTokenIds, Piece, pieces, specforge_cut
@@ -244,15 +245,10 @@ def export(
     tallies: dict[str, DatasetTally] = {}
     seen: set[tuple[str, str]] = set()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for s in sources:
-                tally = tallies.setdefault(s.dataset, DatasetTally())
-                _one(s, f, tally, seen, fmt, drop, per_turn, advance)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_file(out, text=True) as f:
+        for s in sources:
+            tally = tallies.setdefault(s.dataset, DatasetTally())
+            _one(s, f, tally, seen, fmt, drop, per_turn, advance)
     manifest = out.with_name(out.name + ".manifest.json")
     body = _manifest(sources, tallies, fmt, drop, per_turn, mixed, out)
     body["per_turn_why"] = why

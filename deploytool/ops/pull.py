@@ -8,10 +8,10 @@ Only whole lines are appended, and a tail torn by a killed pull is cut on the ne
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from remote.common.codec import atomic_file
 from remote.common.protocol import CtlFiles
 from remote.common.pull_protocol import prefix_hash
 
@@ -60,19 +60,11 @@ def _cut_torn_tail(path: Path) -> None:
 
 def _fetch_whole(conn: Connector, remote: str, local: Path, size: int) -> int:
     local.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", suffix=".part", dir=local.parent)
     n = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in conn.read_range(remote, 0, size):
-                f.write(chunk)
-                n += len(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, local)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_file(local) as f:
+        for chunk in conn.read_range(remote, 0, size):
+            f.write(chunk)
+            n += len(chunk)
     return n
 
 

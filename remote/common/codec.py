@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Iterable
 
 
-def write_atomic(
-    path: Path, data: bytes | str | Iterable[bytes], mode: int = 0o644, sync: bool = True
-) -> None:
-    """Replace `path` whole with `data` (a crash leaves the old file, at worst a temp file).
+@contextlib.contextmanager
+def atomic_file(path, mode: int = 0o644, sync: bool = True, text: bool = False):
+    """A file to write `path` through: it replaces `path` whole when the block ends, and on an error
+    (or kill -9) `path` is left as it was, with no temp file behind where Python could remove it.
 
     sync=False for a file rewritten every second that its writer makes again at once (status.json,
     watch.json): it is still never seen in part, and a power loss costs the last second of it,
@@ -35,13 +35,8 @@ def write_atomic(
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "wb") as f:
-            if isinstance(data, str):
-                f.write(data.encode())
-            elif isinstance(data, bytes):
-                f.write(data)
-            else:
-                f.writelines(data)
+        with os.fdopen(fd, "w" if text else "wb", **({"encoding": "utf-8"} if text else {})) as f:
+            yield f
             f.flush()
             if sync:
                 os.fsync(f.fileno())
@@ -51,6 +46,19 @@ def write_atomic(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_atomic(
+    path: Path, data: bytes | str | Iterable[bytes], mode: int = 0o644, sync: bool = True
+) -> None:
+    """Replace `path` whole with `data` (a crash leaves the old file, at worst a temp file)."""
+    with atomic_file(path, mode, sync) as f:
+        if isinstance(data, str):
+            f.write(data.encode())
+        elif isinstance(data, bytes):
+            f.write(data)
+        else:
+            f.writelines(data)
 
 
 def write_json(path: Path, data, mode: int = 0o644, sync: bool = True) -> None:
