@@ -139,7 +139,7 @@ def restart(
 
     def one(conn):
         if with_server and not dry_run and server_mod.manages_engine(config, conn.name):
-            if not server_mod.status(conn).up:
+            if not server_mod.server_state(conn).up:
                 render.note(f"{conn.name}: the engine's server is down: starting it first")
                 render_server.server_started(
                     server_mod.start(
@@ -197,7 +197,7 @@ def server_status(host_spec: str | None) -> int:
     from .views import render_server
 
     config = _config()
-    results = _run(config, host_spec, server_mod.status, render_server.server_status)
+    results = _run(config, host_spec, server_mod.server_state, render_server.server_status)
     render_server.group_problems(problems(config, results))
     return ExitCode.OK
 
@@ -219,9 +219,9 @@ def status(host_spec: str | None, *, as_json: bool = False) -> int:
 
     config = _config()
     if as_json:
-        render.status_json(_run(config, host_spec, control.status, lambda r: None))
+        render.status_json(_run(config, host_spec, control.job_status, lambda r: None))
     else:
-        _run(config, host_spec, control.status, render.status_screen)
+        _run(config, host_spec, control.job_status, render.status_screen)
     return ExitCode.OK
 
 

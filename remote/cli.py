@@ -24,7 +24,7 @@ HANDLERS: dict[type[Request], str] = {
     P.CtlStart: "remote.host.commands.ctl:start_command",
     P.CtlRestart: "remote.host.commands.ctl:restart_command",
     P.CtlStop: "remote.host.commands.ctl:stop_command",
-    P.CtlStatus: "remote.host.commands.jobstate:status",
+    P.CtlStatus: "remote.host.commands.jobstate:job_status",
     P.CtlFiles: "remote.host.commands.ctl:files_command",
     P.CtlPlan: "remote.queries.target_caps:answer",  # reads the job's outputs: the job's room
     P.CtlReport: "remote.queries.report_data:gather",
@@ -32,7 +32,7 @@ HANDLERS: dict[type[Request], str] = {
     P.ServerCheck: "remote.host.processes.server_process:check",
     P.ServerSmoke: "remote.host.commands.server_commands:smoke_command",
     P.ServerStop: "remote.host.commands.server_commands:stop_command",
-    P.ServerStatus: "remote.host.processes.server_process:status",
+    P.ServerStatus: "remote.host.processes.server_process:server_state",
 }
 
 

@@ -324,14 +324,14 @@ def test_killing_the_watcher_leaves_the_job_running_and_restart_brings_it_back(r
     assert ProcessRecord.from_dict(runner).alive()
     out = cli(r.cfg, "status", "--host", "gpu")
     assert out.returncode == 0 and "unsupervised" in out.stdout, out.stdout
-    st = control.status(r.conn)
+    st = control.job_status(r.conn)
     assert st.supervision.enabled and not st.supervision.supervised
     again = cli(r.cfg, "restart", "--host", "gpu")  # same release: a live re-cap, nothing lost
     assert again.returncode == 0, again.stdout + again.stderr
     assert ProcessRecord.from_dict(runner).alive()
     back = r.pid("watcher.pid")
     assert back["pid"] != watcher["pid"] and ProcessRecord.from_dict(back).alive()
-    assert control.status(r.conn).supervision.supervised
+    assert control.job_status(r.conn).supervision.supervised
     r.finished()
 
 

@@ -113,7 +113,7 @@ def test_kill_9_then_restart_resumes_without_loss_or_duplicates(job):
     wait_for(lambda: len(record_ids(root, "B1")) >= 6, what="progress")
     os.kill(r1.pid, signal.SIGKILL)
     wait_for(lambda: not procinfo.alive(r1.pid), what="runner dead")
-    st = control.status(conn)
+    st = control.job_status(conn)
     assert st.state == "stopped" and not st.runner.alive
     r2 = restart_unwatched(conn, flags(cfg, max_samples=40))
     assert r2.mode == "start"
@@ -173,7 +173,7 @@ def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
         [sys.executable, "-c", "import time; time.sleep(600)", "-m", "remote", "run"], cwd=decoy_dir
     )
     try:
-        assert control.status(conn).strays == [hand.pid]
+        assert control.job_status(conn).strays == [hand.pid]
         r = restart_unwatched(conn, flags(cfg, max_samples=50, grace=5))
         assert hand.pid in r.stopped.strays
         assert hand.wait(10) is not None
@@ -294,7 +294,7 @@ def test_not_deployed_is_one_clear_line(ssh_rig, tmp_path):
     cfg = write_config(tmp_path, {"gpu": ssh_host_entry(ssh_rig, tmp_path / "empty")})
     with connect(cfg.hosts["gpu"], cfg) as conn:
         with pytest.raises(RemoteError, match=r"nothing deployed .*run `invoke deploy` first"):
-            control.status(conn)
+            control.job_status(conn)
 
 
 def test_new_release_means_real_restart(job, tmp_path):

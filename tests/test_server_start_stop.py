@@ -96,7 +96,7 @@ def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
     assert "hf_secret_value" not in pidfile
     again = start_unwatched(conn, cfg.server)
     assert again.already and again.pid == r.pid
-    st = server.status(conn)
+    st = server.server_state(conn)
     assert st.up and st.ready and st.model == "kimi"
     m = st.metrics
     assert m.running == 3 and m.waiting == 1 and m.kv_cache == pytest.approx(0.42)
@@ -158,7 +158,7 @@ def test_hard_death_leaves_engine_processes_that_status_names_and_start_removes(
     res = subprocess.run(base + ["server.stop"], capture_output=True, text=True)
     assert res.returncode == 0 and "removed 2 leftover processes" in " ".join(res.stdout.split())
     wait_for(lambda: not any(procinfo.alive(p) for p in new), what="leftovers gone")
-    assert server.status(conn).leftovers == []
+    assert server.server_state(conn).leftovers == []
 
 
 def test_server_dying_in_startup_is_reported_with_its_log(host):
@@ -167,7 +167,7 @@ def test_server_dying_in_startup_is_reported_with_its_log(host):
         start_unwatched(conn, cfg.server, poll=0.2)
     assert any("CUDA out of memory" in line for line in e.value.details)
     # its workers left the session (setsid) but keep the server's token: named, then removed
-    st = server.status(conn)
+    st = server.server_state(conn)
     assert not st.up and st.died and len(st.leftovers) == 2
     gone = server.stop(conn, grace=0)
     assert sorted(p.pid for p in gone.removed) == sorted(p.pid for p in st.leftovers)
@@ -198,7 +198,7 @@ def test_stop_leaves_no_process_alive_workers_included(host, tmp_path):
         r.pid
     }  # the workers ignored SIGTERM and outlived the parent
     wait_for(lambda: not any(procinfo.alive(p) for p in tree), what="whole tree gone")
-    assert server.status(conn) == ServerState(host="gpu", up=False)
+    assert server.server_state(conn) == ServerState(host="gpu", up=False)
     assert server.stop(conn).was_running is False
 
 

@@ -106,5 +106,5 @@ def stop(conn: Connector, grace: float = GRACE_S, drain: bool = False) -> StopAn
     return call(conn, CtlStop(grace=grace, drain=drain))
 
 
-def status(conn: Connector) -> JobStatus:
+def job_status(conn: Connector) -> JobStatus:
     return call(conn, CtlStatus())

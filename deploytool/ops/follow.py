@@ -87,10 +87,10 @@ class HostWatch:
                 and now - self.checked_stale_at > STALE_AFTER
             ):
                 # a runner killed with -9 never writes `stopped`: ask the host whether it is alive
-                from .control import status as ctl_status
+                from .control import job_status
 
                 self.checked_stale_at = now
-                live = ctl_status(conn)
+                live = job_status(conn)
                 if not (live.runner and live.runner.alive):
                     override = {"state": live.state, "message": live.message}
                     self.verdict = {"updated_at": upd, "override": override}

@@ -113,5 +113,5 @@ def stop(conn: Connector, grace: float = GRACE_S) -> ServerStopped:
     return call(conn, ServerStop(grace=grace))
 
 
-def status(conn: Connector) -> ServerState:
+def server_state(conn: Connector) -> ServerState:
     return call(conn, ServerStatus())

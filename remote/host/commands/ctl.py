@@ -1,6 +1,6 @@
 """`python -m remote ctl start|restart|stop|files`: the commands on the runner. Each records what
 is wanted (run/supervise.json) and keeps a watcher while anything is, around the mechanism in
-runner_process, which the watcher uses too. (`ctl status` is jobstate.status: it only looks.)
+runner_process, which the watcher uses too. (`ctl status` is jobstate.job_status: it only looks.)
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from ..facts.strays import managed_runner, stray_runners
 from ..watcher import watch
 
 
-def status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
+def job_status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
     st = JobStatus.read(paths.status) or JobStatus()
     rec = managed_runner(paths)
     if st.state in (JobState.STARTING, JobState.RUNNING) and not rec:

@@ -236,7 +236,7 @@ def _metrics(port: int) -> dict:
     return metrics.snapshot(text) if code == 200 else {}
 
 
-def status(paths: Paths, req: ServerStatus | None = None) -> ServerState:
+def server_state(paths: Paths, req: ServerStatus | None = None) -> ServerState:
     rec = managed(paths)
     if not rec:
         last = ServerRecord.read(paths.server_pid)

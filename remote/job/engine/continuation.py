@@ -134,7 +134,7 @@ def keeping(job, path, runs: dict, log) -> tuple[KeptFile | None, str | None]:
     return open_kept(path, runs, log), None
 
 
-def status(dispatcher, why_not: str | None) -> KeptStatus:
+def kept_status(dispatcher, why_not: str | None) -> KeptStatus:
     d = dispatcher
     if d is None or d.kept is None:
         return KeptStatus(on=False, why_not=why_not)

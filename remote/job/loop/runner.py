@@ -156,7 +156,7 @@ class Runner:
             if disk.due() and self.writer.unwritten:
                 self.writer.flush()
             if history.due() and self.state == JobState.RUNNING:
-                self.history.record(self.status())
+                self.history.record(self.status_now())
             await asyncio.sleep(0.25)
 
     # ------------------------------------------------------------------ what it reports
@@ -168,7 +168,7 @@ class Runner:
         p = progress(self.job, self.runs, time.time(), self.started_at)
         return f"{platform.node()}:{self.paths.root}: {what}; {p.line()}"
 
-    def status(self) -> JobStatus:
+    def status_now(self) -> JobStatus:
         now = time.time()
         p = progress(self.job, self.runs, now, self.started_at)
         d, pool = self.dispatcher, self.pool
@@ -215,12 +215,12 @@ class Runner:
             gpus=self.telemetry.gpus if self.telemetry else None,
             disk=self.writer.disk(self.paths.outputs, now, self.started_at),
             notified=list(self.notifier.sent),
-            kept=continuation.status(d, self.kept_why_not),
+            kept=continuation.kept_status(d, self.kept_why_not),
         )
 
     def write_status(self) -> None:
         try:
-            self.status().write(self.paths.status)  # every second
+            self.status_now().write(self.paths.status)  # every second
         except OSError as e:
             self.log(f"cannot write {self.paths.status.name}: {e}")
 

@@ -78,4 +78,4 @@ def test_no_kept_file_says_why_once(tmp_path):
     said = []
     kept, why = continuation.keeping(job(stream=False), tmp_path / "kept.jsonl", {}, said.append)
     assert kept is None and "stream is false" in why and len(said) == 1
-    assert continuation.status(None, why).why_not == why
+    assert continuation.kept_status(None, why).why_not == why
