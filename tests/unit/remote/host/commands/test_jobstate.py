@@ -1,0 +1,40 @@
+"""`ctl status` on a host folder in tmp: status.json as the runner left it, a runner gone without
+saying so called stopped, the runner's own token never shown."""
+
+from __future__ import annotations
+
+import os
+
+from remote.common import procinfo
+from remote.common.jobspec import Paths
+from remote.common.state import RunnerRecord
+from remote.common.status import JobState, JobStatus
+from remote.host.commands.jobstate import job_status
+
+
+def test_no_status_file_is_a_job_never_run(tmp_path):
+    st = job_status(Paths(tmp_path))
+    assert st.state == "never run" and not st.runner.alive and st.strays == []
+
+
+def test_a_runner_gone_without_writing_its_status_is_stopped(tmp_path):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    JobStatus(state=JobState.RUNNING, pid=123, token="secret").write(paths.status)
+    st = job_status(paths)
+    assert st.state == JobState.STOPPED and "gone without writing its status" in st.message
+    assert st.token is None  # the runner's token stays on the host
+
+
+def test_a_live_runner_is_looked_up_and_its_state_kept(tmp_path):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    me = os.getpid()  # stands in for the runner: its record names a live process
+    RunnerRecord(pid=me, start_time=procinfo.start_time(me), token="t", release="r1").write(
+        paths.pidfile
+    )
+    JobStatus(state=JobState.RUNNING, pid=me).write(paths.status)
+    os.symlink("releases/r1", paths.root / "current")
+    st = job_status(paths)
+    assert st.state == JobState.RUNNING and st.runner.alive and st.runner.pid == me
+    assert (st.runner.release, st.current_release) == ("r1", "releases/r1")
