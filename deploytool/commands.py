@@ -43,6 +43,13 @@ def _run(config, host_spec, fn, show):
     return results
 
 
+def listens(spec) -> str:
+    """What `server.start` would listen on, and whether it asks for a key."""
+    if spec.headless:
+        return "no HTTP (--headless)"
+    return f"{spec.listen_host}:{spec.port}, " + ("key" if spec.api_key else "no key")
+
+
 def hosts(host_spec: str | None) -> int:
     from .ops.hosts import on_hosts, probe
     from .views import render
@@ -78,6 +85,7 @@ def hosts(host_spec: str | None) -> int:
                 h.name + (" (default)" if h.name == config.default_host else ""),
                 where,
                 h.remote_dir,
+                listens(config.server_for(h.name)),
                 check,
             )
         )

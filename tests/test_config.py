@@ -204,6 +204,14 @@ def test_defaults_are_inherited_and_overridden(tmp_path):
             with_(job__datasets={"B1": {"prompts": "p.jsonl", "turns": "every"}}),
             'job.datasets.B1.turns: expected one of last, all, got "every"',
         ),
+        (  # vLLM open to the network with no key: refused before anything runs
+            with_(server={"args": ["--host", "0.0.0.0"]}),
+            "server: listens on 0.0.0.0 (--host) and asks no API key",
+        ),
+        (
+            with_(hosts__gpu1={"host": "x", "server": {"args": ["--host=10.1.2.3"]}}),
+            "hosts.gpu1.server: listens on 10.1.2.3 (--host) and asks no API key",
+        ),
     ],
 )
 def test_config_errors_name_the_key(tmp_path, data, expected):

@@ -299,6 +299,30 @@ def test_runner_killed_9_is_restarted_and_a_finished_job_is_not(rig):
     )
 
 
+def test_a_runners_first_death_is_restarted_at_once_its_third_after_a_backoff(rig):
+    backoff = 4.0
+    r = rig(recover=dict(FAST, backoff=backoff, max_restarts=5), n=200)
+    r.start()
+    gaps = []
+    for k in range(3):
+        r.wait_records(2 + 4 * k)
+        old = r.pid("runner.pid")
+        os.kill(old["pid"], signal.SIGKILL)
+        new = wait_for(
+            lambda o=old: (n := r.pid("runner.pid"))["pid"] != o["pid"] and n, 60, what="restart"
+        )
+        died = [
+            json.loads(line)
+            for line in (r.root / "run" / "recover.jsonl").read_text().splitlines()
+            if '"died"' in line and '"runner"' in line
+        ][-1]
+        gaps.append(new["started_at"] - died["at"])  # the death seen -> the new runner's start
+    # the first: at once (the new runner's own start-up only); then the backoff, doubling
+    assert gaps[0] < backoff, gaps
+    assert gaps[1] >= backoff and gaps[2] >= 2 * backoff, gaps
+    r.finished(timeout=120)
+
+
 def test_stop_and_server_stop_are_obeyed(rig):
     r = rig(answer_delay=0.5)
     r.start()
@@ -313,22 +337,49 @@ def test_stop_and_server_stop_are_obeyed(rig):
     assert w["server"]["restarts"] == 0 and w["runner"]["restarts"] == 0
 
 
-def test_killing_the_watcher_leaves_the_job_running_and_restart_brings_it_back(rig):
+def test_a_watcher_killed_9_comes_back_and_then_heals_a_server_death(rig):
     r = rig(answer_delay=0.4, n=120)  # a job that outlasts the test's steps on a busy machine
     r.start()
     r.wait_records(2)
     watcher = r.pid("watcher.pid")
-    runner = r.pid("runner.pid")
     os.kill(watcher["pid"], signal.SIGKILL)
     wait_for(lambda: not ProcessRecord.from_dict(watcher).alive(), 5, what="watcher dead")
-    assert ProcessRecord.from_dict(runner).alive()
+    back = wait_for(
+        lambda: (
+            (b := r.pid("watcher.pid"))["pid"] != watcher["pid"]
+            and ProcessRecord.from_dict(b).alive()
+            and b
+        ),
+        15,
+        what="the runner starts the watcher again",
+    )
+    wait_for(lambda: control.job_status(r.conn).supervision.supervised, 10, what="supervised")
+    wait_for(lambda: r.status()["watcher_restarts"] == 1, 10, what="status counts it")
+    wait_for(
+        lambda: any(e.startswith("watcher_restarted ") for e in r.events_said()), 10, what="told"
+    )
+    time.sleep(3)  # never two: a second start would have found the lock held
+    assert r.pid("watcher.pid")["pid"] == back["pid"] and r.status()["watcher_restarts"] == 1
+    os.kill(r.pid("server.pid")["pid"], signal.SIGKILL)  # and the watcher it started heals this
+    restarted(r, "server")
+    r.finished()
+
+
+def test_killing_the_watcher_and_the_runner_at_once_is_left_to_restart(rig):
+    r = rig(answer_delay=0.4, n=120)
+    r.start()
+    r.wait_records(2)
+    watcher, runner = r.pid("watcher.pid"), r.pid("runner.pid")
+    os.kill(runner["pid"], signal.SIGKILL)
+    os.kill(watcher["pid"], signal.SIGKILL)
+    wait_for(lambda: not ProcessRecord.from_dict(watcher).alive(), 5, what="watcher dead")
     out = cli(r.cfg, "status", "--host", "gpu")
     assert out.returncode == 0 and "unsupervised" in out.stdout, out.stdout
+    assert "nor the runner" in out.stdout and "restart` brings it back" in out.stdout
     st = control.job_status(r.conn)
     assert st.supervision.enabled and not st.supervision.supervised
-    again = cli(r.cfg, "restart", "--host", "gpu")  # same release: a live re-cap, nothing lost
+    again = cli(r.cfg, "restart", "--host", "gpu")
     assert again.returncode == 0, again.stdout + again.stderr
-    assert ProcessRecord.from_dict(runner).alive()
     back = r.pid("watcher.pid")
     assert back["pid"] != watcher["pid"] and ProcessRecord.from_dict(back).alive()
     assert control.job_status(r.conn).supervision.supervised

@@ -329,6 +329,11 @@ def parse_config(data: Any, path: Path) -> Config:
             host_servers[name] = ServerSpec(
                 **dict(server, **fields_of(where, mapping(where, raw["server"]), SERVER_FIELDS))
             )
+    for name in hosts:  # each host's server as it would start: refused before anything runs
+        exposed = host_servers.get(name, ServerSpec(**server)).exposure_problem()
+        if exposed:
+            where = f"hosts.{name}.server" if name in host_servers else "server"
+            raise ConfigError(f"{where}: {exposed}")
     return Config(
         path=path,
         default_host=default_host,

@@ -134,12 +134,12 @@ def failures(errs: dict[str, DeployToolError], out: Console | None = None) -> No
 
 
 def hosts_table(
-    rows: list[tuple[str, str, str, str]],
+    rows: list[tuple[str, str, str, str, str]],
     problems: list[tuple[str, str]] = (),
     out: Console | None = None,
 ) -> None:
     out = out or console
-    t = Table("host", "address", "remote_dir", "check")
+    t = Table("host", "address", "remote_dir", "server listens", "check")
     for row in rows:
         t.add_row(*row)
     out.print(t)

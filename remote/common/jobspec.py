@@ -24,6 +24,7 @@ NOTIFY_EVENTS = (
     "engine_degraded",
     "server_restarted",
     "runner_restarted",
+    "watcher_restarted",
     "engine_up",
 )
 NOTIFY_DEFAULT = NOTIFY_EVENTS[:-1]  # engine_up only when asked for
@@ -92,6 +93,51 @@ class EngineSpec:
         return dict(asdict(self), base_urls=list(self.base_urls))
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost; a name that is not one of them may resolve anywhere."""
+    import ipaddress
+
+    host = host.strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def flag_value(args, flag: str) -> str | None:
+    """The value a command line gives `flag` (`--flag V` or `--flag=V`; the last one wins)."""
+    found = None
+    args = list(args)
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(flag + "="):
+            found = a[len(flag) + 1 :]
+    return found
+
+
+def masked_args(args) -> list[str]:
+    """A command line with the value of `--api-key` hidden (pid files, printouts, logs)."""
+    out, hide = [], False
+    for a in args:
+        if hide:
+            out.append("****")
+            hide = False
+        elif a == "--api-key":
+            out.append(a)
+            hide = True
+        elif a.startswith("--api-key="):
+            out.append("--api-key=****")
+        else:
+            out.append(a)
+    return out
+
+
 @dataclass(frozen=True)
 class ServerSpec(Codec):
     """hosts.yaml `server:`, what `server start` runs (`COMMAND serve MODEL --port PORT ARGS...`),
@@ -110,6 +156,31 @@ class ServerSpec(Codec):
     @classmethod
     def from_dict(cls, d: dict | None) -> "ServerSpec":
         return super().from_dict(d or {})
+
+    @property
+    def listen_host(self) -> str:
+        """Where vLLM listens: its `--host`, else loopback only (server start adds --host 127.0.0.1:
+        vLLM alone would listen on every interface)."""
+        return flag_value(self.args, "--host") or LOOPBACK
+
+    @property
+    def beyond_loopback(self) -> bool:
+        return not is_loopback(self.listen_host)
+
+    @property
+    def api_key(self) -> str | None:
+        """The key vLLM asks of every request: `--api-key`, else the VLLM_API_KEY it reads."""
+        return flag_value(self.args, "--api-key") or self.env.get("VLLM_API_KEY") or None
+
+    def exposure_problem(self) -> str | None:
+        """Why this server must not start: it would listen beyond loopback and ask no key."""
+        if self.headless or not self.beyond_loopback or self.api_key:
+            return None
+        return (
+            f"listens on {self.listen_host} (--host) and asks no API key: anyone who can "
+            f"reach port {self.port} could use the model. Set server.env.VLLM_API_KEY (vLLM reads "
+            "it; the runner sends it), or drop --host to listen on 127.0.0.1 only"
+        )
 
     @property
     def data_parallel_member(self) -> bool:
@@ -261,6 +332,11 @@ class Paths:
     @property
     def watcher_pid(self) -> Path:
         return self.run / "watcher.pid"
+
+    @property
+    def watcher_lock(self) -> Path:
+        """Held by the one watcher for its life (released by the kernel on kill -9)."""
+        return self.run / "watcher.lock"
 
     @property
     def watch_state(self) -> Path:

@@ -41,7 +41,9 @@ class Budget:
     """Restarts of one process: when the next may happen, and when to give up.
 
     `failed(now)` records a death (or a start that failed) and returns the delay before the next
-    start, or None when `max_restarts` restarts already happened within `window`: give up."""
+    start, or None when `max_restarts` restarts already happened within `window`: give up. As
+    supervisor does, a process that had been running (no restart within the window) is started
+    again at once; the backoff applies from the second restart on, doubling each time."""
 
     def __init__(self, spec: RecoverSpec):
         self.spec = spec
@@ -55,7 +57,9 @@ class Budget:
         recent = self._recent(now)
         if len(recent) >= self.spec.max_restarts:
             return None
-        return min(BACKOFF_CAP, self.spec.backoff * (2 ** len(recent)))
+        if not recent:
+            return 0.0
+        return min(BACKOFF_CAP, self.spec.backoff * (2 ** (len(recent) - 1)))
 
     def restarting(self, now: float) -> int:
         """A restart begins now; returns its attempt number within the window (1-based)."""

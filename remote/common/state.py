@@ -1,14 +1,18 @@
 """The files under run/ that the runner, the watcher and the commands talk through, one typed record
-each with its reader and writer (codec.Record): the pid files, control.json, supervise.json.
-status.json is status.JobStatus and watch.json recover.WatchState, on the same codec."""
+each with its reader and writer (codec.Record): the pid files, control.json, supervise.json; and
+the watcher's lock and start, which the commands and the runner share. status.json is
+status.JobStatus and watch.json recover.WatchState, on the same codec."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import procinfo
 from .codec import Codec, Record
-from .jobspec import ServerSpec
+from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
 from .recover import RecoverSpec
 
 # ------------------------------------------------------------------ the processes' records
@@ -86,6 +90,37 @@ class ServerRecord(ProcessRecord):
 @dataclass
 class WatcherRecord(ProcessRecord):
     """run/watcher.pid, written by the watcher once it holds its lock."""
+
+    @staticmethod
+    def running(paths: Paths) -> bool:
+        """A watcher lives: its pid file names it, or it holds the lock (started, no record yet)."""
+        if WatcherRecord.live(paths.watcher_pid):
+            return True
+        try:
+            fd = os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+
+def start_watcher(paths: Paths, python: str, release: Path, token: str | None = None):
+    """`python -m remote watch` for this remote_dir, detached, from `release`: the commands start it,
+    and the runner starts it again when it is gone. It carries neither the job's nor the server's
+    token (stopping them must not stop it); `token`: its own (else it makes one)."""
+    env = {k: v for k, v in os.environ.items() if k not in (JOB_TOKEN_ENV, SERVER_TOKEN_ENV)}
+    env.pop(WATCH_TOKEN_ENV, None)
+    env.update({"PYTHONUNBUFFERED": "1", **({WATCH_TOKEN_ENV: token} if token else {})})
+    argv = [python, "-m", "remote", "watch", "--root", str(paths.root)]
+    paths.ensure()
+    with open(paths.watcher_log, "ab") as log:
+        return procinfo.start_detached(argv, cwd=release, env=env, log=log)
 
 
 # ------------------------------------------------------------------ asking the running runner

@@ -261,6 +261,7 @@ class JobStatus(Record):
     disk: DiskStatus = field(default_factory=DiskStatus)
     notified: list = field(default_factory=list)  # job.notify events sent by this runner, in order
     kept: KeptStatus = field(default_factory=KeptStatus)
+    watcher_restarts: int = 0  # a dead watcher started again by this runner
     # filled in by `ctl status` on the host, and by deploytool
     runner: RunnerInfo | None = None
     current_release: str | None = None

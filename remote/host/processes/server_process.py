@@ -26,7 +26,15 @@ from ...common.answers import (
     ServerState,
     ServerStopped,
 )
-from ...common.jobspec import SERVER_TOKEN_ENV, Paths, ServerSpec, release_dir
+from ...common.jobspec import (
+    LOOPBACK,
+    SERVER_TOKEN_ENV,
+    Paths,
+    ServerSpec,
+    flag_value,
+    masked_args,
+    release_dir,
+)
 from ...common.protocol import ServerCheck, ServerStatus, ServerStop
 from ...common.state import ServerRecord
 from ...common.status import ServerMetrics
@@ -64,7 +72,18 @@ def resolve_command(spec: ServerSpec) -> str:
 
 
 def build_argv(spec: ServerSpec) -> list[str]:
-    return [resolve_command(spec), "serve", spec.model, "--port", str(spec.port), *spec.args]
+    """vLLM's command line; on loopback unless its args give --host (a --headless rank serves no
+    HTTP, so it has nothing to bind)."""
+    where = [] if spec.headless or flag_value(spec.args, "--host") else ["--host", LOOPBACK]
+    return [
+        resolve_command(spec),
+        "serve",
+        spec.model,
+        "--port",
+        str(spec.port),
+        *where,
+        *spec.args,
+    ]
 
 
 def masked(env: dict) -> dict:
@@ -90,6 +109,9 @@ def start(paths: Paths, spec: ServerSpec, by: str = "user") -> ServerStarted:
     rec = managed(paths)
     if rec:
         return ServerStarted(already=True, pid=rec.pid, port=rec.port, model=rec.model)
+    exposed = spec.exposure_problem()
+    if exposed:  # hosts.yaml's check says so first; this holds for any caller
+        raise ServerError(f"vLLM {exposed}", fix="set server.env.VLLM_API_KEY, or drop --host")
     # a second engine beside them is CUDA out of memory at load
     removed = engines.remove_leftovers(paths)
     port, headless = spec.port, spec.headless
@@ -100,12 +122,13 @@ def start(paths: Paths, spec: ServerSpec, by: str = "user") -> ServerStarted:
             f"port {port} is already in use by {names}", fix="stop it or change server.port"
         )
     argv = build_argv(spec)
+    shown = masked_args(argv)  # what the log, the pid file and the answer say
     token = secrets.token_hex(12)
     env = dict(os.environ, **spec.env, **{SERVER_TOKEN_ENV: token})
     paths.ensure()
     with open(paths.server_log, "ab") as log:
         log.write(
-            f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode()
+            f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(shown)}\n".encode()
         )
         log.flush()
         proc = procinfo.start_detached(argv, cwd=paths.root, env=env, log=log)
@@ -116,7 +139,7 @@ def start(paths: Paths, spec: ServerSpec, by: str = "user") -> ServerStarted:
         token=token,
         port=port,
         model=spec.model,
-        argv=argv,
+        argv=shown,
         env=masked(spec.env),
         started_at=time.time(),
         release=str(release_dir()),
@@ -128,7 +151,7 @@ def start(paths: Paths, spec: ServerSpec, by: str = "user") -> ServerStarted:
         pid=proc.pid,
         port=port,
         model=spec.model,
-        argv=argv,
+        argv=shown,
         env=masked(spec.env),
         removed=removed,
     )

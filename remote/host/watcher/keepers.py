@@ -158,10 +158,11 @@ class ServerKeeper(Keeper):
             return
         if self.seen.state in (ProcessState.WATCHING, ProcessState.IDLE):
             self._watch(now, want)
-        elif self.seen.state == ProcessState.BACKOFF and now >= (self.seen.next_try_at or 0):
-            self._start(now, want)
         elif self.seen.state == ProcessState.STARTING:
             self._starting(now, want)
+        # a first death is started again in the tick that saw it (no backoff to wait)
+        if self.seen.state == ProcessState.BACKOFF and now >= (self.seen.next_try_at or 0):
+            self._start(now, want)
 
     def _watch(self, now: float, want: ServerWanted) -> None:
         rec = ServerRecord.read(self.paths.server_pid)
@@ -284,7 +285,8 @@ class RunnerKeeper(Keeper):
     def tick(self, now: float, want: RunnerWanted) -> None:
         if self.seen.state in (ProcessState.WATCHING, ProcessState.IDLE):
             self._watch(now)
-        elif self.seen.state == ProcessState.BACKOFF and now >= (self.seen.next_try_at or 0):
+        # a first death is started again in the tick that saw it (no backoff to wait)
+        if self.seen.state == ProcessState.BACKOFF and now >= (self.seen.next_try_at or 0):
             self._start(now, want)
 
     def _watch(self, now: float) -> None:
@@ -315,8 +317,8 @@ class RunnerKeeper(Keeper):
         self.seen.attempt = self.budget.restarting(now)
         try:  # flags it cannot read are a start that failed: counted, said, never a crash
             flags = RunArgs.from_argv(list(want.argv))
-            a = CtlStart(**vars(flags), wait=START_WAIT_S)
-            runner_process.start(self.paths, a, rel=(self.paths.root / "current").resolve())
+            req = CtlStart(**vars(flags), wait=START_WAIT_S)
+            runner_process.start(self.paths, req, rel=(self.paths.root / "current").resolve())
         except HostFault as e:
             lines = e.fault.log
             if not self._died(now, f"could not start: {e}", lines):

@@ -20,7 +20,7 @@ from ...common import procinfo
 from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths
 from ...common.notify import Notifier
 from ...common.recover import WatchState
-from ...common.state import WatcherRecord
+from ...common.state import RunnerRecord, WatcherRecord, start_watcher
 from ...common.status import ProcessState, Supervision
 from ..facts import boot, intent, kill
 
@@ -40,14 +40,8 @@ def ensure(paths: Paths, python: str = sys.executable) -> WatcherRecord | None:
     if not any(data.watched(w) for w in ("server", "runner")):
         return None
     token = secrets.token_hex(12)
-    env = dict(os.environ, **{WATCH_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
-    for key in ("DEPLOYTOOL_JOB_TOKEN", "DEPLOYTOOL_SERVER_TOKEN"):
-        env.pop(key, None)  # it is neither: stopping them must not stop it
     release = Path(__file__).resolve().parent.parent.parent
-    argv = [python, "-m", "remote", "watch", "--root", str(paths.root)]
-    paths.ensure()
-    with open(paths.watcher_log, "ab") as log:
-        proc = procinfo.start_detached(argv, cwd=release, env=env, log=log)
+    proc = start_watcher(paths, python, release, token)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and proc.poll() is None:
         rec = managed(paths)
@@ -76,7 +70,15 @@ def supervision(paths: Paths) -> Supervision:
     sup = ws.view(time.time(), live=rec is not None)
     sup.enabled = bool(wanted)
     if wanted and not rec:
-        sup.note = "unsupervised: the watcher is not running; `invoke restart` brings it back"
+        if RunnerRecord.live(paths.pidfile):
+            sup.note = (
+                "unsupervised: the watcher is gone; the runner starts it again within seconds"
+            )
+        else:  # both killed: nothing on the host brings either back
+            sup.note = (
+                "unsupervised: the watcher is not running (nor the runner, which would start it "
+                "again); `invoke restart` brings it back"
+            )
     elif rec and not ws.on_boot:
         sup.note = "a reboot needs `invoke restart`" + (
             "" if not spec.on_boot else f" ({boot.why_not()})"
@@ -167,7 +169,7 @@ class Watcher:
 def main(root: Path) -> int:
     paths = Paths(root)
     paths.ensure()
-    fd = os.open(paths.run / "watcher.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

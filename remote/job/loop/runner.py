@@ -27,6 +27,7 @@ from ..observe.alerts import AlertWatcher
 from ..observe.status_builder import progress, stalled
 from ..observe.telemetry import Telemetry
 from ..observe.watched import WatchView
+from ..observe.watcher_guard import WatcherGuard
 from ..store.datasets import BadInput, DatasetRun
 from ..store.history import History
 from ..store.writer import RecordWriter
@@ -69,6 +70,11 @@ class Runner:
         )
         self.control = ControlWatcher(paths, self.token)
         self.watch_view = WatchView(paths.watch_state)
+        self.watcher_guard = WatcherGuard(
+            paths,
+            self.log,
+            lambda event, what: self.notifier.send(event, self.notify_message(what)),
+        )
         self.alerts = AlertWatcher(
             self.notifier,
             self.log,
@@ -144,6 +150,7 @@ class Runner:
                     run.out.sync()
                     run.err.sync()
                 self.write_status()
+                self.watcher_guard.check(time.time())
                 d = self.dispatcher
                 self.alerts.check(
                     time.time(),
@@ -216,6 +223,7 @@ class Runner:
             disk=self.writer.disk(self.paths.outputs, now, self.started_at),
             notified=list(self.notifier.sent),
             kept=continuation.kept_status(d, self.kept_why_not),
+            watcher_restarts=self.watcher_guard.restarts,
         )
 
     def write_status(self) -> None:

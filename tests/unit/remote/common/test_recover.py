@@ -24,7 +24,8 @@ def test_budget_backoff_doubles_to_the_cap_then_gives_up():
         delays.append(d)
         now += d
         assert b.restarting(now) == len(delays)
-    assert delays == [10, 20, 40]  # three restarts, then the fourth death gives up
+    # a first death is started again at once, then the backoff doubles; the fourth death gives up
+    assert delays == [0, 10, 20]
     big = Budget(RecoverSpec(max_restarts=20, backoff=100))
     for _ in range(5):
         big.restarting(0.0)
@@ -36,8 +37,9 @@ def test_budget_forgets_restarts_outside_the_window():
     b.restarting(0.0)
     b.restarting(10.0)
     assert b.failed(50.0) is None  # two restarts within 100 s: spent
-    assert b.failed(105.0) == 2.0  # the first has left the window: one restart left, backoff 1*2
+    assert b.failed(105.0) == 1.0  # the first has left the window: one restart left, the backoff
     assert b.attempt(111.0) == 1
+    assert b.failed(111.0) == 0.0  # both have: a first death again, started at once
 
 
 def obs(now, gen=None, prompt=None, running=None, in_flight=0, models_ok=False, last=None):

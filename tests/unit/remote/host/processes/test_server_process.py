@@ -43,9 +43,21 @@ def test_the_command_is_the_one_asked_for_or_the_vllm_beside_python(tmp_path, mo
         "/models/k2",
         "--port",
         "8123",
+        "--host",
+        "127.0.0.1",  # loopback unless asked: vLLM alone listens on every interface
         "--tensor-parallel-size",
         "8",
     ]
+    asked = ServerSpec(args=("--host", "0.0.0.0"), env={"VLLM_API_KEY": "k"})
+    assert build_argv(asked).count("--host") == 1 and "127.0.0.1" not in build_argv(asked)
+    assert "--host" not in build_argv(ServerSpec(headless=True))  # a rank serves no HTTP
+
+
+def test_beyond_loopback_without_a_key_is_refused_before_anything_starts(tmp_path):
+    paths = Paths(tmp_path)
+    with pytest.raises(ServerError, match="listens on 0.0.0.0 .* asks no API key"):
+        server_process.start(paths, ServerSpec(command="/bin/true", args=("--host", "0.0.0.0")))
+    assert not paths.server_pid.exists() and not paths.server_log.exists()
 
 
 def test_no_vllm_anywhere_says_where_it_looked(tmp_path, monkeypatch):

@@ -29,9 +29,8 @@ def dead_runner(paths: Paths, state: str) -> int:
 
 def keeper(tmp_path, **spec):
     paths, told, lines = Paths(tmp_path), [], []
-    k = RunnerKeeper(
-        paths, RecoverSpec(**dict(dict(backoff=10.0), **spec)), told.append, lines.append
-    )
+    spec = RecoverSpec(**dict(dict(backoff=10.0), **spec))
+    k = RunnerKeeper(paths, spec, lambda event, text: told.append(event), lines.append)
     return k, paths, told, lines
 
 
@@ -45,19 +44,41 @@ def test_a_runner_that_finished_by_itself_is_not_restarted(tmp_path):
     assert "finished by itself" in lines[-1]
 
 
-def test_a_runner_that_died_waits_its_backoff_then_the_budget_runs_out(tmp_path):
-    k, paths, _, lines = keeper(tmp_path, max_restarts=2)
+def test_a_runner_that_died_comes_back_at_once_then_after_a_doubling_backoff(tmp_path, monkeypatch):
+    k, paths, told, lines = keeper(tmp_path, max_restarts=3)
+    starts = []
+
+    def start(now, want):  # the decision only: the start itself is the end-to-end tests'
+        starts.append(now)
+        k.seen.attempt = k.budget.restarting(now)
+        k._restarted(now)
+
+    monkeypatch.setattr(k, "_start", start)
+    want = RunnerWanted(wanted=True)
     pid = dead_runner(paths, JobState.RUNNING)
-    k.tick(100.0, RunnerWanted(wanted=True))
-    assert (
-        k.seen.state == ProcessState.BACKOFF and k.seen.next_try_at == 110.0 and k.seen.attempt == 1
-    )
-    assert f"pid {pid}" in k.seen.why and "OOM killer" in k.seen.why
-    k.budget.restarting(110.0)  # what its start does first
-    k._died(120.0, "again", [])
-    assert k.seen.state == ProcessState.BACKOFF and k.seen.next_try_at == 140.0  # doubled
-    k.budget.restarting(140.0)
-    assert k._died(150.0, "and again", ["oom-kill"]) is False
+    k.tick(100.0, want)
+    assert starts == [100.0]  # the first death: started again in the tick that saw it
+    assert f"pid {pid}" in k.seen.last_cause and "OOM killer" in k.seen.last_cause
+    k._died(120.0, "again", [])  # the second within the window waits the backoff
+    assert k.seen.state == ProcessState.BACKOFF and k.seen.next_try_at == 130.0
+    k.tick(125.0, want)
+    assert starts == [100.0]
+    k.tick(130.0, want)
+    assert starts == [100.0, 130.0]
+    k._died(150.0, "and again", [])
+    assert k.seen.next_try_at == 170.0  # doubled
+    k.tick(170.0, want)
+    assert k._died(180.0, "once more", ["oom-kill"]) is False  # three restarts: the budget is spent
     assert k.seen.state == ProcessState.FATAL and k.seen.log == ["oom-kill"]
     events = [json.loads(line)["event"] for line in paths.recover_log.read_text().splitlines()]
-    assert events == ["died", "died", "died", "gave_up"]
+    assert events == [
+        "died",
+        "restarted",
+        "died",
+        "restarted",
+        "died",
+        "restarted",
+        "died",
+        "gave_up",
+    ]
+    assert told == ["runner_restarted"] * 3
