@@ -165,6 +165,7 @@ def restart(
             dry_run=dry_run,
             force_gpu=force_gpu,
             recover=config.recover_for(conn.name),
+            keys=config.server_keys(conn.name),
         )
 
     _run(config, host_spec, one, render.restart_result)
@@ -268,7 +269,10 @@ def plan(
                 config,
                 name,
                 lambda conn, flags=flags: control.restart(
-                    conn, flags, recover=config.recover_for(conn.name)
+                    conn,
+                    flags,
+                    recover=config.recover_for(conn.name),
+                    keys=config.server_keys(conn.name),
                 ),
                 render.restart_result,
             )

@@ -10,6 +10,9 @@ server does when its engine dies; later runs serve), --fake-die-later FILE (the 
 every later one dies while loading with a CUDA error), --fake-dp-peer FILE (a data-parallel
 pair: the headless rank writes its engine pids there, and the head, like vLLM's, hangs every
 other request without an answer while one of them is dead).
+`--host` and `--api-key` (or VLLM_API_KEY) as vLLM reads them: every /v1 request then needs
+`Authorization: Bearer KEY` (401 without). The stand-in never leaves loopback: asked for another
+address (or none, where vLLM would take every interface) it says so and listens on 127.0.0.1.
 `--headless` serves no HTTP, as vLLM's data-parallel workers do. `--served-model-name` changes the id
 requests must use, and another name is vLLM's 404. `--fake-engine` children stay in the server's
 session and group without its environment (real vLLM's EngineCore renames itself, clobbering
@@ -49,6 +52,8 @@ def main():
     p.add_argument(
         "--headless", action="store_true", help="a data-parallel worker: no API server, like vLLM's"
     )
+    p.add_argument("--host")
+    p.add_argument("--api-key")
     a, rest = p.parse_known_args()
     print(f"fake vllm {a.cmd} {a.model} port {a.port} extra {rest}", flush=True)
     workers = [
@@ -76,6 +81,7 @@ def main():
         subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({a.fake_helper})"])
     print("workers " + " ".join(str(w.pid) for w in workers), flush=True)
     served = a.served_model_name or a.model
+    key = a.api_key or os.environ.get("VLLM_API_KEY")
     for i in range(3):
         print(f"Loading safetensors checkpoint shards: {i + 1}/3", flush=True)
         time.sleep(a.fake_delay / 3)
@@ -145,7 +151,19 @@ def main():
             self.end_headers()
             self.wfile.write(data)
 
+        def _refused(self) -> bool:
+            if (
+                key
+                and self.path.startswith("/v1")
+                and (self.headers.get("Authorization") != f"Bearer {key}")
+            ):
+                self._send(401, {"error": "Unauthorized"})
+                return True
+            return False
+
         def do_GET(self):
+            if self._refused():
+                return
             if self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": served, "root": a.model}]})
             elif self.path == "/metrics":
@@ -166,6 +184,8 @@ def main():
         def do_POST(self):
             n = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(n))
+            if self._refused():
+                return
             if body.get("model") != served:
                 msg = f"The model `{body.get('model')}` does not exist. Valid aliases: {served}."
                 err = {"message": msg, "type": "NotFoundError", "param": "model", "code": 404}
@@ -199,6 +219,7 @@ def main():
                 },
             )
 
+    print(f"asked to listen on {a.host or 'every interface'}; the stand-in keeps to 127.0.0.1")
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), H)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
     print("INFO: Application startup complete.", flush=True)

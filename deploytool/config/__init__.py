@@ -101,6 +101,27 @@ class Config:
     def server_for(self, host: str) -> ServerSpec:
         return self.host_servers.get(host, self.server)
 
+    def server_keys(self, host: str) -> dict[str, str]:
+        """The API key of each server the job on `host` talks to, written once in hosts.yaml: a URL
+        on loopback is `host`'s own server; another names a host entry by its name or address.
+        Matched by port too, so a key goes only to the server that asks for it."""
+        from urllib.parse import urlparse
+
+        from remote.common.jobspec import is_loopback
+
+        keys = {}
+        for base in self.job_for(host).engine.urls():
+            u = urlparse(base)
+            port = u.port or (443 if u.scheme == "https" else 80)
+            for h in self.hosts.values():
+                spec = self.server_for(h.name)
+                if spec.port != port or not spec.api_key:
+                    continue
+                here = is_loopback(u.hostname or "") and h.name == host
+                if here or u.hostname in (h.name, h.address):
+                    keys[base] = spec.api_key
+        return keys
+
     def host(self, name: str) -> HostConfig:
         if name not in self.hosts:
             raise ConfigError(

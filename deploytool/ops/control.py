@@ -4,10 +4,11 @@ here, decided and done on the host."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from remote.common.flags import Request
-from remote.common.protocol import GRACE_S, CtlRestart, CtlStatus, CtlStop, RunArgs
+from remote.common.protocol import GRACE_S, CtlKeys, CtlRestart, CtlStatus, CtlStop, RunArgs
 from remote.common.recover import RecoverSpec
 from remote.common.status import JobStatus
 from remote.common.wire import Fault, ProtocolError, from_wire, read_envelope
@@ -35,7 +36,9 @@ def parse_run_flags(config: Config, **raw) -> RunArgs:
     return flags
 
 
-def call(conn: Connector, request: Request, timeout: float | None = None):
+def call(
+    conn: Connector, request: Request, timeout: float | None = None, stdin: bytes | None = None
+):
     """Run `python -m remote <request>` from the host's current release; its typed answer, or a
     RemoteError with the host's fault (message, fix, log lines)."""
     script = '[ -d current ] || exit 97; cd current && exec "$@"'
@@ -43,6 +46,7 @@ def call(conn: Connector, request: Request, timeout: float | None = None):
         ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", *request.argv())],
         cwd=conn.remote_dir,
         timeout=timeout,
+        stdin=stdin,
     )
     if res.exit_code == NOT_DEPLOYED or (
         not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)
@@ -91,8 +95,12 @@ def restart(
     dry_run=False,
     force_gpu=False,
     recover: RecoverSpec | None = None,
+    keys: dict[str, str] | None = None,
 ) -> RestartAnswer:
-
+    """`keys`: the API keys of the job's servers (Config.server_keys), stored on the host for the
+    runner before it starts; sent on stdin, never on a command line."""
+    if keys and not dry_run:
+        call(conn, CtlKeys(), stdin=json.dumps(keys).encode())
     rec = recover.to_dict() if recover is not None else None
     return call(
         conn,

@@ -237,6 +237,13 @@ class FilesAnswer:
 
 
 @dataclass
+class KeysStored:
+    """`ctl keys`: how many servers' keys the runner will send."""
+
+    servers: int = 0
+
+
+@dataclass
 class PlanRow:
     """One dataset of `ctl plan`: the cap that reaches the token target, and what is left to do."""
 

@@ -334,6 +334,11 @@ class Paths:
         return self.run / "watcher.pid"
 
     @property
+    def server_keys(self) -> Path:
+        """The API keys the runner sends (ServerKeys), readable by the owner only."""
+        return self.run / "keys.json"
+
+    @property
     def watcher_lock(self) -> Path:
         """Held by the one watcher for its life (released by the kernel on kill -9)."""
         return self.run / "watcher.lock"

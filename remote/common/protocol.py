@@ -189,6 +189,16 @@ class CtlFiles(Request):
 
 
 @dataclass
+class CtlKeys(Request):
+    command: ClassVar = ("ctl", "keys")
+    answer: ClassVar = "KeysStored"
+    help: ClassVar = (
+        "store the API keys of the job's servers, read as JSON {url: key} from stdin (never on a "
+        "command line), for the runner's eyes only"
+    )
+
+
+@dataclass
 class ServerStart(Request):
     command: ClassVar = ("server", "start")
     answer: ClassVar = "ServerStarted"
@@ -236,7 +246,7 @@ class Watch(Request):
 
 
 REQUESTS: tuple[type[Request], ...] = (
-    RunJob, CtlStart, CtlRestart, CtlStop, CtlStatus, CtlPlan, CtlReport, CtlFiles,
+    RunJob, CtlStart, CtlRestart, CtlStop, CtlStatus, CtlPlan, CtlReport, CtlFiles, CtlKeys,
     ServerStart, ServerCheck, ServerSmoke, ServerStop, ServerStatus, Watch,
 )  # fmt: skip
 

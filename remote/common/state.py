@@ -123,6 +123,19 @@ def start_watcher(paths: Paths, python: str, release: Path, token: str | None = 
         return procinfo.start_detached(argv, cwd=release, env=env, log=log)
 
 
+@dataclass
+class ServerKeys(Record):
+    """run/keys.json: the API key of each server the runner talks to ({base url: key}), from
+    hosts.yaml (`server.env.VLLM_API_KEY` or `--api-key`); its owner's eyes only."""
+
+    MODE = 0o600
+
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def key_for(self, url: str) -> str | None:
+        return self.keys.get(url.rstrip("/"))
+
+
 # ------------------------------------------------------------------ asking the running runner
 
 

@@ -5,12 +5,15 @@ runner_process, which the watcher uses too. (`ctl status` is jobstate.job_status
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 
-from ...common.answers import FileInfo, FilesAnswer, RestartAnswer, StopAnswer
+from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, StopAnswer
 from ...common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
-from ...common.protocol import CtlFiles, CtlRestart, CtlStart, CtlStop
+from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop
 from ...common.pull_protocol import output_files
+from ...common.state import ServerKeys
 from ...common.wire import HostFault
 from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
@@ -64,6 +67,19 @@ def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
 
 def stop_command(paths: Paths, req: CtlStop) -> StopAnswer:
     return supervised.stop_wanted(paths, "runner", lambda: stop(paths, req))
+
+
+def keys_command(paths: Paths, req: CtlKeys) -> KeysStored:
+    """The keys come on stdin, so no process list shows them; the file is the owner's only."""
+    try:
+        raw = json.loads(sys.stdin.read() or "{}")
+    except ValueError:
+        raise HostFault("usage", "ctl keys: expected JSON {url: key} on stdin") from None
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise HostFault("usage", "ctl keys: expected JSON {url: key} on stdin")
+    paths.ensure()
+    ServerKeys({str(u).rstrip("/"): k for u, k in raw.items()}).write(paths.server_keys)
+    return KeysStored(servers=len(raw))
 
 
 def files_command(paths: Paths, req: CtlFiles) -> FilesAnswer:

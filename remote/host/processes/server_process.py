@@ -36,7 +36,7 @@ from ...common.jobspec import (
     release_dir,
 )
 from ...common.protocol import ServerCheck, ServerStatus, ServerStop
-from ...common.state import ServerRecord
+from ...common.state import ServerRecord, Supervise
 from ...common.status import ServerMetrics
 from ...common.wire import HostFault
 from ..facts import engines, gpu, kill
@@ -90,13 +90,25 @@ def masked(env: dict) -> dict:
     return {k: ("****" if _SECRET.search(k) else v) for k, v in env.items()}
 
 
-def get_url(url: str, timeout: float = 5.0) -> tuple[int, str]:
+def server_key(paths: Paths) -> str | None:
+    """The key the managed server asks of every /v1 request (its settings are in supervise.json,
+    its owner's only; the pid file holds them masked)."""
+    want = Supervise.read(paths.supervise)
+    return want.server.spec.api_key if want is not None else None
+
+
+def auth(key: str | None) -> dict:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def get_url(url: str, timeout: float = 5.0, key: str | None = None) -> tuple[int, str]:
     """(HTTP status, body) of a GET; status 0 when nothing answered."""
     import urllib.error
     import urllib.request  # here: `ctl status` imports this module and never needs it
 
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        req = urllib.request.Request(url, headers=auth(key))
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode(errors="replace")
     except urllib.error.HTTPError as e:
         return e.code, ""
@@ -168,7 +180,7 @@ def check(paths: Paths, req: ServerCheck | None = None) -> ServerChecked:
         if alive:
             engines.watch(paths, rec)
     else:
-        code, models = served_models(rec.port) if alive else (0, [])
+        code, models = served_models(rec.port, server_key(paths)) if alive else (0, [])
         ready = alive and code == 200
         if ready:  # start-up's passing children are gone, its engines are up
             rec = engines.watch(paths, rec)
@@ -202,9 +214,9 @@ def allowed_pids(paths: Paths, engine_port: int | None) -> set[int]:
     return procinfo.descendants(listeners | allowed)
 
 
-def served_models(port: int) -> tuple[int, list[str]]:
+def served_models(port: int, key: str | None = None) -> tuple[int, list[str]]:
     """(HTTP status, model ids) of GET /v1/models: what requests must name (--served-model-name)."""
-    code, body = get_url(f"http://127.0.0.1:{port}/v1/models", timeout=3)
+    code, body = get_url(f"http://127.0.0.1:{port}/v1/models", timeout=3, key=key)
     try:
         data = json.loads(body).get("data", []) if code == 200 else []
         return code, [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]

@@ -32,7 +32,8 @@ def smoke(paths: Paths, model: str) -> SmokeAnswer:
     rec = server_process.managed(paths)
     if not rec:
         raise server_process.ServerError("the server is not running")
-    served = server_process.served_models(rec.port)[1]
+    key = server_process.server_key(paths)
+    served = server_process.served_models(rec.port, key)[1]
     if served and model not in served:
         model = served[0]
     body = json.dumps(
@@ -46,7 +47,7 @@ def smoke(paths: Paths, model: str) -> SmokeAnswer:
     req = urllib.request.Request(
         f"http://127.0.0.1:{rec.port}/v1/chat/completions",
         data=body,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **server_process.auth(key)},
     )
     try:
         with urllib.request.urlopen(req, timeout=300) as r:

@@ -121,7 +121,7 @@ def observe(paths: Paths, rec: ServerRecord, now: float) -> Observation:
         running=snap.get("running"),
     )
     if code != 200:
-        o.models_ok = server_process.served_models(port)[0] == 200
+        o.models_ok = server_process.served_models(port, server_process.server_key(paths))[0] == 200
     st = JobStatus.read(paths.status)
     fresh = st is not None and st.updated_at is not None and now - st.updated_at < 15
     for e in st.endpoints if fresh else ():

@@ -104,7 +104,7 @@ def parse_reply(data, fallback_model: str) -> Completion:
 
 class Engine:
     """What the runner asks of an engine (the declared interface: the dispatcher, the pool's probes
-    and the telemetry use nothing else). Used as `async with make_engine(job) as engine` (engine_kinds)."""
+    and the telemetry use nothing else). Used as `async with make_engine(job) as engine` (kinds.py)."""
 
     model: str  # what records say made them
     base_urls: list[str]  # the servers requests go to (the pool's endpoints)
@@ -135,6 +135,10 @@ class Engine:
         """None when the server answers at all, else why not (a down server is probed until then)."""
         raise NotImplementedError
 
+    def _auth(self, url: str) -> dict:
+        key = self.keys.get(url.rstrip("/"))
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
     def last_data_at(self, url: str) -> float | None:
         """When a stream from `url` last delivered bytes (wall clock); None: not streamed."""
         return None
@@ -147,9 +151,11 @@ class Engine:
 class OpenAIEngine(Engine):
     """POST {base_url}/chat/completions, one request per prompt; the window lives in the runner."""
 
-    def __init__(self, job):
+    def __init__(self, job, keys: dict[str, str] | None = None):
         engine = job.engine
         self.base_urls = engine.urls()
+        # a server's own key (hosts.yaml `server:`) before the job's api_key_env one
+        self.keys = {u.rstrip("/"): k for u, k in (keys or {}).items() if k}
         self.model = engine.model
         self.timeout = engine.request_timeout
         self.concurrency = engine.concurrency
@@ -198,7 +204,9 @@ class OpenAIEngine(Engine):
         """None when the server answers HTTP at all (any status), else why not."""
         try:
             async with self._session.get(
-                f"{url}/models", timeout=self._aiohttp.ClientTimeout(total=10)
+                f"{url}/models",
+                timeout=self._aiohttp.ClientTimeout(total=10),
+                headers=self._auth(url),
             ) as resp:
                 await resp.read()
             return None
@@ -206,6 +214,10 @@ class OpenAIEngine(Engine):
             return "no answer within 10s"
         except (self._aiohttp.ClientError, OSError) as e:
             return f"{type(e).__name__}: {e}"
+
+    def _auth(self, url: str) -> dict:
+        key = self.keys.get(url.rstrip("/"))
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     def last_data_at(self, url: str) -> float | None:
         return self.watchdog.last_data_at(url) if self.stream else None
@@ -215,7 +227,9 @@ class OpenAIEngine(Engine):
         root = url[: -len("/v1")] if url.endswith("/v1") else url
         try:
             async with self._session.get(
-                f"{root}/metrics", timeout=self._aiohttp.ClientTimeout(total=5)
+                f"{root}/metrics",
+                timeout=self._aiohttp.ClientTimeout(total=5),
+                headers=self._auth(url),
             ) as resp:
                 return await resp.text() if resp.status == 200 else None
         except (asyncio.TimeoutError, self._aiohttp.ClientError, OSError):
@@ -232,7 +246,10 @@ class OpenAIEngine(Engine):
         body = {"model": self.model, "prompt": self.thinking_end, "add_special_tokens": False}
         try:
             async with self._session.post(
-                f"{root}/tokenize", json=body, timeout=self._aiohttp.ClientTimeout(total=10)
+                f"{root}/tokenize",
+                json=body,
+                timeout=self._aiohttp.ClientTimeout(total=10),
+                headers=self._auth(url),
             ) as resp:
                 got = await resp.json(content_type=None) if resp.status == 200 else None
                 definite = resp.status < 500
@@ -292,7 +309,9 @@ class OpenAIEngine(Engine):
         aiohttp = self._aiohttp
         progress = self.watchdog.watch(url) if self.stream else None
         try:
-            async with self._session.post(f"{url}/{path}", json=body) as resp:
+            async with self._session.post(
+                f"{url}/{path}", json=body, headers=self._auth(url)
+            ) as resp:
                 status = resp.status
                 # a server that ignores `stream` answers one JSON body: read it as such
                 streamed = status == 200 and resp.content_type == "text/event-stream"

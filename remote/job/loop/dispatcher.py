@@ -20,6 +20,12 @@ from .scheduler import Scheduler
 
 JOB_FAULT_STREAK = 8  # different prompts in a row with one permanent error: the job's fault
 
+MODEL_FIX = "check job.engine.model against the server's GET /v1/models, and api_key_env"
+KEY_FIX = (
+    "the server asks for an API key: give that server's hosts.yaml `server:` the key in "
+    "env.VLLM_API_KEY (the runner sends it to the server's URL), or set job.engine.api_key_env"
+)
+
 
 class Dispatcher:
     def __init__(
@@ -290,7 +296,7 @@ class Dispatcher:
             e.job_fault or self.fatal
         ):  # after a fault, answers still in flight are no prompt's fault
             run.ledger.requeue(p, time.time())  # unfiled, and never lost
-            self._job_fault(str(e))
+            self._job_fault(str(e), KEY_FIX if e.status == 401 else None)
             return
         run.ledger.fail(p.id)  # not asked again in this run, filed once the streak ends
         streak = self._streak
@@ -303,11 +309,11 @@ class Dispatcher:
             streak.clear()
             self._job_fault(f"{e} (the same answer for {JOB_FAULT_STREAK} prompts in a row)")
 
-    def _job_fault(self, why: str) -> None:
+    def _job_fault(self, why: str, fix: str | None = None) -> None:
         if not self.fatal:
             self.fatal = (
                 f"the server refuses the job, not a prompt: {why}; nothing was filed as an error "
-                "(check job.engine.model against the server's GET /v1/models, and api_key_env)"
+                f"({fix or MODEL_FIX})"
             )
 
     def end_streak(self) -> None:

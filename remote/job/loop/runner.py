@@ -18,7 +18,7 @@ from pathlib import Path
 from ...common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
-from ...common.state import ControlRequest
+from ...common.state import ControlRequest, ServerKeys
 from ...common.status import DatasetState, EngineStatus, JobState, JobStatus
 from ..engine import continuation
 from ..engine.kinds import make_engine
@@ -272,7 +272,8 @@ class Runner:
             loop.add_signal_handler(sig, self._on_signal, sig.name, stop_event)
         house = asyncio.ensure_future(self._housekeeping())
         try:
-            async with make_engine(self.job) as engine:
+            keys = ServerKeys.read(self.paths.server_keys)
+            async with make_engine(self.job, keys.keys if keys else None) as engine:
                 eng = self.job.engine
                 self.pool = Pool(engine.base_urls, self.concurrency, eng.retry_base, self.log)
                 self.dispatcher = Dispatcher(
