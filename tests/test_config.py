@@ -82,6 +82,39 @@ def test_per_host_job_and_server_merge_key_by_key(tmp_path):
     ]
 
 
+def test_the_runner_gets_each_servers_own_key_by_the_urls_host_and_port(tmp_path):
+    d = with_(
+        server={"port": 8000},
+        hosts__gpu1={
+            "host": "10.0.0.1",
+            "server": {"env": {"VLLM_API_KEY": "k1"}},
+            "job": {
+                "engine": {
+                    "kind": "openai",
+                    "base_urls": [
+                        "http://127.0.0.1:8000/v1",  # gpu1's own server
+                        "http://gpu2.example:8000/v1",  # gpu2, by its address
+                        "http://gpu3:9000/v1",  # gpu3, by its name, another port
+                        "http://gpu4.example:8000/v1",  # nobody's key
+                    ],
+                }
+            },
+        },
+        hosts__gpu2={
+            "host": "gpu2.example",
+            "server": {"args": ["--host", "0.0.0.0"], "env": {"VLLM_API_KEY": "k2"}},
+        },
+        hosts__gpu3={"host": "x", "server": {"port": 9000, "args": ["--api-key", "k3"]}},
+    )
+    cfg = load_config(write(tmp_path, d))
+    assert cfg.server_keys("gpu1") == {
+        "http://127.0.0.1:8000/v1": "k1",
+        "http://gpu2.example:8000/v1": "k2",
+        "http://gpu3:9000/v1": "k3",
+    }
+    assert cfg.server_keys("local") == {}  # the local job talks to no keyed server
+
+
 def test_base_url_is_a_list_of_one(tmp_path):
     cfg = load_config(
         write(tmp_path, with_(job__engine={"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}))

@@ -84,6 +84,13 @@ def test_a_model_the_server_does_not_serve_fails_at_once_without_filing():
     assert runs[0].ledger.state("B1-0") == "queued"
 
 
+def test_a_server_that_asks_for_a_key_fails_the_job_at_once_with_the_fix():
+    d, runs = dispatcher({"B1-0": [PermanentError("HTTP 401: Unauthorized", 401)]}, concurrency=1)
+    run(d)
+    assert d.fatal and "HTTP 401" in d.fatal and "env.VLLM_API_KEY" in d.fatal
+    assert d.writer.errors == [] and runs[0].ledger.state("B1-0") == "queued"
+
+
 def test_one_prompts_own_fault_is_filed_once_the_streak_ends():
     d, runs = dispatcher({"B1-1": [PermanentError("400: too long", 400)]}, concurrency=1)
     run(d)
