@@ -135,10 +135,6 @@ class Engine:
         """None when the server answers at all, else why not (a down server is probed until then)."""
         raise NotImplementedError
 
-    def _auth(self, url: str) -> dict:
-        key = self.keys.get(url.rstrip("/"))
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
     def last_data_at(self, url: str) -> float | None:
         """When a stream from `url` last delivered bytes (wall clock); None: not streamed."""
         return None
