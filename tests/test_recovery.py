@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -152,6 +153,10 @@ def server_processes(rec: dict) -> list[int]:
     return sorted(p for p in pids if procinfo.alive(p) and procinfo.state(p) not in ("Z", "X"))
 
 
+def watcher_log(r: Rig) -> str:
+    return (r.root / "logs" / "watcher.log").read_text()
+
+
 def restarted(r: Rig, what: str, n: int = 1, timeout: float = 30) -> dict:
     return wait_for(
         lambda: (
@@ -262,9 +267,12 @@ def test_a_server_that_dies_at_every_start_ends_in_a_clean_give_up(rig, tmp_path
     assert any(e.startswith("failed ") and "illegal memory access" in e for e in said), said
     events = [json.loads(x) for x in (r.root / "run" / "recover.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events].count("died") == 4 and events[-1]["event"] == "gave_up"
-    # backoff doubled between the attempts: 0.2, 0.4, 0.8 s
+    # the first death restarted at once, then the backoff, doubled: 0, 0.2, 0.4 s as the watcher
+    # decided them (its log), and never sooner (the deaths' own times)
+    said_delays = re.findall(r"server: .*; restart \d of 3 in ([\d.]+)s", watcher_log(r))
+    assert [float(x) for x in said_delays] == [0.0, 0.2, 0.4], said_delays
     deaths = [e["at"] for e in events if e["event"] == "died"]
-    assert deaths[3] - deaths[2] > deaths[2] - deaths[1] > 0.3
+    assert deaths[2] - deaths[1] >= 0.2 and deaths[3] - deaths[2] >= 0.4
     page = tmp_path / "report.html"
     res = cli(r.cfg, "report", "--host", "gpu", "--out", str(page))
     assert res.returncode == 0, res.stdout + res.stderr
