@@ -98,7 +98,11 @@ def _decode(hint, value):
     if origin is list and args and isinstance(value, list):
         return [_decode(args[0], v) for v in value]
     if origin is tuple and args and isinstance(value, list):
-        return tuple(_decode(args[0], v) for v in value)
+        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]
+            return tuple(_decode(args[0], v) for v in value)
+        if len(args) != len(value):
+            raise TypeError(f"expected {len(args)} values, got {value!r}")
+        return tuple(_decode(a, v) for a, v in zip(args, value))  # tuple[str, int]
     if origin is dict and len(args) == 2 and isinstance(value, dict):
         return {k: _decode(args[1], v) for k, v in value.items()}
     return value

@@ -13,6 +13,7 @@ from pathlib import Path
 from . import procinfo
 from .codec import Codec, Record
 from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
+from .protocol import RunArgs
 from .recover import RecoverSpec
 
 # ------------------------------------------------------------------ the processes' records
@@ -170,7 +171,12 @@ class ServerWanted(Wanted):
 
 @dataclass
 class RunnerWanted(Wanted):
-    argv: list[str] = field(default_factory=list)  # the runner's flags (RunArgs.argv())
+    flags: RunArgs | None = None  # the runner's flags, typed: the watcher starts it with them
+    argv: list[str] = field(default_factory=list)  # how a release before `flags` wrote them
+
+    def run_flags(self) -> RunArgs:
+        """The flags to start the runner with (HostFault `usage` where an old file's do not parse)."""
+        return self.flags if self.flags is not None else RunArgs.from_argv(list(self.argv))
 
 
 @dataclass

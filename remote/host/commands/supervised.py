@@ -20,8 +20,10 @@ def recover_arg(req) -> RecoverSpec | None:
 
 def want_runner(paths: Paths, req: CtlStart) -> None:
     """The runner is wanted, with the flags it had (the watcher starts it again with them)."""
-    argv = req.run_flags().argv()
-    intent.change(paths, recover=recover_arg(req), runner={"wanted": True, "argv": argv})
+    flags = req.run_flags()
+    intent.change(
+        paths, recover=recover_arg(req), runner={"wanted": True, "flags": flags, "argv": []}
+    )
 
 
 def stop_wanted(paths: Paths, what: str, stop):

@@ -16,7 +16,7 @@ from typing import Callable
 
 from ...common import metrics, nvsmi, procinfo
 from ...common.jobspec import Paths
-from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, RunArgs
+from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
 from ...common.state import RunnerRecord, RunnerWanted, ServerRecord, ServerWanted
 from ...common.status import JobState, JobStatus, ProcessState, ProcessWatch
@@ -316,7 +316,7 @@ class RunnerKeeper(Keeper):
             return
         self.seen.attempt = self.budget.restarting(now)
         try:  # flags it cannot read are a start that failed: counted, said, never a crash
-            flags = RunArgs.from_argv(list(want.argv))
+            flags = want.run_flags()
             req = CtlStart(**vars(flags), wait=START_WAIT_S)
             runner_process.start(self.paths, req, rel=(self.paths.root / "current").resolve())
         except HostFault as e:

@@ -3,10 +3,12 @@ signalled, and no watcher once nothing is wanted or recovery is off."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 from remote.common.jobspec import Paths
 from remote.common.protocol import CtlStart, RunArgs
+from remote.common.state import RunnerWanted
 from remote.host.commands import supervised
 from remote.host.facts import intent
 
@@ -19,10 +21,18 @@ def test_the_runner_is_wanted_with_its_flags_and_the_recover_settings(tmp_path):
     )
     data = intent.read(paths)
     assert data.runner.wanted and data.recover_spec.backoff == 3.0
-    back = RunArgs.from_argv(data.runner.argv)
-    assert (back.max_samples, back.cap) == (7000, (("B2", 5),))
+    back = data.runner.run_flags()  # typed in the file: no command line to parse back
+    assert (back.max_samples, back.cap) == (7000, (("B2", 5),)) and data.runner.argv == []
+    raw = json.loads(paths.supervise.read_text())["runner"]["flags"]
+    assert raw["max_samples"] == 7000 and raw["cap"] == [["B2", 5]]
+
     supervised.want_runner(paths, CtlStart(max_samples=10))  # no --recover: the settings stay
     assert intent.read(paths).recover_spec.backoff == 3.0
+
+
+def test_an_older_release_s_command_line_still_starts_the_runner():
+    want = RunnerWanted(wanted=True, argv=["--max-samples", "9", "--cap", "B1=2"])
+    assert want.run_flags() == RunArgs(max_samples=9, cap=(("B1", 2),))
 
 
 def test_a_stop_is_wanted_before_anything_is_signalled_and_then_no_watcher(tmp_path):
