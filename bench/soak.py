@@ -159,7 +159,8 @@ def progress(host: Path, more: int = 300, timeout: float = 600) -> None:
 
 def restarted(host: Path, what: str, after: int, timeout: float = 600) -> None:
     def back():
-        lines = (host / "run" / "recover.jsonl").read_text().splitlines()[after:]
+        path = host / "run" / "recover.jsonl"
+        lines = path.read_text().splitlines()[after:] if path.exists() else []
         return any(
             json.loads(x)["what"] == what and json.loads(x)["event"] == "restarted" for x in lines
         )
@@ -266,16 +267,17 @@ def main() -> None:
         keyless = key_refused(port)
         counter = GenerationCounter(host)
         deploytool(cfg, "restart", "--max-samples", str(a.prompts - 60))  # the re-cap raises it
-        made = []
-        for what in order:
-            progress(host)
-            t0 = time.monotonic()
-            said = make_fault(what, cfg, host, a.prompts)
-            made.append((what, time.monotonic() - t0, said))
-            print(f"  {what}: healed in {made[-1][1]:.0f} s {said}", flush=True)
-        if "live_recap" not in order:
-            deploytool(cfg, "restart", "--max-samples", str(a.prompts))
-        deploytool(cfg, "tail", timeout=3600)
+        try:
+            for what in order:
+                progress(host)
+                t0 = time.monotonic()
+                said = make_fault(what, cfg, host, a.prompts)
+                print(f"  {what}: healed in {time.monotonic() - t0:.0f} s {said}", flush=True)
+            deploytool(cfg, "tail", timeout=3600)
+        except BaseException:
+            for args in (("stop", "--grace", "0"), ("server.stop", "--grace", "0")):
+                subprocess.run([sys.executable, "-m", "deploytool", "--config", str(cfg), *args])
+            raise
         counter.stop = True
         st = read_json(host / "run" / "status.json")
         recs = records(host)
