@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ...common import procinfo
-from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths
+from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.recover import WatchState
 from ...common.state import RunnerRecord, WatcherRecord, start_watcher
@@ -40,7 +40,7 @@ def ensure(paths: Paths, python: str = sys.executable) -> WatcherRecord | None:
     if not any(data.watched(w) for w in ("server", "runner")):
         return None
     token = secrets.token_hex(12)
-    release = Path(__file__).resolve().parent.parent.parent
+    release = release_dir()
     proc = start_watcher(paths, python, release, token)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and proc.poll() is None:
@@ -182,6 +182,6 @@ def main(root: Path) -> int:
         start_time=procinfo.start_time(pid),
         token=os.environ.get(WATCH_TOKEN_ENV),
         started_at=time.time(),
-        release=str(Path(__file__).resolve().parent.parent.parent),
+        release=str(release_dir()),
     ).write(paths.watcher_pid)
     return Watcher(paths).run()

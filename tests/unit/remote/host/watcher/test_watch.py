@@ -4,9 +4,10 @@ watch.json: unsupervised while something is wanted and no watcher runs, and what
 from __future__ import annotations
 
 import os
+import sys
 
 from remote.common import procinfo
-from remote.common.jobspec import Paths
+from remote.common.jobspec import Paths, release_dir
 from remote.common.recover import RecoverSpec
 from remote.common.state import WatcherRecord
 from remote.host.facts import intent
@@ -38,3 +39,19 @@ def test_with_a_watcher_a_reboot_still_needs_a_restart_unless_on_boot(tmp_path, 
     intent.change(paths, recover=RecoverSpec(on_boot=True))
     monkeypatch.setattr(watch.boot, "why_not", lambda: "this host does not run systemd")
     assert watch.supervision(paths).note.endswith("(this host does not run systemd)")
+
+
+def test_the_watcher_starts_from_its_release_with_nothing_installed(tmp_path):
+    """A GPU host's python has no deploytool installed: `-m remote` must be found in the release."""
+    python = tmp_path / "python"  # site-packages off: only the release's own folder has `remote`
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    paths = Paths(tmp_path / "root")
+    paths.ensure()
+    intent.change(paths, runner={"wanted": True, "argv": []})
+    try:
+        rec = watch.ensure(paths, python=str(python))
+        assert rec is not None and rec.alive(), paths.watcher_log.read_text()[-500:]
+        assert rec.release == str(release_dir())
+    finally:
+        assert watch.stop(paths)
