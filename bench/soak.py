@@ -5,7 +5,7 @@ later a server death, a live re-cap, and a new release deployed and restarted on
 (~15-20 minutes on two cores):
 
     bash scripts/setup-vllm.sh          # once: the vLLM environment (prints its python)
-    DEPLOYTOOL_VLLM_PYTHON=... .venv/bin/python bench/soak.py [--seed 1] [--prompts 300]
+    DEPLOYTOOL_VLLM_PYTHON=... .venv/bin/python bench/soak.py [--seed 1] [--prompts 6000]
 
 First the same job runs once uninterrupted (the reference). Then the soak, on the built-in `local`
 host with hosts.yaml's `recover:` defaults but `wedged_after` (30 s here: 600 s would make the soak an
@@ -240,7 +240,7 @@ def left_running(tokens: list[tuple[str, str]]) -> list[int]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--prompts", type=int, default=300)
+    ap.add_argument("--prompts", type=int, default=6000)
     a = ap.parse_args()
     py = rig.vllm_python()
     order = list(FAULTS)
@@ -268,8 +268,9 @@ def main() -> None:
         counter = GenerationCounter(host)
         deploytool(cfg, "restart", "--max-samples", str(a.prompts - 60))  # the re-cap raises it
         try:
+            gap = a.prompts * 40 // (len(order) + 2)  # tokens between faults: all within the job
             for what in order:
-                progress(host)
+                progress(host, gap)
                 t0 = time.monotonic()
                 said = make_fault(what, cfg, host, a.prompts)
                 print(f"  {what}: healed in {time.monotonic() - t0:.0f} s {said}", flush=True)
