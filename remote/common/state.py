@@ -172,7 +172,7 @@ class ServerWanted(Wanted):
 @dataclass
 class RunnerWanted(Wanted):
     flags: RunArgs | None = None  # the runner's flags, typed: the watcher starts it with them
-    argv: list[str] = field(default_factory=list)  # how a release before `flags` wrote them
+    argv: list[str] = field(default_factory=list)  # the same for a release before `flags`
 
     def run_flags(self) -> RunArgs:
         """The flags to start the runner with (HostFault `usage` where an old file's do not parse)."""

@@ -20,10 +20,9 @@ def recover_arg(req) -> RecoverSpec | None:
 
 def want_runner(paths: Paths, req: CtlStart) -> None:
     """The runner is wanted, with the flags it had (the watcher starts it again with them)."""
-    flags = req.run_flags()
-    intent.change(
-        paths, recover=recover_arg(req), runner={"wanted": True, "flags": flags, "argv": []}
-    )
+    flags = req.run_flags()  # and as a command line for a watcher an older release started
+    runner = {"wanted": True, "flags": flags, "argv": flags.argv()}
+    intent.change(paths, recover=recover_arg(req), runner=runner)
 
 
 def stop_wanted(paths: Paths, what: str, stop):

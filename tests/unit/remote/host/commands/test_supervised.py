@@ -22,7 +22,8 @@ def test_the_runner_is_wanted_with_its_flags_and_the_recover_settings(tmp_path):
     data = intent.read(paths)
     assert data.runner.wanted and data.recover_spec.backoff == 3.0
     back = data.runner.run_flags()  # typed in the file: no command line to parse back
-    assert (back.max_samples, back.cap) == (7000, (("B2", 5),)) and data.runner.argv == []
+    assert (back.max_samples, back.cap) == (7000, (("B2", 5),))
+    assert RunArgs.from_argv(data.runner.argv) == back  # what a watcher of an older release reads
     raw = json.loads(paths.supervise.read_text())["runner"]["flags"]
     assert raw["max_samples"] == 7000 and raw["cap"] == [["B2", 5]]
 
