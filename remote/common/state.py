@@ -95,20 +95,24 @@ class WatcherRecord(ProcessRecord):
     @staticmethod
     def running(paths: Paths) -> bool:
         """A watcher lives: its pid file names it, or it holds the lock (started, no record yet)."""
-        if WatcherRecord.live(paths.watcher_pid):
-            return True
-        try:
-            fd = os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
+        return WatcherRecord.live(paths.watcher_pid) is not None or lock_held(paths.watcher_lock)
+
+
+def lock_held(path: Path) -> bool:
+    """Some process holds the flock on `path` (the runner's, the watcher's: the kernel releases it
+    when that process dies, kill -9 included)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def start_watcher(paths: Paths, python: str, release: Path, token: str | None = None):
@@ -132,9 +136,6 @@ class ServerKeys(Record):
     MODE = 0o600
 
     keys: dict[str, str] = field(default_factory=dict)
-
-    def key_for(self, url: str) -> str | None:
-        return self.keys.get(url.rstrip("/"))
 
 
 # ------------------------------------------------------------------ asking the running runner

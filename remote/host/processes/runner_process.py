@@ -7,7 +7,6 @@ by hand, by its command line *and* a working directory or --root inside this rem
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import sys
@@ -18,7 +17,7 @@ from ...common import procinfo
 from ...common.answers import CapRow, RestartAnswer, StopAnswer
 from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
 from ...common.protocol import CtlRestart, CtlStart, CtlStop
-from ...common.state import ControlRequest, RunnerRecord
+from ...common.state import ControlRequest, RunnerRecord, lock_held
 from ...common.status import JobState, JobStatus
 from ...common.wire import HostFault
 from ..facts import gpu, kill
@@ -102,15 +101,7 @@ def _mark_stopped(paths: Paths, rec: RunnerRecord, why: str) -> None:
 
 def lock_is_free(paths: Paths) -> bool:
     paths.ensure()
-    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
+    return not lock_held(paths.lock)
 
 
 def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer:
