@@ -16,29 +16,14 @@ a server death its load time + at most 5 s, a wedge `wedged_after` + the load ti
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import REPO  # noqa: E402
+from common import deploytool  # noqa: E402
 
 from tests.conftest import free_port, write_prompts  # noqa: E402
 from tests.real_engine import recovery_scenario, rig  # noqa: E402
-
-
-def deploytool(cfg: Path, *args: str, timeout: float = 600) -> str:
-    r = subprocess.run(
-        [sys.executable, "-m", "deploytool", "--config", str(cfg), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
-    if r.returncode != 0:
-        raise SystemExit(f"deploytool {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
-    return r.stdout
 
 
 def main() -> None:

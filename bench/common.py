@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +52,20 @@ class Rig:
     def close(self):
         self.sshd.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def deploytool(cfg: Path, *args: str, timeout: float = 600) -> str:
+    """`deploytool --config CFG ARGS` as a user runs it; its output, or exit with what it said."""
+    r = subprocess.run(
+        [sys.executable, "-m", "deploytool", "--config", str(cfg), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    if r.returncode != 0:
+        raise SystemExit(f"deploytool {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
+    return r.stdout
 
 
 def timed(fn, repeat: int = 5) -> tuple[float, list[float]]:

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import REPO  # noqa: E402
+from common import deploytool  # noqa: E402
 
 from remote.common import metrics, procinfo  # noqa: E402
 from remote.common.jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV  # noqa: E402
@@ -56,19 +56,6 @@ TOLD = {  # what each fault must make job.notify say
     "live_recap": [],
     "new_release": [],
 }
-
-
-def deploytool(cfg: Path, *args: str, timeout: float = 900) -> str:
-    r = subprocess.run(
-        [sys.executable, "-m", "deploytool", "--config", str(cfg), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
-    if r.returncode != 0:
-        raise SystemExit(f"deploytool {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
-    return r.stdout
 
 
 def read_json(path: Path) -> dict:
@@ -212,20 +199,10 @@ def make_fault(what: str, cfg: Path, host: Path, n: int) -> str:
 
 def key_refused(port: int) -> bool:
     """Real vLLM answers /v1 without the key 401, and with it 200."""
-    import urllib.error
-    import urllib.request
+    from remote.host.processes.server_process import get_url
 
-    def status(key=None):
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models")
-        if key:
-            req.add_header("Authorization", f"Bearer {key}")
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status
-        except urllib.error.HTTPError as e:
-            return e.code
-
-    return status() == 401 and status(KEY) == 200
+    url = f"http://127.0.0.1:{port}/v1/models"
+    return get_url(url, timeout=10)[0] == 401 and get_url(url, timeout=10, key=KEY)[0] == 200
 
 
 def left_running(tokens: list[tuple[str, str]]) -> list[int]:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import socket
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from remote.common import procinfo
+from remote.host.processes.server_process import get_url
 from tests.conftest import (
     base_job,
     cli,
@@ -73,14 +72,7 @@ def listening_addresses(port: int) -> set[str]:
 
 
 def get(port: int, key: str | None = None) -> int:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models")
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
+    return get_url(f"http://127.0.0.1:{port}/v1/models", key=key)[0]
 
 
 def test_the_server_listens_on_loopback_unless_asked(tmp_path, ssh_rig):
