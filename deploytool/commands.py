@@ -146,6 +146,11 @@ def restart(
     run_flags = control.parse_run_flags(config, **flags)
 
     def one(conn):
+        if run_flags.changes_caps() and not dry_run:
+            # a change that runs more than the job had is said before anything is done
+            ahead = control.restart(conn, run_flags, hard=hard, dry_run=True)
+            ahead.host = conn.name
+            render.raised_targets(ahead)
         if with_server and not dry_run and server_mod.manages_engine(config, conn.name):
             if not server_mod.server_state(conn).up:
                 render.note(f"{conn.name}: the engine's server is down: starting it first")

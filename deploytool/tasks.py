@@ -65,7 +65,9 @@ def rollback(c, host="", to=""):
     return commands.rollback(host or None, to=to or None)
 
 
-RUN_FLAGS = ("max_samples", "cap", "max_tokens", "datasets", "grace", "force", "force_gpu")
+RUN_FLAGS = (
+    "max_samples", "cap", "max_tokens", "datasets", "reset_caps", "grace", "force", "force_gpu",
+)  # fmt: skip
 # the host's own words for its flags
 RUN_HELP = {"host": HOST_HELP, **helps(CtlRestart, *RUN_FLAGS, "hard", "drain", "dry_run")}
 
@@ -86,6 +88,7 @@ def restart(
     cap=None,
     max_tokens="",
     datasets="",
+    reset_caps=False,
     grace=GRACE_S,
     hard=False,
     drain=False,
@@ -94,7 +97,10 @@ def restart(
     force_gpu=False,
     no_server=False,
 ):
-    """Apply new caps live, or stop the job cleanly and start it again; resume where it was."""
+    """Apply new caps live, or stop the job cleanly and start it again; resume where it was.
+
+    The job keeps its caps on the host: a flag changes only what it names, and a restart without
+    cap flags runs the caps the job had (`all`/`none` clear one, --reset-caps every one)."""
     return commands.restart(
         host or None,
         hard=hard,
@@ -106,6 +112,7 @@ def restart(
         cap=cap or (),
         max_tokens=max_tokens or None,
         datasets=datasets or None,
+        reset_caps=reset_caps,
         grace=grace,
         force=force,
     )

@@ -43,10 +43,12 @@ def handler(cls: type[Request]):
 
 
 def run(paths: Paths, req: P.RunJob, argv: list[str]) -> int:
+    from .common.state import kept_caps
     from .job.loop import runner
 
     job = (req.job or release_dir() / JOB_FILE).expanduser()
-    return runner.main(paths, job, req.caps(), grace=req.grace, force=req.force, argv=argv)
+    caps = req.applied_to(kept_caps(paths))  # by hand too: the job's caps unless a flag changes one
+    return runner.main(paths, job, caps, grace=req.grace, force=req.force, argv=argv)
 
 
 def watch(paths: Paths, req: P.Watch, argv: list[str]) -> int:

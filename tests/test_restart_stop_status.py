@@ -417,6 +417,7 @@ def test_live_recap_refused_by_the_runner_is_reported(job):
     r = restart_unwatched(conn, flags(cfg, max_samples=100, datasets="B1"))
     (root / "data" / "prompts" / "B2.jsonl").unlink()  # B2 cannot be opened now
     with pytest.raises(RemoteError, match="refused: B2: prompts file"):
-        restart_unwatched(conn, flags(cfg, max_samples=100))
+        restart_unwatched(conn, flags(cfg, datasets="all"))
     assert procinfo.alive(r.pid)  # the runner goes on with what it had
     assert status(root)["caps"]["datasets"] == ["B1"]
+    assert json.loads((root / "run" / "caps.json").read_text())["datasets"] == ["B1"]

@@ -30,7 +30,7 @@ def parse_run_flags(config: Config, **raw) -> RunArgs:
     except ValueError as e:
         raise UsageError(str(e)) from None
     known = config.job.dataset_names()
-    unknown = [n for n in list(flags.datasets or []) + [c[0] for c in flags.cap] if n not in known]
+    unknown = [n for n in flags.named_datasets() if n not in known]
     if unknown:
         raise UsageError(f"unknown dataset {', '.join(unknown)}; hosts.yaml has {', '.join(known)}")
     return flags

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from remote.common.answers import CapRow, PlanAnswer, RestartAnswer, RolledBack, StopAnswer
+    from remote.common.jobspec import Caps
 
     # a type only: deploy's tarfile and hashlib stay unimported for `status`
     from ..ops.deploy import DeployResult
@@ -147,22 +148,66 @@ def hosts_table(
         out.print(f"[bold red]{host}[/]: {escape(why)}", soft_wrap=True)
 
 
-def caps_table(caps: dict[str, CapRow], out: Console | None = None) -> None:
+def _cap(n: int | None, selected: bool = True) -> str:
+    if not selected:
+        return "not run"
+    return "all" if n is None else f"{n:,}"
+
+
+def _budget(t: int | None) -> str:
+    return "none" if t is None else _tok(t)
+
+
+def caps_table(
+    caps: dict[str, CapRow],
+    out: Console | None = None,
+    kept: Caps | None = None,
+    was: Caps | None = None,
+    *,
+    planned: bool = False,
+) -> None:
+    """The job's caps, a row per dataset, what this command changed marked `was → now`. `planned`:
+    a dry run, whose done/target are the last run's (the new targets come at the start)."""
     if not caps:
         return
     out = out or console
-    t = Table("dataset", "done", "target", "state", box=None, pad_edge=False)
+    t = Table("dataset", "cap", "done", "target", "state", box=None, pad_edge=False)
     short = {}  # cap -> datasets whose file has fewer prompts than it
     for name, d in caps.items():
-        t.add_row(name, f"{d.done:,}", f"{d.target:,}" + ("*" if d.short_of_cap else ""), d.state)
-        if d.short_of_cap:
+        cap = _cap(d.cap, d.selected)
+        if d.changed:
+            cap = f"[bold]{_cap(d.was, d.was_selected)} → {cap}[/]"
+        known = d.prompts > 0 and not planned
+        t.add_row(
+            name,
+            cap,
+            f"{d.done:,}" if d.prompts else "-",
+            (f"{d.target:,}" + ("*" if d.short_of_cap else "")) if known else "-",
+            d.state or "-",
+        )
+        if d.short_of_cap and known:
             short.setdefault(d.cap, []).append(name)
     out.print(t)
+    if kept is not None and was is not None and kept.max_tokens != was.max_tokens:
+        out.print(f"  max-tokens [bold]{_budget(was.max_tokens)} → {_budget(kept.max_tokens)}[/]")
+    elif kept is not None and kept.max_tokens is not None:
+        out.print(f"  max-tokens {_budget(kept.max_tokens)} per dataset")
+    if not any(d.changed for d in caps.values()) and (kept is None or kept == was):
+        out.print("  caps unchanged (the job's own: flags change only what they name)")
     for cap, names in short.items():
         out.print(
             f"  * {', '.join(names)}: fewer prompts than the cap of {cap:,}: "
             "the target is every prompt of the file"
         )
+
+
+def raised_targets(r: RestartAnswer, out: Console | None = None) -> None:
+    """Before a restart that runs more than the job had: say which datasets grow."""
+    out = out or console
+    for name, d in r.caps.items():
+        if d.raised:
+            more = f"{_cap(d.was, d.was_selected)} → {_cap(d.cap)}"
+            out.print(f"[yellow]{r.host}: {name}'s target goes up ({more} prompts)[/]")
 
 
 def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
@@ -174,7 +219,8 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
             "restart": f"stop runner pid {r.running_pid} and start a new one",
             "start": "start a runner",
         }[r.mode]
-        out.print(f"{host}: dry run: would {what} with caps {r.asked}")
+        out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
+        caps_table(r.caps, out, r.kept, r.was, planned=True)
         return
     if r.mode == "live":
         out.print(f"{host}: re-capped live: runner pid {r.pid} kept running, no request lost")
@@ -193,7 +239,7 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
         out.print(f"{host}: started runner pid {r.pid} from release {release}; state {r.state}")
         if r.gpu and r.gpu.note:
             out.print(f"  {r.gpu.note}")
-    caps_table(r.caps, out)
+    caps_table(r.caps, out, r.kept, r.was)
 
 
 def stop_result(r: StopAnswer, out: Console | None = None) -> None:

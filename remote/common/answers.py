@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .jobspec import Caps
 from .status import JobStatus, Reload, ServerMetrics
 
 
@@ -47,11 +48,31 @@ class GpuFreed:
 
 @dataclass
 class CapRow:
+    """One dataset's caps after a restart (or what a dry run would make them), and before it."""
+
     done: int = 0
     target: int = 0
     state: str = ""
-    prompts: int = 0  # prompts in the dataset's file
-    cap: int | None = None  # the cap asked for (None: every prompt)
+    prompts: int = 0  # prompts in the dataset's file (0: not known yet, a dry run before any run)
+    cap: int | None = None  # the cap it runs with (None: every prompt)
+    was: int | None = None  # the cap before this command
+    selected: bool = True
+    was_selected: bool = True
+
+    @property
+    def changed(self) -> bool:
+        return self.cap != self.was or self.selected != self.was_selected
+
+    @property
+    def raised(self) -> bool:
+        """This command raised the dataset's target (more prompts to run than before)."""
+        if not self.selected:
+            return False
+        if not self.was_selected:
+            return True
+        return self.was is not None and (self.cap is None or self.cap > self.was) and (
+            self.prompts == 0 or self.was < self.prompts
+        )
 
     @property
     def short_of_cap(self) -> bool:
@@ -88,7 +109,8 @@ class RestartAnswer:
     stopped: StopAnswer | None = None
     reloaded: dict[str, Reload] = field(default_factory=dict)  # prompt files reloaded live
     running_pid: int | None = None  # dry run: the runner that would be stopped or re-capped
-    asked: dict = field(default_factory=dict)  # dry run: the caps asked for (Caps.to_dict)
+    kept: Caps = field(default_factory=Caps)  # the job's caps now (a dry run: would be)
+    was: Caps = field(default_factory=Caps)  # and before this command
     watcher: WatcherInfo | None = None
 
 

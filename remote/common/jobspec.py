@@ -7,7 +7,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .codec import Codec
+from .codec import Codec, Record
 
 JOB_FILE = "job.json"
 JOB_TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"  # the runner's token, inherited by anything it starts: stop finds them by it
@@ -242,14 +242,22 @@ class JobSpec:
             return cls.from_dict(json.load(f))
 
 
+CLEAR = "all"  # a cap flag's value that clears it: --max-samples all, --cap B3=all, --datasets all
+
+
 @dataclass
-class Caps:
-    """What to run: targets are the first N prompts of each dataset (None = all)."""
+class Caps(Record):
+    """What the job runs: each dataset's target is its first N prompts (None: all of them), a
+    response-token budget per dataset (None: none), the datasets selected (None: every one).
+    Kept on the host (run/caps.json): a restart without cap flags, typed on any machine or made by
+    the watcher, runs the same caps; a flag changes only what it names."""
+
+    KEEP_NONE = True  # status.json and control.json readers look its keys up
 
     max_samples: int | None = None
     caps: dict[str, int] = field(default_factory=dict)
     max_tokens: int | None = None
-    datasets: list[str] | None = None  # None = every dataset of the job
+    datasets: list[str] | None = None
 
     def target(self, name: str) -> int | None:
         return self.caps.get(name, self.max_samples)
@@ -257,19 +265,15 @@ class Caps:
     def selected(self, name: str) -> bool:
         return self.datasets is None or name in self.datasets
 
-    def to_dict(self) -> dict:
-        return {
-            "max_samples": self.max_samples,
-            "caps": dict(self.caps),
-            "max_tokens": self.max_tokens,
-            "datasets": self.datasets,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Caps":
-        return cls(
-            d.get("max_samples"), dict(d.get("caps") or {}), d.get("max_tokens"), d.get("datasets")
-        )
+    def line(self) -> str:
+        """One line for a log: `max-samples 20, B3=5, max-tokens 10000, datasets B1,B3`."""
+        parts = [f"max-samples {'all' if self.max_samples is None else self.max_samples}"]
+        parts += [f"{n}={c}" for n, c in self.caps.items()]
+        if self.max_tokens is not None:
+            parts.append(f"max-tokens {self.max_tokens}")
+        if self.datasets is not None:
+            parts.append("datasets " + ",".join(self.datasets))
+        return ", ".join(parts)
 
 
 def release_dir() -> Path:
@@ -386,6 +390,11 @@ class Paths:
     def kept(self) -> Path:
         """The tokens of unfinished answers, for continuing them after a stop."""
         return self.run / "kept.jsonl"
+
+    @property
+    def caps(self) -> Path:
+        """The job's caps (Caps), as the last command or runner took them."""
+        return self.run / "caps.json"
 
     def meta(self, ds: str) -> Path:
         return self.outputs / f"{ds}.meta.json"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from .flags import Request, _nonneg_float, _nonneg_int, opt
-from .jobspec import Caps, ServerSpec
+from .jobspec import CLEAR, Caps, ServerSpec
 from .units import parse_cap, parse_dataset_list, parse_tokens
 from .wire import HostFault
 
@@ -79,35 +79,134 @@ def _drain_timeout():
     return opt(DRAIN_TIMEOUT_S, "seconds a drain may take before SIGTERM", parse=_nonneg_float)
 
 
+def _samples(text) -> int | str:
+    if str(text).strip().lower() == CLEAR:
+        return CLEAR
+    n = _nonneg_int(text)
+    if n == 0:
+        raise ValueError(f"expected a number >= 1 or `{CLEAR}`, got 0 (to leave datasets out: --datasets)")
+    return n
+
+
+def _budget(text) -> int | str:
+    if str(text).strip().lower() in ("none", CLEAR):
+        return CLEAR
+    return parse_tokens(text)
+
+
+def _cap(text) -> tuple[str, int | str]:
+    name, sep, value = str(text).partition("=")
+    if sep and value.strip().lower() == CLEAR:
+        return parse_cap(f"{name}=1")[0], CLEAR
+    name, n = parse_cap(text.replace("=-", "=") if sep else text)  # the sign: said below
+    if value.strip().startswith("-") or n == 0:
+        raise ValueError(
+            f"--cap {text!r}: N must be >= 1 (to leave {name} out: --datasets; "
+            f"to give it back the default: {name}=all)"
+        )
+    return name, n
+
+
+def _selection(text) -> tuple[str, ...] | str:
+    if str(text).strip().lower() == CLEAR:
+        return CLEAR
+    names = parse_dataset_list(text)
+    if not names:
+        raise ValueError("expected dataset names, comma-separated (B2,B3), or `all`")
+    return tuple(names)
+
+
+_CAP_FLAGS = ("max_samples", "cap", "max_tokens", "datasets", "reset_caps")
+
+
 @dataclass
 class RunArgs(Request):
     """The runner's flags (not a command of its own): `run`, `ctl start` and `ctl restart` take
-    them, and the watcher starts a runner again with them."""
+    them, and the watcher starts a runner again with them. The cap flags are a change to the job's
+    kept caps (`applied_to`): a flag not given keeps what the job has."""
 
-    max_samples: int | None = opt(
-        None, "target: the first N prompts of each dataset", parse=_nonneg_int
+    max_samples: int | str | None = opt(
+        None,
+        "each dataset's target: its first N prompts; `all`: every prompt (not given: the job's "
+        "kept value)",
+        parse=_samples,
     )
-    cap: tuple[tuple[str, int], ...] = opt(
-        (), "DS=N: per-dataset override of --max-samples (repeatable)", parse=parse_cap,
+    cap: tuple[tuple[str, int | str], ...] = opt(
+        (), "DS=N: DS's own target over --max-samples; DS=all: DS back to --max-samples "
+        "(repeatable; other datasets keep theirs)", parse=_cap,
         show=lambda c: f"{c[0]}={c[1]}", metavar="DS=N", repeat=True,
     )  # fmt: skip
-    max_tokens: int | None = opt(
+    max_tokens: int | str | None = opt(
         None,
-        "per dataset, stop dispatching once response tokens reach T (10M, 500k, 2500000)",
-        parse=parse_tokens,
+        "per dataset, stop dispatching once response tokens reach T (10M, 500k, 2500000); "
+        "`none`: no budget",
+        parse=_budget,
+        show=lambda t: "none" if t == CLEAR else str(t),
         metavar="T",
     )
-    datasets: tuple[str, ...] | None = _datasets()
+    datasets: tuple[str, ...] | str | None = opt(
+        None, "run only these datasets, comma-separated (B2,B3); `all`: every dataset",
+        parse=_selection, show=lambda d: d if isinstance(d, str) else ",".join(d), metavar="B2,B3",
+    )  # fmt: skip
+    reset_caps: bool = opt(
+        False,
+        "forget the job's kept caps first: every prompt of every dataset, no token budget (cap "
+        "flags given with it apply on top)",
+    )
     grace: float = _grace()
     force: bool = opt(False, "resume even if model/sampling settings differ from the outputs")
 
-    def caps(self) -> Caps:
-        datasets = list(self.datasets) if self.datasets else None
-        return Caps(self.max_samples, dict(self.cap), self.max_tokens, datasets)
+    def changes_caps(self) -> bool:
+        return any(getattr(self, n) not in (None, (), False) for n in _CAP_FLAGS)
+
+    def applied_to(self, kept: Caps) -> Caps:
+        """The caps after this change: each flag given changes only what it names."""
+        base = Caps() if self.reset_caps else kept
+
+        def given(flag, old):
+            return old if flag is None else (None if flag == CLEAR else flag)
+
+        caps = dict(base.caps)
+        for name, n in self.cap:
+            if n == CLEAR:
+                caps.pop(name, None)
+            else:
+                caps[name] = n
+        datasets = given(self.datasets, base.datasets)
+        return Caps(
+            given(self.max_samples, base.max_samples),
+            caps,
+            given(self.max_tokens, base.max_tokens),
+            list(datasets) if datasets is not None else None,
+        )
+
+    def named_datasets(self) -> list[str]:
+        """The datasets these flags name (to check them against the job)."""
+        selection = [] if self.datasets in (None, CLEAR) else list(self.datasets)
+        return selection + [c[0] for c in self.cap]
 
     def run_flags(self) -> RunArgs:
-        """Only the runner's flags (what the watcher starts it again with)."""
+        """Only the runner's flags."""
         return RunArgs(**{f.name: getattr(self, f.name) for f in fields(RunArgs)})
+
+    def keep_caps(self) -> RunArgs:
+        """These flags without the cap change (what the watcher starts the runner again with: the
+        job's kept caps, which a later live re-cap may have changed)."""
+        return RunArgs(grace=self.grace, force=self.force)
+
+    @staticmethod
+    def exactly(caps: Caps, grace: float = GRACE_S, force: bool = False) -> RunArgs:
+        """Flags that make these caps whatever the job had (how a command starts the runner: its
+        command line says what it runs)."""
+        return RunArgs(
+            max_samples=caps.max_samples,
+            cap=tuple(caps.caps.items()),
+            max_tokens=caps.max_tokens,
+            datasets=tuple(caps.datasets) if caps.datasets is not None else None,
+            reset_caps=True,
+            grace=grace,
+            force=force,
+        )
 
     @classmethod
     def from_argv(cls, argv: list[str]):

@@ -12,9 +12,11 @@ from pathlib import Path
 
 from . import procinfo
 from .codec import Codec, Record
-from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
+from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Caps, Paths, ServerSpec
 from .protocol import RunArgs
 from .recover import RecoverSpec
+from .status import JobStatus
+from .wire import HostFault
 
 # ------------------------------------------------------------------ the processes' records
 
@@ -151,6 +153,35 @@ class ControlRequest(Record):
     caps: dict | None = None  # Caps.to_dict(): a live re-cap
     drain: bool = False  # no new requests; finish those in flight
     grace: float | None = None  # seconds in-flight work gets when a stop comes
+
+
+# ------------------------------------------------------------------ what the job runs
+
+
+def kept_caps(paths: Paths) -> Caps:
+    """The job's caps as the host keeps them (run/caps.json). A host that an older release ran has
+    none: then the caps its watcher would start the runner with, else its last runner's."""
+    caps = Caps.read(paths.caps)
+    if caps is not None:
+        return caps
+    sup = Supervise.read(paths.supervise)
+    if sup is not None and sup.runner.wanted:
+        try:
+            return sup.runner.run_flags().applied_to(Caps())
+        except (HostFault, ValueError):
+            pass
+    st = JobStatus.read(paths.status)
+    if st is not None and st.caps:
+        try:
+            return Caps.from_dict(st.caps)
+        except (TypeError, ValueError):
+            pass
+    return Caps()
+
+
+def keep_caps(paths: Paths, caps: Caps) -> None:
+    paths.ensure()
+    caps.write(paths.caps)
 
 
 # ------------------------------------------------------------------ what should run

@@ -3,11 +3,13 @@ watcher while anything is, none once nothing is."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from ...common.answers import WatcherInfo
 from ...common.jobspec import Paths
-from ...common.protocol import CtlStart
+from ...common.protocol import CtlStart, RunArgs
+from ...common.state import kept_caps
 from ...common.recover import RecoverSpec
 from ..facts import intent
 from ..watcher import watch
@@ -19,9 +21,14 @@ def recover_arg(req) -> RecoverSpec | None:
 
 
 def want_runner(paths: Paths, req: CtlStart) -> None:
-    """The runner is wanted, with the flags it had (the watcher starts it again with them)."""
-    flags = req.run_flags()  # and as a command line for a watcher an older release started
-    runner = {"wanted": True, "flags": flags, "argv": flags.argv()}
+    """The runner is wanted, with the flags it had but its caps (the watcher starts it again with
+    those flags and the job's kept caps, which a live re-cap or a hand-run may have changed since)."""
+    flags = req.keep_caps()
+    # and as a command line for a watcher an older release started: it knows no kept caps and no
+    # --reset-caps, and reads its flags as the whole cap set
+    old = RunArgs.exactly(kept_caps(paths), flags.grace, flags.force)
+    argv = dataclasses.replace(old, reset_caps=False).argv()
+    runner = {"wanted": True, "flags": flags, "argv": argv}
     intent.change(paths, recover=recover_arg(req), runner=runner)
 
 

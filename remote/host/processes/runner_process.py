@@ -16,8 +16,8 @@ from pathlib import Path
 from ...common import procinfo
 from ...common.answers import CapRow, RestartAnswer, StopAnswer
 from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
-from ...common.protocol import CtlRestart, CtlStart, CtlStop
-from ...common.state import ControlRequest, RunnerRecord, lock_held
+from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
+from ...common.state import ControlRequest, RunnerRecord, keep_caps, kept_caps, lock_held
 from ...common.status import JobState, JobStatus
 from ...common.wire import HostFault
 from ..facts import gpu, kill
@@ -35,11 +35,27 @@ def send_control(paths: Paths, token: str | None, **request) -> int:
     return seq
 
 
-def caps_summary(st: JobStatus, caps: Caps) -> dict[str, CapRow]:
-    return {
-        n: CapRow(d.done, d.target, d.state, d.prompts, caps.target(n))
-        for n, d in st.datasets.items()
-    }
+def caps_summary(st: JobStatus, caps: Caps, was: Caps, names=()) -> dict[str, CapRow]:
+    """Per dataset (the runner's, then any other of the job's `names`): where it stands, its cap
+    now and before. A dataset the status does not know yet (a dry run) has its counts at 0."""
+    rows = {}
+    for n in list(st.datasets) + [n for n in names if n not in st.datasets]:
+        d = st.datasets.get(n)
+        cap, selected = caps.target(n), caps.selected(n)
+        row = CapRow(
+            cap=cap, was=was.target(n), selected=selected, was_selected=was.selected(n)
+        )
+        if d is not None:
+            row.done, row.target, row.state, row.prompts = d.done, d.target, d.state, d.prompts
+        rows[n] = row
+    return rows
+
+
+def job_datasets() -> list[str]:
+    try:
+        return JobSpec.load(release_dir() / JOB_FILE).dataset_names()
+    except (OSError, ValueError, KeyError):
+        return []
 
 
 # ------------------------------------------------------------------ stopping
@@ -120,8 +136,11 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
     env = dict(os.environ, **{JOB_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
     env.pop("DEPLOYTOOL_WATCH_TOKEN", None)  # started by the watcher: stopping it must not stop us
     rel = rel or release_dir()
+    was = kept_caps(paths)
+    caps = req.applied_to(was)
+    keep_caps(paths, caps)  # said is said: kept even if this start fails
     argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root)]
-    argv += req.run_flags().argv()
+    argv += RunArgs.exactly(caps, req.grace, req.force).argv()  # its command line says what it runs
     paths.ensure()
     with open(paths.log, "ab") as log:
         proc = procinfo.start_detached(argv, cwd=rel, env=env, log=log)
@@ -154,8 +173,10 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
         token=token,
         release=str(rel),
         state=st.state,
-        caps=caps_summary(st, req.caps()),
+        caps=caps_summary(st, caps, was),
         gpu=gpu_report,
+        kept=caps,
+        was=was,
     )
 
 
@@ -195,22 +216,32 @@ def recap(paths: Paths, rec: RunnerRecord, caps: Caps, timeout: float = 15.0) ->
 
 
 def restart(paths: Paths, req: CtlRestart) -> RestartAnswer:
-    caps = req.caps()
+    was = kept_caps(paths)
+    caps = req.applied_to(was)
     rec = managed_runner(paths)
     same_release = rec is not None and Path(rec.release or "").resolve() == release_dir()
     if req.dry_run:
         mode = "live" if same_release and not req.hard else ("restart" if rec else "start")
+        st = JobStatus.read(paths.status) or JobStatus()
         return RestartAnswer(
-            mode=mode, dry_run=True, running_pid=rec.pid if rec else None, asked=caps.to_dict()
+            mode=mode,
+            dry_run=True,
+            running_pid=rec.pid if rec else None,
+            caps=caps_summary(st, caps, was, job_datasets()),
+            kept=caps,
+            was=was,
         )
     if same_release and not req.hard:
         st = recap(paths, rec, caps)
+        keep_caps(paths, caps)
         return RestartAnswer(
             mode="live",
             pid=rec.pid,
             state=st.state,
-            caps=caps_summary(st, caps),
+            caps=caps_summary(st, caps, was),
             reloaded=st.reloaded,
+            kept=caps,
+            was=was,
         )
     stopped = stop(paths, CtlStop(req.grace, req.drain, req.drain_timeout))
     started = start(paths, req)

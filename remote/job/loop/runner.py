@@ -18,7 +18,7 @@ from pathlib import Path
 from ...common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
-from ...common.state import ControlRequest, ServerKeys
+from ...common.state import ControlRequest, ServerKeys, keep_caps
 from ...common.status import DatasetState, EngineStatus, JobState, JobStatus
 from ..engine import continuation
 from ..engine.kinds import make_engine
@@ -124,6 +124,7 @@ class Runner:
                 if unknown:
                     raise BadInput(f"unknown dataset {', '.join(unknown)}")
                 self.scheduler.apply_caps(caps)
+                keep_caps(self.paths, caps)
                 self.control.error = None
                 self.log(f"control {self.control.seq}: caps now " + self.scheduler.caps_line())
             except (BadInput, OSError, ValueError) as e:
@@ -375,6 +376,7 @@ def main(
     except (OSError, ValueError, KeyError) as e:
         print(f"error: cannot read job spec {job_path}: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    keep_caps(paths, caps)  # the job's caps are what its runner runs, by hand or managed
     runner = Runner(paths, job, caps, grace=grace, force=force, echo=echo)
     os.environ[JOB_TOKEN_ENV] = (
         runner.token

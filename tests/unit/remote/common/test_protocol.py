@@ -5,6 +5,7 @@ every request has exactly one handler, every answer reads back exactly, and what
 from __future__ import annotations
 
 import json
+import re
 import typing
 from dataclasses import fields
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from remote import cli
 from remote.common import protocol as P
 from remote.common.answers import CapRow, RestartAnswer, StopAnswer
-from remote.common.jobspec import ServerSpec
+from remote.common.jobspec import Caps, ServerSpec
 from remote.common.wire import (
     FAULTS,
     Fault,
@@ -35,7 +36,10 @@ SAMPLE = {  # a value other than the default, by the field's type
     dict: {"a": 1},
     Path: Path("/x/job.json"),
     tuple[tuple[str, int], ...]: (("B1", 3), ("B2", 0)),
+    tuple[tuple[str, int | str], ...]: (("B1", 3), ("B2", "all")),
     tuple[str, ...]: ("B1", "B2"),
+    int | str | None: 7,
+    tuple[str, ...] | str | None: ("B1", "B2"),
     ServerSpec: ServerSpec(model="/m/k2", port=8123, args=("--tp", "8"), env={"HF_TOKEN": "t"}),
 }
 
@@ -134,20 +138,57 @@ def test_local_flags_name_the_flag_that_is_wrong():
     with pytest.raises(ValueError, match="--max-tokens: expected a token count"):
         P.RunArgs.from_text(max_tokens="10Q")
     got = P.RunArgs.from_text(max_samples="7000", cap=["B2=5"], grace=12, datasets="B1,B2")
-    assert got.caps().to_dict() == {
+    assert got.applied_to(Caps()).to_dict() == {
         "max_samples": 7000,
         "caps": {"B2": 5},
         "max_tokens": None,
         "datasets": ["B1", "B2"],
     }
+    for bad, words in (
+        (dict(max_samples="0"), "--max-samples: expected a number >= 1 or `all`"),
+        (dict(max_samples="-3"), "--max-samples: expected a number >= 0"),
+        (dict(cap=["B2=0"]), "N must be >= 1"),
+        (dict(cap=["B2=-1"]), "N must be >= 1"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            P.RunArgs.from_text(**bad)
+
+
+KEPT = Caps(20, {"B1": 3, "B2": 9}, 10_000, ["B1", "B2", "B3"])
+
+
+@pytest.mark.parametrize(
+    "typed, after",
+    [
+        ({}, KEPT),  # a bare restart keeps everything
+        ({"cap": ["B3=5"]}, Caps(20, {"B1": 3, "B2": 9, "B3": 5}, 10_000, ["B1", "B2", "B3"])),
+        ({"max_samples": "7"}, Caps(7, {"B1": 3, "B2": 9}, 10_000, ["B1", "B2", "B3"])),
+        ({"max_tokens": "5k"}, Caps(20, {"B1": 3, "B2": 9}, 5_000, ["B1", "B2", "B3"])),
+        ({"datasets": "B2"}, Caps(20, {"B1": 3, "B2": 9}, 10_000, ["B2"])),
+        ({"max_samples": "all"}, Caps(None, {"B1": 3, "B2": 9}, 10_000, ["B1", "B2", "B3"])),
+        ({"cap": ["B1=all"]}, Caps(20, {"B2": 9}, 10_000, ["B1", "B2", "B3"])),
+        ({"max_tokens": "none"}, Caps(20, {"B1": 3, "B2": 9}, None, ["B1", "B2", "B3"])),
+        ({"datasets": "all"}, Caps(20, {"B1": 3, "B2": 9}, 10_000, None)),
+        ({"reset_caps": True}, Caps()),
+        ({"reset_caps": True, "cap": ["B2=4"]}, Caps(None, {"B2": 4})),
+    ],
+)
+def test_a_cap_flag_changes_only_what_it_names(typed, after):
+    change = P.RunArgs.from_text(**typed)
+    assert change.applied_to(KEPT) == after
+    assert change.changes_caps() == bool(typed)
+    # what a command starts the runner with says these caps whatever the job had
+    assert P.RunArgs.from_argv(P.RunArgs.exactly(after).argv()).applied_to(KEPT) == after
 
 
 def test_the_runners_flags_are_written_once_for_every_command_that_takes_them():
     run_flags = {f.name for f in fields(P.RunArgs)}
     for cls in (P.RunJob, P.CtlStart, P.CtlRestart):
         assert run_flags <= {f.name for f in fields(cls)}
-    req = P.CtlRestart(max_samples=5, hard=True, wait=9.0)
-    assert req.run_flags() == P.RunArgs(max_samples=5) and "--hard" not in req.run_flags().argv()
+    req = P.CtlRestart(max_samples=5, hard=True, wait=9.0, grace=3.0)
+    assert req.run_flags() == P.RunArgs(max_samples=5, grace=3.0)
+    assert "--hard" not in req.run_flags().argv()
+    assert req.keep_caps() == P.RunArgs(grace=3.0)  # what the watcher keeps: no cap change
 
 
 def test_a_process_command_started_by_hand_says_its_error_in_words(capsys):

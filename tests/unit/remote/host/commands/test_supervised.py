@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from remote.common.jobspec import Paths
+from remote.common.jobspec import Caps, Paths
 from remote.common.protocol import CtlStart, RunArgs
-from remote.common.state import RunnerWanted
+from remote.common.state import RunnerWanted, keep_caps, kept_caps
 from remote.host.commands import supervised
 from remote.host.facts import intent
 
@@ -16,16 +16,24 @@ from remote.host.facts import intent
 def test_the_runner_is_wanted_with_its_flags_and_the_recover_settings(tmp_path):
     paths = Paths(tmp_path)
     paths.ensure()
+    keep_caps(paths, Caps(7000, {"B2": 5}))  # what the start before it kept
     supervised.want_runner(
-        paths, CtlStart(max_samples=7000, cap=(("B2", 5),), recover={"backoff": 3})
+        paths,
+        CtlStart(max_samples=7000, cap=(("B2", 5),), grace=4.0, recover={"backoff": 3}),
     )
     data = intent.read(paths)
     assert data.runner.wanted and data.recover_spec.backoff == 3.0
     back = data.runner.run_flags()  # typed in the file: no command line to parse back
-    assert (back.max_samples, back.cap) == (7000, (("B2", 5),))
-    assert RunArgs.from_argv(data.runner.argv) == back  # what a watcher of an older release reads
+    # no cap change: the watcher's start runs the job's kept caps (a live re-cap may move them)
+    assert back == RunArgs(grace=4.0) and not back.changes_caps()
+    assert back.applied_to(kept_caps(paths)) == Caps(7000, {"B2": 5})
+    keep_caps(paths, Caps(20))  # a live re-cap later: the watcher's start follows it
+    assert intent.read(paths).runner.run_flags().applied_to(kept_caps(paths)) == Caps(20)
+    # a watcher of an older release reads the command line as the whole cap set
+    old = RunArgs.from_argv(data.runner.argv)
+    assert (old.max_samples, old.cap, old.grace, old.reset_caps) == (7000, (("B2", 5),), 4.0, False)
     raw = json.loads(paths.supervise.read_text())["runner"]["flags"]
-    assert raw["max_samples"] == 7000 and raw["cap"] == [["B2", 5]]
+    assert raw["grace"] == 4.0 and raw["cap"] == []
 
     supervised.want_runner(paths, CtlStart(max_samples=10))  # no --recover: the settings stay
     assert intent.read(paths).recover_spec.backoff == 3.0

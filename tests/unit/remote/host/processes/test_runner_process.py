@@ -24,8 +24,25 @@ def test_control_requests_are_numbered_in_turn(tmp_path):
 def test_the_caps_answer_says_each_dataset_and_its_new_cap():
     st = JobStatus(state="running")
     st.datasets = {"B1": DatasetStatus(state="running", done=3, target=10, prompts=40)}
-    row = caps_summary(st, Caps(max_samples=24))["B1"]
+    rows = caps_summary(st, Caps(max_samples=24, caps={"B2": 5}), Caps(max_samples=40), ["B2"])
+    row = rows["B1"]
     assert (row.done, row.target, row.state, row.prompts, row.cap) == (3, 10, "running", 40, 24)
+    assert row.changed and row.was == 40 and not row.raised
+    # a dataset the status does not know yet (a dry run before its first run): its caps, no counts
+    b2 = rows["B2"]
+    assert (b2.cap, b2.was, b2.prompts, b2.changed, b2.raised) == (5, 40, 0, True, False)
+
+
+def test_a_raise_is_a_dataset_that_gets_more_to_run():
+    from remote.common.answers import CapRow
+
+    assert CapRow(cap=None, was=20, prompts=400).raised  # `--max-samples all` after 20
+    assert CapRow(cap=30, was=20, prompts=400).raised
+    assert not CapRow(cap=30, was=20, prompts=10).raised  # the file had fewer than either
+    assert not CapRow(cap=10, was=20, prompts=400).raised
+    assert not CapRow(cap=20, was=None, prompts=400).raised  # lowered from every prompt
+    assert CapRow(cap=20, was=20, was_selected=False).raised  # selected again
+    assert not CapRow(cap=20, was=20, selected=False).raised
 
 
 def test_the_lock_is_free_until_a_runner_holds_it(tmp_path):

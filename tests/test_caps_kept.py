@@ -1,0 +1,149 @@
+"""What the user said stays said, typed as a user types it (the venv's `invoke` from the repository
+root, on the built-in `local` host): the job keeps its caps on the host; a restart's flag changes only
+what it names, a bare restart and the watcher's restart run the same caps, every restart prints the
+caps with what changed marked, and clearing is said by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import yaml
+
+from tests.conftest import record_ids, status, wait_for, write_prompts
+from tests.test_front_door import ok, typed
+
+DATASETS = ("B1", "B2", "B3")
+
+
+def _config(tmp_path, n_prompts: int, tokens_per_s: float, recover) -> tuple:
+    root = tmp_path / "host"
+    for ds in DATASETS:
+        write_prompts(tmp_path / "data" / "prompts" / f"{ds}.jsonl", n_prompts, ds)
+    data = {
+        "default_host": "box",
+        "hosts": {"box": {"connect": "local", "remote_dir": str(root)}},
+        "job": {
+            "datasets": {
+                ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in DATASETS
+            },
+            "engine": {"kind": "simulate", "concurrency": 4, "tokens_per_s": tokens_per_s},
+            "sampling": {"max_tokens": 256},
+        },
+        "recover": recover,
+    }
+    path = tmp_path / "hosts.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path, root
+
+
+def kept(root) -> dict:
+    return json.loads((root / "run" / "caps.json").read_text())
+
+
+def done(root) -> dict[str, int]:
+    return {ds: len(set(record_ids(root, ds))) for ds in DATASETS}
+
+
+def finish(config) -> None:
+    assert "finished" in ok("invoke tail", config).splitlines()[-1]
+
+
+@pytest.fixture
+def box(tmp_path):
+    config, root = _config(tmp_path, 16, 200_000, recover=False)
+    ok("invoke deploy", config)
+    yield config, root
+    typed("invoke stop --grace 0", config)
+
+
+def test_a_flag_changes_only_what_it_names_and_a_bare_restart_keeps_every_cap(box):
+    config, root = box
+    ok("invoke restart --max-samples 4", config)
+    finish(config)
+    assert done(root) == {"B1": 4, "B2": 4, "B3": 4}
+
+    out = ok("invoke restart --cap B2=6", config)
+    assert "B2's target goes up (4 → 6 prompts)" in out  # said before anything is done
+    assert out.index("goes up") < out.index("started runner")
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("B")}
+    assert "4 → 6" in rows["B2"] and "→" not in rows["B1"] and "→" not in rows["B3"]
+    finish(config)
+    assert done(root) == {"B1": 4, "B2": 6, "B3": 4}  # the others kept --max-samples 4
+
+    out = ok("invoke restart", config)  # after a deploy, after a fix: nothing said, nothing changed
+    assert "caps unchanged" in out and "goes up" not in out
+    finish(config)
+    assert done(root) == {"B1": 4, "B2": 6, "B3": 4}
+    assert kept(root)["max_samples"] == 4 and kept(root)["caps"] == {"B2": 6}
+
+    ok("invoke restart --max-samples 8", config)  # the default moves; B2's own cap stays
+    finish(config)
+    assert done(root) == {"B1": 8, "B2": 6, "B3": 8}
+
+    ok("invoke restart --cap B2=all --datasets B1,B2", config)  # B2 back to the default
+    finish(config)
+    assert done(root) == {"B1": 8, "B2": 8, "B3": 8}
+    assert kept(root) == {"max_samples": 8, "caps": {}, "max_tokens": None, "datasets": ["B1", "B2"]}
+
+    out = ok("invoke restart --dry-run --max-samples all --datasets all", config)
+    assert "dry run" in out and "{" not in out  # a table, not a Python dict
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("B")}
+    assert "8 → all" in rows["B1"] and "not run → all" in rows["B3"]
+    assert kept(root)["max_samples"] == 8  # a dry run changes nothing
+
+    ok("invoke restart --reset-caps --max-samples 10", config)
+    finish(config)
+    assert done(root) == {"B1": 10, "B2": 10, "B3": 10}
+    assert kept(root) == {"max_samples": 10, "caps": {}, "max_tokens": None, "datasets": None}
+
+
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        ("--max-samples 0", "--max-samples: expected a number >= 1 or `all`"),
+        ("--cap B2=-1", "N must be >= 1"),
+        ("--cap B2=0", "N must be >= 1"),
+        ("--cap B9=4", "unknown dataset B9"),
+    ],
+)
+def test_an_impossible_cap_is_bad_input_in_one_line(tmp_path, flag, words):
+    config, _ = _config(tmp_path, 4, 200_000, recover=False)
+    res = typed(f"invoke restart {flag}", config)
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], lines
+
+
+def test_the_help_names_how_to_clear(tmp_path):
+    out = ok("invoke restart --help", tmp_path / "unused.yaml")
+    for words in ("`all`: every prompt", "DS=all", "`none`: no budget", "--reset-caps"):
+        assert words in " ".join(out.split()), out
+
+
+def test_the_watchers_restart_of_a_killed_runner_keeps_every_cap(tmp_path):
+    # a job that outlasts the test by construction: 400 prompts a dataset at 100 tokens a second
+    config, root = _config(tmp_path, 400, 100, recover={"backoff": 1})
+    ok("invoke deploy", config)
+    try:
+        ok("invoke restart --max-samples 300 --cap B2=7 --max-tokens 90k", config)
+        ok("invoke restart --cap B3=11", config)  # live: the runner keeps running
+        first = status(root)
+        want = {"max_samples": 300, "caps": {"B2": 7, "B3": 11}, "max_tokens": 90_000, "datasets": None}
+        assert first["caps"] == want == kept(root)
+        os.kill(first["pid"], signal.SIGKILL)
+        wait_for(
+            lambda: status(root)["pid"] != first["pid"] and status(root)["state"] == "running",
+            timeout=60,
+            what="the watcher's new runner",
+        )
+        assert status(root)["caps"] == want  # the live re-cap too, not only the last start's flags
+        assert {ds: d["target"] for ds, d in status(root)["datasets"].items()} == {
+            "B1": 300,
+            "B2": 7,
+            "B3": 11,
+        }
+    finally:
+        typed("invoke stop --grace 0", config)
