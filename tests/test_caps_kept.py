@@ -12,7 +12,7 @@ import signal
 import pytest
 import yaml
 
-from tests.conftest import record_ids, status, wait_for, write_prompts
+from tests.conftest import record_ids, records, status, wait_for, write_prompts
 from tests.test_front_door import ok, typed
 
 DATASETS = ("B1", "B2", "B3")
@@ -30,7 +30,7 @@ def _config(tmp_path, n_prompts: int, tokens_per_s: float, recover) -> tuple:
                 ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in DATASETS
             },
             "engine": {"kind": "simulate", "concurrency": 4, "tokens_per_s": tokens_per_s},
-            "sampling": {"max_tokens": 256},
+            "sampling": {"max_tokens": 110},  # a share of the answers is cut: counted below
         },
         "recover": recover,
     }
@@ -78,6 +78,12 @@ def test_a_flag_changes_only_what_it_names_and_a_bare_restart_keeps_every_cap(bo
     finish(config)
     assert done(root) == {"B1": 4, "B2": 6, "B3": 4}
     assert kept(root)["max_samples"] == 4 and kept(root)["caps"] == {"B2": 6}
+    # a runner with nothing to do still counts every record of the job, not only its own
+    cut = {ds: sum(r["finish_reason"] == "length" for r in records(root, ds)) for ds in DATASETS}
+    assert sum(cut.values()) > 0
+    assert {ds: d["finish_length"] for ds, d in status(root)["datasets"].items()} == cut
+    every = sum(cut.values()) / 14
+    assert f"finish=length {every:.1%}" in ok("invoke tail --once", config)
 
     ok("invoke restart --max-samples 8", config)  # the default moves; B2's own cap stays
     finish(config)

@@ -199,6 +199,8 @@ def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
     assert "different sampling" in res.stderr and "--force" in res.stderr
     assert len(ids(root, "B1")) == 2 and status(root)["state"] == "failed"
     assert run(root, "--force").returncode == 0
+    assert len(ids(root, "B1")) == 2  # by hand too, the job keeps its caps
+    assert run(root, "--force", "--max-samples", "all").returncode == 0
     assert len(ids(root, "B1")) == 6
     meta = json.loads((outputs(root) / "B1.meta.json").read_text())
     assert (
@@ -450,11 +452,11 @@ def test_sidecar_index_is_used_trimmed_and_rebuilt(tmp_path):
 def test_settings_changed_before_any_record_are_simply_recorded(tmp_path, openai_server):
     srv = openai_server()
     root = make_root(tmp_path, {"B1": 4}, {"base_url": srv.url})
-    assert run(root, "--max-samples", "0").returncode == 0  # meta written, no record yet
+    assert run(root, "--max-tokens", "0").returncode == 0  # meta written, no record yet
     job = json.loads((root / "job.json").read_text())
     job["sampling"]["temperature"] = 0.3
     (root / "job.json").write_text(json.dumps(job))
-    assert run(root, "--max-samples", "2").returncode == 0
+    assert run(root, "--max-samples", "2", "--max-tokens", "none").returncode == 0
     assert (
         json.loads((outputs(root) / "B1.meta.json").read_text())["sampling"]["temperature"] == 0.3
     )

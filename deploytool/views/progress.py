@@ -44,10 +44,10 @@ def health(st: JobStatus, now: float) -> tuple[str, bool]:
         down = now - eng.down_since if eng.down_since else None
         parts.append(f"ENGINE UNREACHABLE for {fmt_duration(down)}: {eng.last_error or '?'}")
         bad = True
-    new = st.new_records
+    every = st.records  # every record of the job, not only this runner's
     parts.append(f"errors {st.errors}")
     bad |= bool(st.errors)
-    parts.append(f"finish=length {st.finish_length / new:.1%}" if new else "finish=length -")
+    parts.append(f"finish=length {st.finish_length / every:.1%}" if every else "finish=length -")
     if st.retries:
         parts.append(f"retries {st.retries}")
     if st.stalled:

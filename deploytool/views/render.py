@@ -258,7 +258,7 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
     now = time.time() if now is None else now
     r = s.runner
     alive = f" (pid {r.pid}, up {_eta(r.uptime_s)})" if r and r.alive else ""
-    out.print(f"[bold]{s.host}[/]: {s.state}{alive}  release {s.current_release or 'none'}")
+    out.print(f"[bold]{s.host}[/]: {s.state}{alive}  {release_words(s)}", markup=True)
     if s.message:
         out.print(f"  {escape(say(s.message, s.host))}")
     if s.datasets:
@@ -311,6 +311,24 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
         out.print(
             f"  [red]runner processes without a pid file: {s.strays} (restart or stop takes care of them)[/]"
         )
+
+
+def _release_id(path: str | None) -> str | None:
+    return path.rstrip("/").rsplit("/", 1)[-1] if path else None
+
+
+def release_words(s: JobStatus) -> str:
+    """The release that runs (or ran last), and the deployed one where it is another."""
+    deployed = _release_id(s.current_release)
+    runs = _release_id(s.runner.release if s.runner and s.runner.alive else None)
+    ran = runs or _release_id(s.release)
+    if ran is None or ran == deployed:
+        return f"release {deployed or 'none'}"
+    verb = "runs" if runs else "ran"
+    if deployed is None:
+        return f"{verb} release {ran}"
+    hint = escape(say(f"deployed {deployed}: `invoke restart` to run it", s.host))
+    return f"{verb} release {ran}; [yellow]{hint}[/]"
 
 
 def plan_result(r: PlanAnswer, out: Console | None = None) -> None:

@@ -56,7 +56,7 @@ def throughput_chart(points: list, starts: list) -> str:
         return "<p class='sub'>Not enough records yet to draw a rate over time.</p>"
     t0 = min([points[0][0], *starts])  # a start just before the first minute line is still shown
     t1 = max(points[-1][0], t0 + 1)
-    top = max(p[1] for p in points) or 1.0
+    top = max(p[1] or 0 for p in points) or 1.0
 
     def x(t):
         return PAD + (t - t0) / (t1 - t0) * (W - PAD - 8)
@@ -64,7 +64,14 @@ def throughput_chart(points: list, starts: list) -> str:
     def y(v):
         return H - PAD - v / top * (H - PAD - 28)
 
-    path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points)
+    runs, cur = [], []  # a line per stretch the job ran; an idle gap (null) breaks it
+    for t, v in points:
+        if v is None:
+            runs, cur = runs + [cur] if cur else runs, []
+        else:
+            cur.append(f"{x(t):.1f},{y(v):.1f}")
+    runs += [cur] if cur else []
+    lines = "".join(f'<polyline class="line" points="{" ".join(r)}"/>' for r in runs)
     marks = "".join(
         f'<line class="start" x1="{x(s):.1f}" y1="20" x2="{x(s):.1f}" y2="{H - PAD}"/>'
         for s in starts
@@ -72,9 +79,9 @@ def throughput_chart(points: list, starts: list) -> str:
     )
     span = f"{fmt_duration(t1 - t0)} from {time.strftime('%Y-%m-%d %H:%M', time.localtime(t0))}"
     return _svg(
-        _axes(span, top, "tok/s") + marks + f'<polyline class="line" points="{path}"/>',
-        "response tokens per second over the job's life (from when each record was written); "
-        "dashed: runner (re)starts",
+        _axes(span, top, "tok/s") + marks + lines,
+        "response tokens per second over the job's life (from when each record was written; a gap: "
+        "no record for two minutes or more); dashed: runner (re)starts",
     )
 
 
@@ -168,7 +175,11 @@ def page(data: ReportAnswer) -> str:
     hist = data.history
     made = time.strftime("%Y-%m-%d %H:%M:%S")
     if st.terminal or st.state == JobState.STARTING:  # "now" is a rate of a job that runs
-        rate = f"{fmt_tokens(hist.mean_tps)} tok/s on average" if hist.mean_tps else "no rate yet"
+        rate = (
+            f"{fmt_tokens(hist.mean_tps)} tok/s on average while it ran"
+            if hist.mean_tps
+            else "no rate yet"
+        )
     else:
         rate = f"{fmt_tokens(st.tokens_per_s)} tok/s now"
     restarts = restarts_table(data.restarts)

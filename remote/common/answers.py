@@ -328,10 +328,11 @@ class ReportDataset:
 
 @dataclass
 class ReportHistory:
-    points: list[list[float]] = field(default_factory=list)  # [bin middle, tokens/s] from records
+    # [bin middle, tokens/s] from records; tokens/s null inside an idle gap (drawn as a gap)
+    points: list[list[float | None]] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)  # runner starts
     bin_s: float = 0.0  # seconds each point sums
-    mean_tps: float | None = None  # response tokens / seconds from first record to last
+    mean_tps: float | None = None  # response tokens / seconds the job was making records
 
 
 @dataclass

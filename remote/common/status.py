@@ -69,9 +69,9 @@ class DatasetStatus(Codec):
     errors: int = 0  # lines in <DS>.errors.jsonl
     failed_this_run: int = 0
     in_flight: int = 0
-    new_records: int = 0
-    finish_length: int = 0
-    empty: int = 0
+    new_records: int = 0  # written by this runner
+    finish_length: int = 0  # of every record: cut at max_tokens
+    empty: int = 0  # of this runner's records: no answer text
     tokens_per_s: float = 0.0
     samples_per_s: float = 0.0
     budget: int | None = None
@@ -280,3 +280,7 @@ class JobStatus(Record):
     @property
     def finish_length(self) -> int:
         return sum(d.finish_length for d in self.datasets.values())
+
+    @property
+    def records(self) -> int:
+        return sum(d.records for d in self.datasets.values())

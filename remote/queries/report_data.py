@@ -68,10 +68,21 @@ def scan_outputs(
     return lengths, finish
 
 
+IDLE_GAP_S = 120  # no record for this long: the job was not running (stopped, nothing to do)
+
+
+def active_seconds(made: collections.Counter) -> float:
+    """The seconds the job was making records: the span, less every gap of IDLE_GAP_S or more
+    between two records (a job stopped overnight, a restart with nothing to do)."""
+    times = sorted(made)
+    return 1.0 + sum(b - a for a, b in zip(times, times[1:]) if b - a < IDLE_GAP_S)
+
+
 def throughput(made: collections.Counter) -> tuple[list[list[float]], float, float | None]:
     """Response tokens per second over the job's life, measured from the records themselves (when
     each was written, and its tokens): (points [bin middle, tok/s], bin seconds, the mean tok/s
-    over the whole span). A job of a few seconds still has a line."""
+    over the time it ran). A bin inside an idle gap is a null point: the chart leaves a gap there
+    instead of a line down to zero. A job of a few seconds still has a line."""
     if not made:
         return [], 0.0, None
     t0, t1 = min(made), max(made) + 1
@@ -79,8 +90,14 @@ def throughput(made: collections.Counter) -> tuple[list[list[float]], float, flo
     bins = [0] * (int((t1 - t0) // width) + 1)
     for t, n in made.items():
         bins[int((t - t0) // width)] += n
-    points = [[t0 + (i + 0.5) * width, n / width] for i, n in enumerate(bins)]
-    return points, width, sum(made.values()) / (t1 - t0)
+    times = sorted(made)
+    idle = [(a, b) for a, b in zip(times, times[1:]) if b - a >= IDLE_GAP_S]
+    points = []
+    for i, n in enumerate(bins):
+        lo, hi = t0 + i * width, t0 + (i + 1) * width
+        inside_gap = not n and any(a < lo and hi <= b for a, b in idle)
+        points.append([t0 + (i + 0.5) * width, None if inside_gap else n / width])
+    return points, width, sum(made.values()) / active_seconds(made)
 
 
 def histogram(values: list[int], top: int) -> Histogram:

@@ -39,8 +39,8 @@ class DatasetRun:
     done_in_target: int = 0
     next_pos: int = 0
     new_records: int = 0
-    finish_length: int = 0
-    empty: int = 0
+    finish_length: int = 0  # records of the dataset cut at max_tokens, every run's
+    empty: int = 0  # this run's records with no answer text
     tokens: RateWindow = field(default_factory=RateWindow)  # response tokens written, per second
     budget: int | None = None
     # in flight across a reload: id -> new index
@@ -182,6 +182,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
         count_lines(paths.errors(spec.name)),
         AppendFile(out_path, indexed=True),
         AppendFile(paths.errors(spec.name)),
+        finish_length=existing.count_finish("length"),
     )
     if spec.turns == "all":
         run.partials = Partials(paths.partial(spec.name), existing.ids)

@@ -16,7 +16,7 @@ from ...common.codec import write_atomic
 # Records are written with these keys first, so resume can read ids and token counts without
 # parsing multi-kilobyte conversations (1M records resume in seconds). Other lines fall back to json.
 _HEAD_RE = re.compile(
-    rb'\n\{"id": "((?:[^"\\\n]|\\.)*)", "dataset": "[^"\n]*", "index": -?\d+, "finish_reason": [^,\n]*, '
+    rb'\n\{"id": "((?:[^"\\\n]|\\.)*)", "dataset": "[^"\n]*", "index": -?\d+, "finish_reason": "?([^,"\n]*)"?, '
     rb'"usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)\}'
 )  # starts with a literal, so the regex engine jumps from line start to line start
 _CHUNK = 32 << 20
@@ -26,8 +26,22 @@ _CHUNK = 32 << 20
 class Existing:
     ids: set[str] = field(default_factory=set)
     tokens: dict[str, int] = field(default_factory=dict)  # id -> completion tokens
+    finish: dict[str, str] = field(default_factory=dict)  # id -> finish_reason ("null": none)
     lines: int = 0
     duplicates: int = 0
+
+    @classmethod
+    def of(cls, ids: list[str], toks: list[int], finishes: list[str]) -> Existing:
+        """From the records in file order: the first record of an id counts, as resume keeps it."""
+        ex = cls(lines=len(ids))
+        for rid, t, f in zip(reversed(ids), reversed(toks), reversed(finishes)):
+            ex.tokens[rid], ex.finish[rid] = t, f
+        ex.ids = set(ex.tokens)
+        ex.duplicates = len(ids) - len(ex.ids)
+        return ex
+
+    def count_finish(self, reason: str) -> int:
+        return sum(1 for f in self.finish.values() if f == reason)
 
 
 def repair_tail(path: Path, log=None) -> int:
@@ -80,38 +94,43 @@ def repair_tail(path: Path, log=None) -> int:
     return cut
 
 
-def _parse_line(line: bytes) -> tuple[str, int] | None:
+def _parse_line(line: bytes) -> tuple[str, int, str] | None:
     try:
         obj = json.loads(line)
-        return str(obj["id"]), int((obj.get("usage") or {}).get("completion_tokens") or 0)
-    except (ValueError, KeyError, TypeError):
+        tokens = int((obj.get("usage") or {}).get("completion_tokens") or 0)
+        return str(obj["id"]), tokens, str(obj.get("finish_reason") or "null")
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _ids_tokens(found: list[tuple[bytes, bytes]]) -> tuple[list[str], list[int]]:
-    """(raw JSON-string body, raw int) pairs -> str ids and int tokens, in C as far as possible."""
+def _ids_tokens(found: list[tuple[bytes, bytes, bytes]]) -> tuple[list[str], list[int], list[str]]:
+    """(raw JSON-string body, raw finish, raw int) triples -> str ids, int tokens and finish
+    reasons, in C as far as possible."""
     if not found:
-        return [], []
-    raw_ids, raw_toks = zip(*found)
+        return [], [], []
+    raw_ids, raw_finish, raw_toks = zip(*found)
+    finishes = b"\x00".join(raw_finish).decode("utf-8", "replace").split("\x00")
     joined = b"\x00".join(raw_ids)
     if b"\\" in joined:
         ids = [json.loads(b'"' + i + b'"') for i in raw_ids]
     else:
         ids = joined.decode().split("\x00")
-    return ids, list(map(int, raw_toks))
+    return ids, list(map(int, raw_toks)), finishes
 
 
 def scan_range(
     path: Path, start: int = 0, with_ends: bool = False
-) -> tuple[list[str], list[int], list[int]]:
-    """ids, completion tokens (and each record's end offset) of the records from byte `start` on."""
+) -> tuple[list[str], list[int], list[int], list[str]]:
+    """ids, completion tokens, each record's end offset (with_ends) and finish reasons of the
+    records from byte `start` on."""
     ids: list[str] = []
     toks: list[int] = []
     ends: list[int] = []
+    finishes: list[str] = []
     try:
         f = open(path, "rb")
     except FileNotFoundError:
-        return ids, toks, ends
+        return ids, toks, ends, finishes
     with f:
         f.seek(start)
         pos = start  # file offset of buf[0]
@@ -130,35 +149,34 @@ def scan_range(
                 else:
                     found = _HEAD_RE.findall(b2)
                 if len(found) == n_lines:
-                    i, t = _ids_tokens(found)
+                    i, t, fin = _ids_tokens(found)
                     if with_ends:
                         starts = [m.start() for m in ms]  # line k starts at buf[starts[k]]
                         ends += [pos + e for e in starts[1:]] + [pos + len(buf)]
                 else:  # lines written by someone else: parse them one by one
-                    i, t, off = [], [], pos
+                    i, t, fin, off = [], [], [], pos
                     for line in buf.splitlines(keepends=True):
                         off += len(line)
                         got = _parse_line(line)
                         if got:
                             i.append(got[0])
                             t.append(got[1])
+                            fin.append(got[2])
                             ends.append(off)
                 ids += i
                 toks += t
+                finishes += fin
                 pos += len(buf)
             if not data:
                 break
-    return ids, toks, ends
+    return ids, toks, ends, finishes
 
 
 def scan(path: Path) -> Existing:
-    """ids and completion tokens of every record in an output file (after repair_tail)."""
-    ids, toks, _ = scan_range(path)
-    ex = Existing(lines=len(ids))
-    ex.tokens.update(zip(ids, toks))
-    ex.ids = set(ex.tokens)
-    ex.duplicates = len(ids) - len(ex.ids)
-    return ex
+    """ids, completion tokens and finish reasons of every record in an output file (after
+    repair_tail)."""
+    ids, toks, _, finishes = scan_range(path)
+    return Existing.of(ids, toks, finishes)
 
 
 # ------------------------------------------------------------------ the sidecar index
@@ -170,25 +188,29 @@ def index_path(path: Path) -> Path:
     return path.with_name(path.name + ".idx")
 
 
-def index_line(rid: str, tokens: int, end: int) -> bytes:
+def index_line(rid: str, tokens: int, end: int, finish: str) -> bytes:
     quoted = json.dumps(rid, ensure_ascii=False) if _NEEDS_ESCAPE.search(rid) else f'"{rid}"'
-    return f"{quoted}\t{tokens}\t{end}\n".encode()
+    return f"{quoted}\t{tokens}\t{end}\t{_FINISH_SAFE.sub('_', finish)}\n".encode()
 
 
-def _read_index(idx: Path) -> tuple[list[str], list[int], list[int], bool]:
+_FINISH_SAFE = re.compile(r"[\t\n\x00]")
+_FIELDS = 4  # id, tokens, end offset, finish reason (an index of 3, an older release's: rebuilt)
+
+
+def _read_index(idx: Path) -> tuple[list[str], list[int], list[int], list[str], bool]:
     """Entries of an index file, and whether the file is exactly those entries (no torn tail)."""
     try:
         data = idx.read_bytes()
     except FileNotFoundError:
-        return [], [], [], True
+        return [], [], [], [], True
     whole = data[: data.rfind(b"\n") + 1]
     n = whole.count(b"\n")
-    # JSON strings hold no raw tab or newline, so splitting on both gives id, tokens, end triples
+    # JSON strings hold no raw tab or newline, so splitting on both gives the fields of each line
     parts = whole.replace(b"\t", b"\n").split(b"\n")[:-1]
     try:
-        if len(parts) != 3 * n:
-            raise ValueError("not three fields a line")
-        raw_ids = parts[0::3]
+        if len(parts) != _FIELDS * n:
+            raise ValueError("not four fields a line")
+        raw_ids = parts[0::_FIELDS]
         joined = b"\x00".join(raw_ids)
         if b"\\" in joined:
             ids = [json.loads(i) for i in raw_ids]
@@ -200,11 +222,12 @@ def _read_index(idx: Path) -> tuple[list[str], list[int], list[int], bool]:
             ids = joined[1:-1].decode().split('"\x00"')
         else:
             ids = []
-        toks = list(map(int, parts[1::3]))
-        ends = list(map(int, parts[2::3]))
+        toks = list(map(int, parts[1::_FIELDS]))
+        ends = list(map(int, parts[2::_FIELDS]))
+        finishes = b"\x00".join(parts[3::_FIELDS]).decode().split("\x00") if n else []
     except (ValueError, UnicodeDecodeError):
-        return [], [], [], False  # not ours: rebuild
-    return ids, toks, ends, len(whole) == len(data)
+        return [], [], [], [], False  # not ours, or an older release's: rebuild
+    return ids, toks, ends, finishes, len(whole) == len(data)
 
 
 def _record_at(path: Path, start: int, end: int) -> str | None:
@@ -223,10 +246,10 @@ def load_existing(path: Path, log=None, update_index: bool = True) -> Existing:
     last indexed one are scanned. An index that does not match the file is rebuilt."""
     idx = index_path(path)
     size = path.stat().st_size if path.exists() else 0
-    ids, toks, ends, clean = _read_index(idx)
+    ids, toks, ends, finishes, clean = _read_index(idx)
     keep = bisect.bisect_right(ends, size)  # entries past a repaired (cut) tail go
     rewrite = not clean or keep < len(ends)
-    ids, toks, ends = ids[:keep], toks[:keep], ends[:keep]
+    ids, toks, ends, finishes = ids[:keep], toks[:keep], ends[:keep], finishes[:keep]
     if ends:
         prev = ends[-2] if len(ends) > 1 else 0
         if (
@@ -235,20 +258,15 @@ def load_existing(path: Path, log=None, update_index: bool = True) -> Existing:
         ):
             if log:
                 log(f"{path.name}: its index does not match it: rebuilding the index")
-            ids, toks, ends, rewrite = [], [], [], True
-    t_ids, t_toks, t_ends = scan_range(path, ends[-1] if ends else 0, with_ends=True)
+            ids, toks, ends, finishes, rewrite = [], [], [], [], True
+    t_ids, t_toks, t_ends, t_fin = scan_range(path, ends[-1] if ends else 0, with_ends=True)
     if update_index and (rewrite or t_ids):
         if rewrite:
-            write_atomic(idx, b"".join(index_line(i, t, e) for i, t, e in zip(ids, toks, ends)))
+            entries = zip(ids, toks, ends, finishes)
+            write_atomic(idx, b"".join(index_line(*e) for e in entries))
         with open(idx, "ab") as f:
-            f.write(b"".join(index_line(i, t, e) for i, t, e in zip(t_ids, t_toks, t_ends)))
-    ids += t_ids
-    toks += t_toks
-    ex = Existing(lines=len(ids))
-    ex.tokens.update(zip(ids, toks))
-    ex.ids = set(ex.tokens)
-    ex.duplicates = len(ids) - len(ex.ids)
-    return ex
+            f.write(b"".join(index_line(*e) for e in zip(t_ids, t_toks, t_ends, t_fin)))
+    return Existing.of(ids + t_ids, toks + t_toks, finishes + t_fin)
 
 
 def count_lines(path: Path) -> int:
@@ -292,7 +310,9 @@ class AppendFile:
         self.dirty = False
         self.last_sync = time.monotonic()
 
-    def append(self, data: bytes, rid: str | None = None, tokens: int = 0) -> None:
+    def append(
+        self, data: bytes, rid: str | None = None, tokens: int = 0, finish: str = "null"
+    ) -> None:
         """Write one whole line, or nothing: on a full disk the part written is cut back at once and
         DiskFull is raised (the caller keeps the record and tries again later)."""
         start = os.lseek(self.fd, 0, os.SEEK_END)
@@ -311,7 +331,7 @@ class AppendFile:
         if self.index is not None and rid is not None:
             # after the record: a crash leaves the index behind the file, never ahead of it
             try:
-                self.index.append(index_line(rid, tokens, start + len(data)))
+                self.index.append(index_line(rid, tokens, start + len(data), finish))
             except DiskFull:
                 self.index = None  # lagging from here on: the next start completes it from the file
         if time.monotonic() - self.last_sync >= 1.0:

@@ -68,7 +68,7 @@ class RecordWriter:
         empty = not (rec["conversations"][-1]["content"] or "").strip()
 
         def write() -> None:
-            run.out.append(line, p.id, tokens)
+            run.out.append(line, p.id, tokens, str(rec["finish_reason"] or "null"))
             run.record_done(p, tokens)
             if run.partials is not None:
                 run.partials.forget(p.id)

@@ -48,3 +48,36 @@ def test_the_loading_line_quotes_vllm_without_its_prefix_and_cut_at_a_word():
         log_gist("(APIServer pid=1) INFO 12-02 00:45:21 [api_server.py:1] Starting") == "Starting"
     )
     assert log_gist("a plain line [with brackets]") == "a plain line [with brackets]"
+
+
+def test_status_names_the_release_that_runs_and_the_deployed_one_when_it_differs():
+    from remote.common.status import JobStatus, RunnerInfo
+
+    st = JobStatus(state="running", host="gpu1", release="/h/releases/4ccbed604b97")
+    st.current_release = "releases/e3e4372be5de"
+    st.runner = RunnerInfo(alive=True, pid=4225, release="/h/releases/4ccbed604b97")
+    text = printed(render.status_screen, st)
+    first = text.splitlines()[0]
+    assert "runs release 4ccbed604b97" in first
+    assert "deployed e3e4372be5de: `invoke restart" in first
+    st.runner = RunnerInfo(alive=False)  # the last runner's, after it ended
+    assert "ran release 4ccbed604b97" in printed(render.status_screen, st)
+    st.release = "/h/releases/e3e4372be5de"
+    first = printed(render.status_screen, st).splitlines()[0]
+    assert "release e3e4372be5de" in first and "deployed" not in first
+
+
+def test_the_caps_table_marks_what_a_restart_changed():
+    from remote.common.jobspec import Caps
+
+    rows = {
+        "B1": CapRow(4, 4, "complete", prompts=16, cap=4, was=4),
+        "B2": CapRow(4, 6, "running", prompts=16, cap=6, was=4),
+        "B3": CapRow(4, 0, "complete", prompts=16, cap=4, was=4, selected=False),
+    }
+    text = printed(lambda out: render.caps_table(rows, out, Caps(4, {"B2": 6}, 10_000), Caps(4)))
+    lines = {line.split()[0]: line for line in text.splitlines() if line.strip()}
+    assert "→" not in lines["B1"] and "4 → 6" in lines["B2"] and "4 → not run" in lines["B3"]
+    assert "max-tokens none → 10.0k" in text
+    same = {"B1": CapRow(4, 4, "complete", prompts=16, cap=4, was=4)}
+    assert "caps unchanged" in printed(lambda out: render.caps_table(same, out, Caps(4), Caps(4)))

@@ -42,3 +42,13 @@ def test_a_long_job_is_drawn_in_sixty_points_that_add_up():
     points, width, mean = throughput(made)
     assert 60 <= len(points) <= 61 and width == (max(made) + 1) / 60
     assert abs(sum(p[1] for p in points) * width - sum(made.values())) < 1e-6
+
+
+def test_the_average_is_over_the_time_the_job_ran_and_idle_time_is_a_gap():
+    # 60 s at 1,000 tok/s, nothing for 19 minutes (stopped), then 60 s more at 1,000 tok/s
+    made = collections.Counter({t: 1_000 for t in [*range(0, 60), *range(1_200, 1_260)]})
+    points, width, mean = throughput(made)
+    assert abs(mean - 1_000 * 120 / 119) < 1  # not 120k tokens over 21 minutes (95 tok/s)
+    gaps = [p for p in points if p[1] is None]
+    assert gaps and all(60 < p[0] < 1_200 for p in gaps)  # only inside the idle stretch
+    assert abs(sum(p[1] for p in points if p[1] is not None) * width - sum(made.values())) < 1e-6

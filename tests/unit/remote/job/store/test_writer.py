@@ -26,10 +26,11 @@ def test_an_answer_is_one_record_and_its_prompt_done():
     w, _, _ = writer()
     run = dataset("B1", 3)
     pid = answer(w, run, 0, tokens=7)
-    ((line, key, tokens),) = run.out.lines
+    ((line, key, tokens, finish),) = run.out.lines
     rec = json.loads(line)
     assert (rec["id"], rec["dataset"], rec["usage"]["completion_tokens"]) == (pid, "B1", 7)
-    assert (key, tokens) == (pid, 7) and run.ledger.state(pid) == PromptState.DONE
+    assert (key, tokens, finish) == (pid, 7, rec["finish_reason"])  # the index keeps the finish
+    assert run.ledger.state(pid) == PromptState.DONE
     assert run.done_in_target == 1 and run.tokens_total == 7
 
 
@@ -45,7 +46,7 @@ def test_a_full_disk_holds_answers_in_order_and_writes_them_once_there_is_space(
     assert len(w.unwritten) == 4
     run.out.full = run.err.full = False
     w.flush()
-    assert [k for _, k, _ in run.out.lines] == held and len(run.err.lines) == 1
+    assert [k for _, k, *_ in run.out.lines] == held and len(run.err.lines) == 1
     assert not w.disk_full and w.unwritten == [] and run.errors == 1
     assert all(run.ledger.state(p) == PromptState.DONE for p in held)
     assert any("disk has space again" in line for line in log)
@@ -60,4 +61,4 @@ def test_a_later_line_waits_behind_an_earlier_held_one():
     second = answer(w, run, 1)
     assert run.out.lines == [] and len(w.unwritten) == 2
     w.flush()
-    assert [k for _, k, _ in run.out.lines] == [first, second]
+    assert [k for _, k, *_ in run.out.lines] == [first, second]
