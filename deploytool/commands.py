@@ -151,7 +151,17 @@ def restart(
             ahead = control.restart(conn, run_flags, hard=hard, dry_run=True)
             ahead.host = conn.name
             render.raised_targets(ahead)
-        if with_server and not dry_run and server_mod.manages_engine(config, conn.name):
+        manages = not dry_run and server_mod.manages_engine(config, conn.name)
+        if manages and not with_server and not run_flags.force:
+            if not server_mod.server_state(conn).up:
+                from .errors import RemoteError
+
+                raise RemoteError(
+                    "the job's vLLM server is down and --no-server keeps it down: the runner would "
+                    "wait at 0 tokens; nothing was started. `invoke server.start` first (or "
+                    "`invoke restart` without --no-server), or add --force to start the runner anyway"
+                )
+        if with_server and manages:
             if not server_mod.server_state(conn).up:
                 render.note(f"{conn.name}: the engine's server is down: starting it first")
                 render_server.server_started(

@@ -77,7 +77,8 @@ RUN_HELP = {"host": HOST_HELP, **helps(CtlRestart, *RUN_FLAGS, "hard", "drain", 
     iterable=["cap"],
     help={
         **RUN_HELP,
-        "no_server": "do not start the vLLM server when it is down",
+        "no_server": "do not start the vLLM server when it is down (refused while it is down, "
+        "unless --force)",
     },
 )
 @_cli
@@ -152,12 +153,19 @@ def tail(c, host="", once=False, log=False):
         "host": HOST_HELP,
         "tokens_per_dataset": "response-token target per dataset (10M, 500k)",
         "tokens_per_s": "throughput for the ETA when none is measured",
-        "apply": "restart (live where possible) with exactly these caps",
+        "apply": "restart (live where possible) with these per-dataset caps (the job's other caps "
+        "stay)",
     },
 )
 @_cli
-def plan(c, tokens_per_dataset, host="", tokens_per_s="", apply=False):
+def plan(c, tokens_per_dataset="", host="", tokens_per_s="", apply=False):
     """Per-dataset caps and ETA from measured (else estimated) mean response length."""
+    if not tokens_per_dataset:  # a flag like every other task's: `plan --help` is help
+        raise Exit(
+            "error: plan needs a target: `invoke plan --tokens-per-dataset 10M` "
+            "(`invoke plan --help` lists its flags)",
+            2,
+        )
     return commands.plan(
         host or None,
         tokens_per_dataset=tokens_per_dataset,

@@ -368,9 +368,20 @@ def parse_config(data: Any, path: Path) -> Config:
     )
 
 
+def project_config(cwd: Path | None = None) -> Path | None:
+    """The hosts.yaml of the project this folder is in: here, else the nearest folder above (as
+    invoke finds tasks.py by walking up, so `invoke status` works from any subdirectory)."""
+    here = (cwd or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "hosts.yaml").is_file():
+            return d / "hosts.yaml"
+    return None
+
+
 def find_config(explicit: str | None = None) -> Path:
-    """--config, else $DEPLOYTOOL_CONFIG, else ./hosts.yaml."""
-    return Path(explicit or os.environ.get(CONFIG_ENV) or "hosts.yaml")
+    """--config, else $DEPLOYTOOL_CONFIG, else the project's hosts.yaml (see project_config)."""
+    given = explicit or os.environ.get(CONFIG_ENV)
+    return Path(given) if given else (project_config() or Path("hosts.yaml"))
 
 
 def load_config(path: str | os.PathLike | None = None) -> Config:
@@ -378,8 +389,11 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     try:
         text = p.read_text()
     except FileNotFoundError:
+        if path or os.environ.get(CONFIG_ENV):
+            raise ConfigError(f"{p}: config file not found") from None
         raise ConfigError(
-            f"{p}: config file not found (pass --config or set {CONFIG_ENV})"
+            f"no hosts.yaml in {Path.cwd()} or any folder above it: run the command from the "
+            f"project's folder, or set {CONFIG_ENV}=/path/to/hosts.yaml"
         ) from None
     except OSError as e:
         raise ConfigError(f"{p}: cannot read config: {e.strerror}") from None

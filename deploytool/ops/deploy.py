@@ -21,7 +21,7 @@ from remote.common.wire import from_wire
 
 from ..config import Config
 from ..connectors import Connector
-from ..errors import RemoteError
+from ..errors import RemoteError, UsageError
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "remote"
 _RELEASE_SRC = (PACKAGE_DIR / "host" / "release.py").read_text()
@@ -138,12 +138,27 @@ def deploy_host(
     t0 = time.monotonic()
     rel = release or build_release(config, host=conn.name)
     prompts = local_prompts(config)
+    job = config.job_for(conn.name)
     proc = conn.start(_helper_argv(conn, "session"))
-    proc.write((json.dumps({"prompts": sorted(prompts)}) + "\n").encode())
+    asked = sorted({ds.prompts for ds in job.datasets})  # the host says which of them it has
+    proc.write((json.dumps({"prompts": asked}) + "\n").encode())
     line = proc.readline()
     if not line.strip():
         raise _helper_error(conn, "deploy", proc.finish())
     plan = _read(ReleasePlan, line)
+    missing = [
+        ds for ds in job.datasets if ds.prompts not in prompts and plan.prompts.get(ds.prompts) is None
+    ]
+    if missing:  # the runner would refuse at its start: say it now, before anything is sent
+        proc.close_stdin()
+        proc.finish()
+        ds = missing[0]
+        raise UsageError(
+            f"job.datasets.{ds.name}.prompts: {ds.prompts} is neither beside hosts.yaml "
+            f"({config.base_dir / ds.prompts}) nor on {conn.name} (in {conn.remote_dir}): fix the "
+            "path in hosts.yaml, or put the file there; nothing was deployed"
+            + (f" ({len(missing) - 1} more dataset(s) likewise)" if len(missing) > 1 else "")
+        )
     remote_files = plan.manifest
     result = DeployResult(host=conn.name, release=rel.id, previous=plan.current, dry_run=dry_run)
     result.added = sorted(p for p in rel.manifest if p not in remote_files)

@@ -210,8 +210,10 @@ def watch(
                     for w in watches:
                         w.poll_status(now)
                 code = exit_code([w.status for w in watches])
-                if once:
-                    return code or 0  # a job that has ended answers as the live view does
+                if once:  # answers as the live view does: a host with no job to show is a failure
+                    if any(w.status is None for w in watches):
+                        return 1
+                    return code or 0
                 if code is not None:
                     view.finish(watches, clock())
                     return code
@@ -219,9 +221,11 @@ def watch(
                     return 0
                 sleep(interval)
     except KeyboardInterrupt:
-        out.print(
-            "detached; the job keeps running (`invoke tail` to watch again, `invoke stop` to stop it)"
-        )
+        from ..views.typed import say
+
+        hint = "detached; the job keeps running (`invoke tail` to watch again, `invoke stop` to stop it)"
+        names = ",".join(h.name for h in hosts)
+        out.print(say(hint, names), markup=False)
         return 0
     finally:
         for w in watches:

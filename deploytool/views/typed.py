@@ -50,9 +50,12 @@ _current = Typed()
 
 def use(config_path: Path, default_host: str) -> None:
     """Called once the command has read its hosts.yaml."""
+    from ..config import project_config
+
     global _current
-    here = (Path.cwd() / "hosts.yaml").resolve()
-    other = None if Path(config_path).resolve() == here else str(config_path)
+    found = project_config()  # what the same command typed here, with nothing set, reads
+    same = found is not None and Path(config_path).resolve() == found.resolve()
+    other = None if same else str(config_path)
     _current = Typed(other, default_host, _binary())
 
 

@@ -1,0 +1,102 @@
+"""Every command answers what it does, typed as a user types it (the venv's `invoke`): from a
+subdirectory of the project, with a mistyped prompt path, on a host where no job ever ran, with
+`--no-server` while the server is down, and `plan` asked for help or for nothing."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import yaml
+
+from tests.conftest import REPO, free_port, piped_env, write_prompts
+from tests.test_front_door import INVOKE, typed
+
+
+def _project(tmp_path, **job_over) -> tuple:
+    """A project of the user's own: tasks.py (as the repository's), hosts.yaml, prompts."""
+    proj = tmp_path / "proj"
+    write_prompts(proj / "data" / "prompts" / "B1.jsonl", 4, "B1")
+    shutil.copy(REPO / "tasks.py", proj / "tasks.py")
+    job = {
+        "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 100}},
+        "engine": {"kind": "simulate", "concurrency": 2, "tokens_per_s": 100_000},
+        **job_over,
+    }
+    data = {
+        "default_host": "box",
+        "hosts": {"box": {"connect": "local", "remote_dir": str(tmp_path / "host")}},
+        "job": job,
+        "recover": False,
+    }
+    (proj / "hosts.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return proj, tmp_path / "host"
+
+
+def run_in(cwd, line: str) -> subprocess.CompletedProcess:
+    """`line` typed in `cwd`, nothing set: invoke finds tasks.py, deploytool its hosts.yaml."""
+    args = line.split()
+    assert args[0] == "invoke"
+    return subprocess.run(
+        [INVOKE, *args[1:]], cwd=cwd, env=piped_env(), capture_output=True, text=True, timeout=120
+    )
+
+
+def one_line_error(res, code: int) -> str:
+    assert res.returncode == code, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in res.stderr
+    return lines[0]
+
+
+def test_the_commands_work_from_any_subdirectory_of_the_project(tmp_path):
+    proj, root = _project(tmp_path)
+    sub = proj / "data" / "prompts"
+    assert run_in(sub, "invoke deploy").returncode == 0
+    res = run_in(sub, "invoke restart --max-samples 2")
+    assert res.returncode == 0, res.stderr
+    assert run_in(sub, "invoke tail").returncode == 0
+    assert (root / "data" / "outputs" / "B1.jsonl").read_text().count("\n") == 2
+    # outside any project: the fix works with the command typed (invoke has its own --config)
+    (proj / "hosts.yaml").rename(proj / "elsewhere.yaml")
+    line = one_line_error(run_in(sub, "invoke status"), 2)
+    assert "no hosts.yaml in" in line and "DEPLOYTOOL_CONFIG=" in line and "--config" not in line
+
+
+def test_deploy_checks_every_prompt_file_before_anything_is_sent(tmp_path):
+    proj, root = _project(tmp_path)
+    data = yaml.safe_load((proj / "hosts.yaml").read_text())
+    data["job"]["datasets"]["B2"] = {"prompts": "data/prompts/B2.jsnol", "est_tokens": 100}
+    (proj / "hosts.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    line = one_line_error(run_in(proj, "invoke deploy"), 2)
+    assert "job.datasets.B2.prompts: data/prompts/B2.jsnol" in line and "nothing was deployed" in line
+    assert not (root / "current").exists()
+
+
+def test_tail_once_answers_as_tail_on_a_host_where_no_job_ran(tmp_path):
+    proj, _ = _project(tmp_path)
+    assert run_in(proj, "invoke deploy").returncode == 0
+    assert run_in(proj, "invoke tail --once").returncode == 1
+    assert run_in(proj, "invoke tail").returncode == 1
+
+
+def test_no_server_while_the_server_is_down_is_refused_with_what_to_type(tmp_path):
+    port = free_port()
+    proj, root = _project(
+        tmp_path,
+        engine={"kind": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": "m"},
+    )
+    data = yaml.safe_load((proj / "hosts.yaml").read_text())
+    data["server"] = {"command": "vllm", "model": "m", "port": port}
+    (proj / "hosts.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    assert run_in(proj, "invoke deploy").returncode == 0
+    line = one_line_error(run_in(proj, "invoke restart --no-server"), 1)
+    assert "server is down" in line and "`invoke server.start`" in line and "--force" in line
+    assert not (root / "run" / "runner.pid").exists()  # nothing was started
+
+
+def test_plan_asked_for_help_or_for_nothing_answers_like_every_task(tmp_path):
+    res = typed("invoke plan --help", tmp_path / "unused.yaml")
+    assert res.returncode == 0 and "--tokens-per-dataset" in res.stdout
+    line = one_line_error(typed("invoke plan", tmp_path / "unused.yaml"), 2)
+    assert "`invoke plan --tokens-per-dataset 10M`" in line
