@@ -92,7 +92,12 @@ def test_a_flag_changes_only_what_it_names_and_a_bare_restart_keeps_every_cap(bo
     ok("invoke restart --cap B2=all --datasets B1,B2", config)  # B2 back to the default
     finish(config)
     assert done(root) == {"B1": 8, "B2": 8, "B3": 8}
-    assert kept(root) == {"max_samples": 8, "caps": {}, "max_tokens": None, "datasets": ["B1", "B2"]}
+    assert kept(root) == {
+        "max_samples": 8,
+        "caps": {},
+        "max_tokens": None,
+        "datasets": ["B1", "B2"],
+    }
 
     out = ok("invoke restart --dry-run --max-samples all --datasets all", config)
     assert "dry run" in out and "{" not in out  # a table, not a Python dict
@@ -137,7 +142,12 @@ def test_the_watchers_restart_of_a_killed_runner_keeps_every_cap(tmp_path):
         ok("invoke restart --max-samples 300 --cap B2=7 --max-tokens 90k", config)
         ok("invoke restart --cap B3=11", config)  # live: the runner keeps running
         first = status(root)
-        want = {"max_samples": 300, "caps": {"B2": 7, "B3": 11}, "max_tokens": 90_000, "datasets": None}
+        want = {
+            "max_samples": 300,
+            "caps": {"B2": 7, "B3": 11},
+            "max_tokens": 90_000,
+            "datasets": None,
+        }
         assert first["caps"] == want == kept(root)
         os.kill(first["pid"], signal.SIGKILL)
         wait_for(

@@ -69,7 +69,9 @@ def test_deploy_checks_every_prompt_file_before_anything_is_sent(tmp_path):
     data["job"]["datasets"]["B2"] = {"prompts": "data/prompts/B2.jsnol", "est_tokens": 100}
     (proj / "hosts.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     line = one_line_error(run_in(proj, "invoke deploy"), 2)
-    assert "job.datasets.B2.prompts: data/prompts/B2.jsnol" in line and "nothing was deployed" in line
+    assert (
+        "job.datasets.B2.prompts: data/prompts/B2.jsnol" in line and "nothing was deployed" in line
+    )
     assert not (root / "current").exists()
 
 

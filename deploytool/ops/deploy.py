@@ -147,7 +147,9 @@ def deploy_host(
         raise _helper_error(conn, "deploy", proc.finish())
     plan = _read(ReleasePlan, line)
     missing = [
-        ds for ds in job.datasets if ds.prompts not in prompts and plan.prompts.get(ds.prompts) is None
+        ds
+        for ds in job.datasets
+        if ds.prompts not in prompts and plan.prompts.get(ds.prompts) is None
     ]
     if missing:  # the runner would refuse at its start: say it now, before anything is sent
         proc.close_stdin()

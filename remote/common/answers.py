@@ -70,8 +70,10 @@ class CapRow:
             return False
         if not self.was_selected:
             return True
-        return self.was is not None and (self.cap is None or self.cap > self.was) and (
-            self.prompts == 0 or self.was < self.prompts
+        return (
+            self.was is not None
+            and (self.cap is None or self.cap > self.was)
+            and (self.prompts == 0 or self.was < self.prompts)
         )
 
     @property

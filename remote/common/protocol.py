@@ -84,7 +84,9 @@ def _samples(text) -> int | str:
         return CLEAR
     n = _nonneg_int(text)
     if n == 0:
-        raise ValueError(f"expected a number >= 1 or `{CLEAR}`, got 0 (to leave datasets out: --datasets)")
+        raise ValueError(
+            f"expected a number >= 1 or `{CLEAR}`, got 0 (to leave datasets out: --datasets)"
+        )
     return n
 
 

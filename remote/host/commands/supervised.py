@@ -9,8 +9,8 @@ import sys
 from ...common.answers import WatcherInfo
 from ...common.jobspec import Paths
 from ...common.protocol import CtlStart, RunArgs
-from ...common.state import kept_caps
 from ...common.recover import RecoverSpec
+from ...common.state import kept_caps
 from ..facts import intent
 from ..watcher import watch
 

@@ -42,9 +42,7 @@ def caps_summary(st: JobStatus, caps: Caps, was: Caps, names=()) -> dict[str, Ca
     for n in list(st.datasets) + [n for n in names if n not in st.datasets]:
         d = st.datasets.get(n)
         cap, selected = caps.target(n), caps.selected(n)
-        row = CapRow(
-            cap=cap, was=was.target(n), selected=selected, was_selected=was.selected(n)
-        )
+        row = CapRow(cap=cap, was=was.target(n), selected=selected, was_selected=was.selected(n))
         if d is not None:
             row.done, row.target, row.state, row.prompts = d.done, d.target, d.state, d.prompts
         rows[n] = row

@@ -101,7 +101,9 @@ def test_the_finish_reason_of_every_record_is_known_from_the_index_and_the_file(
     assert ex.count_finish("length") == 3 and ex.count_finish("stop") == 1
     assert ex.finish["B1-000002"] == "null"
     # an older release's index (three fields a line) is rebuilt from the file, finishes included
-    old = b"".join(line.rsplit(b"\t", 1)[0] + b"\n" for line in index_path(path).read_bytes().splitlines())
+    old = b"".join(
+        line.rsplit(b"\t", 1)[0] + b"\n" for line in index_path(path).read_bytes().splitlines()
+    )
     index_path(path).write_bytes(old)
     assert load_existing(path).count_finish("length") == 3
     assert index_path(path).read_text().splitlines()[1].endswith("\tlength")
