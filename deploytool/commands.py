@@ -233,7 +233,18 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
     config = _config()
     if grace < 0:
         raise DeployToolError(f"--grace must be >= 0, got {grace}", ExitCode.BAD_INPUT)
-    _run(config, host_spec, lambda conn: control.stop(conn, grace, drain), render.stop_result)
+
+    def one(conn):
+        def told(st, waited):
+            render.stopping(conn.name, st, waited, grace, drain)
+
+        return control.stop_told(conn, grace, drain, told=told)
+
+    try:
+        _run(config, host_spec, one, render.stop_result)
+    except KeyboardInterrupt:
+        render.stop_detached(host_spec or config.default_host)
+        return ExitCode.REMOTE_FAILED
     return ExitCode.OK
 
 

@@ -102,3 +102,48 @@ def test_plan_asked_for_help_or_for_nothing_answers_like_every_task(tmp_path):
     assert res.returncode == 0 and "--tokens-per-dataset" in res.stdout
     line = one_line_error(typed("invoke plan", tmp_path / "unused.yaml"), 2)
     assert "`invoke plan --tokens-per-dataset 10M`" in line
+
+
+def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopping(tmp_path):
+    import os
+    import signal
+
+    from remote.common import procinfo
+    from tests.conftest import status, wait_for
+
+    # answers that cannot finish inside the grace: 10 tokens a second over the whole window
+    proj, root = _project(
+        tmp_path, engine={"kind": "simulate", "concurrency": 2, "tokens_per_s": 10}
+    )
+    assert run_in(proj, "invoke deploy").returncode == 0
+    assert run_in(proj, "invoke restart").returncode == 0
+    pid = status(root)["pid"]
+    res = run_in(proj, "invoke stop --grace 2")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert (
+        lines[0].startswith(f"box: stopping runner pid {pid}: SIGTERM;")
+        and "2s to finish" in lines[0]
+    )
+    assert any(line.strip().startswith("box: waiting") for line in lines[1:-1]), lines
+    assert "stopped" in lines[-1]
+
+    assert run_in(proj, "invoke restart").returncode == 0
+    pid = status(root)["pid"]
+    proc = subprocess.Popen(
+        [INVOKE, "stop", "--grace", "4"],
+        cwd=proj,
+        env=piped_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    first = proc.stdout.readline()
+    assert first.startswith(f"box: stopping runner pid {pid}"), first
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group gets it
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 1
+    assert "detached: the host goes on stopping the job" in rest and "Traceback" not in rest, rest
+    wait_for(lambda: not procinfo.alive(pid), timeout=60, what="the runner stopped all the same")
+    assert status(root)["state"] == "stopped"

@@ -290,6 +290,9 @@ def test_cli_unknown_host_exits_2(tmp_path):
 
 def test_host_flag_is_H_and_h_stays_help(tmp_path):
     p = write(tmp_path, GOOD)
+    for ds in GOOD["job"]["datasets"].values():
+        (tmp_path / ds["prompts"]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / ds["prompts"]).write_text('{"prompt": "hi"}\n')
     res = run_cli("--config", p, "deploy", "-h", cwd=tmp_path)
     assert res.returncode == 0 and "--host=STRING" in res.stdout and "-H STRING" in res.stdout
     res = run_cli("--config", p, "deploy", "-H", "local", "--dry-run", cwd=tmp_path)

@@ -5,6 +5,7 @@ here, decided and done on the host."""
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING
 
 from remote.common.flags import Request
@@ -15,7 +16,7 @@ from remote.common.wire import Fault, ProtocolError, from_wire, read_envelope
 
 from ..config import Config
 from ..connectors import Connector
-from ..errors import RemoteError, UsageError
+from ..errors import DeployToolError, RemoteError, UsageError
 
 if TYPE_CHECKING:  # types only: answers load with the commands that build them
     from remote.common.answers import PreflightProblem, RestartAnswer, StopAnswer
@@ -112,6 +113,46 @@ def restart(
 
 def stop(conn: Connector, grace: float = GRACE_S, drain: bool = False) -> StopAnswer:
     return call(conn, CtlStop(grace=grace, drain=drain))
+
+
+def stop_told(
+    conn: Connector,
+    grace: float = GRACE_S,
+    drain: bool = False,
+    *,
+    told=lambda status, waited: None,
+    every: float = 1.0,
+) -> StopAnswer:
+    """`stop`, saying what it does while the host waits: `told(status, seconds waited)` once before
+    (status None where it could not be read) and then every `every` seconds until the answer."""
+    import threading
+
+    def look():
+        try:
+            return job_status(conn)
+        except DeployToolError:
+            return None
+
+    got: dict = {}
+
+    def work():
+        try:
+            got["answer"] = stop(conn, grace, drain)
+        except BaseException as e:  # handed to the caller's thread
+            got["error"] = e
+
+    told(look(), 0.0)
+    worker = threading.Thread(target=work, name=f"stop {conn.name}", daemon=True)
+    t0 = time.monotonic()
+    worker.start()
+    while True:
+        worker.join(every)
+        if not worker.is_alive():
+            break
+        told(look(), time.monotonic() - t0)
+    if "error" in got:
+        raise got["error"]
+    return got["answer"]
 
 
 def job_status(conn: Connector) -> JobStatus:

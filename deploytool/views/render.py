@@ -242,6 +242,43 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
     caps_table(r.caps, out, r.kept, r.was)
 
 
+def stopping(
+    host: str,
+    st: JobStatus | None,
+    waited: float,
+    grace: float,
+    drain: bool,
+    out: Console | None = None,
+) -> None:
+    """While `stop` waits on the host: what it stops, then a line a second."""
+    out = out or console
+    alive = st is not None and st.runner is not None and st.runner.alive
+    flight = st.in_flight if st is not None else 0
+    if waited == 0:
+        if not alive:
+            return  # the answer says there was nothing to stop
+        how = "draining first, then SIGTERM" if drain else "SIGTERM"
+        out.print(
+            f"[bold]{host}[/]: stopping runner pid {st.runner.pid}: {how}; {flight} requests in "
+            f"flight get {grace:g}s to finish, then SIGKILL",
+            markup=True,
+        )
+        return
+    if drain:
+        left = "draining"
+    else:
+        left = f"{max(0.0, grace - waited):.0f}s of grace left" if waited < grace else "SIGKILL next"
+    state = f"{flight} in flight" if alive else "runner gone, finishing up"
+    out.print(f"  {host}: waiting {waited:.0f}s: {state}, {left}", markup=False)
+
+
+def stop_detached(hosts: str, out: Console | None = None) -> None:
+    (out or console).print(
+        say("detached: the host goes on stopping the job (`invoke status` shows when it has)", hosts),
+        markup=False,
+    )
+
+
 def stop_result(r: StopAnswer, out: Console | None = None) -> None:
     out = out or console
     if not r.was_running:

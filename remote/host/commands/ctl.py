@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, StopAnswer
@@ -66,6 +67,10 @@ def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
 
 
 def stop_command(paths: Paths, req: CtlStop) -> StopAnswer:
+    # a stop begun is seen through: Ctrl-C on the user's side (its process group, locally) or a
+    # dropped SSH session must not leave the runner half stopped
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     return supervised.stop_wanted(paths, "runner", lambda: stop(paths, req))
 
 
