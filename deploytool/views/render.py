@@ -267,14 +267,18 @@ def stopping(
     if drain:
         left = "draining"
     else:
-        left = f"{max(0.0, grace - waited):.0f}s of grace left" if waited < grace else "SIGKILL next"
+        left = (
+            f"{max(0.0, grace - waited):.0f}s of grace left" if waited < grace else "SIGKILL next"
+        )
     state = f"{flight} in flight" if alive else "runner gone, finishing up"
     out.print(f"  {host}: waiting {waited:.0f}s: {state}, {left}", markup=False)
 
 
 def stop_detached(hosts: str, out: Console | None = None) -> None:
     (out or console).print(
-        say("detached: the host goes on stopping the job (`invoke status` shows when it has)", hosts),
+        say(
+            "detached: the host goes on stopping the job (`invoke status` shows when it has)", hosts
+        ),
         markup=False,
     )
 
