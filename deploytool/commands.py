@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from remote.common.protocol import GRACE_S
 
-from .config import load_config
+from .config import load_config, project_config
 from .errors import DeployToolError, ExitCode, MultiHostError
 
 
@@ -17,7 +17,7 @@ def _config():
     from .views import typed
 
     config = load_config()
-    typed.use(config.path, config.default_host)
+    typed.use(config.path, config.default_host, project_config())
     return config
 
 
@@ -262,13 +262,13 @@ def status(host_spec: str | None, *, as_json: bool = False) -> int:
 
 def tail(host_spec: str | None, *, once: bool = False, log: bool = False) -> int:
     from .ops import follow
-    from .views import render
+    from .views import render, typed
     from .views import tail as tail_view
 
     config = _config()
     hosts = config.select_hosts(host_spec)
     view = tail_view.choose(render.console, once=once, log=log, live=render.console.is_terminal)
-    return follow.watch(config, hosts, view, once=once, log=log, out=render.console)
+    return follow.watch(config, hosts, view, once=once, log=log, out=render.console, say=typed.say)
 
 
 def plan(

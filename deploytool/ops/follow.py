@@ -184,6 +184,7 @@ def watch(
     clock=time.time,
     sleep=time.sleep,
     max_seconds: float | None = None,
+    say=lambda text, hosts: text,
 ) -> int:
     """The tail loop: poll every host, let `view` draw (views/tail.py), stop when every job has
     ended. `out` is a rich Console. Returns the exit code (0 every job finished, 1 one failed or
@@ -221,8 +222,6 @@ def watch(
                     return 0
                 sleep(interval)
     except KeyboardInterrupt:
-        from ..views.typed import say
-
         hint = "detached; the job keeps running (`invoke tail` to watch again, `invoke stop` to stop it)"
         names = ",".join(h.name for h in hosts)
         out.print(say(hint, names), markup=False)

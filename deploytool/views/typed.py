@@ -48,13 +48,11 @@ def _binary() -> str:
 _current = Typed()
 
 
-def use(config_path: Path, default_host: str) -> None:
-    """Called once the command has read its hosts.yaml."""
-    from ..config import project_config
-
+def use(config_path: Path, default_host: str, found: Path | None = None) -> None:
+    """Called once the command has read its hosts.yaml; `found`: the one the same command typed
+    here with nothing set would read (the project's)."""
     global _current
-    found = project_config()  # what the same command typed here, with nothing set, reads
-    same = found is not None and Path(config_path).resolve() == found.resolve()
+    same = found is not None and Path(config_path).resolve() == Path(found).resolve()
     other = None if same else str(config_path)
     _current = Typed(other, default_host, _binary())
 

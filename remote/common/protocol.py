@@ -18,9 +18,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
-from .flags import Request, _nonneg_float, _nonneg_int, opt
+from .flags import Request, _nonneg_float, opt
 from .jobspec import CLEAR, Caps, ServerSpec
-from .units import parse_cap, parse_dataset_list, parse_tokens
+from .units import cap_change as _cap
+from .units import parse_dataset_list, parse_tokens
+from .units import samples as _samples
+from .units import selection as _selection
+from .units import token_budget as _budget
 from .wire import HostFault
 
 GRACE_S = 30.0  # seconds in-flight requests get after SIGTERM before SIGKILL
@@ -77,45 +81,6 @@ def _drain(what: str):
 
 def _drain_timeout():
     return opt(DRAIN_TIMEOUT_S, "seconds a drain may take before SIGTERM", parse=_nonneg_float)
-
-
-def _samples(text) -> int | str:
-    if str(text).strip().lower() == CLEAR:
-        return CLEAR
-    n = _nonneg_int(text)
-    if n == 0:
-        raise ValueError(
-            f"expected a number >= 1 or `{CLEAR}`, got 0 (to leave datasets out: --datasets)"
-        )
-    return n
-
-
-def _budget(text) -> int | str:
-    if str(text).strip().lower() in ("none", CLEAR):
-        return CLEAR
-    return parse_tokens(text)
-
-
-def _cap(text) -> tuple[str, int | str]:
-    name, sep, value = str(text).partition("=")
-    if sep and value.strip().lower() == CLEAR:
-        return parse_cap(f"{name}=1")[0], CLEAR
-    name, n = parse_cap(text.replace("=-", "=") if sep else text)  # the sign: said below
-    if value.strip().startswith("-") or n == 0:
-        raise ValueError(
-            f"--cap {text!r}: N must be >= 1 (to leave {name} out: --datasets; "
-            f"to give it back the default: {name}=all)"
-        )
-    return name, n
-
-
-def _selection(text) -> tuple[str, ...] | str:
-    if str(text).strip().lower() == CLEAR:
-        return CLEAR
-    names = parse_dataset_list(text)
-    if not names:
-        raise ValueError("expected dataset names, comma-separated (B2,B3), or `all`")
-    return tuple(names)
 
 
 _CAP_FLAGS = ("max_samples", "cap", "max_tokens", "datasets", "reset_caps")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from .caps import CLEAR
+
 DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TOKENS_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGbB]?)\s*$")
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000, "b": 1_000_000_000}
@@ -54,3 +56,52 @@ def parse_dataset_list(text: str | None) -> list[str] | None:
     for n in names:
         check_dataset_name(n)
     return names
+
+
+def _whole(text) -> int:
+    try:
+        n = int(str(text))
+    except ValueError:
+        raise ValueError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise ValueError(f"expected a number >= 0, got {n}")
+    return n
+
+
+def samples(text) -> int | str:
+    if str(text).strip().lower() == CLEAR:
+        return CLEAR
+    n = _whole(text)
+    if n == 0:
+        raise ValueError(
+            f"expected a number >= 1 or `{CLEAR}`, got 0 (to leave datasets out: --datasets)"
+        )
+    return n
+
+
+def token_budget(text) -> int | str:
+    if str(text).strip().lower() in ("none", CLEAR):
+        return CLEAR
+    return parse_tokens(text)
+
+
+def cap_change(text) -> tuple[str, int | str]:
+    name, sep, value = str(text).partition("=")
+    if sep and value.strip().lower() == CLEAR:
+        return parse_cap(f"{name}=1")[0], CLEAR
+    name, n = parse_cap(text.replace("=-", "=") if sep else text)  # the sign: said below
+    if value.strip().startswith("-") or n == 0:
+        raise ValueError(
+            f"--cap {text!r}: N must be >= 1 (to leave {name} out: --datasets; "
+            f"to give it back the default: {name}=all)"
+        )
+    return name, n
+
+
+def selection(text) -> tuple[str, ...] | str:
+    if str(text).strip().lower() == CLEAR:
+        return CLEAR
+    names = parse_dataset_list(text)
+    if not names:
+        raise ValueError("expected dataset names, comma-separated (B2,B3), or `all`")
+    return tuple(names)
