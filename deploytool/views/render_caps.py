@@ -69,6 +69,6 @@ def caps_table(
 def raised_targets(r: RestartAnswer, out: Console) -> None:
     """Before a restart that runs more than the job had: say which datasets grow."""
     for name, d in r.caps.items():
-    if d.raised:
-        more = f"{_cap(d.was, d.was_selected)} → {_cap(d.cap)}"
-        out.print(f"[yellow]{r.host}: {name}'s target goes up ({more} prompts)[/]")
+        if d.raised:
+            more = f"{_cap(d.was, d.was_selected)} → {_cap(d.cap)}"
+            out.print(f"[yellow]{r.host}: {name}'s target goes up ({more} prompts)[/]")
