@@ -36,7 +36,7 @@ def caps_table(
     a dry run, whose done/target are the last run's (the new targets come at the start)."""
     if not caps:
         return
-        t = Table("dataset", "cap", "done", "target", "state", box=None, pad_edge=False)
+    t = Table("dataset", "cap", "done", "target", "state", box=None, pad_edge=False)
     short = {}  # cap -> datasets whose file has fewer prompts than it
     for name, d in caps.items():
         cap = _cap(d.cap, d.selected)
