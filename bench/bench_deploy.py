@@ -80,12 +80,12 @@ def main():
 
         def one_file():
             counter[0] += 1
-            (tree / "common" / "units.py").write_text(
-                (REPO / "remote" / "common" / "units.py").read_text() + f"\n# rev {counter[0]}\n"
+            (tree / "common" / "caps.py").write_text(
+                (REPO / "remote" / "common" / "caps.py").read_text() + f"\n# rev {counter[0]}\n"
             )
             with connect(cfg.hosts["gpu"], cfg) as c:
                 r = deploy_host(c, cfg, release=build_release(cfg, tree))
-                assert r.modified == ["remote/common/units.py"], r.modified
+                assert r.modified == ["remote/common/caps.py"], r.modified
                 trips["one"] = c.round_trips
                 trips["one_bytes"] = r.bytes_sent
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from common import REPO  # noqa: E402
 
-from remote.common.jobspec import Caps, JobSpec, Paths
+from remote.common.caps import Caps
+from remote.common.jobspec import JobSpec, Paths
 from remote.job.loop.runner import Runner
 from remote.job.store.outputs import encode_record
 from tests.conftest import runner_cmd

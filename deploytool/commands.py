@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from remote.common.protocol import GRACE_S
 
-from .config import load_config, project_config
-from .errors import DeployToolError, ExitCode, MultiHostError
+from .config import load_config
+from .config.locate import project_config
+from .errors import DeployToolError, ExitCode, MultiHostError, RemoteError
 
 
 def _config():
@@ -139,7 +140,7 @@ def restart(
 ) -> int:
     from .ops import control
     from .ops import server as server_mod
-    from .views import render, render_server
+    from .views import render, render_restart, render_server
 
     config = _config()
     # bad flags: exit 2 before any host is touched
@@ -150,19 +151,16 @@ def restart(
             # a change that runs more than the job had is said before anything is done
             ahead = control.restart(conn, run_flags, hard=hard, dry_run=True)
             ahead.host = conn.name
-            render.raised_targets(ahead)
+            render_restart.raised_targets(ahead)
         manages = not dry_run and server_mod.manages_engine(config, conn.name)
-        if manages and not with_server and not run_flags.force:
-            if not server_mod.server_state(conn).up:
-                from .errors import RemoteError
-
+        if manages and not server_mod.server_state(conn).up:
+            if not with_server and not run_flags.force:
                 raise RemoteError(
                     "the job's vLLM server is down and --no-server keeps it down: the runner would "
                     "wait at 0 tokens; nothing was started. `invoke server.start` first (or "
                     "`invoke restart` without --no-server), or add --force to start the runner anyway"
                 )
-        if with_server and manages:
-            if not server_mod.server_state(conn).up:
+            if with_server:
                 render.note(f"{conn.name}: the engine's server is down: starting it first")
                 render_server.server_started(
                     server_mod.start(
@@ -183,7 +181,7 @@ def restart(
             keys=config.server_keys(conn.name),
         )
 
-    _run(config, host_spec, one, render.restart_result)
+    _run(config, host_spec, one, render_restart.restart_result)
     return ExitCode.OK
 
 
@@ -228,7 +226,7 @@ def server_status(host_spec: str | None) -> int:
 
 def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) -> int:
     from .ops import control
-    from .views import render
+    from .views import render_restart
 
     config = _config()
     if grace < 0:
@@ -236,14 +234,14 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
 
     def one(conn):
         def told(st, waited):
-            render.stopping(conn.name, st, waited, grace, drain)
+            render_restart.stopping(conn.name, st, waited, grace, drain)
 
         return control.stop_told(conn, grace, drain, told=told)
 
     try:
-        _run(config, host_spec, one, render.stop_result)
+        _run(config, host_spec, one, render_restart.stop_result)
     except KeyboardInterrupt:
-        render.stop_detached(host_spec or config.default_host)
+        render_restart.stop_detached(host_spec or config.default_host)
         return ExitCode.REMOTE_FAILED
     return ExitCode.OK
 
@@ -279,7 +277,7 @@ def plan(
     apply: bool = False,
 ) -> int:
     from .ops import control, planning
-    from .views import render
+    from .views import render, render_restart
 
     config = _config()
     target, rate = planning.parse_plan_args(tokens_per_dataset, tokens_per_s)
@@ -300,7 +298,7 @@ def plan(
                     recover=config.recover_for(conn.name),
                     keys=config.server_keys(conn.name),
                 ),
-                render.restart_result,
+                render_restart.restart_result,
             )
     return ExitCode.OK
 
@@ -351,18 +349,7 @@ def export(
     if per_turn and whole:
         raise DeployToolError("--per-turn and --whole: choose one", ExitCode.BAD_INPUT)
     export_mod.effective_drop(fmt, per_turn, drop, keep)  # bad reasons: before anything is pulled
-    hosts = config.select_hosts(host_spec)
-    wanted = {}
-    for h in hosts:
-        names = config.job_for(h.name).dataset_names()
-        asked = [d.strip() for d in datasets.split(",") if d.strip()] or names
-        unknown = [d for d in asked if d not in names]
-        if unknown:
-            raise DeployToolError(
-                f"--datasets: {h.name} has no dataset {', '.join(unknown)}; it has {', '.join(names)}",
-                ExitCode.BAD_INPUT,
-            )
-        wanted[h.name] = asked
+    wanted = export_mod.wanted_datasets(config, config.select_hosts(host_spec), datasets)
     if not no_pull:
         pull(",".join(wanted), to=pulled)  # the new bytes first
     sources = export_mod.find_sources(Path(pulled), wanted)

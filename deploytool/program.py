@@ -18,7 +18,7 @@ class DeployToolProgram(Program):
         args.append(
             Argument(
                 names=("config", "c"),
-                help=f"hosts.yaml to read (default: ${CONFIG_ENV} or ./hosts.yaml)",
+                help=f"hosts.yaml to read (default: ${CONFIG_ENV}, else the nearest hosts.yaml here or above)",
             )
         )
         return args

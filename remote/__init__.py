@@ -8,11 +8,12 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
         protocol  every host command as a typed request (its flags, each default once) and the parser
                   made from them; flags: what a request is made of; answers: each command's typed
                   answer; wire: the envelope, typed faults, the strict codec
-        jobspec   the typed job spec (defaults stated once), caps, the host's paths, token names
+        jobspec   the typed job spec (defaults stated once), the host's paths, token names
+        caps      the job's caps (run/caps.json) and the parsers of their flags and token counts
         status    status.json, typed (nested parts too)
         state     the other files under run/, typed (pid files, control.json, supervise.json), and
                   the one atomic write and tolerant codec every replaced file goes through
-        units, metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull_protocol,
+        metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull_protocol,
         notify (job.notify's command), recover (recover: and the watcher's rules: budget, wedge clock)
     job/      the runner's process: one job through the engine, in rooms stacked from the bottom
       store/    the files on disk: prompts, outputs (records, their headers), conversation (whole

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import record_ids, records, status, wait_for, write_prompts
-from tests.test_front_door import ok, typed
+from tests.helpers.as_typed import ok, typed
 
 DATASETS = ("B1", "B2", "B3")
 

@@ -10,7 +10,7 @@ import subprocess
 import yaml
 
 from tests.conftest import REPO, free_port, piped_env, write_prompts
-from tests.test_front_door import INVOKE, typed
+from tests.helpers.as_typed import INVOKE, typed
 
 
 def _project(tmp_path, **job_over) -> tuple:

@@ -70,16 +70,16 @@ def test_first_deploy_then_noop_then_one_file(env):
     assert not r2.changed and r2.bytes_sent == 0
     assert r2.round_trips == 1  # one look at the host's manifest, nothing else
 
-    with open(env["pkg"] / "common" / "units.py", "a") as f:
+    with open(env["pkg"] / "common" / "caps.py", "a") as f:
         f.write("\n# changed\n")
     r3 = deploy(env)
     assert (
-        r3.modified == ["remote/common/units.py"]
+        r3.modified == ["remote/common/caps.py"]
         and not r3.added
         and not r3.removed
         and not r3.prompts
     )
-    assert r3.bytes_sent == (env["pkg"] / "common" / "units.py").stat().st_size
+    assert r3.bytes_sent == (env["pkg"] / "common" / "caps.py").stat().st_size
     assert r3.round_trips == 1  # the same session asks and sends
     new = current(env)
     assert new.name == r3.release != r1.release
@@ -88,8 +88,8 @@ def test_first_deploy_then_noop_then_one_file(env):
         os.stat(new / "remote" / "job" / "loop" / "runner.py").st_ino
         == os.stat(cur / "remote" / "job" / "loop" / "runner.py").st_ino
     )
-    assert (cur / "remote" / "common" / "units.py").read_text() != (
-        new / "remote" / "common" / "units.py"
+    assert (cur / "remote" / "common" / "caps.py").read_text() != (
+        new / "remote" / "common" / "caps.py"
     ).read_text()
 
 
@@ -136,7 +136,7 @@ def test_running_process_keeps_its_old_release(env):
     old = current(env)
     # a "job" running from the old release: it imports its code at start and reads a file later
     script = (
-        "import sys,time; sys.path.insert(0, '.'); import remote.common.units as u; f=open('remote/common/units.py');"
+        "import sys,time; sys.path.insert(0, '.'); import remote.common.caps as u; f=open('remote/common/caps.py');"
         "open(sys.argv[1],'w').write('ready'); time.sleep(1.5); print(f.read().count('changed'), hasattr(u, 'NEW'))"
     )
     flag = env["host_dir"] / "ready"
@@ -144,13 +144,13 @@ def test_running_process_keeps_its_old_release(env):
         [sys.executable, "-c", script, str(flag)], cwd=old, stdout=subprocess.PIPE, text=True
     )
     wait_for(flag.exists, what="job started")
-    with open(env["pkg"] / "common" / "units.py", "a") as f:
+    with open(env["pkg"] / "common" / "caps.py", "a") as f:
         f.write("\nNEW = 'changed'\n")
     deploy(env)
     assert current(env) != old
     out, _ = proc.communicate(timeout=10)
     assert out.split() == ["0", "False"]  # it saw its own code, never the new file
-    assert "changed" not in (old / "remote" / "common" / "units.py").read_text()
+    assert "changed" not in (old / "remote" / "common" / "caps.py").read_text()
 
 
 @pytest.mark.parametrize("who", ["runner.pid", "watcher.pid"])
@@ -163,8 +163,8 @@ def test_release_in_use_by_runner_is_never_pruned(env, who):
     }
     (env["host_dir"] / "run" / who).write_text(json.dumps(rec))
     for i in range(5):
-        (env["pkg"] / "common" / "units.py").write_text(
-            (env["pkg"] / "common" / "units.py").read_text() + f"\n# v{i}\n"
+        (env["pkg"] / "common" / "caps.py").write_text(
+            (env["pkg"] / "common" / "caps.py").read_text() + f"\n# v{i}\n"
         )
         deploy(env)
     left = sorted(p.name for p in (env["host_dir"] / "releases").iterdir() if p.is_dir())
@@ -174,8 +174,8 @@ def test_release_in_use_by_runner_is_never_pruned(env, who):
 
 def test_interrupted_upload_leaves_current_and_next_deploy_works(env):
     r1 = deploy(env)
-    (env["pkg"] / "common" / "units.py").write_text(
-        (env["pkg"] / "common" / "units.py").read_text() + "\n# v2\n"
+    (env["pkg"] / "common" / "caps.py").write_text(
+        (env["pkg"] / "common" / "caps.py").read_text() + "\n# v2\n"
     )
     rel = build_release(env["cfg"], env["pkg"])
     # a dropped connection: the host sees the upload stream end half-way

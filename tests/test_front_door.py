@@ -5,35 +5,15 @@ real sshd. deploy, restart with a cap, tail to the end, a restart that raises th
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import REPO, piped_env, record_ids, records, ssh_host_entry, write_prompts
+from tests.conftest import record_ids, records, ssh_host_entry, write_prompts
+from tests.helpers.as_typed import ok, typed
 
-INVOKE = str(Path(sys.executable).with_name("invoke"))
 DATASETS = ("B1", "B2")
-
-
-def typed(line: str, config: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    """One command line exactly as the README types it, from the repository root; the only thing
-    the test adds is which hosts.yaml to read (never the developer's own)."""
-    args = line.split()
-    assert args[0] == "invoke"
-    env = dict(piped_env(), DEPLOYTOOL_CONFIG=str(config))
-    return subprocess.run(
-        [INVOKE, *args[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def ok(line: str, config: Path, timeout: float = 120) -> str:
-    res = typed(line, config, timeout)
-    assert res.returncode == 0, f"`{line}` exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
-    assert "Traceback" not in res.stderr, res.stderr
-    return res.stdout
 
 
 def _config(tmp_path: Path, host: dict, engine: dict) -> Path:

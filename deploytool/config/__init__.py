@@ -9,12 +9,13 @@ from typing import Any, Callable
 
 import yaml
 
+from remote.common.caps import DATASET_NAME_RE
 from remote.common.jobspec import TURNS, DatasetSpec, EngineSpec, JobSpec, ServerSpec
 from remote.common.recover import RecoverSpec
-from remote.common.units import DATASET_NAME_RE
 
 from ..errors import ConfigError
 from .extras import parse_notify, parse_recover
+from .locate import CONFIG_ENV, find_config
 from .validate import (
     boolean,
     check_keys,
@@ -34,7 +35,6 @@ from .validate import (
     url_list,
 )
 
-CONFIG_ENV = "DEPLOYTOOL_CONFIG"
 HOST_KEY_MODES = ("strict", "accept-new")
 CONNECT_KINDS = ("ssh", "local")
 ENGINE_KINDS = ("openai", "simulate")
@@ -366,22 +366,6 @@ def parse_config(data: Any, path: Path) -> Config:
         recover=recover,
         host_recovers=host_recovers,
     )
-
-
-def project_config(cwd: Path | None = None) -> Path | None:
-    """The hosts.yaml of the project this folder is in: here, else the nearest folder above (as
-    invoke finds tasks.py by walking up, so `invoke status` works from any subdirectory)."""
-    here = (cwd or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / "hosts.yaml").is_file():
-            return d / "hosts.yaml"
-    return None
-
-
-def find_config(explicit: str | None = None) -> Path:
-    """--config, else $DEPLOYTOOL_CONFIG, else the project's hosts.yaml (see project_config)."""
-    given = explicit or os.environ.get(CONFIG_ENV)
-    return Path(given) if given else (project_config() or Path("hosts.yaml"))
 
 
 def load_config(path: str | os.PathLike | None = None) -> Config:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Callable
 
-from remote.common.units import parse_tokens
+from remote.common.caps import parse_tokens
 
 from ..errors import ConfigError
 

@@ -138,29 +138,7 @@ def deploy_host(
     t0 = time.monotonic()
     rel = release or build_release(config, host=conn.name)
     prompts = local_prompts(config)
-    job = config.job_for(conn.name)
-    proc = conn.start(_helper_argv(conn, "session"))
-    asked = sorted({ds.prompts for ds in job.datasets})  # the host says which of them it has
-    proc.write((json.dumps({"prompts": asked}) + "\n").encode())
-    line = proc.readline()
-    if not line.strip():
-        raise _helper_error(conn, "deploy", proc.finish())
-    plan = _read(ReleasePlan, line)
-    missing = [
-        ds
-        for ds in job.datasets
-        if ds.prompts not in prompts and plan.prompts.get(ds.prompts) is None
-    ]
-    if missing:  # the runner would refuse at its start: say it now, before anything is sent
-        proc.close_stdin()
-        proc.finish()
-        ds = missing[0]
-        raise UsageError(
-            f"job.datasets.{ds.name}.prompts: {ds.prompts} is neither beside hosts.yaml "
-            f"({config.base_dir / ds.prompts}) nor on {conn.name} (in {conn.remote_dir}): fix the "
-            "path in hosts.yaml, or put the file there; nothing was deployed"
-            + (f" ({len(missing) - 1} more dataset(s) likewise)" if len(missing) > 1 else "")
-        )
+    proc, plan = _session(conn, config, prompts)
     remote_files = plan.manifest
     result = DeployResult(host=conn.name, release=rel.id, previous=plan.current, dry_run=dry_run)
     result.added = sorted(p for p in rel.manifest if p not in remote_files)
@@ -203,6 +181,39 @@ def deploy_host(
     result.seconds = time.monotonic() - t0
     result.round_trips = conn.round_trips
     return result
+
+
+def _session(conn: Connector, config: Config, local: dict[str, Path]):
+    """The helper started, and what the host has (ReleasePlan). Every dataset's prompt file must be
+    beside hosts.yaml or on the host: else the runner would refuse at its start, so it is said now,
+    before anything is sent."""
+    job = config.job_for(conn.name)
+    proc = conn.start(_helper_argv(conn, "session"))
+    asked = sorted({ds.prompts for ds in job.datasets})  # the host says which of them it has
+    proc.write((json.dumps({"prompts": asked}) + "\n").encode())
+    line = proc.readline()
+    if not line.strip():
+        raise _helper_error(conn, "deploy", proc.finish())
+    plan = _read(ReleasePlan, line)
+    missing = [
+        d for d in job.datasets if d.prompts not in local and plan.prompts.get(d.prompts) is None
+    ]
+    if missing:
+        proc.close_stdin()
+        proc.finish()
+        raise _nowhere_error(conn, config, missing)
+    return proc, plan
+
+
+def _nowhere_error(conn: Connector, config: Config, missing: list) -> UsageError:
+    """A dataset's prompt file is neither beside hosts.yaml nor on the host."""
+    ds = missing[0]
+    more = f" ({len(missing) - 1} more dataset(s) likewise)" if len(missing) > 1 else ""
+    return UsageError(
+        f"job.datasets.{ds.name}.prompts: {ds.prompts} is neither beside hosts.yaml "
+        f"({config.base_dir / ds.prompts}) nor on {conn.name} (in {conn.remote_dir}): fix the "
+        f"path in hosts.yaml, or put the file there; nothing was deployed{more}"
+    )
 
 
 def _send(proc, header: dict, release_files, prompts: dict, send_prompts: list[str]) -> None:

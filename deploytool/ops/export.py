@@ -15,7 +15,8 @@ from typing import Callable
 
 from remote.common.codec import atomic_file
 
-from ..errors import DeployToolError, ExitCode
+from ..config import Config
+from ..errors import DeployToolError, ExitCode, UsageError
 from .formats import FORMATS, PER_REPLY, ROWS, NoTokenIds, Piece, pieces, specforge_cut
 
 # why a row is left out: what each means, said in the manifest and by --help
@@ -351,3 +352,18 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
         },
         "datasets": datasets,
     }
+
+
+def wanted_datasets(config: Config, hosts, datasets: str) -> dict[str, list[str]]:
+    """--datasets per host (default: every dataset of its job); UsageError for one it lacks."""
+    wanted = {}
+    for h in hosts:
+        names = config.job_for(h.name).dataset_names()
+        asked = [d.strip() for d in datasets.split(",") if d.strip()] or names
+        unknown = [d for d in asked if d not in names]
+        if unknown:
+            raise UsageError(
+                f"--datasets: {h.name} has no dataset {', '.join(unknown)}; it has {', '.join(names)}"
+            )
+        wanted[h.name] = asked
+    return wanted

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from remote.common.answers import PlanAnswer
+from remote.common.caps import parse_tokens
 from remote.common.protocol import CtlPlan
-from remote.common.units import parse_tokens
 
 from ..connectors import Connector
 from ..errors import UsageError

@@ -14,7 +14,6 @@ from rich.table import Table
 from remote.common.status import JobStatus
 
 from ..errors import DeployToolError
-from . import render_caps
 from .progress import disk_line, endpoint_lines, gpu_line, hints, notices, recovery_lines
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
@@ -23,7 +22,7 @@ from .typed import say
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from remote.common.answers import PlanAnswer, RestartAnswer, RolledBack, StopAnswer
+    from remote.common.answers import PlanAnswer, RolledBack
 
     # a type only: deploy's tarfile and hashlib stay unimported for `status`
     from ..ops.deploy import DeployResult
@@ -146,98 +145,6 @@ def hosts_table(
     out.print(t)
     for host, why in problems:  # whole sentences, never squeezed into a table cell
         out.print(f"[bold red]{host}[/]: {escape(why)}", soft_wrap=True)
-
-
-def caps_table(caps, out=None, kept=None, was=None, *, planned=False) -> None:
-    render_caps.caps_table(caps, out or console, kept, was, planned=planned)
-
-
-def raised_targets(r: RestartAnswer, out: Console | None = None) -> None:
-    render_caps.raised_targets(r, out or console)
-
-
-def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
-    out = out or console
-    host = f"[bold]{r.host}[/]"
-    if r.dry_run:
-        what = {
-            "live": "re-cap the running runner live (nothing lost)",
-            "restart": f"stop runner pid {r.running_pid} and start a new one",
-            "start": "start a runner",
-        }[r.mode]
-        out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
-        caps_table(r.caps, out, r.kept, r.was, planned=True)
-        return
-    if r.mode == "live":
-        out.print(f"{host}: re-capped live: runner pid {r.pid} kept running, no request lost")
-        for name, change in r.reloaded.items():
-            out.print(f"  {name}: prompts {change.before:,} → {change.after:,}, reloaded")
-    else:
-        stopped = r.stopped
-        if stopped and stopped.was_running:
-            extra = f", strays {stopped.strays}" if stopped.strays else ""
-            killed = f", SIGKILL {stopped.killed}" if stopped.killed else ""
-            out.print(
-                f"{host}: stopped pid(s) {stopped.stopped}{extra}{killed}; "
-                f"in-flight requests lost: {r.lost_in_flight}"
-            )
-        release = (r.release or "").rstrip("/").rsplit("/", 1)[-1]
-        out.print(f"{host}: started runner pid {r.pid} from release {release}; state {r.state}")
-        if r.gpu and r.gpu.note:
-            out.print(f"  {r.gpu.note}")
-    caps_table(r.caps, out, r.kept, r.was)
-
-
-def stopping(
-    host: str,
-    st: JobStatus | None,
-    waited: float,
-    grace: float,
-    drain: bool,
-    out: Console | None = None,
-) -> None:
-    """While `stop` waits on the host: what it stops, then a line a second."""
-    out = out or console
-    alive = st is not None and st.runner is not None and st.runner.alive
-    flight = st.in_flight if st is not None else 0
-    if waited == 0:
-        if not alive:
-            return  # the answer says there was nothing to stop
-        how = "draining first, then SIGTERM" if drain else "SIGTERM"
-        out.print(
-            f"[bold]{host}[/]: stopping runner pid {st.runner.pid}: {how}; {flight} requests in "
-            f"flight get {grace:g}s to finish, then SIGKILL",
-            markup=True,
-        )
-        return
-    if drain:
-        left = "draining"
-    else:
-        left = (
-            f"{max(0.0, grace - waited):.0f}s of grace left" if waited < grace else "SIGKILL next"
-        )
-    state = f"{flight} in flight" if alive else "runner gone, finishing up"
-    out.print(f"  {host}: waiting {waited:.0f}s: {state}, {left}", markup=False)
-
-
-def stop_detached(hosts: str, out: Console | None = None) -> None:
-    (out or console).print(
-        say(
-            "detached: the host goes on stopping the job (`invoke status` shows when it has)", hosts
-        ),
-        markup=False,
-    )
-
-
-def stop_result(r: StopAnswer, out: Console | None = None) -> None:
-    out = out or console
-    if not r.was_running:
-        out.print(f"[bold]{r.host}[/]: no runner was running")
-        return
-    killed = f"; SIGKILL after the grace period: {r.killed}" if r.killed else ""
-    out.print(
-        f"[bold]{r.host}[/]: stopped {r.stopped}{killed}; in-flight requests lost: {r.lost_in_flight}"
-    )
 
 
 def status_screen(s: JobStatus, out: Console | None = None, now: float | None = None) -> None:

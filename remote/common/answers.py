@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .jobspec import Caps
+from .caps import Caps
 from .status import JobStatus, Reload, ServerMetrics
 
 

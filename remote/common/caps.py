@@ -1,7 +1,10 @@
-"""The job's caps (run/caps.json): what it runs, kept across restarts."""
+"""The job's caps (run/caps.json: what it runs, kept across restarts) and the small parsers of what a
+user types for them, token counts, dataset names, DS=N (standard library only; the local side
+imports them to check flags before any host is touched)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .codec import Record
@@ -38,3 +41,104 @@ class Caps(Record):
         if self.datasets is not None:
             parts.append("datasets " + ",".join(self.datasets))
         return ", ".join(parts)
+
+
+DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_TOKENS_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGbB]?)\s*$")
+_SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000, "b": 1_000_000_000}
+
+
+def parse_tokens(text: str | int) -> int:
+    """'10M' -> 10_000_000, '500k' -> 500_000, '2500000' -> 2_500_000."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a token count like 10M, 500k or 2500000, got {text!r}")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"expected a non-negative token count, got {text}")
+        return text
+    m = _TOKENS_RE.match(str(text))
+    if not m:
+        raise ValueError(f"expected a token count like 10M, 500k or 2500000, got {text!r}")
+    value = float(m.group(1)) * _SCALE[m.group(2).lower()]
+    if value != int(value):
+        raise ValueError(f"token count {text!r} is not a whole number")
+    return int(value)
+
+
+def check_dataset_name(name: str) -> str:
+    if not isinstance(name, str) or not DATASET_NAME_RE.match(name):
+        raise ValueError(f"dataset name {name!r} must match {DATASET_NAME_RE.pattern}")
+    return name
+
+
+def parse_cap(text: str) -> tuple[str, int]:
+    """'B2=2636' -> ('B2', 2636)."""
+    name, sep, value = str(text).partition("=")
+    if not sep:
+        raise ValueError(f"--cap expects DS=N, got {text!r}")
+    check_dataset_name(name.strip())
+    try:
+        n = int(value.strip())
+    except ValueError:
+        raise ValueError(f"--cap {text!r}: N must be a whole number") from None
+    if n < 0:
+        raise ValueError(f"--cap {text!r}: N must be >= 0")
+    return name.strip(), n
+
+
+def parse_dataset_list(text: str | None) -> list[str] | None:
+    if text is None or text == "":
+        return None
+    names = [n.strip() for n in str(text).split(",") if n.strip()]
+    for n in names:
+        check_dataset_name(n)
+    return names
+
+
+def _whole(text) -> int:
+    try:
+        n = int(str(text))
+    except ValueError:
+        raise ValueError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise ValueError(f"expected a number >= 0, got {n}")
+    return n
+
+
+def samples(text) -> int | str:
+    if str(text).strip().lower() == CLEAR:
+        return CLEAR
+    n = _whole(text)
+    if n == 0:
+        raise ValueError(
+            f"expected a number >= 1 or `{CLEAR}`, got 0 (to leave datasets out: --datasets)"
+        )
+    return n
+
+
+def token_budget(text) -> int | str:
+    if str(text).strip().lower() in ("none", CLEAR):
+        return CLEAR
+    return parse_tokens(text)
+
+
+def cap_change(text) -> tuple[str, int | str]:
+    name, sep, value = str(text).partition("=")
+    if sep and value.strip().lower() == CLEAR:
+        return parse_cap(f"{name}=1")[0], CLEAR
+    name, n = parse_cap(text.replace("=-", "=") if sep else text)  # the sign: said below
+    if value.strip().startswith("-") or n == 0:
+        raise ValueError(
+            f"--cap {text!r}: N must be >= 1 (to leave {name} out: --datasets; "
+            f"to give it back the default: {name}=all)"
+        )
+    return name, n
+
+
+def selection(text) -> tuple[str, ...] | str:
+    if str(text).strip().lower() == CLEAR:
+        return CLEAR
+    names = parse_dataset_list(text)
+    if not names:
+        raise ValueError("expected dataset names, comma-separated (B2,B3), or `all`")
+    return tuple(names)

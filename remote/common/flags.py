@@ -21,16 +21,6 @@ def opt(default, help: str, *, parse=None, show=str, metavar=None, json_arg=Fals
     return field(default=default, metadata=meta)
 
 
-def _nonneg_int(text) -> int:
-    try:
-        n = int(str(text))
-    except ValueError:
-        raise ValueError(f"expected a whole number, got {text!r}") from None
-    if n < 0:
-        raise ValueError(f"expected a number >= 0, got {n}")
-    return n
-
-
 def _nonneg_float(text) -> float:
     try:
         x = float(text)

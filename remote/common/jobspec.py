@@ -1,4 +1,4 @@
-"""The deployed job spec (job.json in a release) and the run's caps."""
+"""The deployed job spec (job.json in a release) and the host's paths."""
 
 from __future__ import annotations
 
@@ -240,9 +240,6 @@ class JobSpec:
     def load(cls, path: str | os.PathLike) -> "JobSpec":
         with open(path) as f:
             return cls.from_dict(json.load(f))
-
-
-from .caps import CLEAR, Caps  # noqa: E402,F401 (its home was here)
 
 
 def release_dir() -> Path:

@@ -18,13 +18,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
+from .caps import CLEAR, Caps, parse_dataset_list, parse_tokens
+from .caps import cap_change as _cap
+from .caps import samples as _samples
+from .caps import selection as _selection
+from .caps import token_budget as _budget
 from .flags import Request, _nonneg_float, opt
-from .jobspec import CLEAR, Caps, ServerSpec
-from .units import cap_change as _cap
-from .units import parse_dataset_list, parse_tokens
-from .units import samples as _samples
-from .units import selection as _selection
-from .units import token_budget as _budget
+from .jobspec import ServerSpec
 from .wire import HostFault
 
 GRACE_S = 30.0  # seconds in-flight requests get after SIGTERM before SIGKILL

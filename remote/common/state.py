@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import procinfo
+from .caps import Caps
 from .codec import Codec, Record
-from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Caps, Paths, ServerSpec
+from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
 from .protocol import RunArgs
 from .recover import RecoverSpec
 from .status import JobStatus

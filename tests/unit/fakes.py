@@ -8,7 +8,8 @@ import asyncio
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from remote.common.jobspec import Caps, DatasetSpec, EngineSpec
+from remote.common.caps import Caps
+from remote.common.jobspec import DatasetSpec, EngineSpec
 from remote.job.engine.client import Completion, Engine
 from remote.job.loop.scheduler import Scheduler
 from remote.job.store.datasets import DatasetRun

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ...common import procinfo
 from ...common.answers import CapRow, RestartAnswer, StopAnswer
-from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
+from ...common.caps import Caps
+from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
 from ...common.state import ControlRequest, RunnerRecord, keep_caps, kept_caps, lock_held
 from ...common.status import JobState, JobStatus

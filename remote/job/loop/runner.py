@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from ...common.jobspec import JOB_TOKEN_ENV, Caps, JobSpec, Paths, release_dir
+from ...common.caps import Caps
+from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
 from ...common.state import ControlRequest, ServerKeys, keep_caps

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ...common.jobspec import Caps, JobSpec, Paths
+from ...common.caps import Caps
+from ...common.jobspec import JobSpec, Paths
 from ...common.status import Reload
 from ..store.datasets import BadInput, DatasetRun, error_ids, open_dataset
 from ..store.prompts import Prompt, PromptFile

@@ -15,7 +15,8 @@ import pytest
 from remote import cli
 from remote.common import protocol as P
 from remote.common.answers import CapRow, RestartAnswer, StopAnswer
-from remote.common.jobspec import Caps, ServerSpec
+from remote.common.caps import Caps
+from remote.common.jobspec import ServerSpec
 from remote.common.wire import (
     FAULTS,
     Fault,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from remote.common.jobspec import Caps, Paths
+from remote.common.caps import Caps
+from remote.common.jobspec import Paths
 from remote.common.protocol import CtlStart, RunArgs
 from remote.common.state import RunnerWanted, keep_caps, kept_caps
 from remote.host.commands import supervised

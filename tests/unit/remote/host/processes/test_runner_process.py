@@ -6,7 +6,8 @@ from __future__ import annotations
 import fcntl
 import os
 
-from remote.common.jobspec import Caps, Paths
+from remote.common.caps import Caps
+from remote.common.jobspec import Paths
 from remote.common.state import ControlRequest
 from remote.common.status import DatasetStatus, JobStatus
 from remote.host.processes.runner_process import caps_summary, lock_is_free, send_control

@@ -3,7 +3,7 @@ token budgets, with datasets held in memory."""
 
 from __future__ import annotations
 
-from remote.common.jobspec import Caps
+from remote.common.caps import Caps
 from remote.job.loop.scheduler import Scheduler
 from tests.unit.fakes import dataset, scheduler
 

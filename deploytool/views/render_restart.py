@@ -1,0 +1,165 @@
+"""What restart and stop print: the caps table (what a command changed marked), the restart's
+and the stop's answers, and stop's lines while the host waits."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from remote.common.status import JobStatus
+
+from .progress import fmt_tokens as _tok
+from .render import console
+from .typed import say
+
+if TYPE_CHECKING:
+    from remote.common.answers import CapRow, RestartAnswer, StopAnswer
+    from remote.common.caps import Caps
+
+
+def _cap(n: int | None, selected: bool = True) -> str:
+    if not selected:
+        return "not run"
+    return "all" if n is None else f"{n:,}"
+
+
+def _budget(t: int | None) -> str:
+    return "none" if t is None else _tok(t)
+
+
+def caps_table(
+    caps: dict[str, CapRow],
+    out: Console | None = None,
+    kept: Caps | None = None,
+    was: Caps | None = None,
+    *,
+    planned: bool = False,
+) -> None:
+    """The job's caps, a row per dataset, what this command changed marked `was → now`. `planned`:
+    a dry run, whose done/target are the last run's (the new targets come at the start)."""
+    if not caps:
+        return
+    out = out or console
+    t = Table("dataset", "cap", "done", "target", "state", box=None, pad_edge=False)
+    short = {}  # cap -> datasets whose file has fewer prompts than it
+    for name, d in caps.items():
+        cap = _cap(d.cap, d.selected)
+        if d.changed:
+            cap = f"[bold]{_cap(d.was, d.was_selected)} → {cap}[/]"
+        known = d.prompts > 0 and not planned
+        t.add_row(
+            name,
+            cap,
+            f"{d.done:,}" if d.prompts else "-",
+            (f"{d.target:,}" + ("*" if d.short_of_cap else "")) if known else "-",
+            d.state or "-",
+        )
+        if d.short_of_cap and known:
+            short.setdefault(d.cap, []).append(name)
+    out.print(t)
+    if kept is not None and was is not None and kept.max_tokens != was.max_tokens:
+        out.print(f"  max-tokens [bold]{_budget(was.max_tokens)} → {_budget(kept.max_tokens)}[/]")
+    elif kept is not None and kept.max_tokens is not None:
+        out.print(f"  max-tokens {_budget(kept.max_tokens)} per dataset")
+    if not any(d.changed for d in caps.values()) and (kept is None or kept == was):
+        out.print("  caps unchanged (the job's own: flags change only what they name)")
+    for cap, names in short.items():
+        out.print(
+            f"  * {', '.join(names)}: fewer prompts than the cap of {cap:,}: "
+            "the target is every prompt of the file"
+        )
+
+
+def raised_targets(r: RestartAnswer, out: Console | None = None) -> None:
+    """Before a restart that runs more than the job had: say which datasets grow."""
+    out = out or console
+    for name, d in r.caps.items():
+        if d.raised:
+            more = f"{_cap(d.was, d.was_selected)} → {_cap(d.cap)}"
+            out.print(f"[yellow]{r.host}: {name}'s target goes up ({more} prompts)[/]")
+
+
+def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
+    out = out or console
+    host = f"[bold]{r.host}[/]"
+    if r.dry_run:
+        what = {
+            "live": "re-cap the running runner live (nothing lost)",
+            "restart": f"stop runner pid {r.running_pid} and start a new one",
+            "start": "start a runner",
+        }[r.mode]
+        out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
+        caps_table(r.caps, out, r.kept, r.was, planned=True)
+        return
+    if r.mode == "live":
+        out.print(f"{host}: re-capped live: runner pid {r.pid} kept running, no request lost")
+        for name, change in r.reloaded.items():
+            out.print(f"  {name}: prompts {change.before:,} → {change.after:,}, reloaded")
+    else:
+        stopped = r.stopped
+        if stopped and stopped.was_running:
+            extra = f", strays {stopped.strays}" if stopped.strays else ""
+            killed = f", SIGKILL {stopped.killed}" if stopped.killed else ""
+            out.print(
+                f"{host}: stopped pid(s) {stopped.stopped}{extra}{killed}; "
+                f"in-flight requests lost: {r.lost_in_flight}"
+            )
+        release = (r.release or "").rstrip("/").rsplit("/", 1)[-1]
+        out.print(f"{host}: started runner pid {r.pid} from release {release}; state {r.state}")
+        if r.gpu and r.gpu.note:
+            out.print(f"  {r.gpu.note}")
+    caps_table(r.caps, out, r.kept, r.was)
+
+
+def stopping(
+    host: str,
+    st: JobStatus | None,
+    waited: float,
+    grace: float,
+    drain: bool,
+    out: Console | None = None,
+) -> None:
+    """While `stop` waits on the host: what it stops, then a line a second."""
+    out = out or console
+    alive = st is not None and st.runner is not None and st.runner.alive
+    flight = st.in_flight if st is not None else 0
+    if waited == 0:
+        if not alive:
+            return  # the answer says there was nothing to stop
+        how = "draining first, then SIGTERM" if drain else "SIGTERM"
+        out.print(
+            f"[bold]{host}[/]: stopping runner pid {st.runner.pid}: {how}; {flight} requests in "
+            f"flight get {grace:g}s to finish, then SIGKILL",
+            markup=True,
+        )
+        return
+    if drain:
+        left = "draining"
+    else:
+        left = (
+            f"{max(0.0, grace - waited):.0f}s of grace left" if waited < grace else "SIGKILL next"
+        )
+    state = f"{flight} in flight" if alive else "runner gone, finishing up"
+    out.print(f"  {host}: waiting {waited:.0f}s: {state}, {left}", markup=False)
+
+
+def stop_detached(hosts: str, out: Console | None = None) -> None:
+    (out or console).print(
+        say(
+            "detached: the host goes on stopping the job (`invoke status` shows when it has)", hosts
+        ),
+        markup=False,
+    )
+
+
+def stop_result(r: StopAnswer, out: Console | None = None) -> None:
+    out = out or console
+    if not r.was_running:
+        out.print(f"[bold]{r.host}[/]: no runner was running")
+        return
+    killed = f"; SIGKILL after the grace period: {r.killed}" if r.killed else ""
+    out.print(
+        f"[bold]{r.host}[/]: stopped {r.stopped}{killed}; in-flight requests lost: {r.lost_in_flight}"
+    )

@@ -1,0 +1,30 @@
+"""Commands typed as a user types them: the venv's `invoke` as a subprocess, cwd the repository root
+(whose tasks.py hands invoke the collection)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO, piped_env
+
+INVOKE = str(Path(sys.executable).with_name("invoke"))
+
+
+def typed(line: str, config: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """One command line exactly as the README types it, from the repository root; the only thing
+    the test adds is which hosts.yaml to read (never the developer's own)."""
+    args = line.split()
+    assert args[0] == "invoke"
+    env = dict(piped_env(), DEPLOYTOOL_CONFIG=str(config))
+    return subprocess.run(
+        [INVOKE, *args[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def ok(line: str, config: Path, timeout: float = 120) -> str:
+    res = typed(line, config, timeout)
+    assert res.returncode == 0, f"`{line}` exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
+    assert "Traceback" not in res.stderr, res.stderr
+    return res.stdout

@@ -1,0 +1,55 @@
+"""What restart prints: the caps table, a cap beyond the file, what the command changed."""
+
+import io
+
+from rich.console import Console
+
+from deploytool.views import render_restart
+from remote.common.answers import CapRow
+
+
+def printed(fn, *args) -> str:
+    buf = io.StringIO()
+    fn(*args, out=Console(file=buf, width=200, highlight=False))
+    return buf.getvalue()
+
+
+def test_a_cap_beyond_the_file_is_said():
+    text = printed(
+        render_restart.caps_table,
+        {
+            "B1": CapRow(0, 32, "pending", prompts=32, cap=40),
+            "B2": CapRow(5, 40, "running", prompts=90, cap=40),
+            "B3": CapRow(0, 32, "pending", prompts=32, cap=None),  # no cap: every prompt
+        },
+    )
+    lines = text.splitlines()
+    assert "32*" in lines[1] and "40*" not in lines[2] and "32*" not in lines[3]
+    assert lines[-1] == (
+        "  * B1: fewer prompts than the cap of 40: the target is every prompt of the file"
+    )
+
+
+def test_no_note_when_every_cap_fits():
+    text = printed(render_restart.caps_table, {"B1": CapRow(0, 24, "pending", prompts=32, cap=24)})
+    assert "*" not in text
+
+
+def test_the_caps_table_marks_what_a_restart_changed():
+    from remote.common.caps import Caps
+
+    rows = {
+        "B1": CapRow(4, 4, "complete", prompts=16, cap=4, was=4),
+        "B2": CapRow(4, 6, "running", prompts=16, cap=6, was=4),
+        "B3": CapRow(4, 0, "complete", prompts=16, cap=4, was=4, selected=False),
+    }
+    text = printed(
+        lambda out: render_restart.caps_table(rows, out, Caps(4, {"B2": 6}, 10_000), Caps(4))
+    )
+    lines = {line.split()[0]: line for line in text.splitlines() if line.strip()}
+    assert "→" not in lines["B1"] and "4 → 6" in lines["B2"] and "4 → not run" in lines["B3"]
+    assert "max-tokens none → 10.0k" in text
+    same = {"B1": CapRow(4, 4, "complete", prompts=16, cap=4, was=4)}
+    assert "caps unchanged" in printed(
+        lambda out: render_restart.caps_table(same, out, Caps(4), Caps(4))
+    )
