@@ -2,7 +2,7 @@
 
 Like vLLM it loads for a while before it answers, spawns worker processes in process groups of their
 own (which outlive a killed parent), and serves the OpenAI API and Prometheus /metrics.
-Test-only options: --fake-delay S, --fake-die, --fake-degenerate, --fake-workers N, --fake-engine N,
+Test-only options: --fake-delay S, --fake-load-until FILE, --fake-die, --fake-degenerate, --fake-workers N, --fake-engine N,
 --fake-answer-delay S, --fake-thinking (a reply that is all thinking: `content` null, the text in `reasoning`),
 --fake-helper S (a start-up child that lives S seconds, as vLLM's model inspection does),
 --fake-exit-once FILE (the first run exits 0 after --fake-exit-after S of serving, as vLLM's API
@@ -37,6 +37,7 @@ def main():
     p.add_argument("model")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--fake-delay", type=float, default=0.5)
+    p.add_argument("--fake-load-until", help="loading lasts until this file exists")
     p.add_argument("--fake-die", action="store_true")
     p.add_argument("--fake-degenerate", action="store_true")
     p.add_argument("--fake-workers", type=int, default=2)
@@ -85,6 +86,8 @@ def main():
     for i in range(3):
         print(f"Loading safetensors checkpoint shards: {i + 1}/3", flush=True)
         time.sleep(a.fake_delay / 3)
+    while a.fake_load_until and not os.path.exists(a.fake_load_until):
+        time.sleep(0.05)
     if a.fake_die_later:
         if os.path.exists(a.fake_die_later):
             print("RuntimeError: CUDA error: an illegal memory access was encountered", flush=True)

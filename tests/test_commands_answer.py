@@ -147,3 +147,43 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
     assert "detached: the host goes on stopping the job" in rest and "Traceback" not in rest, rest
     wait_for(lambda: not procinfo.alive(pid), timeout=60, what="the runner stopped all the same")
     assert status(root)["state"] == "stopped"
+
+
+def test_pull_and_export_with_nothing_deployed_leave_no_empty_folder(tmp_path):
+    proj, _ = _project(tmp_path)
+    for line in ("invoke pull", "invoke export"):
+        res = run_in(proj, line)
+        assert res.returncode != 0 and "Traceback" not in res.stderr, res.stdout + res.stderr
+        assert not (proj / "pulled").exists(), line
+
+
+def test_rollback_names_what_it_can_go_to_and_goes_further_back_each_time(tmp_path):
+    ids = []
+    for n in range(3):  # three releases: the job changed between deploys
+        proj, root = _project(tmp_path, sampling={"max_tokens": 10 + n})
+        assert run_in(proj, "invoke deploy").returncode == 0
+        ids.append((root / "current").resolve().name)
+    res = run_in(proj, "invoke rollback --to nosuchid")
+    line = one_line_error(res, 2)
+    assert all(i in line for i in ids), line  # the releases it could go to
+    for want in (ids[1], ids[0]):
+        assert run_in(proj, "invoke rollback").returncode == 0
+        assert (root / "current").resolve().name == want
+    assert run_in(proj, f"invoke rollback --to {ids[2][:6]}").returncode == 0
+    assert (root / "current").resolve().name == ids[2]
+
+
+def test_status_after_a_restart_with_nothing_to_do_gives_the_jobs_own_rate(tmp_path):
+    proj, root = _project(tmp_path)
+    write_prompts(proj / "data" / "prompts" / "B1.jsonl", 40, "B1")
+    spec = yaml.safe_load((proj / "hosts.yaml").read_text())
+    spec["job"]["engine"]["tokens_per_s"] = 400  # 40 answers of ~100 tokens: some seconds of work
+    (proj / "hosts.yaml").write_text(yaml.safe_dump(spec))
+    for line in ("invoke deploy", "invoke restart", "invoke tail"):
+        assert run_in(proj, line).returncode == 0, line
+    assert run_in(proj, "invoke restart").returncode == 0  # nothing left to do
+    res = run_in(proj, "invoke status")
+    row = next(x for x in res.stdout.splitlines() if x.split()[:1] == ["B1"])
+    rate = row.split()[4]
+    assert rate.endswith("*") and float(rate.rstrip("*k")) > 0, res.stdout
+    assert "the job's mean over the time it ran" in res.stdout

@@ -115,7 +115,7 @@ def test_rollback_and_redeploy(env):
 
 def test_rollback_without_previous_is_clear(env):
     deploy(env)
-    with pytest.raises(RemoteError, match="no previous release"):
+    with pytest.raises(RemoteError, match="no earlier release"):
         rollback_host(env["conn"])
 
 

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from deploytool.connectors import connect
 from deploytool.errors import RemoteError
 from deploytool.ops import server
+from deploytool.ops.control import call
 from deploytool.ops.deploy import deploy_host
+from deploytool.views import render_server
 from remote.common import procinfo
 from remote.common.answers import GpuApp, GpuFreed, ServerState
+from remote.common.protocol import ServerStart
 from remote.host.processes.smoke import degenerate
 from tests.conftest import (
     base_job,
@@ -101,6 +106,30 @@ def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
     m = st.metrics
     assert m.running == 3 and m.waiting == 1 and m.kv_cache == pytest.approx(0.42)
     assert 500 < m.generation_tokens_per_s < 2000
+
+
+def test_a_start_while_another_is_loading_waits_for_it_and_says_who_started_it(host, tmp_path):
+    gate = tmp_path / "loaded"
+    cfg, conn = host("--fake-load-until", str(gate))
+    first = call(conn, ServerStart(spec=cfg.server, recover={"enabled": False}))
+    assert not first.already  # loading, until the gate opens
+    notes = []
+
+    def open_gate_once_waiting():
+        wait_for(lambda: any("waiting for it" in n for n in notes), 60, 0.05, "the wait said")
+        gate.touch()
+
+    t = threading.Thread(target=open_gate_once_waiting)
+    t.start()
+    r = start_unwatched(conn, cfg.server, poll=0.1, progress=notes.append)
+    t.join()
+    assert r.already and r.waited and r.pid == first.pid
+    assert "started by another server.start" in notes[0] and r.smoke.startswith("1, 2, 3")
+    out = Console(record=True, width=200)
+    render_server.server_started(r, out)
+    assert f"server up: pid {r.pid} (started by another server.start)" in out.export_text()
+    # once up, a start answers at once
+    assert not start_unwatched(conn, cfg.server).waited
 
 
 def test_smoke_test_names_the_model_the_server_serves(host):

@@ -21,7 +21,7 @@ from remote.common.wire import from_wire
 
 from ..config import Config
 from ..connectors import Connector
-from ..errors import RemoteError, UsageError
+from ..errors import ExitCode, RemoteError, UsageError
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "remote"
 _RELEASE_SRC = (PACKAGE_DIR / "host" / "release.py").read_text()
@@ -128,7 +128,8 @@ def _helper_error(conn: Connector, cmd: str, res) -> RemoteError:
     detail = res.why().removeprefix("error: ")
     if res.exit_code == 127:
         detail = f"{conn.host.python} not found on the host (set `python` in hosts.yaml)"
-    return RemoteError(f"{cmd} failed: {detail}")
+    code = ExitCode.BAD_INPUT if res.exit_code == ExitCode.BAD_INPUT else None  # a name it lacks
+    return RemoteError(f"{cmd} failed: {detail}", code)
 
 
 def deploy_host(

@@ -87,15 +87,16 @@ def _append_new(conn: Connector, remote: str, local: Path, start: int, end: int)
 
 def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResult:
     local_dir = Path(dest) / conn.name
-    local_dir.mkdir(parents=True, exist_ok=True)
     have = {}
-    for p in local_dir.iterdir():
+    for p in local_dir.iterdir() if local_dir.is_dir() else ():
         if p.is_file() and not p.name.startswith("."):
             if _append_only(p.name):
                 _cut_torn_tail(p)
             have[p.name] = p.stat().st_size
     info = call(conn, CtlFiles(have=have)).files
     result = PullResult(conn.name, str(local_dir))
+    if info:  # made only once there is something to put in it (no empty folder after a failure)
+        local_dir.mkdir(parents=True, exist_ok=True)
     remote_dir = f"{conn.remote_dir.rstrip('/')}/data/outputs"
     for name, e in info.items():
         local, remote, size = local_dir / name, f"{remote_dir}/{name}", e.size

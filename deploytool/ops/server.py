@@ -54,17 +54,39 @@ def start(
     rec = recover.to_dict() if recover is not None else None
     started = call(conn, ServerStart(spec=spec, recover=rec))
     if started.already:
-        return started
+        if call(conn, ServerCheck()).ready:
+            return started
+        # a start in progress (the watcher's, after a death, or another terminal's): wait for it
+        # as for our own, so that what follows finds a server that answers
+        who = "the watcher" if started.by == "watcher" else "another server.start"
+        progress(
+            f"{conn.name}: the server is starting (pid {started.pid}, started by {who} "
+            f"{started.up_s or 0:.0f}s ago): waiting for it"
+        )
+        started.waited = True
     t0 = clock()
+    if _wait_ready(conn, spec, t0, poll, progress, clock, sleep):
+        started.ready_after_s, started.headless = clock() - t0, True
+        return started
+    smoke = call(conn, ServerSmoke(spec=spec))
+    started.ready_after_s, started.smoke, started.served_model = (
+        clock() - t0,
+        smoke.answer,
+        smoke.model,
+    )
+    return started
+
+
+def _wait_ready(conn: Connector, spec: ServerSpec, t0, poll, progress, clock, sleep) -> bool:
+    """Until the server answers (False) or, headless, has been alive a while (True)."""
     last_note = 0.0
     while True:
         c = call(conn, ServerCheck())
         if c.ready and not spec.headless:
-            break
+            return False
         if c.ready and c.elapsed_s >= HEADLESS_SETTLE_S:
             # a data-parallel worker serves no HTTP: alive for a while is ready; the head is what answers
-            started.ready_after_s, started.headless = clock() - t0, True
-            return started
+            return True
         elapsed = clock() - t0
         if not c.alive:
             raise RemoteError(
@@ -85,13 +107,6 @@ def start(
             )
             last_note = clock()
         sleep(poll)
-    smoke = call(conn, ServerSmoke(spec=spec))
-    started.ready_after_s, started.smoke, started.served_model = (
-        clock() - t0,
-        smoke.answer,
-        smoke.model,
-    )
-    return started
 
 
 # vLLM's log prefix: `(APIServer pid=4242) INFO 12-02 00:45:21 [api_server.py:1234] `

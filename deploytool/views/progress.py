@@ -23,6 +23,15 @@ def fmt_tokens(n) -> str:
     return f"{n:.0f}"
 
 
+MEAN_NOTE = "* nothing made in the last minute: the job's mean over the time it ran"
+
+
+def fmt_rate(now: float, mean: float | None) -> str:
+    """Tokens per second: the last minute's, or (starred, see MEAN_NOTE) the job's mean when
+    nothing came in that minute."""
+    return fmt_tokens(now) if now or not mean else f"{fmt_tokens(mean)}*"
+
+
 def fmt_duration(seconds) -> str:
     if seconds is None:
         return "?"
@@ -273,7 +282,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
             bar,
             f"{d.done:,}/{target:,}",
             fmt_tokens(d.completion_tokens),
-            fmt_tokens(d.tokens_per_s),
+            fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
             eta,
             d.state,
         )
@@ -284,7 +293,8 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
         f"  pid {st.pid or '?'}  in flight {st.in_flight}/{st.concurrency or '?'}",
     )
     total = Text(
-        f"total {fmt_tokens(st.completion_tokens)} tokens · {fmt_tokens(st.tokens_per_s)} tok/s"
+        f"total {fmt_tokens(st.completion_tokens)} tokens · "
+        f"{fmt_rate(st.tokens_per_s, st.mean_tokens_per_s)} tok/s"
         f" · ETA {fmt_duration(st.eta_s) if not st.terminal else '-'}"
         f" · elapsed {fmt_duration(now - st.started_at) if st.started_at else '?'}"
     )

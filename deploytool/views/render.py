@@ -14,7 +14,16 @@ from rich.table import Table
 from remote.common.status import JobStatus
 
 from ..errors import DeployToolError
-from .progress import disk_line, endpoint_lines, gpu_line, hints, notices, recovery_lines
+from .progress import (
+    MEAN_NOTE,
+    disk_line,
+    endpoint_lines,
+    fmt_rate,
+    gpu_line,
+    hints,
+    notices,
+    recovery_lines,
+)
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 from .typed import say
@@ -147,6 +156,18 @@ def hosts_table(
         out.print(f"[bold red]{host}[/]: {escape(why)}", soft_wrap=True)
 
 
+STATUS_COLUMNS = (
+    "dataset",
+    "done/target",
+    "state",
+    "tokens",
+    "tok/s",
+    "ETA",
+    "errors",
+    "length-cut",
+)
+
+
 def status_screen(s: JobStatus, out: Console | None = None, now: float | None = None) -> None:
     out = out or console
     now = time.time() if now is None else now
@@ -156,33 +177,26 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
     if s.message:
         out.print(f"  {escape(say(s.message, s.host))}")
     if s.datasets:
-        t = Table(
-            "dataset",
-            "done/target",
-            "state",
-            "tokens",
-            "tok/s",
-            "ETA",
-            "errors",
-            "length-cut",
-            box=None,
-        )
+        t = Table(*STATUS_COLUMNS, box=None)
         for name, d in s.datasets.items():
             t.add_row(
                 name,
                 f"{d.done:,}/{d.target:,}",
                 d.state,
                 _tok(d.completion_tokens),
-                _tok(d.tokens_per_s),
+                fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
                 "-" if d.is_complete else _eta(d.eta_s),
                 str(d.errors),
                 str(d.finish_length),
             )
         out.print(t)
+        if any("*" in fmt_rate(d.tokens_per_s, d.mean_tokens_per_s) for d in s.datasets.values()):
+            out.print(f"  {MEAN_NOTE}", markup=False)
         eng = s.engine
         health = "reachable" if eng.reachable else f"UNREACHABLE ({eng.last_error})"
         out.print(
-            f"  total {_tok(s.completion_tokens)} tokens, {_tok(s.tokens_per_s)} tok/s, "
+            f"  total {_tok(s.completion_tokens)} tokens, "
+            f"{fmt_rate(s.tokens_per_s, s.mean_tokens_per_s)} tok/s, "
             f"ETA {'-' if s.terminal else _eta(s.eta_s)}; engine {eng.kind} {health}; "
             f"errors {s.errors}"
             f"{'; STALLED' if s.stalled else ''}",
@@ -266,6 +280,9 @@ def plan_result(r: PlanAnswer, out: Console | None = None) -> None:
 
 def pull_result(r, out: Console | None = None) -> None:
     out = out or console
+    if not r.files:
+        out.print(f"[bold]{r.host}[/]: nothing to pull yet (no output files on the host)")
+        return
     out.print(f"[bold]{r.host}[/]: pulled into {r.dest}: {_size(r.bytes)} received")
     for name, f in r.files.items():
         if f.action != "unchanged":

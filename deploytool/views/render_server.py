@@ -32,15 +32,21 @@ def server_started(r: ServerStarted, out: Console | None = None) -> None:
             f"first: {_leftover_list(r.removed)}",
             markup=False,
         )
-    if r.already:
+    if r.already and not r.waited:
         out.print(f"[bold]{r.host}[/]: server already up (pid {r.pid}, {r.model} on port {r.port})")
         return
     where = "headless worker" if r.headless else f"on port {r.port}"
+    by = (
+        f" (started by {'the watcher' if r.by == 'watcher' else 'another server.start'})"
+        if r.waited
+        else ""
+    )
     out.print(
-        f"[bold]{r.host}[/]: server up: pid {r.pid}, {r.model} {where}, "
+        f"[bold]{r.host}[/]: server up: pid {r.pid}{by}, {r.model} {where}, "
         f"ready after {_eta(r.ready_after_s)}"
     )
-    out.print(f"  command: {' '.join(r.argv)}", markup=False)
+    if r.argv:
+        out.print(f"  command: {' '.join(r.argv)}", markup=False)
     if r.env:
         out.print("  env: " + " ".join(f"{k}={v}" for k, v in r.env.items()), markup=False)
     if r.headless:

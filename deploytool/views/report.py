@@ -85,6 +85,29 @@ def throughput_chart(points: list, starts: list) -> str:
     )
 
 
+def _text_w(text: str) -> float:
+    return 6.2 * len(text)  # 11px text, in SVG units: near enough to keep labels apart
+
+
+def _label(x: float, text: str, placed: list) -> str:
+    """A line's label beside it, on the side where it fits, in the first row above the bars where
+    it overlaps no label already there (`placed`: (row, left, right) boxes, appended to)."""
+    w = _text_w(text)
+    left, anchor = (x - 3 - w, "end") if x - 3 - w >= PAD + 2 else (x + 3, "start")
+    rows = (14, 26)
+    row = next(
+        (
+            r
+            for r in rows
+            if all(not (pr == r and left < b and a < left + w) for pr, a, b in placed)
+        ),
+        rows[-1],
+    )
+    placed.append((row, left, left + w))
+    tx = x - 3 if anchor == "end" else x + 3
+    return f'<text x="{tx:.1f}" y="{row}" text-anchor="{anchor}">{html.escape(text)}</text>'
+
+
 def histogram_chart(name: str, d: ReportDataset, max_tokens: int | None) -> str:
     counts, width = d.hist.counts, d.hist.width
     top = max(counts) or 1
@@ -98,16 +121,15 @@ def histogram_chart(name: str, d: ReportDataset, max_tokens: int | None) -> str:
         if c
     )
 
-    def vline(v, cls, label):
-        xv = PAD + min(v, span) / span * (W - PAD - 8)
-        return (
-            f'<line class="{cls}" x1="{xv:.1f}" y1="20" x2="{xv:.1f}" y2="{H - PAD}"/>'
-            f'<text x="{xv - 3:.1f}" y="18" text-anchor="end">{html.escape(label)}</text>'
-        )
-
-    marks = vline(max_tokens, "cap", f"max_tokens {max_tokens:,}") if max_tokens else ""
-    if d.mean:
-        marks += vline(d.mean, "mean", f"mean {d.mean:,.0f}")
+    marks, placed = "", [(14, PAD + 4, PAD + 4 + _text_w("records"))]  # the y axis' name
+    for v, cls, label in (
+        (max_tokens, "cap", f"max_tokens {max_tokens:,}" if max_tokens else ""),
+        (d.mean, "mean", f"mean {d.mean:,.0f}" if d.mean else ""),
+    ):
+        if v:
+            xv = PAD + min(v, span) / span * (W - PAD - 8)
+            marks += f'<line class="{cls}" x1="{xv:.1f}" y1="20" x2="{xv:.1f}" y2="{H - PAD}"/>'
+            marks += _label(xv, label, placed)
     title = f"{name}: response length in tokens ({d.records:,} records)"
     return _svg(_axes(f"tokens (0–{span:,})", top, "records") + bars + marks, title)
 

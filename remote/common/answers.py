@@ -130,7 +130,10 @@ class LeftoverProcess:
 @dataclass
 class ServerStarted:
     host: str = ""
-    already: bool = False  # it was up: nothing started
+    already: bool = False  # it was up (or starting): nothing started
+    by: str | None = None  # already: who started it ("user" or "watcher")
+    up_s: float | None = None  # already: seconds since it was started
+    waited: bool = False  # already, still loading: this start waited for it to be ready
     pid: int | None = None
     port: int | None = None
     model: str = ""

@@ -72,8 +72,9 @@ class DatasetStatus(Codec):
     new_records: int = 0  # written by this runner
     finish_length: int = 0  # of every record: cut at max_tokens
     empty: int = 0  # of this runner's records: no answer text
-    tokens_per_s: float = 0.0
+    tokens_per_s: float = 0.0  # the last minute
     samples_per_s: float = 0.0
+    mean_tokens_per_s: float | None = None  # over the time the job made tokens, every runner's
     budget: int | None = None
     budget_reached: bool = False
     remaining_tokens: int = 0
@@ -250,6 +251,7 @@ class JobStatus(Record):
     in_flight: int = 0
     tokens_per_s: float = 0.0
     samples_per_s: float = 0.0
+    mean_tokens_per_s: float | None = None
     completion_tokens: int = 0
     errors: int = 0
     retries: int = 0

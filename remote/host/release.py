@@ -167,7 +167,7 @@ def _clean_stale_tmp(rel_dir):
                 shutil.rmtree(os.path.join(rel_dir, d), ignore_errors=True)
 
 
-def _switch(root, rid):
+def _switch(root, rid, how=None):
     link = os.path.join(root, "current")
     tmp = "%s.tmp-%d" % (link, os.getpid())
     if os.path.lexists(tmp):
@@ -176,7 +176,10 @@ def _switch(root, rid):
     os.replace(tmp, link)
     hist_path = os.path.join(root, "releases", HISTORY)
     hist = _read_json(hist_path, []) or []
-    hist.append({"id": rid, "time": time.time()})
+    entry = dict(how or {}, id=rid, time=time.time())
+    if hist:
+        entry["before"] = hist[-1].get("time")
+    hist.append(entry)
     _write_json(hist_path, hist[-100:])
 
 
@@ -184,15 +187,12 @@ def _prune(root, keep):
     rel_dir = os.path.join(root, "releases")
     cur = _current_id(root)
     protect = _in_use(root) | {cur}
-    hist = [h["id"] for h in (_read_json(os.path.join(rel_dir, HISTORY), []) or [])]
-    prev = [h for h in reversed(hist) if h != cur]
-    if prev:
-        protect.add(prev[0])  # what rollback goes back to
-    dirs = [
-        d
-        for d in os.listdir(rel_dir)
-        if not d.startswith(".") and os.path.isdir(os.path.join(rel_dir, d))
-    ]
+    entries = _read_json(os.path.join(rel_dir, HISTORY), []) or []
+    hist = [h["id"] for h in entries]
+    back = _back_from(entries, rel_dir, cur)
+    if back:
+        protect.add(back["id"])  # what rollback goes back to
+    dirs = _releases(rel_dir)
     # most recently used first (history order), then by mtime for releases older than the history
     order = {rid: i for i, rid in enumerate(hist)}
     dirs.sort(
@@ -294,22 +294,68 @@ def apply(root, args, stream):
     return {"current": rid, "previous": previous, "prompts": placed_prompts, "pruned": removed}
 
 
+class BadRelease(ValueError):
+    """A release the user named that the host cannot go to (exit 2: bad input)."""
+
+
+def _releases(rel_dir):
+    return sorted(
+        d
+        for d in os.listdir(rel_dir)
+        if not d.startswith(".") and os.path.isdir(os.path.join(rel_dir, d))
+    )
+
+
+def _named(rel_dir, to, cur):
+    """The release `to` names: its id or a unique prefix of one."""
+    have = _releases(rel_dir)
+    if to in have:
+        return to
+    hits = [d for d in have if d.startswith(to)]
+    if len(hits) == 1:
+        return hits[0]
+    listed = ", ".join(d + (" (current)" if d == cur else "") for d in have) or "none"
+    if hits:
+        raise BadRelease("%r names %d releases: %s" % (to, len(hits), ", ".join(hits)))
+    raise BadRelease("no release %r on the host; its releases: %s" % (to, listed))
+
+
+def _back_from(hist, rel_dir, cur):
+    """The release that ran before the one that runs. History entries are linked: each to the one
+    that was current when it was switched to (`before`), a rollback to the entry it went back to
+    (`at`), so a second rollback goes one further back instead of returning where the first came
+    from, and a rollback after a deploy goes to what ran before that deploy."""
+    by_time = {h.get("time"): i for i, h in enumerate(hist)}
+
+    def resolve(i):  # a rollback's entry stands where the entry it went back to stands
+        return None if i is None else by_time.get(hist[i].get("at"), i)
+
+    def prev(i):  # an older history has no links: the entry before it
+        return by_time.get(hist[i]["before"]) if "before" in hist[i] else (i - 1 if i else None)
+
+    i, seen = resolve(len(hist) - 1) if hist else None, set()
+    while i is not None and i not in seen:
+        seen.add(i)
+        i = resolve(prev(i))
+        if i is not None and hist[i]["id"] != cur:
+            if os.path.isdir(os.path.join(rel_dir, hist[i]["id"])):
+                return hist[i]
+    return None
+
+
 def rollback(root, args):
     root = os.path.expanduser(root)
     rel_dir = os.path.join(root, "releases")
     cur = _current_id(root)
-    hist = [h["id"] for h in (_read_json(os.path.join(rel_dir, HISTORY), []) or [])]
-    target = args.get("to")
-    if not target:
-        target = next(
-            (h for h in reversed(hist) if h != cur and os.path.isdir(os.path.join(rel_dir, h))),
-            None,
-        )
-    if not target:
-        raise ValueError("no previous release to roll back to")
-    if not os.path.isdir(os.path.join(rel_dir, target)):
-        raise ValueError("release %s is not on the host" % target)
-    _switch(root, target)
+    hist = _read_json(os.path.join(rel_dir, HISTORY), []) or []
+    if args.get("to"):
+        target, to_time = _named(rel_dir, args["to"], cur), None
+    else:
+        h = _back_from(hist, rel_dir, cur)
+        if h is None:
+            raise ValueError("no earlier release on the host to roll back to")
+        target, to_time = h["id"], h.get("time")
+    _switch(root, target, {"at": to_time} if to_time is not None else None)
     return {"current": target, "previous": cur}
 
 
@@ -341,7 +387,7 @@ def main(argv):
             raise ValueError("unknown command %r" % cmd)
     except (ValueError, OSError, tarfile.TarError) as e:
         sys.stderr.write("error: %s\n" % e)
-        return 1
+        return 2 if isinstance(e, BadRelease) else 1
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 

@@ -14,6 +14,7 @@ from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ..common.protocol import CtlReport
 from ..common.status import JobStatus
 from ..job.store import history
+from ..job.store.rates import IDLE_GAP_S
 
 _HEAD = re.compile(
     rb'"finish_reason": ("[^"]*"|null), "usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)'
@@ -66,9 +67,6 @@ def scan_outputs(
     except FileNotFoundError:
         pass
     return lengths, finish
-
-
-IDLE_GAP_S = 120  # no record for this long: the job was not running (stopped, nothing to do)
 
 
 def active_seconds(made: collections.Counter) -> float:

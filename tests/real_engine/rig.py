@@ -66,12 +66,13 @@ def vllm_command(where: Path, python: str) -> Path:
 
 
 @contextlib.contextmanager
-def serve(exe: Path, model: Path, port: int, log: Path, timeout: float = 300):
+def serving(exe: Path, model: Path, port: int, log: Path, timeout: float = 300, args=()):
     """A bare `vllm serve` of the model for a test that needs a real server but not the product's
-    server commands (those have tests of their own); stopped, its whole session, at the end."""
+    server commands (those have tests of their own); stopped, its whole session, at the end. Yields
+    (url, the session id of its processes)."""
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [str(exe), "serve", str(model), "--port", str(port), *BASE_ARGS],
+            [str(exe), "serve", str(model), "--port", str(port), *BASE_ARGS, *args],
             env={**os.environ, **SERVER_ENV},
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -90,7 +91,7 @@ def serve(exe: Path, model: Path, port: int, log: Path, timeout: float = 300):
 
     try:
         wait_for(ready, timeout, 0.5, "vllm serve ready")
-        yield f"{url}/v1"
+        yield f"{url}/v1", proc.pid
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -99,3 +100,10 @@ def serve(exe: Path, model: Path, port: int, log: Path, timeout: float = 300):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@contextlib.contextmanager
+def serve(exe: Path, model: Path, port: int, log: Path, timeout: float = 300, args=()):
+    """`serving`, its url only."""
+    with serving(exe, model, port, log, timeout, args) as (url, _sid):
+        yield url

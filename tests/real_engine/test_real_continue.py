@@ -7,17 +7,22 @@ token, the configuration where vLLM's streaming parser loses a character), 30 wo
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from remote.common import metrics
 from remote.job.engine.kept_tokens import KeptFile
 from tests.conftest import REPO, free_port, records, runner_cmd, status, wait_for, write_prompts
+from tests.helpers.as_typed import ok
 from tests.real_engine import rig
+from tests.real_engine.recovery_scenario import engine_cores
 
 pytestmark = pytest.mark.real_vllm
 # ~80k tokens: the tiny model makes ~2,000 tok/s here. Its greedy answers are all alike and start
@@ -32,8 +37,8 @@ def generated(url: str) -> float:
         return metrics.total(metrics.parse(r.read().decode()), metrics.GENERATION) or 0.0
 
 
-def job_root(root: Path, url: str) -> Path:
-    write_prompts(root / "data" / "prompts" / "B1.jsonl", N, "B1")
+def job_root(root: Path, url: str, n: int = N) -> Path:
+    write_prompts(root / "data" / "prompts" / "B1.jsonl", n, "B1")
     spec = {
         "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 80}},
         "engine": {"kind": "openai", "base_url": url, "model": rig.SERVED_NAME, "concurrency": 8},
@@ -94,50 +99,146 @@ def stop_mid_answer(root: Path, path: Path, sig, cut: bool, old: dict) -> None:
     proc.wait(timeout=60)
 
 
-def test_a_killed_and_restarted_greedy_job_makes_the_uninterrupted_records(
-    tmp_path, vllm_python, vllm_exe
-):
-    model = rig.build_model(tmp_path / "model", vllm_python, long=True)
-    with rig.serve(vllm_exe, model, free_port(), tmp_path / "vllm.log") as url:
-        base = job_root(tmp_path / "base", url)
-        subprocess.run(runner_cmd(base), cwd=REPO, check=True, capture_output=True, timeout=300)
-        want = {r["id"]: same(r) for r in records(base, "B1")}
-        one = next(iter(want.values()))
-        msg = one["conversations"][-1]
-        assert len(one["token_ids"]) == 82 and msg["content"] and msg["reasoning_content"]
-        for r in want.values():  # no character lost where the thinking ends
-            m = r["conversations"][-1]
-            assert (m["reasoning_content"], m["content"]) == words_of(model, r["token_ids"])
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, vllm_python, vllm_exe):
+    """One vLLM start for the module: the long variant's model, the url, its session id."""
+    where = tmp_path_factory.mktemp("continue")
+    model = rig.build_model(where / "model", vllm_python, long=True)
+    with rig.serving(vllm_exe, model, free_port(), where / "vllm.log") as (url, sid):
+        yield model, url, sid
 
-        root = job_root(tmp_path / "cut", url)
-        path = root / "run" / "kept.jsonl"
-        for sig, cut in ((signal.SIGKILL, True), (signal.SIGTERM, False), (signal.SIGTERM, True)):
-            # the 8 greedy streams move in step and the file is appended once a second: a stop
-            # can land just after a batch ended and before the next made a token, and keep
-            # nothing of this start; that stop is made again
-            for _ in range(4):
-                old = {k: len(v.ids) for k, v in KeptFile.read(path).items()}
-                stop_mid_answer(root, path, sig, cut, old)
-                if any(old.get(k) != len(v.ids) for k, v in KeptFile.read(path).items()):
-                    break
-            else:
-                pytest.fail("four stops in a row kept no token of their start")
+
+@pytest.fixture(scope="module")
+def want(served, tmp_path_factory):
+    """The records of the job run once, uninterrupted."""
+    model, url, _ = served
+    base = job_root(tmp_path_factory.mktemp("base"), url)
+    subprocess.run(runner_cmd(base), cwd=REPO, check=True, capture_output=True, timeout=600)
+    out = {r["id"]: same(r) for r in records(base, "B1")}
+    one = next(iter(out.values()))
+    msg = one["conversations"][-1]
+    assert len(one["token_ids"]) == 82 and msg["content"] and msg["reasoning_content"]
+    for r in out.values():  # no character lost where the thinking ends
+        m = r["conversations"][-1]
+        assert (m["reasoning_content"], m["content"]) == words_of(model, r["token_ids"])
+    return out
+
+
+def test_a_killed_and_restarted_greedy_job_makes_the_uninterrupted_records(tmp_path, served, want):
+    model, url, _ = served
+    root = job_root(tmp_path / "cut", url)
+    path = root / "run" / "kept.jsonl"
+    for sig, cut in ((signal.SIGKILL, True), (signal.SIGTERM, False), (signal.SIGTERM, True)):
+        # the 8 greedy streams move in step and the file is appended every 0.1 s: a stop
+        # can land just after a batch ended and before the next made a token, and keep
+        # nothing of this start; that stop is made again
+        for _ in range(4):
+            old = {k: len(v.ids) for k, v in KeptFile.read(path).items()}
+            stop_mid_answer(root, path, sig, cut, old)
+            if any(old.get(k) != len(v.ids) for k, v in KeptFile.read(path).items()):
+                break
+        else:
+            pytest.fail("four stops in a row kept no token of their start")
+    kept = {k.split("\t")[1]: v for k, v in KeptFile.read(path).items()}
+    assert kept and all(k.ids for k in kept.values())
+    recorded = {r["id"] for r in records(root, "B1")}
+    before = generated(url)
+    subprocess.run(runner_cmd(root), cwd=REPO, check=True, capture_output=True, timeout=600)
+    made_now = generated(url) - before
+    got = {r["id"]: r for r in records(root, "B1")}
+    assert {k: same(r) for k, r in got.items()} == want  # token for token, text for text
+    assert {r["id"] for r in got.values() if r.get("continued")} >= set(kept)
+    # vLLM's own counter: the last start made what was missing, no kept token again
+    missing = sum(
+        len(r["token_ids"]) - len(kept[i].ids if i in kept else ())
+        for i, r in got.items()
+        if i not in recorded
+    )
+    assert made_now == missing
+    st = status(root)["kept"]
+    assert st["continued"] == len(kept)
+    assert st["tokens_saved"] == sum(len(k.ids) for k in kept.values())
+
+
+def settled(read):
+    """A predicate true once `read()` gives the same value twice in a row (nothing moves any more:
+    the engine is stopped, so only what was in transit can still arrive)."""
+    last = [object()]
+
+    def same_again() -> bool:
+        now = read()
+        again, last[0] = now == last[0], now
+        return again
+
+    return same_again
+
+
+def test_a_runner_killed_under_the_watcher_is_continued_from_every_kept_token(
+    tmp_path, served, want
+):
+    """The default settings, as a user runs the job: `invoke restart` on the built-in local host,
+    the runner killed -9 mid-answer, the watcher starting it again at once. The engine is held
+    (SIGSTOP) around the kill so the test knows exactly what was in flight: every token the dead
+    runner had received is in the kept file, and the job makes none of them again."""
+    model, url, sid = served
+    proj, host = tmp_path / "proj", tmp_path / "host"
+    n = 160
+    job = json.loads((job_root(proj, url, n) / "job.json").read_text())
+    cfg = proj / "hosts.yaml"
+    hosts = {"local": {"connect": "local", "remote_dir": str(host), "python": sys.executable}}
+    cfg.write_text(yaml.safe_dump({"default_host": "local", "hosts": hosts, "job": job}))
+    ok("invoke deploy", cfg)
+    start = generated(url)
+    ok("invoke restart", cfg)
+    path = host / "run" / "kept.jsonl"
+
+    def mid_answers() -> bool:
+        return sum(1 for k in KeptFile.read(path).values() if k.ids) >= 4
+
+    wait_for(mid_answers, 240, 0.05, "answers kept mid-way")
+    cores = engine_cores(sid)
+    assert cores
+    for p in cores:
+        os.kill(p, signal.SIGSTOP)
+    try:
+
+        def snapshot():
+            done = sum(len(r["token_ids"]) for r in records(host, "B1"))
+            kept_now = sum(len(v.ids) for v in KeptFile.read(path).values())
+            return generated(url) - start - done, kept_now
+
+        moved = settled(snapshot)
+
+        def at_rest() -> bool:  # nothing in transit, every token made for an answer in flight kept
+            return moved() and snapshot()[0] == snapshot()[1]
+
+        wait_for(at_rest, 120, 0.2, "every token of the answers in flight in the kept file")
+        pid = status(host)["pid"]
+        os.kill(pid, signal.SIGKILL)
+        at_kill = generated(url)
         kept = {k.split("\t")[1]: v for k, v in KeptFile.read(path).items()}
-        assert kept and all(k.ids for k in kept.values())
-        recorded = {r["id"] for r in records(root, "B1")}
-        before = generated(url)
-        subprocess.run(runner_cmd(root), cwd=REPO, check=True, capture_output=True, timeout=300)
-        made_now = generated(url) - before
-        got = {r["id"]: r for r in records(root, "B1")}
-        assert {k: same(r) for k, r in got.items()} == want  # token for token, text for text
-        assert {r["id"] for r in got.values() if r.get("continued")} >= set(kept)
-        # vLLM's own counter: the last start made what was missing, no kept token again
-        missing = sum(
-            len(r["token_ids"]) - len(kept[i].ids if i in kept else ())
-            for i, r in got.items()
-            if i not in recorded
-        )
-        assert made_now == missing
-        st = status(root)["kept"]
-        assert st["continued"] == len(kept)
-        assert st["tokens_saved"] == sum(len(k.ids) for k in kept.values())
+        recorded = {r["id"] for r in records(host, "B1")}
+    finally:
+        for p in cores:
+            os.kill(p, signal.SIGCONT)
+    assert kept and all(k.ids for k in kept.values())
+
+    def finished() -> bool:
+        st = status(host)
+        return st["pid"] != pid and st["state"] == "finished"
+
+    wait_for(finished, 600, 0.2, "the watcher's runner to finish the job")
+    events = [json.loads(x) for x in (host / "run" / "recover.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events if e["what"] == "runner"][:2] == ["died", "restarted"]
+    got = {r["id"]: r for r in records(host, "B1")}
+    assert {k: same(r) for k, r in got.items()} == {k: want[k] for k in got} and len(got) == n
+    assert {r["id"] for r in got.values() if r.get("continued")} >= set(kept)
+    missing = sum(
+        len(r["token_ids"]) - len(kept[i].ids if i in kept else ())
+        for i, r in got.items()
+        if i not in recorded
+    )
+    # vLLM's counter: after the kill the job made what was missing; the dead runner's requests got
+    # at most the one step the engine made before the server saw their client gone
+    assert 0 <= generated(url) - at_kill - missing <= 2 * len(kept)
+    ok("invoke stop", cfg)

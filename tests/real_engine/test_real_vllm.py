@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -133,10 +134,13 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
     assert not (outputs(host_dir) / "B1.errors.jsonl").read_text().strip()
     assert records(host_dir, "B1") == []
 
-    # 3. the job, with more requests than vLLM's batch: requests wait inside vLLM
+    # 3. the job, with more requests than vLLM's batch: requests wait inside vLLM. The hand-started
+    # runner's --max-samples 40 is the job's cap now (said is said): cleared as the user would
     assert cli(cfg, "deploy").returncode == 0
-    res = cli(cfg, "restart")
-    assert res.returncode == 0, res.stdout + res.stderr
+    res = cli(cfg, "restart", "--dry-run")
+    assert res.returncode == 0 and re.search(r"B1\s+40\s", res.stdout), res.stdout + res.stderr
+    res = cli(cfg, "restart", "--max-samples", "all")
+    assert res.returncode == 0 and "40 → all" in res.stdout, res.stdout + res.stderr
 
     def waiting_seen(st):
         m = st["endpoints"][0].get("metrics") or {}

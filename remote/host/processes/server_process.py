@@ -120,7 +120,10 @@ def start(paths: Paths, spec: ServerSpec, by: str = "user") -> ServerStarted:
     """Start it detached; `by` the watcher: its own starts count against its budget."""
     rec = managed(paths)
     if rec:
-        return ServerStarted(already=True, pid=rec.pid, port=rec.port, model=rec.model)
+        up_s = time.time() - rec.started_at if rec.started_at else None
+        return ServerStarted(
+            already=True, by=rec.by, up_s=up_s, pid=rec.pid, port=rec.port, model=rec.model
+        )
     exposed = spec.exposure_problem()
     if exposed:  # hosts.yaml's check says so first; this holds for any caller
         raise ServerError(f"vLLM {exposed}", fix="set server.env.VLLM_API_KEY, or drop --host")

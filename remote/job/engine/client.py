@@ -186,7 +186,9 @@ class OpenAIEngine(Engine):
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self._session = aiohttp.ClientSession(
             headers=headers,
-            connector=aiohttp.TCPConnector(limit=0, force_close=False),
+            # an idle connection is let go before the server's keep-alive ends (uvicorn's, vLLM's
+            # server, closes it after 5 s): reusing one it closed fails the request on the spot
+            connector=aiohttp.TCPConnector(limit=0, force_close=False, keepalive_timeout=2.0),
             timeout=aiohttp.ClientTimeout(total=self.timeout),
         )
         return self

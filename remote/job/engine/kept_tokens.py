@@ -1,14 +1,17 @@
 """The tokens of every unfinished answer, kept as they stream, so that after any stop the
 answer is continued from them instead of asked again.
 
-`run/kept.jsonl` is appended once a second with one line per answer that got tokens since the last
-append (its new token ids and text), and at once on SIGTERM: a `kill -9` loses at most that second.
+`run/kept.jsonl` is appended ten times a second with one line per answer that got tokens since the
+last append (its new token ids and text), and at once on SIGTERM: a `kill -9` loses at most that
+tenth of a second. An append costs what streamed since the one before, so its pace does not slow the
+job as answers grow.
 A line carries the offset it starts at, so a torn or missing line is seen and that answer is asked
 again from its start rather than continued from a wrong prefix. Rewritten at open with only the
 answers still unfinished."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -21,6 +24,7 @@ from ..store.outputs import AppendFile
 from ..store.rates import RateWindow
 
 COMPACT_AFTER = 64 << 20  # bytes appended before the file is rewritten with what is unfinished
+KEEP_EVERY_S = 0.1  # between appends: what a kill -9 can lose of every answer streaming
 
 
 @dataclass
@@ -48,39 +52,63 @@ def signature(*parts) -> str:
 class Keeping:
     """One request while it streams: the store reads its assembly at each append."""
 
-    __slots__ = ("key", "base", "asm", "end_id", "written", "url")
+    __slots__ = ("key", "base", "asm", "end_id", "written", "url", "_seen", "_said", "_ended")
 
     def __init__(self, key: str, base: Kept, url: str | None = None):
         self.key, self.base, self.asm, self.end_id, self.url = key, base, None, None, url
         # what the file holds of it: ids (a kept base is there already), reasoning and content pieces
         self.written = (len(base.ids), 0, 0)
+        # how far the assembly was looked through (pieces, ids), and what was found there: an
+        # append costs what streamed since the last one, not the whole answer again
+        self._seen, self._said, self._ended = (0, 0, 0), (False, False), False
 
     @property
     def continuing(self) -> bool:
         return bool(self.base.ids)
 
-    def now(self) -> Kept | None:
-        """The kept answer with what streamed since: None while nothing came."""
+    def _look(self) -> None:
+        a = self.asm
+        r0, c0, t0 = self._seen
+        reasoning, content = self._said
+        reasoning = reasoning or any(a.reasoning[r0:])
+        content = content or any(a.content[c0:])
+        ids = a.token_ids or ()
+        if not self._ended and self.end_id is not None:
+            self._ended = self.end_id in ids[t0:]
+        self._seen, self._said = (len(a.reasoning), len(a.content), len(ids)), (reasoning, content)
+
+    def head(self) -> Kept | None:
+        """The kept answer's facts without its tokens and text (what every line of it carries):
+        None while nothing came."""
         a, b = self.asm, self.base
         if a is None or not (a.token_ids or b.ids):
             return None
-        ids = b.ids + (a.token_ids or [])
-        reasoning = b.reasoning + "".join(a.reasoning)
-        content = b.content + "".join(a.content)
         prompt = b.prompt_ids or a.prompt_token_ids
         if prompt is None:
             return None
+        self._look()
+        reasoning, content = self._said
         if a.split is not None:  # a continuation knows where its text is
             thinking = a.split.thinking if (a.reasoning or a.content) else b.thinking
-        elif content:
+        elif b.content or content:
             thinking = False
-        elif self.end_id is not None and self.end_id in (a.token_ids or ()):
+        elif self._ended:
             thinking = False  # the end marker came; the answer text not yet
         else:
-            thinking = True if reasoning else None
+            thinking = True if (b.reasoning or reasoning) else None
         parts = b.parts + (a.split is not None)  # a continuation is one part more
-        finish = a.finish_reason
-        return Kept(b.sig, prompt, ids, reasoning, content, thinking, parts, finish, self.url)
+        return Kept(b.sig, prompt, [], "", "", thinking, parts, a.finish_reason, self.url)
+
+    def now(self) -> Kept | None:
+        """The kept answer with what streamed since: None while nothing came."""
+        k = self.head()
+        if k is None:
+            return None
+        a, b = self.asm, self.base
+        k.ids = b.ids + (a.token_ids or [])
+        k.reasoning = b.reasoning + "".join(a.reasoning)
+        k.content = b.content + "".join(a.content)
+        return k
 
 
 class KeptFile:
@@ -144,6 +172,11 @@ class KeptFile:
                 self.since_compact = COMPACT_AFTER // 2
         self._append(list(self.live.values()))
 
+    async def keep_forever(self, every_s: float = KEEP_EVERY_S) -> None:
+        while True:
+            self.flush()
+            await asyncio.sleep(every_s)
+
     def compact(self) -> None:
         """Rewrite the file with only what is unfinished, one line each (the file would otherwise
         grow by every token the job makes)."""
@@ -168,22 +201,27 @@ class KeptFile:
         out = [json.dumps({"k": key, "end": 1}).encode() + b"\n" for key in self.ended]
         fresh, done = 0, []
         for h in handles:
-            now = h.now()
-            if now is None:
-                continue
             n_ids, n_r, n_c = h.written
             a = h.asm
             base_n = len(h.base.ids)
-            new = now.ids[n_ids:]
-            if not new:
-                continue
-            fresh += len(new)
+            got = (a.token_ids or ()) if a is not None else ()
+            if base_n + len(got) <= n_ids:
+                continue  # nothing new since the last line
             if n_ids == 0:  # the first line of this answer in the file: whole, with its prompt
+                now = h.now()
+                if now is None:
+                    continue
+                new = now.ids
                 out.append(_whole(h.key, now))
             else:
+                head = h.head()
+                if head is None:
+                    continue
+                new = got[n_ids - base_n :]
                 r, c = "".join(a.reasoning[n_r:]), "".join(a.content[n_c:])
-                out.append(_line(h.key, n_ids, now, new, r, c))
-            done.append((h, (base_n + len(a.token_ids or ()), len(a.reasoning), len(a.content))))
+                out.append(_line(h.key, n_ids, head, new, r, c))
+            fresh += len(new)
+            done.append((h, (base_n + len(got), len(a.reasoning), len(a.content))))
         if not out:
             return
         data = b"".join(out)

@@ -146,8 +146,6 @@ class Runner:
             if prompts.due():
                 self.scheduler.notice_changed_prompts()
             if status.due():
-                if self.dispatcher is not None and self.dispatcher.kept is not None:
-                    self.dispatcher.kept.flush()  # every unfinished answer's new tokens, one append
                 for run in self.runs.values():
                     run.out.sync()
                     run.err.sync()
@@ -212,6 +210,7 @@ class Runner:
             in_flight=in_flight,
             tokens_per_s=p.tokens_per_s,
             samples_per_s=p.samples_per_s,
+            mean_tokens_per_s=self.writer.active.per_s(),
             completion_tokens=sum(x.completion_tokens for x in p.datasets.values()),
             errors=sum(x.errors for x in p.datasets.values()),
             retries=d.retries if d else 0,
@@ -286,6 +285,8 @@ class Runner:
                     self.job, self.paths.kept, self.runs, self.log
                 )
                 background = [asyncio.ensure_future(self.pool.probe_forever(engine.probe))]
+                if self.dispatcher.kept is not None:
+                    background.append(asyncio.ensure_future(self.dispatcher.kept.keep_forever()))
                 if self.metrics_interval > 0:
                     self.telemetry = Telemetry(engine, self.pool.endpoints, self.metrics_interval)
                     background.append(asyncio.ensure_future(self.telemetry.run()))
@@ -351,6 +352,7 @@ class Runner:
             self.log("crashed:\n" + traceback.format_exc())
             self.state, self.message = JobState.FAILED, f"runner crashed: {type(e).__name__}: {e}"
             code = EXIT_FAILED
+        self.history.record(self.status_now())  # its last minute counts in the job's rate too
         if self.writer.unwritten:
             n = len(self.writer.unwritten)
             self.log(f"{n} answers still waiting for disk space are dropped: redone on resume")

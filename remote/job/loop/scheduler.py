@@ -8,8 +8,10 @@ from typing import Callable
 from ...common.caps import Caps
 from ...common.jobspec import JobSpec, Paths
 from ...common.status import Reload
+from ..store import history
 from ..store.datasets import BadInput, DatasetRun, error_ids, open_dataset
 from ..store.prompts import Prompt, PromptFile
+from ..store.rates import ActiveTime
 from ..store.writer import RecordWriter
 
 
@@ -28,6 +30,7 @@ class Scheduler:
         self.fingerprint, self.writer, self.log, self.force = fingerprint, writer, log, force
         self.runs: dict[str, DatasetRun] = {}
         self.reloaded: dict[str, Reload] = {}  # prompt files reloaded by the last re-cap
+        self.before: dict[str, ActiveTime] = {}  # what the runners before this one made, and when
 
     def unknown(self, caps: Caps) -> list[str]:
         return [
@@ -35,6 +38,8 @@ class Scheduler:
         ]
 
     def prepare(self) -> None:
+        self.before = history.active(self.paths.history)
+        self.writer.active = ActiveTime().plus(self.before.get("", ActiveTime()))
         unknown = self.unknown(self.caps)
         if unknown:
             raise BadInput(
@@ -79,9 +84,10 @@ class Scheduler:
         try:  # open what is newly selected first: a failure changes nothing
             for spec in self.job.datasets:
                 if caps.selected(spec.name) and spec.name not in self.runs:
-                    self.runs[spec.name] = open_dataset(
-                        self.paths, spec, self.fingerprint, self.force, self.log
-                    )
+                    run = open_dataset(self.paths, spec, self.fingerprint, self.force, self.log)
+                    if run.done:  # a rate over the job's whole life, not this runner's alone
+                        run.active = run.active.plus(self.before.get(spec.name, ActiveTime()))
+                    self.runs[spec.name] = run
         except BaseException:
             for pf in reloads.values():
                 pf.close()

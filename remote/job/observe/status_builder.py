@@ -62,6 +62,7 @@ def _row(run: DatasetRun, now: float, started: float) -> tuple[DatasetStatus, fl
         empty=run.empty,
         tokens_per_s=round(tok_rate, 1),
         samples_per_s=round(run.tokens.per_s(now, started, run.tokens.count(now)), 3),
+        mean_tokens_per_s=run.active.per_s(),
         budget=run.budget,
         budget_reached=run.budget_reached(),
         remaining_tokens=int(rem_tok),

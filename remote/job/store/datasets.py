@@ -14,7 +14,7 @@ from .conversation import Partials
 from .ledger import Ledger, PromptState
 from .outputs import AppendFile, count_lines, load_existing, repair_tail
 from .prompts import Prompt, PromptFile
-from .rates import RateWindow
+from .rates import ActiveTime, RateWindow
 
 # a key a meta file predates reads as its empty value
 FINGERPRINT_ABSENT = {"extra_body": {}, "turns": "last"}
@@ -42,6 +42,7 @@ class DatasetRun:
     finish_length: int = 0  # records of the dataset cut at max_tokens, every run's
     empty: int = 0  # this run's records with no answer text
     tokens: RateWindow = field(default_factory=RateWindow)  # response tokens written, per second
+    active: ActiveTime = field(default_factory=ActiveTime)  # and over the job's life
     budget: int | None = None
     # in flight across a reload: id -> new index
     reindexed: dict[str, int] = field(default_factory=dict)

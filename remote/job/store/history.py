@@ -11,6 +11,8 @@ import json
 import os
 from pathlib import Path
 
+from .rates import IDLE_GAP_S, ActiveTime
+
 FULL_EVERY = 60  # lines between two full snapshots
 
 
@@ -71,4 +73,26 @@ def read(path: Path) -> list[dict]:
                 out.append(obj)
     except FileNotFoundError:
         pass
+    return out
+
+
+def active(path: Path) -> dict[str, ActiveTime]:
+    """Per dataset (and "" for the whole job), the tokens the runners so far made and the seconds
+    they made them in: between two lines of one runner, less than IDLE_GAP_S apart, where the
+    tokens grew."""
+    out: dict[str, ActiveTime] = {}
+    prev_t, prev = None, {}
+    for obj in read(path):
+        if "start" in obj:
+            prev_t, prev = None, {}
+            continue
+        now = {n: v[1] for n, v in obj["ds"].items()}
+        now[""] = sum(now.values())
+        for name, tokens in now.items():
+            a = out.setdefault(name, ActiveTime())
+            grew = tokens - prev.get(name, tokens)
+            if prev_t is not None and grew > 0 and obj["t"] - prev_t < IDLE_GAP_S:
+                a.seconds += obj["t"] - prev_t
+                a.tokens += grew
+        prev_t, prev = obj["t"], now
     return out

@@ -33,3 +33,29 @@ class RateWindow:
         """Amount per second over the window (the whole run while it is younger than the window)."""
         total = self.total(now) if amount is None else amount
         return total / max(1.0, min(self.span, now - started))
+
+
+IDLE_GAP_S = 120.0  # nothing made for this long: the job was not running (stopped, nothing to do)
+
+
+class ActiveTime:
+    """Tokens and the seconds they were made in: the time between two events, less any gap of
+    IDLE_GAP_S or more (a job stopped overnight, a restart with nothing to do), so a rate over it
+    is the job's speed while it ran, not diluted by the hours it stood still."""
+
+    __slots__ = ("seconds", "tokens", "last")
+
+    def __init__(self, seconds: float = 0.0, tokens: int = 0):
+        self.seconds, self.tokens, self.last = seconds, tokens, None
+
+    def add(self, t: float, tokens: int) -> None:
+        if self.last is not None and 0 <= t - self.last < IDLE_GAP_S:
+            self.seconds += t - self.last
+        self.tokens += tokens
+        self.last = t
+
+    def plus(self, other: ActiveTime) -> ActiveTime:
+        return ActiveTime(self.seconds + other.seconds, self.tokens + other.tokens)
+
+    def per_s(self) -> float | None:
+        return round(self.tokens / self.seconds, 1) if self.seconds >= 1 else None

@@ -13,7 +13,7 @@ from . import conversation
 from .datasets import DatasetRun
 from .outputs import DiskFull, disk_usage, encode_record
 from .prompts import Prompt
-from .rates import RateWindow
+from .rates import ActiveTime, RateWindow
 
 
 def record(run: DatasetRun, p: Prompt, c) -> dict:
@@ -46,6 +46,7 @@ class RecordWriter:
         self.disk_full = False
         self.unwritten: list = []  # callables that each write one held line, in order
         self.bytes = RateWindow()  # bytes appended
+        self.active = ActiveTime()  # the job's tokens and the seconds it made them in
         self.last_completion = time.time()
         rel = release_dir()
         self.release = rel.name if rel.parent.name == "releases" else None  # deployed: its id
@@ -74,6 +75,8 @@ class RecordWriter:
                 run.partials.forget(p.id)
             now = time.time()
             run.tokens.add(now, tokens)
+            run.active.add(now, tokens)
+            self.active.add(now, tokens)
             self.bytes.add(now, len(line))
             self.last_completion = now
             run.finish_length += cut

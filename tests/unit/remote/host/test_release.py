@@ -47,8 +47,38 @@ def test_only_what_changed_is_sent_the_rest_is_linked_and_current_switches(tmp_p
     plan = release.plan(root, {})
     assert (plan["current"], plan["releases"], plan["manifest"]) == ("r2", ["r1", "r2"], second)
     assert release.rollback(root, {}) == {"current": "r1", "previous": "r2"}
-    with pytest.raises(ValueError, match="release r9 is not on the host"):
+    with pytest.raises(release.BadRelease, match="no release 'r9' on the host; its releases: r1 "):
         release.rollback(root, {"to": "r9"})
+
+
+def deployed(root: str, rid: str) -> None:
+    release.apply(root, {"id": rid, "files": {}}, upload({}))
+
+
+def test_rollback_goes_back_along_what_ran_and_takes_a_unique_prefix(tmp_path):
+    root = str(tmp_path)
+    for rid in ("aa1", "bb2", "cc3"):
+        deployed(root, rid)
+    back = [release.rollback(root, {})["current"] for _ in range(2)]
+    assert back == ["bb2", "aa1"]  # a second rollback goes further back, not forth again
+    with pytest.raises(ValueError, match="no earlier release"):
+        release.rollback(root, {})
+    deployed(root, "dd4")  # deployed while aa1 ran: a rollback goes to aa1, what ran before it
+    assert release.rollback(root, {})["current"] == "aa1"
+    assert release.rollback(root, {"to": "cc"})["current"] == "cc3"
+    deployed(root, "cc9")
+    with pytest.raises(release.BadRelease, match="'cc' names 2 releases: cc3, cc9"):
+        release.rollback(root, {"to": "cc"})
+    assert release.main(["rollback", root, '{"to": "zz"}']) == 2  # bad input, as the CLI says it
+
+
+def test_an_older_history_without_links_still_goes_back_one(tmp_path):
+    root = str(tmp_path)
+    for rid in ("r1", "r2"):
+        deployed(root, rid)
+    hist = tmp_path / "releases" / release.HISTORY
+    hist.write_text('[{"id": "r1", "time": 1.0}, {"id": "r2", "time": 2.0}]')
+    assert release.rollback(root, {})["current"] == "r1"
 
 
 def test_a_corrupted_or_missing_file_and_an_unsafe_name_leave_nothing(tmp_path):

@@ -3,6 +3,8 @@ line or a gap drops only that answer), ended when answered, compacted to one lin
 
 from __future__ import annotations
 
+import json
+
 from remote.job.engine.kept_tokens import Keeping, Kept, KeptFile
 from remote.job.engine.stream import Assembly
 
@@ -87,3 +89,31 @@ def test_a_keeping_knows_where_the_thinking_ends():
     k.end_id = 9
     k.asm.token_ids.append(9)
     assert k.now().thinking is False  # the end marker came, no answer text yet
+
+
+def test_each_append_carries_only_what_came_since_and_where_the_thinking_is_now(tmp_path):
+    path = tmp_path / "kept.jsonl"
+    kept = KeptFile(path)
+    h = streaming(kept, KEY, [10])
+    h.end_id = 9
+    h.asm.reasoning.append("hmm")
+    kept.flush()
+    for ids in ([11], [9], [12], []):  # the end marker comes in the third append; the last: nothing
+        h.asm.token_ids += ids
+        kept.flush()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(e["o"], e["t"], e["th"]) for e in lines] == [
+        (0, [10], True),
+        (1, [11], True),
+        (2, [9], False),
+        (3, [12], False),
+    ]
+    kept.file.close()
+    again = KeptFile(path)  # a restart: the answer is continued, its lines go on from offset 4
+    h2 = again.start(KEY, "s1")
+    assert h2.continuing and h2.base.ids == [10, 11, 9, 12]
+    h2.asm = Assembly()
+    h2.asm.token_ids = [13]
+    again.flush()
+    again.file.close()
+    assert KeptFile.read(path)[KEY].ids == [10, 11, 9, 12, 13]

@@ -51,3 +51,19 @@ def test_servers_up_torn_lines_and_no_file(tmp_path):
     lines = history.read(path)
     assert len(lines) == 1 and lines[0]["up"] == "10"
     assert history.read(tmp_path / "none.jsonl") == []
+
+
+def test_the_time_the_runners_made_tokens_in_leaves_out_idle_gaps_and_restarts(tmp_path):
+    path = tmp_path / "history.jsonl"
+    h = History(path)
+    h.start(0.0, pid=1)
+    h.record(status(0.0, B1=(0, 0), B2=(0, 0)))
+    h.record(status(60.0, B1=(5, 600), B2=(0, 0)))  # B1 makes 600 tokens in a minute
+    h.record(status(90.0, B1=(9, 900), B2=(1, 30)))  # the runner's last line, 30 s later
+    h.record(status(400.0, B1=(9, 900), B2=(2, 60)))  # after a gap of 310 s: not counted
+    h.start(4000.0, pid=2)  # an hour later, a runner with nothing to do
+    h.record(status(4000.0, B1=(9, 900), B2=(2, 60)))
+    h.record(status(4060.0, B1=(9, 900), B2=(2, 60)))
+    got = {n: (a.seconds, a.tokens, a.per_s()) for n, a in history.active(path).items()}
+    assert got == {"B1": (90.0, 900, 10.0), "B2": (30.0, 30, 1.0), "": (90.0, 930, 10.3)}
+    assert history.active(tmp_path / "none.jsonl") == {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remote.job.store.rates import RateWindow
+from remote.job.store.rates import IDLE_GAP_S, ActiveTime, RateWindow
 
 
 def test_only_the_last_minute_counts_and_reading_changes_nothing():
@@ -24,3 +24,13 @@ def test_per_second_over_the_window_or_the_run_while_it_is_younger():
     assert w.per_s(10.0, started=9.5) == 60.0  # never divided by less than a second
     assert w.per_s(100.0, started=0.0) == 0.0
     assert w.per_s(100.0, started=0.0, amount=120) == 2.0  # a given amount, over the full window
+
+
+def test_active_time_counts_the_seconds_tokens_were_made_in_not_the_idle_gaps():
+    a = ActiveTime(seconds=100.0, tokens=1000)  # what the runners before made
+    for t, n in ((5000.0, 10), (5010.0, 10), (5020.0, 10), (5020.0 + IDLE_GAP_S, 10)):
+        a.add(t, n)
+    assert (a.seconds, a.tokens) == (120.0, 1040)
+    assert a.per_s() == round(1040 / 120, 1)
+    assert ActiveTime().per_s() is None and ActiveTime(0.5, 9).per_s() is None  # too short to say
+    assert ActiveTime(1, 2).plus(ActiveTime(3, 4)).per_s() == 1.5
