@@ -3,7 +3,8 @@
 Like vLLM it loads for a while before it answers, spawns worker processes in process groups of their
 own (which outlive a killed parent), and serves the OpenAI API and Prometheus /metrics.
 Test-only options: --fake-delay S, --fake-load-until FILE (loading lasts until it exists), --fake-die,
---fake-degenerate, --fake-workers N, --fake-engine N, --fake-answer-delay S, --fake-thinking (a reply that is all thinking: `content` null, the text in `reasoning`),
+--fake-degenerate, --fake-workers N, --fake-engine N, --fake-answer-delay S, --fake-thinking (a reply
+that is all thinking: `content` null, the text in `reasoning`),
 --fake-helper S (a start-up child that lives S seconds, as vLLM's model inspection does),
 --fake-exit-once FILE (the first run exits 0 after --fake-exit-after S of serving, as vLLM's API
 server does when its engine dies; later runs serve), --fake-die-later FILE (the first run serves,
