@@ -164,6 +164,7 @@ def one_watched_restart(
     else:  # a person's restart: stopped (SIGTERM, no grace) and started again
         in_flight, kept = made(url) - start - recorded(host), None  # and a moment's more
         deploytool(cfg, "restart", "--hard", "--grace", "0")
+
     def refilled() -> bool:
         st = status(host)
         return st["pid"] != pid and (running() >= conc or st["state"] == "finished")
