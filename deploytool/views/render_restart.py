@@ -77,8 +77,10 @@ def raised_targets(r: RestartAnswer, out: Console | None = None) -> None:
     out = out or console
     for name, d in r.caps.items():
         if d.raised:
-            more = f"{_cap(d.was, d.was_selected)} → {_cap(d.cap)}"
-            out.print(f"[yellow]{r.host}: {name}'s target goes up ({more} prompts)[/]")
+            whole = d.prompts > 0 and (d.cap is None or d.cap >= d.prompts)
+            more = f"{_cap(d.was, d.was_selected)} → {_cap(d.prompts if whole else d.cap)} prompts"
+            more += ": every prompt of the file" if whole else ""
+            out.print(f"[yellow]{r.host}: {name}'s target goes up ({more})[/]")
 
 
 def restart_result(r: RestartAnswer, out: Console | None = None) -> None:

@@ -53,3 +53,18 @@ def test_the_caps_table_marks_what_a_restart_changed():
     assert "caps unchanged" in printed(
         lambda out: render_restart.caps_table(same, out, Caps(4), Caps(4))
     )
+
+
+def test_a_raised_target_says_how_many_prompts_the_file_lets_it_reach():
+    from remote.common.answers import RestartAnswer
+
+    rows = {
+        "B1": CapRow(5, 5, "complete", prompts=60, cap=100, was=5),  # the file ends first
+        "B2": CapRow(5, 5, "complete", prompts=60, cap=20, was=5),
+        "B3": CapRow(1, 1, "complete", prompts=1, cap=100, was=5),  # nothing more to run
+    }
+    text = printed(render_restart.raised_targets, RestartAnswer(host="gpu", caps=rows))
+    assert text.splitlines() == [
+        "gpu: B1's target goes up (5 → 60 prompts: every prompt of the file)",
+        "gpu: B2's target goes up (5 → 20 prompts)",
+    ]
