@@ -16,10 +16,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import REPO, Rig, timed, write_config  # noqa: E402
+from common import REPO, USER_ENV, Rig, timed, write_config  # noqa: E402
 
-from deploytool.connectors import connect
-from deploytool.ops.deploy import PACKAGE_DIR, build_release, deploy_host
+from deploytool.connectors import connect  # noqa: E402
+from deploytool.ops.deploy import PACKAGE_DIR, build_release, deploy_host  # noqa: E402
+from tests.conftest import write_prompts  # noqa: E402
 
 
 def make_tree(dst: Path, n_files: int = 50) -> Path:
@@ -48,6 +49,7 @@ def main():
         size = sum(p.stat().st_size for p in tree.rglob("*.py"))
         project = work / "project"
         project.mkdir()
+        write_prompts(project / "data" / "prompts" / "B1.jsonl", 10)  # the job's (deploy checks it)
         cfg = write_config(project, {"gpu": rig.host_entry(rig.root / "host")})
 
         scp_dest = rig.root / "scp-dest"
@@ -94,9 +96,9 @@ def main():
 
         # the command as a user types it (Python start-up and imports included)
         cli = [sys.executable, "-m", "deploytool", "--config", str(cfg.path), "deploy"]
-        subprocess.run(cli, check=True, capture_output=True)
+        subprocess.run(cli, check=True, capture_output=True, env=USER_ENV)
         t_cli_noop, _ = timed(
-            lambda: subprocess.run(cli, check=True, capture_output=True), a.repeat
+            lambda: subprocess.run(cli, check=True, capture_output=True, env=USER_ENV), a.repeat
         )
 
         print(

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 
-from common import REPO, Rig, timed, write_config  # noqa: E402
+from common import REPO, USER_ENV, Rig, timed, write_config  # noqa: E402
 
 from tests.conftest import base_job  # noqa: E402
 
@@ -52,7 +52,8 @@ def make_prompts(dst, mib: float, datasets=8) -> list[str]:
 
 def imports(repeat: int) -> None:
     def t(code):
-        return timed(lambda: subprocess.run([sys.executable, "-c", code], check=True), repeat)[0]
+        run = [sys.executable, "-c", code]
+        return timed(lambda: subprocess.run(run, check=True, env=USER_ENV), repeat)[0]
 
     base = t("pass")
     inv = t("import invoke")
@@ -105,10 +106,12 @@ def main():
         t_scp, _ = timed(lambda: subprocess.run(scp, check=True), a.repeat)
 
         cli = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
-        subprocess.run(cli + ["deploy", "--host", "gpu,local"], check=True, capture_output=True)
+        subprocess.run(
+            cli + ["deploy", "--host", "gpu,local"], check=True, capture_output=True, env=USER_ENV
+        )
         t_noop, _ = timed(
             lambda: subprocess.run(
-                cli + ["deploy", "--host", "gpu"], check=True, capture_output=True
+                cli + ["deploy", "--host", "gpu"], check=True, capture_output=True, env=USER_ENV
             ),
             a.repeat,
         )
@@ -126,7 +129,11 @@ def main():
                 ),
             )
             out = subprocess.run(
-                cli + ["deploy", "--host", "gpu"], check=True, capture_output=True, text=True
+                cli + ["deploy", "--host", "gpu"],
+                check=True,
+                capture_output=True,
+                env=USER_ENV,
+                text=True,
             ).stdout
             assert "modified job.json" in " ".join(out.split()), out
 
@@ -136,10 +143,10 @@ def main():
             check=True,
             capture_output=True,
         )
-        subprocess.run(cli + ["tail", "--host", "local"], capture_output=True)
+        subprocess.run(cli + ["tail", "--host", "local"], capture_output=True, env=USER_ENV)
         t_status, runs = timed(
             lambda: subprocess.run(
-                cli + ["status", "--host", "local"], check=True, capture_output=True
+                cli + ["status", "--host", "local"], check=True, capture_output=True, env=USER_ENV
             ),
             a.repeat,
         )

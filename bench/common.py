@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 import shutil
 import statistics
 import subprocess
@@ -15,6 +16,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.conftest import Sshd, keygen, ssh_host_entry, write_config  # noqa: E402
+
+# the commands as on a user's machine: Python caches bytecode (some sandboxes set
+# PYTHONDONTWRITEBYTECODE=1, and every run then compiles deploytool/ and remote/ from source)
+USER_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 class Rig:
@@ -78,4 +83,4 @@ def timed(fn, repeat: int = 5) -> tuple[float, list[float]]:
     return statistics.median(runs), runs
 
 
-__all__ = ["Rig", "timed", "write_config", "REPO"]
+__all__ = ["Rig", "timed", "write_config", "REPO", "USER_ENV"]

@@ -129,7 +129,7 @@ def test_a_killed_and_restarted_greedy_job_makes_the_uninterrupted_records(tmp_p
     root = job_root(tmp_path / "cut", url)
     path = root / "run" / "kept.jsonl"
     for sig, cut in ((signal.SIGKILL, True), (signal.SIGTERM, False), (signal.SIGTERM, True)):
-        # the 8 greedy streams move in step and the file is appended every 0.1 s: a stop
+        # the 8 greedy streams move in step and the file is appended every 0.05 s: a stop
         # can land just after a batch ended and before the next made a token, and keep
         # nothing of this start; that stop is made again
         for _ in range(4):

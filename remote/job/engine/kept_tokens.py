@@ -1,10 +1,11 @@
 """The tokens of every unfinished answer, kept as they stream, so that after any stop the
 answer is continued from them instead of asked again.
 
-`run/kept.jsonl` is appended ten times a second with one line per answer that got tokens since the
-last append (its new token ids and text), and at once on SIGTERM: a `kill -9` loses at most that
-tenth of a second. An append costs what streamed since the one before, so its pace does not slow the
-job as answers grow.
+`run/kept.jsonl` is appended twenty times a second with one line per answer that got tokens since
+the last append (its new token ids and text), and at once on SIGTERM: a `kill -9` loses at most that
+twentieth of a second. An append costs what streamed since the one before, so its pace does not slow
+the job as answers grow; it is never fsynced (it is there for a process that dies: after a crash of
+the machine what is torn or missing of it is asked again, as any gap is).
 A line carries the offset it starts at, so a torn or missing line is seen and that answer is asked
 again from its start rather than continued from a wrong prefix. Rewritten at open with only the
 answers still unfinished."""
@@ -24,7 +25,7 @@ from ..store.outputs import AppendFile
 from ..store.rates import RateWindow
 
 COMPACT_AFTER = 64 << 20  # bytes appended before the file is rewritten with what is unfinished
-KEEP_EVERY_S = 0.1  # between appends: what a kill -9 can lose of every answer streaming
+KEEP_EVERY_S = 0.05  # between appends: what a kill -9 can lose of every answer streaming
 
 
 @dataclass
@@ -120,7 +121,7 @@ class KeptFile:
         self.on_disk = set(self.entries)  # answers with lines in the file (an end line closes them)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._rewrite([_whole(key, k) for key, k in self.entries.items()])
-        self.file = AppendFile(path)
+        self.file = AppendFile(path, durable=False)
         self.bytes = 0  # appended by this runner (the cost, in status and the benchmark)
         self.since_compact = 0
         self.streamed = RateWindow()  # tokens as they stream (a record counts them only at its end)
@@ -190,7 +191,7 @@ class KeptFile:
             written[h] = (len(now.ids), len(h.asm.reasoning), len(h.asm.content))
         self._rewrite(lines)
         self.file.close()
-        self.file = AppendFile(self.path)
+        self.file = AppendFile(self.path, durable=False)
         for h, w in written.items():
             h.written = w
         self.on_disk = set(self.entries) | {h.key for h in written}
@@ -237,9 +238,6 @@ class KeptFile:
         self.ended.clear()
         self.bytes += len(data)
         self.since_compact += len(data)
-
-    def sync(self) -> None:
-        self.file.sync()
 
     def close(self) -> None:
         self.flush()

@@ -302,9 +302,12 @@ def disk_usage(path: Path) -> dict:
 class AppendFile:
     """One complete line per write(2) with O_APPEND; fsync at most once a second."""
 
-    def __init__(self, path: Path, indexed: bool = False):
+    def __init__(self, path: Path, indexed: bool = False, durable: bool = True):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        # not durable: what the file holds must survive the process, not the machine (no fsync,
+        # which would stall the caller's loop while the disk catches up)
+        self.durable = durable
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.index = AppendFile(index_path(path)) if indexed else None
         self.dirty = False
@@ -338,7 +341,7 @@ class AppendFile:
             self.sync()
 
     def sync(self) -> None:
-        if self.dirty:
+        if self.dirty and self.durable:
             try:
                 os.fsync(self.fd)
             except OSError as e:

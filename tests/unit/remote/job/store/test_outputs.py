@@ -141,3 +141,18 @@ def test_a_full_disk_leaves_no_part_of_the_line(tmp_path, monkeypatch):
     f.append(b"third\n")
     f.close()
     assert path.read_bytes() == b"first\nthird\n"
+
+
+def test_a_file_that_need_only_outlive_its_process_is_never_fsynced(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(outputs.os, "fsync", synced.append)
+    durable, cache = (
+        AppendFile(tmp_path / "a.jsonl"),
+        AppendFile(tmp_path / "b.jsonl", durable=False),
+    )
+    for f in (durable, cache):
+        f.append(b"line\n")
+        f.sync()
+        f.close()
+    assert synced == [durable.fd]  # the durable one only
+    assert (tmp_path / "b.jsonl").read_bytes() == b"line\n"
