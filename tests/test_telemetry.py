@@ -215,9 +215,10 @@ def test_a_full_disk_is_survived_and_the_job_finishes_exactly_once(
     wait_for(lambda: status(host_dir)["disk"]["full"], timeout=60, what="disk full")
     st = status(host_dir)
     assert st["state"] == "running" and _alive(host_dir)
-    asked = sum(srv.attempts.values())
-    time.sleep(3)
-    assert sum(srv.attempts.values()) == asked  # no new work asked for while full
+    asked, at = sum(srv.attempts.values()), st["updated_at"]
+    # three more of the runner's status ticks, each a chance to dispatch: no new work asked for
+    wait_for(lambda: status(host_dir)["updated_at"] >= at + 3, timeout=60, what="3 status ticks")
+    assert sum(srv.attempts.values()) == asked
     out = small_tmpfs / "B1.jsonl"
     lines = out.read_bytes().split(b"\n")
     assert lines[-1] == b"" and all(json.loads(x) for x in lines[:-1])  # no torn line
