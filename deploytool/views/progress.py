@@ -26,10 +26,15 @@ def fmt_tokens(n) -> str:
 MEAN_NOTE = "* nothing made in the last minute: the job's mean over the time it ran"
 
 
+def shows_mean(now: float, mean: float | None) -> bool:
+    """Nothing came in the last minute and the job has a mean to show instead."""
+    return not now and bool(mean)
+
+
 def fmt_rate(now: float, mean: float | None) -> str:
     """Tokens per second: the last minute's, or (starred, see MEAN_NOTE) the job's mean when
     nothing came in that minute."""
-    return fmt_tokens(now) if now or not mean else f"{fmt_tokens(mean)}*"
+    return f"{fmt_tokens(mean)}*" if shows_mean(now, mean) else fmt_tokens(now)
 
 
 def fmt_duration(seconds) -> str:

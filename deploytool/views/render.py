@@ -23,6 +23,7 @@ from .progress import (
     hints,
     notices,
     recovery_lines,
+    shows_mean,
 )
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
@@ -190,7 +191,7 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
                 str(d.finish_length),
             )
         out.print(t)
-        if any("*" in fmt_rate(d.tokens_per_s, d.mean_tokens_per_s) for d in s.datasets.values()):
+        if any(shows_mean(d.tokens_per_s, d.mean_tokens_per_s) for d in s.datasets.values()):
             out.print(f"  {MEAN_NOTE}", markup=False)
         eng = s.engine
         health = "reachable" if eng.reachable else f"UNREACHABLE ({eng.last_error})"

@@ -14,7 +14,7 @@ from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ..common.protocol import CtlReport
 from ..common.status import JobStatus
 from ..job.store import history
-from ..job.store.rates import IDLE_GAP_S
+from ..job.store.rates import IDLE_GAP_S, ActiveTime
 
 _HEAD = re.compile(
     rb'"finish_reason": ("[^"]*"|null), "usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)'
@@ -72,8 +72,10 @@ def scan_outputs(
 def active_seconds(made: collections.Counter) -> float:
     """The seconds the job was making records: the span, less every gap of IDLE_GAP_S or more
     between two records (a job stopped overnight, a restart with nothing to do)."""
-    times = sorted(made)
-    return 1.0 + sum(b - a for a, b in zip(times, times[1:]) if b - a < IDLE_GAP_S)
+    ran = ActiveTime()  # the rule status's job rate follows too
+    for t in sorted(made):
+        ran.add(t, 0)
+    return 1.0 + ran.seconds
 
 
 def throughput(made: collections.Counter) -> tuple[list[list[float]], float, float | None]:

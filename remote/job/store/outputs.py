@@ -300,7 +300,8 @@ def disk_usage(path: Path) -> dict:
 
 
 class AppendFile:
-    """One complete line per write(2) with O_APPEND; fsync at most once a second."""
+    """One complete line per write(2) with O_APPEND; fsync at most once a second (never for a file
+    that need not be durable)."""
 
     def __init__(self, path: Path, indexed: bool = False, durable: bool = True):
         path.parent.mkdir(parents=True, exist_ok=True)
