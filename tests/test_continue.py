@@ -9,8 +9,8 @@ import hashlib
 import json
 import signal
 import subprocess
-import time
 
+from remote.common.jobspec import Paths
 from remote.job.engine import continuation
 from remote.job.engine.kept_tokens import Kept, KeptFile
 from remote.job.engine.stream import Assembly, ThinkingSplit
@@ -134,25 +134,60 @@ def _job(tmp_path, srv, n: int, sampling: dict | None = None, extra: dict | None
 
 
 def _kept_lines(root) -> list[dict]:
-    p = root / "run" / "kept.jsonl"
+    return _tolerant(root / "run" / "kept.jsonl")
+
+
+def _tolerant(p) -> list[dict]:
     out = []
     for ln in p.read_text().splitlines() if p.exists() else ():
         try:
             out.append(json.loads(ln))
         except ValueError:
-            pass
+            pass  # a line the kill tore
     return out
 
 
-def _kill_mid_answer(root, enough) -> None:
+def _unanswered(root) -> dict:
+    """The kept answers the next start must continue: kept, and not yet in the outputs or the
+    conversations' sidecar (a kill can fall after an answer is written and before the kept file
+    hears of its end)."""
+    paths = Paths(root)
+    done, turns = set(), set()
+    for p in paths.outputs.glob("*.jsonl"):
+        if p.name.endswith(".partial.jsonl"):
+            turns |= {(e["id"], e["turn"]) for e in _tolerant(p)}
+        elif not p.name.endswith(".errors.jsonl"):
+            done |= {r["id"] for r in _tolerant(p)}
+    out = {}
+    for key, k in KeptFile.read(paths.kept).items():
+        _, pid, *turn = key.split("\t")
+        if pid not in done and not (turn and (pid, int(turn[0])) in turns):
+            out[key] = k
+    return out
+
+
+def _kill_mid_answer(root, enough) -> dict:
+    """Kill -9 the runner once `enough` holds of the kept answers still unanswered; the runner is
+    stopped while they are read, so the kill finds exactly what was checked. Returns them."""
     proc = subprocess.Popen(
         runner_cmd(root), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+    seen = {}
+
+    def stopped_enough() -> bool:
+        proc.send_signal(signal.SIGSTOP)
+        seen.update(entries=_unanswered(root))
+        if enough(seen["entries"]):
+            return True
+        proc.send_signal(signal.SIGCONT)
+        return False
+
     try:
-        wait_for(lambda: enough(_kept_lines(root)), timeout=60, what="tokens kept mid-answer")
+        wait_for(stopped_enough, timeout=60, what="tokens kept mid-answer")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+    return seen["entries"]
 
 
 def _right(tm: TokenModel, rec: dict) -> None:
@@ -172,12 +207,9 @@ def test_kill_9_mid_answer_continues_it_token_for_token(tmp_path, openai_server)
     # 0.4-1.6 s an answer, not in step: at any moment some are in their thinking, some past it
     srv.lengths = lambda key: 40 + int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 120
     root = _job(tmp_path, srv, 40)
-    # kill once answers are kept both inside their thinking and inside their text
     path = root / "run" / "kept.jsonl"
-    _kill_mid_answer(
-        root, lambda _: {k.thinking for k in KeptFile.read(path).values()} >= {True, False}
-    )
-    entries = KeptFile.read(path)  # what the next start finds
+    # what the next start finds: answers cut inside their thinking and inside their text
+    entries = _kill_mid_answer(root, lambda e: {k.thinking for k in e.values()} >= {True, False})
     res = run(root)
     assert res.returncode == 0, res.stderr
     tm = srv.tokens_model
@@ -222,7 +254,7 @@ def test_penalties_start_over_and_say_so_once(tmp_path, openai_server):
     proc = subprocess.Popen(
         runner_cmd(root), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    time.sleep(1.5)
+    wait_for(lambda: len(srv.bodies) >= 8, what="answers in flight")  # killed mid-answer
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert run(root).returncode == 0
@@ -318,13 +350,8 @@ def test_a_conversation_continues_its_unfinished_turn(tmp_path, openai_server):
     srv = openai_server(token_model=True, token_time=0.01, chunk_tokens=2, shape="vllm")
     srv.lengths = lambda key: 40 + int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 60
     root = conversation_root(tmp_path, 12, {"base_url": srv.url, "concurrency": 6})
-    path = root / "run" / "kept.jsonl"
     # a later turn cut mid-answer: its key names the turn
-    _kill_mid_answer(
-        root,
-        lambda _: any(k.count("\t") == 2 and not k.endswith("\t0") for k in KeptFile.read(path)),
-    )
-    kept = KeptFile.read(path)
+    kept = _kill_mid_answer(root, lambda e: any(not k.endswith("\t0") for k in e))
     assert run(root).returncode == 0
     tm = srv.tokens_model
     made = {
@@ -377,11 +404,7 @@ def test_a_kept_answer_goes_back_to_the_server_that_made_it(tmp_path, openai_ser
     job["sampling"] = {"max_tokens": 400, "temperature": 0.0}
     job["extra_body"] = {"return_token_ids": True}
     (root / "job.json").write_text(json.dumps(job))
-    path = root / "run" / "kept.jsonl"
-    _kill_mid_answer(
-        root, lambda _: {k.url for k in KeptFile.read(path).values()} >= {s.url for s in servers}
-    )
-    kept = KeptFile.read(path)
+    kept = _kill_mid_answer(root, lambda e: {k.url for k in e.values()} >= {s.url for s in servers})
     assert run(root).returncode == 0
     st = status(root)["kept"]
     assert st["continued"] == len(kept) and st["started_over"] == 0

@@ -339,8 +339,12 @@ def open_kept(path: Path, runs: dict, log) -> KeptFile:
     kept = KeptFile(path)
 
     def wanted(key: str) -> bool:
-        ds, pid = key.split("\t")[:2]
-        return ds in runs and pid not in runs[ds].done
+        ds, pid, *turn = key.split("\t")
+        if ds not in runs or pid in runs[ds].done:
+            return False
+        # a turn whose reply the sidecar holds ended before the kept file heard of its end
+        partials = runs[ds].partials
+        return not turn or partials is None or int(turn[0]) >= partials.answered(pid)
 
     kept.prune(wanted)
     kept.flush()

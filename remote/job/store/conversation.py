@@ -132,6 +132,10 @@ class Partials:
         self.file = AppendFile(path)
         self.unsaved = 0  # turns the disk had no room for (asked again after a restart)
 
+    def answered(self, pid: str) -> int:
+        """Turns of this conversation the sidecar holds."""
+        return len(self.turns.get(pid, ()))
+
     def replies(self, p: Prompt) -> list:
         h = prompt_hash(p)
         got = []

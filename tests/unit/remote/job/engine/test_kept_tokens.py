@@ -117,3 +117,43 @@ def test_each_append_carries_only_what_came_since_and_where_the_thinking_is_now(
     again.flush()
     again.file.close()
     assert KeptFile.read(path)[KEY].ids == [10, 11, 9, 12, 13]
+
+
+def test_at_a_start_kept_tokens_of_a_turn_the_sidecar_answers_are_dropped(tmp_path):
+    """A kill between a turn's reply reaching the sidecar and its end reaching the kept file
+    leaves tokens of an answered turn: they are not continued, and not counted as waiting."""
+    from types import SimpleNamespace
+
+    from remote.job.engine.kept_tokens import open_kept
+
+    path = tmp_path / "kept.jsonl"
+    kept = KeptFile(path)
+    for key in ("MT\tMT-1\t0", "MT\tMT-2\t1", "MT\tMT-3\t0"):
+        streaming(kept, key, [10, 11])
+    kept.flush()
+    kept.file.close()
+    queued = []
+    run = SimpleNamespace(
+        done={"MT-3"},  # recorded whole: its kept tokens are old
+        partials=SimpleNamespace(answered=lambda pid: {"MT-1": 1, "MT-2": 1}.get(pid, 0)),
+        prompts=_Prompts(["MT-1", "MT-2", "MT-3"]),
+        target_n=3,
+        ledger=SimpleNamespace(
+            is_new=lambda pid: True, requeue=lambda p, t, partial: queued.append(p)
+        ),
+    )
+    said = []
+    got = open_kept(path, {"MT": run}, said.append)
+    assert list(got.entries) == ["MT\tMT-2\t1"]  # turn 1 of MT-2 is the one still unanswered
+    assert queued == ["MT-2"] and said == [
+        "1 unfinished answers (2 tokens) kept: they are continued first"
+    ]
+    assert list(KeptFile.read(path)) == ["MT\tMT-2\t1"]
+
+
+class _Prompts:
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __getitem__(self, i):
+        return self.ids[i]
