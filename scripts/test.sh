@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest "$@"
+# the tests are independent and mostly wait on processes they start: four at a time, even on two
+# cores (DEPLOYTOOL_TEST_WORKERS=0 runs them one by one in this process)
+exec .venv/bin/python -m pytest -n "${DEPLOYTOOL_TEST_WORKERS:-4}" "$@"

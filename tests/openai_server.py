@@ -94,6 +94,10 @@ class FakeOpenAI:
         self.attempts: collections.Counter = collections.Counter()
         self.in_flight = 0
         self.max_in_flight = 0
+        # requests after the first `hold_after` wait until it is raised or set to None: a job a test
+        # stops while it runs outlasts the test by construction, however slow the machine
+        self.hold_after: int | None = None
+        self.arrived = 0
         self.busy_slot_time = 0.0
         self.t_first: float | None = (
             None  # first request in, last answer out: measured throughput window
@@ -135,7 +139,10 @@ class FakeOpenAI:
         self.attempts[key] += 1
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        me, self.arrived = self.arrived, self.arrived + 1
         try:
+            while self.hold_after is not None and me >= self.hold_after:
+                await asyncio.sleep(0.02)
             text = json.dumps(body.get("messages"))
             if any(bad in text for bad in self.bad_request_ids):
                 return web.json_response({"error": {"message": "prompt too long"}}, status=400)
@@ -518,7 +525,8 @@ class FakeOpenAI:
         def serve():
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
-            self._runner = web.AppRunner(self.app(), access_log=None)
+            # requests made to hang are cut at stop, not waited for
+            self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=0.5)
             self._loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, "127.0.0.1", port, backlog=4096)
             self._loop.run_until_complete(site.start())

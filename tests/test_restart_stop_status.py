@@ -135,7 +135,7 @@ def test_drain_restart_loses_no_request(job):
 
 def test_grace_0_restart_reports_lost_requests(job):
     cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
-    job["srv"].latency = 2.0
+    srv.hold_after = 0  # no answer comes: the window stays full until the restart
     restart_unwatched(conn, flags(cfg, max_samples=60, grace=0))
     # the count comes from the runner's status file, written once a second
     wait_for(lambda: srv.in_flight == 4 and status(root)["in_flight"] == 4, what="window full")
@@ -145,6 +145,7 @@ def test_grace_0_restart_reports_lost_requests(job):
 
 def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
+    job["srv"].hold_after = 10  # the hand runner is still running when it is looked for
     current = (root / "current").resolve()
     hand = subprocess.Popen(
         [sys.executable, "-m", "remote", "run", "--max-samples", "50"],
@@ -174,7 +175,7 @@ def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
     )
     try:
         assert control.job_status(conn).strays == [hand.pid]
-        r = restart_unwatched(conn, flags(cfg, max_samples=50, grace=5))
+        r = restart_unwatched(conn, flags(cfg, max_samples=50, grace=1))
         assert hand.pid in r.stopped.strays
         assert hand.wait(10) is not None
         assert decoy1.poll() is None and decoy2.poll() is None
@@ -390,6 +391,7 @@ def test_gpu_check_allows_the_engine_server_session(job, tmp_path):
 
 def test_cli_status_json_and_stop(job):
     cfg, root = job["cfg"], job["host_dir"]
+    job["srv"].hold_after = 20  # running when status and stop look
     base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
     res = subprocess.run(
         base + ["restart", "--max-samples", "100", "--cap", "B2=3"],
@@ -405,7 +407,7 @@ def test_cli_status_json_and_stop(job):
     st = json.loads(res.stdout)["gpu"]
     assert st["state"] == "running" and st["datasets"]["B2"]["target"] == 3 and st["token"] is None
     res = subprocess.run(
-        base + ["stop", "--grace", "5"], cwd=job["project"], capture_output=True, text=True
+        base + ["stop", "--grace", "1"], cwd=job["project"], capture_output=True, text=True
     )
     assert res.returncode == 0 and "gpu: stopped" in res.stdout
     assert status(root)["state"] == "stopped"

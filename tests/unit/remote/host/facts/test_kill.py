@@ -13,18 +13,19 @@ import uuid
 from remote.common import procinfo
 from remote.host.facts.kill import signal_if_same, terminate, token_holders, wait_gone
 
-IGNORES_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+IGNORES_TERM = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)"
 
 
-def spawn(code: str = "import time; time.sleep(60)", env=None) -> subprocess.Popen:
+def spawn(setup: str = "pass", env=None) -> subprocess.Popen:
+    """A process that runs `setup`, says so, then sleeps: returned once its handlers are set."""
+    code = f"{setup}; import sys, time; print('ready', flush=True); time.sleep(60)"
     p = subprocess.Popen(
-        [sys.executable, "-c", code], start_new_session=True, env={**os.environ, **(env or {})}
+        [sys.executable, "-c", code],
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
     )
-    for _ in range(100):  # until the interpreter runs the code (its signal handlers are set)
-        if procinfo.start_time(p.pid) is not None and "-c" in procinfo.cmdline(p.pid):
-            break
-        time.sleep(0.01)
-    time.sleep(0.2)
+    assert p.stdout.readline() == b"ready\n"
     return p
 
 
