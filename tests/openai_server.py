@@ -534,6 +534,10 @@ class FakeOpenAI:
             ready.set()
             self._loop.run_forever()
             self._loop.run_until_complete(self._runner.cleanup())
+            left = asyncio.all_tasks(self._loop)  # handlers of held requests, cut
+            for t in left:
+                t.cancel()
+            self._loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
         self._thread = threading.Thread(target=serve, daemon=True)
         self._thread.start()

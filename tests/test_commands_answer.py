@@ -104,16 +104,20 @@ def test_plan_asked_for_help_or_for_nothing_answers_like_every_task(tmp_path):
     assert "`invoke plan --tokens-per-dataset 10M`" in line
 
 
-def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopping(tmp_path):
+def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopping(
+    tmp_path, openai_server
+):
     import os
     import signal
 
     from remote.common import procinfo
     from tests.conftest import status, wait_for
 
-    # answers that cannot finish inside the grace: 10 tokens a second over the whole window
+    srv = openai_server()
+    srv.hold_after = 0  # no answer ever comes: the grace runs out, however slow the machine
     proj, root = _project(
-        tmp_path, engine={"kind": "simulate", "concurrency": 2, "tokens_per_s": 10}
+        tmp_path,
+        engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 2},
     )
     assert run_in(proj, "invoke deploy").returncode == 0
     assert run_in(proj, "invoke restart").returncode == 0

@@ -21,7 +21,7 @@ from tests.conftest import (
     write_prompts,
 )
 from tests.helpers.conversations import ORIGINAL, write_conversations
-from tests.helpers.training_rows import generated
+from tests.helpers.training_rows import assistant_turns, generated
 
 
 def lines(path) -> list[dict]:
@@ -114,7 +114,11 @@ def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
     assert "train_only_last_turn: true" in man["reads_as"]
     hl = [r for r in pt if r["source_id"].startswith("HL")]
     assert {r["source_id"] for r in hl} == {r["id"] for r in recs["HL"] if not why_left_out(r, 0)}
-    assert all(r["id"].endswith("#turn0") for r in hl)  # never a row for an original answer
+    # never a row for an original answer; the index is the reply's place among the row's assistant
+    # turns, as SpecForge's expansion writes it (HL's reply follows two of the dataset's answers)
+    assert all(r["id"].endswith("#turn2") and r["assistant_turn_index"] == 2 for r in hl)
+    assert all(r["status"] == "success" for r in pt)
+    assert all(r["source_row_index"] == by_id[r["source_id"]]["index"] for r in pt)
     assert all(ORIGINAL not in r["conversations"][-1]["content"] for r in pt)
     assert all(ORIGINAL in r["conversations"][2]["content"] for r in hl)  # as history, untrained
     two = next(r for r in pt if r["id"].startswith("MT") and r["id"].endswith("#turn1"))
@@ -134,9 +138,9 @@ def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
     assert default == pt and man["per_turn"] and "train_only_last_turn: true" in man["reads_as"]
     assert man["per_turn_why"].startswith("HL's conversations")
     made = [
-        (r["id"], k)
+        (r["id"], t)
         for r in by_id.values()
-        for k, m in enumerate(generated(r))
+        for k, (m, t) in enumerate(zip(generated(r), assistant_turns(r)))
         if m["content"].strip() and (r.get("turns") or [r])[k]["finish_reason"] != "length"
     ]
     trained = [(r["source_id"], r["assistant_turn_index"]) for r in default]

@@ -227,3 +227,63 @@ def test_unit_tests_mirror_the_tree():
         if not module.exists():
             astray.append(str(t.relative_to(REPO)))
     assert not astray, f"no module at the mirrored path: {astray}"
+
+
+# modules with no unit test of their own, each with where it is tested instead
+NO_UNIT_TEST = {
+    "deploytool/__main__.py": "two lines: `python -m deploytool`, run by every test that types a command",
+    "deploytool/commands.py": "the commands as typed: test_front_door, test_commands_answer",
+    "deploytool/config/validate.py": "hosts.yaml's rules, each refusal as typed: test_config",
+    "deploytool/connectors/base.py": "the connector contract, both kinds against it: test_connectors",
+    "deploytool/connectors/local.py": "test_connectors, and every test on the built-in local host",
+    "deploytool/connectors/ssh.py": "against a real sshd: test_connectors, test_deploy",
+    "deploytool/errors.py": "exit codes and one-line errors as typed: test_config, test_commands_answer",
+    "deploytool/ops/control.py": "restart/stop/status on a real host: test_restart_stop_status",
+    "deploytool/ops/deploy.py": "deploys over real ssh, kill -9 mid-upload included: test_deploy",
+    "deploytool/ops/dpgroup.py": "a data-parallel group on two hosts: test_dp_group",
+    "deploytool/ops/export.py": "test_export (as typed), test_training_rows (records of real vLLM)",
+    "deploytool/ops/hosts.py": "hosts and their engines as typed: test_several_servers, test_model_served",
+    "deploytool/ops/pull.py": "pull over real ssh: test_tail_plan_pull",
+    "deploytool/ops/server.py": "server start/stop on a real host: test_server_start_stop",
+    "deploytool/program.py": "the invoke program as typed: test_startup, test_front_door",
+    "deploytool/usage.py": "bad flags and values as typed: test_commands_answer, test_front_door",
+    "deploytool/tasks.py": "the invoke tasks as typed from the repository root: test_front_door",
+    "deploytool/views/render_server.py": "server.status as typed: test_server_start_stop",
+    "deploytool/views/tail.py": "tail as typed: test_tail_plan_pull",
+    "remote/__main__.py": "two lines: `python -m remote`, run by every host command",
+    "remote/cli.py": "the host's command line, run by every host command; its imports: test_layering",
+    "remote/common/answers.py": "typed answers read back strictly in every command (protocol round trip)",
+    "remote/common/caps.py": "caps kept across restarts, as typed: test_caps_kept",
+    "remote/common/flags.py": "restart's flags as typed: test_caps_kept, test_restart_stop_status",
+    "remote/common/metrics.py": "vLLM's /metrics as real vLLM sends them: test_vllm_wire",
+    "remote/common/notify.py": "notifications once, failing and hanging commands: test_telemetry",
+    "remote/common/nvsmi.py": "the GPU check against a fake nvidia-smi: test_server_start_stop",
+    "remote/common/procinfo.py": "processes by pid + start time: tests/unit/remote/host/facts",
+    "remote/common/pull_protocol.py": "pull's wire, both ends: test_tail_plan_pull",
+    "remote/common/status.py": "status.json's types, read back in test_telemetry, test_tail_plan_pull",
+    "remote/common/wire.py": "the answers' envelope: test_restart_stop_status, every command",
+    "remote/host/commands/ctl.py": "every host command dispatches through it",
+    "remote/host/commands/server_commands.py": "server start/stop/status: test_server_start_stop",
+    "remote/host/facts/intent.py": "what should run, obeyed by the watcher: test_recovery",
+    "remote/job/engine/client.py": "the engine against the test server and real vLLM: test_vllm_wire",
+    "remote/job/loop/runner.py": "the runner as a process: test_runner, test_continue, test_recovery",
+    "remote/job/store/prompts.py": "prompt files and their index: test_runner, test_prompt_reload",
+    "remote/run_inference.py": "the runner under the name users know: test_restart_stop_status",
+}
+
+
+def test_every_module_has_its_unit_test_or_says_where_it_is_tested():
+    missing, needless = [], []
+    for root in ("deploytool", "remote"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            if path.name == "__init__.py":
+                continue
+            rel_path = str(path.relative_to(REPO))
+            test = REPO / "tests" / "unit" / path.parent.relative_to(REPO) / f"test_{path.name}"
+            if test.exists() and rel_path in NO_UNIT_TEST:
+                needless.append(rel_path)
+            elif not test.exists() and rel_path not in NO_UNIT_TEST:
+                missing.append(rel_path)
+    gone = [m for m in NO_UNIT_TEST if not (REPO / m).exists()]
+    assert not missing, f"no unit test and no word on where they are tested: {missing}"
+    assert not needless and not gone, f"NO_UNIT_TEST lists modules it need not: {needless + gone}"

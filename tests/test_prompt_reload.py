@@ -49,6 +49,7 @@ def reload_job(project, openai_server):
 
 def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(reload_job):
     make, srv, proj, host_dir = reload_job
+    srv.hold_after = 4  # the job runs until the test has deployed and restarted, however slow
     cfg = make("prompt")  # no ids: line numbers are the ids, as in the report
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "100").returncode == 0
@@ -77,6 +78,7 @@ def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(reload_job):
     assert "re-capped live" in res.stdout and "B2: prompts 30 → 50, reloaded" in res.stdout
     st = status(host_dir)
     assert st["datasets"]["B2"]["target"] == 50 and not st["datasets"]["B2"]["prompts_changed"]
+    srv.hold_after, srv.latency = None, 0.05  # the rest as fast as it goes
     assert (
         st["datasets"]["B2"]["prompts_file"]["size"]
         == (proj / "data" / "prompts" / "B2.jsonl").stat().st_size

@@ -87,10 +87,16 @@ def server_tree(host_dir: Path) -> list[int]:
 
 
 def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
-    cfg, conn = host("--tensor-parallel-size", "8", "--fake-delay", "1.5")
+    gate = tmp_path / "loaded"  # the server loads until the start has said it is waiting
+    cfg, conn = host("--tensor-parallel-size", "8", "--fake-load-until", str(gate))
     notes = []
-    r = start_unwatched(conn, cfg.server, poll=0.2, progress=notes.append)
-    assert r.ready_after_s >= 1.0 and r.smoke.startswith("1, 2, 3")
+
+    def said(note: str) -> None:
+        notes.append(note)
+        gate.touch()
+
+    r = start_unwatched(conn, cfg.server, poll=0.2, progress=said)
+    assert r.ready_after_s > 0 and r.smoke.startswith("1, 2, 3")
     assert (
         r.argv[1:5] == ["serve", "kimi", "--port", str(cfg.server.port)]
         and "--tensor-parallel-size" in r.argv

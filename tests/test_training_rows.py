@@ -14,7 +14,7 @@ import pytest
 from deploytool.errors import DeployToolError
 from deploytool.ops.export import Source, effective_drop, export
 from deploytool.ops.formats import specforge_cut
-from tests.helpers.training_rows import generated
+from tests.helpers.training_rows import assistant_turns, generated
 
 FIXTURE = Path(__file__).parent / "fixtures" / "real_vllm_records.jsonl"
 RECS = [json.loads(x) for x in FIXTURE.read_text().splitlines()]
@@ -66,9 +66,9 @@ def test_the_default_trains_every_reply_not_cut_exactly_once(tmp_path):
     assert res.per_turn and res.per_turn_why.startswith("HL's conversations hold")
     assert res.records == len(RECS)
     want = [
-        (r["id"], k)
+        (r["id"], t)
         for r in RECS
-        for k, m in enumerate(generated(r))
+        for m, t in zip(generated(r), assistant_turns(r))
         if m["content"].strip() and not specforge_cut(r["conversations"])
     ]
     assert sorted((row["source_id"], row["assistant_turn_index"]) for row in out) == sorted(want)
@@ -83,8 +83,15 @@ def test_per_turn_rows_train_only_their_last_reply_the_targets(tmp_path):
     assert len(out) == 2 + 1 + 3 + 3 + 2  # B1, SY (less the cut one), MT's turns, HL
     for row in out:
         rec = BY_ID[row["source_id"]]
-        assert row["conversations"][-1] == generated(rec)[row["assistant_turn_index"]]
+        assert row["conversations"][-1] in generated(rec)
         assert row["conversations"] == rec["conversations"][: len(row["conversations"])]
+        # SpecForge's expansion's fields: the reply's place among the row's assistant turns
+        k = sum(m["role"] == "assistant" for m in row["conversations"]) - 1
+        assert row["assistant_turn_index"] == k and row["id"] == f"{rec['id']}#turn{k}"
+        assert row["source_row_index"] == rec["index"] and row["status"] == "success"
+    # HL's replies come after the dataset's own answers: those count, as in SpecForge's expansion
+    hl = {r["source_id"]: r["assistant_turn_index"] for r in out if r["source_id"].startswith("HL")}
+    assert hl == {"HL-000000": 2, "HL-000005": 1}
     tool = next(r for r in out if r["source_id"] == "HL-000005")
     assert [m["role"] for m in tool["conversations"]] == ["user", "assistant", "tool", "user"] + [
         "assistant"

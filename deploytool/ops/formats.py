@@ -5,9 +5,11 @@ speculators 0.9.0). Only tokens the target model generated may carry loss, so a 
 - specforge: `{"id", "conversations": [{role, content, reasoning_content?, tool_calls?, …}]}` for
   SpecForge's `data.train_data_path`. SpecForge renders them with the chat template and puts loss on
   every assistant span (`train_only_last_turn`: the last only): a whole row may hold only the
-  target's replies. `per_turn`: one row per reply (`<id>#turn<k>`), the turns before it as its
-  history, for `train_only_last_turn: true`. A reply's thinking stays in history too: the template
-  decides whether it is rendered, as vLLM's did when the reply was asked for.
+  target's replies. `per_turn`: one row per reply, the turns before it as its history, for
+  `train_only_last_turn: true`, with the fields SpecForge's own expansion writes (`<id>#turn<k>`,
+  `source_id`, `source_row_index`, `assistant_turn_index` k: the reply's place among the row's
+  assistant turns). A reply's thinking stays in history too (SpecForge's expansion drops it): the
+  template decides whether it is rendered, as vLLM's did when the reply was asked for.
 - speculators: one row per reply, `input_ids` = the prompt's token ids + the reply's, `loss_mask` 0
   over the prompt and 1 over the reply (`<id>_gen<k>`, `primary_id`, as speculators' response
   regeneration writes them). `speculators prepare-data` passes such rows through, and SpecForge reads
@@ -108,10 +110,23 @@ def message(m: dict) -> dict:
     return out
 
 
+def turn_index(piece: Piece) -> int:
+    """The trained reply's place among the row's assistant turns, the dataset's own included (the
+    index SpecForge's expansion of a conversation into per-turn rows writes)."""
+    i = piece.replies[-1][0]
+    return sum(m["role"] == "assistant" for m in piece.convo[:i])
+
+
 def specforge(rec: dict, piece: Piece, k: int | None) -> dict:
     row = {"id": rec["id"], "status": "success"}
     if k is not None:
-        row.update(id=f"{rec['id']}#turn{k}", source_id=rec["id"], assistant_turn_index=k)
+        t = turn_index(piece)
+        row.update(
+            id=f"{rec['id']}#turn{t}",
+            source_id=rec["id"],
+            source_row_index=rec.get("index"),
+            assistant_turn_index=t,
+        )
     return {**row, "conversations": [message(m) for m in piece.convo]}
 
 
@@ -145,7 +160,7 @@ def sharegpt(rec: dict, piece: Piece, k: int | None) -> dict:
         if m["role"] == "assistant" and m.get("reasoning_content"):
             value = f"<think>\n{m['reasoning_content']}\n</think>\n\n{value}"
         turns.append({"from": _SHAREGPT.get(m["role"], m["role"]), "value": value})
-    row_id = rec["id"] if k is None else f"{rec['id']}#turn{k}"
+    row_id = rec["id"] if k is None else f"{rec['id']}#turn{turn_index(piece)}"
     return {"id": row_id, "conversations": turns}
 
 

@@ -20,7 +20,7 @@ import yaml
 from remote.common import metrics
 from remote.job.engine.kept_tokens import KeptFile
 from tests.conftest import REPO, free_port, records, runner_cmd, status, wait_for, write_prompts
-from tests.helpers.as_typed import ok
+from tests.helpers.as_typed import ok, typed
 from tests.real_engine import rig
 from tests.real_engine.recovery_scenario import engine_cores
 
@@ -190,29 +190,49 @@ def test_a_runner_killed_under_the_watcher_is_continued_from_every_kept_token(
     ok("invoke deploy", cfg)
     start = generated(url)
     ok("invoke restart", cfg)
+    try:
+        _kill_under_the_watcher(cfg, host, url, sid, start, n, want)
+    finally:  # a failed check leaves no watcher restarting runners behind
+        typed("invoke stop", cfg)
+
+
+def _hold_with_answers_in_flight(host, url, sid, start):
+    """SIGSTOP the engine once answers are kept mid-way, and wait until every token it made for an
+    answer in flight is in the kept file; again if the answers ended before the engine was held.
+    Returns the engine's stopped processes."""
     path = host / "run" / "kept.jsonl"
 
     def mid_answers() -> bool:
         return sum(1 for k in KeptFile.read(path).values() if k.ids) >= 4
 
-    wait_for(mid_answers, 240, 0.05, "answers kept mid-way")
-    cores = engine_cores(sid)
-    assert cores
-    for p in cores:
-        os.kill(p, signal.SIGSTOP)
-    try:
+    def snapshot():
+        done = sum(len(r["token_ids"]) for r in records(host, "B1"))
+        kept_now = sum(len(v.ids) for v in KeptFile.read(path).values())
+        return generated(url) - start - done, kept_now
 
-        def snapshot():
-            done = sum(len(r["token_ids"]) for r in records(host, "B1"))
-            kept_now = sum(len(v.ids) for v in KeptFile.read(path).values())
-            return generated(url) - start - done, kept_now
-
+    for _ in range(20):
+        wait_for(mid_answers, 240, 0.05, "answers kept mid-way")
+        cores = engine_cores(sid)
+        assert cores
+        for p in cores:
+            os.kill(p, signal.SIGSTOP)
         moved = settled(snapshot)
 
-        def at_rest() -> bool:  # nothing in transit, every token made for an answer in flight kept
+        def at_rest(moved=moved) -> bool:  # nothing in transit, every token in flight kept
             return moved() and snapshot()[0] == snapshot()[1]
 
         wait_for(at_rest, 120, 0.2, "every token of the answers in flight in the kept file")
+        if snapshot()[0] > 0:
+            return cores
+        for p in cores:
+            os.kill(p, signal.SIGCONT)
+    raise AssertionError("the answers in flight always ended before the engine was held")
+
+
+def _kill_under_the_watcher(cfg, host, url, sid, start, n, want):
+    path = host / "run" / "kept.jsonl"
+    cores = _hold_with_answers_in_flight(host, url, sid, start)
+    try:
         pid = status(host)["pid"]
         os.kill(pid, signal.SIGKILL)
         at_kill = generated(url)

@@ -123,7 +123,7 @@ def test_specforge_and_speculators_train_exactly_the_generated_tokens(
     assert per_turn.datasets["HL"]["rows"] == n_hl  # one row each: the reply the target made
     assert pre.rows == sum(len(replies(r)) for r in by_id.values())  # every reply, exact tokens
     hl = [json.loads(x) for x in (work / "per_turn.jsonl").read_text().splitlines()]
-    tool_row = next(r for r in hl if r["id"] == "HL-000005#turn0")
+    tool_row = next(r for r in hl if r["id"] == "HL-000005#turn1")  # after the dataset's answer
     assert tool_row["conversations"][1]["tool_calls"] == TOOL_CALL
     assert tool_row["conversations"][2]["tool_call_id"] == "call_1"
 
@@ -155,7 +155,10 @@ def test_specforge_and_speculators_train_exactly_the_generated_tokens(
         out = []
         for row in (json.loads(x) for x in path.read_text().splitlines()):
             rid = row.get("primary_id") or row.get("source_id") or row["id"]
-            k = row.get("assistant_turn_index")
+            k = None  # which of the record's generated replies the row trains
+            if "assistant_turn_index" in row:
+                ends = [i for i, _ in replies(by_id[rid])]
+                k = ends.index(len(row["conversations"]) - 1)
             if "primary_id" in row:
                 k = int(row["id"].rsplit("_gen", 1)[1])
             out.append(expected(by_id[rid], k if per_reply else None))

@@ -1,0 +1,26 @@
+"""plan's arguments: token counts as people write them, refused in one line when they are not."""
+
+from __future__ import annotations
+
+import pytest
+
+from deploytool.errors import UsageError
+from deploytool.ops.planning import parse_plan_args
+
+
+def test_counts_are_read_as_written():
+    assert parse_plan_args("10M", None) == (10_000_000, None)
+    assert parse_plan_args("2.5k", "1.2k") == (2_500, 1_200.0)
+
+
+@pytest.mark.parametrize(
+    "target, rate, says",
+    [
+        ("lots", None, "10M"),
+        ("0", None, "--tokens-per-dataset must be positive"),
+        ("1M", "0", "--tokens-per-s must be positive"),
+    ],
+)
+def test_bad_counts_are_usage_errors(target, rate, says):
+    with pytest.raises(UsageError, match=says):
+        parse_plan_args(target, rate)
