@@ -11,9 +11,10 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
         jobspec   the typed job spec (defaults stated once), the host's paths, token names
         caps      the job's caps (run/caps.json) and the parsers of their flags and token counts
         status    status.json, typed (nested parts too)
+        records   the output record, typed (Record, Reply, Turn), and the file listing pull compares
         state     the other files under run/, typed (pid files, control.json, supervise.json), and
                   the one atomic write and tolerant codec every replaced file goes through
-        metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc), pull_protocol,
+        metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc),
         notify (job.notify's command), recover (recover: and the watcher's rules: budget, wedge clock)
     job/      the runner's process: one job through the engine, in rooms stacked from the bottom
       store/    the files on disk: prompts, outputs (records, their headers), conversation (whole

@@ -77,7 +77,7 @@ def test_a_continuation_appends_after_the_kept_part(tmp_path):
     got = KeptFile(path).get("B1\ta", "sig")
     assert got.ids == [10, 11, 7, 99] and got.reasoning == " 10 11" and got.content == " x"
     assert got.thinking is False and got.parts == 1  # its next continuation is the second
-    assert continuation.merged(got, None)["continued"] == 2
+    assert continuation.merged(got, None).continued == 2
 
 
 def test_the_thinking_split_holds_a_marker_cut_across_chunks():
@@ -118,7 +118,7 @@ def test_the_continuation_request_counts_what_was_made():
     assert "messages" not in b and "chat_template_kwargs" not in b
     assert continuation.body(dict(fixed, max_tokens=3), kept, "B1-0") is None  # all used
     m = continuation.merged(kept, None)
-    assert m["finish_reason"] == "length" and m["token_ids"] == [5, 6, 7] and m["continued"] == 1
+    assert m.finish_reason == "length" and m.token_ids == [5, 6, 7] and m.continued == 1
 
 
 # ------------------------------------------------------------------ the runner, killed
@@ -341,7 +341,7 @@ def test_an_answer_whose_stream_broke_after_its_last_token_is_not_continued():
     kept = Kept("s", [1], [5, 6, 2], "r", "c", False, finish="stop")
     assert continuation.body({"max_tokens": 10}, kept, "k") is None
     m = continuation.merged(kept, None)
-    assert m["finish_reason"] == "stop" and m["token_ids"] == [5, 6, 2] and m["content"] == "c"
+    assert m.finish_reason == "stop" and m.token_ids == [5, 6, 2] and m.content == "c"
 
 
 def test_a_conversation_continues_its_unfinished_turn(tmp_path, openai_server):

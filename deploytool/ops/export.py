@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from remote.common.codec import atomic_file
+from remote.common.records import Record
 
 from ..config import Config
 from ..errors import DeployToolError, ExitCode, UsageError
@@ -52,11 +53,11 @@ class DatasetTally:
     first: int | None = None
     last: int | None = None
 
-    def saw(self, rec: dict) -> None:
+    def saw(self, rec: Record) -> None:
         self.records += 1
-        self.releases.add(rec.get("release") or "unknown")
-        t = rec.get("created")
-        if isinstance(t, (int, float)):
+        self.releases.add(rec.release or "unknown")
+        t = rec.created
+        if t:
             self.first = t if self.first is None else min(self.first, t)
             self.last = t if self.last is None else max(self.last, t)
 
@@ -147,7 +148,7 @@ LAST_TURN_READERS = ("specforge",)
 def _holds_originals(raw: bytes) -> bool:
     if raw.count(b'"assistant"') < 2:  # one reply and no history: the common case, not parsed
         return False
-    return pieces(json.loads(raw), False)[0].originals() > 0
+    return pieces(Record.from_json(json.loads(raw)), False)[0].originals() > 0
 
 
 def choose_rows(sources: list[Source], fmt: str, per_turn: bool | None) -> tuple[bool, str | None]:
@@ -207,7 +208,7 @@ def drop_reason(piece: Piece, drop: tuple[str, ...]) -> str | None:
         not (piece.convo[i].get("content") or "").strip() for i, _ in trained
     ):
         return "empty"
-    if "length" in drop and any(g.get("finish_reason") == "length" for _, g in trained):
+    if "length" in drop and any(g.finish_reason == "length" for _, g in trained):
         return "length"
     if "original_answers" in drop and piece.originals():
         return "original_answers"
@@ -269,7 +270,7 @@ def export(
     )
 
 
-def _rows(rec: dict, fmt: str, drop, per_turn: bool, tally: DatasetTally) -> list[dict]:
+def _rows(rec: Record, fmt: str, drop, per_turn: bool, tally: DatasetTally) -> list[dict]:
     per_reply = per_turn or fmt in PER_REPLY
     rows = []
     for k, piece in enumerate(pieces(rec, per_reply)):
@@ -287,18 +288,18 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
             advance(len(raw))
             if not raw.endswith(b"\n"):
                 break  # a torn tail (a pull killed mid-line): the next pull completes it
-            rec = json.loads(raw)
+            rec = Record.from_json(json.loads(raw))
             tally.saw(rec)
-            if (s.dataset, rec["id"]) in seen:
+            if (s.dataset, rec.id) in seen:
                 # the same prompt recorded on two hosts: the first is kept
                 tally.dropped["duplicate"] = tally.dropped.get("duplicate", 0) + 1
                 continue
-            seen.add((s.dataset, rec["id"]))
+            seen.add((s.dataset, rec.id))
             try:
                 rows = _rows(rec, fmt, drop, per_turn, tally)
             except NoTokenIds:
                 raise DeployToolError(
-                    f"{s.host}:{s.dataset}: record {rec['id']} has no token ids: the speculators "
+                    f"{s.host}:{s.dataset}: record {rec.id} has no token ids: the speculators "
                     "format trains on the exact tokens (input_ids, loss_mask), so the records must "
                     "be made with job.extra_body.return_token_ids: true; export these as "
                     "specforge or sharegpt instead",

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from remote.common.records import Record, Turn
+
 FORMATS = ("specforge", "speculators", "sharegpt")
 PER_REPLY = ("speculators",)  # formats whose rows are one reply each, whatever --per-turn says
 # what a message keeps: SpecForge's ThinkingParser reads exactly these (its GeneralParser drops the
@@ -53,36 +55,23 @@ class Piece:
         return sum(m["role"] == "assistant" for m in self.convo) - len(self.replies)
 
 
-def generations(rec: dict) -> list[dict]:
-    """Each regenerated reply's finish, usage and token ids (a one-turn record is one reply)."""
-    if "turns" in rec:
-        return rec["turns"]
-    keys = ("finish_reason", "usage", "prompt_token_ids", "token_ids")
-    return [{k: rec[k] for k in keys if k in rec}]
-
-
-def replies(rec: dict) -> list:
+def replies(rec: Record) -> list[tuple[int, Turn]]:
     """(index in conversations, generation) of each reply the target model made: every assistant
     turn of a `turns: all` record, the last of any other (the turns before it are the dataset's)."""
-    convo = rec["conversations"]
-    ends = [i for i, m in enumerate(convo) if m["role"] == "assistant"]
-    if "turns" not in rec:
+    ends = [i for i, m in enumerate(rec.conversations) if m["role"] == "assistant"]
+    if rec.turns is None:
         ends = ends[-1:]
-    return list(zip(ends, generations(rec)))
+    return list(zip(ends, rec.generations()))
 
 
-def pieces(rec: dict, per_reply: bool) -> list[Piece]:
+def pieces(rec: Record, per_reply: bool) -> list[Piece]:
     made = replies(rec)
     if not per_reply:
-        return [Piece(rec["conversations"], made, last_only=False)]
+        return [Piece(rec.conversations, made, last_only=False)]
     return [
-        Piece(rec["conversations"][: i + 1], made[: k + 1], last_only=True)
+        Piece(rec.conversations[: i + 1], made[: k + 1], last_only=True)
         for k, (i, _) in enumerate(made)
     ]
-
-
-def has_token_ids(rec: dict) -> bool:
-    return all(g.get("token_ids") is not None for g in generations(rec))
 
 
 def specforge_cut(convo: list) -> str | None:
@@ -117,35 +106,35 @@ def turn_index(piece: Piece) -> int:
     return sum(m["role"] == "assistant" for m in piece.convo[:i])
 
 
-def specforge(rec: dict, piece: Piece, k: int | None) -> dict:
-    row = {"id": rec["id"], "status": "success"}
+def specforge(rec: Record, piece: Piece, k: int | None) -> dict:
+    row = {"id": rec.id, "status": "success"}
     if k is not None:
         t = turn_index(piece)
         row.update(
-            id=f"{rec['id']}#turn{t}",
-            source_id=rec["id"],
-            source_row_index=rec.get("index"),
+            id=f"{rec.id}#turn{t}",
+            source_id=rec.id,
+            source_row_index=rec.index,
             assistant_turn_index=t,
         )
     return {**row, "conversations": [message(m) for m in piece.convo]}
 
 
-def speculators(rec: dict, piece: Piece, k: int | None) -> dict:
+def speculators(rec: Record, piece: Piece, k: int | None) -> dict:
     i, g = piece.replies[-1]
-    if g.get("token_ids") is None:
-        raise NoTokenIds(rec["id"])
-    prompt, gen = g["prompt_token_ids"], g["token_ids"]
+    if g.token_ids is None:
+        raise NoTokenIds(rec.id)
+    prompt, gen = g.prompt_token_ids or [], g.token_ids
     return {
-        "id": f"{rec['id']}_gen{k or 0}",
-        "primary_id": rec["id"],
+        "id": f"{rec.id}_gen{k or 0}",
+        "primary_id": rec.id,
         "input_ids": [*prompt, *gen],
         "loss_mask": [0] * len(prompt) + [1] * len(gen),
         "conversations": [message(m) for m in piece.convo],  # exactly the turn input_ids hold
         "metadata": {
-            "idx": rec.get("index"),
-            "finish_reason": g.get("finish_reason"),
+            "idx": rec.index,
+            "finish_reason": g.finish_reason,
             "is_tool_call": bool(piece.convo[i].get("tool_calls")),
-            "usage": g.get("usage") or {},
+            "usage": g.usage,
         },
     }
 
@@ -153,14 +142,14 @@ def speculators(rec: dict, piece: Piece, k: int | None) -> dict:
 _SHAREGPT = {"user": "human", "assistant": "gpt", "system": "system", "tool": "tool"}
 
 
-def sharegpt(rec: dict, piece: Piece, k: int | None) -> dict:
+def sharegpt(rec: Record, piece: Piece, k: int | None) -> dict:
     turns = []
     for m in piece.convo:
         value = m.get("content") or ""
         if m["role"] == "assistant" and m.get("reasoning_content"):
             value = f"<think>\n{m['reasoning_content']}\n</think>\n\n{value}"
         turns.append({"from": _SHAREGPT.get(m["role"], m["role"]), "value": value})
-    row_id = rec["id"] if k is None else f"{rec['id']}#turn{turn_index(piece)}"
+    row_id = rec.id if k is None else f"{rec.id}#turn{turn_index(piece)}"
     return {"id": row_id, "conversations": turns}
 
 

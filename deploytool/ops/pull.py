@@ -13,7 +13,7 @@ from pathlib import Path
 
 from remote.common.codec import atomic_file
 from remote.common.protocol import CtlFiles
-from remote.common.pull_protocol import prefix_hash
+from remote.common.records import prefix_hash
 
 from ..connectors import Connector
 from .control import call

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
 from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ..common.protocol import CtlReport
+from ..common.records import Record
 from ..common.status import JobStatus
 from ..job.store import history
 from ..job.store.rates import IDLE_GAP_S, ActiveTime
@@ -49,14 +50,14 @@ def scan_outputs(
                 m = _HEAD.search(line, 0, 400)
                 if m is None:
                     try:
-                        rec = json.loads(line)
-                    except ValueError:
+                        rec = Record.from_json(json.loads(line))
+                    except (ValueError, KeyError, TypeError):
                         continue  # a torn last line
-                    n = int((rec.get("usage") or {}).get("completion_tokens") or 0)
+                    n = rec.completion_tokens
                     lengths.append(n)
-                    finish[str(rec.get("finish_reason"))] += 1
-                    if isinstance(rec.get("created"), int):
-                        made[rec["created"]] += n
+                    finish[str(rec.finish_reason)] += 1
+                    if rec.created:
+                        made[rec.created] += n
                     continue
                 n = int(m.group(2))
                 lengths.append(n)

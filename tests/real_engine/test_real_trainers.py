@@ -16,6 +16,7 @@ import pytest
 
 from deploytool.ops.export import Source, effective_drop, export
 from deploytool.ops.formats import replies
+from remote.common.records import Record
 from tests.conftest import REPO, free_port, outputs, records, runner_cmd, write_prompts
 from tests.helpers.conversations import ORIGINAL, write_conversations
 from tests.real_engine import rig
@@ -68,18 +69,18 @@ def run_job(root: Path, url: str, datasets: dict, max_tokens: int) -> None:
 def expected(rec: dict, k: int | None) -> tuple:
     """The row a trainer should make: the tokens vLLM saw and made, loss on each reply's own tokens
     (k: only reply k, with its prompt; None: the whole conversation, every reply)."""
-    made = [g for _, g in replies(rec)]
+    made = [g for _, g in replies(Record.from_json(rec))]
     if k is not None:
         g = made[k]
-        return tuple(g["prompt_token_ids"] + g["token_ids"]), tuple(
-            [0] * len(g["prompt_token_ids"]) + [1] * len(g["token_ids"])
+        return tuple(g.prompt_token_ids + g.token_ids), tuple(
+            [0] * len(g.prompt_token_ids) + [1] * len(g.token_ids)
         )
-    ids = made[-1]["prompt_token_ids"] + made[-1]["token_ids"]
+    ids = made[-1].prompt_token_ids + made[-1].token_ids
     mask = [0] * len(ids)
     for g in made:  # each turn's prompt holds the replies before it, rendered as they were made
-        start = len(g["prompt_token_ids"])
-        assert ids[start : start + len(g["token_ids"])] == g["token_ids"]
-        mask[start : start + len(g["token_ids"])] = [1] * len(g["token_ids"])
+        start = len(g.prompt_token_ids)
+        assert ids[start : start + len(g.token_ids)] == g.token_ids
+        mask[start : start + len(g.token_ids)] = [1] * len(g.token_ids)
     return tuple(ids), tuple(mask)
 
 
@@ -121,7 +122,9 @@ def test_specforge_and_speculators_train_exactly_the_generated_tokens(
     assert whole.datasets["SY"]["dropped"] == {"role_order": 1}
     assert per_turn.datasets["SY"]["dropped"] == {"role_order": 1}
     assert per_turn.datasets["HL"]["rows"] == n_hl  # one row each: the reply the target made
-    assert pre.rows == sum(len(replies(r)) for r in by_id.values())  # every reply, exact tokens
+    assert pre.rows == sum(
+        len(replies(Record.from_json(r))) for r in by_id.values()
+    )  # every reply, exact tokens
     hl = [json.loads(x) for x in (work / "per_turn.jsonl").read_text().splitlines()]
     tool_row = next(r for r in hl if r["id"] == "HL-000005#turn1")  # after the dataset's answer
     assert tool_row["conversations"][1]["tool_calls"] == TOOL_CALL
@@ -157,7 +160,7 @@ def test_specforge_and_speculators_train_exactly_the_generated_tokens(
             rid = row.get("primary_id") or row.get("source_id") or row["id"]
             k = None  # which of the record's generated replies the row trains
             if "assistant_turn_index" in row:
-                ends = [i for i, _ in replies(by_id[rid])]
+                ends = [i for i, _ in replies(Record.from_json(by_id[rid]))]
                 k = ends.index(len(row["conversations"]) - 1)
             if "primary_id" in row:
                 k = int(row["id"].rsplit("_gen", 1)[1])

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 from remote.common.caps import Caps
 from remote.common.jobspec import DatasetSpec, EngineSpec
-from remote.job.engine.client import Completion, Engine
+from remote.common.records import Reply
+from remote.job.engine.client import Engine
 from remote.job.loop.scheduler import Scheduler
 from remote.job.store.datasets import DatasetRun
 from remote.job.store.ledger import Ledger
@@ -97,13 +98,13 @@ class Writer:
         self.errors.append((run.spec.name, p.id, reason))
 
 
-def completion(tokens: int = 10) -> Completion:
-    return Completion("answer", None, "stop", 5, tokens, "m")
+def completion(tokens: int = 10) -> Reply:
+    return Reply("answer", None, "stop", 5, tokens, "m")
 
 
 class ScriptedEngine(Engine):
     """Answers each prompt by its script: a list of outcomes, one per attempt (an exception to raise,
-    or a Completion); a prompt without a script is answered at once."""
+    or a Reply); a prompt without a script is answered at once."""
 
     def __init__(self, urls=("http://a",), script: dict | None = None):
         self.model, self.base_urls = "m", list(urls)

@@ -13,7 +13,7 @@ import sys
 from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, StopAnswer
 from ...common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop
-from ...common.pull_protocol import output_files
+from ...common.records import output_files
 from ...common.state import ServerKeys
 from ...common.wire import HostFault
 from ..facts import intent

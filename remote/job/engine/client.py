@@ -7,8 +7,8 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass
 
+from ...common.records import Reply
 from . import continuation
 from .kept_tokens import Keeping, signature
 from .stream import Assembly, ThinkingSplit, Watchdog, read_stream
@@ -50,27 +50,12 @@ class EngineDown(EngineError):
     goes to another server, or waits for this one to answer again (up to the engine's down_deadline)."""
 
 
-@dataclass
-class Completion:
-    content: str
-    reasoning_content: str | None
-    finish_reason: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    model: str
-    prompt_token_ids: list | None = (
-        None  # vLLM `return_token_ids`: the exact tokens a draft model trains on
-    )
-    token_ids: list | None = None
-    continued: int = 0  # times this answer was continued from kept tokens
-
-
 def _text(value) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def parse_reply(data, fallback_model: str) -> Completion:
-    """One chat-completion body -> Completion. Current vLLM (>= 0.16) sends every field, `null` where
+def parse_reply(data, fallback_model: str) -> Reply:
+    """One chat-completion body -> Reply. Current vLLM (>= 0.16) sends every field, `null` where
     unset, and the thinking in `reasoning`; older vLLM, SGLang and DeepSeek-style APIs send
     `reasoning_content`. `content: null` is an answer (cut by max_tokens inside the thinking, or
     thinking only): it is recorded, never asked again. Only a body without a usable choice is
@@ -90,7 +75,7 @@ def parse_reply(data, fallback_model: str) -> Completion:
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     token_ids = choice.get("token_ids")
     prompt_ids = data.get("prompt_token_ids")
-    return Completion(
+    return Reply(
         content=content or "",
         reasoning_content=_text(msg.get("reasoning")) or _text(msg.get("reasoning_content")),
         finish_reason=choice.get("finish_reason"),
@@ -117,7 +102,7 @@ class Engine:
 
     async def complete(
         self, url: str, messages: list, est_tokens: int, key: str, keep: Keeping | None = None
-    ) -> Completion:
+    ) -> Reply:
         """One answer from the server at `url`; raises EngineDown, Stuck, TransientError or
         PermanentError, each of which the dispatcher handles its own way. With `keep`, the tokens
         stream into it, and a kept unfinished answer is continued rather than asked again."""
@@ -261,7 +246,7 @@ class OpenAIEngine(Engine):
 
     async def complete(
         self, url: str, messages: list, est_tokens: int, key: str, keep: Keeping | None = None
-    ) -> Completion:
+    ) -> Reply:
         if keep is not None and keep.continuing:
             return await self._continue(url, keep, key)
         if keep is not None:
@@ -269,7 +254,7 @@ class OpenAIEngine(Engine):
         data = await self._post(url, "chat/completions", {**self.fixed, "messages": messages}, keep)
         return self._parse(data)
 
-    async def _continue(self, url: str, keep: Keeping, key: str) -> Completion:
+    async def _continue(self, url: str, keep: Keeping, key: str) -> Reply:
         """The kept answer, continued: prompt = its prompt ids + the ids made so far."""
         kept = keep.base
         body = continuation.body(self.fixed, kept, key)
@@ -282,21 +267,9 @@ class OpenAIEngine(Engine):
             if not (choices and isinstance(choices[0], dict) and "message" in choices[0]):
                 # one body, not a stream: split it as the stream would have been
                 reply = _split_body(reply, self.thinking_end, bool(kept.thinking))
-        m = continuation.merged(kept, reply)
-        model = (reply or {}).get("model") or self.model
-        return Completion(
-            m["content"],
-            m["reasoning_content"],
-            m["finish_reason"],
-            m["prompt_tokens"],
-            m["completion_tokens"],
-            str(model),
-            m["prompt_token_ids"],
-            m["token_ids"],
-            m["continued"],
-        )
+        return continuation.merged(kept, reply, str((reply or {}).get("model") or self.model))
 
-    def _parse(self, data) -> Completion:
+    def _parse(self, data) -> Reply:
         try:
             return parse_reply(data, self.model)
         except (ValueError, TypeError) as e:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
+from ...common.records import Reply
 from ...common.status import KeptStatus
 from .kept_tokens import Kept, KeptFile, open_kept
 
@@ -101,9 +102,9 @@ def body(fixed: dict, kept: Kept, seed_key: str) -> dict | None:
     return b
 
 
-def merged(kept: Kept, reply: dict | None) -> dict:
-    """The fields of the whole answer: the kept part followed by the continuation's reply body
-    (None: the kept part had used every allowed token)."""
+def merged(kept: Kept, reply: dict | None, model: str = "") -> Reply:
+    """The whole answer: the kept part followed by the continuation's reply body (None: the kept
+    part had used every allowed token)."""
     if reply is None:
         ids, r, c, finish, made = [], "", "", kept.finish or "length", 0
     else:
@@ -113,16 +114,17 @@ def merged(kept: Kept, reply: dict | None) -> dict:
         c = choice["message"].get("content") or ""
         finish = choice.get("finish_reason")
         made = int((reply.get("usage") or {}).get("completion_tokens") or len(ids))
-    return {
-        "content": kept.content + c,
-        "reasoning_content": (kept.reasoning + r) or None,
-        "finish_reason": finish,
-        "prompt_tokens": len(kept.prompt_ids),
-        "completion_tokens": len(kept.ids) + made,
-        "prompt_token_ids": list(kept.prompt_ids),
-        "token_ids": list(kept.ids) + list(ids),
-        "continued": kept.parts + 1,
-    }
+    return Reply(
+        content=kept.content + c,
+        reasoning_content=(kept.reasoning + r) or None,
+        finish_reason=finish,
+        prompt_tokens=len(kept.prompt_ids),
+        completion_tokens=len(kept.ids) + made,
+        model=model,
+        prompt_token_ids=list(kept.prompt_ids),
+        token_ids=list(kept.ids) + list(ids),
+        continued=kept.parts + 1,
+    )
 
 
 def keeping(job, path, runs: dict, log) -> tuple[KeptFile | None, str | None]:

@@ -6,7 +6,8 @@ import asyncio
 import math
 import random
 
-from .client import Completion, Engine
+from ...common.records import Reply
+from .client import Engine
 from .kept_tokens import Keeping
 
 _WORDS = (
@@ -40,7 +41,7 @@ class SimulateEngine(Engine):
 
     async def complete(
         self, url: str, messages: list, est_tokens: int, key: str, keep: Keeping | None = None
-    ) -> Completion:
+    ) -> Reply:
         n = self.length(est_tokens, key)
         finish = "stop"
         if n >= self.max_tokens:
@@ -50,4 +51,4 @@ class SimulateEngine(Engine):
         words = [_WORDS[i % len(_WORDS)] for i in range(n)]
         reasoning = " ".join(words[: max(1, n // 4)]) if self.thinking else None
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
-        return Completion(" ".join(words), reasoning, finish, prompt_tokens, n, self.model)
+        return Reply(" ".join(words), reasoning, finish, prompt_tokens, n, self.model)

@@ -178,7 +178,7 @@ class Dispatcher:
         while not conversation.finished(p, replies):
             msgs = conversation.request(p, replies)
             c = await self._one(ep, run, p, msgs, len(replies))
-            replies.append(conversation.reply_of(c))
+            replies.append(c)
             self._answered(run, p, len(replies) - 1)
             self.pool.answered(ep, c.completion_tokens, time.time())
             run.ledger.turn_answered(p.id)

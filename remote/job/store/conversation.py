@@ -7,93 +7,35 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 
 from ...common.codec import write_atomic
+from ...common.records import Record, Reply
 from .outputs import AppendFile, DiskFull
 from .prompts import Prompt
 
 
-def reply_of(c) -> dict:
-    """What one finished turn keeps (a Completion, as JSON)."""
-    r = {
-        "content": c.content,
-        "reasoning_content": c.reasoning_content,
-        "finish_reason": c.finish_reason,
-        "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens},
-        "model": c.model,
-    }
-    if c.token_ids is not None:
-        r["prompt_token_ids"] = c.prompt_token_ids
-        r["token_ids"] = c.token_ids
-    if c.continued:
-        r["continued"] = c.continued
-    return r
-
-
-def finished(p: Prompt, replies: list) -> bool:
+def finished(p: Prompt, replies: list[Reply]) -> bool:
     """All turns answered, or the last one cut at max_tokens (a cut reply ends its conversation:
     the next user turn would answer a reply that was never finished)."""
-    return len(replies) >= len(p.turns) or (
-        bool(replies) and replies[-1]["finish_reason"] == "length"
-    )
+    return len(replies) >= len(p.turns) or (bool(replies) and replies[-1].finish_reason == "length")
 
 
-def request(p: Prompt, replies: list) -> list:
+def request(p: Prompt, replies: list[Reply]) -> list:
     """Turn k's messages: the system prompt, the user turns up to k and the replies before it.
     An earlier reply's thinking goes in `reasoning`, the field vLLM reads on input (the chat
     template decides whether it is rendered)."""
     msgs = []
     for turn, reply in zip(p.turns, replies):
         msgs += turn
-        msgs.append(_assistant(reply, "reasoning"))
+        msgs.append(reply.message("reasoning"))
     return msgs + p.turns[len(replies)]
 
 
-def _assistant(reply: dict, thinking_key: str) -> dict:
-    m = {"role": "assistant", "content": reply["content"] or ""}
-    if reply.get("reasoning_content") is not None:
-        m[thinking_key] = reply["reasoning_content"]
-    return m
-
-
-def record(dataset: str, p: Prompt, replies: list, stopped: str | None = None) -> dict:
-    """One record for the conversation, in the outputs' shape: `conversations` holds the asked
-    turns with the regenerated replies, `turns` each reply's finish, usage and token ids."""
-    convo = []
-    for turn, reply in zip(p.turns, replies):
-        convo += turn
-        convo.append(_assistant(reply, "reasoning_content"))
-    last = replies[-1]
-    rec = {
-        "id": p.id,
-        "dataset": dataset,
-        "index": p.index,
-        "finish_reason": last["finish_reason"],
-        "usage": {
-            k: sum(r["usage"][k] for r in replies) for k in ("prompt_tokens", "completion_tokens")
-        },
-        "conversations": convo,
-        "turns_done": len(replies),
-        "turns_total": len(p.turns),
-        "turns": [
-            {
-                k: r[k]
-                for k in ("finish_reason", "usage", "prompt_token_ids", "token_ids", "continued")
-                if k in r
-            }
-            for r in replies
-        ],
-        "model": last["model"],
-        "created": int(time.time()),
-    }
-    if stopped:
-        rec["stopped"] = stopped  # why the conversation ends before its last turn
-    if "token_ids" in last:  # the last turn's, where a one-turn record keeps them
-        rec["prompt_token_ids"] = last["prompt_token_ids"]
-        rec["token_ids"] = last["token_ids"]
-    return rec
+def record(dataset: str, p: Prompt, replies: list[Reply], stopped: str | None = None) -> Record:
+    """One record for the conversation: `conversations` holds the asked turns with the regenerated
+    replies, `turns` each reply's finish, usage and token ids."""
+    return Record.conversation(dataset, p.id, p.index, p.turns, replies, stopped)
 
 
 def prompt_hash(p: Prompt) -> str:
@@ -116,13 +58,14 @@ class Partials:
                     try:
                         e = json.loads(raw)
                         pid, k = str(e["id"]), int(e["turn"])
-                    except (ValueError, KeyError, TypeError):
+                        reply = Reply.from_json(e["reply"])
+                    except (ValueError, KeyError, TypeError, AttributeError):
                         continue
                     have = self.turns.setdefault(pid, [])
                     if pid in done or k > len(have):
                         continue  # recorded already, or a turn out of order: asked again
                     del have[k:]  # a turn answered again (its prompt changed) replaces the old
-                    have.append((e["hash"], e["reply"]))
+                    have.append((e["hash"], reply))
                     lines.append(raw if raw.endswith(b"\n") else raw + b"\n")
         except FileNotFoundError:
             pass
@@ -136,7 +79,7 @@ class Partials:
         """Turns of this conversation the sidecar holds."""
         return len(self.turns.get(pid, ()))
 
-    def replies(self, p: Prompt) -> list:
+    def replies(self, p: Prompt) -> list[Reply]:
         h = prompt_hash(p)
         got = []
         for eh, reply in self.turns.get(p.id, []):
@@ -145,12 +88,13 @@ class Partials:
             got.append(reply)
         return got
 
-    def add(self, p: Prompt, k: int, reply: dict) -> None:
+    def add(self, p: Prompt, k: int, reply: Reply) -> None:
         h = prompt_hash(p)
         have = self.turns.setdefault(p.id, [])
         del have[k:]
         have.append((h, reply))
-        line = json.dumps({"id": p.id, "turn": k, "hash": h, "reply": reply}, ensure_ascii=False)
+        entry = {"id": p.id, "turn": k, "hash": h, "reply": reply.to_json()}
+        line = json.dumps(entry, ensure_ascii=False)
         try:
             self.file.append((line + "\n").encode())
         except DiskFull:

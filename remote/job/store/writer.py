@@ -8,35 +8,13 @@ import time
 from typing import Callable
 
 from ...common.jobspec import release_dir
+from ...common.records import Record, Reply
 from ...common.status import DiskStatus
 from . import conversation
 from .datasets import DatasetRun
 from .outputs import DiskFull, disk_usage, encode_record
 from .prompts import Prompt
 from .rates import ActiveTime, RateWindow
-
-
-def record(run: DatasetRun, p: Prompt, c) -> dict:
-    """The output line for one answer (one JSON object per finished prompt)."""
-    assistant = {"role": "assistant", "content": c.content}
-    if c.reasoning_content is not None:
-        assistant["reasoning_content"] = c.reasoning_content
-    rec = {
-        "id": p.id,
-        "dataset": run.spec.name,
-        "index": p.index,
-        "finish_reason": c.finish_reason,
-        "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens},
-        "conversations": list(p.messages) + [assistant],
-        "model": c.model,
-        "created": int(time.time()),
-    }
-    if c.token_ids is not None:  # extra_body.return_token_ids: keep the exact tokens
-        rec["prompt_token_ids"] = c.prompt_token_ids
-        rec["token_ids"] = c.token_ids
-    if c.continued:  # made in parts, from kept tokens (the same answer)
-        rec["continued"] = c.continued
-    return rec
 
 
 class RecordWriter:
@@ -51,25 +29,25 @@ class RecordWriter:
         rel = release_dir()
         self.release = rel.name if rel.parent.name == "releases" else None  # deployed: its id
 
-    def write_record(self, run: DatasetRun, p: Prompt, c) -> None:
-        self._write(run, p, record(run, p, c), c.completion_tokens)
+    def write_record(self, run: DatasetRun, p: Prompt, c: Reply) -> None:
+        rec = Record.one(run.spec.name, p.id, p.index, list(p.messages), c)
+        self._write(run, p, rec)
 
     def write_conversation(
-        self, run: DatasetRun, p: Prompt, replies: list, stopped: str | None = None
+        self, run: DatasetRun, p: Prompt, replies: list[Reply], stopped: str | None = None
     ) -> None:
         """turns: all — one record for the whole conversation; its tokens are all turns' tokens."""
-        rec = conversation.record(run.spec.name, p, replies, stopped)
-        self._write(run, p, rec, rec["usage"]["completion_tokens"])
+        self._write(run, p, conversation.record(run.spec.name, p, replies, stopped))
 
-    def _write(self, run: DatasetRun, p: Prompt, rec: dict, tokens: int) -> None:
-        if self.release:
-            rec["release"] = self.release  # which code made it (the export's manifest lists them)
-        line = encode_record(rec)
-        cut = rec["finish_reason"] == "length"
-        empty = not (rec["conversations"][-1]["content"] or "").strip()
+    def _write(self, run: DatasetRun, p: Prompt, rec: Record) -> None:
+        rec.release = self.release  # which code made it (the export's manifest lists them)
+        line = encode_record(rec.to_json())
+        tokens = rec.completion_tokens
+        cut = rec.finish_reason == "length"
+        empty = not (rec.conversations[-1]["content"] or "").strip()
 
         def write() -> None:
-            run.out.append(line, p.id, tokens, str(rec["finish_reason"] or "null"))
+            run.out.append(line, p.id, tokens, str(rec.finish_reason or "null"))
             run.record_done(p, tokens)
             if run.partials is not None:
                 run.partials.forget(p.id)

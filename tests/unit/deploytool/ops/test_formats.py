@@ -14,26 +14,29 @@ from deploytool.ops.formats import (
     specforge_cut,
     speculators,
 )
+from remote.common.records import Record
 
 
-def _conversation() -> dict:
+def _conversation() -> Record:
     """turns: last after a history with the dataset's own answer and a tool call."""
-    return {
-        "id": "HL-7",
-        "index": 7,
-        "conversations": [
-            {"role": "system", "content": "be brief", "extra": "not the trainer's"},
-            {"role": "user", "content": "q1"},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]},
-            {"role": "tool", "content": "42", "tool_call_id": "c1"},
-            {"role": "user", "content": "q2"},
-            {"role": "assistant", "content": "a2", "reasoning_content": "think"},
-        ],
-        "finish_reason": "stop",
-        "prompt_token_ids": [1, 2, 3],
-        "token_ids": [7, 8],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
-    }
+    return Record.from_json(
+        {
+            "id": "HL-7",
+            "index": 7,
+            "conversations": [
+                {"role": "system", "content": "be brief", "extra": "not the trainer's"},
+                {"role": "user", "content": "q1"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]},
+                {"role": "tool", "content": "42", "tool_call_id": "c1"},
+                {"role": "user", "content": "q2"},
+                {"role": "assistant", "content": "a2", "reasoning_content": "think"},
+            ],
+            "finish_reason": "stop",
+            "prompt_token_ids": [1, 2, 3],
+            "token_ids": [7, 8],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+        }
+    )
 
 
 def test_a_one_turn_record_is_one_reply_its_last_and_the_history_is_not_the_targets():
@@ -63,17 +66,19 @@ def test_a_per_turn_row_has_specforges_expansion_fields():
 
 
 def test_turns_all_rows_index_every_reply_in_order():
-    rec = {
-        "id": "MT-1",
-        "index": 1,
-        "turns": [{"finish_reason": "stop"}, {"finish_reason": "stop"}],
-        "conversations": [
-            {"role": "user", "content": "q1"},
-            {"role": "assistant", "content": "a1", "reasoning_content": "t1"},
-            {"role": "user", "content": "q2"},
-            {"role": "assistant", "content": "a2"},
-        ],
-    }
+    rec = Record.from_json(
+        {
+            "id": "MT-1",
+            "index": 1,
+            "turns": [{"finish_reason": "stop"}, {"finish_reason": "stop"}],
+            "conversations": [
+                {"role": "user", "content": "q1"},
+                {"role": "assistant", "content": "a1", "reasoning_content": "t1"},
+                {"role": "user", "content": "q2"},
+                {"role": "assistant", "content": "a2"},
+            ],
+        }
+    )
     rows = [specforge(rec, p, k) for k, p in enumerate(pieces(rec, True))]
     assert [r["id"] for r in rows] == ["MT-1#turn0", "MT-1#turn1"]
     assert rows[1]["conversations"][1]["reasoning_content"] == "t1"  # kept in history
@@ -90,7 +95,7 @@ def test_a_pretokenized_row_is_the_exact_tokens_with_loss_on_the_reply():
     assert row["input_ids"] == [1, 2, 3, 7, 8] and row["loss_mask"] == [0, 0, 0, 1, 1]
     assert row["id"] == "HL-7_gen0" and row["primary_id"] == "HL-7"
     assert row["metadata"]["finish_reason"] == "stop" and row["metadata"]["is_tool_call"] is False
-    del rec["token_ids"]
+    rec.last.token_ids = None
     with pytest.raises(NoTokenIds):
         speculators(rec, pieces(rec, True)[0], 0)
 

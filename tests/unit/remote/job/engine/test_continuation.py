@@ -67,11 +67,11 @@ def test_one_answer_from_the_kept_part_and_the_reply():
         "usage": {"completion_tokens": 3},
     }
     m = merged(kept, reply)
-    assert (m["reasoning_content"], m["content"], m["finish_reason"]) == ("thinking", "42", "stop")
-    assert m["token_ids"] == [3, 4, 5, 6, 7] and m["completion_tokens"] == 5
-    assert (m["prompt_tokens"], m["continued"]) == (2, 2)
+    assert (m.reasoning_content, m.content, m.finish_reason) == ("thinking", "42", "stop")
+    assert m.token_ids == [3, 4, 5, 6, 7] and m.completion_tokens == 5
+    assert (m.prompt_tokens, m.continued) == (2, 2)
     used_up = merged(kept, None)
-    assert used_up["finish_reason"] == "length" and used_up["token_ids"] == [3, 4]
+    assert used_up.finish_reason == "length" and used_up.token_ids == [3, 4]
 
 
 def test_no_kept_file_says_why_once(tmp_path):

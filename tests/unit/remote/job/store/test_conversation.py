@@ -3,6 +3,7 @@ conversation, and the sidecar of finished turns survives a restart only for unch
 
 from __future__ import annotations
 
+from remote.common.records import Reply
 from remote.job.store.conversation import Partials, finished, record, request
 from remote.job.store.prompts import Prompt
 
@@ -15,14 +16,8 @@ def convo(pid: str = "MT-000000", questions=("q0", "q1", "q2")) -> Prompt:
     return Prompt(id=pid, index=0, messages=turns[0], turns=turns)
 
 
-def reply(text: str, finish: str = "stop", think: str | None = "hm") -> dict:
-    return {
-        "content": text,
-        "reasoning_content": think,
-        "finish_reason": finish,
-        "usage": {"prompt_tokens": 5, "completion_tokens": 7},
-        "model": "m",
-    }
+def reply(text: str, finish: str = "stop", think: str | None = "hm", **ids) -> Reply:
+    return Reply(text, think, finish, 5, 7, "m", **ids)
 
 
 def test_turn_k_asks_with_the_replies_before_it_thinking_as_reasoning():
@@ -43,8 +38,8 @@ def test_finished_when_every_turn_is_answered_or_one_is_cut():
 
 def test_one_record_sums_the_turns_and_keeps_the_last_tokens():
     p = convo()
-    last = dict(reply("a1", finish="length"), prompt_token_ids=[1, 2], token_ids=[3])
-    rec = record("MT", p, [reply("a0"), last], stopped="cut at max_tokens")
+    last = reply("a1", finish="length", prompt_token_ids=[1, 2], token_ids=[3])
+    rec = record("MT", p, [reply("a0"), last], stopped="cut at max_tokens").to_json()
     assert rec["usage"] == {"prompt_tokens": 10, "completion_tokens": 14}
     assert (rec["turns_done"], rec["turns_total"], rec["finish_reason"]) == (2, 3, "length")
     assert rec["conversations"][2] == {
@@ -67,10 +62,10 @@ def test_finished_turns_come_back_after_a_restart_unless_recorded_or_changed(tmp
     with open(path, "ab") as f:
         f.write(b'{"id": "MT-000000", "tu')  # torn by a crash
     again = Partials(path, done={"MT-000001"})  # b was recorded meanwhile
-    assert [r["content"] for r in again.replies(a)] == ["a0", "a1"]
+    assert [r.content for r in again.replies(a)] == ["a0", "a1"]
     assert again.replies(b) == []
     assert again.replies(convo("MT-000000", ("other", "q1", "q2"))) == []  # its prompt changed
     again.add(a, 1, reply("a1 again"))  # a turn answered again replaces the old one
-    assert [r["content"] for r in again.replies(a)] == ["a0", "a1 again"]
+    assert [r.content for r in again.replies(a)] == ["a0", "a1 again"]
     again.close()
     assert "MT-000001" not in path.read_text()  # rewritten at open with what is still missing

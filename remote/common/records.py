@@ -1,0 +1,257 @@
+"""The job's outputs as both sides read them (standard library only).
+
+The record, typed: one line of `data/outputs/<DS>.jsonl` per finished prompt. The job builds it
+from `Reply`s (what the engine answered), export and report read it back with `Record.from_json`;
+docs/records.md lists its fields. A one-turn record keeps its reply's finish, usage and token ids
+at the top; a whole-conversation record (`turns: all`) keeps each reply's in `turns`, and its last
+one's at the top as well.
+
+The pull protocol: the host lists its output files with a hash of the bytes just before what the
+local copy already has; both sides hash with the one function, so an appended file is told from a
+replaced one."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .jobspec import Paths
+
+
+@dataclass
+class Reply:
+    """One answer the target model made: the engine's, then the record's (and the sidecar's, for a
+    finished turn of an unfinished conversation)."""
+
+    content: str | None
+    reasoning_content: str | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
+    prompt_token_ids: list[int] | None = None  # vLLM `return_token_ids`: the exact tokens
+    token_ids: list[int] | None = None
+    continued: int = 0  # times this answer was continued from kept tokens
+
+    def usage(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+
+    def turn(self) -> Turn:
+        return Turn(
+            self.finish_reason,
+            self.usage(),
+            self.prompt_token_ids,
+            self.token_ids,
+            self.continued,
+        )
+
+    def message(self, thinking_key: str = "reasoning_content") -> dict:
+        """The assistant message this reply is (`reasoning`: vLLM's name for it on input)."""
+        m = {"role": "assistant", "content": self.content or ""}
+        if self.reasoning_content is not None:
+            m[thinking_key] = self.reasoning_content
+        return m
+
+    def to_json(self) -> dict:
+        d = {
+            "content": self.content,
+            "reasoning_content": self.reasoning_content,
+            "finish_reason": self.finish_reason,
+            "usage": self.usage(),
+            "model": self.model,
+        }
+        if self.token_ids is not None:
+            d["prompt_token_ids"] = self.prompt_token_ids
+            d["token_ids"] = self.token_ids
+        if self.continued:
+            d["continued"] = self.continued
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> Reply:
+        u = d.get("usage") or {}
+        return cls(
+            d.get("content"),
+            d.get("reasoning_content"),
+            d.get("finish_reason"),
+            int(u.get("prompt_tokens") or 0),
+            int(u.get("completion_tokens") or 0),
+            str(d.get("model") or ""),
+            d.get("prompt_token_ids"),
+            d.get("token_ids"),
+            int(d.get("continued") or 0),
+        )
+
+
+@dataclass
+class Turn:
+    """What a record keeps of each reply besides its text: finish, usage, token ids."""
+
+    finish_reason: str | None
+    usage: dict
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+    continued: int = 0
+
+    def to_json(self) -> dict:
+        d = {"finish_reason": self.finish_reason, "usage": self.usage}
+        if self.token_ids is not None:
+            d["prompt_token_ids"] = self.prompt_token_ids
+            d["token_ids"] = self.token_ids
+        if self.continued:
+            d["continued"] = self.continued
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> Turn:
+        return cls(
+            d.get("finish_reason"),
+            dict(d.get("usage") or {}),
+            d.get("prompt_token_ids"),
+            d.get("token_ids"),
+            int(d.get("continued") or 0),
+        )
+
+
+@dataclass
+class Record:
+    id: str
+    dataset: str
+    index: int | None
+    conversations: list[dict]
+    last: Turn  # the last (a one-turn record's only) reply's finish, usage and token ids
+    model: str
+    created: int = field(default_factory=lambda: int(time.time()))
+    turns: list[Turn] | None = None  # turns: all — every reply's, in order
+    turns_total: int | None = None
+    stopped: str | None = None  # why a conversation ends before its last turn
+    release: str | None = None  # which release of the code made it
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.last.finish_reason
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(int(t.usage.get("completion_tokens") or 0) for t in self.generations())
+
+    def generations(self) -> list[Turn]:
+        """Each reply the target model made in this record, in order."""
+        return self.turns if self.turns is not None else [self.last]
+
+    @classmethod
+    def one(cls, dataset: str, pid: str, index: int, messages: list, reply: Reply) -> Record:
+        """One answer to a prompt's messages."""
+        return cls(pid, dataset, index, [*messages, reply.message()], reply.turn(), reply.model)
+
+    @classmethod
+    def conversation(
+        cls, dataset: str, pid: str, index: int, turns: list, replies: list[Reply], stopped=None
+    ) -> Record:
+        """Every turn regenerated: the asked turns, each followed by its reply."""
+        convo = []
+        for asked, reply in zip(turns, replies):
+            convo += asked
+            convo.append(reply.message())
+        return cls(
+            pid,
+            dataset,
+            index,
+            convo,
+            replies[-1].turn(),
+            replies[-1].model,
+            turns=[r.turn() for r in replies],
+            turns_total=len(turns),
+            stopped=stopped,
+        )
+
+    def to_json(self) -> dict:
+        gens = self.generations()
+        d = {
+            "id": self.id,
+            "dataset": self.dataset,
+            "index": self.index,
+            "finish_reason": self.last.finish_reason,
+            "usage": {
+                k: sum(int(t.usage.get(k) or 0) for t in gens)
+                for k in ("prompt_tokens", "completion_tokens")
+            },
+            "conversations": self.conversations,
+        }
+        if self.turns is not None:
+            d["turns_done"] = len(self.turns)
+            d["turns_total"] = self.turns_total
+            d["turns"] = [t.to_json() for t in self.turns]
+        d["model"] = self.model
+        d["created"] = self.created
+        if self.stopped:
+            d["stopped"] = self.stopped
+        if self.last.token_ids is not None:
+            d["prompt_token_ids"] = self.last.prompt_token_ids
+            d["token_ids"] = self.last.token_ids
+        if self.last.continued and self.turns is None:
+            d["continued"] = self.last.continued
+        if self.release:
+            d["release"] = self.release
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> Record:
+        turns = [Turn.from_json(t) for t in d["turns"]] if "turns" in d else None
+        last = turns[-1] if turns else Turn.from_json(d)
+        if turns is None:
+            last.usage = dict(d.get("usage") or {})
+        return cls(
+            str(d["id"]),
+            str(d.get("dataset") or ""),
+            d.get("index"),
+            list(d["conversations"]),
+            last,
+            str(d.get("model") or ""),
+            int(d.get("created") or 0),
+            turns,
+            d.get("turns_total"),
+            d.get("stopped"),
+            d.get("release"),
+        )
+
+
+# ------------------------------------------------------------------ pull
+
+PREFIX_BLOCK = 64 * 1024
+
+
+def prefix_hash(path: Path, end: int) -> str | None:
+    """sha256 of the last block before `end`: enough to tell an appended file from a replaced one.
+    Both sides of pull call this one function, so they hash the same bytes."""
+    import hashlib
+
+    start = max(0, end - PREFIX_BLOCK)
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            data = f.read(end - start)
+    except FileNotFoundError:
+        return None
+    return hashlib.sha256(data).hexdigest() if len(data) == end - start else None
+
+
+def output_files(paths: Paths, have: dict) -> dict:
+    out = {}
+    if not paths.outputs.is_dir():
+        return out
+    for p in sorted(paths.outputs.iterdir()):
+        if not p.is_file() or p.name.startswith(".") or p.name.endswith((".idx", ".partial.jsonl")):
+            # .idx: the runner's own index, rebuilt from the outputs wherever they are;
+            # .partial.jsonl: turns of unfinished conversations, rewritten at every start
+            continue
+        size = p.stat().st_size
+        local = have.get(p.name)
+        entry = {"size": size}
+        if isinstance(local, int) and 0 < local <= size:
+            entry["prefix_sha256"] = prefix_hash(p, local)
+        if not p.name.endswith(".jsonl") and not p.name.endswith(".torn"):
+            entry["sha256"] = prefix_hash(p, size) if size <= PREFIX_BLOCK else None
+        out[p.name] = entry
+    return out

@@ -1,0 +1,94 @@
+"""The output record, typed: written by the job, read back by export, report and anyone, field by
+field as docs/records.md lists them; real vLLM's records read back to the same bytes."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from remote.common.records import Record, Reply
+
+REPO = Path(__file__).resolve().parents[4]
+FIXTURE = REPO / "tests" / "fixtures" / "real_vllm_records.jsonl"
+
+
+def _reply(text: str, finish: str = "stop", **kw) -> Reply:
+    return Reply(text, "hm", finish, 5, 7, "m", **kw)
+
+
+def _one() -> Record:
+    r = _reply("a", prompt_token_ids=[1, 2], token_ids=[3, 4], continued=2)
+    rec = Record.one("B1", "B1-000003", 3, [{"role": "user", "content": "q"}], r)
+    rec.release = "abc123"
+    return rec
+
+
+def _conversation() -> Record:
+    turns = [[{"role": "user", "content": "q0"}], [{"role": "user", "content": "q1"}]]
+    replies = [_reply("a0", token_ids=[5], prompt_token_ids=[1]), _reply("a1", "length")]
+    return Record.conversation(
+        "MT",
+        "MT-1",
+        1,
+        turns + [[{"role": "user", "content": "q2"}]],
+        replies,
+        stopped="cut at max_tokens",
+    )
+
+
+def test_a_one_turn_record_keeps_its_reply_at_the_top():
+    d = _one().to_json()
+    assert d["conversations"][-1] == {
+        "role": "assistant",
+        "content": "a",
+        "reasoning_content": "hm",
+    }
+    assert (d["finish_reason"], d["usage"]) == (
+        "stop",
+        {"prompt_tokens": 5, "completion_tokens": 7},
+    )
+    assert (d["prompt_token_ids"], d["token_ids"], d["continued"]) == ([1, 2], [3, 4], 2)
+    assert d["release"] == "abc123" and "turns" not in d
+    assert _one().completion_tokens == 7
+
+
+def test_a_conversation_sums_its_turns_and_keeps_each_replys_tokens():
+    rec = _conversation()
+    d = rec.to_json()
+    assert (d["turns_done"], d["turns_total"], d["finish_reason"]) == (2, 3, "length")
+    assert d["usage"] == {"prompt_tokens": 10, "completion_tokens": 14}
+    assert d["turns"][0]["token_ids"] == [5] and "token_ids" not in d["turns"][1]
+    assert "token_ids" not in d  # the last reply has none
+    assert [m["role"] for m in d["conversations"]] == ["user", "assistant"] * 2
+    assert rec.completion_tokens == 14 and [t.finish_reason for t in rec.generations()] == [
+        "stop",
+        "length",
+    ]
+
+
+def test_every_record_reads_back_to_itself():
+    for rec in (_one(), _conversation()):
+        d = rec.to_json()
+        assert Record.from_json(json.loads(json.dumps(d))).to_json() == d
+    lines = FIXTURE.read_text().splitlines()
+    assert {json.loads(x)["dataset"] for x in lines} == {"B1", "SY", "MT", "HL", "CUT"}
+    for line in lines:  # records real vLLM made, one-turn and turns: all
+        d = json.loads(line)
+        assert Record.from_json(d).to_json() == d
+
+
+def test_a_reply_reads_back_from_the_sidecar():
+    r = _reply("a", token_ids=[3], prompt_token_ids=[1], continued=1)
+    assert Reply.from_json(json.loads(json.dumps(r.to_json()))) == r
+    assert r.message("reasoning") == {"role": "assistant", "content": "a", "reasoning": "hm"}
+
+
+def test_the_records_page_lists_every_field_a_record_has():
+    page = (REPO / "docs" / "records.md").read_text()
+    listed = set(re.findall(r"^\| `(\w+)` \|", page, re.M))
+    made = set(_one().to_json()) | set(_conversation().to_json())
+    assert listed == made, (listed - made, made - listed)
+    turn_fields = set().union(*(t.to_json() for t in _one().generations()))
+    turn_line = next(ln for ln in page.splitlines() if ln.startswith("| `turns` |"))
+    assert all(f"`{k}`" in turn_line for k in turn_fields)
