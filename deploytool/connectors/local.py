@@ -76,6 +76,7 @@ class LocalConnector(Connector):
                 env=full_env,
                 capture_output=True,
                 timeout=timeout,
+                start_new_session=True,  # as on a remote host: the user's Ctrl-C is not its
                 **io_kw,
             )
         except FileNotFoundError as e:
@@ -93,6 +94,8 @@ class LocalConnector(Connector):
         return full_env
 
     def start(self, argv, *, cwd=None, env=None) -> RemoteProcess:
+        if cwd and not self._path(cwd).is_dir():  # the shell's own answer, as over SSH
+            argv, cwd = ["sh", "-c", 'cd "$1" || exit 2', "sh", str(self._path(cwd))], None
         try:
             proc = subprocess.Popen(
                 [str(a) for a in argv],
@@ -101,6 +104,7 @@ class LocalConnector(Connector):
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
+                start_new_session=True,
             )
         except OSError as e:
             raise RemoteError(f"cannot start {argv[0]}: {e.strerror}") from None

@@ -38,17 +38,23 @@ def parse_run_flags(config: Config, **raw) -> RunArgs:
 
 
 def call(
-    conn: Connector, request: Request, timeout: float | None = None, stdin: bytes | None = None
+    conn: Connector,
+    request: Request,
+    timeout: float | None = None,
+    stdin: bytes | None = None,
+    started=None,
 ):
     """Run `python -m remote <request>` from the host's current release; its typed answer, or a
-    RemoteError with the host's fault (message, fix, log lines)."""
+    RemoteError with the host's fault (message, fix, log lines). `started()` is called once the
+    host has the command (it then runs to its end whatever happens here)."""
     script = '[ -d current ] || exit 97; cd current && exec "$@"'
-    res = conn.run(
-        ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", *request.argv())],
-        cwd=conn.remote_dir,
-        timeout=timeout,
-        stdin=stdin,
-    )
+    argv = ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", *request.argv())]
+    if started is None:
+        res = conn.run(argv, cwd=conn.remote_dir, timeout=timeout, stdin=stdin)
+    else:
+        proc = conn.start(argv, cwd=conn.remote_dir)
+        started()
+        res = proc.finish()
     if res.exit_code == NOT_DEPLOYED or (
         not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)
     ):
@@ -134,22 +140,29 @@ def stop_told(
             return None
 
     got: dict = {}
+    sent = threading.Event()
 
     def work():
         try:
-            got["answer"] = stop(conn, grace, drain)
+            got["answer"] = call(conn, CtlStop(grace=grace, drain=drain), started=sent.set)
         except BaseException as e:  # handed to the caller's thread
             got["error"] = e
+        finally:
+            sent.set()
 
     told(look(), 0.0)
     worker = threading.Thread(target=work, name=f"stop {conn.name}", daemon=True)
     t0 = time.monotonic()
     worker.start()
-    while True:
-        worker.join(every)
-        if not worker.is_alive():
-            break
-        told(look(), time.monotonic() - t0)
+    try:
+        while True:
+            worker.join(every)
+            if not worker.is_alive():
+                break
+            told(look(), time.monotonic() - t0)
+    except KeyboardInterrupt:
+        sent.wait(30)  # detach only once the host has the stop: it then goes on without us
+        raise
     if "error" in got:
         raise got["error"]
     return got["answer"]
