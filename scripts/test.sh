@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# the tests are independent and mostly wait on processes they start: four at a time, even on two
+# the tests are independent and mostly wait on processes they start: eight at a time, even on two
 # cores (DEPLOYTOOL_TEST_WORKERS=0 runs them one by one in this process)
-exec .venv/bin/python -m pytest -n "${DEPLOYTOOL_TEST_WORKERS:-4}" "$@"
+exec .venv/bin/python -m pytest -n "${DEPLOYTOOL_TEST_WORKERS:-8}" "$@"
