@@ -29,8 +29,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate, timeout=10.0, interval=0.05, what="condition"):
-    """Readiness by polling, never a fixed sleep."""
+# no wait gives up sooner: a busy machine (eight tests at a time beside real vLLM) makes a step
+# of a few seconds take a minute, and a ceiling never slows a test that passes
+WAIT_CEILING_S = 120.0
+
+
+def wait_for(predicate, timeout=WAIT_CEILING_S, interval=0.05, what="condition"):
+    """Readiness by polling, never a fixed sleep; `timeout` below the ceiling is raised to it."""
+    timeout = max(timeout, WAIT_CEILING_S)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

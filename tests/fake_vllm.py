@@ -6,7 +6,8 @@ Test-only options: --fake-delay S, --fake-load-until FILE (loading lasts until i
 --fake-degenerate, --fake-workers N, --fake-engine N, --fake-answer-delay S, --fake-thinking (a reply
 that is all thinking: `content` null, the text in `reasoning`),
 --fake-helper S (a start-up child that lives S seconds, as vLLM's model inspection does),
---fake-exit-once FILE (the first run exits 0 after --fake-exit-after S of serving, as vLLM's API
+--fake-exit-once FILE (the first run exits 0 after --fake-exit-after S of serving, or once the file
+--fake-exit-when names exists, as vLLM's API
 server does when its engine dies; later runs serve), --fake-die-later FILE (the first run serves,
 every later one dies while loading with a CUDA error), --fake-dp-peer FILE (a data-parallel
 pair: the headless rank writes its engine pids there, and the head, like vLLM's, hangs every
@@ -48,6 +49,7 @@ def main():
     p.add_argument("--fake-answer-delay", type=float, default=0.0)
     p.add_argument("--fake-thinking", action="store_true", help="all thinking: content null")
     p.add_argument("--fake-exit-once")
+    p.add_argument("--fake-exit-when", help="with --fake-exit-once: exit once this file exists")
     p.add_argument("--fake-exit-after", type=float, default=1.0)
     p.add_argument("--fake-die-later")
     p.add_argument("--fake-helper", type=float, default=0.0, help="a start-up child living S s")
@@ -231,7 +233,11 @@ def main():
         open(a.fake_exit_once, "w").close()
 
         def leave():
-            time.sleep(a.fake_exit_after)
+            if a.fake_exit_when:  # exits when the test says so, however slow the machine
+                while not os.path.exists(a.fake_exit_when):
+                    time.sleep(0.05)
+            else:
+                time.sleep(a.fake_exit_after)
             print("ERROR: EngineCore died unexpectedly; shutting down (exit 0)", flush=True)
             os._exit(0)
 

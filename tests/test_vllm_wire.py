@@ -198,6 +198,7 @@ def test_host_python_without_aiohttp_is_caught_before_anything_stops(
     project, openai_server, tmp_path
 ):
     srv = openai_server(latency=0.3)
+    srv.hold_after = 4  # the job is still running when the test looks, however slow the machine
     cfg, host_dir = wire_job(project, {"base_url": srv.url})
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "40").returncode == 0
@@ -228,3 +229,5 @@ def test_host_python_without_aiohttp_is_caught_before_anything_stops(
 
     # the running job is untouched
     assert ProcessRecord.live(host_dir / "run" / "runner.pid") is not None
+    cfg, _ = wire_job(project, {"base_url": srv.url})
+    assert cli(cfg, "stop", "--grace", "0").returncode == 0
