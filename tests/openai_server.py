@@ -22,6 +22,7 @@ import json
 import random
 import threading
 import time
+from pathlib import Path
 
 from aiohttp import web
 
@@ -98,6 +99,9 @@ class FakeOpenAI:
         # stops while it runs outlasts the test by construction, however slow the machine
         self.hold_after: int | None = None
         self.arrived = 0
+        self.hold_while: Path | None = (
+            None  # (as its own process) new requests wait while it exists
+        )
         self.busy_slot_time = 0.0
         self.t_first: float | None = (
             None  # first request in, last answer out: measured throughput window
@@ -141,7 +145,9 @@ class FakeOpenAI:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         me, self.arrived = self.arrived, self.arrived + 1
         try:
-            while self.hold_after is not None and me >= self.hold_after:
+            while (self.hold_after is not None and me >= self.hold_after) or (
+                self.hold_while is not None and self.hold_while.exists()
+            ):
                 await asyncio.sleep(0.02)
             text = json.dumps(body.get("messages"))
             if any(bad in text for bad in self.bad_request_ids):
@@ -631,6 +637,7 @@ def main() -> None:
     p.add_argument("--cut-in-thinking", type=float, default=0.0)
     p.add_argument("--slots", type=int, default=None)
     p.add_argument("--token-time", type=float, default=0.0)
+    p.add_argument("--hold-while", type=Path, help="requests wait while this file exists")
     a = p.parse_args()
     srv = FakeOpenAI(
         latency=a.latency,
@@ -639,7 +646,9 @@ def main() -> None:
         cut_in_thinking=a.cut_in_thinking,
         slots=a.slots,
         token_time=a.token_time,
-    ).start(a.port)
+    )
+    srv.hold_while = a.hold_while
+    srv.start(a.port)
     print(srv.url, flush=True)
     try:
         while True:

@@ -61,13 +61,15 @@ def test_three_servers_share_the_job_exactly_once(project, servers):
     assert all(f"server 127.0.0.1:{s.port}: up" in out for s in srvs)
 
 
-def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, servers):
+def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, servers, tmp_path):
     make, made = servers
-    srvs = make(3, latency=0.4)
+    hold = tmp_path / "hold"  # while it exists the other two answer nothing: the job outlasts
+    srvs = make(3, latency=0.4, hold_while=hold)  # the victim's absence, however slow the machine
     cfg, host_dir = pool_job(project, [s.url for s in srvs], n=180)
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "180").returncode == 0
     wait_for(lambda: len(records(host_dir, "B1")) >= 30, timeout=60, what="first records")
+    hold.touch()
     victim = srvs[1]
     victim.kill()  # the process dies with 4 requests in flight: no clean shutdown
 
@@ -81,6 +83,8 @@ def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, serv
     assert len(records(host_dir, "B1")) < 150  # the job is still going
     back = ServerProcess(port=victim.port, latency=0.4).start()  # restarted on its port
     made.append(back)
+    wait_for(lambda: status(host_dir)["endpoints"][1]["reachable"], what="the server back")
+    hold.unlink()
     res = cli(cfg, "tail")
     assert res.returncode == 0, res.stdout + res.stderr
     ids = [r["id"] for r in records(host_dir, "B1")]

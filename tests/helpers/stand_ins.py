@@ -29,9 +29,10 @@ def fake_vllm(tmp_path: Path) -> Path:
 class ServerProcess:
     """tests/openai_server.py as its own process, so it can be killed like a real server."""
 
-    def __init__(self, port: int | None = None, latency: float = 0.3):
+    def __init__(self, port: int | None = None, latency: float = 0.3, hold_while=None):
         self.port = port or free_port()
         self.latency = latency
+        self.hold_while = hold_while  # a file: new requests wait while it exists
         self.proc = None
 
     @property
@@ -48,6 +49,7 @@ class ServerProcess:
                 str(self.port),
                 "--latency",
                 str(self.latency),
+                *(["--hold-while", str(self.hold_while)] if self.hold_while else []),
             ],
             cwd=REPO,
             stdout=subprocess.PIPE,
