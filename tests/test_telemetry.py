@@ -61,6 +61,7 @@ def sshd_job(tmp_path, ssh_rig):
 
 def test_status_carries_the_servers_own_view(sshd_job, openai_server):
     srv = openai_server(slots=2, latency=0.4, engines=2)
+    srv.hold_after = 30  # then 6 in flight until the test lets them go: running 2, waiting 4
     cfg, host_dir = sshd_job(60, {"base_url": srv.url, "concurrency": 6, "metrics_interval": 0.3})
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "60").returncode == 0
@@ -76,6 +77,7 @@ def test_status_carries_the_servers_own_view(sshd_job, openai_server):
     assert 0 < m["kv_cache"] <= 1 and m["preemptions"] == 0
     out = cli(cfg, "status").stdout
     assert "vLLM: running 2, waiting" in out and "KV cache" in out
+    srv.hold_after = None
     assert cli(cfg, "tail").returncode == 0
     st = status(host_dir)
     assert st["endpoints"][0]["metrics"]["generation_tokens_per_s"] is not None

@@ -150,11 +150,12 @@ def stop_told(
         finally:
             sent.set()
 
-    told(look(), 0.0)
+    first = look()
     worker = threading.Thread(target=work, name=f"stop {conn.name}", daemon=True)
     t0 = time.monotonic()
-    worker.start()
+    worker.start()  # on its way before anything is said: a Ctrl-C at the first line finds it sent
     try:
+        told(first, 0.0)
         while True:
             worker.join(every)
             if not worker.is_alive():
