@@ -117,8 +117,8 @@ def restart(
     )
 
 
-def stop(conn: Connector, grace: float = GRACE_S, drain: bool = False) -> StopAnswer:
-    return call(conn, CtlStop(grace=grace, drain=drain))
+def stop(conn: Connector, grace: float = GRACE_S, drain: bool = False, started=None) -> StopAnswer:
+    return call(conn, CtlStop(grace=grace, drain=drain), started=started)
 
 
 def stop_told(
@@ -144,7 +144,7 @@ def stop_told(
 
     def work():
         try:
-            got["answer"] = call(conn, CtlStop(grace=grace, drain=drain), started=sent.set)
+            got["answer"] = stop(conn, grace, drain, started=sent.set)
         except BaseException as e:  # handed to the caller's thread
             got["error"] = e
         finally:

@@ -54,33 +54,27 @@ class Reply:
         return m
 
     def to_json(self) -> dict:
-        d = {
+        """As the sidecar keeps a finished turn: its text and model, then its Turn's fields."""
+        return {
             "content": self.content,
             "reasoning_content": self.reasoning_content,
-            "finish_reason": self.finish_reason,
-            "usage": self.usage(),
             "model": self.model,
+            **self.turn().to_json(),
         }
-        if self.token_ids is not None:
-            d["prompt_token_ids"] = self.prompt_token_ids
-            d["token_ids"] = self.token_ids
-        if self.continued:
-            d["continued"] = self.continued
-        return d
 
     @classmethod
     def from_json(cls, d: dict) -> Reply:
-        u = d.get("usage") or {}
+        t = Turn.from_json(d)
         return cls(
             d.get("content"),
             d.get("reasoning_content"),
-            d.get("finish_reason"),
-            int(u.get("prompt_tokens") or 0),
-            int(u.get("completion_tokens") or 0),
+            t.finish_reason,
+            int(t.usage.get("prompt_tokens") or 0),
+            int(t.usage.get("completion_tokens") or 0),
             str(d.get("model") or ""),
-            d.get("prompt_token_ids"),
-            d.get("token_ids"),
-            int(d.get("continued") or 0),
+            t.prompt_token_ids,
+            t.token_ids,
+            t.continued,
         )
 
 
@@ -200,8 +194,6 @@ class Record:
     def from_json(cls, d: dict) -> Record:
         turns = [Turn.from_json(t) for t in d["turns"]] if "turns" in d else None
         last = turns[-1] if turns else Turn.from_json(d)
-        if turns is None:
-            last.usage = dict(d.get("usage") or {})
         return cls(
             str(d["id"]),
             str(d.get("dataset") or ""),
