@@ -82,8 +82,27 @@ def session_members(session: int, since: int | None = None) -> list[int]:
 
 
 def alive(pid: int) -> bool:
+    """Running, or exiting with a thread still running: a process's first thread shows Z as soon as
+    it ends while its other threads still hold the process's open files (a lock among them)."""
     s = state(pid)
-    return s is not None and s not in ("Z", "X")
+    if s is None:
+        return False
+    if s not in ("Z", "X"):
+        return True
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    return any(_thread_state(pid, t) not in (None, "Z", "X") for t in threads)
+
+
+def _thread_state(pid: int, tid: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rindex(")") + 2 :].split()[0]
 
 
 def cmdline(pid: int) -> list[str]:
