@@ -66,7 +66,8 @@ def rollback(c, host="", to=""):
 
 
 RUN_FLAGS = (
-    "max_samples", "cap", "max_tokens", "datasets", "reset_caps", "grace", "force", "force_gpu",
+    "max_samples", "cap", "max_tokens", "datasets", "reset_caps", "stage", "grace", "force",
+    "force_gpu",
 )  # fmt: skip
 # the host's own words for its flags
 RUN_HELP = {"host": HOST_HELP, **helps(CtlRestart, *RUN_FLAGS, "hard", "drain", "dry_run")}
@@ -90,6 +91,7 @@ def restart(
     max_tokens="",
     datasets="",
     reset_caps=False,
+    stage="",
     grace=GRACE_S,
     hard=False,
     drain=False,
@@ -114,6 +116,7 @@ def restart(
         max_tokens=max_tokens or None,
         datasets=datasets or None,
         reset_caps=reset_caps,
+        stage=stage or None,
         grace=grace,
         force=force,
     )

@@ -21,12 +21,16 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
                 conversations), ledger (each prompt's state, one owner, checked transitions),
                 datasets (one dataset's run), writer (records and errors onto disk, holding them
                 while the disk is full), history (run/history.jsonl), rates (one window)
+      hidden/   the hidden-states stage's files: hsfile (one file, checked before it counts), store
+                (a dataset's rows.jsonl and hs_<n> files, each row once through any kill), rows
+                (which rows of the kept records)
       engine/   client (the OpenAI engine), stream (a streamed answer put back together; its watchdog), kept_tokens (the
                 tokens of unfinished answers, kept across a stop), continuation (resuming one),
                 pool (the servers), simulate (the stand-in), kinds (which of them a job gets)
       observe/  status_builder (pure), telemetry (/metrics, GPUs), alerts (stalled, engine_down ->
                 notify), watched (run/watch.json as the runner reads it)
-      loop/     runner (wiring and lifecycle only), scheduler (caps, budgets, reload, which prompt
+      loop/     runner (wiring and lifecycle only), stage_runner (the hidden-states stage's
+                runner: the same lock, status and control), scheduler (caps, budgets, reload, which prompt
                 next), dispatcher (the request window, one request, retries, the job's own faults),
                 control_requests (run/control.json: live re-cap, drain, grace; the stop state),
                 own_process (the runner's lock, pid file and log)

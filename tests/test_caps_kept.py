@@ -97,6 +97,7 @@ def test_a_flag_changes_only_what_it_names_and_a_bare_restart_keeps_every_cap(bo
         "caps": {},
         "max_tokens": None,
         "datasets": ["B1", "B2"],
+        "stage": "generate",
     }
 
     out = ok("invoke restart --dry-run --max-samples all --datasets all", config)
@@ -108,7 +109,13 @@ def test_a_flag_changes_only_what_it_names_and_a_bare_restart_keeps_every_cap(bo
     ok("invoke restart --reset-caps --max-samples 10", config)
     finish(config)
     assert done(root) == {"B1": 10, "B2": 10, "B3": 10}
-    assert kept(root) == {"max_samples": 10, "caps": {}, "max_tokens": None, "datasets": None}
+    assert kept(root) == {
+        "max_samples": 10,
+        "caps": {},
+        "max_tokens": None,
+        "datasets": None,
+        "stage": "generate",
+    }
 
 
 @pytest.mark.parametrize(
@@ -147,6 +154,7 @@ def test_the_watchers_restart_of_a_killed_runner_keeps_every_cap(tmp_path):
             "caps": {"B2": 7, "B3": 11},
             "max_tokens": 90_000,
             "datasets": None,
+            "stage": "generate",
         }
         assert first["caps"] == want == kept(root)
         os.kill(first["pid"], signal.SIGKILL)

@@ -135,7 +135,7 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
     assert run_in(proj, "invoke restart").returncode == 0
     pid = status(root)["pid"]
     proc = subprocess.Popen(
-        [INVOKE, "stop", "--grace", "4"],
+        [INVOKE, "stop", "--grace", "3600"],  # it cannot end before the Ctrl-C, however slow
         cwd=proj,
         env=piped_env(),
         stdout=subprocess.PIPE,
@@ -149,8 +149,12 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
     rest = proc.stdout.read()
     assert proc.wait(timeout=60) == 1
     assert "detached: the host goes on stopping the job" in rest and "Traceback" not in rest, rest
+    log = root / "logs" / "runner.log"
+    told = "SIGTERM: no new requests"  # this runner's, after the first one's
+    wait_for(lambda: log.read_text().count(told) == 2, what="the runner told to stop")
+    srv.hold_after = None  # the answers in flight come: the runner's grace ends with them
     wait_for(lambda: not procinfo.alive(pid), timeout=60, what="the runner stopped all the same")
-    assert status(root)["state"] == "stopped"
+    assert status(root)["state"] == "stopped", log.read_text()[-3000:]
 
 
 def test_pull_and_export_with_nothing_deployed_leave_no_empty_folder(tmp_path):

@@ -161,7 +161,7 @@ def test_the_circle_check_sees_one():
 # watcher that keeps them, the commands that record intent. The watcher uses the mechanism, never a
 # command; what the host is asked about the job's files (queries) sits apart in remote/queries.
 ROOMS = {
-    "job": ["store", "engine", "observe", "loop"],
+    "job": ["store", "hidden", "engine", "observe", "loop"],
     "host": ["facts", "processes", "watcher", "commands"],
 }
 MAX_MODULES = 15

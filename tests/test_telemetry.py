@@ -122,15 +122,14 @@ def test_notify_finished_once_and_a_hanging_command_changes_nothing(
         8, {"base_url": srv.url, "concurrency": 4}, notify=notify_to(log, "; sleep 1000")
     )
     assert cli(cfg, "deploy").returncode == 0
-    t0 = time.monotonic()
     assert cli(cfg, "restart", "--max-samples", "8").returncode == 0
     assert cli(cfg, "tail").returncode == 0
+    # the command sleeps 1000 s: a runner that waited for it would outlive this ceiling by far
     wait_for(
         lambda: not (host_dir / "run" / "runner.pid").exists() or not _alive(host_dir),
-        timeout=30,
-        what="runner exit",
+        timeout=300,
+        what="the runner's exit while its notify command still hangs",
     )
-    assert time.monotonic() - t0 < 25  # the hanging command held nothing up
     assert events(log) == ["finished"]
     event, remote_dir, message = log.read_text().splitlines()[0].split("|", 2)
     assert remote_dir == str(host_dir) and "finished; done 8/8" in message and "ETA" in message

@@ -125,7 +125,7 @@ def speculators(rec: Record, piece: Piece, k: int | None) -> dict:
         raise NoTokenIds(rec.id)
     prompt, gen = g.prompt_token_ids or [], g.token_ids
     return {
-        "id": f"{rec.id}_gen{k or 0}",
+        "id": rec.row_id(k or 0),
         "primary_id": rec.id,
         "input_ids": [*prompt, *gen],
         "loss_mask": [0] * len(prompt) + [1] * len(gen),

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, TypeVar
 
@@ -36,16 +37,31 @@ def on_hosts(
 
     results: dict[str, T] = {}
     failures: dict[str, DeployToolError] = {}
-    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-        futures = {h.name: pool.submit(one, h) for h in hosts}
-        for name, fut in futures.items():
-            try:
-                results[name] = fut.result()
-            except DeployToolError as e:
-                failures[name] = e
+    futures = {h.name: _in_thread(one, h) for h in hosts}
+    for name, fut in futures.items():
+        try:
+            results[name] = fut.result()
+        except DeployToolError as e:
+            failures[name] = e
     if failures:
         raise MultiHostError(results, failures)
     return results
+
+
+def _in_thread(fn, *args) -> Future:
+    """fn(*args) in a daemon thread: a Ctrl-C (the main thread's) leaves at once, the host's work
+    goes on there without us (a pool's threads would be waited for at exit, as long as a stop's
+    grace period)."""
+    fut: Future = Future()
+
+    def work():
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # handed to the caller's thread
+            fut.set_exception(e)
+
+    threading.Thread(target=work, name=f"host {args[0].name}", daemon=True).start()
+    return fut
 
 
 @dataclass

@@ -10,6 +10,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from remote.common.caps import GENERATE
 from remote.common.status import STALE_AFTER, JobState, JobStatus, ProcessState, ServerMetrics
 
 from .typed import say
@@ -344,8 +345,9 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
     ds = " ".join(f"{n} {d.done}/{d.target}" for n, d in st.datasets.items())
     line, _ = health(st, now)
     eta = fmt_duration(st.eta_s) if not st.terminal else "-"
+    stage = f" {st.stage}" if st.stage != GENERATE else ""  # rows of hidden states, not answers
     out = (
-        f"{stamp} {host}: {st.state} | {ds} | {fmt_tokens(st.completion_tokens)} tok "
+        f"{stamp} {host}:{stage} {st.state} | {ds} | {fmt_tokens(st.completion_tokens)} tok "
         f"{fmt_tokens(st.tokens_per_s)} tok/s ETA {eta} | {line}"
     )
     down = [text for text, bad in endpoint_lines(st, now) if bad]

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from remote.common.caps import GENERATE
 from remote.common.status import JobStatus
 
 from ..errors import DeployToolError
@@ -174,7 +175,8 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
     now = time.time() if now is None else now
     r = s.runner
     alive = f" (pid {r.pid}, up {_eta(r.uptime_s)})" if r and r.alive else ""
-    out.print(f"[bold]{s.host}[/]: {s.state}{alive}  {release_words(s)}", markup=True)
+    stage = f"stage {s.stage}: " if s.stage != GENERATE else ""
+    out.print(f"[bold]{s.host}[/]: {stage}{s.state}{alive}  {release_words(s)}", markup=True)
     if s.message:
         out.print(f"  {escape(say(s.message, s.host))}")
     if s.datasets:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from remote.common.caps import GENERATE
 from remote.common.status import JobStatus
 
 from .progress import fmt_tokens as _tok
@@ -109,7 +110,10 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
                 f"in-flight requests lost: {r.lost_in_flight}"
             )
         release = (r.release or "").rstrip("/").rsplit("/", 1)[-1]
-        out.print(f"{host}: started runner pid {r.pid} from release {release}; state {r.state}")
+        stage = f"stage {r.kept.stage}, " if r.kept and r.kept.stage != GENERATE else ""
+        out.print(
+            f"{host}: started runner pid {r.pid} from release {release}; {stage}state {r.state}"
+        )
         if r.gpu and r.gpu.note:
             out.print(f"  {r.gpu.note}")
     caps_table(r.caps, out, r.kept, r.was)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from .codec import Record
 
 CLEAR = "all"  # a cap flag's value that clears it: --max-samples all, --cap B3=all, --datasets all
+GENERATE, HIDDEN_STATES = "generate", "hidden-states"
+STAGES = (GENERATE, HIDDEN_STATES)
 
 
 @dataclass
@@ -25,6 +27,9 @@ class Caps(Record):
     caps: dict[str, int] = field(default_factory=dict)
     max_tokens: int | None = None
     datasets: list[str] | None = None
+    stage: str = (
+        GENERATE  # what the runner makes of the prompts: answers, or the target's hidden states
+    )
 
     def target(self, name: str) -> int | None:
         return self.caps.get(name, self.max_samples)
@@ -40,6 +45,8 @@ class Caps(Record):
             parts.append(f"max-tokens {self.max_tokens}")
         if self.datasets is not None:
             parts.append("datasets " + ",".join(self.datasets))
+        if self.stage != GENERATE:
+            parts.append(f"stage {self.stage}")
         return ", ".join(parts)
 
 
@@ -142,3 +149,9 @@ def selection(text) -> tuple[str, ...] | str:
     if not names:
         raise ValueError("expected dataset names, comma-separated (B2,B3), or `all`")
     return tuple(names)
+
+
+def stage(text) -> str:
+    if str(text).strip() not in STAGES:
+        raise ValueError(f"expected one of {', '.join(STAGES)}, got {text!r}")
+    return str(text).strip()

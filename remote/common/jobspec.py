@@ -264,6 +264,11 @@ class Paths:
         return self.root / "data" / "outputs"
 
     @property
+    def hidden_states(self) -> Path:
+        """The hidden-states stage's files: <DS>/rows.jsonl and <DS>/hidden_states/hs_<n>.safetensors."""
+        return self.root / "data" / "hidden_states"
+
+    @property
     def run(self) -> Path:
         return self.root / "run"
 

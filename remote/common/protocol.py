@@ -22,6 +22,7 @@ from .caps import CLEAR, Caps, parse_dataset_list, parse_tokens
 from .caps import cap_change as _cap
 from .caps import samples as _samples
 from .caps import selection as _selection
+from .caps import stage as _stage
 from .caps import token_budget as _budget
 from .flags import Request, _nonneg_float, opt
 from .jobspec import ServerSpec
@@ -83,7 +84,7 @@ def _drain_timeout():
     return opt(DRAIN_TIMEOUT_S, "seconds a drain may take before SIGTERM", parse=_nonneg_float)
 
 
-_CAP_FLAGS = ("max_samples", "cap", "max_tokens", "datasets", "reset_caps")
+_CAP_FLAGS = ("max_samples", "cap", "max_tokens", "datasets", "reset_caps", "stage")
 
 
 @dataclass
@@ -120,6 +121,13 @@ class RunArgs(Request):
         "forget the job's kept caps first: every prompt of every dataset, no token budget (cap "
         "flags given with it apply on top)",
     )
+    stage: str | None = opt(
+        None,
+        "generate: answer the prompts; hidden-states: the target's hidden states of every answer "
+        "kept, for offline training (not given: the job's kept stage)",
+        parse=_stage,
+        metavar="STAGE",
+    )
     grace: float = _grace()
     force: bool = opt(False, "resume even if model/sampling settings differ from the outputs")
 
@@ -145,6 +153,7 @@ class RunArgs(Request):
             caps,
             given(self.max_tokens, base.max_tokens),
             list(datasets) if datasets is not None else None,
+            self.stage or kept.stage,  # the stage is no cap: --reset-caps keeps it
         )
 
     def named_datasets(self) -> list[str]:
@@ -171,6 +180,7 @@ class RunArgs(Request):
             max_tokens=caps.max_tokens,
             datasets=tuple(caps.datasets) if caps.datasets is not None else None,
             reset_caps=True,
+            stage=caps.stage,
             grace=grace,
             force=force,
         )

@@ -108,6 +108,26 @@ class Turn:
         )
 
 
+@dataclass(frozen=True)
+class TokenRow:
+    """One reply as a row of exact tokens: `input_ids` the prompt's then the reply's, loss only on
+    the reply's."""
+
+    id: str
+    record: str
+    k: int
+    prompt_ids: list[int]
+    reply_ids: list[int]
+
+    @property
+    def input_ids(self) -> list[int]:
+        return [*self.prompt_ids, *self.reply_ids]
+
+    @property
+    def loss_mask(self) -> list[int]:
+        return [0] * len(self.prompt_ids) + [1] * len(self.reply_ids)
+
+
 @dataclass
 class Record:
     id: str
@@ -133,6 +153,19 @@ class Record:
     def generations(self) -> list[Turn]:
         """Each reply the target model made in this record, in order."""
         return self.turns if self.turns is not None else [self.last]
+
+    def row_id(self, k: int) -> str:
+        """The training row of this record's k-th reply (speculators' own naming)."""
+        return f"{self.id}_gen{k}"
+
+    def token_rows(self) -> list[TokenRow]:
+        """Each reply as the exact tokens the target saw and wrote: the prompt's ids as vLLM
+        rendered them, then the reply's (none for a reply kept without token ids)."""
+        return [
+            TokenRow(self.row_id(k), self.id, k, list(g.prompt_token_ids or []), list(g.token_ids))
+            for k, g in enumerate(self.generations())
+            if g.token_ids is not None
+        ]
 
     @classmethod
     def one(cls, dataset: str, pid: str, index: int, messages: list, reply: Reply) -> Record:

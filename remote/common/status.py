@@ -264,6 +264,7 @@ class JobStatus(Record):
     notified: list = field(default_factory=list)  # job.notify events sent by this runner, in order
     kept: KeptStatus = field(default_factory=KeptStatus)
     watcher_restarts: int = 0  # a dead watcher started again by this runner
+    stage: str = "generate"  # generate: answers; hidden-states: the target's hidden states of them
     # filled in by `ctl status` on the host, and by deploytool
     runner: RunnerInfo | None = None
     current_release: str | None = None

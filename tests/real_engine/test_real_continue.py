@@ -124,6 +124,7 @@ def want(served, tmp_path_factory):
     return out
 
 
+@pytest.mark.timeout(900)  # twelve stops and a whole job on real vLLM: ~4 min on two busy cores
 def test_a_killed_and_restarted_greedy_job_makes_the_uninterrupted_records(tmp_path, served, want):
     model, url, _ = served
     root = job_root(tmp_path / "cut", url)

@@ -219,8 +219,10 @@ def restart(paths: Paths, req: CtlRestart) -> RestartAnswer:
     caps = req.applied_to(was)
     rec = managed_runner(paths)
     same_release = rec is not None and Path(rec.release or "").resolve() == release_dir()
+    # another stage is another runner: a change of stage is never live
+    live = same_release and not req.hard and caps.stage == was.stage
     if req.dry_run:
-        mode = "live" if same_release and not req.hard else ("restart" if rec else "start")
+        mode = "live" if live else ("restart" if rec else "start")
         st = JobStatus.read(paths.status) or JobStatus()
         return RestartAnswer(
             mode=mode,
@@ -230,7 +232,7 @@ def restart(paths: Paths, req: CtlRestart) -> RestartAnswer:
             kept=caps,
             was=was,
         )
-    if same_release and not req.hard:
+    if live:
         st = recap(paths, rec, caps)
         keep_caps(paths, caps)
         return RestartAnswer(

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import time
+from pathlib import Path
 
 from ...common.records import Reply
 from . import continuation
@@ -127,6 +128,11 @@ class Engine:
     async def metrics(self, url: str) -> str | None:
         """The server's Prometheus text, or None where it has none."""
         return None
+
+    async def hidden_states(self, url: str, input_ids: list[int], key: str, incoming: Path) -> Path:
+        """The target's hidden states of exactly these tokens, as a file the server writes (it may
+        still be writing it: hsfile.written says when it is done); raises the engine errors."""
+        raise NotImplementedError
 
 
 class OpenAIEngine(Engine):
@@ -275,10 +281,28 @@ class OpenAIEngine(Engine):
         except (ValueError, TypeError) as e:
             raise TransientError(f"malformed reply ({e})") from None
 
-    async def _post(self, url: str, path: str, body: dict, keep: Keeping | None):
+    async def hidden_states(self, url: str, input_ids: list[int], key: str, incoming: Path) -> Path:
+        """One prefill of the row's own token ids (no template, no tokenizer: the ids are the
+        record's) and one token made; vLLM's extraction connector writes the file and names it."""
+        body = {"model": self.model, "prompt": list(input_ids), "max_tokens": 1, "temperature": 0}
+        data = await self._post(url, "completions", body, None, watch=False)
+        params = data.get("kv_transfer_params") if isinstance(data, dict) else None
+        where = params.get("hidden_states_path") if isinstance(params, dict) else None
+        if not isinstance(where, str) or not where:
+            raise PermanentError(
+                "the server wrote no hidden states (no kv_transfer_params.hidden_states_path in its "
+                "answer): start it with the extraction config (--speculative-config and "
+                "--kv-transfer-config, see docs/hidden-states.md)",
+                404,
+            )
+        return Path(where)
+
+    async def _post(
+        self, url: str, path: str, body: dict, keep: Keeping | None, watch: bool | None = None
+    ):
         """One request; the reply body (a stream put back together). Raises the engine errors."""
         aiohttp = self._aiohttp
-        progress = self.watchdog.watch(url) if self.stream else None
+        progress = self.watchdog.watch(url) if (self.stream if watch is None else watch) else None
         try:
             async with self._session.post(
                 f"{url}/{path}", json=body, headers=self._auth(url)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from pathlib import Path
 
 from ...common.records import Reply
+from ..hidden import hsfile
 from .client import Engine
 from .kept_tokens import Keeping
 
@@ -23,12 +25,15 @@ class SimulateEngine(Engine):
     model = "simulated"
     base_urls = ["simulate"]
 
+    LAYERS, HIDDEN = 4, 16  # a small model's shape: the stand-in's files stay a few KB
+
     def __init__(self, job):
         engine, sampling = job.engine, job.sampling
         self.tokens_per_s = engine.tokens_per_s
         self.concurrency = engine.concurrency
         self.max_tokens = int(sampling.get("max_tokens", 8192))
         self.thinking = bool(job.chat_template_kwargs.get("thinking"))
+        self.token_ids = bool(job.extra_body.get("return_token_ids"))  # as vLLM: only when asked
 
     def length(self, est_tokens: int, key: str) -> int:
         rng = random.Random(key)
@@ -51,4 +56,20 @@ class SimulateEngine(Engine):
         words = [_WORDS[i % len(_WORDS)] for i in range(n)]
         reasoning = " ".join(words[: max(1, n // 4)]) if self.thinking else None
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
-        return Reply(" ".join(words), reasoning, finish, prompt_tokens, n, self.model)
+        reply = Reply(" ".join(words), reasoning, finish, prompt_tokens, n, self.model)
+        if self.token_ids:  # a word is a token: its place in the stand-in's vocabulary
+            prompt = [w for m in messages for w in str(m.get("content", "")).split()]
+            reply.prompt_token_ids = [1 + sum(map(ord, w)) % 1000 for w in prompt] or [1]
+            reply.token_ids = [1000 + i % len(_WORDS) for i in range(n)]
+        return reply
+
+    async def hidden_states(self, url: str, input_ids: list[int], key: str, incoming: Path) -> Path:
+        """A file shaped as vLLM's extraction writes it: finite values made from the token ids,
+        written at the stand-in's prefill rate (ten times its decode rate)."""
+        await asyncio.sleep(len(input_ids) / (10 * self.tokens_per_s / max(1, self.concurrency)))
+        per = self.LAYERS * self.HIDDEN
+        # BF16, little-endian: a high byte under 0x7F is a finite value
+        hidden = bytes((t + i) % 0x7F for t in input_ids for i in range(2 * per))
+        path = incoming / f"{key}.safetensors"
+        hsfile.write(path, input_ids, hidden, self.LAYERS, "BF16")
+        return path

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ...common.caps import Caps
+from ...common.caps import HIDDEN_STATES, Caps
 from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
@@ -34,8 +34,9 @@ from ..store.history import History
 from ..store.writer import RecordWriter
 from .control_requests import ControlWatcher, Every, StopState
 from .dispatcher import Dispatcher
-from .own_process import LockHeld, Log, acquire_lock, write_pidfile
+from .own_process import LockHeld, Log, acquire_lock, runner_fields, write_pidfile
 from .scheduler import Scheduler
+from .stage_runner import HiddenRunner
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -181,19 +182,8 @@ class Runner:
         d, pool = self.dispatcher, self.pool
         in_flight = d.in_flight if d else 0
         return JobStatus(
-            state=self.state,
-            message=self.message,
-            pid=os.getpid(),
-            token=self.token,
-            started_at=self.started_at,
-            updated_at=now,
-            release=str(release_dir()),
-            root=str(self.paths.root),
-            caps=self.scheduler.caps.to_dict(),
-            control_seq=self.control.seq,
-            control_error=self.control.error,
+            **runner_fields(self, now, self.scheduler.caps),
             reloaded=self.scheduler.reloaded,
-            draining=self.stop.draining,
             abandoned=self.abandoned,
             engine=EngineStatus(
                 kind=self.job.engine.kind,
@@ -380,10 +370,9 @@ def main(
         print(f"error: cannot read job spec {job_path}: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     keep_caps(paths, caps)  # the job's caps are what its runner runs, by hand or managed
-    runner = Runner(paths, job, caps, grace=grace, force=force, echo=echo)
-    os.environ[JOB_TOKEN_ENV] = (
-        runner.token
-    )  # children (none today) inherit it, so stop can find them
+    kind = HiddenRunner if caps.stage == HIDDEN_STATES else Runner  # one job, two stages
+    runner = kind(paths, job, caps, grace=grace, force=force, echo=echo)
+    os.environ[JOB_TOKEN_ENV] = runner.token  # children inherit it, so stop can find them
     write_pidfile(paths, runner.token, argv)
     runner.write_status()  # `starting`, with this runner's pid and token
     try:

@@ -45,6 +45,9 @@ SAMPLE = {  # a value other than the default, by the field's type
 }
 
 
+BY_NAME = {"stage": "hidden-states"}  # a text flag whose values are named
+
+
 def sample(cls):
     hints = typing.get_type_hints(cls)
     out = {}
@@ -52,7 +55,7 @@ def sample(cls):
         tp = hints[f.name]
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         key = tp if tp in SAMPLE else (inner[0] if len(inner) == 1 else tp)
-        out[f.name] = SAMPLE[key]
+        out[f.name] = BY_NAME.get(f.name, SAMPLE[key])
     return cls(**out)
 
 
@@ -144,12 +147,14 @@ def test_local_flags_name_the_flag_that_is_wrong():
         "caps": {"B2": 5},
         "max_tokens": None,
         "datasets": ["B1", "B2"],
+        "stage": "generate",
     }
     for bad, words in (
         (dict(max_samples="0"), "--max-samples: expected a number >= 1 or `all`"),
         (dict(max_samples="-3"), "--max-samples: expected a number >= 0"),
         (dict(cap=["B2=0"]), "N must be >= 1"),
         (dict(cap=["B2=-1"]), "N must be >= 1"),
+        (dict(stage="hidden"), "--stage: expected one of generate, hidden-states, got 'hidden'"),
     ):
         with pytest.raises(ValueError, match=re.escape(words)):
             P.RunArgs.from_text(**bad)

@@ -15,6 +15,7 @@ def test_simulate_is_the_stand_in_and_an_unknown_kind_is_named():
         engine=SimpleNamespace(kind="simulate", tokens_per_s=10.0, concurrency=2),
         sampling={},
         chat_template_kwargs={},
+        extra_body={},
     )
     assert isinstance(make_engine(job), SimulateEngine)
     job.engine.kind = "tgi"

@@ -1,0 +1,386 @@
+"""The hidden-states stage's runner: every reply the job kept, as its exact tokens, through the
+server once more for the target's hidden states, each file checked before it counts.
+
+It is the same job's runner in another stage: the same lock, pid file, log, status.json and
+control.json, so `stop`, `status`, `tail`, the watcher and a restart cover it as they cover the
+generation. Resumable by construction: a row counts once it is in its dataset's rows.jsonl, and a
+row a kill cut off is asked again."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import time
+
+from ...common.caps import HIDDEN_STATES, Caps
+from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
+from ...common.notify import Notifier
+from ...common.protocol import GRACE_S
+from ...common.records import TokenRow
+from ...common.state import ServerKeys, keep_caps
+from ...common.status import DatasetState, DatasetStatus, EngineStatus, JobState, JobStatus
+from ..engine.client import EngineDown, EngineError, PermanentError, backoff
+from ..engine.kinds import make_engine
+from ..hidden import hsfile
+from ..hidden.rows import rows_of
+from ..hidden.store import HiddenStore
+from ..store.rates import RateWindow
+from .control_requests import ControlWatcher, Every, StopState
+from .own_process import Log, runner_fields
+
+WRITE_WAIT_S = 300.0  # a file the server named and still writes after this long is asked again
+BAD_FILE_TRIES = 3  # a row whose file is bad this often fails (the next restart tries it again)
+
+
+class Stage:
+    """One dataset in the stage: its store, the rows to make, what failed."""
+
+    def __init__(self, name: str, store: HiddenStore, rows: list[TokenRow], budget: int | None):
+        self.name, self.store, self.budget = name, store, budget
+        self.target = len(rows)
+        self.in_target = {r.id for r in rows}
+        self.todo = collections.deque(r for r in rows if r.id not in store.done)
+        self.in_flight = 0
+        self.failed = 0
+        self.new = 0
+
+    @property
+    def done(self) -> int:
+        return sum(1 for rid in self.store.done if rid in self.in_target)
+
+    def budget_reached(self) -> bool:
+        return self.budget is not None and self.store.tokens >= self.budget
+
+    def state(self) -> str:
+        if self.done >= self.target or (self.budget_reached() and not self.in_flight):
+            return DatasetState.COMPLETE
+        if not self.todo and not self.in_flight and self.failed:
+            return DatasetState.INCOMPLETE
+        return DatasetState.RUNNING if self.in_flight or self.new else DatasetState.PENDING
+
+
+class HiddenRunner:
+    def __init__(
+        self, paths: Paths, job: JobSpec, caps: Caps, *, grace=GRACE_S, force=False, echo=False
+    ):
+        """`force` is the generation's (resume with other settings): the stage reads the records
+        as they are."""
+        self.paths, self.job, self.caps, self.grace = paths, job, caps, grace
+        self.log = Log(paths.log, echo)
+        eng = job.engine
+        self.model_name = "simulated" if eng.kind == "simulate" else eng.model
+        self.token = os.environ.get(JOB_TOKEN_ENV) or os.urandom(8).hex()
+        self.state, self.message = JobState.STARTING, ""
+        self.started_at = time.time()
+        self.stop = StopState()
+        self.control = ControlWatcher(paths, self.token)
+        self.notifier = Notifier(job.notify, paths.root, self.log)
+        self.incoming = paths.hidden_states / ".incoming"  # where the server is told to write
+        self.stages: dict[str, Stage] = {}
+        self.rows_made = RateWindow()
+        self.tokens_made = RateWindow()
+        self.retries = 0
+        self.redone = 0  # files found bad and asked again
+        self.fatal: str | None = None
+        self.engine_error: str | None = None
+        self.urls: list[str] = []
+        self.flying: set[str] = set()  # row ids in flight
+
+    # ------------------------------------------------------------------ before it runs
+
+    def prepare(self) -> None:
+        self.incoming.mkdir(parents=True, exist_ok=True)
+        for p in self.incoming.iterdir():  # no request of this job is in flight before it starts
+            if p.name.endswith((".safetensors", ".lock")):
+                p.unlink()
+        for spec in self.job.datasets:
+            name = spec.name
+            target = self.caps.target(name) if self.caps.selected(name) else 0
+            store = HiddenStore(self.paths.hidden_states, name, self.log).open()
+            got = rows_of(self.paths.output(name), target)
+            rows = got.rows if target != 0 else []
+            self.stages[name] = Stage(name, store, rows, self.caps.max_tokens)
+            if got.untokened:
+                self.log(
+                    f"{name}: {got.untokened} records have no token ids (made without "
+                    "extra_body.return_token_ids): they cannot be extracted and are left out"
+                )
+
+    # ------------------------------------------------------------------ while it runs
+
+    def _next(self) -> tuple[Stage, TokenRow] | None:
+        for st in self.stages.values():  # in job order, as the generation
+            if st.todo and not st.budget_reached():
+                return st, st.todo.popleft()
+        return None
+
+    async def _worker(self, engine, url: str) -> None:
+        while not self.stop.asked and self.fatal is None:
+            item = self._next()
+            if item is None:
+                return
+            st, row = item
+            st.in_flight += 1
+            self.flying.add(row.id)
+            try:
+                await self._one(engine, url, st, row)
+            finally:
+                self.flying.discard(row.id)
+                self.stages[st.name].in_flight -= 1  # a re-cap may have made the dataset anew
+
+    async def _one(self, engine, url: str, st: Stage, row: TokenRow) -> None:
+        eng, tries, bad = self.job.engine, 0, 0
+        while True:
+            path = None
+            try:
+                key = f"{row.id}-{os.getpid()}-{tries}"
+                path = await engine.hidden_states(url, row.input_ids, key, self.incoming)
+                await self._written(path)
+                facts = self._checked(st, path, row)
+                st.store.commit(row, path, facts)
+                _remove(hsfile.lock_path(path))
+                st.new += 1
+                now = time.time()
+                self.rows_made.add(now, 1)
+                self.tokens_made.add(now, facts.tokens)
+                self.engine_error = None
+                return
+            except hsfile.BadFile as e:
+                bad += 1
+                self.redone += 1
+                self.log(f"{st.name}: {row.id}: {e}: asked again")
+                _remove(path)
+                _remove(hsfile.lock_path(path) if path else None)
+                if bad >= BAD_FILE_TRIES:
+                    st.failed += 1
+                    self.log(f"{st.name}: {row.id}: {bad} bad files: left for the next restart")
+                    return
+            except PermanentError as e:
+                self.engine_error = str(e)
+                if e.job_fault:  # every row would get the same answer
+                    self.fatal = str(e)
+                    return
+                st.failed += 1
+                self.log(f"{st.name}: {row.id}: {e}: left for the next restart")
+                return
+            except EngineError as e:  # down, stuck, timed out: the watcher replaces a dead server
+                self.engine_error = str(e)
+                self.retries += 1
+                if not isinstance(e, EngineDown) and tries >= eng.max_retries:
+                    st.failed += 1
+                    self.log(
+                        f"{st.name}: {row.id}: {e}: {tries} retries, left for the next restart"
+                    )
+                    return
+            tries += 1
+            await asyncio.sleep(backoff(min(tries, 6), eng.retry_base))
+
+    async def _written(self, path) -> None:
+        deadline = time.monotonic() + WRITE_WAIT_S
+        while not hsfile.written(path):
+            if time.monotonic() > deadline:
+                raise hsfile.BadFile(f"{path.name}: still being written after {WRITE_WAIT_S:g}s")
+            await asyncio.sleep(0.02)
+
+    def _checked(self, st: Stage, path, row: TokenRow) -> hsfile.Checked:
+        shape = st.store.shape
+        facts = hsfile.check(path, row.input_ids, shape[0] if shape else None)
+        if shape and (facts.hidden, facts.dtype) != shape[1:]:
+            raise hsfile.BadFile(
+                f"{path.name}: hidden size {facts.hidden} {facts.dtype}, the dataset's rows have "
+                f"{shape[1]} {shape[2]}"
+            )
+        return facts
+
+    def recap(self, caps: Caps) -> None:
+        """New caps, live: each dataset's rows to make again from its records (rows in flight are
+        not asked twice)."""
+        if caps.stage != HIDDEN_STATES:
+            raise ValueError("a change of stage restarts the runner (restart --hard)")
+        for name, st in self.stages.items():
+            target = caps.target(name) if caps.selected(name) else 0
+            got = rows_of(self.paths.output(name), target).rows if target != 0 else []
+            fresh = Stage(name, st.store, got, caps.max_tokens)
+            fresh.failed, fresh.new, fresh.in_flight = st.failed, st.new, st.in_flight
+            fresh.todo = collections.deque(r for r in fresh.todo if r.id not in self.flying)
+            self.stages[name] = fresh
+        self.caps = caps
+        keep_caps(self.paths, caps)
+
+    def _apply_control(self) -> None:
+        req = self.control.poll()
+        if req is None:
+            return
+        if req.grace is not None:
+            self.grace = max(0.0, float(req.grace))
+        if req.drain:
+            self.stop.drain()
+            self.log(f"control {self.control.seq}: drain: no new rows; finishing those in flight")
+        if req.caps is not None:
+            try:
+                self.recap(Caps.from_dict(req.caps))
+                self.control.error = None
+                self.log(f"control {self.control.seq}: caps now {self.caps.line()}")
+            except (ValueError, TypeError, KeyError, OSError) as e:
+                self.control.error = str(e)
+                self.log(f"control {self.control.seq}: refused: {e}")
+        self.write_status()
+
+    async def _housekeeping(self) -> None:
+        status = Every(1.0)
+        while True:
+            self._apply_control()
+            if status.due():
+                self.write_status()
+            await asyncio.sleep(0.25)
+
+    # ------------------------------------------------------------------ what it reports
+
+    def status_now(self) -> JobStatus:
+        now = time.time()
+        datasets = {}
+        for name, st in self.stages.items():
+            datasets[name] = DatasetStatus(
+                state=st.state(),
+                done=st.done,
+                target=st.target,
+                records=st.store.count,
+                prompts=st.target,
+                completion_tokens=st.store.tokens,
+                mean_tokens=st.store.tokens / st.store.count if st.store.count else 0.0,
+                errors=st.failed,
+                failed_this_run=st.failed,
+                in_flight=st.in_flight,
+                new_records=st.new,
+                budget=st.budget,
+                budget_reached=st.budget_reached(),
+            )
+        per_s = self.rows_made.per_s(now, self.started_at)
+        left = sum(max(0, d.target - d.done) for d in datasets.values())
+        return JobStatus(
+            **runner_fields(self, now, self.caps),
+            engine=EngineStatus(
+                kind=self.job.engine.kind,
+                model=self.model_name,
+                base_urls=list(self.urls),
+                reachable=self.engine_error is None,
+                last_error=self.engine_error,
+            ),
+            concurrency=self.job.engine.concurrency * max(1, len(self.urls)),
+            in_flight=sum(st.in_flight for st in self.stages.values()),
+            tokens_per_s=self.tokens_made.per_s(now, self.started_at),
+            samples_per_s=per_s,
+            completion_tokens=sum(st.store.tokens for st in self.stages.values()),
+            errors=sum(st.failed for st in self.stages.values()),
+            retries=self.retries,
+            eta_s=int(left / per_s) if per_s > 0 else None,
+            datasets=datasets,
+            stage=HIDDEN_STATES,
+        )
+
+    def write_status(self) -> None:
+        try:
+            self.status_now().write(self.paths.status)
+        except OSError as e:
+            self.log(f"cannot write {self.paths.status.name}: {e}")
+
+    def _line(self) -> str:
+        return "; ".join(f"{n} {st.done}/{st.target}" for n, st in self.stages.items())
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _on_signal(self, signame: str, stopped: asyncio.Event) -> None:
+        self._apply_control()  # a stop writes its grace period there just before the signal
+        if self.stop.stop():
+            self.grace = 0
+        stopped.set()
+        n = sum(st.in_flight for st in self.stages.values())
+        self.log(f"{signame}: no new rows; {n} in flight get {self.grace:g}s to finish")
+
+    async def _main(self) -> int:
+        loop = asyncio.get_running_loop()
+        stopped = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig.name, stopped)
+        house = asyncio.ensure_future(self._housekeeping())
+        try:
+            keys = ServerKeys.read(self.paths.server_keys)
+            async with make_engine(self.job, keys.keys if keys else None) as engine:
+                self.urls = list(engine.base_urls)
+                n = self.job.engine.concurrency
+                workers = [
+                    asyncio.ensure_future(self._worker(engine, url))
+                    for url in self.urls
+                    for _ in range(n)
+                ]
+                self.state = JobState.RUNNING
+                self.write_status()
+                everyone = asyncio.gather(*workers)
+                stopper = asyncio.ensure_future(stopped.wait())
+                await asyncio.wait({everyone, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if not everyone.done():
+                    deadline = time.monotonic() + self.grace
+                    while not everyone.done() and time.monotonic() < deadline:
+                        await asyncio.wait({everyone}, timeout=0.2)
+                    everyone.cancel()
+                    await asyncio.gather(everyone, return_exceptions=True)
+                stopper.cancel()
+        finally:
+            house.cancel()
+            for st in self.stages.values():
+                st.store.close()
+        return self._verdict()
+
+    def _verdict(self) -> int:
+        if self.fatal:
+            self.state, self.message = JobState.FAILED, self.fatal
+            self.log(f"failed: {self.fatal}")
+            return 1
+        if self.stop.asked:
+            self.state, self.message = JobState.STOPPED, self.stop.verdict()
+            self.log(f"stopped: {self._line()}")
+            return 0
+        self.state = JobState.FINISHED
+        failed = sum(st.failed for st in self.stages.values())
+        if failed:
+            self.message = f"{failed} rows failed: a restart asks them again"
+        self.log(f"finished: {self._line()}" + (f"; {self.message}" if failed else ""))
+        return 0
+
+    def run(self) -> int:
+        eng = self.job.engine
+        self.log(
+            f"runner start pid {os.getpid()} release {release_dir()} stage hidden-states engine "
+            f"{eng.kind} ({self.model_name}) concurrency {eng.concurrency}"
+        )
+        self.log("caps: " + self.caps.line())
+        for name, st in self.stages.items():
+            self.log(f"{name}: {st.done}/{st.target} rows have their hidden states")
+        try:
+            code = asyncio.run(self._main())
+        except Exception as e:
+            import traceback
+
+            self.log("crashed:\n" + traceback.format_exc())
+            self.state, self.message = JobState.FAILED, f"runner crashed: {type(e).__name__}: {e}"
+            code = 1
+        if self.state == JobState.FINISHED:
+            self.notifier.send(
+                "finished", f"{self.paths.root}: hidden states finished; {self._line()}"
+            )
+        elif self.state == JobState.FAILED:
+            self.notifier.send("failed", f"{self.paths.root}: hidden states failed: {self.message}")
+        self.write_status()
+        self.notifier.wait(5.0)
+        return code
+
+
+def _remove(path) -> None:
+    if path is None:
+        return
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

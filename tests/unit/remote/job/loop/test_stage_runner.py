@@ -1,0 +1,109 @@
+"""The hidden-states stage's runner in-process, against an engine that writes its files as vLLM's
+connector does (a lock held while it writes, the name in the answer): a file still being written
+is waited for, a bad one is asked again and never counted, every row is counted once."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+
+from remote.common.caps import HIDDEN_STATES, Caps
+from remote.common.jobspec import JobSpec, Paths
+from remote.common.status import JobState
+from remote.job.engine.client import Engine, TransientError
+from remote.job.hidden import hsfile
+from remote.job.loop.stage_runner import HiddenRunner
+from tests.helpers.runner_jobs import make_root, run
+
+
+class Connector(Engine):
+    """Each request's file is written half, then whole, while its lock is held (released a few
+    loop turns after the answer); row `torn` gets a torn file once, row `busy` a 503 once."""
+
+    base_urls = ["http://a"]
+    model = "m"
+
+    def __init__(self, torn: str, busy: str):
+        self.torn, self.busy, self.asked = torn, busy, []
+
+    async def hidden_states(self, url, input_ids, key, incoming):
+        rid = key.rsplit("-", 2)[0]
+        self.asked.append(rid)
+        if rid == self.busy and self.asked.count(rid) == 1:
+            raise TransientError("HTTP 503: busy")
+        path = incoming / f"{key}.safetensors"
+        fd = os.open(hsfile.lock_path(path), os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        hsfile.write(path, input_ids, bytes(len(input_ids) * 3 * 8 * 2), 3, "F16")
+        whole = path.read_bytes()
+        path.write_bytes(whole[: len(whole) // 2])  # the write is under way
+
+        async def finish():
+            for _ in range(5):
+                await asyncio.sleep(0)
+            if not (rid == self.torn and self.asked.count(rid) == 1):
+                path.write_bytes(whole)
+            os.close(fd)
+
+        asyncio.ensure_future(finish())
+        return path
+
+
+def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeypatch):
+    root = make_root(tmp_path, {"B1": 6, "B2": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
+    job = json.loads((root / "job.json").read_text())
+    job["extra_body"] = {"return_token_ids": True}
+    (root / "job.json").write_text(json.dumps(job))
+    assert run(root).returncode == 0
+    fake = Connector(torn="B1-000002_gen0", busy="B2-000001_gen0")
+    monkeypatch.setattr("remote.job.loop.stage_runner.make_engine", lambda job, keys: fake)
+    monkeypatch.setattr("remote.job.loop.stage_runner.backoff", lambda n, base: 0)
+    paths = Paths(root)
+    caps = Caps(caps={"B1": 4}, stage=HIDDEN_STATES)
+    runner = HiddenRunner(paths, JobSpec.load(root / "job.json"), caps)
+    runner.prepare()
+    assert runner.run() == 0 and runner.state == JobState.FINISHED
+    assert runner.redone == 1 and runner.retries == 1
+    for ds, n in (("B1", 4), ("B2", 3)):
+        lines = [json.loads(x) for x in (paths.hidden_states / ds / "rows.jsonl").open()]
+        assert sorted(x["id"] for x in lines) == [f"{ds}-{i:06d}_gen0" for i in range(n)]
+        for x in lines:
+            assert hsfile.check(
+                paths.hidden_states / ds / "hidden_states" / f"hs_{x['n']}.safetensors",
+                x["input_ids"],
+                3,
+            )
+    assert not list((paths.hidden_states / ".incoming").iterdir())  # no file, no lock left
+    status = json.loads(paths.status.read_text())
+    assert status["stage"] == HIDDEN_STATES and status["datasets"]["B1"]["done"] == 4
+    assert (
+        status["datasets"]["B1"]["target"] == 4 and status["datasets"]["B2"]["state"] == "complete"
+    )
+    # a second run has nothing to do: every row is counted, none asked again
+    fake.asked.clear()
+    again = HiddenRunner(paths, JobSpec.load(root / "job.json"), caps)
+    again.prepare()
+    assert again.run() == 0 and fake.asked == []
+
+
+def test_new_caps_live_change_the_rows_to_make_and_a_stage_change_is_refused(tmp_path):
+    import pytest
+
+    root = make_root(tmp_path, {"B1": 6}, {"kind": "simulate", "tokens_per_s": 1e6})
+    job = json.loads((root / "job.json").read_text())
+    job["extra_body"] = {"return_token_ids": True}
+    (root / "job.json").write_text(json.dumps(job))
+    assert run(root).returncode == 0
+    runner = HiddenRunner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
+    runner.prepare()
+    assert runner.stages["B1"].target == 6
+    runner.flying.add("B1-000000_gen0")  # in flight: not queued a second time
+    runner.recap(Caps(caps={"B1": 2}, stage=HIDDEN_STATES))
+    assert runner.stages["B1"].target == 2 and [r.id for r in runner.stages["B1"].todo] == [
+        "B1-000001_gen0"
+    ]
+    assert json.loads(Paths(root).caps.read_text())["caps"] == {"B1": 2}
+    with pytest.raises(ValueError, match="change of stage"):
+        runner.recap(Caps())
