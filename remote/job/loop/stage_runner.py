@@ -20,45 +20,20 @@ from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
 from ...common.records import TokenRow
 from ...common.state import ServerKeys, keep_caps
-from ...common.status import DatasetState, DatasetStatus, EngineStatus, JobState, JobStatus
+from ...common.status import DatasetStatus, EngineStatus, JobState, JobStatus
 from ..engine.client import EngineDown, EngineError, PermanentError, backoff
 from ..engine.kinds import make_engine
 from ..hidden import hsfile
+from ..hidden.progress import Stage, disk_refusal
 from ..hidden.rows import rows_of
 from ..hidden.store import HiddenStore
+from ..store.outputs import disk_usage
 from ..store.rates import RateWindow
 from .control_requests import ControlWatcher, Every, StopState
 from .own_process import Log, runner_fields
 
 WRITE_WAIT_S = 300.0  # a file the server named and still writes after this long is asked again
 BAD_FILE_TRIES = 3  # a row whose file is bad this often fails (the next restart tries it again)
-
-
-class Stage:
-    """One dataset in the stage: its store, the rows to make, what failed."""
-
-    def __init__(self, name: str, store: HiddenStore, rows: list[TokenRow], budget: int | None):
-        self.name, self.store, self.budget = name, store, budget
-        self.target = len(rows)
-        self.in_target = {r.id for r in rows}
-        self.todo = collections.deque(r for r in rows if r.id not in store.done)
-        self.in_flight = 0
-        self.failed = 0
-        self.new = 0
-
-    @property
-    def done(self) -> int:
-        return sum(1 for rid in self.store.done if rid in self.in_target)
-
-    def budget_reached(self) -> bool:
-        return self.budget is not None and self.store.tokens >= self.budget
-
-    def state(self) -> str:
-        if self.done >= self.target or (self.budget_reached() and not self.in_flight):
-            return DatasetState.COMPLETE
-        if not self.todo and not self.in_flight and self.failed:
-            return DatasetState.INCOMPLETE
-        return DatasetState.RUNNING if self.in_flight or self.new else DatasetState.PENDING
 
 
 class HiddenRunner:
@@ -87,6 +62,8 @@ class HiddenRunner:
         self.engine_error: str | None = None
         self.urls: list[str] = []
         self.flying: set[str] = set()  # row ids in flight
+        self.free_bytes = lambda: disk_usage(paths.hidden_states)["free_bytes"]
+        self.disk_checked = False
 
     # ------------------------------------------------------------------ before it runs
 
@@ -107,6 +84,11 @@ class HiddenRunner:
                     f"{name}: {got.untokened} records have no token ids (made without "
                     "extra_body.return_token_ids): they cannot be extracted and are left out"
                 )
+
+    def disk_refusal(self) -> str | None:
+        refusal = disk_refusal(self.stages.values(), self.free_bytes())
+        self.disk_checked = self.disk_checked or any(st.store.tokens for st in self.stages.values())
+        return refusal
 
     # ------------------------------------------------------------------ while it runs
 
@@ -142,6 +124,8 @@ class HiddenRunner:
                 st.store.commit(row, path, facts)
                 _remove(hsfile.lock_path(path))
                 st.new += 1
+                if not self.disk_checked:  # the first row says what a token takes
+                    self.fatal = self.fatal or self.disk_refusal()
                 now = time.time()
                 self.rows_made.add(now, 1)
                 self.tokens_made.add(now, facts.tokens)
@@ -309,6 +293,7 @@ class HiddenRunner:
             keys = ServerKeys.read(self.paths.server_keys)
             async with make_engine(self.job, keys.keys if keys else None) as engine:
                 self.urls = list(engine.base_urls)
+                self.fatal = self.disk_refusal()  # known from rows made before: refused at once
                 n = self.job.engine.concurrency
                 workers = [
                     asyncio.ensure_future(self._worker(engine, url))

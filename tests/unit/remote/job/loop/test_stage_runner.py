@@ -107,3 +107,30 @@ def test_new_caps_live_change_the_rows_to_make_and_a_stage_change_is_refused(tmp
     assert json.loads(Paths(root).caps.read_text())["caps"] == {"B1": 2}
     with pytest.raises(ValueError, match="change of stage"):
         runner.recap(Caps())
+
+
+def test_a_stage_that_cannot_fit_the_disk_stops_after_its_first_row_and_then_at_start(tmp_path):
+    root = make_root(
+        tmp_path, {"B1": 20}, {"kind": "simulate", "tokens_per_s": 1e6, "concurrency": 1}
+    )
+    job = json.loads((root / "job.json").read_text())
+    job["extra_body"] = {"return_token_ids": True}
+    (root / "job.json").write_text(json.dumps(job))
+    assert run(root).returncode == 0
+    spec, caps = JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES)
+
+    def runner(free):
+        r = HiddenRunner(Paths(root), spec, caps)
+        r.free_bytes = lambda: free
+        r.prepare()
+        return r
+
+    first = runner(free=10_000)  # a few rows' worth: the first row says what the rest needs
+    assert first.run() == 1 and first.state == JobState.FAILED
+    assert "the hidden states left need" in first.message and "10.0 KB free" in first.message
+    made = first.stages["B1"].store.count
+    assert 1 <= made < 20  # it stopped: the rest would not fit
+    again = runner(free=10_000)  # the rows made say it at once: nothing more is asked
+    assert again.run() == 1 and again.stages["B1"].store.count == made
+    done = runner(free=10**12)
+    assert done.run() == 0 and done.stages["B1"].store.count == 20
