@@ -66,14 +66,14 @@ def vllm_command(where: Path, python: str) -> Path:
 
 
 @contextlib.contextmanager
-def serving(exe: Path, model: Path, port: int, log: Path, timeout: float = 300, args=()):
+def serving(exe: Path, model: Path, port: int, log: Path, timeout: float = 300, args=(), env=None):
     """A bare `vllm serve` of the model for a test that needs a real server but not the product's
     server commands (those have tests of their own); stopped, its whole session, at the end. Yields
     (url, the session id of its processes)."""
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [str(exe), "serve", str(model), "--port", str(port), *BASE_ARGS, *args],
-            env={**os.environ, **SERVER_ENV},
+            env={**os.environ, **SERVER_ENV, **(env or {})},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -103,7 +103,7 @@ def serving(exe: Path, model: Path, port: int, log: Path, timeout: float = 300, 
 
 
 @contextlib.contextmanager
-def serve(exe: Path, model: Path, port: int, log: Path, timeout: float = 300, args=()):
+def serve(exe: Path, model: Path, port: int, log: Path, timeout: float = 300, args=(), env=None):
     """`serving`, its url only."""
-    with serving(exe, model, port, log, timeout, args) as (url, _sid):
+    with serving(exe, model, port, log, timeout, args, env) as (url, _sid):
         yield url

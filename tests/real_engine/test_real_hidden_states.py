@@ -1,33 +1,36 @@
-"""The hidden-states stage's files as speculators 0.9.0's offline trainer reads them, by its own
-code (tests/real_engine/hidden_read.py, in the vLLM environment): the stage run on the stand-in
-engine (files shaped as vLLM's connector writes them), pulled, converted as docs/hidden-states.md
-says, then read row by row with no error; every row's hidden states are its own tokens', and the
-loss sits only on the tokens the target generated."""
+"""The hidden-states stage against real vLLM and read by speculators 0.9.0's own code
+(tests/real_engine/hidden_read.py, in the vLLM environment): vLLM started with the extraction
+config (`--speculative-config` extract_hidden_states, `--kv-transfer-config` with the rig's CPU copy
+of its example connector: cpu_hidden_states_connector.py) writes the files; the stage checks and
+counts them through a kill -9 of its runner; the folder, converted as docs/hidden-states.md says, is
+read row by row with no error, every row's hidden states its own tokens', the loss only on the
+tokens the target generated. The same read on the stand-in engine's files runs without a server."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from remote.common.jobspec import Paths
 from remote.common.records import Record
-from tests.conftest import records
+from tests.conftest import REPO, free_port, records, runner_cmd, wait_for
 from tests.helpers.runner_jobs import make_root, run
+from tests.real_engine import rig
 
 pytestmark = pytest.mark.real_vllm
 
 
-def test_speculators_reads_the_stages_rows_and_files_as_they_are(tmp_path, vllm_python):
-    root = make_root(tmp_path, {"B1": 12}, {"kind": "simulate", "tokens_per_s": 1e6})
-    job = json.loads((root / "job.json").read_text())
-    job["extra_body"] = {"return_token_ids": True}
-    (root / "job.json").write_text(json.dumps(job))
-    assert run(root).returncode == 0
-    assert run(root, "--stage", "hidden-states").returncode == 0
+LAYERS = [0, 1, 2]  # the tiny model has two: its embedding's output, then each layer's
+
+
+def trainer_reads(vllm_python, root: Path, tmp_path: Path, layers: int, hidden: int) -> int:
+    """The dataset's folder as pulled, read by speculators' own code; the rows it read."""
     work = tmp_path / "train"
     shutil.copytree(Paths(root).hidden_states / "B1", work / "pulled" / "B1")
     res = subprocess.run(
@@ -38,13 +41,80 @@ def test_speculators_reads_the_stages_rows_and_files_as_they_are(tmp_path, vllm_
     )
     assert res.returncode == 0, res.stderr[-4000:]
     read = json.loads((work / "read.json").read_text())
-    want = {}
-    for rec in records(root, "B1"):
-        for r in Record.from_json(rec).token_rows():
-            want[tuple(r.input_ids)] = r
-    assert len(read) == len(want) == 12
+    want = [r for rec in records(root, "B1") for r in Record.from_json(rec).token_rows()]
+    # the trainer's rows are the records' own, token for token, loss only on the replies
+    # (compared as a multiset: the tiny vocabulary gives many prompts the same ids)
+    assert Counter((tuple(x["input_ids"]), tuple(x["loss_mask"])) for x in read) == Counter(
+        (tuple(r.input_ids), tuple(r.loss_mask)) for r in want
+    )
     for row in read:
-        r = want[tuple(row["input_ids"])]  # the trainer's tokens are a record's, exactly
-        assert row["loss_mask"] == [0] * len(r.prompt_ids) + [1] * len(r.reply_ids)
-        n = len(r.input_ids)  # three layers for the draft's input, the last one its target
-        assert row["hidden_states"] == [n, 3 * 16] and row["verifier_last_hidden_states"] == [n, 16]
+        n = len(
+            row["input_ids"]
+        )  # the layers but the last are the draft's input, the last its target
+        assert row["hidden_states"] == [n, (layers - 1) * hidden]
+        assert row["verifier_last_hidden_states"] == [n, hidden]
+    return len(read)
+
+
+def job_with_ids(root: Path, url: str | None) -> dict:
+    job = json.loads((root / "job.json").read_text())
+    job["extra_body"] = {"return_token_ids": True}
+    if url:
+        job["engine"].update(base_url=url, model=rig.SERVED_NAME, request_timeout=120)
+        job["sampling"] = {"max_tokens": 12, "temperature": 0}
+        job["chat_template_kwargs"] = {}
+    (root / "job.json").write_text(json.dumps(job))
+    return job
+
+
+@pytest.mark.timeout(900)
+def test_real_vllm_writes_the_files_the_stage_counts_once_through_a_kill(
+    tmp_path, vllm_python, vllm_exe, tiny_model
+):
+    root = make_root(tmp_path, {"B1": 300}, {"kind": "openai", "concurrency": 8})
+    spec = {
+        "method": "extract_hidden_states",
+        "num_speculative_tokens": 1,
+        "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": LAYERS}},
+    }
+    incoming = Paths(root).hidden_states / ".incoming"
+    kv = {
+        "kv_connector": "CpuHiddenStatesConnector",
+        "kv_connector_module_path": "cpu_hidden_states_connector",
+        "kv_role": "kv_producer",
+        "kv_connector_extra_config": {"shared_storage_path": str(incoming)},
+    }
+    args = ["--speculative-config", json.dumps(spec), "--kv-transfer-config", json.dumps(kv)]
+    env = {"PYTHONPATH": str(Path(__file__).parent)}
+    log = tmp_path / "vllm.log"
+    with rig.serve(vllm_exe, tiny_model, free_port(), log, args=args, env=env) as url:
+        job = job_with_ids(root, url)
+        assert run(root, timeout=600).returncode == 0
+        job["engine"]["concurrency"] = 1  # one row at a time: the kill lands mid-stage
+        (root / "job.json").write_text(json.dumps(job))
+        ledger = Paths(root).hidden_states / "B1" / "rows.jsonl"
+        proc = subprocess.Popen(runner_cmd(root, "--stage", "hidden-states"), cwd=REPO)
+
+        def counted() -> int:
+            return len(ledger.read_text().splitlines()) if ledger.exists() else 0
+
+        wait_for(lambda: counted() >= 5, timeout=300, what="five rows counted")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        assert 5 <= counted() < 300
+        job["engine"]["concurrency"] = 8
+        (root / "job.json").write_text(json.dumps(job))
+        res = run(root, "--stage", "hidden-states", timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+    rows = [json.loads(x) for x in ledger.read_text().splitlines()]
+    assert [x["n"] for x in rows] == list(range(300)) and len({x["id"] for x in rows}) == 300
+    assert {(x["layers"], x["hidden"], x["dtype"]) for x in rows} == {(3, 128, "BF16")}
+    assert trainer_reads(vllm_python, root, tmp_path, 3, 128) == 300
+
+
+def test_speculators_reads_the_stages_rows_and_files_as_they_are(tmp_path, vllm_python):
+    root = make_root(tmp_path, {"B1": 12}, {"kind": "simulate", "tokens_per_s": 1e6})
+    job_with_ids(root, None)
+    assert run(root).returncode == 0
+    assert run(root, "--stage", "hidden-states").returncode == 0
+    assert trainer_reads(vllm_python, root, tmp_path, 4, 16) == 12
