@@ -137,7 +137,7 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
     proc = subprocess.Popen(
         [INVOKE, "stop", "--grace", "3600"],  # it cannot end before the Ctrl-C, however slow
         cwd=proj,
-        env=piped_env(),
+        env=dict(piped_env(), PYTHONFAULTHANDLER="1"),  # a hang says where: SIGABRT below
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -146,8 +146,12 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
     first = proc.stdout.readline()
     assert first.startswith(f"box: stopping runner pid {pid}"), first
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group gets it
-    rest = proc.stdout.read()
-    assert proc.wait(timeout=60) == 1
+    try:
+        rest, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # its threads' stacks, to read in the failure
+        raise AssertionError("Ctrl-C did not detach:\n" + proc.communicate()[0][-6000:]) from None
+    assert proc.returncode == 1, rest
     assert "detached: the host goes on stopping the job" in rest and "Traceback" not in rest, rest
     log = root / "logs" / "runner.log"
     told = "SIGTERM: no new requests"  # this runner's, after the first one's

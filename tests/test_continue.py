@@ -9,6 +9,7 @@ import hashlib
 import json
 import signal
 import subprocess
+from pathlib import Path
 
 from remote.common.jobspec import Paths
 from remote.job.engine import continuation
@@ -166,6 +167,17 @@ def _unanswered(root) -> dict:
     return out
 
 
+def _all_stopped(pid: int) -> bool:
+    """Every thread of `pid` in state T (stopped), as /proc says."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except (FileNotFoundError, IndexError):
+            continue
+    return bool(states) and all(st in ("T", "t") for st in states)
+
+
 def _kill_mid_answer(root, enough) -> dict:
     """Kill -9 the runner once `enough` holds of the kept answers still unanswered; the runner is
     stopped while they are read, so the kill finds exactly what was checked. Returns them."""
@@ -176,6 +188,8 @@ def _kill_mid_answer(root, enough) -> dict:
 
     def stopped_enough() -> bool:
         proc.send_signal(signal.SIGSTOP)
+        # a signal lands when the kernel delivers it: read only once every thread is stopped
+        wait_for(lambda: _all_stopped(proc.pid), timeout=30, interval=0.01, what="runner stopped")
         seen.update(entries=_unanswered(root))
         if enough(seen["entries"]):
             return True

@@ -80,7 +80,8 @@ def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, serv
     wait_for(seen_down, timeout=20, what="status shows the server down")
     shown = cli(cfg, "tail", "--once").stdout
     assert f"server 127.0.0.1:{victim.port}: DOWN" in shown
-    assert len(records(host_dir, "B1")) < 150  # the job is still going
+    # the job is still going: the others hold every answer from the touch on, whatever the load
+    assert len(records(host_dir, "B1")) < 180 and status(host_dir)["state"] == "running"
     back = ServerProcess(port=victim.port, latency=0.4).start()  # restarted on its port
     made.append(back)
     wait_for(lambda: status(host_dir)["endpoints"][1]["reachable"], what="the server back")
