@@ -118,7 +118,9 @@ class HiddenRunner:
             path = None
             try:
                 key = f"{row.id}-{os.getpid()}-{tries}"
-                path = await engine.hidden_states(url, row.input_ids, key, self.incoming)
+                path = self._ours(
+                    await engine.hidden_states(url, row.input_ids, key, self.incoming)
+                )
                 await self._written(path)
                 facts = self._checked(st, path, row)
                 st.store.commit(row, path, facts)
@@ -160,6 +162,19 @@ class HiddenRunner:
                     return
             tries += 1
             await asyncio.sleep(backoff(min(tries, 6), eng.retry_base))
+
+    def _ours(self, path):
+        """The server's file, only inside the stage's own folder: nothing outside it is ever moved
+        or deleted (a file put elsewhere is the job's fault: it stops, the fix in one line)."""
+        where = os.path.realpath(path)
+        inside = os.path.dirname(where) == os.path.realpath(self.incoming)
+        if not (inside and where.endswith(".safetensors")):
+            raise PermanentError(
+                f"the server wrote the hidden states to {path}, outside {self.incoming}: set "
+                f"shared_storage_path in its --kv-transfer-config to {self.incoming}",
+                404,
+            )
+        return path
 
     async def _written(self, path) -> None:
         deadline = time.monotonic() + WRITE_WAIT_S

@@ -134,3 +134,39 @@ def test_a_stage_that_cannot_fit_the_disk_stops_after_its_first_row_and_then_at_
     assert again.run() == 1 and again.stages["B1"].store.count == made
     done = runner(free=10**12)
     assert done.run() == 0 and done.stages["B1"].store.count == 20
+
+
+class Elsewhere(Engine):
+    """A server whose connector writes outside the stage's folder (shared_storage_path not set)."""
+
+    base_urls = ["http://a"]
+    model = "m"
+
+    def __init__(self, where):
+        self.where = where
+
+    async def hidden_states(self, url, input_ids, key, incoming):
+        path = self.where / f"{key}.safetensors"
+        hsfile.write(path, input_ids, bytes(len(input_ids) * 2 * 2), 1, "BF16")
+        return path
+
+
+def test_a_file_outside_the_stages_folder_is_never_moved_and_the_job_says_the_fix(
+    tmp_path, monkeypatch
+):
+    root = make_root(tmp_path, {"B1": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
+    job = json.loads((root / "job.json").read_text())
+    job["extra_body"] = {"return_token_ids": True}
+    (root / "job.json").write_text(json.dumps(job))
+    assert run(root).returncode == 0
+    theirs = tmp_path / "elsewhere"
+    theirs.mkdir()
+    monkeypatch.setattr(
+        "remote.job.loop.stage_runner.make_engine", lambda job, keys: Elsewhere(theirs)
+    )
+    runner = HiddenRunner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
+    runner.prepare()
+    assert runner.run() == 1 and runner.state == JobState.FAILED
+    assert "outside" in runner.message and "shared_storage_path" in runner.message
+    assert len(list(theirs.iterdir())) >= 1  # left where the server put it
+    assert runner.stages["B1"].store.count == 0
