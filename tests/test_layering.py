@@ -242,7 +242,6 @@ NO_UNIT_TEST = {
     "deploytool/ops/deploy.py": "deploys over real ssh, kill -9 mid-upload included: test_deploy",
     "deploytool/ops/dpgroup.py": "a data-parallel group on two hosts: test_dp_group",
     "deploytool/ops/export.py": "test_export (as typed), test_training_rows (records of real vLLM)",
-    "deploytool/ops/hosts.py": "hosts and their engines as typed: test_several_servers, test_model_served",
     "deploytool/ops/pull.py": "pull over real ssh: test_tail_plan_pull",
     "deploytool/ops/server.py": "server start/stop on a real host: test_server_start_stop",
     "deploytool/program.py": "the invoke program as typed: test_startup, test_front_door",

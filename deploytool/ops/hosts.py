@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, TypeVar
 
@@ -38,6 +38,7 @@ def on_hosts(
     results: dict[str, T] = {}
     failures: dict[str, DeployToolError] = {}
     futures = {h.name: _in_thread(one, h) for h in hosts}
+    wait_all(list(futures.values()))
     for name, fut in futures.items():
         try:
             results[name] = fut.result()
@@ -46,6 +47,13 @@ def on_hosts(
     if failures:
         raise MultiHostError(results, failures)
     return results
+
+
+def wait_all(futures: list[Future], tick: float = 0.2) -> None:
+    """Until every one is done, in short waits: a Ctrl-C the kernel hands to a host's thread only
+    sets a flag, which a main thread blocked on a lock without a timeout never looks at."""
+    while not all(f.done() for f in futures):
+        wait(futures, timeout=tick)
 
 
 def _in_thread(fn, *args) -> Future:
