@@ -65,7 +65,8 @@ def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, serv
     make, made = servers
     hold = tmp_path / "hold"  # while it exists the other two answer nothing: the job outlasts
     srvs = make(3, latency=0.4, hold_while=hold)  # the victim's absence, however slow the machine
-    cfg, host_dir = pool_job(project, [s.url for s in srvs], n=180)
+    # a held request outlasts the hold, however long a busy machine makes it: no retry by design
+    cfg, host_dir = pool_job(project, [s.url for s in srvs], n=180, request_timeout=600)
     assert cli(cfg, "deploy").returncode == 0
     assert cli(cfg, "restart", "--max-samples", "180").returncode == 0
     wait_for(lambda: len(records(host_dir, "B1")) >= 30, timeout=60, what="first records")
