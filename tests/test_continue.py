@@ -9,8 +9,8 @@ import hashlib
 import json
 import signal
 import subprocess
-from pathlib import Path
 
+from remote.common import procinfo
 from remote.common.jobspec import Paths
 from remote.job.engine import continuation
 from remote.job.engine.kept_tokens import Kept, KeptFile
@@ -169,12 +169,7 @@ def _unanswered(root) -> dict:
 
 def _all_stopped(pid: int) -> bool:
     """Every thread of `pid` in state T (stopped), as /proc says."""
-    states = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
-        except (FileNotFoundError, IndexError):
-            continue
+    states = procinfo.thread_states(pid)
     return bool(states) and all(st in ("T", "t") for st in states)
 
 

@@ -89,11 +89,16 @@ def alive(pid: int) -> bool:
         return False
     if s not in ("Z", "X"):
         return True
+    return any(t not in ("Z", "X") for t in thread_states(pid))
+
+
+def thread_states(pid: int) -> list[str]:
+    """Each thread's state letter, as /proc says (none for a process gone)."""
     try:
         threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return False
-    return any(_thread_state(pid, t) not in (None, "Z", "X") for t in threads)
+        return []
+    return [s for s in (_thread_state(pid, t) for t in threads) if s is not None]
 
 
 def _thread_state(pid: int, tid: str) -> str | None:
