@@ -10,7 +10,7 @@ from remote.common.protocol import GRACE_S
 
 from .config import load_config
 from .config.locate import project_config
-from .errors import DeployToolError, ExitCode, MultiHostError, RemoteError
+from .errors import DeployToolError, ExitCode, MultiHostError
 
 
 def _config():
@@ -152,24 +152,17 @@ def restart(
             ahead = control.restart(conn, run_flags, hard=hard, dry_run=True)
             ahead.host = conn.name
             render_restart.raised_targets(ahead)
-        manages = not dry_run and server_mod.manages_engine(config, conn.name)
-        if manages and not server_mod.server_state(conn).up:
-            if not with_server and not run_flags.force:
-                raise RemoteError(
-                    "the job's vLLM server is down and --no-server keeps it down: the runner would "
-                    "wait at 0 tokens; nothing was started. `invoke server.start` first (or "
-                    "`invoke restart` without --no-server), or add --force to start the runner anyway"
-                )
-            if with_server:
-                render.note(f"{conn.name}: the engine's server is down: starting it first")
-                render_server.server_started(
-                    server_mod.start(
-                        conn,
-                        config.server_for(conn.name),
-                        progress=render.plain_note,
-                        recover=config.recover_for(conn.name),
-                    )
-                )
+        if not dry_run:
+            server_mod.up_for_restart(
+                conn,
+                config,
+                run_flags,
+                with_server=with_server,
+                note=render.note,
+                progress=render.plain_note,
+                stopped=render_server.server_stopped,
+                started=render_server.server_started,
+            )
         return control.restart(
             conn,
             run_flags,
@@ -282,7 +275,10 @@ def plan(
     config = _config()
     target, rate = planning.parse_plan_args(tokens_per_dataset, tokens_per_s)
     results = _run(
-        config, host_spec, lambda conn: planning.plan_host(conn, target, rate), render.plan_result
+        config,
+        host_spec,
+        lambda conn: planning.plan_host(conn, target, rate, config.server_for(conn.name)),
+        render.plan_result,
     )
     if apply:
         for name, r in results.items():

@@ -14,7 +14,7 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
         records   the output record, typed (Record, Reply, Turn), and the file listing pull compares
         state     the other files under run/, typed (pid files, control.json, supervise.json), and
                   the one atomic write and tolerant codec every replaced file goes through
-        metrics (vLLM's /metrics), nvsmi (nvidia-smi), procinfo (/proc),
+        metrics (vLLM's /metrics), machine (nvidia-smi, the model's config.json), procinfo (/proc),
         notify (job.notify's command), recover (recover: and the watcher's rules: budget, wedge clock)
     job/      the runner's process: one job through the engine, in rooms stacked from the bottom
       store/    the files on disk: prompts, outputs (records, their headers), conversation (whole

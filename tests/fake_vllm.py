@@ -58,6 +58,8 @@ def main():
     )
     p.add_argument("--host")
     p.add_argument("--api-key")
+    p.add_argument("--speculative-config", type=json.loads)
+    p.add_argument("--kv-transfer-config", type=json.loads)
     a, rest = p.parse_known_args()
     print(f"fake vllm {a.cmd} {a.model} port {a.port} extra {rest}", flush=True)
     workers = [
@@ -196,6 +198,8 @@ def main():
                 msg = f"The model `{body.get('model')}` does not exist. Valid aliases: {served}."
                 err = {"message": msg, "type": "NotFoundError", "param": "model", "code": 404}
                 return self._send(404, {"error": err})
+            if self.path == "/v1/completions":
+                return self._send(200, completion(body))
             with lock:
                 served_n[0] += 1
                 mine = served_n[0]
@@ -206,14 +210,20 @@ def main():
             while clock() and frozen[0] is not None:
                 time.sleep(0.1)  # wedged: the engine is stopped, nothing comes back
             text = "the " * 40 if a.fake_degenerate else "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
+            ids = {}
+            if body.get("return_token_ids"):  # as vLLM: the ids only when asked
+                seed = sum(map(ord, json.dumps(body.get("messages")))) % 1000
+                ids = {"prompt_token_ids": [seed + i for i in range(12)]}
             self._send(
                 200,
                 {
+                    **ids,
                     "model": served,
                     "choices": [
                         {
                             "index": 0,
                             "finish_reason": "stop",
+                            **({"token_ids": list(range(20))} if ids else {}),
                             "message": (
                                 {"role": "assistant", "content": None, "reasoning": text}
                                 if a.fake_thinking
@@ -224,6 +234,22 @@ def main():
                     "usage": {"prompt_tokens": 12, "completion_tokens": 20},
                 },
             )
+
+    def completion(body: dict) -> dict:
+        """A prefill of token ids; with the extraction config, the hidden-states file vLLM's
+        connector writes ([tokens, layers, 8] BF16 zeros and the ids), named in the answer."""
+        out = {"model": served, "choices": [{"index": 0, "text": "x", "finish_reason": "length"}]}
+        kv = a.kv_transfer_config
+        if not kv:
+            return out
+        with lock:
+            served_n[0] += 1
+            mine = served_n[0]
+        folder = kv["kv_connector_extra_config"]["shared_storage_path"]
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"req-{os.getpid()}-{mine}.safetensors")
+        hidden_safetensors(path, body["prompt"], len(layer_ids(a.speculative_config)))
+        return dict(out, kv_transfer_params={"hidden_states_path": path})
 
     print(f"asked to listen on {a.host or 'every interface'}; the stand-in keeps to 127.0.0.1")
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), H)
@@ -244,6 +270,30 @@ def main():
         threading.Thread(target=leave, daemon=True).start()
     srv.serve_forever()
     print("shutting down (workers are left behind, as vLLM's sometimes are)", flush=True)
+
+
+def layer_ids(speculative: dict | None) -> list:
+    hf = ((speculative or {}).get("draft_model_config") or {}).get("hf_config") or {}
+    return hf.get("eagle_aux_hidden_state_layer_ids") or [0]
+
+
+def hidden_safetensors(path: str, ids: list, layers: int, hidden: int = 8) -> None:
+    """A safetensors file written by hand (the stand-in imports nothing of the product's)."""
+    hs = len(ids) * layers * hidden * 2
+    meta = {
+        "hidden_states": {
+            "dtype": "BF16",
+            "shape": [len(ids), layers, hidden],
+            "data_offsets": [0, hs],
+        },
+        "token_ids": {"dtype": "I64", "shape": [len(ids)], "data_offsets": [hs, hs + 8 * len(ids)]},
+    }
+    head = json.dumps(meta).encode()
+    head += b" " * (-len(head) % 8)
+    data = bytes(hs) + b"".join(int(t).to_bytes(8, "little", signed=True) for t in ids)
+    with open(path + ".tmp", "wb") as f:
+        f.write(len(head).to_bytes(8, "little") + head + data)
+    os.rename(path + ".tmp", path)
 
 
 if __name__ == "__main__":

@@ -6,17 +6,20 @@ counted once, each file whole."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 
 import yaml
 
-from remote.common.jobspec import Paths
+from remote.common.jobspec import Paths, flag_value
 from remote.common.records import Record
+from remote.common.state import ServerRecord
 from remote.job.hidden import hsfile
-from tests.conftest import REPO, records, runner_cmd, status, wait_for, write_prompts
+from tests.conftest import REPO, free_port, records, runner_cmd, status, wait_for, write_prompts
 from tests.helpers.as_typed import ok, typed
 from tests.helpers.runner_jobs import make_root, run
+from tests.helpers.stand_ins import fake_vllm
 
 TOKEN_IDS = {"return_token_ids": True}
 
@@ -69,6 +72,11 @@ def test_the_stage_runs_with_the_three_commands_and_is_kept_like_a_cap(tmp_path)
     assert st["stage"] == "hidden-states" and st["state"] == "finished"
     assert st["datasets"]["B1"]["done"] == 3 and st["caps"]["stage"] == "hidden-states"
     assert "stage hidden-states: finished" in ok("invoke status", config)
+    # plan sizes the stage at its caps: every prompt (4) where three rows are made
+    per_token = sum(x["bytes"] for x in rows(root)) / sum(x["tokens"] for x in rows(root))
+    said = ok("invoke plan --tokens-per-dataset 1k", config)
+    assert "hidden-states stage at these caps:" in said
+    assert f"× {per_token:.0f} B a token: measured on the rows made); the disk has" in said
     # said stays said: a bare restart runs the stage again, and finds nothing left to do
     ok("invoke restart", config)
     ok("invoke tail", config)
@@ -113,3 +121,75 @@ def test_a_runner_killed_mid_stage_leaves_every_row_counted_once(tmp_path):
     assert res.returncode == 0, res.stderr
     assert len(assert_whole(root)) == 60
     assert "torn" in (root / "logs" / "runner.log").read_text()
+
+
+def served_job(tmp_path):
+    """hosts.yaml of a `local` host whose job talks to the server deploytool starts there (the
+    stand-in `vllm`), with two layers kept for the stage; and the host's remote_dir."""
+    port, root = free_port(), tmp_path / "host"
+    write_prompts(tmp_path / "data" / "prompts" / "B1.jsonl", 4, "B1")
+    url = f"http://127.0.0.1:{port}/v1"
+    job = {
+        "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 20}},
+        "engine": {"kind": "openai", "base_url": url, "model": "kimi", "concurrency": 2},
+        "extra_body": TOKEN_IDS,
+    }
+    server = {
+        "command": str(fake_vllm(tmp_path)),
+        "model": "kimi",
+        "port": port,
+        "args": ["--fake-delay", "0.1"],
+        "ready_timeout": 120,
+        "hidden_states": {"layers": [1, 3]},
+    }
+    hosts = {"box": {"connect": "local", "remote_dir": str(root)}}
+    data = {"default_host": "box", "hosts": hosts, "job": job, "server": server}
+    config = tmp_path / "hosts.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    return config, root
+
+
+def live_server(root) -> ServerRecord:
+    rec = ServerRecord.live(Paths(root).server_pid)
+    assert rec is not None
+    return rec
+
+
+def test_the_stage_gets_its_server_with_the_extraction_config_and_the_answers_theirs(tmp_path):
+    config, root = served_job(tmp_path)
+    try:
+        for line in ("invoke deploy", "invoke restart", "invoke tail"):
+            ok(line, config)
+        assert len(records(root, "B1")) == 4
+        plain = live_server(root)
+        assert flag_value(plain.argv, "--kv-transfer-config") is None
+        said = ok("invoke restart --stage hidden-states", config)
+        assert "runs without the extraction config the hidden-states stage needs" in said
+        rec = live_server(root)
+        assert rec.pid != plain.pid
+        kv = json.loads(flag_value(rec.argv, "--kv-transfer-config"))
+        spec = json.loads(flag_value(rec.argv, "--speculative-config"))
+        incoming = kv["kv_connector_extra_config"]["shared_storage_path"]
+        assert incoming == str(Paths(root).hidden_incoming)
+        assert kv["kv_connector"] == "ExampleHiddenStatesConnector"
+        assert spec["method"] == "extract_hidden_states"
+        assert spec["draft_model_config"]["hf_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3]
+        ok("invoke tail", config)
+        got = assert_whole(root)
+        assert len(got) == 4 and {x["layers"] for x in got} == {2}
+        # the watcher brings a killed extraction server back as it was started
+        os.kill(rec.pid, signal.SIGKILL)
+        wait_for(
+            lambda: (ServerRecord.live(Paths(root).server_pid) or rec).pid != rec.pid,
+            what="the watcher's new server",
+        )
+        assert live_server(root).argv == rec.argv
+        # and back to answers: the extraction flags go (the server would write a file per answer)
+        said = ok("invoke restart --stage generate --max-samples all", config)
+        assert "runs with the hidden-states extraction config" in said
+        assert flag_value(live_server(root).argv, "--kv-transfer-config") is None
+        ok("invoke tail", config)
+        assert status(root)["stage"] == "generate"
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)

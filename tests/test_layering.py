@@ -256,7 +256,6 @@ NO_UNIT_TEST = {
     "remote/common/flags.py": "restart's flags as typed: test_caps_kept, test_restart_stop_status",
     "remote/common/metrics.py": "vLLM's /metrics as real vLLM sends them: test_vllm_wire",
     "remote/common/notify.py": "notifications once, failing and hanging commands: test_telemetry",
-    "remote/common/nvsmi.py": "the GPU check against a fake nvidia-smi: test_server_start_stop",
     "remote/common/status.py": "status.json's types, read back in test_telemetry, test_tail_plan_pull",
     "remote/common/wire.py": "the answers' envelope: test_restart_stop_status, every command",
     "remote/host/commands/ctl.py": "every host command dispatches through it",

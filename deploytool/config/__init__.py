@@ -14,7 +14,7 @@ from remote.common.jobspec import TURNS, DatasetSpec, EngineSpec, JobSpec, Serve
 from remote.common.recover import RecoverSpec
 
 from ..errors import ConfigError
-from .extras import parse_notify, parse_recover
+from .extras import parse_hidden_server, parse_notify, parse_recover
 from .locate import CONFIG_ENV, find_config
 from .validate import (
     boolean,
@@ -183,6 +183,7 @@ SERVER_FIELDS = {
     "env": string_map,
     "ready_timeout": int_in(1),
     "headless": boolean,
+    "hidden_states": parse_hidden_server,
 }
 # what hosts.NAME.job may hold
 HOST_OVERRIDES = (

@@ -1,4 +1,5 @@
-"""hosts.yaml's settings for when nobody is watching: `job.notify` and `recover:`."""
+"""hosts.yaml's settings for when nobody is watching (`job.notify`, `recover:`) and the
+hidden-states stage's server (`server.hidden_states`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .validate import (
     int_in,
     mapping,
     number,
+    show,
     string,
     string_list,
 )
@@ -59,3 +61,22 @@ def parse_notify(where: str, raw: Any) -> dict:
     if "timeout" in raw:
         out["timeout"] = number(1.0)(f"{where}.timeout", raw["timeout"])
     return out
+
+
+def _layers(where: str, v: Any) -> list[int]:
+    ints = (
+        isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    )
+    if not ints or min(v) < 0 or len(set(v)) != len(v):
+        raise ConfigError(
+            f"{where}: expected distinct layer numbers from 0, like [2, 30, 58, 61], got {show(v)}"
+        )
+    return list(v)
+
+
+HIDDEN_SERVER_FIELDS = {"layers": _layers, "connector": string, "connector_module": string}
+
+
+def parse_hidden_server(where: str, raw: Any) -> dict:
+    """`server.hidden_states`: the layers to keep and vLLM's connector for the hidden-states stage."""
+    return fields_of(where, mapping(where, raw), HIDDEN_SERVER_FIELDS)

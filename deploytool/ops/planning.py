@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from remote.common.answers import PlanAnswer
 from remote.common.caps import parse_tokens
+from remote.common.jobspec import ServerSpec
 from remote.common.protocol import CtlPlan
 
 from ..connectors import Connector
@@ -24,8 +25,10 @@ def parse_plan_args(tokens_per_dataset: str, tokens_per_s: str | None) -> tuple[
     return target, rate
 
 
-def plan_host(conn: Connector, tokens_per_dataset: int, tokens_per_s: float | None) -> PlanAnswer:
-    answer = call(conn, CtlPlan(tokens_per_dataset=tokens_per_dataset))
+def plan_host(
+    conn: Connector, tokens_per_dataset: int, tokens_per_s: float | None, spec: ServerSpec
+) -> PlanAnswer:
+    answer = call(conn, CtlPlan(tokens_per_dataset=tokens_per_dataset, spec=spec))
     rate = tokens_per_s or answer.tokens_per_s or None
     rate_source = "--tokens-per-s" if tokens_per_s else ("measured (last minute)" if rate else None)
     rows = answer.datasets
@@ -33,4 +36,4 @@ def plan_host(conn: Connector, tokens_per_dataset: int, tokens_per_s: float | No
     for row in rows.values():
         cum += row.tokens_todo
         row.eta_s = int(cum / rate) if rate else None  # datasets run in job order
-    return PlanAnswer(conn.name, tokens_per_dataset, rows, rate, rate_source)
+    return PlanAnswer(conn.name, tokens_per_dataset, rows, rate, rate_source, answer.stage)

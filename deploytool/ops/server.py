@@ -7,8 +7,11 @@ import time
 from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlparse
 
+from remote.common.caps import HIDDEN_STATES
+from remote.common.jobspec import extracts
 from remote.common.protocol import (
     GRACE_S,
+    RunArgs,
     ServerCheck,
     ServerSmoke,
     ServerStart,
@@ -49,10 +52,11 @@ def start(
     clock=time.monotonic,
     sleep=time.sleep,
     recover: RecoverSpec | None = None,
+    stage: str | None = None,
 ) -> ServerStarted:
-
+    """Start it and wait until it answers; `stage`: the one it serves (None: the job's kept one)."""
     rec = recover.to_dict() if recover is not None else None
-    started = call(conn, ServerStart(spec=spec, recover=rec))
+    started = call(conn, ServerStart(spec=spec, recover=rec, stage=stage))
     if started.already:
         if call(conn, ServerCheck()).ready:
             return started
@@ -122,6 +126,55 @@ def log_gist(line: str) -> str:
     if len(text) <= GIST_CHARS:
         return text
     return text[:GIST_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+def up_for_restart(
+    conn: Connector,
+    config: Config,
+    flags: RunArgs,
+    *,
+    with_server,
+    note,
+    progress,
+    stopped,
+    started,
+) -> None:
+    """Before a restart: the job's own server up, and started for the stage the restart runs (a
+    server started for the other stage is restarted); `--no-server` leaves it as it is."""
+    if not manages_engine(config, conn.name):
+        return
+    spec, state = config.server_for(conn.name), server_state(conn)
+    wrong = with_server and wrong_for_stage(spec, flags.stage, state)
+    if wrong:
+        note(f"{conn.name}: the server {wrong}: restarting it (the model loads again)")
+        stopped(stop(conn))
+    elif state.up:
+        return
+    if not with_server and not flags.force:
+        raise RemoteError(
+            "the job's vLLM server is down and --no-server keeps it down: the runner would "
+            "wait at 0 tokens; nothing was started. `invoke server.start` first (or "
+            "`invoke restart` without --no-server), or add --force to start the runner anyway"
+        )
+    if not with_server:
+        return
+    if not wrong:
+        note(f"{conn.name}: the engine's server is down: starting it first")
+    recover = config.recover_for(conn.name)
+    started(start(conn, spec, progress=progress, recover=recover, stage=flags.stage))
+
+
+def wrong_for_stage(spec: ServerSpec, stage: str | None, state: ServerState) -> str | None:
+    """Why the running server cannot serve `stage` as it was started (None: it can, or no stage
+    was asked): the hidden-states stage needs vLLM's extraction config, the answers do not (a file
+    for every answer); extraction flags of the user's own in server.args are theirs to keep."""
+    if stage is None or not state.up or extracts(spec.args):
+        return None
+    if stage == HIDDEN_STATES and not state.extracts:
+        return "it runs without the extraction config the hidden-states stage needs"
+    if stage != HIDDEN_STATES and state.extracts:
+        return "it runs with the hidden-states extraction config (a file for every answer)"
+    return None
 
 
 def stop(conn: Connector, grace: float = GRACE_S) -> ServerStopped:

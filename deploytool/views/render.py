@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from remote.common.caps import GENERATE
+from remote.common.caps import DISK_MARGIN, GENERATE, fmt_bytes
 from remote.common.status import JobStatus
 
 from ..errors import DeployToolError
@@ -33,7 +33,7 @@ from .typed import say
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from remote.common.answers import PlanAnswer, RolledBack
+    from remote.common.answers import PlanAnswer, RolledBack, StageBytes
 
     # a type only: deploy's tarfile and hashlib stay unimported for `status`
     from ..ops.deploy import DeployResult
@@ -279,6 +279,36 @@ def plan_result(r: PlanAnswer, out: Console | None = None) -> None:
         out.print(
             "  no measured throughput (the job is not running): pass --tokens-per-s for an ETA"
         )
+    if r.stage is not None:
+        out.print(stage_bytes_line(r.stage))
+
+
+def stage_bytes_line(s: StageBytes) -> str:
+    """What `--stage hidden-states` would write at these caps, beside the disk's free space."""
+    head = "  hidden-states stage at these caps:"
+    if not s.sampled:
+        return (
+            f"{head} no record with token ids yet to size its rows from (the stage reads them: "
+            "job.extra_body.return_token_ids: true)"
+        )
+    if s.made >= s.tokens:
+        return f"{head} every row is made ({_tok(s.made)} tokens)"
+    rows = f"{_tok(s.tokens - s.made)} tokens of rows"
+    if s.left is None:
+        return f"{head} {rows} to make; the bytes a token takes are {s.basis}"
+    line = (
+        f"{head} {fmt_bytes(s.left)} to write ({rows} × {fmt_bytes(s.bytes_per_token)} a token: "
+        f"{s.basis})"
+    )
+    if s.free is None:
+        return line
+    line += f"; the disk has {fmt_bytes(s.free)} free"
+    if s.left * DISK_MARGIN > s.free:
+        line += (
+            ": [red]it does not fit[/] (the stage would stop before the disk fills): free space, "
+            "move finished datasets off the host, or lower the caps"
+        )
+    return line
 
 
 def pull_result(r, out: Console | None = None) -> None:

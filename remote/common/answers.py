@@ -194,6 +194,7 @@ class ServerState:
     leftovers: list[LeftoverProcess] = field(default_factory=list)  # of a server that died hard
     died: bool = False  # down, and nobody stopped it
     engines_gone: list[LeftoverProcess] = field(default_factory=list)  # its engine processes, dead
+    extracts: bool = False  # started with vLLM's hidden-states extraction config
 
 
 @dataclass
@@ -296,12 +297,32 @@ class PlanRow:
 
 
 @dataclass
+class StageBytes:
+    """What the hidden-states stage writes at a plan's caps (plan's disk line)."""
+
+    tokens: int = 0  # of the rows: every record's prompt and reply ids
+    made: int = 0  # of those, in rows already made
+    bytes_per_token: float | None = None
+    basis: str = ""  # where bytes_per_token comes from
+    free: int | None = None  # bytes free on the job's disk
+    sampled: int = 0  # records read that had token ids (0: the stage would have nothing to read)
+
+    @property
+    def left(self) -> int | None:
+        """Bytes the rows left will take (None: not known)."""
+        if self.bytes_per_token is None:
+            return None
+        return int(max(0, self.tokens - self.made) * self.bytes_per_token)
+
+
+@dataclass
 class HostPlan:
     """`ctl plan`: per dataset, the cap that reaches the target; the rate, where the job runs."""
 
     datasets: dict[str, PlanRow] = field(default_factory=dict)
     tokens_per_s: float | None = None
     state: str = ""
+    stage: StageBytes | None = None
 
 
 @dataclass
@@ -311,6 +332,7 @@ class PlanAnswer:
     datasets: dict[str, PlanRow]
     tokens_per_s: float | None = None
     rate_source: str | None = None  # --tokens-per-s | measured (last minute) | None
+    stage: StageBytes | None = None
 
 
 @dataclass

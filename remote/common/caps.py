@@ -12,6 +12,9 @@ from .codec import Record
 CLEAR = "all"  # a cap flag's value that clears it: --max-samples all, --cap B3=all, --datasets all
 GENERATE, HIDDEN_STATES = "generate", "hidden-states"
 STAGES = (GENERATE, HIDDEN_STATES)
+DISK_MARGIN = (
+    1.05  # the hidden states left, and 5% more, must fit the free space for the stage to go on
+)
 
 
 @dataclass
@@ -155,3 +158,12 @@ def stage(text) -> str:
     if str(text).strip() not in STAGES:
         raise ValueError(f"expected one of {', '.join(STAGES)}, got {text!r}")
     return str(text).strip()
+
+
+def fmt_bytes(n: float) -> str:
+    """A size as the hidden-states stage says it: 57.3 KB, 4.6 TB (powers of 1000, as disks are sold)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"

@@ -121,6 +121,11 @@ def flag_value(args, flag: str) -> str | None:
     return found
 
 
+def extracts(args) -> bool:
+    """Whether a vLLM command line makes hidden states (a KV connector writes them)."""
+    return flag_value(args, "--kv-transfer-config") is not None
+
+
 def masked_args(args) -> list[str]:
     """A command line with the value of `--api-key` hidden (pid files, printouts, logs)."""
     out, hide = [], False
@@ -150,6 +155,8 @@ class ServerSpec(Codec):
     env: dict = field(default_factory=dict)
     ready_timeout: int = 1800  # seconds to wait for GET /v1/models
     headless: bool = False  # a vLLM data-parallel worker (--headless): serves no HTTP
+    # the hidden-states stage's server: {layers: [...], connector: NAME, connector_module: MODULE}
+    hidden_states: dict = field(default_factory=dict)
 
     KEEP_NONE = True  # `command: null` said: the vllm beside python
 
@@ -267,6 +274,11 @@ class Paths:
     def hidden_states(self) -> Path:
         """The hidden-states stage's files: <DS>/rows.jsonl and <DS>/hidden_states/hs_<n>.safetensors."""
         return self.root / "data" / "hidden_states"
+
+    @property
+    def hidden_incoming(self) -> Path:
+        """Where the server writes a row's file before the stage checks it and moves it in."""
+        return self.hidden_states / ".incoming"
 
     @property
     def run(self) -> Path:

@@ -247,6 +247,7 @@ class CtlPlan(Request):
     tokens_per_dataset: int = opt(0, "response-token target per dataset (10M, 500k)",
                                   parse=parse_tokens)  # fmt: skip
     datasets: tuple[str, ...] | None = _datasets()
+    spec: ServerSpec = _spec()  # the model and layers the hidden-states stage would write
 
 
 @dataclass
@@ -281,6 +282,12 @@ class ServerStart(Request):
     help: ClassVar = "start the vLLM server detached (readiness: `server check`)"
     spec: ServerSpec = _spec()
     recover: dict | None = _recover()
+    stage: str | None = opt(
+        None,
+        "the stage the server is for: hidden-states adds vLLM's extraction config (not given: the "
+        "job's kept stage)",
+        parse=_stage,
+    )
 
 
 @dataclass

@@ -8,6 +8,7 @@ from ..common.protocol import CtlPlan
 from ..common.wire import HostFault
 from ..job.store.outputs import load_existing
 from ..job.store.prompts import PromptFile
+from .stage_bytes import stage_bytes
 
 MIN_MEASURED = 50  # fewer records than this: the mean is noise, use est_tokens
 
@@ -72,4 +73,5 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
         datasets={name: PlanRow(**row) for name, row in rows.items()},
         tokens_per_s=st.tokens_per_s if st.state == JobState.RUNNING else None,
         state=st.state,
+        stage=stage_bytes(paths, req.spec, {name: row["target"] for name, row in rows.items()}),
     )

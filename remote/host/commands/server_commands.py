@@ -6,9 +6,11 @@ and smoke, which the watcher uses too. (`server check` and `server status` only 
 from __future__ import annotations
 
 from ...common.answers import ServerStarted, ServerStopped, SmokeAnswer
-from ...common.jobspec import Paths
+from ...common.jobspec import Paths, extracts
 from ...common.protocol import ServerSmoke, ServerStart, ServerStop
+from ...common.state import kept_caps
 from ..facts import intent
+from ..processes.extraction import stage_spec
 from ..processes.server_process import start, stop
 from ..processes.smoke import smoke
 from . import supervised
@@ -19,7 +21,10 @@ def smoke_command(paths: Paths, req: ServerSmoke) -> SmokeAnswer:
 
 
 def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
-    spec = req.spec
+    # the watcher restarts what is recorded here: a server for the stage keeps its flags
+    spec = stage_spec(req.spec, req.stage or kept_caps(paths).stage, paths)
+    if extracts(spec.args):
+        paths.hidden_incoming.mkdir(parents=True, exist_ok=True)
     with intent.locked(paths):  # the watcher acts between commands, never during one
         out = start(paths, spec)
         intent.change(

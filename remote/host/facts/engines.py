@@ -10,7 +10,7 @@ every `server status`.
 
 from __future__ import annotations
 
-from ...common import nvsmi, procinfo
+from ...common import machine, procinfo
 from ...common.answers import LeftoverProcess
 from ...common.jobspec import SERVER_TOKEN_ENV, Paths
 from ...common.state import EngineProcess, ServerRecord
@@ -72,7 +72,7 @@ def leftovers(paths: Paths) -> list[LeftoverProcess]:
     if rec is None or rec.pid <= 0 or rec.alive():
         return []
     pids = processes(rec)
-    gpu_mib = {a["pid"]: a["used_mib"] for a in nvsmi.compute_apps() or []}
+    gpu_mib = {a["pid"]: a["used_mib"] for a in machine.compute_apps() or []}
     return [
         LeftoverProcess(
             pid=pid,

@@ -7,7 +7,7 @@ import os
 
 from ...common import procinfo
 from ...common.answers import GpuApp, GpuCheck
-from ...common.nvsmi import compute_apps
+from ...common.machine import compute_apps
 from ...common.wire import HostFault
 
 

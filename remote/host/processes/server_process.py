@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from ...common import metrics, nvsmi, procinfo
+from ...common import machine, metrics, procinfo
 from ...common.answers import (
     GpuApp,
     GpuFreed,
@@ -31,6 +31,7 @@ from ...common.jobspec import (
     SERVER_TOKEN_ENV,
     Paths,
     ServerSpec,
+    extracts,
     flag_value,
     masked_args,
     release_dir,
@@ -259,7 +260,7 @@ def wait_gpu_free(pids: set[int], timeout: float) -> GpuFreed | None:
     """Wait until none of `pids` holds GPU memory (vLLM workers free it slowly). None: no nvidia-smi."""
     deadline = time.monotonic() + timeout
     while True:
-        apps = nvsmi.compute_apps()
+        apps = machine.compute_apps()
         if apps is None:
             return None
         holding = [a for a in apps if a["pid"] in pids]
@@ -296,6 +297,7 @@ def server_state(paths: Paths, req: ServerStatus | None = None) -> ServerState:
         uptime_s=time.time() - rec.started_at,
         headless=rec.headless,
         engines_gone=engines.gone(rec),
+        extracts=extracts(rec.argv),
     )
     if out.headless:
         return out

@@ -14,7 +14,7 @@ import signal
 import time
 from typing import Callable
 
-from ...common import metrics, nvsmi, procinfo
+from ...common import machine, metrics, procinfo
 from ...common.jobspec import Paths
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
@@ -214,7 +214,7 @@ class ServerKeeper(Keeper):
             self._give_up(cause, lines)
 
     def _gpu_held(self) -> list[dict]:
-        return [a for a in nvsmi.compute_apps() or [] if a["pid"] in self.dead_pids]
+        return [a for a in machine.compute_apps() or [] if a["pid"] in self.dead_pids]
 
     def _start(self, now: float, want: ServerWanted) -> None:
         if server_process.managed(self.paths):  # started meanwhile (`server.start` at the keyboard)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import collections
 
+from ...common.caps import DISK_MARGIN, fmt_bytes
 from ...common.records import TokenRow
 from ...common.status import DatasetState
 from .store import HiddenStore
-
-DISK_MARGIN = 1.05  # what the rows left need, and 5% more, must be free before the stage goes on
 
 
 class Stage:
@@ -55,11 +54,3 @@ def disk_refusal(stages, free: int | None) -> str | None:
         f"{fmt_bytes(free)} free: free space, move finished datasets off the host, or cap the "
         "stage (--max-tokens, --max-samples)"
     )
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"

@@ -52,7 +52,7 @@ class HiddenRunner:
         self.stop = StopState()
         self.control = ControlWatcher(paths, self.token)
         self.notifier = Notifier(job.notify, paths.root, self.log)
-        self.incoming = paths.hidden_states / ".incoming"  # where the server is told to write
+        self.incoming = paths.hidden_incoming
         self.stages: dict[str, Stage] = {}
         self.rows_made = RateWindow()
         self.tokens_made = RateWindow()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ...common import metrics, nvsmi
+from ...common import machine, metrics
 from ...common.status import GpuStatus, ServerMetrics
 from ..engine.client import Engine
 from ..engine.pool import Endpoint
@@ -55,6 +55,6 @@ class Telemetry:
                 snap, now = metrics.snapshot(text), time.monotonic()
                 e.metrics = endpoint_metrics(snap, now, self._last.get(e.url), e.metrics)
                 self._last[e.url] = (now, snap)
-            found = await asyncio.to_thread(nvsmi.gpus)
+            found = await asyncio.to_thread(machine.gpus)
             self.gpus = None if found is None else [GpuStatus.from_dict(g) for g in found]
             await asyncio.sleep(self.interval)

@@ -43,3 +43,25 @@ def test_status_names_the_release_that_runs_and_the_deployed_one_when_it_differs
     st.release = "/h/releases/e3e4372be5de"
     first = printed(render.status_screen, st).splitlines()[0]
     assert "release e3e4372be5de" in first and "deployed" not in first
+
+
+def test_plans_disk_line_says_what_the_stage_writes_beside_the_free_space():
+    from remote.common.answers import StageBytes
+
+    line = render.stage_bytes_line
+    fits = StageBytes(
+        tokens=80_000_000, bytes_per_token=57344.0, basis="b", free=9 * 10**12, sampled=9
+    )
+    assert "4.6 TB to write (80.0M tokens of rows × 57.3 KB a token: b)" in line(fits)
+    assert line(fits).endswith("the disk has 9.0 TB free")
+    short = StageBytes(
+        tokens=80_000_000, made=60_000_000, bytes_per_token=57344.0, free=10**12, sampled=9
+    )
+    said = line(short)  # 1.15 TB left for 1 TB free
+    assert "1.1 TB to write (20.0M tokens" in said and "it does not fit" in said
+    assert "lower the caps" in said
+    assert "every row is made" in line(StageBytes(tokens=5, made=5, sampled=1))
+    assert "the bytes a token takes are not known" in line(
+        StageBytes(tokens=5, basis="not known until the stage makes its first row", sampled=1)
+    )
+    assert "return_token_ids: true" in line(StageBytes())

@@ -117,12 +117,12 @@ def test_the_wait_for_gpu_memory_ends_when_it_is_freed_or_at_the_timeout(monkeyp
     seen = iter(
         [[{"pid": 5, "used_mib": 9}], [{"pid": 5, "used_mib": 9}], [{"pid": 6, "used_mib": 1}]]
     )
-    monkeypatch.setattr(server_process.nvsmi, "compute_apps", lambda: next(seen))
+    monkeypatch.setattr(server_process.machine, "compute_apps", lambda: next(seen))
     monkeypatch.setattr(server_process.time, "sleep", lambda s: None)
     freed = wait_gpu_free({5}, timeout=60)
     assert freed.free and freed.still_held_by == []  # pid 6 is not ours
-    monkeypatch.setattr(server_process.nvsmi, "compute_apps", lambda: [{"pid": 5, "used_mib": 9}])
+    monkeypatch.setattr(server_process.machine, "compute_apps", lambda: [{"pid": 5, "used_mib": 9}])
     held = wait_gpu_free({5}, timeout=0)
     assert not held.free and [(a.pid, a.used_mib) for a in held.still_held_by] == [(5, 9)]
-    monkeypatch.setattr(server_process.nvsmi, "compute_apps", lambda: None)
+    monkeypatch.setattr(server_process.machine, "compute_apps", lambda: None)
     assert wait_gpu_free({5}, timeout=60) is None  # no nvidia-smi: nothing to wait for

@@ -1,0 +1,58 @@
+"""The vLLM flags of the hidden-states stage: the server that makes a row's hidden states is the job's
+own server (hosts.yaml `server:`) started with vLLM's extraction config, the layers to keep and the
+connector that writes each request's file into the job's own folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from ...common import machine
+from ...common.caps import HIDDEN_STATES
+from ...common.jobspec import Paths, ServerSpec, extracts
+from ...common.wire import HostFault
+
+CONNECTOR = "ExampleHiddenStatesConnector"  # vLLM's own: one safetensors file per request
+
+
+def stage_spec(spec: ServerSpec, stage: str, paths: Paths) -> ServerSpec:
+    """The server `stage` needs: the hidden-states stage's is `spec` with the extraction flags added
+    (unless its args give them: the user's own config is kept as written); the answers' is `spec`."""
+    if stage != HIDDEN_STATES or extracts(spec.args):
+        return spec
+    hs = spec.hidden_states
+    layers = list(hs.get("layers") or default_layers(spec.model))
+    speculative = {
+        "method": "extract_hidden_states",
+        "num_speculative_tokens": 1,
+        "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": layers}},
+    }
+    kv = {
+        "kv_connector": hs.get("connector") or CONNECTOR,
+        "kv_role": "kv_producer",
+        "kv_connector_extra_config": {"shared_storage_path": str(paths.hidden_incoming)},
+    }
+    if hs.get("connector_module"):
+        kv["kv_connector_module_path"] = hs["connector_module"]
+    args = (*spec.args, "--speculative-config", json.dumps(speculative))
+    args += ("--kv-transfer-config", json.dumps(kv))
+    return dataclasses.replace(spec, args=args)
+
+
+def default_layers(model: str) -> list[int]:
+    """speculators' default for a model of L layers: [2, L/2, L-3] and the last hidden state, L."""
+    n = machine.model_config(model)["layers"]
+    if n is None:
+        raise HostFault(
+            "server",
+            f"the hidden-states stage needs the layers to keep, and {model}'s config.json (with "
+            "num_hidden_layers) is not on the host",
+            fix="set server.hidden_states.layers in hosts.yaml (e.g. [2, 30, 58, 61] for 61 layers)",
+        )
+    if n < 4:
+        raise HostFault(
+            "server",
+            f"{model} has {n} layers: too few for the default layers [2, L/2, L-3, L]",
+            fix="set server.hidden_states.layers in hosts.yaml",
+        )
+    return [2, n // 2, n - 3, n]

@@ -1,0 +1,93 @@
+"""What the hidden-states stage will write at a plan's caps, beside the disk's free space: the tokens
+of its rows (a record's prompt and reply ids, every reply), times the bytes a token takes (the rows'
+own once some are made, else the model's layers kept × hidden size × bytes per value)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+from ..common import machine
+from ..common.answers import StageBytes
+from ..common.caps import HIDDEN_STATES
+from ..common.jobspec import Paths, ServerSpec
+from ..common.records import Record
+from ..common.status import JobStatus
+
+SAMPLE = 1000  # lines read per file for a mean: plan answers at once on a job of millions
+DEFAULT_LAYERS = 4  # speculators' default [2, L/2, L-3, L]
+
+
+def mean_row_tokens(path: Path) -> tuple[float | None, int]:
+    """The mean tokens of a record's rows over its file's first records, and how many of them had
+    token ids (the stage leaves the others out)."""
+    tokens = with_ids = 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in itertools.islice(f, SAMPLE):
+                try:
+                    rows = Record.from_json(json.loads(line)).token_rows()
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    continue  # a torn last line
+                if rows:
+                    with_ids += 1
+                    tokens += sum(len(r.input_ids) for r in rows)
+    except OSError:
+        return None, 0
+    return (tokens / with_ids if with_ids else None), with_ids
+
+
+def measured_per_token(paths: Paths) -> float | None:
+    """Bytes a token takes in the rows already made (each rows.jsonl line says both)."""
+    size = tokens = 0
+    for ledger in sorted(paths.hidden_states.glob("*/rows.jsonl")):
+        with open(ledger, encoding="utf-8") as f:
+            for line in itertools.islice(f, SAMPLE):
+                try:
+                    row = json.loads(line)
+                    size, tokens = size + int(row["bytes"]), tokens + int(row["tokens"])
+                except (ValueError, TypeError, KeyError):
+                    continue
+    return size / tokens if tokens else None
+
+
+def per_token(paths: Paths, spec: ServerSpec) -> tuple[float | None, str]:
+    measured = measured_per_token(paths)
+    if measured:
+        return measured, "measured on the rows made"
+    cfg = machine.model_config(spec.model)
+    layers = len(spec.hidden_states.get("layers") or ()) or DEFAULT_LAYERS
+    if cfg["hidden"] and cfg["dtype_bytes"]:
+        return (
+            float(layers * cfg["hidden"] * cfg["dtype_bytes"]),
+            f"{layers} layers × {cfg['hidden']:,} × {cfg['dtype_bytes']} B, the model's config.json",
+        )
+    why = (
+        ""
+        if spec.model == ServerSpec.model
+        else f" ({spec.model}'s config.json is not on the host)"
+    )
+    return None, f"not known until the stage makes its first row{why}"
+
+
+def stage_bytes(paths: Paths, spec: ServerSpec, targets: dict[str, int]) -> StageBytes:
+    """The stage at `targets` (records per dataset): its row tokens, what is made, the bytes."""
+    tokens, sampled = 0, 0
+    for ds, target in targets.items():
+        mean, with_ids = mean_row_tokens(paths.output(ds))
+        sampled += with_ids
+        tokens += int((mean or 0) * target)
+    st = JobStatus.read(paths.status)
+    made = 0
+    if st is not None and st.stage == HIDDEN_STATES:
+        made = sum(d.completion_tokens for name, d in st.datasets.items() if name in targets)
+    bpt, basis = per_token(paths, spec)
+    try:
+        free = shutil.disk_usage(paths.root).free
+    except OSError:
+        free = None
+    return StageBytes(
+        tokens=tokens, made=made, bytes_per_token=bpt, basis=basis, free=free, sampled=sampled
+    )
