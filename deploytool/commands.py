@@ -10,7 +10,7 @@ from remote.common.protocol import GRACE_S
 
 from .config import load_config
 from .config.locate import project_config
-from .errors import DeployToolError, ExitCode, MultiHostError
+from .errors import DeployToolError, ExitCode, MultiHostError, UsageError
 
 
 def _config():
@@ -299,17 +299,21 @@ def plan(
     return ExitCode.OK
 
 
-def pull(host_spec: str | None, *, to: str = "pulled", refetch: bool = False) -> int:
+def pull(host_spec: str | None, *, to="pulled", refetch=False, hidden=False, free=False) -> int:
     from pathlib import Path
 
-    from .ops import pull as pull_mod
+    from .ops.pull_hidden import pull_all
     from .views import render
 
+    if free and not hidden:
+        raise UsageError(
+            "--free frees the hidden-states files pulled: give it with --hidden-states"
+        )
     config = _config()
     results = _run(
         config,
         host_spec,
-        lambda conn: pull_mod.pull_host(conn, Path(to), refetch=refetch),
+        lambda conn: pull_all(conn, Path(to), refetch, hidden, free),
         render.pull_result,
     )
     refused = [f"{h}:{n}" for h, r in results.items() for n in r.refused]

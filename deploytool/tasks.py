@@ -183,12 +183,15 @@ def plan(c, tokens_per_dataset="", host="", tokens_per_s="", apply=False):
         "host": HOST_HELP,
         "to": "local folder (one subfolder per host)",
         "refetch": "download again any file whose local copy is not a prefix of the host's",
+        "hidden-states": "also the hidden-states stage's rows and files (into TO/HOST/hidden_states/)",
+        "free": "with --hidden-states: delete each file on the host once its copy here has the "
+        "host's sha256 (the rows stay counted there)",
     },
 )
 @_cli
-def pull(c, host="", to="pulled", refetch=False):
+def pull(c, host="", to="pulled", refetch=False, hidden_states=False, free=False):
     """Copy data/outputs/ back, only what is new."""
-    return commands.pull(host or None, to=to, refetch=refetch)
+    return commands.pull(host or None, to=to, refetch=refetch, hidden=hidden_states, free=free)
 
 
 @task(

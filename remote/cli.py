@@ -27,6 +27,7 @@ HANDLERS: dict[type[Request], str] = {
     P.CtlStatus: "remote.host.commands.jobstate:job_status",
     P.CtlFiles: "remote.host.commands.ctl:files_command",
     P.CtlKeys: "remote.host.commands.ctl:keys_command",
+    P.CtlFree: "remote.job.hidden.store:free_command",  # the stage's files: the job's room
     P.CtlPlan: "remote.queries.target_caps:answer",  # reads the job's outputs: the job's room
     P.CtlReport: "remote.queries.report_data:gather",
     P.ServerStart: "remote.host.commands.server_commands:start_command",

@@ -7,6 +7,7 @@ import getpass
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -279,6 +280,12 @@ def cli(config, *args: str, timeout: float = 180, cwd=None) -> subprocess.Comple
         cwd=cwd,
         env=piped_env(),
     )
+
+
+def ctrl_c_as_typed() -> None:
+    """A child's preexec_fn: Ctrl-C reaches it as in a terminal. A shell's background job (a suite
+    started with `&`, as a load test does) has SIGINT ignored, and Python then leaves it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def piped_env() -> dict:

@@ -9,7 +9,7 @@ import subprocess
 
 import yaml
 
-from tests.conftest import REPO, free_port, piped_env, write_prompts
+from tests.conftest import REPO, ctrl_c_as_typed, free_port, piped_env, write_prompts
 from tests.helpers.as_typed import INVOKE, typed
 
 
@@ -142,6 +142,7 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=ctrl_c_as_typed,
     )
     first = proc.stdout.readline()
     assert first.startswith(f"box: stopping runner pid {pid}"), first

@@ -5,6 +5,7 @@ counted once, each file whole."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -193,3 +194,58 @@ def test_the_stage_gets_its_server_with_the_extraction_config_and_the_answers_th
     finally:
         typed("invoke stop", config)
         typed("invoke server.stop", config)
+
+
+def test_pull_takes_the_stages_files_and_frees_each_on_the_host_once_its_copy_matches(tmp_path):
+    config, root = local_job(tmp_path)
+    for line in ("invoke deploy", "invoke restart --max-samples 3", "invoke tail"):
+        ok(line, config)
+    ok("invoke restart --stage hidden-states", config)
+    ok("invoke tail", config)
+    host = Paths(root).hidden_states / "B1"
+    sums = {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in host.glob("hidden_states/*")
+    }
+    assert len(sums) == 3
+    to = tmp_path / "pulled"
+    said = ok(f"invoke pull --hidden-states --free --to {to}", config)
+    assert "hidden states: rows here B1 3; 3 files fetched" in said
+    assert "freed on the host: 3 files" in said
+    here = to / "box" / "hidden_states" / "B1"
+    got = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in here.glob("hidden_states/*")}
+    assert got == sums  # every file here as it was there, and gone there
+    assert not list(host.glob("hidden_states/*"))
+    assert (here / "rows.jsonl").read_bytes() == (host / "rows.jsonl").read_bytes()
+    for x in rows(root):
+        hsfile.check(
+            here / "hidden_states" / f"hs_{x['n']}.safetensors", x["input_ids"], x["layers"]
+        )
+    # the freed rows stay counted: the stage, raised to every prompt, makes the fourth row only
+    ok("invoke restart --max-samples all --stage generate", config)
+    ok("invoke tail", config)
+    ok("invoke restart --stage hidden-states", config)
+    ok("invoke tail", config)
+    assert [x["n"] for x in rows(root)] == [0, 1, 2, 3]
+    assert [p.name for p in host.glob("hidden_states/*")] == ["hs_3.safetensors"]
+    # a copy here that is not the host's file is never a reason to free it
+    ok(f"invoke pull --hidden-states --to {to}", config)
+    copy = here / "hidden_states" / "hs_3.safetensors"
+    data = bytearray(copy.read_bytes())
+    data[-20] ^= 0xFF  # the same size, one byte changed
+    copy.write_bytes(bytes(data))
+    said = ok(f"invoke pull --hidden-states --free --to {to}", config)
+    assert "B1 row 3: its sha256 differs from the copy's" in said
+    assert (host / "hidden_states" / "hs_3.safetensors").exists()
+    # a copy here cut short is fetched again, then freed
+    copy.write_bytes(bytes(data[:100]))
+    said = ok(f"invoke pull --hidden-states --free --to {to}", config)
+    assert "1 file fetched" in said
+    assert "freed on the host: 1 file (" in said
+    assert not (host / "hidden_states" / "hs_3.safetensors").exists()
+
+
+def test_free_without_hidden_states_is_one_line(tmp_path):
+    config, _ = local_job(tmp_path)
+    res = typed(f"invoke pull --free --to {tmp_path / 'p'}", config)
+    assert res.returncode == 2 and "give it with --hidden-states" in res.stderr
+    assert "Traceback" not in res.stderr

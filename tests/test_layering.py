@@ -243,6 +243,7 @@ NO_UNIT_TEST = {
     "deploytool/ops/dpgroup.py": "a data-parallel group on two hosts: test_dp_group",
     "deploytool/ops/export.py": "test_export (as typed), test_training_rows (records of real vLLM)",
     "deploytool/ops/pull.py": "pull over real ssh: test_tail_plan_pull",
+    "deploytool/ops/pull_hidden.py": "pull --hidden-states --free on the local host: test_hidden_stage",
     "deploytool/ops/server.py": "server start/stop on a real host: test_server_start_stop",
     "deploytool/program.py": "the invoke program as typed: test_startup, test_front_door",
     "deploytool/usage.py": "bad flags and values as typed: test_commands_answer, test_front_door",

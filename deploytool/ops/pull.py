@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from remote.common.codec import atomic_file
 from remote.common.protocol import CtlFiles
@@ -17,6 +18,9 @@ from remote.common.records import prefix_hash
 
 from ..connectors import Connector
 from .control import call
+
+if TYPE_CHECKING:
+    from .pull_hidden import HiddenPulled
 
 
 @dataclass
@@ -33,6 +37,7 @@ class PullResult:
     dest: str
     files: dict[str, Pulled] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
+    hidden: HiddenPulled | None = None  # with --hidden-states (pull_hidden)
 
     @property
     def bytes(self) -> int:
@@ -98,6 +103,13 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
     if info:  # made only once there is something to put in it (no empty folder after a failure)
         local_dir.mkdir(parents=True, exist_ok=True)
     remote_dir = f"{conn.remote_dir.rstrip('/')}/data/outputs"
+    sync(conn, info, have, remote_dir, local_dir, refetch, result)
+    return result
+
+
+def sync(conn, info: dict, have: dict, remote_dir: str, local_dir: Path, refetch: bool, result):
+    """Bring each listed file up to the host's: a whole copy of a rewritten file, the new lines of
+    an append-only one; a local copy that is no prefix of the host's is refused (or re-fetched)."""
     for name, e in info.items():
         local, remote, size = local_dir / name, f"{remote_dir}/{name}", e.size
         mine = have.get(name, 0)
@@ -120,6 +132,7 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
                 continue
             result.files[name] = Pulled("re-fetched", _fetch_whole(conn, remote, local, size))
         elif size > mine:
+            local.parent.mkdir(parents=True, exist_ok=True)
             if mine == 0:
                 local.touch()
             result.files[name] = Pulled(
@@ -127,4 +140,3 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
             )
         else:
             result.files[name] = Pulled("unchanged", 0)
-    return result

@@ -311,6 +311,10 @@ def stage_bytes_line(s: StageBytes) -> str:
     return line
 
 
+def _files(n: int) -> str:
+    return f"{n:,} file" + ("" if n == 1 else "s")
+
+
 def pull_result(r, out: Console | None = None) -> None:
     out = out or console
     if not r.files:
@@ -320,6 +324,20 @@ def pull_result(r, out: Console | None = None) -> None:
     for name, f in r.files.items():
         if f.action != "unchanged":
             out.print(f"  {f.action:10} {name} ({_size(f.bytes)})")
+    h = r.hidden
+    if h is None:
+        return
+    here = ", ".join(f"{ds} {n:,}" for ds, n in h.rows.items()) or "none yet"
+    freed = f"; freed on the host: {_files(h.freed)} ({fmt_bytes(h.freed_bytes)})"
+    out.print(
+        f"  hidden states: rows here {here}; {_files(h.fetched)} fetched ({fmt_bytes(h.bytes)})"
+        + (freed if h.freed else "")
+    )
+    for line in h.missing[:5] + h.refused[:5]:
+        out.print(f"  [red]{escape(line)}[/]")
+    more = max(0, len(h.missing) - 5) + max(0, len(h.refused) - 5)
+    if more:
+        out.print(f"  … and {more:,} more")
 
 
 @contextmanager

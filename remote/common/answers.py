@@ -265,6 +265,16 @@ class FilesAnswer:
 
 
 @dataclass
+class HiddenFreed:
+    """`ctl free`: the row files deleted on the host, per dataset, and those kept with why."""
+
+    freed: dict[str, int] = field(default_factory=dict)
+    bytes: int = 0
+    before: int = 0  # freed by an earlier pull (its unlink finished now where it was cut)
+    refused: dict[str, dict] = field(default_factory=dict)  # dataset -> {n: why}
+
+
+@dataclass
 class KeysStored:
     """`ctl keys`: how many servers' keys the runner will send."""
 

@@ -263,6 +263,17 @@ class CtlFiles(Request):
     answer: ClassVar = "FilesAnswer"
     help: ClassVar = "sizes and prefix hashes of data/outputs files, for pull"
     have: dict = opt({}, "JSON {name: local size}", json_arg=True)
+    hidden: bool = opt(False, "the hidden-states stage's ledgers instead (<DS>/rows.jsonl)")
+
+
+@dataclass
+class CtlFree(Request):
+    command: ClassVar = ("ctl", "free")
+    answer: ClassVar = "HiddenFreed"
+    help: ClassVar = (
+        "delete the hidden-states stage's row files whose copy has their sha256, read as JSON "
+        "{dataset: {n: sha256}} from stdin; each summed here first, the row stays counted"
+    )
 
 
 @dataclass
@@ -329,7 +340,7 @@ class Watch(Request):
 
 
 REQUESTS: tuple[type[Request], ...] = (
-    RunJob, CtlStart, CtlRestart, CtlStop, CtlStatus, CtlPlan, CtlReport, CtlFiles, CtlKeys,
+    RunJob, CtlStart, CtlRestart, CtlStop, CtlStatus, CtlPlan, CtlReport, CtlFiles, CtlFree, CtlKeys,
     ServerStart, ServerCheck, ServerSmoke, ServerStop, ServerStatus, Watch,
 )  # fmt: skip
 

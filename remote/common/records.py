@@ -262,6 +262,18 @@ def prefix_hash(path: Path, end: int) -> str | None:
     return hashlib.sha256(data).hexdigest() if len(data) == end - start else None
 
 
+def hidden_ledgers(paths: Paths, have: dict) -> dict:
+    """The hidden-states stage's ledgers (<DS>/rows.jsonl, append-only), for pull."""
+    out = {}
+    for p in sorted(paths.hidden_states.glob("*/" + "rows.jsonl")):
+        name = f"{p.parent.name}/{p.name}"
+        size, local = p.stat().st_size, have.get(name)
+        out[name] = {"size": size}
+        if isinstance(local, int) and 0 < local <= size:
+            out[name]["prefix_sha256"] = prefix_hash(p, local)
+    return out
+
+
 def output_files(paths: Paths, have: dict) -> dict:
     out = {}
     if not paths.outputs.is_dir():

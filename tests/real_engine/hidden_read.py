@@ -1,5 +1,5 @@
 """What speculators 0.9.0's offline trainer makes of the stage's files, by its own code: run with the
-Python of the vLLM environment. In WORK_DIR, `pulled/B1` is a dataset's folder of the host's
+Python of the vLLM environment. In WORK_DIR, `pulled/gpu1/hidden_states/B1` is a dataset's folder of the host's
 data/hidden_states/; the docs' own conversion (docs/hidden-states.md) is run on it as written, then
 speculators' ArrowDataset reads every row with its file and `check_hidden_states` checks each file.
 Writes WORK_DIR/read.json: each row as the trainer gives it.
@@ -26,7 +26,7 @@ def main(work: str) -> None:
     os.chdir(work)
     block = re.search(r"python - <<'PY'\n(.*?)\nPY\n", DOCS.read_text(), re.S).group(1)
     exec(compile(block, str(DOCS), "exec"), {})  # the docs' conversion, as a user runs it
-    d = Path("pulled/B1")
+    d = Path("pulled/gpu1/hidden_states/B1")
     ds = ArrowDataset(max_len=1 << 16, datapath=str(d), on_missing="raise")
     out = []
     for i in range(len(ds)):

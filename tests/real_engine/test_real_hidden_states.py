@@ -1,14 +1,17 @@
 """The hidden-states stage against real vLLM and read by speculators 0.9.0's own code
 (tests/real_engine/hidden_read.py, in the vLLM environment): vLLM started with the extraction
 config (`--speculative-config` extract_hidden_states, `--kv-transfer-config` with the rig's CPU copy
-of its example connector: cpu_hidden_states_connector.py) writes the files; the stage checks and
-counts them through a kill -9 of its runner; the folder, converted as docs/hidden-states.md says, is
+of its example connector: cpu_hidden_states_connector.py, named in the flags the product builds)
+writes the files; the stage checks and counts them through a kill -9 of its runner and of its
+server; the folder, converted as docs/hidden-states.md says, is
 read row by row with no error, every row's hidden states its own tokens', the loss only on the
 tokens the target generated. The same read on the stand-in engine's files runs without a server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -17,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from remote.common.jobspec import Paths
+from remote.common.caps import HIDDEN_STATES
+from remote.common.jobspec import Paths, ServerSpec
 from remote.common.records import Record
+from remote.host.processes.extraction import stage_spec
 from tests.conftest import REPO, free_port, records, runner_cmd, wait_for
 from tests.helpers.runner_jobs import make_root, run
 from tests.real_engine import rig
@@ -32,7 +37,9 @@ LAYERS = [0, 1, 2]  # the tiny model has two: its embedding's output, then each 
 def trainer_reads(vllm_python, root: Path, tmp_path: Path, layers: int, hidden: int) -> int:
     """The dataset's folder as pulled, read by speculators' own code; the rows it read."""
     work = tmp_path / "train"
-    shutil.copytree(Paths(root).hidden_states / "B1", work / "pulled" / "B1")
+    shutil.copytree(
+        Paths(root).hidden_states / "B1", work / "pulled" / "gpu1" / "hidden_states" / "B1"
+    )
     res = subprocess.run(
         [vllm_python, str(Path(__file__).with_name("hidden_read.py")), str(work)],
         capture_output=True,
@@ -67,45 +74,53 @@ def job_with_ids(root: Path, url: str | None) -> dict:
     return job
 
 
-@pytest.mark.timeout(900)
-def test_real_vllm_writes_the_files_the_stage_counts_once_through_a_kill(
+@pytest.mark.timeout(1200)
+def test_real_vllm_writes_the_files_the_stage_counts_once_through_kills_of_runner_and_server(
     tmp_path, vllm_python, vllm_exe, tiny_model
 ):
     root = make_root(tmp_path, {"B1": 300}, {"kind": "openai", "concurrency": 8})
-    spec = {
-        "method": "extract_hidden_states",
-        "num_speculative_tokens": 1,
-        "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": LAYERS}},
+    # the flags the product starts the stage's server with, the rig's CPU connector named in them
+    hs = {
+        "layers": LAYERS,
+        "connector": "CpuHiddenStatesConnector",
+        "connector_module": "cpu_hidden_states_connector",
     }
-    incoming = Paths(root).hidden_states / ".incoming"
-    kv = {
-        "kv_connector": "CpuHiddenStatesConnector",
-        "kv_connector_module_path": "cpu_hidden_states_connector",
-        "kv_role": "kv_producer",
-        "kv_connector_extra_config": {"shared_storage_path": str(incoming)},
-    }
-    args = ["--speculative-config", json.dumps(spec), "--kv-transfer-config", json.dumps(kv)]
+    server = stage_spec(
+        ServerSpec(model=str(tiny_model), hidden_states=hs), HIDDEN_STATES, Paths(root)
+    )
+    args, port = list(server.args), free_port()
     env = {"PYTHONPATH": str(Path(__file__).parent)}
-    log = tmp_path / "vllm.log"
-    with rig.serve(vllm_exe, tiny_model, free_port(), log, args=args, env=env) as url:
+    ledger = Paths(root).hidden_states / "B1" / "rows.jsonl"
+
+    def counted() -> int:
+        return len(ledger.read_text().splitlines()) if ledger.exists() else 0
+
+    with contextlib.ExitStack() as servers:
+        url, sid = servers.enter_context(
+            rig.serving(vllm_exe, tiny_model, port, tmp_path / "vllm-1.log", args=args, env=env)
+        )
         job = job_with_ids(root, url)
         assert run(root, timeout=600).returncode == 0
         job["engine"]["concurrency"] = 1  # one row at a time: the kill lands mid-stage
         (root / "job.json").write_text(json.dumps(job))
-        ledger = Paths(root).hidden_states / "B1" / "rows.jsonl"
         proc = subprocess.Popen(runner_cmd(root, "--stage", "hidden-states"), cwd=REPO)
-
-        def counted() -> int:
-            return len(ledger.read_text().splitlines()) if ledger.exists() else 0
-
         wait_for(lambda: counted() >= 5, timeout=300, what="five rows counted")
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         assert 5 <= counted() < 300
-        job["engine"]["concurrency"] = 8
+        # the runner again, and its server killed -9 under it with rows in flight: the runner waits
+        # for a server on the same port and goes on
+        job["engine"]["concurrency"] = 4
         (root / "job.json").write_text(json.dumps(job))
-        res = run(root, "--stage", "hidden-states", timeout=600)
-        assert res.returncode == 0, res.stderr[-2000:]
+        proc = subprocess.Popen(runner_cmd(root, "--stage", "hidden-states"), cwd=REPO)
+        before = counted()
+        wait_for(lambda: counted() >= before + 5, timeout=300, what="five rows more")
+        os.killpg(sid, signal.SIGKILL)
+        assert counted() < 300  # the concurrency keeps the stage from ending before the kill
+        servers.enter_context(
+            rig.serving(vllm_exe, tiny_model, port, tmp_path / "vllm-2.log", args=args, env=env)
+        )
+        assert proc.wait(600) == 0
     rows = [json.loads(x) for x in ledger.read_text().splitlines()]
     assert [x["n"] for x in rows] == list(range(300)) and len({x["id"] for x in rows}) == 300
     assert {(x["layers"], x["hidden"], x["dtype"]) for x in rows} == {(3, 128, "BF16")}

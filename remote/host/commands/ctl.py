@@ -13,7 +13,7 @@ import sys
 from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, StopAnswer
 from ...common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop
-from ...common.records import output_files
+from ...common.records import hidden_ledgers, output_files
 from ...common.state import ServerKeys
 from ...common.wire import HostFault
 from ..facts import intent
@@ -88,5 +88,5 @@ def keys_command(paths: Paths, req: CtlKeys) -> KeysStored:
 
 
 def files_command(paths: Paths, req: CtlFiles) -> FilesAnswer:
-    found = output_files(paths, req.have)
+    found = (hidden_ledgers if req.hidden else output_files)(paths, req.have)
     return FilesAnswer({name: FileInfo(**e) for name, e in found.items()})

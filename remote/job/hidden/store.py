@@ -8,20 +8,35 @@ A row counts when its line is in rows.jsonl: the file is moved to hs_<n> first (
 folder synced), the line appended after (one write, synced), so a line always names a file that is
 whole. At open, the ledger is read back to its last whole line, each line's file must be there with
 its size, and what is past that point (a torn line, a file moved whose line never came, a file
-gone) is dropped and made again: hs_<n> beyond the ledger are files this stage moved there itself."""
+gone) is dropped and made again: hs_<n> beyond the ledger are files this stage moved there itself.
+
+A row's file may also be freed: `pull --hidden-states --free` copied it off the host and its copy
+has the file's sha256. Its line is in freed.jsonl (written and synced before the file goes), and
+the row stays counted without its file. Freeing and the read-back at open hold the folder's lock,
+so neither sees the other half done."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
+import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
+from ...common.answers import HiddenFreed
+from ...common.codec import write_atomic
+from ...common.jobspec import Paths
+from ...common.protocol import CtlFree
 from ...common.records import TokenRow
+from ...common.wire import HostFault
 from .hsfile import Checked
 
 ROWS = "rows.jsonl"
+FREED = "freed.jsonl"  # rows whose file was taken off the host, checksum matched where it went
 
 
 def _fsync_dir(path: Path) -> None:
@@ -42,6 +57,7 @@ class HiddenStore:
         self.bytes = 0
         self.tokens = 0
         self.shape: tuple[int, int, str] | None = None  # layers, hidden size, dtype: every row's
+        self.freed: dict[int, int] = {}  # n -> bytes of the rows whose file pull took off the host
         self._f = None
 
     @property
@@ -53,14 +69,21 @@ class HiddenStore:
 
     def open(self) -> HiddenStore:
         self.files.mkdir(parents=True, exist_ok=True)
-        good, end = self._read_back()
-        if end is not None:
-            with open(self.ledger, "r+b") as f:
-                f.truncate(end)
-                os.fsync(f.fileno())
-        for entry in good:
-            self._count(entry["id"], entry["n"], entry)
-        self._drop_files_past(self.count)
+        with locked(self.dir):
+            self.freed = read_freed(self.dir)
+            good, end = self._read_back()
+            if end is not None:
+                with open(self.ledger, "r+b") as f:
+                    f.truncate(end)
+                    os.fsync(f.fileno())
+            for entry in good:
+                self._count(entry["id"], entry["n"], entry)
+            self._drop_files_past(self.count)
+            if end is not None and any(n >= self.count for n in self.freed):
+                # rows made again from here on are new files: an old row's freeing is not theirs
+                self.freed = {n: b for n, b in self.freed.items() if n < self.count}
+                lines = [json.dumps({"n": n, "bytes": b}) + "\n" for n, b in self.freed.items()]
+                write_atomic(self.dir / FREED, "".join(lines).encode())
         for p in self.files.glob(".hs_*.tmp"):  # a copy cut off before its rename
             p.unlink()
         self._f = open(self.ledger, "ab")
@@ -97,6 +120,8 @@ class HiddenStore:
         try:
             have = self.path(n).stat().st_size
         except FileNotFoundError:
+            if self.freed.get(n) == size:
+                return None  # taken off the host whole: the row stays counted
             return f"{self.path(n).name} is gone"
         if have != size:
             return f"{self.path(n).name} has {have} bytes, {size} were checked"
@@ -140,6 +165,100 @@ class HiddenStore:
         if self._f is not None:
             self._f.close()
             self._f = None
+
+
+@contextlib.contextmanager
+def locked(folder: Path):
+    """The dataset folder's lock: held while the ledger is read back and while files are freed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_freed(folder: Path) -> dict[int, int]:
+    """freed.jsonl's rows (n -> bytes); a line torn by a kill is a row not freed."""
+    out = {}
+    try:
+        lines = (folder / FREED).read_bytes().splitlines(keepends=True)
+    except FileNotFoundError:
+        return out
+    for raw in lines:
+        try:
+            entry = json.loads(raw) if raw.endswith(b"\n") else None
+            out[int(entry["n"])] = int(entry["bytes"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def sha256_of(path: Path) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 24):
+                h.update(chunk)
+    except FileNotFoundError:
+        return None
+    return h.hexdigest()
+
+
+def free_rows(root: Path, dataset: str, sums: dict[int, str]) -> tuple[int, int, int, dict]:
+    """Delete the row files whose copy elsewhere has these sha256 sums, each summed here first and
+    named in freed.jsonl before it goes: (freed, bytes freed, freed before, {n: why not})."""
+    folder = root / dataset
+    files = folder / "hidden_states"
+    done = size = before = 0
+    refused = {}
+    with locked(folder):
+        freed = read_freed(folder)
+        with open(folder / FREED, "ab") as log:
+            for n, want in sorted(sums.items()):
+                path = files / f"hs_{n}.safetensors"
+                if n in freed:  # a free cut off between its line and the unlink: finish it
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                    before += 1
+                    continue
+                got = sha256_of(path)
+                if got is None or got != want:
+                    refused[n] = (
+                        "no such file" if got is None else "its sha256 differs from the copy's"
+                    )
+                    continue
+                nbytes = path.stat().st_size
+                line = {"n": n, "sha256": got, "bytes": nbytes}
+                log.write((json.dumps(line) + "\n").encode())
+                log.flush()
+                os.fsync(log.fileno())
+                path.unlink()
+                done, size = done + 1, size + nbytes
+        if done:
+            _fsync_dir(files)
+    return done, size, before, refused
+
+
+def free_command(paths: Paths, req: CtlFree) -> HiddenFreed:
+    """`ctl free`: {dataset: {n: sha256}} on stdin; every row file whose sum matches is deleted."""
+    try:
+        asked = json.loads(sys.stdin.read() or "{}")
+        asked = {str(ds): {int(n): str(h) for n, h in sums.items()} for ds, sums in asked.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise HostFault(
+            "usage", "ctl free: expected JSON {dataset: {n: sha256}} on stdin"
+        ) from None
+    out = HiddenFreed()
+    for ds, sums in asked.items():
+        if not (paths.hidden_states / ds / ROWS).is_file():
+            raise HostFault("usage", f"ctl free: the hidden-states stage has no dataset {ds}")
+        done, size, before, refused = free_rows(paths.hidden_states, ds, sums)
+        out.freed[ds], out.bytes, out.before = done, out.bytes + size, out.before + before
+        if refused:
+            out.refused[ds] = {str(n): why for n, why in refused.items()}
+    return out
 
 
 def _move(source: Path, dest: Path) -> None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.conftest import REPO
+from tests.conftest import REPO, ctrl_c_as_typed
 
 SCRIPT = textwrap.dedent(
     """
@@ -42,6 +42,11 @@ SCRIPT = textwrap.dedent(
 
 def test_a_ctrl_c_taken_by_a_hosts_thread_ends_the_wait():
     res = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", SCRIPT],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=ctrl_c_as_typed,
     )
     assert res.stdout.strip() == "interrupted", res.stderr

@@ -99,3 +99,40 @@ def test_a_line_out_of_order_or_twice_ends_the_ledger_there(tmp_path):
     (store.dir / ROWS).write_text(lines[0] + lines[0].replace('"n":0', '"n":1'))
     again, said = reopened(tmp_path)
     assert again.count == 1 and any("out of order" in s for s in said)
+
+
+def sha(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_file_freed_with_its_copys_sum_stays_counted_and_a_wrong_sum_frees_nothing(tmp_path):
+    from remote.job.hidden.store import FREED, free_rows
+
+    store = filled(tmp_path)
+    sums = {0: sha(store.path(0)), 1: "0" * 64, 7: "f" * 64}
+    done, size, before, refused = free_rows(tmp_path / "hs", "B1", sums)
+    assert (done, before) == (1, 0) and size > 0
+    assert refused == {1: "its sha256 differs from the copy's", 7: "no such file"}
+    assert not store.path(0).exists() and store.path(1).exists()
+    again, said = reopened(tmp_path)
+    assert again.count == 3 and not said  # the freed row is counted without its file
+    assert [json.loads(x)["n"] for x in (store.dir / FREED).read_text().splitlines()] == [0]
+
+
+def test_a_free_cut_between_its_line_and_the_unlink_is_finished_by_the_next(tmp_path):
+    from remote.job.hidden.store import FREED, free_rows
+
+    store = filled(tmp_path)
+    line = {"n": 2, "sha256": sha(store.path(2)), "bytes": store.path(2).stat().st_size}
+    (store.dir / FREED).write_text(json.dumps(line) + "\n" + '{"n": 1, "sha')  # and a torn one
+    again, said = reopened(tmp_path)
+    assert again.count == 3 and not said  # the file still there: nothing to repair
+    again.close()
+    assert free_rows(tmp_path / "hs", "B1", {2: line["sha256"]})[:3] == (0, 0, 1)
+    assert not store.path(2).exists()
+    store.path(1).unlink()  # a row whose file is gone and was never freed is made again
+    third, said = reopened(tmp_path)
+    assert third.count == 1 and "hs_1.safetensors is gone" in said[0]
+    assert [json.loads(x)["n"] for x in (store.dir / FREED).read_text().splitlines()] == []

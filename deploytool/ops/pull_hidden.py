@@ -1,0 +1,151 @@
+"""pull --hidden-states: the hidden-states stage's rows and files; with --free, each file is deleted
+on the host once the copy here has its sha256 (the host sums its own file before it deletes it, and
+the row stays counted there).
+
+    pulled/<host>/hidden_states/<DS>/rows.jsonl                         new whole lines only
+    pulled/<host>/hidden_states/<DS>/hidden_states/hs_<n>.safetensors   each row's file, once
+
+What the host said it freed is kept here in <DS>/.freed (one row number a line), so a later pull
+neither asks for those files nor sums them again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from remote.common.codec import atomic_file
+from remote.common.protocol import CtlFiles, CtlFree
+
+from ..connectors import Connector
+from ..errors import RemoteError
+from .control import call
+from .pull import PullResult, _cut_torn_tail, pull_host, sync
+
+BATCH = 500  # files per `ctl free` (its sums go on stdin)
+
+
+@dataclass
+class HiddenPulled:
+    rows: dict[str, int] = field(default_factory=dict)  # dataset -> rows here
+    fetched: int = 0  # files
+    bytes: int = 0
+    freed: int = 0  # files deleted on the host by this pull
+    freed_bytes: int = 0
+    missing: list[str] = field(default_factory=list)  # rows whose file is neither here nor there
+    refused: list[str] = field(default_factory=list)  # files the host kept: why
+
+
+def pull_all(conn: Connector, dest: Path, refetch: bool, hidden: bool, free: bool) -> PullResult:
+    """The outputs, then (`hidden`) the stage's rows and files."""
+    result = pull_host(conn, dest, refetch=refetch)
+    if hidden:
+        local = Path(result.dest) / "hidden_states"
+        result.hidden = pull_hidden(conn, local, refetch, free, result)
+    return result
+
+
+def pull_hidden(
+    conn: Connector, local_root: Path, refetch: bool, free: bool, result: PullResult
+) -> HiddenPulled:
+    have = {}
+    for p in local_root.glob("*/rows.jsonl"):
+        _cut_torn_tail(p)
+        have[f"{p.parent.name}/rows.jsonl"] = p.stat().st_size
+    info = call(conn, CtlFiles(have=have, hidden=True)).files
+    remote_root = f"{conn.remote_dir.rstrip('/')}/data/hidden_states"
+    ledgers = PullResult(result.host, str(local_root))
+    sync(conn, info, have, remote_root, local_root, refetch, ledgers)
+    for name, pulled in ledgers.files.items():
+        result.files[f"hidden_states/{name}"] = pulled
+    result.refused += [f"hidden_states/{name}" for name in ledgers.refused]
+    out = HiddenPulled()
+    for name in info:
+        if name not in ledgers.refused:
+            _dataset(conn, local_root / name.split("/")[0], remote_root, free, out)
+    return out
+
+
+def _dataset(conn: Connector, folder: Path, remote_root: str, free: bool, out: HiddenPulled):
+    ds = folder.name
+    freed = _read_freed(folder)
+    sums: dict[int, str] = {}
+    for n, size in _rows(folder / "rows.jsonl"):
+        out.rows[ds] = n + 1
+        path = folder / "hidden_states" / f"hs_{n}.safetensors"
+        here = path.exists() and path.stat().st_size == size
+        if not here and n in freed:
+            out.missing.append(f"{ds} row {n}: freed on the host, and its copy here is gone")
+            continue
+        if not here:
+            remote = f"{remote_root}/{ds}/hidden_states/{path.name}"
+            try:
+                sums[n] = _fetch_summed(conn, remote, path, size)
+            except RemoteError as e:
+                out.missing.append(f"{ds} row {n}: {e}")
+                continue
+            out.fetched, out.bytes = out.fetched + 1, out.bytes + size
+        elif free and n not in freed:
+            sums[n] = _sum(path)
+    if free:
+        _free(conn, folder, sums, out)
+
+
+def _free(conn: Connector, folder: Path, sums: dict[int, str], out: HiddenPulled) -> None:
+    ds, todo = folder.name, sorted(sums)
+    for i in range(0, len(todo), BATCH):
+        batch = {str(n): sums[n] for n in todo[i : i + BATCH]}
+        answer = call(conn, CtlFree(), stdin=json.dumps({ds: batch}).encode())
+        kept = answer.refused.get(ds, {})
+        out.refused += [f"{ds} row {n}: {why}" for n, why in kept.items()]
+        out.freed += answer.freed.get(ds, 0)
+        out.freed_bytes += answer.bytes
+        done = [n for n in batch if n not in kept]
+        with open(folder / ".freed", "a", encoding="utf-8") as f:
+            f.write("".join(f"{n}\n" for n in done))
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _rows(ledger: Path):
+    """(n, bytes) of each whole row line."""
+    with open(ledger, "rb") as f:
+        for raw in f:
+            try:
+                row = json.loads(raw)
+                yield int(row["n"]), int(row["bytes"])
+            except (ValueError, KeyError, TypeError):
+                return
+
+
+def _read_freed(folder: Path) -> set[int]:
+    try:
+        text = (folder / ".freed").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return set()
+    return {int(x) for x in text.split("\n") if x.strip().isdigit()}
+
+
+def _fetch_summed(conn: Connector, remote: str, local: Path, size: int) -> str:
+    """The whole file, written here atomically; its sha256 as received."""
+    local.parent.mkdir(parents=True, exist_ok=True)
+    h, n = hashlib.sha256(), 0
+    with atomic_file(local) as f:
+        for chunk in conn.read_range(remote, 0, size):
+            f.write(chunk)
+            h.update(chunk)
+            n += len(chunk)
+        if n != size:
+            raise RemoteError(f"{remote}: {n} bytes came, the row says {size}")
+    return h.hexdigest()
+
+
+def _sum(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
