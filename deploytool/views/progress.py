@@ -10,7 +10,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from remote.common.caps import GENERATE
+from remote.common.caps import GENERATE, HIDDEN_STATES
 from remote.common.status import STALE_AFTER, JobState, JobStatus, ProcessState, ServerMetrics
 
 from .typed import say
@@ -134,6 +134,13 @@ def disk_line(st: JobStatus) -> tuple[str, str] | None:
     if d.free_bytes is None:
         return None
     free = d.free_bytes / (1 << 30)
+    if d.full and st.stage == HIDDEN_STATES:
+        return (
+            f"DISK FULL: no new rows until there is space ({free:.1f} GiB free now); the stage "
+            "goes on by itself once there is: `invoke pull --hidden-states --free` takes finished "
+            "files off the host",
+            "red",
+        )
     if d.full:
         return (
             f"DISK FULL: {d.held} answers wait in memory, no new requests; the job carries on "

@@ -129,7 +129,11 @@ class RunArgs(Request):
         metavar="STAGE",
     )
     grace: float = _grace()
-    force: bool = opt(False, "resume even if model/sampling settings differ from the outputs")
+    force: bool = opt(
+        False,
+        "resume even if model/sampling settings differ from the outputs; the hidden-states stage: "
+        "start although the rows left do not fit the free space (it pauses before the disk fills)",
+    )
 
     def changes_caps(self) -> bool:
         return any(getattr(self, n) not in (None, (), False) for n in _CAP_FLAGS)

@@ -1,9 +1,10 @@
 """The hidden-states stage's progress, per dataset: its rows to make, what is in flight, what failed;
-and whether the rows left fit the disk."""
+and its disk rules: whether the rows left fit, and when no new row may start."""
 
 from __future__ import annotations
 
 import collections
+import itertools
 
 from ...common.caps import DISK_MARGIN, fmt_bytes
 from ...common.records import TokenRow
@@ -38,6 +39,56 @@ class Stage:
         return DatasetState.RUNNING if self.in_flight or self.new else DatasetState.PENDING
 
 
+class DiskGuard:
+    """The stage's disk rules: the rows left must fit the free space for it to start (unless
+    forced); while it runs no new row starts until the next rows fit: a pause, which space freed
+    ends by itself. `free_bytes()` is asked each time (None: not known)."""
+
+    def __init__(self, free_bytes, force: bool, log, notify):
+        self.free_bytes, self.force, self.log, self.notify = free_bytes, force, log, notify
+        self.full = False  # paused now
+        self.checked = False  # what a token takes was known at a check (a row is made)
+
+    def refusal(self, stages) -> str | None:
+        stages = list(stages)
+        why = disk_refusal(stages, self.free_bytes())
+        self.checked = self.checked or any(st.store.tokens for st in stages)
+        if why and self.force:
+            self.log(f"--force: going on although {why.split(':')[0]}; it pauses before it fills")
+            return None
+        return why
+
+    def paused(self, stages, slots: int) -> bool:
+        """Whether no new row may start now (said and notified once each time the disk fills)."""
+        why = disk_pause(stages, self.free_bytes(), slots)
+        if why is None:
+            if self.full:
+                self.full = False
+                self.log("disk has space again: the stage goes on")
+            return False
+        if not self.full:
+            self.full = True
+            self.log(f"disk full: {why}: no new rows until there is space")
+            self.notify(why)
+        return True
+
+
+def disk_pause(stages, free: int | None, slots: int) -> str | None:
+    """Why no new row may start (None: it may): the rows in flight and the next `slots` rows, at
+    what a token takes in the rows made, and 5% more, must fit in `free` bytes."""
+    stages = list(stages)
+    per_token = [st.store.bytes / st.store.tokens for st in stages if st.store.tokens]
+    todo = [r for st in stages for r in itertools.islice(st.todo, slots)]
+    if not per_token or free is None or not todo:
+        return None
+    mean = sum(len(r.input_ids) for r in todo) / len(todo)
+    rows = slots + sum(st.in_flight for st in stages)
+    need = int(rows * mean * max(per_token) * DISK_MARGIN)
+    if need <= free:
+        return None
+    return f"the next {rows} rows need about {fmt_bytes(need)}, the disk has {fmt_bytes(free)} free"
+
+
 def disk_refusal(stages, free: int | None) -> str | None:
     """Why the rows left cannot fit in `free` bytes (None: they can, or it is not known yet): the
     bytes a token takes are the rows' own, once one is made."""
@@ -51,6 +102,7 @@ def disk_refusal(stages, free: int | None) -> str | None:
         return None
     return (
         f"the hidden states left need {fmt_bytes(need)} ({left:,} tokens), the disk has "
-        f"{fmt_bytes(free)} free: free space, move finished datasets off the host, or cap the "
-        "stage (--max-tokens, --max-samples)"
+        f"{fmt_bytes(free)} free: free space, cap the stage (--max-tokens, --max-samples), or "
+        "restart it with --force to go on and take finished files off the host as it runs "
+        "(`invoke pull --hidden-states --free`): it pauses before the disk fills"
     )

@@ -20,11 +20,11 @@ from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
 from ...common.records import TokenRow
 from ...common.state import ServerKeys, keep_caps
-from ...common.status import DatasetStatus, EngineStatus, JobState, JobStatus
+from ...common.status import DatasetStatus, DiskStatus, EngineStatus, JobState, JobStatus
 from ..engine.client import EngineDown, EngineError, PermanentError, backoff
 from ..engine.kinds import make_engine
 from ..hidden import hsfile
-from ..hidden.progress import Stage, disk_refusal
+from ..hidden.progress import DiskGuard, Stage
 from ..hidden.rows import rows_of
 from ..hidden.store import HiddenStore
 from ..store.outputs import disk_usage
@@ -34,14 +34,15 @@ from .own_process import Log, runner_fields
 
 WRITE_WAIT_S = 300.0  # a file the server named and still writes after this long is asked again
 BAD_FILE_TRIES = 3  # a row whose file is bad this often fails (the next restart tries it again)
+DISK_CHECK_S = 3.0  # between looks at the free space while the disk is full
 
 
 class HiddenRunner:
     def __init__(
         self, paths: Paths, job: JobSpec, caps: Caps, *, grace=GRACE_S, force=False, echo=False
     ):
-        """`force` is the generation's (resume with other settings): the stage reads the records
-        as they are."""
+        """`force`: go on when the rows left do not fit the free space (it pauses before the
+        disk fills, while pull --free takes files off); the records are read as they are."""
         self.paths, self.job, self.caps, self.grace = paths, job, caps, grace
         self.log = Log(paths.log, echo)
         eng = job.engine
@@ -62,8 +63,11 @@ class HiddenRunner:
         self.engine_error: str | None = None
         self.urls: list[str] = []
         self.flying: set[str] = set()  # row ids in flight
-        self.free_bytes = lambda: disk_usage(paths.hidden_states)["free_bytes"]
-        self.disk_checked = False
+        self.free_bytes = lambda: disk_usage(self.paths.hidden_states)["free_bytes"]
+        notify = lambda why: self.notifier.send(  # noqa: E731
+            "disk_full", f"{paths.root}: hidden states paused, disk full: {why}"
+        )
+        self.disk = DiskGuard(lambda: self.free_bytes(), force, self.log, notify)
 
     # ------------------------------------------------------------------ before it runs
 
@@ -85,11 +89,6 @@ class HiddenRunner:
                     "extra_body.return_token_ids): they cannot be extracted and are left out"
                 )
 
-    def disk_refusal(self) -> str | None:
-        refusal = disk_refusal(self.stages.values(), self.free_bytes())
-        self.disk_checked = self.disk_checked or any(st.store.tokens for st in self.stages.values())
-        return refusal
-
     # ------------------------------------------------------------------ while it runs
 
     def _next(self) -> tuple[Stage, TokenRow] | None:
@@ -99,7 +98,11 @@ class HiddenRunner:
         return None
 
     async def _worker(self, engine, url: str) -> None:
+        slots = self.job.engine.concurrency * max(1, len(self.urls))
         while not self.stop.asked and self.fatal is None:
+            if self.disk.paused(self.stages.values(), slots):
+                await asyncio.sleep(DISK_CHECK_S)  # until space is freed: a pause, not a stop
+                continue
             item = self._next()
             if item is None:
                 return
@@ -126,8 +129,8 @@ class HiddenRunner:
                 st.store.commit(row, path, facts)
                 _remove(hsfile.lock_path(path))
                 st.new += 1
-                if not self.disk_checked:  # the first row says what a token takes
-                    self.fatal = self.fatal or self.disk_refusal()
+                if not self.disk.checked:  # the first row says what a token takes
+                    self.fatal = self.fatal or self.disk.refusal(self.stages.values())
                 now = time.time()
                 self.rows_made.add(now, 1)
                 self.tokens_made.add(now, facts.tokens)
@@ -238,7 +241,7 @@ class HiddenRunner:
     # ------------------------------------------------------------------ what it reports
 
     def status_now(self) -> JobStatus:
-        now = time.time()
+        now, disk = time.time(), disk_usage(self.paths.hidden_states)
         datasets = {}
         for name, st in self.stages.items():
             datasets[name] = DatasetStatus(
@@ -277,6 +280,7 @@ class HiddenRunner:
             eta_s=int(left / per_s) if per_s > 0 else None,
             datasets=datasets,
             stage=HIDDEN_STATES,
+            disk=DiskStatus(disk["free_bytes"], disk["total_bytes"], self.disk.full),
         )
 
     def write_status(self) -> None:
@@ -308,7 +312,8 @@ class HiddenRunner:
             keys = ServerKeys.read(self.paths.server_keys)
             async with make_engine(self.job, keys.keys if keys else None) as engine:
                 self.urls = list(engine.base_urls)
-                self.fatal = self.disk_refusal()  # known from rows made before: refused at once
+                # known from rows made before: refused at once
+                self.fatal = self.disk.refusal(self.stages.values())
                 n = self.job.engine.concurrency
                 workers = [
                     asyncio.ensure_future(self._worker(engine, url))

@@ -8,13 +8,15 @@ import asyncio
 import fcntl
 import json
 import os
+import threading
 
 from remote.common.caps import HIDDEN_STATES, Caps
 from remote.common.jobspec import JobSpec, Paths
-from remote.common.status import JobState
+from remote.common.status import JobState, JobStatus
 from remote.job.engine.client import Engine, TransientError
 from remote.job.hidden import hsfile
 from remote.job.loop.stage_runner import HiddenRunner
+from tests.conftest import wait_for
 from tests.helpers.runner_jobs import make_root, run
 
 
@@ -134,6 +136,42 @@ def test_a_stage_that_cannot_fit_the_disk_stops_after_its_first_row_and_then_at_
     assert again.run() == 1 and again.stages["B1"].store.count == made
     done = runner(free=10**12)
     assert done.run() == 0 and done.stages["B1"].store.count == 20
+
+
+def test_a_forced_stage_pauses_before_the_disk_fills_and_goes_on_once_space_is_freed(tmp_path):
+    root = make_root(
+        tmp_path, {"B1": 20}, {"kind": "simulate", "tokens_per_s": 1e6, "concurrency": 1}
+    )
+    job = json.loads((root / "job.json").read_text())
+    job["extra_body"] = {"return_token_ids": True}
+    (root / "job.json").write_text(json.dumps(job))
+    assert run(root).returncode == 0
+    free = [3000]  # less than a row needs once the first one says what a token takes
+    r = HiddenRunner(
+        Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES), force=True
+    )
+    r.free_bytes = lambda: free[0]
+    r.prepare()
+    seen = []
+
+    def pull_free():  # what a person does once the stage says the disk is full
+        try:
+            wait_for(lambda: r.disk.full, what="the stage paused")
+            wait_for(
+                lambda: (JobStatus.read(Paths(root).status) or JobStatus()).disk.full,
+                what="status saying the disk is full",
+            )
+            seen.append((r.stages["B1"].store.count, r.state))
+        finally:
+            free[0] = 10**12  # space freed (pull --free): the stage goes on by itself
+
+    helper = threading.Thread(target=pull_free, daemon=True)
+    helper.start()
+    assert r.run() == 0  # the runner's signal handlers want the main thread
+    helper.join(30)
+    assert seen == [(1, JobState.RUNNING)] and r.stages["B1"].store.count == 20
+    log = Paths(root).log.read_text()
+    assert "no new rows until there is space" in log and "disk has space again" in log
 
 
 class Elsewhere(Engine):
