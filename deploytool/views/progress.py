@@ -62,7 +62,10 @@ def health(st: JobStatus, now: float) -> tuple[str, bool]:
     every = st.records  # every record of the job, not only this runner's
     parts.append(f"errors {st.errors}")
     bad |= bool(st.errors)
-    parts.append(f"finish=length {st.finish_length / every:.1%}" if every else "finish=length -")
+    if st.stage != HIDDEN_STATES:  # a row of hidden states has no finish reason
+        parts.append(
+            f"finish=length {st.finish_length / every:.1%}" if every else "finish=length -"
+        )
     if st.retries:
         parts.append(f"retries {st.retries}")
     if st.stalled:
@@ -271,11 +274,12 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
     if st is None:
         return Text(f"{host}: no status yet" + (f" ({note})" if note else ""), style="yellow")
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
+    rows = st.stage == HIDDEN_STATES  # the stage counts rows of hidden states, not answers
     for col, kw in (
         ("dataset", {}),
         ("", {"width": 24}),
-        ("done/target", {"justify": "right"}),
-        ("tokens", {"justify": "right"}),
+        ("rows" if rows else "done/target", {"justify": "right"}),
+        ("tokens in rows" if rows else "tokens", {"justify": "right"}),
         ("tok/s", {"justify": "right"}),
         ("ETA", {"justify": "right"}),
         ("state", {}),
@@ -302,12 +306,13 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
     head = Text.assemble(
         (f"{host}", "bold"),
         ": ",
-        (st.state, STATE_STYLE.get(st.state, "bold")),
+        (("hidden states " if rows else "") + st.state, STATE_STYLE.get(st.state, "bold")),
         f"  pid {st.pid or '?'}  in flight {st.in_flight}/{st.concurrency or '?'}",
     )
+    speed = f" · {st.samples_per_s:,.1f} rows/s" if rows else ""
     total = Text(
-        f"total {fmt_tokens(st.completion_tokens)} tokens · "
-        f"{fmt_rate(st.tokens_per_s, st.mean_tokens_per_s)} tok/s"
+        f"total {fmt_tokens(st.completion_tokens)} tokens{' in rows' if rows else ''} · "
+        f"{fmt_rate(st.tokens_per_s, st.mean_tokens_per_s)} tok/s{speed}"
         f" · ETA {fmt_duration(st.eta_s) if not st.terminal else '-'}"
         f" · elapsed {fmt_duration(now - st.started_at) if st.started_at else '?'}"
     )
@@ -353,10 +358,11 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
     line, _ = health(st, now)
     eta = fmt_duration(st.eta_s) if not st.terminal else "-"
     stage = f" {st.stage}" if st.stage != GENERATE else ""  # rows of hidden states, not answers
-    out = (
-        f"{stamp} {host}:{stage} {st.state} | {ds} | {fmt_tokens(st.completion_tokens)} tok "
-        f"{fmt_tokens(st.tokens_per_s)} tok/s ETA {eta} | {line}"
-    )
+    made = f"{fmt_tokens(st.completion_tokens)} tok {fmt_tokens(st.tokens_per_s)} tok/s"
+    if st.stage == HIDDEN_STATES:
+        ds += " rows"
+        made = f"{fmt_tokens(st.completion_tokens)} tok in rows {st.samples_per_s:,.1f} rows/s"
+    out = f"{stamp} {host}:{stage} {st.state} | {ds} | {made} ETA {eta} | {line}"
     down = [text for text, bad in endpoint_lines(st, now) if bad]
     disk = disk_line(st)
     if disk and disk[1] != "dim":

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from remote.common.caps import DISK_MARGIN, GENERATE, fmt_bytes
+from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, fmt_bytes
 from remote.common.status import JobStatus
 
 from ..errors import DeployToolError
@@ -168,6 +168,7 @@ STATUS_COLUMNS = (
     "errors",
     "length-cut",
 )
+STAGE_COLUMNS = ("dataset", "rows", "state", "tokens in rows", "tok/s", "ETA", "failed")
 
 
 def status_screen(s: JobStatus, out: Console | None = None, now: float | None = None) -> None:
@@ -179,8 +180,9 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
     out.print(f"[bold]{s.host}[/]: {stage}{s.state}{alive}  {release_words(s)}", markup=True)
     if s.message:
         out.print(f"  {escape(say(s.message, s.host))}")
+    rows = s.stage == HIDDEN_STATES  # rows of hidden states: no finish reason to count
     if s.datasets:
-        t = Table(*STATUS_COLUMNS, box=None)
+        t = Table(*(STAGE_COLUMNS if rows else STATUS_COLUMNS), box=None)
         for name, d in s.datasets.items():
             t.add_row(
                 name,
@@ -190,7 +192,7 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
                 fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
                 "-" if d.is_complete else _eta(d.eta_s),
                 str(d.errors),
-                str(d.finish_length),
+                *(() if rows else (str(d.finish_length),)),
             )
         out.print(t)
         if any(shows_mean(d.tokens_per_s, d.mean_tokens_per_s) for d in s.datasets.values()):
@@ -198,7 +200,7 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
         eng = s.engine
         health = "reachable" if eng.reachable else f"UNREACHABLE ({eng.last_error})"
         out.print(
-            f"  total {_tok(s.completion_tokens)} tokens, "
+            f"  total {_tok(s.completion_tokens)} tokens{' in rows' if rows else ''}, "
             f"{fmt_rate(s.tokens_per_s, s.mean_tokens_per_s)} tok/s, "
             f"ETA {'-' if s.terminal else _eta(s.eta_s)}; engine {eng.kind} {health}; "
             f"errors {s.errors}"

@@ -12,11 +12,14 @@ refuses."""
 from __future__ import annotations
 
 import array
+import asyncio
 import fcntl
 import json
+import mmap
 import os
 import struct
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,23 +153,64 @@ def _first_difference(got: list[int], want: list[int]) -> str:
     return f"token {i}: {got[i]}, the row has {want[i]}"
 
 
+def _numpy():
+    """numpy where the host has it (vLLM brings it): a chunk checked at memory speed."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+# a float is inf or NaN exactly where its exponent bits are all set
+_EXPONENT = {"BF16": ("<u2", 0x7F80), "F16": ("<u2", 0x7C00), "F32": ("<u4", 0x7F800000),
+             "F64": ("<u8", 0x7FF0000000000000)}  # fmt: skip
+
+
+def _non_finite_mapped(np, path: Path, offset: int, length: int, dtype: str) -> int | None:
+    """The file mapped, not read: its pages are looked at where they lie, a chunk at a time."""
+    kind, mask = _EXPONENT[dtype]
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size < offset + length:
+            raise BadFile(f"{path.name}: torn inside its hidden states")
+        if not length:
+            return None
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            values = np.frombuffer(m, dtype=kind, count=length // dtype_bytes(dtype), offset=offset)
+            step, want = _CHUNK // values.itemsize, np.array(mask, dtype=kind)
+            try:
+                for i in range(0, len(values), step):
+                    bad = np.bitwise_and(values[i : i + step], want) == want
+                    if bad.any():
+                        return i + int(np.argmax(bad))
+                return None
+            finally:
+                del values  # the map closes only once no array looks at it
+
+
 def _first_non_finite(path: Path, offset: int, length: int, dtype: str) -> int | None:
-    """The index of the first inf or NaN, or None: per chunk, each marked byte is mapped to 1 where
-    its mask is set, and the maps are multiplied as big integers (a value is non-finite exactly
-    where every map has a 1)."""
+    """The index of the first inf or NaN, or None: per chunk, with numpy its exponent bits; else each
+    marked byte is mapped to 1 where its mask is set, a chunk where some map has no 1 is finite,
+    and the maps are multiplied as big integers (a value is non-finite where every map has a 1)."""
     width, masks = _FLOATS[dtype]
     tables = [bytes(int(b & m == m) for b in range(256)) for _, m in masks]
     chunk = _CHUNK - _CHUNK % width
-    done = 0
+    done, np = 0, _numpy()
+    if np is not None:
+        return _non_finite_mapped(np, path, offset, length, dtype)
     with open(path, "rb") as f:
         f.seek(offset)
         while done < length:
             buf = f.read(min(chunk, length - done))
             if not buf:
                 raise BadFile(f"{path.name}: torn inside its hidden states")
+            maps = [buf[pos::width].translate(table) for (pos, _), table in zip(masks, tables)]
+            if not all(b"\x01" in m for m in maps):  # the finite chunk, at memchr's speed
+                done += len(buf)
+                continue
             hits = -1
-            for (pos, _), table in zip(masks, tables):
-                hits &= int.from_bytes(buf[pos::width].translate(table), "little")
+            for m in maps:
+                hits &= int.from_bytes(m, "little")
             if hits:
                 return (done // width) + ((hits & -hits).bit_length() - 1) // 8
             done += len(buf)
@@ -192,6 +236,17 @@ def written(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+async def wait_written(path: Path, timeout: float) -> None:
+    """Until vLLM is done writing `path` (BadFile past `timeout` seconds): a short write is seen at
+    once, a long one is not polled hard."""
+    deadline, pause = time.monotonic() + timeout, 0.001
+    while not written(path):
+        if time.monotonic() > deadline:
+            raise BadFile(f"{path.name}: still being written after {timeout:g}s")
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, 0.02)
 
 
 def write(path: Path, token_ids: list[int], hidden: bytes, layers: int, dtype: str) -> None:

@@ -63,6 +63,8 @@ class HiddenRunner:
         self.engine_error: str | None = None
         self.urls: list[str] = []
         self.flying: set[str] = set()  # row ids in flight
+        self.committing, self.commit_job = asyncio.Lock(), None
+        self.requesting: dict[str, asyncio.Semaphore] = {}  # per server: its concurrency
         self.free_bytes = lambda: disk_usage(self.paths.hidden_states)["free_bytes"]
         notify = lambda why: self.notifier.send(  # noqa: E731
             "disk_full", f"{paths.root}: hidden states paused, disk full: {why}"
@@ -121,12 +123,19 @@ class HiddenRunner:
             path = None
             try:
                 key = f"{row.id}-{os.getpid()}-{tries}"
-                path = self._ours(
-                    await engine.hidden_states(url, row.input_ids, key, self.incoming)
-                )
-                await self._written(path)
-                facts = self._checked(st, path, row)
-                st.store.commit(row, path, facts)
+                async with self.requesting[url]:  # the server's slots: a row past its answer
+                    path = self._ours(  # frees its slot while its file is waited for and checked
+                        await engine.hidden_states(url, row.input_ids, key, self.incoming)
+                    )
+                await hsfile.wait_written(path, WRITE_WAIT_S)
+                # a file is read and synced in threads: the loop goes on serving the streams
+                facts = await asyncio.to_thread(self._checked, st, path, row)
+                async with self.committing:  # one at a time: a row's n is the ledger's next
+                    job = asyncio.ensure_future(
+                        asyncio.to_thread(st.store.commit, row, path, facts)
+                    )
+                    self.commit_job = job
+                    await asyncio.shield(job)  # a stop's cancel leaves it to end (see _main)
                 _remove(hsfile.lock_path(path))
                 st.new += 1
                 if not self.disk.checked:  # the first row says what a token takes
@@ -178,13 +187,6 @@ class HiddenRunner:
                 404,
             )
         return path
-
-    async def _written(self, path) -> None:
-        deadline = time.monotonic() + WRITE_WAIT_S
-        while not hsfile.written(path):
-            if time.monotonic() > deadline:
-                raise hsfile.BadFile(f"{path.name}: still being written after {WRITE_WAIT_S:g}s")
-            await asyncio.sleep(0.02)
 
     def _checked(self, st: Stage, path, row: TokenRow) -> hsfile.Checked:
         shape = st.store.shape
@@ -315,10 +317,11 @@ class HiddenRunner:
                 # known from rows made before: refused at once
                 self.fatal = self.disk.refusal(self.stages.values())
                 n = self.job.engine.concurrency
-                workers = [
+                self.requesting = {url: asyncio.Semaphore(n) for url in self.urls}
+                workers = [  # twice the rows the servers take: theirs never wait for a commit
                     asyncio.ensure_future(self._worker(engine, url))
                     for url in self.urls
-                    for _ in range(n)
+                    for _ in range(2 * n)
                 ]
                 self.state = JobState.RUNNING
                 self.write_status()
@@ -334,6 +337,8 @@ class HiddenRunner:
                 stopper.cancel()
         finally:
             house.cancel()
+            if self.commit_job is not None:  # a commit a cancelled row left in its thread ends
+                await asyncio.wait({self.commit_job})
             for st in self.stages.values():
                 st.store.close()
         return self._verdict()

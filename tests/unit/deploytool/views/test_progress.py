@@ -45,3 +45,34 @@ def test_status_and_tail_say_recovering_gave_up_and_unsupervised():
     lines = [t for t, _ in progress.recovery_lines(st)]
     assert lines[0] == "GAVE UP on the server: gave up" and "illegal memory access" in lines[1]
     assert lines[-1].startswith("unsupervised")
+
+
+def test_the_hidden_states_stage_is_shown_in_rows_without_a_finish_reason():
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.status import DatasetStatus, DiskStatus, JobStatus
+
+    st = JobStatus(state="running", host="gpu1", stage="hidden-states", samples_per_s=12.5)
+    st.datasets = {
+        "B1": DatasetStatus(
+            state="running", done=3, target=4, records=3, completion_tokens=360, finish_length=3
+        )
+    }
+    st.completion_tokens = 360
+    st.disk = DiskStatus(free_bytes=1 << 30, total_bytes=1 << 40, full=True)
+    line = progress.plain_line("gpu1", st, 0)
+    assert "gpu1: hidden-states running | B1 3/4 rows | 360 tok in rows 12.5 rows/s" in line
+    assert "finish=length" not in line
+    assert "DISK FULL: no new rows until there is space (1.0 GiB free now)" in line
+    assert "pull --hidden-states --free" in line
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
+    text = buf.getvalue()
+    assert "tokens in rows" in text and "failed" in text and "length-cut" not in text
+    assert "total 360 tokens in rows" in text
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(progress.host_view("gpu1", st, 0))
+    assert "hidden states running" in buf.getvalue() and "12.5 rows/s" in buf.getvalue()

@@ -14,6 +14,17 @@ from remote.job.hidden import hsfile
 IDS = [11, 12, 13]
 
 
+@pytest.fixture(params=["numpy", "stdlib"], autouse=True)
+def checker(request, monkeypatch):
+    """Every check twice: with numpy (as on a host vLLM brought it to) and with the standard
+    library only (the stand-in engine's host)."""
+    if request.param == "stdlib":
+        monkeypatch.setattr(hsfile, "_numpy", lambda: None)
+    else:
+        assert hsfile._numpy() is not None
+    return request.param
+
+
 def finite(n_tokens: int, layers: int, hidden: int, width: int) -> bytearray:
     return bytearray(0x11 for _ in range(n_tokens * layers * hidden * width))
 
@@ -62,7 +73,7 @@ NON_FINITE = [
 
 
 @pytest.mark.parametrize("dtype,inf,nan", NON_FINITE)
-def test_an_inf_or_nan_is_found_at_its_token(tmp_path, dtype, inf, nan):
+def test_an_inf_or_nan_is_found_at_its_token(tmp_path, dtype, inf, nan, checker, monkeypatch):
     width = hsfile.dtype_bytes(dtype)
     per_token = 4 * 8 * width
     for bad in (inf, nan):
@@ -72,6 +83,12 @@ def test_an_inf_or_nan_is_found_at_its_token(tmp_path, dtype, inf, nan):
         path = made(tmp_path, dtype, raw=raw)
         with pytest.raises(hsfile.BadFile, match="non-finite value .* at token 2"):
             hsfile.check(path, IDS, 4)
+    # one past a chunk: the chunks are joined where they meet
+    monkeypatch.setattr(hsfile, "_CHUNK", per_token)
+    raw = finite(3, 4, 8, width)
+    raw[per_token : per_token + width] = nan
+    with pytest.raises(hsfile.BadFile, match="at token 1"):
+        hsfile.check(made(tmp_path, dtype, raw=raw), IDS, 4)
     # the largest finite value of the type counts: only an all-ones exponent is refused
     largest = {"BF16": b"\x7f\x7f", "F16": b"\xff\x7b"}.get(dtype)
     if largest:
