@@ -125,8 +125,14 @@ def test_the_continuation_request_counts_what_was_made():
 # ------------------------------------------------------------------ the runner, killed
 
 
+# the runner is stopped while a test reads what it kept: its requests' clock runs on meanwhile,
+# and a request timed out then is continued within the same run (a continuation the kill did not
+# make). Requests never time out in these tests, however long the machine takes.
+LONG = {"request_timeout": 600}
+
+
 def _job(tmp_path, srv, n: int, sampling: dict | None = None, extra: dict | None = None):
-    root = make_root(tmp_path, {"B1": n}, {"base_url": srv.url, "concurrency": 8})
+    root = make_root(tmp_path, {"B1": n}, {"base_url": srv.url, "concurrency": 8, **LONG})
     job = json.loads((root / "job.json").read_text())
     job["sampling"] = {"max_tokens": 400, "temperature": 0.0, **(sampling or {})}
     job["extra_body"] = {"return_token_ids": True, **(extra or {})}
@@ -182,6 +188,8 @@ def _kill_mid_answer(root, enough) -> dict:
     seen = {}
 
     def stopped_enough() -> bool:
+        if not enough(_unanswered(root)):  # a first look with it running: most looks say no
+            return False
         proc.send_signal(signal.SIGSTOP)
         # a signal lands when the kernel delivers it: read only once every thread is stopped
         wait_for(lambda: _all_stopped(proc.pid), timeout=30, interval=0.01, what="runner stopped")
@@ -358,7 +366,7 @@ def test_a_conversation_continues_its_unfinished_turn(tmp_path, openai_server):
 
     srv = openai_server(token_model=True, token_time=0.01, chunk_tokens=2, shape="vllm")
     srv.lengths = lambda key: 40 + int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 60
-    root = conversation_root(tmp_path, 12, {"base_url": srv.url, "concurrency": 6})
+    root = conversation_root(tmp_path, 12, {"base_url": srv.url, "concurrency": 6, **LONG})
     # a later turn cut mid-answer: its key names the turn
     kept = _kill_mid_answer(root, lambda e: any(not k.endswith("\t0") for k in e))
     assert run(root).returncode == 0
@@ -407,7 +415,7 @@ def test_a_kept_answer_goes_back_to_the_server_that_made_it(tmp_path, openai_ser
     for srv in servers:
         srv.lengths = lambda key: 40 + int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 80
     root = make_root(
-        tmp_path, {"B1": 30}, {"base_urls": [s.url for s in servers], "concurrency": 4}
+        tmp_path, {"B1": 30}, {"base_urls": [s.url for s in servers], "concurrency": 4, **LONG}
     )
     job = json.loads((root / "job.json").read_text())
     job["sampling"] = {"max_tokens": 400, "temperature": 0.0}

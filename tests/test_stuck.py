@@ -56,6 +56,9 @@ def test_a_streamed_and_a_plain_answer_make_the_same_record(tmp_path, openai_ser
 
 def test_a_degraded_server_is_shown_and_notified(project, openai_server, tmp_path):
     srv = openai_server(shape="vllm", hang_rate=0.25, latency=0.05, seed=1)
+    srv.hold_after = (
+        60  # of the 80 prompts: the job runs while status looks, however slow the machine
+    )
     log = tmp_path / "events.log"
     cfg, host_dir = wire_job(
         project,
@@ -78,6 +81,7 @@ def test_a_degraded_server_is_shown_and_notified(project, openai_server, tmp_pat
     res = cli(cfg, "status")
     out = " ".join(res.stdout.split())
     assert "stuck" in out and "DEGRADED" in out and "dead data-parallel rank" in out
+    srv.hold_after = None
     wait_for(lambda: status(host_dir)["state"] == "finished", timeout=120, what="the job to end")
     for ds in ("B1", "B2"):
         assert len(records(host_dir, ds)) == 40

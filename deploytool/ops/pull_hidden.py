@@ -19,6 +19,7 @@ from pathlib import Path
 
 from remote.common.codec import atomic_file
 from remote.common.protocol import CtlFiles, CtlFree
+from remote.common.records import file_sha256
 
 from ..connectors import Connector
 from ..errors import RemoteError
@@ -89,7 +90,7 @@ def _dataset(conn: Connector, folder: Path, remote_root: str, free: bool, out: H
                 continue
             out.fetched, out.bytes = out.fetched + 1, out.bytes + size
         elif free and n not in freed:
-            sums[n] = _sum(path)
+            sums[n] = file_sha256(path)
     if free:
         _free(conn, folder, sums, out)
 
@@ -140,12 +141,4 @@ def _fetch_summed(conn: Connector, remote: str, local: Path, size: int) -> str:
             n += len(chunk)
         if n != size:
             raise RemoteError(f"{remote}: {n} bytes came, the row says {size}")
-    return h.hexdigest()
-
-
-def _sum(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
     return h.hexdigest()

@@ -307,8 +307,9 @@ def stage_bytes_line(s: StageBytes) -> str:
     line += f"; the disk has {fmt_bytes(s.free)} free"
     if s.left * DISK_MARGIN > s.free:
         line += (
-            ": [red]it does not fit[/] (the stage would stop before the disk fills): free space, "
-            "move finished datasets off the host, or lower the caps"
+            ": [red]it does not fit[/] (the stage would stop before it starts): free space, "
+            "lower the caps, or run it with --force and take finished files off as it goes "
+            "(`invoke pull --hidden-states --free`)"
         )
     return line
 

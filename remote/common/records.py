@@ -262,6 +262,21 @@ def prefix_hash(path: Path, end: int) -> str | None:
     return hashlib.sha256(data).hexdigest() if len(data) == end - start else None
 
 
+def file_sha256(path: Path) -> str | None:
+    """sha256 of a whole file (None: no such file): pull --free sums its copy, the host its file,
+    with this one function."""
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 24):
+                h.update(chunk)
+    except FileNotFoundError:
+        return None
+    return h.hexdigest()
+
+
 def hidden_ledgers(paths: Paths, have: dict) -> dict:
     """The hidden-states stage's ledgers (<DS>/rows.jsonl, append-only), for pull."""
     out = {}

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from ...common.answers import HiddenFreed
 from ...common.codec import write_atomic
 from ...common.jobspec import Paths
 from ...common.protocol import CtlFree
-from ...common.records import TokenRow
+from ...common.records import TokenRow, file_sha256
 from ...common.wire import HostFault
 from .hsfile import Checked
 
@@ -195,17 +194,6 @@ def read_freed(folder: Path) -> dict[int, int]:
     return out
 
 
-def sha256_of(path: Path) -> str | None:
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 24):
-                h.update(chunk)
-    except FileNotFoundError:
-        return None
-    return h.hexdigest()
-
-
 def free_rows(root: Path, dataset: str, sums: dict[int, str]) -> tuple[int, int, int, dict]:
     """Delete the row files whose copy elsewhere has these sha256 sums, each summed here first and
     named in freed.jsonl before it goes: (freed, bytes freed, freed before, {n: why not})."""
@@ -223,7 +211,7 @@ def free_rows(root: Path, dataset: str, sums: dict[int, str]) -> tuple[int, int,
                         path.unlink()
                     before += 1
                     continue
-                got = sha256_of(path)
+                got = file_sha256(path)
                 if got is None or got != want:
                     refused[n] = (
                         "no such file" if got is None else "its sha256 differs from the copy's"
