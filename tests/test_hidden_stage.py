@@ -91,6 +91,23 @@ def test_the_stage_runs_with_the_three_commands_and_is_kept_like_a_cap(tmp_path)
     assert len(assert_whole(root)) == 4
 
 
+def test_records_without_token_ids_stop_the_stage_with_the_fix(tmp_path):
+    config, root = local_job(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    del data["job"]["extra_body"]  # answers kept without their token ids
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    for line in ("invoke deploy", "invoke restart --max-samples 2", "invoke tail"):
+        ok(line, config)
+    res = typed("invoke restart --stage hidden-states", config)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "the job's 2 records hold no token ids" in res.stderr
+    assert "set job.extra_body.return_token_ids: true" in res.stderr
+    assert "hold no token ids" in ok("invoke status", config)
+    # the stage's empty ledgers pulled: nothing to fetch, nothing to free
+    said = ok(f"invoke pull --hidden-states --free --to {tmp_path / 'pulled'}", config)
+    assert "hidden states: rows here none yet; 0 files fetched" in said
+
+
 def test_a_bad_stage_name_is_one_line_and_touches_nothing(tmp_path):
     config, root = local_job(tmp_path)
     res = typed("invoke restart --stage hidden", config)

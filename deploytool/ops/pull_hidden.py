@@ -112,7 +112,9 @@ def _free(conn: Connector, folder: Path, sums: dict[int, str], out: HiddenPulled
 
 
 def _rows(ledger: Path):
-    """(n, bytes) of each whole row line."""
+    """(n, bytes) of each whole row line (none while the host's ledger is empty)."""
+    if not ledger.exists():
+        return
     with open(ledger, "rb") as f:
         for raw in f:
             try:

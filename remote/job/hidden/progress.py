@@ -8,7 +8,7 @@ import itertools
 
 from ...common.caps import DISK_MARGIN, fmt_bytes
 from ...common.records import TokenRow
-from ...common.status import DatasetState
+from ...common.status import DatasetState, DatasetStatus
 from .store import HiddenStore
 
 
@@ -30,6 +30,25 @@ class Stage:
 
     def budget_reached(self) -> bool:
         return self.budget is not None and self.store.tokens >= self.budget
+
+    def status(self) -> DatasetStatus:
+        """status.json's part for the dataset: rows where the answers have records."""
+        count, tokens = self.store.count, self.store.tokens
+        return DatasetStatus(
+            state=self.state(),
+            done=self.done,
+            target=self.target,
+            records=count,
+            prompts=self.target,
+            completion_tokens=tokens,
+            mean_tokens=tokens / count if count else 0.0,
+            errors=self.failed,
+            failed_this_run=self.failed,
+            in_flight=self.in_flight,
+            new_records=self.new,
+            budget=self.budget,
+            budget_reached=self.budget_reached(),
+        )
 
     def state(self) -> str:
         if self.done >= self.target or (self.budget_reached() and not self.in_flight):

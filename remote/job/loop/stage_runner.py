@@ -20,7 +20,7 @@ from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
 from ...common.records import TokenRow
 from ...common.state import ServerKeys, keep_caps
-from ...common.status import DatasetStatus, DiskStatus, EngineStatus, JobState, JobStatus
+from ...common.status import DiskStatus, EngineStatus, JobState, JobStatus
 from ..engine.client import EngineDown, EngineError, PermanentError, backoff
 from ..engine.kinds import make_engine
 from ..hidden import hsfile
@@ -59,6 +59,7 @@ class HiddenRunner:
         self.tokens_made = RateWindow()
         self.retries = 0
         self.redone = 0  # files found bad and asked again
+        self.untokened = 0  # records in the caps without token ids: no row can be made of them
         self.fatal: str | None = None
         self.engine_error: str | None = None
         self.urls: list[str] = []
@@ -85,11 +86,18 @@ class HiddenRunner:
             got = rows_of(self.paths.output(name), target)
             rows = got.rows if target != 0 else []
             self.stages[name] = Stage(name, store, rows, self.caps.max_tokens)
+            self.untokened += got.untokened if target != 0 else 0
             if got.untokened:
                 self.log(
                     f"{name}: {got.untokened} records have no token ids (made without "
                     "extra_body.return_token_ids): they cannot be extracted and are left out"
                 )
+        if self.untokened and not any(st.target for st in self.stages.values()):
+            self.fatal = (  # every row would be left out: say why rather than finish with none
+                f"the job's {self.untokened} records hold no token ids, and the stage extracts the "
+                "exact ids the target saw: set job.extra_body.return_token_ids: true in hosts.yaml "
+                "and `invoke deploy`; the answers made from then on can be extracted"
+            )
 
     # ------------------------------------------------------------------ while it runs
 
@@ -244,23 +252,7 @@ class HiddenRunner:
 
     def status_now(self) -> JobStatus:
         now, disk = time.time(), disk_usage(self.paths.hidden_states)
-        datasets = {}
-        for name, st in self.stages.items():
-            datasets[name] = DatasetStatus(
-                state=st.state(),
-                done=st.done,
-                target=st.target,
-                records=st.store.count,
-                prompts=st.target,
-                completion_tokens=st.store.tokens,
-                mean_tokens=st.store.tokens / st.store.count if st.store.count else 0.0,
-                errors=st.failed,
-                failed_this_run=st.failed,
-                in_flight=st.in_flight,
-                new_records=st.new,
-                budget=st.budget,
-                budget_reached=st.budget_reached(),
-            )
+        datasets = {name: st.status() for name, st in self.stages.items()}
         per_s = self.rows_made.per_s(now, self.started_at)
         left = sum(max(0, d.target - d.done) for d in datasets.values())
         return JobStatus(
@@ -311,11 +303,14 @@ class HiddenRunner:
             loop.add_signal_handler(sig, self._on_signal, sig.name, stopped)
         house = asyncio.ensure_future(self._housekeeping())
         try:
+            # known before any request (the rows made, records without ids): refused at once, so
+            # the start is seen to fail
+            self.fatal = self.fatal or self.disk.refusal(self.stages.values())
+            if self.fatal:
+                return self._verdict()
             keys = ServerKeys.read(self.paths.server_keys)
             async with make_engine(self.job, keys.keys if keys else None) as engine:
                 self.urls = list(engine.base_urls)
-                # known from rows made before: refused at once
-                self.fatal = self.disk.refusal(self.stages.values())
                 n = self.job.engine.concurrency
                 self.requesting = {url: asyncio.Semaphore(n) for url in self.urls}
                 workers = [  # twice the rows the servers take: theirs never wait for a commit
@@ -356,6 +351,12 @@ class HiddenRunner:
         failed = sum(st.failed for st in self.stages.values())
         if failed:
             self.message = f"{failed} rows failed: a restart asks them again"
+        if self.untokened:  # said where the user looks, not only in the log
+            self.message = "; ".join(
+                x
+                for x in (self.message, f"{self.untokened} records without token ids left out")
+                if x
+            )
         self.log(f"finished: {self._line()}" + (f"; {self.message}" if failed else ""))
         return 0
 
