@@ -204,17 +204,19 @@ def _hold_with_answers_in_flight(host, url, sid, start):
     path = host / "run" / "kept.jsonl"
 
     def mid_answers() -> bool:
-        return sum(1 for k in KeptFile.read(path).values() if k.ids) >= 4
+        # early in their answers: greedy answers of one length end together, and a hold that
+        # lands after a look at their last tokens finds none in flight
+        return sum(1 for k in KeptFile.read(path).values() if 0 < len(k.ids) < 60) >= 4
 
     def snapshot():
         done = sum(len(r["token_ids"]) for r in records(host, "B1"))
         kept_now = sum(len(v.ids) for v in KeptFile.read(path).values())
         return generated(url) - start - done, kept_now
 
+    cores = engine_cores(sid)  # looked up once: a look between the sight and the hold is time
+    assert cores
     for _ in range(20):
         wait_for(mid_answers, 240, 0.05, "answers kept mid-way")
-        cores = engine_cores(sid)
-        assert cores
         for p in cores:
             os.kill(p, signal.SIGSTOP)
         moved = settled(snapshot)
