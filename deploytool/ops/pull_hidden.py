@@ -27,6 +27,7 @@ from .control import call
 from .pull import PullResult, _cut_torn_tail, pull_host, sync
 
 BATCH = 500  # files per `ctl free` (its sums go on stdin)
+DIFFERS = "its sha256 differs from the copy's"  # the host's word for a copy that is not its file
 
 
 @dataclass
@@ -101,7 +102,11 @@ def _free(conn: Connector, folder: Path, sums: dict[int, str], out: HiddenPulled
         batch = {str(n): sums[n] for n in todo[i : i + BATCH]}
         answer = call(conn, CtlFree(), stdin=json.dumps({ds: batch}).encode())
         kept = answer.refused.get(ds, {})
-        out.refused += [f"{ds} row {n}: {why}" for n, why in kept.items()]
+        for n, why in kept.items():
+            if why == DIFFERS:  # the copy here is not the host's file: made again by the next pull
+                (folder / "hidden_states" / f"hs_{n}.safetensors").unlink(missing_ok=True)
+                why += ": the next pull fetches it again"
+            out.refused.append(f"{ds} row {n}: {why}")
         out.freed += answer.freed.get(ds, 0)
         out.freed_bytes += answer.bytes
         done = [n for n in batch if n not in kept]

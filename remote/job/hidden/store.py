@@ -36,6 +36,7 @@ from .hsfile import Checked
 
 ROWS = "rows.jsonl"
 FREED = "freed.jsonl"  # rows whose file was taken off the host, checksum matched where it went
+DIFFERS = "its sha256 differs from the copy's"  # a copy that is not the file: nothing is freed
 
 
 def _fsync_dir(path: Path) -> None:
@@ -213,9 +214,7 @@ def free_rows(root: Path, dataset: str, sums: dict[int, str]) -> tuple[int, int,
                     continue
                 got = file_sha256(path)
                 if got is None or got != want:
-                    refused[n] = (
-                        "no such file" if got is None else "its sha256 differs from the copy's"
-                    )
+                    refused[n] = "no such file" if got is None else DIFFERS
                     continue
                 nbytes = path.stat().st_size
                 line = {"n": n, "sha256": got, "bytes": nbytes}
