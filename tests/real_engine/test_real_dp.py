@@ -72,6 +72,7 @@ def test_real_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(
     hosts = {"head": ssh_host_entry(ssh_rig, head_dir, python=vllm_python), "worker": worker}
     cfg = write_config(project, hosts, job=job, server=server)
     both = ("--host", "head,worker")
+    held = []  # an engine process stopped by the test
     try:
         assert cli(cfg, "deploy", *both).returncode == 0
         res = cli(cfg, "server.start", *both, timeout=500)
@@ -90,6 +91,15 @@ def test_real_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(
         wait_status(head_dir, lambda st: st["datasets"]["B1"]["done"] >= 30, "records", 120)
         os.kill(rank1[0], signal.SIGKILL)  # rank 1's engine dies (a crash, the OOM killer)
         wait_status(head_dir, lambda st: st["endpoints"][0]["stuck"] >= 2, "stuck requests", 120)
+        # rank 0, which could finish the job alone, held while status looks: the job runs then by
+        # construction, however slow the machine (it had ended before `status` once, under load)
+        held += [
+            p
+            for p in procinfo.session_members(server_record(head_dir)["sid"])
+            if procinfo.cmdline(p)[:1] == ["VLLM::EngineCore_DP0"]
+        ]
+        assert len(held) == 1
+        os.kill(held[0], signal.SIGSTOP)
 
         res = cli(cfg, "server.status", *both)
         out = flat(res.stdout)
@@ -107,6 +117,7 @@ def test_real_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(
             f"after the kill: {st['state']}, {st['datasets']['B1']['done']}/{N} done, "
             f"stuck {st['endpoints'][0]['stuck']}"
         )
+        os.kill(held.pop(), signal.SIGCONT)
 
         assert cli(cfg, "server.stop", *both).returncode == 0
         res = cli(cfg, "server.start", *both, timeout=500)
@@ -121,5 +132,7 @@ def test_real_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(
         assert st["endpoints"][0]["stuck"] >= 2
         assert "group broken" not in cli(cfg, "server.status", *both).stdout
     finally:
+        for p in held:
+            os.kill(p, signal.SIGCONT)
         cli(cfg, "stop", "--host", "head", "--grace", "0")
         cli(cfg, "server.stop", *both, "--grace", "0")
