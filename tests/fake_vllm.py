@@ -20,6 +20,10 @@ requests must use, and another name is vLLM's 404. `--fake-engine` children stay
 session and group without its environment (real vLLM's EngineCore renames itself, clobbering
 /proc/PID/environ) and outlive a kill -9 of the server. While one of them is stopped (SIGSTOP) the
 server is wedged as a real one is: /v1/models answers, the token counters freeze, requests hang.
+With `return_token_ids` a chat answer carries prompt and reply ids; `--speculative-config` and
+`--kv-transfer-config` as vLLM's extraction reads them: /v1/completions then writes each prompt's
+hidden states ([tokens, layers, 8] BF16 zeros, written by hand) into shared_storage_path and names
+the file in its answer, as vLLM's connector does.
 """
 
 import argparse
