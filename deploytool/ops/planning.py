@@ -28,7 +28,9 @@ def parse_plan_args(tokens_per_dataset: str, tokens_per_s: str | None) -> tuple[
 def plan_host(
     conn: Connector, tokens_per_dataset: int, tokens_per_s: float | None, spec: ServerSpec
 ) -> PlanAnswer:
-    answer = call(conn, CtlPlan(tokens_per_dataset=tokens_per_dataset, spec=spec))
+    # only what sizes the stage: the server's env (its keys) stays off the host's command line
+    sizing = ServerSpec(model=spec.model, hidden_states=spec.hidden_states)
+    answer = call(conn, CtlPlan(tokens_per_dataset=tokens_per_dataset, spec=sizing))
     rate = tokens_per_s or answer.tokens_per_s or None
     rate_source = "--tokens-per-s" if tokens_per_s else ("measured (last minute)" if rate else None)
     rows = answer.datasets

@@ -24,3 +24,17 @@ def test_counts_are_read_as_written():
 def test_bad_counts_are_usage_errors(target, rate, says):
     with pytest.raises(UsageError, match=says):
         parse_plan_args(target, rate)
+
+
+def test_the_plan_sends_the_host_only_what_sizes_the_stage(monkeypatch):
+    from deploytool.ops import planning
+    from remote.common.answers import HostPlan
+    from remote.common.jobspec import ServerSpec
+
+    sent = []
+    monkeypatch.setattr(planning, "call", lambda conn, req: sent.append(req) or HostPlan())
+    spec = ServerSpec(model="m", env={"VLLM_API_KEY": "secret"}, hidden_states={"layers": [1, 2]})
+    planning.plan_host(type("Conn", (), {"name": "gpu1"})(), 1000, None, spec)
+    (req,) = sent
+    assert req.spec == ServerSpec(model="m", hidden_states={"layers": [1, 2]})
+    assert "secret" not in " ".join(req.argv())  # the host's command line, as ps shows it
