@@ -192,12 +192,12 @@ def _first_non_finite(path: Path, offset: int, length: int, dtype: str) -> int |
     """The index of the first inf or NaN, or None: per chunk, with numpy its exponent bits; else each
     marked byte is mapped to 1 where its mask is set, a chunk where some map has no 1 is finite,
     and the maps are multiplied as big integers (a value is non-finite where every map has a 1)."""
-    width, masks = _FLOATS[dtype]
-    tables = [bytes(int(b & m == m) for b in range(256)) for _, m in masks]
-    chunk = _CHUNK - _CHUNK % width
-    done, np = 0, _numpy()
+    np = _numpy()
     if np is not None:
         return _non_finite_mapped(np, path, offset, length, dtype)
+    width, masks = _FLOATS[dtype]
+    tables = [bytes(int(b & m == m) for b in range(256)) for _, m in masks]
+    chunk, done = _CHUNK - _CHUNK % width, 0
     with open(path, "rb") as f:
         f.seek(offset)
         while done < length:

@@ -111,7 +111,8 @@ def test_new_caps_live_change_the_rows_to_make_and_a_stage_change_is_refused(tmp
         runner.recap(Caps())
 
 
-def test_a_stage_that_cannot_fit_the_disk_stops_after_its_first_row_and_then_at_start(tmp_path):
+def answered(tmp_path):
+    """A job whose 20 answers were made one at a time by the stand-in engine, token ids kept."""
     root = make_root(
         tmp_path, {"B1": 20}, {"kind": "simulate", "tokens_per_s": 1e6, "concurrency": 1}
     )
@@ -119,6 +120,11 @@ def test_a_stage_that_cannot_fit_the_disk_stops_after_its_first_row_and_then_at_
     job["extra_body"] = {"return_token_ids": True}
     (root / "job.json").write_text(json.dumps(job))
     assert run(root).returncode == 0
+    return root
+
+
+def test_a_stage_that_cannot_fit_the_disk_stops_after_its_first_row_and_then_at_start(tmp_path):
+    root = answered(tmp_path)
     spec, caps = JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES)
 
     def runner(free):
@@ -139,13 +145,7 @@ def test_a_stage_that_cannot_fit_the_disk_stops_after_its_first_row_and_then_at_
 
 
 def test_a_forced_stage_pauses_before_the_disk_fills_and_goes_on_once_space_is_freed(tmp_path):
-    root = make_root(
-        tmp_path, {"B1": 20}, {"kind": "simulate", "tokens_per_s": 1e6, "concurrency": 1}
-    )
-    job = json.loads((root / "job.json").read_text())
-    job["extra_body"] = {"return_token_ids": True}
-    (root / "job.json").write_text(json.dumps(job))
-    assert run(root).returncode == 0
+    root = answered(tmp_path)
     free = [3000]  # less than a row needs once the first one says what a token takes
     r = HiddenRunner(
         Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES), force=True
