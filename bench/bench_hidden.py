@@ -4,7 +4,7 @@ the same server, and the runner's CPU per row.
 
     bash scripts/setup-vllm.sh          # once: the vLLM environment (prints its python)
     DEPLOYTOOL_VLLM_PYTHON=... .venv/bin/python bench/bench_hidden.py [--records 400]
-        [--concurrency 8] [--max-tokens 48] [--repeat 3]
+        [--concurrency 8] [--max-tokens 48] [--repeat 3] [--pin]
 
 The server is started with the flags the product builds for the stage. The job first answers
 --records prompts keeping token ids; then, --repeat times each, in turn:
@@ -83,13 +83,16 @@ def stage(root: Path, n: int) -> tuple[float, float, float]:
     proc = subprocess.Popen(
         runner_cmd(root, "--stage", "hidden-states"), cwd=REPO, stdout=subprocess.DEVNULL
     )
-    cpu, first, last = 0.0, None, None
-    while proc.poll() is None:
+    cpu, first, last, counted, seen = 0.0, None, None, 0, 0
+    while proc.poll() is None:  # only what the ledger grew by is read: the runner's CPU is spared
         try:
             cpu = cpu_seconds(proc.pid)
-            counted = ledger.read_bytes().count(b"\n")
+            with open(ledger, "rb") as f:
+                f.seek(seen)
+                new = f.read()
+            seen, counted = seen + len(new), counted + new.count(b"\n")
         except (OSError, IndexError):
-            counted = 0
+            pass
         now = time.perf_counter()
         if counted and first is None:
             first = now
@@ -106,16 +109,28 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="vLLM on CPU 0, the clients (plain's, the stage's runner) on CPU 1: the engine's "
+        "compute is not shared with the client, as on a GPU host where the runner has cores of "
+        "its own",
+    )
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="deploytool-bench-hidden-"))
     py = rig.vllm_python()
     model = rig.build_model(tmp / "model", py)
     exe = rig.vllm_command(tmp / "bin", py)
+    pinned = {}
+    if a.pin:
+        exe.write_text(f'#!/bin/sh\nexec taskset -c 0 {py} -m vllm.entrypoints.cli.main "$@"\n')
+        pinned = {"VLLM_CPU_OMP_THREADS_BIND": "0"}
+        os.sched_setaffinity(0, {1})  # this process, plain's client and the runner it starts
     root = make_root(tmp, {"B1": a.records}, {"kind": "openai", "concurrency": a.concurrency})
     spec = stage_spec(
         ServerSpec(model=str(model), hidden_states=CONNECTOR), HIDDEN_STATES, Paths(root)
     )
-    env = {"PYTHONPATH": str(REPO / "tests" / "real_engine")}
+    env = {"PYTHONPATH": str(REPO / "tests" / "real_engine"), **pinned}
     with rig.serve(exe, model, free_port(), tmp / "vllm.log", args=list(spec.args), env=env) as url:
         job = json.loads((root / "job.json").read_text())
         job["engine"].update(base_url=url, model=rig.SERVED_NAME, request_timeout=300)
@@ -137,7 +152,7 @@ def main() -> None:
             wall, steady, cpu = stage(root, len(rows))
             runs["stage"].append((wall, steady))
             cpus.append(cpu)
-    out = {"rows": len(rows), "tokens": tokens, "concurrency": a.concurrency}
+    out = {"rows": len(rows), "tokens": tokens, "concurrency": a.concurrency, "pinned": a.pin}
     for name, got in runs.items():
         wall, steady = (statistics.median(x) for x in zip(*got))
         out[name] = {

@@ -3,6 +3,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# every process the tests start is a Python that imports this code: compiled once a run into a
+# cache outside the tree (never into a release the tests deploy), not again by each of them
+PYTHONPYCACHEPREFIX="$(mktemp -d "${TMPDIR:-/tmp}/deploytool-test-pycache.XXXXXX")"
+export PYTHONPYCACHEPREFIX
+trap 'rm -rf "$PYTHONPYCACHEPREFIX"' EXIT
+unset PYTHONDONTWRITEBYTECODE
+# compiled here once (and the test modules' assertions rewritten once), not by eight workers at once
+.venv/bin/python -m compileall -q deploytool remote tests >/dev/null
+.venv/bin/python -m pytest --collect-only -q -p no:cacheprovider >/dev/null
 # the tests are independent and mostly wait on processes they start: eight at a time, even on two
-# cores (DEPLOYTOOL_TEST_WORKERS=0 runs them one by one in this process)
-exec .venv/bin/python -m pytest -n "${DEPLOYTOOL_TEST_WORKERS:-8}" "$@"
+# cores (DEPLOYTOOL_TEST_WORKERS=0 runs them one by one in this process); a worker with nothing
+# left takes half of another's queue (worksteal), so the run does not end on one worker's share
+.venv/bin/python -m pytest -n "${DEPLOYTOOL_TEST_WORKERS:-8}" --dist worksteal "$@"

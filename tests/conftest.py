@@ -352,3 +352,14 @@ def start_unwatched(*args, **kw):
     from remote.common.recover import RecoverSpec
 
     return server.start(*args, recover=RecoverSpec(enabled=False), **kw)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist each worker collects, in the same order: the order is dealt there."""
+    from tests.helpers.order import dealt
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers > 1:
+        order = dealt(items, workers)
+        assert sorted(map(id, order)) == sorted(map(id, items)), "every test dealt once"
+        items[:] = order

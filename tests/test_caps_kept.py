@@ -59,6 +59,7 @@ def box(tmp_path):
     typed("invoke stop --grace 0", config)
 
 
+@pytest.mark.slow
 def test_a_flag_changes_only_what_it_names_and_a_bare_restart_keeps_every_cap(box):
     config, root = box
     ok("invoke restart --max-samples 4", config)

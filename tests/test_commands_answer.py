@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+import pytest
 import yaml
 
 from tests.conftest import REPO, ctrl_c_as_typed, free_port, piped_env, write_prompts
@@ -186,6 +187,7 @@ def test_rollback_names_what_it_can_go_to_and_goes_further_back_each_time(tmp_pa
     assert (root / "current").resolve().name == ids[2]
 
 
+@pytest.mark.slow
 def test_status_after_a_restart_with_nothing_to_do_gives_the_jobs_own_rate(tmp_path):
     proj, root = _project(tmp_path)
     write_prompts(proj / "data" / "prompts" / "B1.jsonl", 40, "B1")

@@ -135,22 +135,30 @@ def test_running_process_keeps_its_old_release(env):
     deploy(env)
     old = current(env)
     # a "job" running from the old release: it imports its code at start and reads a file later
+    # (it reads only once the new release is in place: told so by a file, never after a sleep)
     script = (
-        "import sys,time; sys.path.insert(0, '.'); import remote.common.caps as u; f=open('remote/common/caps.py');"
-        "open(sys.argv[1],'w').write('ready'); time.sleep(1.5); print(f.read().count('changed'), hasattr(u, 'NEW'))"
+        "import os,sys,time; sys.path.insert(0, '.'); import remote.common.caps as u; "
+        "f=open('remote/common/caps.py'); open(sys.argv[1],'w').write('ready')\n"
+        "while not os.path.exists(sys.argv[2]): time.sleep(0.02)\n"
+        "print(f.read().count('NEW_IN_THE_NEXT_RELEASE'), hasattr(u, 'NEW'))"
     )
-    flag = env["host_dir"] / "ready"
+    flag, go = env["host_dir"] / "ready", env["host_dir"] / "deployed"
     proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(flag)], cwd=old, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", script, str(flag), str(go)],
+        cwd=old,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     wait_for(flag.exists, what="job started")
     with open(env["pkg"] / "common" / "caps.py", "a") as f:
-        f.write("\nNEW = 'changed'\n")
+        f.write("\nNEW = 'NEW_IN_THE_NEXT_RELEASE'\n")
     deploy(env)
     assert current(env) != old
-    out, _ = proc.communicate(timeout=10)
+    assert "NEW_IN_THE_NEXT_RELEASE" in (current(env) / "remote" / "common" / "caps.py").read_text()
+    go.touch()
+    out, _ = proc.communicate(timeout=60)
     assert out.split() == ["0", "False"]  # it saw its own code, never the new file
-    assert "changed" not in (old / "remote" / "common" / "caps.py").read_text()
+    assert "NEW_IN_THE_NEXT_RELEASE" not in (old / "remote" / "common" / "caps.py").read_text()
 
 
 @pytest.mark.parametrize("who", ["runner.pid", "watcher.pid"])

@@ -9,6 +9,8 @@ import json
 import os
 import signal
 
+import pytest
+
 from remote.common import procinfo
 from tests.conftest import (
     base_job,
@@ -27,6 +29,7 @@ from tests.helpers.stand_ins import fake_vllm
 N = 400
 
 
+@pytest.mark.slow
 def test_a_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(tmp_path, ssh_rig):
     project = tmp_path / "p"
     project.mkdir()

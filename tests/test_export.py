@@ -73,6 +73,7 @@ def export_cli(cfg, project, *args):
     return lines(project / out), json.loads((project / f"{out}.manifest.json").read_text())
 
 
+@pytest.mark.slow
 def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
     cfg, project, host_dir = finished_job
     recs = {ds: records(host_dir, ds) for ds in ("B1", "MT", "HL")}

@@ -59,6 +59,7 @@ def test_invoke_lists_the_tasks_from_the_repository_root(tmp_path):
         assert f"  {name} " in out, out
 
 
+@pytest.mark.slow
 def test_the_design_card_as_typed(front_door):
     config, root = front_door
     assert "deployed release" in ok("invoke deploy", config)

@@ -8,11 +8,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 
 import yaml
 
+from remote.common.caps import fmt_bytes
 from remote.common.jobspec import Paths, flag_value
 from remote.common.records import Record
 from remote.common.state import ServerRecord
@@ -237,6 +239,15 @@ def test_pull_takes_the_stages_files_and_frees_each_on_the_host_once_its_copy_ma
         hsfile.check(
             here / "hidden_states" / f"hs_{x['n']}.safetensors", x["input_ids"], x["layers"]
         )
+    # the report has the stage's rows, their bytes, and what pull took off the host
+    ok(f"invoke report --out {tmp_path / 'r.html'}", config)
+    page = (tmp_path / "r.html").read_text()
+    stage = page[page.index("<h2>Hidden-states stage</h2>") :]
+    row = re.search(r"<tr><td>B1</td>(.*?)</tr>", stage).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", row)
+    assert cells[0] == "3" and cells[8] == f"3 ({fmt_bytes(sum(x['bytes'] for x in rows(root)))})"
+    assert cells[7] == "0 B"  # nothing of it left on the host
+    assert "B1: row length in tokens (3 rows)" in stage
     # the freed rows stay counted: the stage, raised to every prompt, makes the fourth row only
     ok("invoke restart --max-samples all --stage generate", config)
     ok("invoke tail", config)

@@ -47,6 +47,7 @@ def reload_job(project, openai_server):
     return make, srv, project.proj, project.host_dir
 
 
+@pytest.mark.slow
 def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(reload_job):
     make, srv, proj, host_dir = reload_job
     srv.hold_after = 4  # the job runs until the test has deployed and restarted, however slow

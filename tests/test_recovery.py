@@ -169,6 +169,7 @@ def restarted(r: Rig, what: str, n: int = 1, timeout: float = 30) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_server_killed_9_is_restarted_its_leftovers_removed_every_prompt_once(rig):
     # loading takes longer than the job's down_deadline (3 s): the runner must wait for the watcher
     r = rig(server_args=["--fake-delay", "4"])
@@ -373,6 +374,7 @@ def test_a_watcher_killed_9_comes_back_and_then_heals_a_server_death(rig):
     r.finished()
 
 
+@pytest.mark.slow
 def test_killing_the_watcher_and_the_runner_at_once_is_left_to_restart(rig):
     r = rig(answer_delay=0.4, n=120)
     r.start()

@@ -302,6 +302,7 @@ def test_server_stop_waits_for_gpu_memory(tmp_path, monkeypatch):
     assert remote_server.wait_gpu_free({sleeper.pid}, timeout=5) == GpuFreed(True, [])
 
 
+@pytest.mark.slow
 def test_data_parallel_group_on_two_hosts_headless_worker(tmp_path, ssh_rig):
     import subprocess
 

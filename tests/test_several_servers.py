@@ -61,6 +61,7 @@ def test_three_servers_share_the_job_exactly_once(project, servers):
     assert all(f"server 127.0.0.1:{s.port}: up" in out for s in srvs)
 
 
+@pytest.mark.slow
 def test_a_killed_server_costs_nothing_and_is_used_again_when_back(project, servers, tmp_path):
     make, made = servers
     hold = tmp_path / "hold"  # while it exists the other two answer nothing: the job outlasts

@@ -59,6 +59,7 @@ def sshd_job(tmp_path, ssh_rig):
     cli(proj / "hosts.yaml", "stop", "--grace", "0", timeout=60)
 
 
+@pytest.mark.slow
 def test_status_carries_the_servers_own_view(sshd_job, openai_server):
     srv = openai_server(slots=2, latency=0.4, engines=2)
     srv.hold_after = 30  # then 6 in flight until the test lets them go: running 2, waiting 4

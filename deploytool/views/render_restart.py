@@ -16,8 +16,8 @@ from .render import console
 from .typed import say
 
 if TYPE_CHECKING:
-    from remote.common.answers import CapRow, RestartAnswer, StopAnswer
-    from remote.common.caps import Caps
+    from remote.common.answers import RestartAnswer, StopAnswer
+    from remote.common.caps import CapRow, Caps
 
 
 def _cap(n: int | None, selected: bool = True) -> str:

@@ -7,7 +7,8 @@ import html
 import time
 from pathlib import Path
 
-from remote.common.answers import RecoverEvent, ReportAnswer, ReportDataset
+from remote.common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportStage
+from remote.common.caps import GENERATE, HIDDEN_STATES, fmt_bytes
 from remote.common.status import JobState
 
 from .progress import fmt_duration, fmt_tokens
@@ -51,9 +52,19 @@ def _axes(x_label: str, y_max: float, y_label: str) -> str:
     )
 
 
-def throughput_chart(points: list, starts: list) -> str:
+RATE_TITLE = (
+    "response tokens per second over the job's life (from when each record was written; a gap: "
+    "no record for two minutes or more); dashed: runner (re)starts"
+)
+ROWS_RATE_TITLE = (
+    "tokens in hidden-states rows per second over the stage's life (from when each row counted; a "
+    "gap: no row for two minutes or more); dashed: runner (re)starts"
+)
+
+
+def throughput_chart(points: list, starts: list, title: str = RATE_TITLE) -> str:
     if len(points) < 2:
-        return "<p class='sub'>Not enough records yet to draw a rate over time.</p>"
+        return "<p class='sub'>Not enough made yet to draw a rate over time.</p>"
     t0 = min([points[0][0], *starts])  # a start just before the first minute line is still shown
     t1 = max(points[-1][0], t0 + 1)
     top = max(p[1] or 0 for p in points) or 1.0
@@ -78,11 +89,7 @@ def throughput_chart(points: list, starts: list) -> str:
         if t0 <= s <= t1
     )
     span = f"{fmt_duration(t1 - t0)} from {time.strftime('%Y-%m-%d %H:%M', time.localtime(t0))}"
-    return _svg(
-        _axes(span, top, "tok/s") + marks + lines,
-        "response tokens per second over the job's life (from when each record was written; a gap: "
-        "no record for two minutes or more); dashed: runner (re)starts",
-    )
+    return _svg(_axes(span, top, "tok/s") + marks + lines, title)
 
 
 def _text_w(text: str) -> float:
@@ -109,7 +116,15 @@ def _label(x: float, text: str, placed: list) -> str:
 
 
 def histogram_chart(name: str, d: ReportDataset, max_tokens: int | None) -> str:
-    counts, width = d.hist.counts, d.hist.width
+    title = f"{name}: response length in tokens ({d.records:,} records)"
+    return _bars(
+        d.hist, "records", title, ((max_tokens, "cap", "max_tokens"), (d.mean, "mean", "mean"))
+    )
+
+
+def _bars(hist: Histogram, unit: str, title: str, lines=()) -> str:
+    """Bars of a histogram, with (value, class, name) lines marked and labelled above them."""
+    counts, width = hist.counts, hist.width
     top = max(counts) or 1
     span = width * len(counts)
     bw = (W - PAD - 8) / len(counts)
@@ -121,17 +136,13 @@ def histogram_chart(name: str, d: ReportDataset, max_tokens: int | None) -> str:
         if c
     )
 
-    marks, placed = "", [(14, PAD + 4, PAD + 4 + _text_w("records"))]  # the y axis' name
-    for v, cls, label in (
-        (max_tokens, "cap", f"max_tokens {max_tokens:,}" if max_tokens else ""),
-        (d.mean, "mean", f"mean {d.mean:,.0f}" if d.mean else ""),
-    ):
+    marks, placed = "", [(14, PAD + 4, PAD + 4 + _text_w(unit))]  # the y axis' name
+    for v, cls, label in lines:
         if v:
             xv = PAD + min(v, span) / span * (W - PAD - 8)
             marks += f'<line class="{cls}" x1="{xv:.1f}" y1="20" x2="{xv:.1f}" y2="{H - PAD}"/>'
-            marks += _label(xv, label, placed)
-    title = f"{name}: response length in tokens ({d.records:,} records)"
-    return _svg(_axes(f"tokens (0–{span:,})", top, "records") + bars + marks, title)
+            marks += _label(xv, f"{label} {v:,.0f}", placed)
+    return _svg(_axes(f"tokens (0–{span:,})", top, unit) + bars + marks, title)
 
 
 def finish_share(finish: dict) -> str:
@@ -169,11 +180,70 @@ def restarts_table(events: list[RecoverEvent]) -> str:
     )
 
 
+def _shape(g: ReportStage) -> str:
+    if g.layers is None:
+        return "-"
+    return f"{g.layers} × {g.hidden:,} × {html.escape(str(g.dtype))}"
+
+
+def stage_section(data: ReportAnswer) -> str:
+    """The hidden-states stage: its rows per dataset, their bytes on the host and taken off it, its
+    rate over its life, the rows' lengths."""
+    if not data.stage:
+        return (
+            "<p>Not run yet: <code>invoke restart --stage hidden-states</code> makes the target's "
+            "hidden states of every reply kept.</p>"
+        )
+    rows = []
+    for name, g in data.stage.items():
+        to_make = f"{g.target:,}" if g.target is not None else "-"
+        failed = f'<span class="bad">{g.failed:,}</span>' if g.failed else "0"
+        rows.append(
+            f"<tr><td>{html.escape(name)}</td><td>{g.rows:,}</td><td>{to_make}</td><td>{failed}</td>"
+            f"<td>{fmt_tokens(g.tokens)}</td><td>{fmt_tokens(g.trained)}</td><td>{_shape(g)}</td>"
+            f"<td>{fmt_bytes(g.bytes)}</td><td>{fmt_bytes(g.on_host)}</td>"
+            f"<td>{g.freed:,} ({fmt_bytes(g.freed_bytes)})</td></tr>"
+        )
+    on_host = sum(g.on_host for g in data.stage.values())
+    freed = sum(g.freed_bytes for g in data.stage.values())
+    hist = data.stage_history
+    rate = f"{fmt_tokens(hist.mean_tps)} tok/s on average while it ran" if hist.mean_tps else ""
+    cards = "".join(
+        f'<div class="card"><h3>{html.escape(n)}</h3>'
+        + _bars(
+            g.hist,
+            "rows",
+            f"{n}: row length in tokens ({g.rows:,} rows)",
+            ((g.tokens / g.rows if g.rows else None, "mean", "mean"),),
+        )
+        + "</div>"
+        for n, g in data.stage.items()
+    )
+    return f"""<p class="sub">{fmt_bytes(on_host)} on the host · {fmt_bytes(freed)} taken off it by
+<code>invoke pull --hidden-states --free</code>{(" · " + rate) if rate else ""}</p>
+<table><tr><th>dataset</th><th>rows</th><th>rows to make</th><th>failed</th><th>tokens in rows</th>
+<th>trained tokens</th><th>layers × hidden × dtype</th><th>bytes</th><th>on the host</th>
+<th>taken off (rows, bytes)</th></tr>{"".join(rows)}</table>
+<p class="sub">Trained tokens: under the loss mask (the target's replies). A row taken off the host stays
+counted: the stage never makes it again.</p>
+<div class="card wide">{throughput_chart(hist.points, hist.starts, ROWS_RATE_TITLE)}</div>
+<div class="grid">{cards}</div>"""
+
+
+def _rate(data: ReportAnswer) -> str:
+    st, mean = data.status, data.history.mean_tps
+    if st.terminal or st.state == JobState.STARTING:  # "now" is a rate of a job that runs
+        return f"{fmt_tokens(mean)} tok/s on average while it ran" if mean else "no rate yet"
+    if st.stage == HIDDEN_STATES:
+        return f"hidden-states rows at {st.samples_per_s:,.1f} rows/s now"
+    return f"{fmt_tokens(st.tokens_per_s)} tok/s now"
+
+
 def page(data: ReportAnswer) -> str:
     st, host, max_tokens, ds = data.status, data.host, data.max_tokens, data.datasets
     rows = []
     for name, d in ds.items():
-        sd = st.datasets.get(name)
+        sd = st.datasets.get(name) if st.stage == GENERATE else None  # else the stage's rows
         cap = f"{d.target:,}" if d.target is not None else "-"
         budget = fmt_tokens(sd.budget) if sd and sd.budget else "-"
         mean = f"{d.mean:,.0f}" if d.mean else "-"
@@ -196,20 +266,15 @@ def page(data: ReportAnswer) -> str:
     )
     hist = data.history
     made = time.strftime("%Y-%m-%d %H:%M:%S")
-    if st.terminal or st.state == JobState.STARTING:  # "now" is a rate of a job that runs
-        rate = (
-            f"{fmt_tokens(hist.mean_tps)} tok/s on average while it ran"
-            if hist.mean_tps
-            else "no rate yet"
-        )
-    else:
-        rate = f"{fmt_tokens(st.tokens_per_s)} tok/s now"
+    rate = _rate(data)
+    state = f"stage {st.stage}: {st.state}" if st.stage != GENERATE else st.state
+    answers = sum(d.tokens for d in ds.values())
     restarts = restarts_table(data.restarts)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>deploytool report: {html.escape(host)}</title><style>{CSS}</style></head><body>
-<h1>{html.escape(host)}: {html.escape(st.state)}</h1>
-<p class="sub">Made {made} · {fmt_tokens(st.completion_tokens)} response tokens · {rate} ·
+<h1>{html.escape(host)}: {html.escape(state)}</h1>
+<p class="sub">Made {made} · {fmt_tokens(answers)} response tokens · {rate} ·
 {len(hist.starts)} runner start(s) · model {html.escape(st.engine.model or "?")}
 {(" · " + html.escape(st.message)) if st.message else ""}</p>
 <h2>Caps, records and tokens</h2>
@@ -223,6 +288,7 @@ def page(data: ReportAnswer) -> str:
 finish_reason <code>length</code>). Green dotted: the mean.</p><div class="grid">{cards}</div>
 <h2>Errors</h2>{errs or "<p>None.</p>"}
 <h2>Recoveries by the host's watcher</h2>{restarts}
+<h2>Hidden-states stage</h2>{stage_section(data)}
 </body></html>
 """
 

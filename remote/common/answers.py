@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .caps import Caps
+from .caps import CapRow, Caps
 from .status import JobStatus, Reload, ServerMetrics
 
 
@@ -44,42 +44,6 @@ class GpuFreed:
 
     free: bool = True
     still_held_by: list[GpuApp] = field(default_factory=list)
-
-
-@dataclass
-class CapRow:
-    """One dataset's caps after a restart (or what a dry run would make them), and before it."""
-
-    done: int = 0
-    target: int = 0
-    state: str = ""
-    prompts: int = 0  # prompts in the dataset's file (0: not known yet, a dry run before any run)
-    cap: int | None = None  # the cap it runs with (None: every prompt)
-    was: int | None = None  # the cap before this command
-    selected: bool = True
-    was_selected: bool = True
-
-    @property
-    def changed(self) -> bool:
-        return self.cap != self.was or self.selected != self.was_selected
-
-    @property
-    def raised(self) -> bool:
-        """This command raised the dataset's target (more prompts to run than before)."""
-        if not self.selected:
-            return False
-        if not self.was_selected:
-            return True
-        return (
-            self.was is not None
-            and (self.cap is None or self.cap > self.was)
-            and (self.prompts == 0 or self.was < self.prompts)
-        )
-
-    @property
-    def short_of_cap(self) -> bool:
-        """The file has fewer prompts than the cap: the target is all of them."""
-        return self.cap is not None and self.cap > self.prompts and self.target == self.prompts
 
 
 @dataclass
@@ -364,6 +328,28 @@ class ReportDataset:
 
 
 @dataclass
+class ReportStage:
+    """The hidden-states stage's rows of one dataset, as its files on the host hold them."""
+
+    rows: int = 0
+    target: int | None = None  # rows to make (known while the stage is the job's)
+    failed: int = 0  # rows this stage's runner gave up on
+    tokens: int = 0  # in the rows: prompt and reply ids
+    trained: int = 0  # of them, under the loss mask (the target's own tokens)
+    bytes: int = 0  # of every row's file
+    freed: int = 0  # rows whose file `pull --hidden-states --free` took off the host
+    freed_bytes: int = 0
+    layers: int | None = None
+    hidden: int | None = None
+    dtype: str | None = None
+    hist: Histogram = field(default_factory=Histogram)  # rows per length band, in tokens
+
+    @property
+    def on_host(self) -> int:
+        return self.bytes - self.freed_bytes
+
+
+@dataclass
 class ReportHistory:
     # [bin middle, tokens/s] from records; tokens/s null inside an idle gap (drawn as a gap)
     points: list[list[float | None]] = field(default_factory=list)
@@ -392,3 +378,5 @@ class ReportAnswer:
     datasets: dict[str, ReportDataset] = field(default_factory=dict)
     history: ReportHistory = field(default_factory=ReportHistory)
     restarts: list[RecoverEvent] = field(default_factory=list)
+    stage: dict[str, ReportStage] = field(default_factory=dict)  # datasets the stage has rows of
+    stage_history: ReportHistory = field(default_factory=ReportHistory)  # tokens in rows per second

@@ -167,3 +167,39 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+@dataclass
+class CapRow:
+    """One dataset's caps after a restart (or what a dry run would make them), and before it."""
+
+    done: int = 0
+    target: int = 0
+    state: str = ""
+    prompts: int = 0  # prompts in the dataset's file (0: not known yet, a dry run before any run)
+    cap: int | None = None  # the cap it runs with (None: every prompt)
+    was: int | None = None  # the cap before this command
+    selected: bool = True
+    was_selected: bool = True
+
+    @property
+    def changed(self) -> bool:
+        return self.cap != self.was or self.selected != self.was_selected
+
+    @property
+    def raised(self) -> bool:
+        """This command raised the dataset's target (more prompts to run than before)."""
+        if not self.selected:
+            return False
+        if not self.was_selected:
+            return True
+        return (
+            self.was is not None
+            and (self.cap is None or self.cap > self.was)
+            and (self.prompts == 0 or self.was < self.prompts)
+        )
+
+    @property
+    def short_of_cap(self) -> bool:
+        """The file has fewer prompts than the cap: the target is all of them."""
+        return self.cap is not None and self.cap > self.prompts and self.target == self.prompts

@@ -10,12 +10,14 @@ import re
 from pathlib import Path
 
 from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
+from ..common.caps import GENERATE, Caps
 from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ..common.protocol import CtlReport
 from ..common.records import Record
 from ..common.status import JobStatus
 from ..job.store import history
 from ..job.store.rates import IDLE_GAP_S, ActiveTime
+from .report_stage import stage_of
 
 _HEAD = re.compile(
     rb'"finish_reason": ("[^"]*"|null), "usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)'
@@ -154,17 +156,18 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
     max_tokens = int((job.sampling if job else {}).get("max_tokens") or 0) or None
     names = job.dataset_names() if job else list(st.datasets)
     datasets = {}
+    kept = Caps.from_dict(st.caps or {})  # what the generation runs to, while the stage runs
     made: collections.Counter = collections.Counter()
     for name in names:
         lengths, finish = scan_outputs(paths.output(name), made)
         n_err, last = errors(paths.errors(name))
         top = max(max_tokens or 0, max(lengths, default=0))
-        d = st.datasets.get(name)
+        d = st.datasets.get(name) if st.stage == GENERATE else None  # else the stage's rows
         datasets[name] = ReportDataset(
             records=len(lengths),
             tokens=sum(lengths),
             mean=sum(lengths) / len(lengths) if lengths else None,
-            target=d.target if d else None,
+            target=d.target if d else kept.target(name),
             hist=histogram(lengths, top),
             finish=dict(finish),
             errors=n_err,
@@ -182,7 +185,13 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
     ]
     starts = [x["t"] for x in lines if "start" in x]
     points, width, mean = throughput(made)
+    stage, rows_made = stage_of(paths.hidden_states, names, st)
+    for got, lengths in stage.values():
+        got.hist = histogram(lengths, max(lengths, default=0))
+    row_points, row_width, row_mean = throughput(rows_made)
     return ReportAnswer(
+        stage={name: got for name, (got, _) in stage.items()},
+        stage_history=ReportHistory(row_points, starts, row_width, row_mean),
         status=st,
         max_tokens=max_tokens,
         datasets=datasets,

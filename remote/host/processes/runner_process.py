@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from ...common import procinfo
-from ...common.answers import CapRow, RestartAnswer, StopAnswer
-from ...common.caps import Caps
+from ...common.answers import RestartAnswer, StopAnswer
+from ...common.caps import CapRow, Caps
 from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
 from ...common.state import ControlRequest, RunnerRecord, keep_caps, kept_caps, lock_held

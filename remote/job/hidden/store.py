@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from ...common.answers import HiddenFreed
@@ -148,6 +149,7 @@ class HiddenStore:
         line = {"n": n, "id": row.id, "record": row.record, "turn": row.k}
         line.update(input_ids=row.input_ids, loss_mask=row.loss_mask, seq_len=len(row.input_ids))
         line.update(facts.to_json())
+        line["t"] = int(time.time())  # when it counted: the report's rate over the stage's life
         self._f.write((json.dumps(line, separators=(",", ":")) + "\n").encode())
         self._f.flush()
         os.fsync(self._f.fileno())

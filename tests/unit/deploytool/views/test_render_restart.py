@@ -5,7 +5,7 @@ import io
 from rich.console import Console
 
 from deploytool.views import render_restart
-from remote.common.answers import CapRow
+from remote.common.caps import CapRow
 
 
 def printed(fn, *args) -> str:

@@ -14,8 +14,8 @@ import pytest
 
 from remote import cli
 from remote.common import protocol as P
-from remote.common.answers import CapRow, RestartAnswer, StopAnswer
-from remote.common.caps import Caps
+from remote.common.answers import RestartAnswer, StopAnswer
+from remote.common.caps import CapRow, Caps
 from remote.common.jobspec import ServerSpec
 from remote.common.wire import (
     FAULTS,

@@ -52,3 +52,23 @@ def test_the_average_is_over_the_time_the_job_ran_and_idle_time_is_a_gap():
     gaps = [p for p in points if p[1] is None]
     assert gaps and all(60 < p[0] < 1_200 for p in gaps)  # only inside the idle stretch
     assert abs(sum(p[1] for p in points if p[1] is not None) * width - sum(made.values())) < 1e-6
+
+
+def test_while_the_stage_runs_the_answers_table_has_the_generations_cap_not_the_stages_rows(
+    tmp_path,
+):
+    from remote.common.caps import HIDDEN_STATES, Caps
+    from remote.common.jobspec import Paths
+    from remote.common.status import DatasetStatus, JobStatus
+    from remote.queries.report_data import gather
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    st = JobStatus(stage=HIDDEN_STATES, caps=Caps(max_samples=5, stage=HIDDEN_STATES).to_dict())
+    st.datasets["B1"] = DatasetStatus(target=9, budget=123)  # the stage's: rows of two turns
+    paths.status.write_text(json.dumps(st.to_dict()))
+    got = gather(paths)
+    assert got.datasets["B1"].target == 5 and got.stage == {}
+    st.stage, st.caps = "generate", Caps(max_samples=5).to_dict()
+    paths.status.write_text(json.dumps(st.to_dict()))
+    assert gather(paths).datasets["B1"].target == 9

@@ -35,7 +35,7 @@ def test_the_caps_answer_says_each_dataset_and_its_new_cap():
 
 
 def test_a_raise_is_a_dataset_that_gets_more_to_run():
-    from remote.common.answers import CapRow
+    from remote.common.caps import CapRow
 
     assert CapRow(cap=None, was=20, prompts=400).raised  # `--max-samples all` after 20
     assert CapRow(cap=30, was=20, prompts=400).raised
