@@ -232,6 +232,30 @@ def _hold_with_answers_in_flight(host, url, sid, start):
     raise AssertionError("the answers in flight always ended before the engine was held")
 
 
+def gone(pid: int) -> bool:
+    """Dead: no such process, or a zombie (its files, sockets included, closed at its exit)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def half_closed(url: str) -> int:
+    """The server's connections whose client has gone and that it has not yet closed (CLOSE_WAIT
+    on its port): it has not yet seen those clients go, nor asked its engine to drop their requests."""
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            count += int(local.rsplit(":", 1)[1], 16) == port and state == "08"
+    return count
+
+
 def _kill_under_the_watcher(cfg, host, url, sid, start, n, want):
     path = host / "run" / "kept.jsonl"
     cores = _hold_with_answers_in_flight(host, url, sid, start)
@@ -241,6 +265,10 @@ def _kill_under_the_watcher(cfg, host, url, sid, start, n, want):
         at_kill = generated(url)
         kept = {k.split("\t")[1]: v for k, v in KeptFile.read(path).items()}
         recorded = {r["id"] for r in records(host, "B1")}
+        # the engine stays held until the server has seen the dead runner's connections go (a busy
+        # machine slows that, not the engine's steps): its requests get no step more than that
+        wait_for(lambda: gone(pid), 120, 0.05, "the killed runner gone (its sockets closed)")
+        wait_for(lambda: half_closed(url) == 0, 120, 0.05, "the server to see its clients gone")
     finally:
         for p in cores:
             os.kill(p, signal.SIGCONT)
@@ -263,6 +291,6 @@ def _kill_under_the_watcher(cfg, host, url, sid, start, n, want):
         if i not in recorded
     )
     # vLLM's counter: after the kill the job made what was missing; the dead runner's requests got
-    # at most the one step the engine made before the server saw their client gone
+    # at most the step the engine was in when held and one before their drop reached it
     assert 0 <= generated(url) - at_kill - missing <= 2 * len(kept)
     ok("invoke stop", cfg)
