@@ -19,7 +19,7 @@ from pathlib import Path
 
 from remote.common.codec import atomic_file
 from remote.common.protocol import CtlFiles, CtlFree
-from remote.common.records import file_sha256
+from remote.common.records import SHA256_DIFFERS, file_sha256
 
 from ..connectors import Connector
 from ..errors import RemoteError
@@ -27,7 +27,6 @@ from .control import call
 from .pull import PullResult, _cut_torn_tail, pull_host, sync
 
 BATCH = 500  # files per `ctl free` (its sums go on stdin)
-DIFFERS = "its sha256 differs from the copy's"  # the host's word for a copy that is not its file
 
 
 @dataclass
@@ -103,7 +102,9 @@ def _free(conn: Connector, folder: Path, sums: dict[int, str], out: HiddenPulled
         answer = call(conn, CtlFree(), stdin=json.dumps({ds: batch}).encode())
         kept = answer.refused.get(ds, {})
         for n, why in kept.items():
-            if why == DIFFERS:  # the copy here is not the host's file: made again by the next pull
+            if (
+                why == SHA256_DIFFERS
+            ):  # the copy here is not the host's file: made again by the next pull
                 (folder / "hidden_states" / f"hs_{n}.safetensors").unlink(missing_ok=True)
                 why += ": the next pull fetches it again"
             out.refused.append(f"{ds} row {n}: {why}")

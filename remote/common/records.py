@@ -262,6 +262,10 @@ def prefix_hash(path: Path, end: int) -> str | None:
     return hashlib.sha256(data).hexdigest() if len(data) == end - start else None
 
 
+# `ctl free`'s word for a row whose file is not the copy's (nothing freed); pull removes that copy
+SHA256_DIFFERS = "its sha256 differs from the copy's"
+
+
 def file_sha256(path: Path) -> str | None:
     """sha256 of a whole file (None: no such file): pull --free sums its copy, the host its file,
     with this one function."""

@@ -31,13 +31,12 @@ from ...common.answers import HiddenFreed
 from ...common.codec import write_atomic
 from ...common.jobspec import Paths
 from ...common.protocol import CtlFree
-from ...common.records import TokenRow, file_sha256
+from ...common.records import SHA256_DIFFERS, TokenRow, file_sha256
 from ...common.wire import HostFault
 from .hsfile import Checked
 
 ROWS = "rows.jsonl"
 FREED = "freed.jsonl"  # rows whose file was taken off the host, checksum matched where it went
-DIFFERS = "its sha256 differs from the copy's"  # a copy that is not the file: nothing is freed
 
 
 def _fsync_dir(path: Path) -> None:
@@ -216,7 +215,7 @@ def free_rows(root: Path, dataset: str, sums: dict[int, str]) -> tuple[int, int,
                     continue
                 got = file_sha256(path)
                 if got is None or got != want:
-                    refused[n] = "no such file" if got is None else DIFFERS
+                    refused[n] = "no such file" if got is None else SHA256_DIFFERS
                     continue
                 nbytes = path.stat().st_size
                 line = {"n": n, "sha256": got, "bytes": nbytes}
