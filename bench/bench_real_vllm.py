@@ -69,7 +69,7 @@ def main() -> None:
     args = [*rig.BASE_ARGS, "--max-num-seqs", str(a.max_num_seqs)]
     t0 = time.monotonic()
     server = subprocess.Popen(
-        [str(exe), "serve", str(model), "--port", str(port), *args],
+        [str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port), *args],
         stdout=log,
         stderr=log,
         start_new_session=True,

@@ -22,10 +22,12 @@ from remote.common.protocol import ServerStart
 from remote.host.processes.smoke import degenerate
 from tests.conftest import (
     base_job,
+    cli,
     free_port,
     outputs,
     ssh_host_entry,
     start_unwatched,
+    status,
     wait_for,
     write_config,
     write_prompts,
@@ -41,14 +43,14 @@ def host(tmp_path, ssh_rig):
     port = free_port()
     exe = fake_vllm(tmp_path)
 
-    def make(*args, ready_timeout=60):
+    def make(*args, ready_timeout=60, retry_base=0.01):
         job = base_job(
             engine={
                 "kind": "openai",
                 "base_url": f"http://127.0.0.1:{port}/v1",
                 "model": "kimi",
                 "concurrency": 4,
-                "retry_base": 0.01,
+                "retry_base": retry_base,
             }
         )
         cfg = write_config(
@@ -283,6 +285,21 @@ def test_restart_starts_the_server_first_then_the_runner_uses_it(host, tmp_path)
         what="records from the server",
     )
     assert json.loads(out.read_text().splitlines()[0])["model"] == "kimi"
+
+
+def test_a_job_waiting_for_its_server_goes_on_as_soon_as_server_start_has_it_up(host, tmp_path):
+    """A runner whose server is down waits between looks, each twice as long as the one before (up
+    to a minute); `server.start` on its host is news it acts on at once. Here its first wait (500 to
+    1,000 s) outlasts the test: the job can only finish by the news."""
+    cfg, _ = host(retry_base=1000.0)
+    res = cli(cfg, "restart", "--no-server", "--force")
+    assert res.returncode == 0, res.stdout + res.stderr
+    log = tmp_path / "host" / "logs" / "runner.log"
+    wait_for(lambda: "unreachable" in log.read_text(), what="the runner to find its server down")
+    res = cli(cfg, "server.start")
+    assert res.returncode == 0, res.stdout + res.stderr
+    wait_for(lambda: status(tmp_path / "host")["state"] == "finished", what="the job to finish")
+    assert "a server started on this host is ready; probing now" in log.read_text()
 
 
 def test_server_stop_waits_for_gpu_memory(tmp_path, monkeypatch):

@@ -171,9 +171,9 @@ def under(path: str | None, root: Path) -> bool:
         return False
 
 
-def start_detached(argv: list[str], *, cwd, env: dict, log) -> subprocess.Popen:
+def start_detached(argv: list[str], *, cwd, env: dict, log, pass_fds=()) -> subprocess.Popen:
     """Start argv in a session of its own, no terminal, output to the open log file: it outlives the SSH
-    command that started it, which returns at once."""
+    command that started it, which returns at once. `pass_fds`: the only open files it inherits."""
     return subprocess.Popen(
         argv,
         cwd=cwd,
@@ -183,6 +183,7 @@ def start_detached(argv: list[str], *, cwd, env: dict, log) -> subprocess.Popen:
         stderr=log,
         start_new_session=True,
         close_fds=True,
+        pass_fds=pass_fds,
     )
 
 

@@ -118,17 +118,47 @@ def lock_held(path: Path) -> bool:
         os.close(fd)
 
 
+# the watcher's lock, taken by whoever starts a watcher and handed to it open (its fd number here):
+# there is no moment, while the new watcher's Python starts, in which nobody holds it, so nobody
+# takes a starting watcher for a gone one and starts a second
+WATCH_LOCK_FD_ENV = "DEPLOYTOOL_WATCHER_LOCK_FD"
+
+
 def start_watcher(paths: Paths, python: str, release: Path, token: str | None = None):
-    """`python -m remote watch` for this remote_dir, detached, from `release`: the commands start it,
-    and the runner starts it again when it is gone. It carries neither the job's nor the server's
-    token (stopping them must not stop it); `token`: its own (else it makes one)."""
+    """`python -m remote watch` for this remote_dir, detached, from `release`, holding the watcher's
+    lock from before it runs: the commands start it, and the runner starts it again when it is gone.
+    None, and nothing started, when a watcher holds the lock already (alive, or starting). It carries
+    neither the job's nor the server's token (stopping them must not stop it); `token`: its own (else
+    it makes one)."""
     env = {k: v for k, v in os.environ.items() if k not in (JOB_TOKEN_ENV, SERVER_TOKEN_ENV)}
     env.pop(WATCH_TOKEN_ENV, None)
     env.update({"PYTHONUNBUFFERED": "1", **({WATCH_TOKEN_ENV: token} if token else {})})
     argv = [python, "-m", "remote", "watch", "--root", str(paths.root)]
     paths.ensure()
-    with open(paths.watcher_log, "ab") as log:
-        return procinfo.start_detached(argv, cwd=release, env=env, log=log)
+    fd = os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        env[WATCH_LOCK_FD_ENV] = str(fd)
+        with open(paths.watcher_log, "ab") as log:
+            return procinfo.start_detached(argv, cwd=release, env=env, log=log, pass_fds=(fd,))
+    finally:
+        os.close(fd)  # the lock stays held by the watcher's copy of this open file
+
+
+def take_watcher_lock(paths: Paths) -> int | None:
+    """The watcher's first act: the lock its starter handed it, or (started by systemd, by hand)
+    the lock taken now; None when another watcher holds it."""
+    handed = os.environ.pop(WATCH_LOCK_FD_ENV, None)
+    fd = int(handed) if handed else os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held already on a handed-over file
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 @dataclass

@@ -72,7 +72,9 @@ def serving(exe: Path, model: Path, port: int, log: Path, timeout: float = 300, 
     (url, the session id of its processes)."""
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [str(exe), "serve", str(model), "--port", str(port), *BASE_ARGS, *args],
+            # on loopback, as the product's own starts are (vLLM's default is every interface)
+            [str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port), *BASE_ARGS]
+            + list(args),
             env={**os.environ, **SERVER_ENV, **(env or {})},
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -190,33 +190,36 @@ def test_a_runner_killed_under_the_watcher_is_continued_from_every_kept_token(
     cfg.write_text(yaml.safe_dump({"default_host": "local", "hosts": hosts, "job": job}))
     ok("invoke deploy", cfg)
     start = generated(url)
-    ok("invoke restart", cfg)
+    cores = engine_cores(sid)
+    assert cores
+    for p in cores:
+        os.kill(p, signal.SIGSTOP)
     try:
-        _kill_under_the_watcher(cfg, host, url, sid, start, n, want)
-    finally:  # a failed check leaves no watcher restarting runners behind
+        ok("invoke restart", cfg)
+        _kill_under_the_watcher(cfg, host, url, cores, start, n, want)
+    finally:  # a failed check leaves no watcher restarting runners behind, nor the engine held
+        for p in cores:
+            os.kill(p, signal.SIGCONT)
         typed("invoke stop", cfg)
 
 
-def _hold_with_answers_in_flight(host, url, sid, start):
-    """SIGSTOP the engine once answers are kept mid-way, and wait until every token it made for an
-    answer in flight is in the kept file; again if the answers ended before the engine was held.
-    Returns the engine's stopped processes."""
+def _hold_with_answers_in_flight(host, url, cores, start):
+    """The engine held (SIGSTOP) from before the job's start: let it make a token, hold it again,
+    and wait until every token it made for an answer in flight is in the kept file; again if that
+    token ended a batch of answers. Held first and looked at after, and the job unable to run
+    between the holds: it cannot end before one lands mid-answer, however slow the machine."""
     path = host / "run" / "kept.jsonl"
-
-    def mid_answers() -> bool:
-        # early in their answers: greedy answers of one length end together, and a hold that
-        # lands after a look at their last tokens finds none in flight
-        return sum(1 for k in KeptFile.read(path).values() if 0 < len(k.ids) < 60) >= 4
 
     def snapshot():
         done = sum(len(r["token_ids"]) for r in records(host, "B1"))
         kept_now = sum(len(v.ids) for v in KeptFile.read(path).values())
         return generated(url) - start - done, kept_now
 
-    cores = engine_cores(sid)  # looked up once: a look between the sight and the hold is time
-    assert cores
-    for _ in range(20):
-        wait_for(mid_answers, 240, 0.05, "answers kept mid-way")
+    for _ in range(50):
+        made = generated(url)
+        for p in cores:
+            os.kill(p, signal.SIGCONT)
+        wait_for(lambda made=made: generated(url) > made, 240, 0.02, "a token made for the job")
         for p in cores:
             os.kill(p, signal.SIGSTOP)
         moved = settled(snapshot)
@@ -226,10 +229,8 @@ def _hold_with_answers_in_flight(host, url, sid, start):
 
         wait_for(at_rest, 120, 0.2, "every token of the answers in flight in the kept file")
         if snapshot()[0] > 0:
-            return cores
-        for p in cores:
-            os.kill(p, signal.SIGCONT)
-    raise AssertionError("the answers in flight always ended before the engine was held")
+            return
+    raise AssertionError("fifty holds found no answer in flight")
 
 
 def gone(pid: int) -> bool:
@@ -256,9 +257,9 @@ def half_closed(url: str) -> int:
     return count
 
 
-def _kill_under_the_watcher(cfg, host, url, sid, start, n, want):
+def _kill_under_the_watcher(cfg, host, url, cores, start, n, want):
     path = host / "run" / "kept.jsonl"
-    cores = _hold_with_answers_in_flight(host, url, sid, start)
+    _hold_with_answers_in_flight(host, url, cores, start)
     try:
         pid = status(host)["pid"]
         os.kill(pid, signal.SIGKILL)

@@ -28,7 +28,9 @@ from tests.real_engine.vllm_helpers import flat, server_record, wait_status
 
 pytestmark = pytest.mark.real_vllm
 
-N = 1500
+# rank 0 alone makes ~15 answers a second here: from the rank's kill to the hold (a 3 s stuck
+# timeout) it makes ~75, and the job must still be running then
+N = 600
 
 
 @pytest.mark.timeout(900)  # two group starts of ~70 s each on two cores, plus the job

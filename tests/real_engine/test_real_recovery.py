@@ -25,7 +25,9 @@ from tests.real_engine import recovery_scenario, rig
 
 pytestmark = pytest.mark.real_vllm
 
-N = 2400  # enough work (~100k tokens) to still be running through three failures and two loads
+# ~29k tokens: each failure waits for 500 tokens made since the one before, and no token is made
+# while a server loads, so the job outlasts the three failures tenfold, however slow the machine
+N = 600
 WEDGED_AFTER = 10.0
 
 

@@ -33,7 +33,7 @@ from tests.real_engine.vllm_helpers import flat, server_record, wait_status
 
 pytestmark = pytest.mark.real_vllm
 
-N_B1 = 1000  # enough work (~40k tokens, a minute or two) to still be running when the server dies
+N_B1 = 300  # the engine is held while the server dies: the job outlasts the kill by construction
 LONG = " ".join(["the"] * 400)  # longer than --max-model-len 256: vLLM answers 400
 
 
@@ -147,12 +147,17 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
         return st["datasets"]["B1"]["done"] >= 20 and (m.get("waiting") or 0) > 0
 
     wait_status(host_dir, waiting_seen, "records, and requests waiting in vLLM", 120)
+    held = engine_cores(first["sid"])  # held from here to the kill: the job cannot end before it
+    for p in held:
+        os.kill(p, signal.SIGSTOP)
     res = cli(cfg, "status")
     assert "waiting" in res.stdout and res.returncode == 0
 
     # 4. the API server dies hard: its engine processes live on, in its session
     os.kill(first["pid"], signal.SIGKILL)
     wait_for(lambda: not procinfo.alive(first["pid"]), what="API server gone")
+    for p in held:
+        os.kill(p, signal.SIGCONT)
     orphans = procinfo.session_members(first["sid"])
     assert engine_cores(first["sid"]) and set(engine_cores(first["sid"])) <= set(orphans)
     wait_status(
@@ -171,6 +176,14 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
     assert procinfo.session_members(first["sid"]) == []
     second = server_record(host_dir)
     assert len(engine_cores(second["sid"])) == 1  # one engine, not a second beside the old one
+    # the runner hears of the start (not at the end of a backoff grown to a minute while it was down)
+    wait_for(
+        lambda: (
+            "a server started on this host is ready; probing now"
+            in (host_dir / "logs" / "runner.log").read_text()
+        ),
+        what="the runner told of the server's start",
+    )
 
     # 6. the job finishes exactly once; the too-long prompt is in errors once, the rest answered
     wait_status(host_dir, lambda st: st["state"] in ("finished", "failed"), "the job to end", 400)

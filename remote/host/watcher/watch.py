@@ -8,7 +8,6 @@ touches the job: `ctl status` then says the job is unsupervised, and `restart` b
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import signal
@@ -20,11 +19,12 @@ from ...common import procinfo
 from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.recover import WatchState
-from ...common.state import RunnerRecord, WatcherRecord, start_watcher
+from ...common.state import RunnerRecord, WatcherRecord, lock_held, start_watcher, take_watcher_lock
 from ...common.status import ProcessState, Supervision
 from ..facts import boot, intent, kill
 
 TICK_S = 0.5
+START_CEILING_S = 120.0
 
 
 def managed(paths: Paths) -> WatcherRecord | None:
@@ -39,14 +39,16 @@ def ensure(paths: Paths, python: str = sys.executable) -> WatcherRecord | None:
         return rec
     if not any(data.watched(w) for w in ("server", "runner")):
         return None
-    token = secrets.token_hex(12)
-    release = release_dir()
-    proc = start_watcher(paths, python, release, token)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and proc.poll() is None:
-        rec = managed(paths)
-        if rec and rec.token == token:
-            return rec
+    proc = start_watcher(paths, python, release_dir(), secrets.token_hex(12))
+
+    def settled() -> bool:  # its record written, or it (or the one starting before it) gone
+        if managed(paths):
+            return True
+        return proc.poll() is not None if proc else not lock_held(paths.watcher_lock)
+
+    # a watcher's start is a Python start, which a busy machine can stretch to many seconds
+    deadline = time.monotonic() + START_CEILING_S
+    while time.monotonic() < deadline and not settled():
         time.sleep(0.02)
     return managed(paths)
 
@@ -169,10 +171,7 @@ class Watcher:
 def main(root: Path) -> int:
     paths = Paths(root)
     paths.ensure()
-    fd = os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if take_watcher_lock(paths) is None:
         print("another watcher is running for this remote_dir", file=sys.stderr)
         return 1
     pid = os.getpid()

@@ -389,8 +389,9 @@ def _error_text(body: str) -> str:
 
 
 def backoff(attempt: int, base: float, cap: float = 60.0) -> float:
-    """Exponential backoff with full jitter."""
-    return random.uniform(0.5, 1.0) * min(cap, base * (2**attempt))
+    """Exponential backoff with full jitter: `base`, doubling per attempt, up to a minute (or up to
+    `base` itself, where a job asks for a first wait longer than that)."""
+    return random.uniform(0.5, 1.0) * min(max(cap, base), base * (2**attempt))
 
 
 def now() -> float:

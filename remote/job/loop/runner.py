@@ -71,7 +71,7 @@ class Runner:
             paths, job, caps, self.fingerprint(), self.writer, self.log, force
         )
         self.control = ControlWatcher(paths, self.token)
-        self.watch_view = WatchView(paths.watch_state)
+        self.watch_view = WatchView(paths.watch_state, server_pid=paths.server_pid)
         self.watcher_guard = WatcherGuard(
             paths,
             self.log,

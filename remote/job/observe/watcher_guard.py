@@ -33,9 +33,11 @@ class WatcherGuard:
         self._next = now + CHECK_EVERY_S
         if not watcher_wanted(self.paths) or WatcherRecord.running(self.paths):
             return False
-        pid = start_watcher(self.paths, sys.executable, release_dir()).pid
+        proc = start_watcher(self.paths, sys.executable, release_dir())
+        if proc is None:  # one is starting: its lock was taken between the look and the start
+            return False
         self.restarts += 1
-        what = f"the watcher was gone (killed?): started it again (pid {pid})"
+        what = f"the watcher was gone (killed?): started it again (pid {proc.pid})"
         self.log(what)
         self.tell("watcher_restarted", what)
         return True

@@ -62,3 +62,50 @@ def test_a_process_record_is_alive_only_while_its_process_is_the_one_it_names():
         p.kill()
         p.wait()
     assert not rec.alive()
+
+
+def test_a_starting_watcher_holds_its_lock_before_its_python_runs(tmp_path):
+    """The starter takes the lock and hands it over open: while the new watcher is still starting
+    (here: a stand-in that waits for a file), the lock is held, a second start starts nothing, and
+    the lock goes with the watcher's exit."""
+    from remote.common.jobspec import Paths
+    from remote.common.state import WATCH_LOCK_FD_ENV, lock_held, start_watcher
+
+    paths, go = Paths(tmp_path / "root"), tmp_path / "go"
+    fake = tmp_path / "python"
+    fake.write_text(
+        f'#!/bin/sh\necho "fd=${WATCH_LOCK_FD_ENV}"\nwhile [ ! -e {go} ]; do sleep 0.01; done\n'
+    )
+    fake.chmod(0o755)
+    proc = start_watcher(paths, str(fake), tmp_path)
+    try:
+        assert proc is not None and lock_held(paths.watcher_lock)
+        assert start_watcher(paths, str(fake), tmp_path) is None  # one watcher, never two
+    finally:
+        go.touch()
+        proc.wait(timeout=60)
+    assert not lock_held(paths.watcher_lock)
+    assert "fd=" in paths.watcher_log.read_text() and "fd=\n" not in paths.watcher_log.read_text()
+
+
+def test_the_watcher_keeps_the_lock_it_was_handed_and_refuses_a_held_one(tmp_path, monkeypatch):
+    import fcntl
+    import os
+
+    from remote.common.jobspec import Paths
+    from remote.common.state import WATCH_LOCK_FD_ENV, take_watcher_lock
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    fd = os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert take_watcher_lock(paths) is None  # held by another: a second watcher exits
+        monkeypatch.setenv(WATCH_LOCK_FD_ENV, str(fd))
+        assert take_watcher_lock(paths) == fd  # handed over: kept
+        assert WATCH_LOCK_FD_ENV not in os.environ  # not passed on to what the watcher starts
+    finally:
+        os.close(fd)
+    mine = take_watcher_lock(paths)  # started by hand or by systemd: taken now
+    assert mine is not None
+    os.close(mine)

@@ -55,3 +55,40 @@ def test_the_watcher_starts_from_its_release_with_nothing_installed(tmp_path):
         assert rec.release == str(release_dir())
     finally:
         assert watch.stop(paths)
+
+
+def test_a_watcher_slow_to_start_is_waited_for_and_never_doubled(tmp_path):
+    """A busy machine stretches a watcher's Python start: the command waits for its record (here the
+    start is held until the lock is seen held), and a look meanwhile finds it starting, not gone."""
+    import threading
+
+    from remote.common.state import lock_held, start_watcher
+
+    gate = tmp_path / "go"
+    python = tmp_path / "python"
+    python.write_text(
+        f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.01; done\nexec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    paths = Paths(tmp_path / "root")
+    paths.ensure()
+    intent.change(paths, runner={"wanted": True, "argv": []})
+    seen = []
+
+    def look_then_open():
+        while not lock_held(paths.watcher_lock):
+            pass
+        seen.append(start_watcher(paths, sys.executable, release_dir()))  # the runner's guard
+        gate.touch()
+
+    t = threading.Thread(target=look_then_open)
+    t.start()
+    try:
+        rec = watch.ensure(paths, python=str(python))
+        t.join()
+        assert seen == [None]  # the lock was held all through the start: no second watcher
+        assert rec is not None and rec.alive(), paths.watcher_log.read_text()[-500:]
+    finally:
+        gate.touch()
+        t.join()
+        assert watch.stop(paths)

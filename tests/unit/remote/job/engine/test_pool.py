@@ -38,3 +38,13 @@ def test_a_server_that_went_away_is_probed_after_its_backoff():
     e = p.endpoints[0]
     p.mark_down(e, "refused", now=100.0)
     assert e.next_probe > 100.0 and e.probe_attempt == 0 and e.down_since == 100.0
+
+
+def test_backoff_doubles_up_to_a_minute_or_to_a_first_wait_asked_longer(monkeypatch):
+    from remote.job.engine import client
+
+    monkeypatch.setattr(client.random, "uniform", lambda lo, hi: hi)  # the jitter's top
+    assert [client.backoff(a, 1.0) for a in range(8)] == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert client.backoff(0, 1000.0) == client.backoff(5, 1000.0) == 1000.0
+    monkeypatch.setattr(client.random, "uniform", lambda lo, hi: lo)
+    assert client.backoff(9, 1.0) == 30.0  # full jitter: half to all of it

@@ -14,7 +14,7 @@ from remote.job.observe import watcher_guard
 from remote.job.observe.watcher_guard import CHECK_EVERY_S, WatcherGuard
 
 
-def guard(tmp_path, monkeypatch, wanted=True, recover=True):
+def guard(tmp_path, monkeypatch, wanted=True, recover=True, beaten=False):
     paths = Paths(tmp_path)
     paths.ensure()
     want = Supervise(recover=RecoverSpec(enabled=recover))
@@ -26,7 +26,9 @@ def guard(tmp_path, monkeypatch, wanted=True, recover=True):
         pid = 4242
 
     monkeypatch.setattr(
-        watcher_guard, "start_watcher", lambda p, python, release: started.append(p) or Proc()
+        watcher_guard,
+        "start_watcher",
+        lambda p, python, release: started.append(p) or (None if beaten else Proc()),
     )
     g = WatcherGuard(paths, said.append, lambda event, what: told.append((event, what)))
     return g, paths, started, said, told
@@ -60,3 +62,11 @@ def test_a_live_or_starting_watcher_is_left_alone(tmp_path, monkeypatch):
     finally:
         os.close(fd)
     assert g.check(20.0) and len(started) == 1
+
+
+def test_a_watcher_started_by_another_between_the_look_and_the_start_is_not_a_restart(
+    tmp_path, monkeypatch
+):
+    g, _, started, said, told = guard(tmp_path, monkeypatch, beaten=True)
+    assert not g.check(0.0) and len(started) == 1  # the lock was taken: nothing started
+    assert g.restarts == 0 and said == told == []
