@@ -11,6 +11,10 @@ if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ] || ! command -v 
     exit 1
   fi
 fi
+# one set-up at a time in this checkout: the test commands each run this script, and two pip
+# installs into one venv at once (both tiers started together) break each other's files
+exec 9<"$0"
+flock 9
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi

@@ -46,3 +46,45 @@ def test_a_users_venv_that_imports_vllm_is_used_as_it_is(tmp_path):
     assert res.stdout.strip().splitlines()[-1] == str(python)
     assert "as it is (not made by deploytool" in res.stderr
     assert tree(venv) == before  # nothing removed, nothing added
+
+
+def test_two_set_ups_at_once_install_one_after_the_other(tmp_path):
+    """Both test commands run scripts/setup.sh: started together (two terminals, a load proof) the
+    second waits for the first, as two pip installs into one venv break each other's files. The
+    venv's python is a stand-in that logs its install and holds it until a file appears."""
+    import shutil
+
+    from remote.common import procinfo
+    from tests.conftest import wait_for
+
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
+    log, gate = tmp_path / "log", tmp_path / "gate"
+    py = repo / ".venv" / "bin" / "python"
+    py.parent.mkdir(parents=True)
+    py.write_text(
+        f'#!/bin/sh\necho "start $PPID" >> {log}\n'
+        f'while [ ! -e {gate} ]; do sleep 0.01; done\necho "end $PPID" >> {log}\n'
+    )
+    py.chmod(0o755)
+    run = ["bash", str(repo / "scripts" / "setup.sh")]
+    first = subprocess.Popen(run)
+    wait_for(lambda: log.exists() and "start" in log.read_text(), what="the first install")
+    second = subprocess.Popen(run)
+
+    def second_waits() -> bool:  # its `flock` child is blocked on the lock the first holds
+        return any(
+            procinfo.ppid(p) == second.pid and procinfo.cmdline(p)[:1] == ["flock"]
+            for p in procinfo.all_pids()
+        )
+
+    wait_for(second_waits, what="the second set-up waiting for the first")
+    gate.touch()
+    assert first.wait(60) == 0 and second.wait(60) == 0
+    assert log.read_text().split() == ["start", str(first.pid), "end", str(first.pid)] + [
+        "start",
+        str(second.pid),
+        "end",
+        str(second.pid),
+    ]

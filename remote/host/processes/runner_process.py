@@ -194,10 +194,19 @@ def job_engine_port() -> int | None:
 # ------------------------------------------------------------------ restart: live re-cap or real
 
 
-def recap(paths: Paths, rec: RunnerRecord, caps: Caps, timeout: float = 15.0) -> JobStatus:
+# the runner looks for a request before each status.json it writes (every second): one that has
+# written this many since, without taking it, will not; one that writes none is only slow (a busy
+# host), and is waited for up to the ceiling
+RECAP_LOOKS = 5
+RECAP_CEILING_S = 300.0
+
+
+def recap(paths: Paths, rec: RunnerRecord, caps: Caps) -> JobStatus:
     seq = send_control(paths, rec.token, caps=caps.to_dict())
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + RECAP_CEILING_S
+    first = (JobStatus.read(paths.status) or JobStatus()).updated_at
+    written = {first}
+    while time.monotonic() < deadline and len(written) <= RECAP_LOOKS:
         st = JobStatus.read(paths.status) or JobStatus()
         if st.control_seq >= seq:
             if st.control_error:
@@ -205,6 +214,7 @@ def recap(paths: Paths, rec: RunnerRecord, caps: Caps, timeout: float = 15.0) ->
             return st
         if not rec.alive():
             break
+        written.add(st.updated_at)
         time.sleep(0.05)
     raise HostFault(
         "refused",

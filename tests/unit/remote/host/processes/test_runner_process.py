@@ -56,3 +56,62 @@ def test_the_lock_is_free_until_a_runner_holds_it(tmp_path):
     finally:
         os.close(fd)
     assert lock_is_free(paths)
+
+
+def _live_runner():
+    from remote.common import procinfo
+    from remote.common.state import RunnerRecord
+
+    me = os.getpid()  # stands in for the runner: a record of a live process
+    return RunnerRecord(pid=me, start_time=procinfo.start_time(me), token="tok")
+
+
+def test_a_re_cap_waits_for_a_slow_runner_and_gives_up_on_one_that_goes_on_without_it(tmp_path):
+    """Judged by the runner's own turns (a status written each), never by the clock: a runner that
+    writes nothing is slow and is waited for; one that writes RECAP_LOOKS and more without the
+    request's number will not take it."""
+    import threading
+    import time
+
+    import pytest
+
+    from remote.common.wire import HostFault
+    from remote.host.processes import runner_process as rp
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    JobStatus(updated_at=1.0).write(paths.status)
+    rec = _live_runner()
+
+    def slow_then_takes():  # takes it once the caller has asked (control.json seq 1)
+        while ControlRequest.read(paths.control) is None:
+            time.sleep(0.01)
+        JobStatus(updated_at=2.0, control_seq=1).write(paths.status)
+
+    t = threading.Thread(target=slow_then_takes)
+    t.start()
+    assert rp.recap(paths, rec, Caps()).control_seq == 1
+    t.join()
+
+    def goes_on_without_it():
+        for i in range(rp.RECAP_LOOKS + 1):  # each status written is read back before the next
+            JobStatus(updated_at=10.0 + i, control_seq=1).write(paths.status)
+            while 10.0 + i not in read and not done.is_set():
+                time.sleep(0.005)
+
+    read, done = [], threading.Event()
+    real_read = JobStatus.read
+
+    def read_and_note(path):
+        st = real_read(path)
+        read.append(st.updated_at if st else None)
+        return st
+
+    t = threading.Thread(target=goes_on_without_it, daemon=True)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(rp.JobStatus, "read", staticmethod(read_and_note))
+        t.start()
+        with pytest.raises(HostFault, match="did not take the new caps"):
+            rp.recap(paths, rec, Caps())  # asks for seq 2; the runner stays at 1
+    done.set()
+    t.join()

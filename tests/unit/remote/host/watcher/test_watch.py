@@ -61,6 +61,7 @@ def test_a_watcher_slow_to_start_is_waited_for_and_never_doubled(tmp_path):
     """A busy machine stretches a watcher's Python start: the command waits for its record (here the
     start is held until the lock is seen held), and a look meanwhile finds it starting, not gone."""
     import threading
+    import time
 
     from remote.common.state import lock_held, start_watcher
 
@@ -77,7 +78,7 @@ def test_a_watcher_slow_to_start_is_waited_for_and_never_doubled(tmp_path):
 
     def look_then_open():
         while not lock_held(paths.watcher_lock):
-            pass
+            time.sleep(0.005)
         seen.append(start_watcher(paths, sys.executable, release_dir()))  # the runner's guard
         gate.touch()
 
