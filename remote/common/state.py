@@ -152,9 +152,15 @@ def take_watcher_lock(paths: Paths) -> int | None:
     """The watcher's first act: the lock its starter handed it, or (started by systemd, by hand)
     the lock taken now; None when another watcher holds it."""
     handed = os.environ.pop(WATCH_LOCK_FD_ENV, None)
-    fd = int(handed) if handed else os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT, 0o644)
+    if handed and handed.isdigit():
+        try:
+            fcntl.flock(int(handed), fcntl.LOCK_EX | fcntl.LOCK_NB)  # held already: kept
+            return int(handed)
+        except OSError:  # no such open file (the variable came from elsewhere): taken as by hand
+            pass
+    fd = os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held already on a handed-over file
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         return None

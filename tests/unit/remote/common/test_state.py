@@ -109,3 +109,7 @@ def test_the_watcher_keeps_the_lock_it_was_handed_and_refuses_a_held_one(tmp_pat
     mine = take_watcher_lock(paths)  # started by hand or by systemd: taken now
     assert mine is not None
     os.close(mine)
+    monkeypatch.setenv(WATCH_LOCK_FD_ENV, "987")  # a stray variable, no such open file
+    mine = take_watcher_lock(paths)
+    assert mine is not None and mine != 987
+    os.close(mine)
