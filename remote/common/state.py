@@ -118,6 +118,17 @@ def lock_held(path: Path) -> bool:
         os.close(fd)
 
 
+def try_lock(path: Path) -> int | None:
+    """The flock on `path`, taken now and held by the returned open file; None when another holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 # the watcher's lock, taken by whoever starts a watcher and handed to it open (its fd number here):
 # there is no moment, while the new watcher's Python starts, in which nobody holds it, so nobody
 # takes a starting watcher for a gone one and starts a second
@@ -135,12 +146,10 @@ def start_watcher(paths: Paths, python: str, release: Path, token: str | None = 
     env.update({"PYTHONUNBUFFERED": "1", **({WATCH_TOKEN_ENV: token} if token else {})})
     argv = [python, "-m", "remote", "watch", "--root", str(paths.root)]
     paths.ensure()
-    fd = os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = try_lock(paths.watcher_lock)
+    if fd is None:
+        return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return None
         env[WATCH_LOCK_FD_ENV] = str(fd)
         with open(paths.watcher_log, "ab") as log:
             return procinfo.start_detached(argv, cwd=release, env=env, log=log, pass_fds=(fd,))
@@ -158,13 +167,7 @@ def take_watcher_lock(paths: Paths) -> int | None:
             return int(handed)
         except OSError:  # no such open file (the variable came from elsewhere): taken as by hand
             pass
-    fd = os.open(paths.watcher_lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return try_lock(paths.watcher_lock)
 
 
 @dataclass

@@ -204,8 +204,7 @@ RECAP_CEILING_S = 300.0
 def recap(paths: Paths, rec: RunnerRecord, caps: Caps) -> JobStatus:
     seq = send_control(paths, rec.token, caps=caps.to_dict())
     deadline = time.monotonic() + RECAP_CEILING_S
-    first = (JobStatus.read(paths.status) or JobStatus()).updated_at
-    written = {first}
+    written: set = set()  # the status.json writes seen since the request
     while time.monotonic() < deadline and len(written) <= RECAP_LOOKS:
         st = JobStatus.read(paths.status) or JobStatus()
         if st.control_seq >= seq:

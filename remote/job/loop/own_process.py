@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import time
@@ -10,7 +9,7 @@ from pathlib import Path
 
 from ...common import procinfo
 from ...common.jobspec import Paths, release_dir
-from ...common.state import RunnerRecord
+from ...common.state import RunnerRecord, try_lock
 
 
 class LockHeld(Exception):
@@ -36,11 +35,8 @@ class Log:
 def acquire_lock(paths: Paths):
     """One runner per remote_dir: an flock held for the runner's life (released by the kernel on kill -9)."""
     paths.ensure()
-    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = try_lock(paths.lock)
+    if fd is None:
         holder = RunnerRecord.read(paths.pidfile)
         raise LockHeld(
             f"another runner is already running in {paths.root} (pid {holder.pid if holder else '?'})"
