@@ -321,6 +321,11 @@ class Paths:
         return self.run / "watcher.pid"
 
     @property
+    def imports_seen(self) -> Path:
+        """state.ImportsSeen: the engine's modules this host's Python imported whole, and from what."""
+        return self.run / "imports.json"
+
+    @property
     def server_keys(self) -> Path:
         """The API keys the runner sends (ServerKeys), readable by the owner only."""
         return self.run / "keys.json"

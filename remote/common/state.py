@@ -180,6 +180,17 @@ class ServerKeys(Record):
     keys: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass
+class ImportsSeen(Record):
+    """run/imports.json: for each module the engine needs that this host's Python imported whole,
+    the file it loaded from ([python, path, mtime_ns, size]): a restart's check then only finds it
+    again, and imports it anew once that file changed."""
+
+    SYNC = False  # a cache: lost, the next check imports again
+
+    modules: dict[str, list] = field(default_factory=dict)
+
+
 # ------------------------------------------------------------------ asking the running runner
 
 

@@ -17,37 +17,59 @@ ENGINE_MODULES = {
     "simulate": (),
 }  # what each engine imports beyond the stdlib
 
-PROBE = """import json, sys
-missing = {}
-for name in sys.argv[1:]:
+# A module is imported in full once: after that, while the file it loads from is the same (path,
+# mtime, size, in the same interpreter), finding it is enough. Importing aiohttp costs a third of
+# a second of CPU on every restart; a reinstall or upgrade rewrites the file and is imported again.
+PROBE = """import json, os, sys
+from importlib.util import find_spec
+known = json.loads(sys.argv[1])
+missing, seen = {}, {}
+for name in sys.argv[2:]:
     try:
-        __import__(name)
+        spec = find_spec(name)
+        mark = None
+        if spec is not None and spec.origin and os.path.isfile(spec.origin):
+            st = os.stat(spec.origin)
+            mark = [sys.executable, spec.origin, st.st_mtime_ns, st.st_size]
+        if mark is None or known.get(name) != mark:
+            __import__(name)
+        seen[name] = mark
     except Exception as e:
         missing[name] = f"{type(e).__name__}: {e}"
-print(json.dumps(missing))"""
+print(json.dumps({"missing": missing, "seen": seen}))"""
+
+
+def probe_modules(modules, python: str = sys.executable, known: dict | None = None):
+    """({module: why} for each module `python` cannot import, {module: the mark of the file it
+    imported from}); a module whose mark is in `known` is only found, not imported again."""
+    if not modules:
+        return {}, {}
+    res = subprocess.run(
+        [python, "-c", PROBE, json.dumps(known or {}), *modules],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    try:
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        return out["missing"], out["seen"]
+    except (ValueError, IndexError, KeyError, TypeError):
+        why = (res.stderr.strip().splitlines() or ["the import check failed"])[-1]
+        return {m: why for m in modules}, {}
 
 
 def missing_modules(modules, python: str = sys.executable) -> dict[str, str]:
     """{module: why} for each module `python` cannot import; empty when all import."""
-    if not modules:
-        return {}
-    res = subprocess.run(
-        [python, "-c", PROBE, *modules], capture_output=True, text=True, timeout=120
-    )
-    try:
-        return json.loads(res.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {
-            m: (res.stderr.strip().splitlines() or ["the import check failed"])[-1] for m in modules
-        }
+    return probe_modules(modules, python)[0]
 
 
-def engine_problem(kind: str, python: str = sys.executable) -> dict | None:
-    """None when `python` can run this engine; else what is missing (the caller words the fix)."""
-    missing = missing_modules(ENGINE_MODULES.get(kind, ()), python)
+def engine_problem(kind: str, python: str = sys.executable, known: dict | None = None):
+    """(None when `python` can run this engine, else what is missing (the caller words the fix);
+    the marks of the modules it found, for `known` next time)."""
+    missing, seen = probe_modules(ENGINE_MODULES.get(kind, ()), python, known)
     if not missing:
-        return None
-    return {"python": python, "engine": kind, "missing": missing}
+        return None, seen
+    return {"python": python, "engine": kind, "missing": missing}, seen
 
 
 def served_models(url: str, api_key: str = "", timeout: float = 5.0) -> list[str] | None:

@@ -14,7 +14,7 @@ from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, 
 from ...common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop
 from ...common.records import hidden_ledgers, output_files
-from ...common.state import ServerKeys
+from ...common.state import ImportsSeen, ServerKeys
 from ...common.wire import HostFault
 from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
@@ -22,7 +22,7 @@ from ..processes.runner_process import restart, start, stop
 from . import supervised
 
 
-def preflight() -> None:
+def preflight(paths: Paths) -> None:
     """Refuse a start or restart, before anything is stopped, when this Python cannot run the engine
     or a server does not serve the job's model (every request would be a 404)."""
     try:
@@ -30,7 +30,8 @@ def preflight() -> None:
     except (OSError, ValueError, KeyError):
         return  # no readable job spec: the runner says so itself, with its log lines
     kind = engine.kind
-    problem = engine_problem(kind)
+    known = ImportsSeen.read(paths.imports_seen) or ImportsSeen()
+    problem, seen = engine_problem(kind, known=known.modules)
     if problem:
         mods = ", ".join(problem["missing"])
         raise HostFault(
@@ -39,13 +40,16 @@ def preflight() -> None:
             "stopped",
             problem=problem,
         )
+    if seen and seen != {m: known.modules.get(m) for m in seen}:
+        paths.run.mkdir(parents=True, exist_ok=True)
+        ImportsSeen({**known.modules, **seen}).write(paths.imports_seen)
     wrong = model_problem(engine.to_dict(), engine.urls(), dict(os.environ))
     if wrong:
         raise HostFault("model", f"nothing was stopped: {model_message(wrong)}", model=wrong)
 
 
 def start_command(paths: Paths, req: CtlStart) -> RestartAnswer:
-    preflight()
+    preflight(paths)
     with intent.locked(paths):  # the watcher acts between commands, never during one
         out = start(paths, req)
         supervised.want_runner(paths, req)
@@ -54,7 +58,7 @@ def start_command(paths: Paths, req: CtlStart) -> RestartAnswer:
 
 
 def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
-    preflight()
+    preflight(paths)
     with intent.locked(paths):
         if req.dry_run:
             return restart(paths, req)

@@ -9,7 +9,13 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from remote.host.preflight import engine_problem, missing_modules, model_message, model_problem
+from remote.host.preflight import (
+    engine_problem,
+    missing_modules,
+    model_message,
+    model_problem,
+    probe_modules,
+)
 
 
 def test_a_module_the_python_cannot_import_is_named_with_why():
@@ -17,9 +23,34 @@ def test_a_module_the_python_cannot_import_is_named_with_why():
     assert (
         list(got) == ["no_such_module_xyz"] and "ModuleNotFoundError" in got["no_such_module_xyz"]
     )
-    assert missing_modules([]) == {} and engine_problem("simulate") is None
+    assert missing_modules([]) == {} and engine_problem("simulate") == (None, {})
     broken = missing_modules(["json"], python="/bin/false")
     assert broken == {"json": "the import check failed"}
+
+
+RUNS = "import pathlib\npathlib.Path(__file__).with_suffix('.ran').touch()\n"
+
+
+def test_a_module_imported_whole_is_only_found_again_until_its_file_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the probe's child finds the module there
+    mod, ran = tmp_path / "sidecar_mod.py", tmp_path / "sidecar_mod.ran"
+    mod.write_text(RUNS)
+    missing, seen = probe_modules(["sidecar_mod"])
+    assert missing == {} and ran.exists()  # first look: imported whole
+    mark = seen["sidecar_mod"]
+    assert mark[:2] == [sys.executable, str(mod)] and mark[3] == mod.stat().st_size
+    ran.unlink()
+    assert probe_modules(["sidecar_mod"], known=seen) == ({}, seen)
+    assert not ran.exists()  # the same file: found again, not imported
+    mod.write_text("raise ImportError('broken by an upgrade')\n")  # a reinstall rewrites it
+    missing, after = probe_modules(["sidecar_mod"], known=seen)
+    assert "broken by an upgrade" in missing["sidecar_mod"] and "sidecar_mod" not in after
+    mod.write_text(RUNS)
+    mark = probe_modules(["sidecar_mod"])[1]["sidecar_mod"]
+    ran.unlink()
+    # a mark of another interpreter is no reason to skip the import
+    other = {"sidecar_mod": ["/other/python", *mark[1:]]}
+    assert probe_modules(["sidecar_mod"], known=other)[0] == {} and ran.exists()
 
 
 class Served(BaseHTTPRequestHandler):
