@@ -47,6 +47,20 @@ def wait_for(predicate, timeout=WAIT_CEILING_S, interval=0.05, what="condition")
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def runner_time_passes(root: Path, seconds: float) -> None:
+    """Waits until the runner's own clock has moved `seconds` on, as status.json says (written each
+    second, in the tick that then runs its checks): "nothing happened for a while" counted in the
+    runner's turns, which a busy machine slows down with it, not in the test's wall clock."""
+    first = json.loads((root / "run" / "status.json").read_text())["updated_at"]
+    wait_for(
+        lambda: (
+            (json.loads((root / "run" / "status.json").read_text())["updated_at"] or 0)
+            >= first + seconds
+        ),
+        what=f"the runner's clock {seconds}s on",
+    )
+
+
 def keygen(path: Path) -> Path:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
     return path
@@ -79,6 +93,10 @@ Subsystem sftp internal-sftp
 LogLevel ERROR
 MaxSessions 100
 MaxStartups 100
+# bash reads the user's ~/.bashrc for a command sent over SSH when SHLVL says it is the first
+# shell: the developer's own start-up files (pyenv or conda init, ~15 processes a command) are not
+# the tests' to run, as their ~/.ssh and hosts.yaml are not
+SetEnv SHLVL=1
 """)
         self.proc = None
 

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,17 @@ from deploytool.connectors import connect
 from deploytool.ops import control, server
 from deploytool.ops.deploy import deploy_host
 from remote.common import procinfo
+from remote.common.jobspec import Paths
 from remote.common.recover import RecoverSpec
 from remote.common.state import EngineProcess, ProcessRecord
+from remote.host.facts import intent
 from tests.conftest import (
     base_job,
     cli,
     free_port,
     outputs,
     records,
+    runner_time_passes,
     ssh_host_entry,
     wait_for,
     write_config,
@@ -296,10 +298,15 @@ def test_runner_killed_9_is_restarted_and_a_finished_job_is_not(rig):
     r.finished()
     said = r.events_said()
     assert any(e.startswith("runner_restarted ") for e in said), said
-    time.sleep(
-        1.0
-    )  # a finished job stays finished: nothing to wait for but the absence of a restart
-    assert r.watch()["runner"]["restarts"] == 1 and r.watch()["runner"]["state"] == "idle"
+    # a finished job stays finished: the watcher's verdict on it, once made, is final (a runner
+    # no longer wanted is not looked at again)
+    w = wait_for(
+        lambda: (r.watch().get("runner") or {}).get("state") == "idle" and r.watch(),
+        what="the watcher's verdict on the finished runner",
+    )
+    assert w["runner"]["restarts"] == 1
+    assert "runner: finished by itself" in watcher_log(r) and "not restarted" in watcher_log(r)
+    assert not intent.read(Paths(r.root)).part("runner").wanted
     assert ProcessRecord.live(r.root / "run" / "watcher.pid")  # the server is still watched
     server.stop(r.conn, grace=0)
     wait_for(
@@ -338,7 +345,10 @@ def test_stop_and_server_stop_are_obeyed(rig):
     r.wait_records(2)
     control.stop(r.conn, grace=0)
     server.stop(r.conn, grace=0)
-    time.sleep(1.5)  # several backoffs long: whatever would come back would be back
+    # the watcher ends with what it watched: once it is gone nothing can come back
+    wait_for(
+        lambda: not ProcessRecord.live(r.root / "run" / "watcher.pid"), what="the watcher exits"
+    )
     assert not ProcessRecord.live(r.root / "run" / "runner.pid")
     assert not ProcessRecord.live(r.root / "run" / "server.pid")
     assert not ProcessRecord.live(r.root / "run" / "watcher.pid")
@@ -367,7 +377,8 @@ def test_a_watcher_killed_9_comes_back_and_then_heals_a_server_death(rig):
     wait_for(
         lambda: any(e.startswith("watcher_restarted ") for e in r.events_said()), 10, what="told"
     )
-    time.sleep(3)  # never two: a second start would have found the lock held
+    # never two: the runner's guard looks again every 2 s of its clock and finds this one
+    runner_time_passes(r.root, 5)
     assert r.pid("watcher.pid")["pid"] == back["pid"] and r.status()["watcher_restarts"] == 1
     os.kill(r.pid("server.pid")["pid"], signal.SIGKILL)  # and the watcher it started heals this
     restarted(r, "server")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from tests.conftest import (
     free_port,
     outputs,
     runner_cmd,
+    runner_time_passes,
     ssh_host_entry,
     status,
     wait_for,
@@ -185,7 +185,7 @@ def test_notify_stalled_once_and_a_failing_command_is_only_logged(tmp_path, open
             timeout=10,
             what="failure logged",
         )
-        time.sleep(2)
+        runner_time_passes(root, 3)  # three of the runner's checks after the first
         assert events(log) == ["stalled"]  # once, not once a second
         assert proc.poll() is None and status(root)["state"] == "running"  # the job goes on
     finally:

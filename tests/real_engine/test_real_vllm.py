@@ -179,14 +179,10 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
     assert procinfo.session_members(first["sid"]) == []
     second = server_record(host_dir)
     assert len(engine_cores(second["sid"])) == 1  # one engine, not a second beside the old one
-    # the runner hears of the start (not at the end of a backoff grown to a minute while it was down)
-    wait_for(
-        lambda: (
-            "a server started on this host is ready; probing now"
-            in (host_dir / "logs" / "runner.log").read_text()
-        ),
-        what="the runner told of the server's start",
-    )
+    # the runner uses it again: told of the start, or by its own probe when a slow start outlasted
+    # one (on a busy machine it does); that it is told at all is the everyday tier's, where the
+    # runner's first probe is set out of the test's reach
+    wait_status(host_dir, lambda st: st["endpoints"][0]["reachable"], "the runner back", 120)
 
     # 6. the job finishes exactly once; the too-long prompt is in errors once, the rest answered
     wait_status(host_dir, lambda st: st["state"] in ("finished", "failed"), "the job to end", 400)

@@ -8,13 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 from remote.common import procinfo
 from remote.common.jobspec import SERVER_TOKEN_ENV, Paths
 from remote.common.state import ServerRecord
 from remote.host.facts import engines
+from tests.conftest import wait_for
 
 # a launcher like `vllm serve`: two engine children in its session, one worker in a session of its own
 LAUNCHER = """
@@ -33,8 +33,7 @@ def launch(tmp_path, token):
     p = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, str(out)], start_new_session=True, env=env
     )
-    while not out.exists() or not out.read_text():
-        time.sleep(0.02)
+    wait_for(lambda: out.exists() and out.read_text(), what="the launcher's children")
     *kids, loner = (int(x) for x in out.read_text().split())
     rec = ServerRecord(pid=p.pid, start_time=procinfo.start_time(p.pid), token=token, sid=p.pid)
     return p, rec, kids, loner
@@ -51,8 +50,7 @@ def test_children_are_recorded_once_and_a_dead_one_is_named(tmp_path, monkeypatc
         assert sorted(e.pid for e in ServerRecord.read(paths.server_pid).engines) == sorted(kids)
         assert engines.watch(paths, rec).engines == rec.engines  # seen once, recorded once
         os.kill(kids[0], signal.SIGKILL)
-        while procinfo.alive(kids[0]):
-            time.sleep(0.02)
+        wait_for(lambda: not procinfo.alive(kids[0]), what="the engine gone")
         assert [g.pid for g in engines.gone(rec)] == [kids[0]]
     finally:
         for pid in [p.pid, *kids, loner]:
@@ -73,7 +71,4 @@ def test_what_a_launcher_killed_hard_leaves_is_found_and_stopped(tmp_path, monke
     p.wait()
     found = engines.remove_leftovers(paths, grace=2.0)
     assert {f.pid for f in found} == {*kids, loner}
-    deadline = time.monotonic() + 5
-    while any(procinfo.alive(k) for k in (*kids, loner)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(procinfo.alive(k) for k in (*kids, loner))
+    wait_for(lambda: not any(procinfo.alive(k) for k in (*kids, loner)), what="the leftovers gone")
