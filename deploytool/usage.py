@@ -18,7 +18,8 @@ from invoke.parser import ParseMachine
 from .errors import ExitCode
 
 _UNKNOWN = re.compile(r"^No idea what '(.*)' is!$")
-_NO_VALUE = re.compile(r"^Flag <Argument: (\w+)> needed value")
+# invoke names the argument with its short flag and kind: `<Argument: grace (g) [float]>`
+_NO_VALUE = re.compile(r"^Flag <Argument: (\w+)[^>]*> needed value")
 
 
 def _suggest(word: str, choices) -> str:

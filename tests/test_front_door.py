@@ -97,3 +97,6 @@ def test_a_mistyped_task_or_flag_is_bad_input_with_a_suggestion(tmp_path):
     assert res.stderr.strip().splitlines() == [
         "error: no task named 'statuss' (did you mean 'status'?); `invoke --list` lists them"
     ]
+    res = typed("invoke stop --grace", tmp_path / "unused.yaml")  # a number flag with no number
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == ["error: stop --grace: needs a value"]

@@ -57,10 +57,6 @@ class LocalConnector(Connector):
         return path if path.is_absolute() else self.base_dir / path
 
     def run(self, argv, *, cwd=None, env=None, stdin=None, timeout=None) -> Result:
-        full_env = dict(os.environ)
-        # `python3` on the local host means the interpreter deploytool runs in (its venv has the extras)
-        full_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full_env.get("PATH", "")
-        full_env.update(env or {})
         # a real file is handed over as the child's stdin; bytes go through a pipe
         if cwd and not self._path(cwd).is_dir():
             return Result(2, b"", f"cd: can't cd to {cwd}: No such file or directory".encode())
@@ -73,7 +69,7 @@ class LocalConnector(Connector):
             proc = subprocess.run(
                 [str(a) for a in argv],
                 cwd=str(self._path(cwd)) if cwd else None,
-                env=full_env,
+                env=self._env(env),
                 capture_output=True,
                 timeout=timeout,
                 start_new_session=True,  # as on a remote host: the user's Ctrl-C is not its
@@ -89,6 +85,7 @@ class LocalConnector(Connector):
 
     def _env(self, env):
         full_env = dict(os.environ)
+        # `python3` on the local host means the interpreter deploytool runs in (its venv has the extras)
         full_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full_env.get("PATH", "")
         full_env.update(env or {})
         return full_env
