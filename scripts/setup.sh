@@ -18,4 +18,12 @@ flock 9
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,remote]'
+# the package is installed editable: only a change of pyproject.toml (its dependencies, its commands)
+# needs pip again, so a venv that installed this very pyproject.toml is not asked twice
+STAMP=.venv/.installed-pyproject
+WANT="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || [ ! -x .venv/bin/invoke ]; then
+  rm -f "$STAMP"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,remote]'
+  echo "$WANT" > "$STAMP"
+fi

@@ -60,6 +60,7 @@ def test_two_set_ups_at_once_install_one_after_the_other(tmp_path):
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy(REPO / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
+    shutil.copy(REPO / "pyproject.toml", repo / "pyproject.toml")
     log, gate = tmp_path / "log", tmp_path / "gate"
     py = repo / ".venv" / "bin" / "python"
     py.parent.mkdir(parents=True)
@@ -88,3 +89,34 @@ def test_two_set_ups_at_once_install_one_after_the_other(tmp_path):
         "end",
         str(second.pid),
     ]
+
+
+def test_a_venv_that_installed_this_pyproject_is_not_installed_again(tmp_path):
+    """The package is installed editable: the test command's every run asks pip again only when
+    pyproject.toml changed (or the venv lost its commands)."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
+    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    log = tmp_path / "log"
+    bin_ = repo / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "python").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')  # stands in for pip
+    (bin_ / "python").chmod(0o755)
+    (bin_ / "invoke").write_text("#!/bin/sh\n")
+    (bin_ / "invoke").chmod(0o755)
+
+    def installs() -> int:
+        res = subprocess.run(["bash", str(repo / "scripts" / "setup.sh")], capture_output=True)
+        assert res.returncode == 0, res.stderr
+        return log.read_text().count("pip install") if log.exists() else 0
+
+    assert installs() == 1
+    assert installs() == 1  # the same pyproject.toml: nothing asked of pip
+    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\ndependencies = ['rich']\n")
+    assert installs() == 2
+    assert installs() == 2
+    (bin_ / "invoke").unlink()  # a venv that lost its commands is installed again
+    assert installs() == 3
