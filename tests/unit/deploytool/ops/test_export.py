@@ -1,0 +1,81 @@
+"""export's rules before a row is written: which formats exist, which rows each format leaves out
+by default and why, --drop/--keep on top (a contradiction refused), and one file for one set of
+settings unless --mixed is said."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deploytool.errors import DeployToolError, ExitCode
+from deploytool.ops import export as ex
+
+
+def refused(fn, *args) -> str:
+    with pytest.raises(DeployToolError) as e:
+        fn(*args)
+    assert e.value.code == ExitCode.BAD_INPUT
+    return str(e.value)
+
+
+def test_a_format_is_one_of_the_trainers():
+    for fmt in ("specforge", "speculators", "sharegpt"):
+        ex.check_format(fmt)
+    assert refused(ex.check_format, "eagle") == (
+        "--format: expected one of specforge, speculators, sharegpt, got 'eagle'"
+    )
+
+
+def test_each_format_leaves_out_what_its_trainer_would_mistrain():
+    # speculators keeps token ids per reply: nothing is re-rendered, only empty replies go
+    assert ex.default_drop("speculators", per_turn=False) == {"empty"}
+    # re-rendered rows: a reply cut at max_tokens would gain an end of turn, whole rows would
+    # train the dataset's own answers, and SpecForge's parser cuts some message orders
+    assert ex.default_drop("sharegpt", False) == {"empty", "length", "original_answers"}
+    assert ex.default_drop("sharegpt", True) == {"empty", "length"}
+    assert ex.default_drop("specforge", True) == {"empty", "length", "role_order"}
+
+
+def test_drop_and_keep_move_the_defaults_and_never_both():
+    assert ex.effective_drop("speculators", False, drop="length") == ("empty", "length")
+    assert ex.effective_drop("specforge", True, keep="role_order, length") == ("empty",)
+    assert refused(ex.effective_drop, "specforge", True, "length", "length") == (
+        "--drop and --keep both name length"
+    )
+    said = refused(ex.effective_drop, "specforge", True, "lenght")
+    assert said.startswith("--drop: unknown reason lenght; known: empty, length")
+
+
+def source(tmp_path, host, ds, **meta) -> ex.Source:
+    path = tmp_path / host / f"{ds}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+    (tmp_path / host / f"{ds}.meta.json").write_text(json.dumps(meta))
+    return ex.Source(host, ds, path, meta)
+
+
+def test_one_file_one_set_of_settings_unless_mixed_is_said(tmp_path):
+    a = source(tmp_path, "gpu1", "B1", model="kimi", sampling={"temperature": 1.0})
+    b = source(tmp_path, "gpu2", "B2", model="kimi", sampling={"temperature": 1.0})
+    ex.check_settings([a, b], mixed=False)
+    c = source(tmp_path, "gpu2", "B3", model="kimi", sampling={"temperature": 0.6})
+    said = refused(ex.check_settings, [a, c], False)
+    assert said.startswith("gpu1:B1 and gpu2:B3 were made with different settings (sampling:")
+    assert '{"temperature": 1.0} vs {"temperature": 0.6}' in said and "--mixed" in said
+    ex.check_settings([a, c], mixed=True)
+    resumed = source(tmp_path, "gpu1", "B4", model="kimi", previous=[{"model": "other"}])
+    assert "gpu1:B4: records made under different settings in one dataset" in refused(
+        ex.check_settings, [resumed], False
+    )
+
+
+def test_sources_are_the_pulled_files_with_their_settings(tmp_path):
+    source(tmp_path, "gpu1", "B1", model="kimi")
+    (tmp_path / "gpu2").mkdir()
+    (tmp_path / "gpu2" / "B1.jsonl").write_text("")  # no meta file: no settings known
+    found = ex.find_sources(tmp_path, {"gpu1": ["B1", "B2"], "gpu2": ["B1"]})
+    assert [(s.host, s.dataset, s.meta) for s in found] == [
+        ("gpu1", "B1", {"model": "kimi"}),
+        ("gpu2", "B1", {}),
+    ]
