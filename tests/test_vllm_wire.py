@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-from remote.common import metrics
-from remote.job.engine.client import parse_reply
 from tests.conftest import (
     cli,
     error_lines,
@@ -19,89 +17,6 @@ from tests.conftest import (
 )
 from tests.helpers.runner_jobs import wire_job
 from tests.helpers.stand_ins import fake_vllm
-from tests.openai_server import FakeOpenAI
-
-# ------------------------------------------------------------------ the reply, field by field
-
-
-def vllm_body(**over) -> dict:
-    srv = FakeOpenAI(shape="vllm", cut_in_thinking=1.0)
-    body = srv.reply(
-        {"model": "m", "max_tokens": 8192, "chat_template_kwargs": {"thinking": True}}, "k", 100, 12
-    )
-    body["choices"][0]["message"].update(over)
-    return body
-
-
-def test_vllm_reply_cut_inside_thinking_is_an_answer():
-    body = vllm_body()
-    msg = body["choices"][0]["message"]
-    # vLLM >= 0.16
-    assert msg["content"] is None and "reasoning_content" not in msg and "tool_calls" not in msg
-    c = parse_reply(json.loads(json.dumps(body)), "m")
-    assert c.content == "" and c.reasoning_content.startswith("thinking for 8192 tokens")
-    assert c.finish_reason == "length" and c.completion_tokens == 8192 and c.prompt_tokens == 12
-    assert c.token_ids is None and c.prompt_token_ids is None
-
-
-def test_reasoning_from_whichever_field_holds_text():
-    assert (
-        parse_reply(vllm_body(reasoning=None, reasoning_content="old"), "m").reasoning_content
-        == "old"
-    )
-    assert (
-        parse_reply(vllm_body(reasoning="new", reasoning_content=None), "m").reasoning_content
-        == "new"
-    )
-    assert parse_reply(vllm_body(reasoning="", content="hi"), "m").reasoning_content is None
-    classic = FakeOpenAI(shape="classic").reply(
-        {"chat_template_kwargs": {"thinking": True}}, "k", 5, 1
-    )
-    c = parse_reply(classic, "m")
-    assert c.reasoning_content == "thinking" and c.content == "answer with 5 tokens"
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        {},
-        {"choices": []},
-        {"choices": [None]},
-        {"choices": [{"index": 0}]},
-        {"choices": [{"message": {"content": 5}}]},
-        [],
-    ],
-)
-def test_only_a_body_without_usable_choices_is_malformed(body):
-    with pytest.raises((ValueError, TypeError)):
-        parse_reply(body, "m")
-
-
-def test_metrics_sum_engines_and_average_the_kv_cache():
-    text = """# HELP vllm:num_requests_running Number of requests in model execution batches.
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="kimi"} 3.0
-vllm:num_requests_running{engine="1",model_name="kimi"} 5.0
-vllm:num_requests_waiting{engine="0",model_name="kimi"} 1.0
-vllm:num_requests_waiting{engine="1",model_name="kimi"} 0.0
-vllm:kv_cache_usage_perc{engine="0",model_name="kimi"} 0.5
-vllm:kv_cache_usage_perc{engine="1",model_name="kimi"} 0.7
-vllm:generation_tokens_total{engine="0",model_name="kimi"} 1000.0
-vllm:generation_tokens_total{engine="1",model_name="kimi"} 2500.0
-"""
-    m = metrics.snapshot(text)
-    assert m["running"] == 8 and m["waiting"] == 1 and m["generation_tokens"] == 3500
-    assert m["kv_cache"] == pytest.approx(0.6) and m["preemptions"] is None
-    assert metrics.snapshot("not prometheus at all\n") == dict.fromkeys(m)
-
-
-def test_a_stale_running_gauge_reads_unknown_not_an_empty_batch():
-    text = 'vllm:num_requests_running{model_name="m",engine="0"} 0.0\n'
-    stale = metrics.snapshot(text + 'vllm:num_requests_waiting{model_name="m",engine="0"} 5.0\n')
-    assert stale["running"] is None and stale["waiting"] == 5
-    idle = metrics.snapshot(text + 'vllm:num_requests_waiting{model_name="m",engine="0"} 0.0\n')
-    assert idle["running"] == 0
-
 
 # ------------------------------------------------------------------ through the CLI
 

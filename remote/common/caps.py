@@ -69,8 +69,10 @@ def parse_tokens(text: str | int) -> int:
     m = _TOKENS_RE.match(str(text))
     if not m:
         raise ValueError(f"expected a token count like 10M, 500k or 2500000, got {text!r}")
-    value = float(m.group(1)) * _SCALE[m.group(2).lower()]
-    if value != int(value):
+    from fractions import Fraction  # exact: a float turns 576460752305M into ...304999936
+
+    value = Fraction(m.group(1)) * _SCALE[m.group(2).lower()]
+    if value.denominator != 1:
         raise ValueError(f"token count {text!r} is not a whole number")
     return int(value)
 
