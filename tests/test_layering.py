@@ -234,7 +234,6 @@ NO_UNIT_TEST = {
     "deploytool/__main__.py": "two lines: `python -m deploytool`, run by every test that types a command",
     "deploytool/commands.py": "the commands as typed: test_front_door, test_commands_answer",
     "deploytool/connectors/ssh.py": "against a real sshd: test_connectors, test_deploy",
-    "deploytool/ops/deploy.py": "deploys over real ssh, kill -9 mid-upload included: test_deploy",
     "deploytool/ops/pull_hidden.py": "pull --hidden-states --free on the local host: test_hidden_stage",
     "deploytool/program.py": "the invoke program as typed: test_startup, test_front_door",
     "deploytool/tasks.py": "the invoke tasks as typed from the repository root: test_front_door",
