@@ -6,4 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 DEPLOYTOOL_VLLM_PYTHON="$(bash scripts/setup-vllm.sh | tail -n 1)"
 export DEPLOYTOOL_VLLM_PYTHON
-exec .venv/bin/python -m pytest -m real_vllm tests/real_engine "$@"
+# two test modules at a time (each its own vLLM servers): alone, one leaves the two cores idle a
+# third of the time while its server loads or its job waits; a module's tests stay together, as
+# they share their module's server (DEPLOYTOOL_REAL_WORKERS=0: one test at a time, in this process)
+exec .venv/bin/python -m pytest -m real_vllm -n "${DEPLOYTOOL_REAL_WORKERS:-2}" --dist loadfile \
+  tests/real_engine "$@"

@@ -12,6 +12,10 @@ unset PYTHONDONTWRITEBYTECODE
 # compiled here once (and the test modules' assertions rewritten once), not by eight workers at once;
 # a file that does not compile or collect is left for the run itself to report
 .venv/bin/python -m compileall -q deploytool remote tests >/dev/null 2>&1 || true
+# the cache is new each run, so the libraries' own modules are compiled again into it: once here,
+# not by every runner and command that imports them first at the run's start
+.venv/bin/python -c 'import aiohttp, fabric, paramiko, numpy, rich.live, rich.progress, hypothesis' \
+  >/dev/null 2>&1 || true
 .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider >/dev/null 2>&1 || true
 # the tests are independent and mostly wait on processes they start: eight at a time, even on two
 # cores (DEPLOYTOOL_TEST_WORKERS=0 runs them one by one in this process); a worker with nothing

@@ -115,8 +115,9 @@ def test_real_vllm_writes_the_files_the_stage_counts_once_through_kills_of_runne
         proc = subprocess.Popen(runner_cmd(root, "--stage", "hidden-states"), cwd=REPO)
         before = counted()
         wait_for(lambda: counted() >= before + 5, timeout=300, what="five rows more")
+        os.killpg(sid, signal.SIGSTOP)  # held: the stage cannot end between this look and the kill
+        assert counted() < 300
         os.killpg(sid, signal.SIGKILL)
-        assert counted() < 300  # the concurrency keeps the stage from ending before the kill
         servers.enter_context(
             rig.serving(vllm_exe, tiny_model, port, tmp_path / "vllm-2.log", args=args, env=env)
         )
