@@ -241,7 +241,6 @@ NO_UNIT_TEST = {
     "remote/cli.py": "the host's command line, run by every host command; its imports: test_layering",
     "remote/common/answers.py": "every answer read back exactly: unit/remote/common/test_protocol",
     "remote/common/flags.py": "restart's flags as typed: test_caps_kept, test_restart_stop_status",
-    "remote/common/notify.py": "notifications once, failing and hanging commands: test_telemetry",
     "remote/common/status.py": "status.json's types, read back in test_telemetry, test_tail_plan_pull",
     "remote/common/wire.py": "the envelope, strict fields, faults: unit/remote/common/test_protocol",
     "remote/host/commands/ctl.py": "every host command dispatches through it",
