@@ -51,7 +51,10 @@ def main():
     p.add_argument("--served-model-name")
     p.add_argument("--fake-dp-peer")
     p.add_argument("--fake-answer-delay", type=float, default=0.0)
-    p.add_argument("--fake-hold-while", help="chat answers wait while this file exists")
+    p.add_argument(
+        "--fake-hold-while", help="chat answers past --fake-hold-after wait while this file exists"
+    )
+    p.add_argument("--fake-hold-after", type=int, default=0)
     p.add_argument("--fake-thinking", action="store_true", help="all thinking: content null")
     p.add_argument("--fake-exit-once")
     p.add_argument("--fake-exit-when", help="with --fake-exit-once: exit once this file exists")
@@ -212,7 +215,9 @@ def main():
                 time.sleep(3600)  # routed to the dead rank: no answer, no error, connection open
                 return
             time.sleep(a.fake_answer_delay)
-            while a.fake_hold_while and os.path.exists(a.fake_hold_while):
+            while (
+                a.fake_hold_while and mine > a.fake_hold_after and os.path.exists(a.fake_hold_while)
+            ):
                 time.sleep(0.05)  # held by the test: the job outlasts its steps by construction
             while clock() and frozen[0] is not None:
                 time.sleep(0.1)  # wedged: the engine is stopped, nothing comes back

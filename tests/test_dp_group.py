@@ -36,7 +36,9 @@ def test_a_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(tmp_
     write_prompts(project / "data" / "prompts" / "B1.jsonl", N)
     peer = tmp_path / "rank1-engines.json"
     head_port = free_port()
-    hold = tmp_path / "hold"  # while it exists the live rank answers nothing: the job is unfinished
+    # while it exists the head answers no more than its first 40: the job is unfinished until the
+    # group restart, however fast or slow the machine
+    hold = tmp_path / "hold"
     group = ["--data-parallel-size", "2", "--data-parallel-size-local", "1"]
     group += ["--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", "13345"]
     fake = ["--fake-delay", "0.2", "--fake-workers", "0", "--fake-engine", "1"]
@@ -67,7 +69,16 @@ def test_a_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(tmp_
             "command": str(fake_vllm(tmp_path)),
             "model": "kimi",
             "port": head_port,
-            "args": group + fake + ["--fake-answer-delay", "0.1", "--fake-hold-while", str(hold)],
+            "args": group
+            + fake
+            + [
+                "--fake-answer-delay",
+                "0.1",
+                "--fake-hold-while",
+                str(hold),
+                "--fake-hold-after",
+                "40",
+            ],
         },
     )
     both = ("--host", "head,worker")
@@ -81,10 +92,10 @@ def test_a_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(tmp_
         engine = json.loads(peer.read_text())[0]
         assert procinfo.alive(engine)
 
+        hold.touch()
         res = cli(cfg, "restart", "--host", "head", "--max-samples", str(N))
         assert res.returncode == 0, res.stdout + res.stderr
         wait_for(lambda: len(records(head_dir, "B1")) >= 20, timeout=30, what="first records")
-        hold.touch()
         os.kill(engine, signal.SIGKILL)  # rank 1's engine dies; its launcher lives on
         wait_for(lambda: status(head_dir)["endpoints"][0]["stuck"] >= 3, timeout=30, what="stuck")
 
