@@ -51,10 +51,12 @@ def main():
     p.add_argument("--served-model-name")
     p.add_argument("--fake-dp-peer")
     p.add_argument("--fake-answer-delay", type=float, default=0.0)
+    p.add_argument("--fake-hold-while", help="with --fake-hold-prompt: held while this file exists")
     p.add_argument(
-        "--fake-hold-while", help="chat answers past --fake-hold-after wait while this file exists"
+        "--fake-hold-prompt",
+        help="a chat request whose last message holds this text is held: its stream says it lives "
+        "(an SSE comment every 0.3 s) and answers nothing; released, its connection is dropped",
     )
-    p.add_argument("--fake-hold-after", type=int, default=0)
     p.add_argument("--fake-thinking", action="store_true", help="all thinking: content null")
     p.add_argument("--fake-exit-once")
     p.add_argument("--fake-exit-when", help="with --fake-exit-once: exit once this file exists")
@@ -167,6 +169,21 @@ def main():
             self.end_headers()
             self.wfile.write(data)
 
+        def _hold(self):
+            """Held by the test: a live stream with no token in it (never stuck, never answered),
+            so the job outlasts the test's steps by construction."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            try:
+                while os.path.exists(a.fake_hold_while):
+                    self.wfile.write(b": held\n\n")
+                    self.wfile.flush()
+                    time.sleep(0.3)
+            except OSError:
+                pass  # the runner let it go
+            self.close_connection = True
+
         def _refused(self) -> bool:
             if (
                 key
@@ -214,11 +231,10 @@ def main():
             if mine % 2 == 0 and peer_dead():  # the first (the smoke test) is never lost
                 time.sleep(3600)  # routed to the dead rank: no answer, no error, connection open
                 return
+            held = a.fake_hold_prompt and a.fake_hold_prompt in json.dumps(body.get("messages"))
+            if held and os.path.exists(a.fake_hold_while):
+                return self._hold()
             time.sleep(a.fake_answer_delay)
-            while (
-                a.fake_hold_while and mine > a.fake_hold_after and os.path.exists(a.fake_hold_while)
-            ):
-                time.sleep(0.05)  # held by the test: the job outlasts its steps by construction
             while clock() and frozen[0] is not None:
                 time.sleep(0.1)  # wedged: the engine is stopped, nothing comes back
             text = "the " * 40 if a.fake_degenerate else "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"

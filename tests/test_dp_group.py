@@ -36,8 +36,9 @@ def test_a_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(tmp_
     write_prompts(project / "data" / "prompts" / "B1.jsonl", N)
     peer = tmp_path / "rank1-engines.json"
     head_port = free_port()
-    # while it exists the head answers no more than its first 40: the job is unfinished until the
-    # group restart, however fast or slow the machine
+    # while it exists the head holds the last prompt's request, live but unanswered: the job is
+    # unfinished until the group restart, however fast or slow the machine, and no prompt is stuck
+    # so often that it fails
     hold = tmp_path / "hold"
     group = ["--data-parallel-size", "2", "--data-parallel-size-local", "1"]
     group += ["--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", "13345"]
@@ -76,8 +77,8 @@ def test_a_dead_rank_is_named_and_the_job_finishes_after_the_group_restarts(tmp_
                 "0.1",
                 "--fake-hold-while",
                 str(hold),
-                "--fake-hold-after",
-                "40",
+                "--fake-hold-prompt",
+                f"question {N - 1} of B1",
             ],
         },
     )
