@@ -1,15 +1,16 @@
 """job.notify: tell someone when the job needs a look. The command runs with `sh -c` on the host, in a
 session of its own and without the job's token (stopping the job never kills it, and it never holds the
 job up), under `timeout`, with DEPLOYTOOL_EVENT, DEPLOYTOOL_MESSAGE and DEPLOYTOOL_REMOTE_DIR set. A
-command that fails or hangs is logged; the job goes on."""
+command that fails or hangs is logged; the job goes on. One event at a time, in the order they
+happened: `engine_down` is never told after the `failed` it led to."""
 
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -25,7 +26,10 @@ class Notifier:
         self.remote_dir = remote_dir
         self.log = log
         self.sent: list[str] = []  # events sent in this run, in order
-        self._threads: list[threading.Thread] = []
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._sender: threading.Thread | None = None
+        self._pending = 0  # events queued or being sent
+        self._done = threading.Condition()
 
     def send(self, event: str, message: str) -> None:
         if not self.command or event not in self.on:
@@ -43,9 +47,22 @@ class Notifier:
         )  # coreutils: it ends the command even if the runner is gone by then
         if killer:
             argv = [killer, "-k", "5", f"{self.timeout:g}", *argv]
-        t = threading.Thread(target=self._run, args=(event, argv, env), daemon=True)
-        t.start()
-        self._threads.append(t)
+        with self._done:
+            self._pending += 1
+        self._queue.put((event, argv, env))
+        if self._sender is None:
+            self._sender = threading.Thread(target=self._send_in_order, daemon=True)
+            self._sender.start()
+
+    def _send_in_order(self) -> None:
+        while True:
+            event, argv, env = self._queue.get()
+            try:
+                self._run(event, argv, env)
+            finally:
+                with self._done:
+                    self._pending -= 1
+                    self._done.notify_all()
 
     def _run(self, event: str, argv: list[str], env: dict) -> None:
         try:
@@ -79,6 +96,5 @@ class Notifier:
 
     def wait(self, seconds: float) -> None:
         """At the end of the run: give the last notifications a moment to go out (they run on anyway)."""
-        deadline = time.monotonic() + seconds
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+        with self._done:
+            self._done.wait_for(lambda: self._pending == 0, timeout=seconds)

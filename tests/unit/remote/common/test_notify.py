@@ -50,3 +50,15 @@ def test_no_command_sends_nothing(tmp_path):
     n = Notifier(None, tmp_path, lambda line: None)
     n.send("finished", "m")
     assert n.sent == []
+
+
+def test_events_are_told_in_the_order_they_happened_even_when_one_command_is_slow(tmp_path):
+    out = tmp_path / "got"
+    slow_first = (
+        f'[ "$DEPLOYTOOL_EVENT" = stalled ] && sleep 0.5; echo "$DEPLOYTOOL_EVENT" >> {out}'
+    )
+    n = Notifier({"command": slow_first, "on": ["stalled", "finished"]}, tmp_path, lambda s: None)
+    n.send("stalled", "m")
+    n.send("finished", "m")  # sent at once, told after the slow one
+    n.wait(60)
+    assert out.read_text().split() == ["stalled", "finished"]
