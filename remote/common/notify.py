@@ -59,6 +59,8 @@ class Notifier:
             event, argv, env = self._queue.get()
             try:
                 self._run(event, argv, env)
+            except Exception as e:  # one event's surprise must not silence the ones after it
+                self.log(f"notify {event}: {type(e).__name__}: {e}")
             finally:
                 with self._done:
                     self._pending -= 1
