@@ -14,7 +14,7 @@ unset PYTHONDONTWRITEBYTECODE
 .venv/bin/python -m compileall -q deploytool remote tests >/dev/null 2>&1 || true
 # the cache is new each run, so the libraries' own modules are compiled again into it: once here,
 # not by every runner and command that imports them first at the run's start
-.venv/bin/python -c 'import aiohttp, fabric, paramiko, numpy, rich.live, rich.progress, hypothesis' \
+.venv/bin/python -c 'import aiohttp, fabric, paramiko, numpy, rich.live, rich.progress' \
   >/dev/null 2>&1 || true
 .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider >/dev/null 2>&1 || true
 # the tests are independent and mostly wait on processes they start: eight at a time, even on two

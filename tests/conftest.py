@@ -51,12 +51,9 @@ def runner_time_passes(root: Path, seconds: float) -> None:
     """Waits until the runner's own clock has moved `seconds` on, as status.json says (written each
     second, in the tick that then runs its checks): "nothing happened for a while" counted in the
     runner's turns, which a busy machine slows down with it, not in the test's wall clock."""
-    first = json.loads((root / "run" / "status.json").read_text())["updated_at"]
+    first = status(root)["updated_at"]
     wait_for(
-        lambda: (
-            (json.loads((root / "run" / "status.json").read_text())["updated_at"] or 0)
-            >= first + seconds
-        ),
+        lambda: (status(root)["updated_at"] or 0) >= first + seconds,
         what=f"the runner's clock {seconds}s on",
     )
 

@@ -54,7 +54,7 @@ def main():
     p.add_argument("--fake-hold-while", help="with --fake-hold-prompt: held while this file exists")
     p.add_argument(
         "--fake-hold-prompt",
-        help="a chat request whose last message holds this text is held: its stream says it lives "
+        help="a chat request whose messages hold this text is held: its stream says it lives "
         "(an SSE comment every 0.3 s) and answers nothing; released, its connection is dropped",
     )
     p.add_argument("--fake-thinking", action="store_true", help="all thinking: content null")
