@@ -9,11 +9,12 @@ import re
 import signal
 import socket
 import subprocess
+import urllib.request
 
 import pytest
 
 from deploytool.ops.export import Source, export
-from remote.common import procinfo
+from remote.common import metrics, procinfo
 from tests.conftest import (
     base_job,
     cli,
@@ -97,6 +98,31 @@ def engine_cores(sid: int) -> list[int]:
     ]
 
 
+def waiting_gauge(port: int) -> float:
+    """vLLM's own count of the requests it holds waiting, as its /metrics says it now."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        return metrics.total(metrics.parse(r.read().decode()), metrics.WAITING) or 0.0
+
+
+def hold_with_requests_waiting(cores: list[int], port: int, tries: int = 30) -> float:
+    """Stop vLLM's engine at a moment its gauges say requests wait; return how many.
+
+    Its gauges keep what its last step saw while it is stopped, and that may be an empty queue: on a
+    busy machine the API server can hand requests over slower than the tiny model answers them.
+    Stopped, the engine lets the runner's open requests pile up in front of it; let go, it takes them
+    in at once and its next steps have some waiting: it is stopped again as soon as it says so."""
+    for _ in range(tries):
+        for p in cores:
+            os.kill(p, signal.SIGSTOP)
+        waiting = waiting_gauge(port)
+        if waiting > 0:
+            return waiting
+        for p in cores:
+            os.kill(p, signal.SIGCONT)
+        wait_for(lambda: waiting_gauge(port) > 0, timeout=120, interval=0.02, what="vLLM waiting")
+    raise AssertionError(f"vLLM's gauges said nothing waiting at each of {tries} stops")
+
+
 @pytest.mark.timeout(900)
 def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
     make, host_dir, port = job
@@ -142,17 +168,17 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
     res = cli(cfg, "restart", "--max-samples", "all")
     assert res.returncode == 0 and "40 → all" in res.stdout, res.stdout + res.stderr
 
+    wait_status(host_dir, lambda st: st["datasets"]["B1"]["done"] >= 20, "records", 120)
+    # held from here to the kill: the job cannot end before it, and the runner's next look at
+    # vLLM's gauges sees what the engine's last step saw (16 requests asked of a batch of 4)
+    held = engine_cores(first["sid"])
+    waiting = hold_with_requests_waiting(held, port)
+
     def waiting_seen(st):
         m = st["endpoints"][0].get("metrics") or {}
-        return (m.get("waiting") or 0) > 0
+        return m.get("waiting") == waiting
 
-    wait_status(host_dir, lambda st: st["datasets"]["B1"]["done"] >= 20, "records", 120)
-    # held from here to the kill: the job cannot end before it, and vLLM's gauges keep what its
-    # last step saw (16 requests asked of a batch of 4: some waiting) for the runner's next look
-    held = engine_cores(first["sid"])
-    for p in held:
-        os.kill(p, signal.SIGSTOP)
-    wait_status(host_dir, waiting_seen, "requests waiting in vLLM", 120)
+    wait_status(host_dir, waiting_seen, f"the runner to see {waiting:g} waiting in vLLM", 120)
     res = cli(cfg, "status")
     assert "waiting" in res.stdout and res.returncode == 0
 
