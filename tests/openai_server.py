@@ -79,6 +79,7 @@ class FakeOpenAI:
         # (a request routed to a dead data-parallel rank hangs before its first token: hang_rate)
         self.stall_rate = stall_rate
         self.stalled = 0
+        self.hung = 0  # requests hung by hang_rate
         # a model made of token ids (see TokenModel): /v1/completions continues from them
         self.tokens_model = TokenModel() if token_model else None
         self.chunk_tokens = chunk_tokens  # tokens per streamed chunk (vLLM merges them under load)
@@ -98,6 +99,10 @@ class FakeOpenAI:
         # requests after the first `hold_after` wait until it is raised or set to None: a job a test
         # stops while it runs outlasts the test by construction, however slow the machine
         self.hold_after: int | None = None
+        # a held streamed request is a live stream with no token in it (an SSE comment every 0.2 s),
+        # not a hang: a job with a short progress deadline is held without a request going stuck.
+        # For streamed jobs with no injected errors (an error cannot follow a started stream)
+        self.hold_alive = False
         self.arrived = 0
         self.hold_while: Path | None = (
             None  # (as its own process) new requests wait while it exists
@@ -144,10 +149,15 @@ class FakeOpenAI:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         me, self.arrived = self.arrived, self.arrived + 1
+        resp, alive_at = None, 0.0
         try:
             while (self.hold_after is not None and me >= self.hold_after) or (
                 self.hold_while is not None and self.hold_while.exists()
             ):
+                if self.hold_alive and body.get("stream") and time.monotonic() - alive_at >= 0.2:
+                    resp = resp or await self.open_stream(request)
+                    await resp.write(b": held\n\n")
+                    alive_at = time.monotonic()
                 await asyncio.sleep(0.02)
             text = json.dumps(body.get("messages"))
             if any(bad in text for bad in self.bad_request_ids):
@@ -160,6 +170,7 @@ class FakeOpenAI:
                 return web.json_response({"error": {"message": "slow down"}}, status=429)
             roll -= self.rate_limit_rate
             if roll < self.hang_rate:
+                self.hung += 1
                 await asyncio.sleep(3600)
             roll -= self.hang_rate
             n = self.tokens_for(key)
@@ -178,19 +189,25 @@ class FakeOpenAI:
                 return await self.token_answer(request, body, key, n)
             reply = self.reply(body, key, n, len(text) // 4)
             if body.get("stream"):
-                return await self.stream(request, body, key, reply)
+                return await self.stream(request, body, key, reply, resp)
             self.requests[key] += 1
             self.t_last = time.monotonic()
             return web.json_response(reply)
         finally:
             self.in_flight -= 1
 
-    async def stream(self, request, body: dict, key: str, reply: dict):
-        """The same answer as server-sent events, one chunk per token, as vLLM streams it: deltas of
-        `reasoning` (or `reasoning_content`) then `content`, `token_ids` per chunk, `prompt_token_ids`
-        on the first, `finish_reason` on the last, then (with include_usage) a usage chunk."""
+    @staticmethod
+    async def open_stream(request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        return resp
+
+    async def stream(self, request, body: dict, key: str, reply: dict, resp=None):
+        """The same answer as server-sent events, one chunk per token, as vLLM streams it: deltas of
+        `reasoning` (or `reasoning_content`) then `content`, `token_ids` per chunk, `prompt_token_ids`
+        on the first, `finish_reason` on the last, then (with include_usage) a usage chunk. `resp`: the
+        stream a hold already started."""
+        resp = resp or await self.open_stream(request)
         choice, msg = reply["choices"][0], reply["choices"][0]["message"]
         think_key = "reasoning" if self.shape == "vllm" else "reasoning_content"
         ids = choice.get("token_ids")

@@ -28,9 +28,12 @@ def test_stuck_requests_are_sent_again_every_prompt_once(tmp_path, openai_server
     assert not (outputs(root) / "B1.errors.jsonl").read_text()
     st = status(root)
     ep = st["endpoints"][0]
-    assert ep["stuck"] >= 10 and ep["stuck"] == ep["stuck_recent"]
+    assert srv.hung >= 1 and srv.stalled >= 1
+    assert ep["stuck"] >= srv.hung + srv.stalled >= 10 and ep["stuck"] == ep["stuck_recent"]
     assert st["retries"] == 0  # stuck is not a failure of the prompt
-    assert srv.stalled >= 1 and len(srv.bodies) == 120 + ep["stuck"]
+    # every hung or stalled request was asked again, and nothing was but what the runner let go as
+    # stuck: on a busy machine a slow request is too, at times before the server has read it
+    assert 120 + srv.hung + srv.stalled <= len(srv.bodies) <= 120 + ep["stuck"]
     assert all(b["stream"] and b["stream_options"] == {"include_usage": True} for b in srv.bodies)
 
 
@@ -56,9 +59,9 @@ def test_a_streamed_and_a_plain_answer_make_the_same_record(tmp_path, openai_ser
 
 def test_a_degraded_server_is_shown_and_notified(project, openai_server, tmp_path):
     srv = openai_server(shape="vllm", hang_rate=0.25, latency=0.05, seed=1)
-    srv.hold_after = (
-        60  # of the 80 prompts: the job runs while status looks, however slow the machine
-    )
+    # of the 80 prompts: the job runs while status looks, however slow the machine; held answers
+    # stream no token but are alive (held for as long as status takes, never stuck)
+    srv.hold_after, srv.hold_alive = 60, True
     log = tmp_path / "events.log"
     cfg, host_dir = wire_job(
         project,
