@@ -104,18 +104,32 @@ def waiting_gauge(port: int) -> float:
         return metrics.total(metrics.parse(r.read().decode()), metrics.WAITING) or 0.0
 
 
-def hold_with_requests_waiting(cores: list[int], port: int, tries: int = 30) -> float:
-    """Stop vLLM's engine at a moment its gauges say requests wait; return how many.
+def runner_waiting(host_dir) -> float | None:
+    """The count of requests waiting in vLLM as the runner's status shows it."""
+    return (status(host_dir)["endpoints"][0].get("metrics") or {}).get("waiting")
+
+
+def hold_with_requests_waiting(cores: list[int], port: int, host_dir, tries: int = 30) -> float:
+    """Stop vLLM's engine at a moment its gauges say requests wait, and return how many once the
+    runner's status shows that count.
 
     Its gauges keep what its last step saw while it is stopped, and that may be an empty queue: on a
     busy machine the API server can hand requests over slower than the tiny model answers them.
     Stopped, the engine lets the runner's open requests pile up in front of it; let go, it takes them
-    in at once and its next steps have some waiting: it is stopped again as soon as it says so."""
+    in at once and its next steps have some waiting: it is stopped again as soon as it says so. An
+    answer of its last step still on its way to the API server can change the gauge after the stop:
+    the runner must agree with what vLLM says now, looked at again after it agreed."""
     for _ in range(tries):
         for p in cores:
             os.kill(p, signal.SIGSTOP)
+
+        def settled() -> bool:
+            now = waiting_gauge(port)
+            return now == 0 or runner_waiting(host_dir) == now
+
+        wait_for(settled, timeout=120, interval=0.2, what="the runner's look at vLLM's gauges")
         waiting = waiting_gauge(port)
-        if waiting > 0:
+        if waiting > 0 and runner_waiting(host_dir) == waiting:
             return waiting
         for p in cores:
             os.kill(p, signal.SIGCONT)
@@ -172,15 +186,9 @@ def test_real_vllm_served_name_wrong_model_hard_death_exactly_once(job):
     # held from here to the kill: the job cannot end before it, and the runner's next look at
     # vLLM's gauges sees what the engine's last step saw (16 requests asked of a batch of 4)
     held = engine_cores(first["sid"])
-    waiting = hold_with_requests_waiting(held, port)
-
-    def waiting_seen(st):
-        m = st["endpoints"][0].get("metrics") or {}
-        return m.get("waiting") == waiting
-
-    wait_status(host_dir, waiting_seen, f"the runner to see {waiting:g} waiting in vLLM", 120)
+    waiting = hold_with_requests_waiting(held, port, host_dir)
     res = cli(cfg, "status")
-    assert "waiting" in res.stdout and res.returncode == 0
+    assert f"waiting {waiting:.0f}" in flat(res.stdout) and res.returncode == 0, res.stdout
 
     # 4. the API server dies hard: its engine processes live on, in its session
     os.kill(first["pid"], signal.SIGKILL)
