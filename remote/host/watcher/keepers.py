@@ -109,6 +109,9 @@ def kill_session(rec: ServerRecord) -> list[int]:
     return sorted(hit)
 
 
+GONE = "the server process is gone (an exit nobody asked for)"
+
+
 def observe(paths: Paths, rec: ServerRecord, now: float) -> Observation:
     """One look at a ready server: its /metrics, /v1/models if that failed, the runner's view."""
     port = rec.port
@@ -177,7 +180,7 @@ class ServerKeeper(Keeper):
             return
         self.seen.state = ProcessState.WATCHING
         if not alive:
-            return self._dead(now, rec, "the server process is gone (an exit nobody asked for)")
+            return self._dead(now, rec, GONE)
         if not rec.ready_at:
             # still loading (bounded by server.ready_timeout, not by these rules); its children
             # now include passing start-up helpers, so its engines are known only once it is ready
@@ -200,7 +203,8 @@ class ServerKeeper(Keeper):
             self.clock_of = rec.pid
         why = self.clock.observe(observe(self.paths, rec, now))
         if why:
-            self._dead(now, rec, why)
+            # a kill -9 while it was being probed is a death, not a wedge
+            self._dead(now, rec, why if rec.alive() else GONE)
 
     def _dead(
         self, now: float, rec: ServerRecord | None, cause: str, lines: list[str] | None = None

@@ -8,13 +8,15 @@ import json
 import subprocess
 import sys
 
+from remote.common import procinfo
 from remote.common.codec import write_json
 from remote.common.jobspec import Paths
-from remote.common.recover import RecoverSpec
-from remote.common.state import RunnerWanted
+from remote.common.recover import Observation, RecoverSpec
+from remote.common.state import RunnerWanted, ServerRecord, ServerWanted
 from remote.common.status import JobState, JobStatus, ProcessState
 from remote.host.facts import intent
-from remote.host.watcher.keepers import RunnerKeeper
+from remote.host.watcher import keepers
+from remote.host.watcher.keepers import RunnerKeeper, ServerKeeper
 
 
 def dead_runner(paths: Paths, state: str) -> int:
@@ -82,3 +84,29 @@ def test_a_runner_that_died_comes_back_at_once_then_after_a_doubling_backoff(tmp
         "gave_up",
     ]
     assert told == ["runner_restarted"] * 3
+
+
+def test_a_server_killed_while_it_was_probed_is_called_gone_not_wedged(tmp_path, monkeypatch):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    rec = ServerRecord(pid=proc.pid, start_time=procinfo.start_time(proc.pid), port=1, ready_at=1.0)
+    rec.write(paths.server_pid)
+    k = ServerKeeper(paths, RecoverSpec(), lambda event, text: None, lambda line: None)
+    causes = []
+    monkeypatch.setattr(k, "_dead", lambda now, rec, cause, lines=None: causes.append(cause))
+    monkeypatch.setattr(keepers.engines, "watch", lambda paths, rec: rec)
+
+    class Wedged:  # its clock has run out: nothing answered for longer than wedged_after
+        def observe(self, o):
+            return "neither /metrics nor /v1/models answered for 7s"
+
+    def probe(paths, rec, now):  # the kill -9 lands while the probes wait for an answer
+        proc.kill()
+        proc.wait()
+        return Observation(now=now)
+
+    monkeypatch.setattr(keepers, "observe", probe)
+    k.clock, k.clock_of = Wedged(), proc.pid
+    k.tick(100.0, ServerWanted(wanted=True))
+    assert causes == [keepers.GONE]
