@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from tests.conftest import REPO, free_port, records, runner_cmd, status, wait_fo
 from tests.helpers.as_typed import ok, typed
 from tests.real_engine import rig
 from tests.real_engine.recovery_scenario import engine_cores
+from tests.real_engine.vllm_helpers import server_metric
 
 pytestmark = pytest.mark.real_vllm
 # ~80k tokens: the tiny model makes ~2,000 tok/s here. Its greedy answers are all alike and start
@@ -33,8 +33,7 @@ N = 960
 
 def generated(url: str) -> float:
     """vLLM's own count of the tokens it made (the product's reader of /metrics)."""
-    with urllib.request.urlopen(url.replace("/v1", "/metrics"), timeout=5) as r:
-        return metrics.total(metrics.parse(r.read().decode()), metrics.GENERATION) or 0.0
+    return server_metric(url.replace("/v1", "/metrics"), metrics.GENERATION, timeout=5)
 
 
 def job_root(root: Path, url: str, n: int = N) -> Path:

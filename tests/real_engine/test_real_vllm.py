@@ -9,7 +9,6 @@ import re
 import signal
 import socket
 import subprocess
-import urllib.request
 
 import pytest
 
@@ -30,7 +29,7 @@ from tests.conftest import (
 )
 from tests.helpers.conversations import ORIGINAL, write_conversations
 from tests.real_engine import rig
-from tests.real_engine.vllm_helpers import flat, server_record, wait_status
+from tests.real_engine.vllm_helpers import flat, server_metric, server_record, wait_status
 
 pytestmark = pytest.mark.real_vllm
 
@@ -100,8 +99,7 @@ def engine_cores(sid: int) -> list[int]:
 
 def waiting_gauge(port: int) -> float:
     """vLLM's own count of the requests it holds waiting, as its /metrics says it now."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-        return metrics.total(metrics.parse(r.read().decode()), metrics.WAITING) or 0.0
+    return server_metric(f"http://127.0.0.1:{port}/metrics", metrics.WAITING, timeout=30)
 
 
 def runner_waiting(host_dir) -> float | None:

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 
+from remote.common import metrics
 from tests.conftest import (
     status,
     wait_for,
 )
+
+
+def server_metric(metrics_url: str, name: str, timeout: float) -> float:
+    """One series of a real vLLM's /metrics as it says it now, summed over engines (the product's
+    own reader); 0 where it has none."""
+    with urllib.request.urlopen(metrics_url, timeout=timeout) as r:
+        return metrics.total(metrics.parse(r.read().decode()), name) or 0.0
 
 
 def flat(text: str) -> str:
