@@ -29,6 +29,7 @@ from tests.conftest import (
 )
 from tests.helpers.conversations import ORIGINAL, write_conversations
 from tests.real_engine import rig
+from tests.real_engine.recovery_scenario import engine_cores
 from tests.real_engine.vllm_helpers import flat, server_metric, server_record, wait_status
 
 pytestmark = pytest.mark.real_vllm
@@ -88,13 +89,6 @@ def job(tmp_path, ssh_rig, tiny_model, vllm_exe, vllm_python):
     if made:
         cli(made[0], "stop", "--grace", "0")
         cli(made[0], "server.stop", "--grace", "0")
-
-
-def engine_cores(sid: int) -> list[int]:
-    """vLLM's engine processes (they rename themselves) in one server's session."""
-    return [
-        p for p in procinfo.session_members(sid) if procinfo.cmdline(p)[:1] == ["VLLM::EngineCore"]
-    ]
 
 
 def waiting_gauge(port: int) -> float:
