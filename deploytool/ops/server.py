@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # types only: answers load with the commands that build them
     from remote.common.answers import ServerStarted, ServerState, ServerStopped
 
 HEADLESS_SETTLE_S = 5.0  # a headless worker alive this long got past its start-up checks
+# a loading server is waited for on the host, in looks of up to this long: one SSH command for
+# each, not one every poll, and its readiness seen within a quarter of a second
+CHECK_WAIT_S = 15.0
 
 
 def manages_engine(config: Config, host: str) -> bool:
@@ -83,9 +86,21 @@ def start(
 
 def _wait_ready(conn: Connector, spec: ServerSpec, t0, poll, progress, clock, sleep) -> bool:
     """Until the server answers (False) or, headless, has been alive a while (True)."""
-    last_note = 0.0
+
+    def note(elapsed: float, log: list[str]) -> float:
+        said = log_gist((log or [""])[-1])
+        progress(
+            f"{conn.name}: loading {spec.model}: {elapsed:.0f}s of up to {spec.ready_timeout}s"
+            + (f" · {said}" if said else "")
+        )
+        return clock()
+
+    last_note = note(0.0, []) if not spec.headless else 0.0  # at once, not after the first look
     while True:
-        c = call(conn, ServerCheck())
+        left = spec.ready_timeout - (clock() - t0)
+        # a headless worker has nothing to answer: it is looked at every poll until it settles
+        wait = 0.0 if spec.headless else max(0.0, min(CHECK_WAIT_S, left))
+        c = call(conn, ServerCheck(wait_s=wait))
         if c.ready and not spec.headless:
             return False
         if c.ready and c.elapsed_s >= HEADLESS_SETTLE_S:
@@ -104,13 +119,9 @@ def _wait_ready(conn: Connector, spec: ServerSpec, t0, poll, progress, clock, sl
                 details=c.log,
             )
         if clock() - last_note >= 15 or not last_note:
-            said = log_gist((c.log or [""])[-1])
-            progress(
-                f"{conn.name}: loading {spec.model}: {elapsed:.0f}s of up to {spec.ready_timeout}s"
-                + (f" · {said}" if said else "")
-            )
-            last_note = clock()
-        sleep(poll)
+            last_note = note(elapsed, c.log)
+        if not wait:
+            sleep(poll)
 
 
 # vLLM's log prefix: `(APIServer pid=4242) INFO 12-02 00:45:21 [api_server.py:1234] `

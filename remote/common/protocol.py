@@ -309,7 +309,8 @@ class ServerStart(Request):
 class ServerCheck(Request):
     command: ClassVar = ("server", "check")
     answer: ClassVar = "ServerChecked"
-    help: ClassVar = "one look: alive, ready (GET /v1/models), the log's last lines"
+    help: ClassVar = "a look: alive, ready (GET /v1/models), the log's last lines"
+    wait_s: float = opt(0.0, "seconds to look again until it answers or dies", parse=_nonneg_float)
 
 
 @dataclass

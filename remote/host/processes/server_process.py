@@ -2,8 +2,8 @@
 `server` commands (server_commands) and the watcher both use; it records no intent.
 
 Started detached like the runner (own session, pid file with start time and a token, log in
-logs/server.log), so a job restart never reloads the weights. Readiness is polled by the caller with
-`check`, which watches the process too. Answers are one JSON object on stdout.
+logs/server.log), so a job restart never reloads the weights. Readiness is asked for with `check`,
+which can wait for it on the host and watches the process too. Answers are one JSON object on stdout.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from ...common.status import ServerMetrics
 from ...common.wire import HostFault
 from ..facts import engines, gpu, kill
 
+CHECK_EVERY_S = 0.25  # a waiting check looks this often: a start's readiness seen within it
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
 
@@ -173,8 +174,21 @@ def start(paths: Paths, spec: ServerSpec, by: str = "user") -> ServerStarted:
     )
 
 
-def check(paths: Paths, req: ServerCheck | None = None) -> ServerChecked:
-    """One look: is the server alive, is it ready (GET /v1/models), the log's last lines."""
+def check(
+    paths: Paths, req: ServerCheck | None = None, clock=time.monotonic, sleep=time.sleep
+) -> ServerChecked:
+    """Is the server alive, is it ready (GET /v1/models), the log's last lines. With `wait_s`, a
+    loading server is looked at again until it answers, dies, or wait_s has passed: a look every
+    CHECK_EVERY_S here is cheap where each look asked over SSH is a command on the host."""
+    deadline = clock() + (req.wait_s if req is not None else 0.0)
+    while True:
+        look = _look(paths)
+        if look.ready or not look.alive or look.headless or clock() >= deadline:
+            return look
+        sleep(CHECK_EVERY_S)
+
+
+def _look(paths: Paths) -> ServerChecked:
     rec = ServerRecord.read(paths.server_pid)
     if rec is None:
         return ServerChecked(log=procinfo.tail_lines(paths.server_log, 30))

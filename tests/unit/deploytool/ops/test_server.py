@@ -1,7 +1,9 @@
-"""server.start's wait, on an injected clock: it looks every poll until the server answers (then a
-smoke test), says what the log says every 15 s, gives up at ready_timeout with the server left
-running, says a death during start-up with the log's lines, takes a headless worker alive for a
-while as ready, and waits for a start already under way (the watcher's) as for its own."""
+"""server.start's wait, on an injected clock: it asks the host to wait for the server in looks of
+up to 15 s (each one SSH command, not one every poll) until it answers (then a smoke test), says
+what the log says every 15 s, gives up at ready_timeout with the server left running, says a death
+during start-up with the log's lines, takes a headless worker alive for a while as ready (looked at
+every poll: it answers nothing), and waits for a start already under way (the watcher's) as for its
+own."""
 
 from __future__ import annotations
 
@@ -15,20 +17,25 @@ from remote.common.protocol import ServerCheck, ServerSmoke, ServerStart
 
 
 class Host:
-    """Answers server start / check / smoke from a script; the clock moves only when slept."""
+    """Answers server start / check / smoke from a script; the clock moves when slept, and by a
+    check's wait_s when its scripted look is of a server alive and loading (the host waited)."""
 
     name = "gpu1"
 
     def __init__(self, checks, started=None):
         self.checks, self.started = list(checks), started or ServerStarted(pid=7)
-        self.now, self.asked, self.slept = 100.0, [], []
+        self.now, self.asked, self.slept, self.waits = 100.0, [], [], []
 
     def call(self, conn, req):
         self.asked.append(type(req).__name__)
         if isinstance(req, ServerStart):
             return self.started
         if isinstance(req, ServerCheck):
-            return self.checks.pop(0)
+            self.waits.append(req.wait_s)
+            look = self.checks.pop(0)
+            if look.alive and not look.ready:
+                self.now += req.wait_s
+            return look
         assert isinstance(req, ServerSmoke)
         return SmokeAnswer(answer="Hello", model="tiny")
 
@@ -54,34 +61,35 @@ def start(monkeypatch, host, spec=None, said=None):
     )  # fmt: skip
 
 
-def test_it_looks_every_poll_until_ready_then_smoke_tests(monkeypatch):
-    host = Host([LOADING] * 10 + [ServerChecked(alive=True, ready=True)])
+def test_the_host_waits_for_it_in_looks_of_15s_until_ready_then_smoke_tests(monkeypatch):
+    host = Host([LOADING] * 3 + [ServerChecked(alive=True, ready=True)])
     said = []
     got = start(monkeypatch, host, said=said)
-    assert got.ready_after_s == 20.0 and got.smoke == "Hello" and got.served_model == "tiny"
-    assert host.asked == ["ServerStart"] + ["ServerCheck"] * 11 + ["ServerSmoke"]
-    assert host.slept == [2.0] * 10
+    assert got.ready_after_s == 45.0 and got.smoke == "Hello" and got.served_model == "tiny"
+    assert host.asked == ["ServerStart"] + ["ServerCheck"] * 4 + ["ServerSmoke"]
+    assert host.waits == [15.0] * 4 and host.slept == []  # waited there, never polled from here
     # said at once, then every 15 s of the clock: vLLM's log line without its prefix
-    assert said == [
-        "gpu1: loading tiny: 0s of up to 1800s · Loading weights",
-        "gpu1: loading tiny: 16s of up to 1800s · Loading weights",
+    assert said == ["gpu1: loading tiny: 0s of up to 1800s"] + [
+        f"gpu1: loading tiny: {s}s of up to 1800s · Loading weights" for s in (15, 30, 45)
     ]
 
 
 def test_at_ready_timeout_it_gives_up_and_leaves_the_server_running(monkeypatch):
     host = Host([LOADING] * 100)
     with pytest.raises(RemoteError) as e:
-        start(monkeypatch, host, ServerSpec(model="tiny", ready_timeout=30))
-    assert str(e.value).startswith("the server is not ready after 30s (server.ready_timeout)")
-    assert "`invoke server.stop` to give up" in str(e.value) and host.now == 132.0
+        start(monkeypatch, host, ServerSpec(model="tiny", ready_timeout=40))
+    assert str(e.value).startswith("the server is not ready after 40s (server.ready_timeout)")
+    assert "`invoke server.stop` to give up" in str(e.value) and host.now == 142.0
     assert e.value.details == tuple(LOADING.log)
+    # the last wait is what is left of ready_timeout; with nothing left, a look and a poll
+    assert host.waits == [15.0, 15.0, 10.0, 0.0, 0.0] and host.slept == [2.0]
 
 
 def test_a_death_during_start_up_is_said_with_the_logs_last_lines(monkeypatch):
     dead = ServerChecked(alive=False, log=["CUDA out of memory"])
     with pytest.raises(RemoteError) as e:
         start(monkeypatch, Host([LOADING, LOADING, dead]))
-    assert str(e.value) == "the server died during start-up after 4s (logs/server.log)"
+    assert str(e.value) == "the server died during start-up after 30s (logs/server.log)"
     assert e.value.details == ("CUDA out of memory",)
 
 
@@ -91,6 +99,7 @@ def test_a_headless_worker_alive_a_while_is_ready_without_a_smoke_test(monkeypat
     host = Host([early, early, settled])
     got = start(monkeypatch, host, ServerSpec(model="tiny", headless=True))
     assert got.headless and "ServerSmoke" not in host.asked and got.ready_after_s == 4.0
+    assert host.waits == [0.0] * 3 and host.slept == [2.0, 2.0]
 
 
 def test_a_start_already_under_way_is_waited_for_and_one_ready_is_left_alone(monkeypatch):

@@ -1,6 +1,7 @@
 """The server's mechanism, piece by piece: which `vllm` runs and with what, secrets masked, what
-/v1/models says (a real HTTP server on 127.0.0.1), a stop told from a death, the wait for GPU memory
-to be freed (nvidia-smi read through a stand-in)."""
+/v1/models says (a real HTTP server on 127.0.0.1), a check that waits for a loading server (on an
+injected clock), a stop told from a death, the wait for GPU memory to be freed (nvidia-smi read
+through a stand-in)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from remote.common import procinfo
 from remote.common.jobspec import Paths, ServerSpec
+from remote.common.protocol import ServerCheck
 from remote.common.state import ServerRecord
 from remote.host.processes import server_process
 from remote.host.processes.server_process import (
@@ -100,6 +103,48 @@ def test_the_models_a_server_serves_and_a_port_where_nothing_answers():
         srv.shutdown()
         srv.server_close()
     assert served_models(srv.server_port) == (0, [])
+
+
+class Clock:
+    def __init__(self):
+        self.t, self.slept = 0.0, []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.t += s
+
+
+def test_a_waiting_check_looks_again_until_the_server_answers_dies_or_its_wait_is_over(
+    tmp_path, monkeypatch
+):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    me = ServerRecord(pid=os.getpid(), start_time=procinfo.start_time(os.getpid()), port=1)
+    me.write(paths.server_pid)  # alive: this process
+    answers = iter([(0, []), (503, []), (200, ["kimi"])])  # refused, loading, ready
+    monkeypatch.setattr(server_process, "served_models", lambda port, key=None: next(answers))
+    monkeypatch.setattr(server_process.engines, "watch", lambda paths, rec: rec)
+    clock = Clock()
+    c = server_process.check(paths, ServerCheck(wait_s=15), clock=clock.now, sleep=clock.sleep)
+    assert c.ready and c.models == ["kimi"] and clock.slept == [0.25, 0.25]
+    # never ready: the last look once wait_s is over; without wait_s, one look
+    monkeypatch.setattr(server_process, "served_models", lambda port, key=None: (0, []))
+    clock = Clock()
+    c = server_process.check(paths, ServerCheck(wait_s=1), clock=clock.now, sleep=clock.sleep)
+    assert c.alive and not c.ready and clock.slept == [0.25] * 4
+    clock = Clock()
+    c = server_process.check(paths, ServerCheck(), clock=clock.now, sleep=clock.sleep)
+    assert c.alive and not c.ready and clock.slept == []
+    # a dead server, or none started, is answered at once
+    ServerRecord(pid=os.getpid(), start_time=1, port=1).write(paths.server_pid)  # not this one
+    c = server_process.check(paths, ServerCheck(wait_s=15), clock=clock.now, sleep=clock.sleep)
+    assert c.started and not c.alive and clock.slept == []
+    paths.server_pid.unlink()
+    c = server_process.check(paths, ServerCheck(wait_s=15), clock=clock.now, sleep=clock.sleep)
+    assert not c.started and clock.slept == []
 
 
 def test_a_stop_is_written_once_so_status_does_not_call_it_a_death(tmp_path):
