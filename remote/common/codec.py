@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import types
@@ -115,11 +116,17 @@ def _takes_none(hint) -> bool:
     return origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
 
 
+@functools.cache
+def _fields_of(cls) -> tuple[dict, frozenset]:
+    """(type hints, the fields __init__ takes) of a record type, worked out once a process: the
+    hints are nine tenths of a read's cost, and the runner and the watcher read files every second."""
+    return typing.get_type_hints(cls), frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+
+
 def from_dict(cls, data: dict):
     """`cls` from a dict read back from a file: unknown fields left out, missing ones defaulted (and
     a null where the field takes none: `"engine": null` is the default engine)."""
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    hints, known = _fields_of(cls)
     return cls(
         **{
             k: _decode(hints[k], v)
