@@ -127,15 +127,17 @@ SetEnv SHLVL=1
         """Stop the listener and drop every session it serves (as a host going away would)."""
         if self.proc and self.proc.poll() is None:
             from remote.common import procinfo
+            from remote.host.facts.kill import signal_if_same
 
-            sessions = [p for p in procinfo.all_pids() if procinfo.ppid(p) == self.proc.pid]
+            sessions = {
+                p: procinfo.start_time(p)
+                for p in procinfo.all_pids()
+                if procinfo.ppid(p) == self.proc.pid
+            }
             self.proc.terminate()
             self.proc.wait(10)
-            for pid in sessions:
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
+            for pid, started in sessions.items():  # one that ended since: its pid may be another's
+                signal_if_same(pid, started, signal.SIGKILL, group=False)
 
     def known_hosts_line(self) -> str:
         pub = Path(str(self.host_key) + ".pub").read_text().split()

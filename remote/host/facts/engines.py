@@ -23,9 +23,19 @@ def children(rec: ServerRecord) -> list[EngineProcess]:
     """The launcher's direct children that stayed in its session and have lived a while."""
     return [
         EngineProcess(p, procinfo.start_time(p), title(p))
-        for p in procinfo.session_members(rec.session, since=rec.start_time)
+        for p in session(rec)
         if procinfo.ppid(p) == rec.pid and (procinfo.age_s(p) or 0.0) >= SETTLED_S
     ]
+
+
+def session(rec: ServerRecord) -> list[int]:
+    """The live processes of the server's session. A session's id is its first process's pid: once
+    the server and all of its session are gone, the kernel may give that pid to a new process, and
+    the session it begins (an SSH login, another program's daemon) then bears the same id. A live
+    process under the server's pid that is not the server leads such a session: none of it is ours."""
+    if rec.session == rec.pid and procinfo.start_time(rec.pid) not in (None, rec.start_time):
+        return []
+    return procinfo.session_members(rec.session, since=rec.start_time)
 
 
 def title(pid: int) -> str:
@@ -52,10 +62,7 @@ def processes(rec: ServerRecord) -> dict[int, int | None]:
     """Every process of the server a pid file records (pid -> start time), whatever they call
     themselves: its session (renamed engine processes hide the token) and every process carrying
     its token (workers that left the session with setsid)."""
-    found = {
-        p: procinfo.start_time(p)
-        for p in procinfo.session_members(rec.session, since=rec.start_time)
-    }
+    found = {p: procinfo.start_time(p) for p in session(rec)}
     if rec.token:
         for p in kill.token_holders(SERVER_TOKEN_ENV, rec.token):
             found.setdefault(p, procinfo.start_time(p))

@@ -226,7 +226,7 @@ def allowed_pids(paths: Paths, engine_port: int | None) -> set[int]:
     if rec:
         if rec.token:
             allowed |= set(kill.token_holders(SERVER_TOKEN_ENV, rec.token))
-        allowed |= set(procinfo.session_members(rec.session, rec.start_time))
+        allowed |= set(engines.session(rec))
         allowed.add(rec.pid)
     listeners = gpu.listener_pids(engine_port) if engine_port else set()
     return procinfo.descendants(listeners | allowed)

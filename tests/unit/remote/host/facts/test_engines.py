@@ -1,6 +1,6 @@
 """A server's engine processes, on real processes: a launcher's children recorded once seen, a dead
-one named, and what a launcher killed -9 leaves behind (its session, and a worker that left the
-session but kept the token) found and stopped."""
+one named, what a launcher killed -9 leaves behind (its session, and a worker that left the session
+but kept the token) found and stopped, and a session that took a dead server's pid left alone."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import uuid
 from remote.common import procinfo
 from remote.common.jobspec import SERVER_TOKEN_ENV, Paths
 from remote.common.state import ServerRecord
-from remote.host.facts import engines
+from remote.host.facts import engines, kill
 from tests.conftest import wait_for
 
 # a launcher like `vllm serve`: two engine children in its session, one worker in a session of its own
@@ -39,11 +39,18 @@ def launch(tmp_path, token):
     return p, rec, kids, loner
 
 
+def kill_if_same(started: dict[int, int | None]) -> None:
+    """SIGKILL what is still the process it was: a pid killed earlier may be another's by now."""
+    for pid, st in started.items():
+        kill.signal_if_same(pid, st, signal.SIGKILL, group=False)
+
+
 def test_children_are_recorded_once_and_a_dead_one_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(engines, "SETTLED_S", 0.0)
     paths = Paths(tmp_path)
     paths.ensure()
     p, rec, kids, loner = launch(tmp_path, uuid.uuid4().hex)
+    started = {pid: procinfo.start_time(pid) for pid in [p.pid, *kids, loner]}
     try:
         rec = engines.watch(paths, rec)
         assert sorted(e.pid for e in rec.engines) == sorted(kids)  # the loner left the session
@@ -53,11 +60,7 @@ def test_children_are_recorded_once_and_a_dead_one_is_named(tmp_path, monkeypatc
         wait_for(lambda: not procinfo.alive(kids[0]), what="the engine gone")
         assert [g.pid for g in engines.gone(rec)] == [kids[0]]
     finally:
-        for pid in [p.pid, *kids, loner]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_if_same(started)
         p.wait()
 
 
@@ -72,3 +75,21 @@ def test_what_a_launcher_killed_hard_leaves_is_found_and_stopped(tmp_path, monke
     found = engines.remove_leftovers(paths, grace=2.0)
     assert {f.pid for f in found} == {*kids, loner}
     wait_for(lambda: not any(procinfo.alive(k) for k in (*kids, loner)), what="the leftovers gone")
+
+
+def test_a_session_that_took_a_dead_servers_pid_is_not_its_leftovers(tmp_path):
+    # the server (pid P) died and its session emptied; P went to a new process that began a session
+    # of its own (an SSH login): what runs in it bears the server's session id and started after it
+    paths = Paths(tmp_path)
+    paths.ensure()
+    p, rec, kids, loner = launch(tmp_path, uuid.uuid4().hex)
+    started = {pid: procinfo.start_time(pid) for pid in [p.pid, *kids, loner]}
+    try:
+        ServerRecord(
+            pid=p.pid, start_time=started[p.pid] - 1, token=uuid.uuid4().hex, sid=p.pid
+        ).write(paths.server_pid)
+        assert engines.leftovers(paths) == [] and engines.remove_leftovers(paths, grace=0) == []
+        assert all(procinfo.start_time(pid) == st for pid, st in started.items())  # all alive
+    finally:
+        kill_if_same(started)
+        p.wait()
