@@ -86,6 +86,16 @@ def test_start_converses_over_one_session(conn):
     assert res.exit_code == 4 and res.err == "bye"
 
 
+def test_a_command_that_ends_before_reading_its_input_is_told_by_finish(conn):
+    # what is still sent to it is dropped, as a pipe to an ended process; the connection lives on
+    proc = conn.start(["sh", "-c", "echo why it stopped >&2; exit 3"])
+    proc.write(b"\x00" * (64 << 20))  # far more than SSH's window: the send meets the end
+    proc.close_stdin()
+    res = proc.finish()
+    assert res.exit_code == 3 and res.err.strip() == "why it stopped"
+    assert conn.run(["echo", "still here"]).out == "still here\n"
+
+
 def test_read_missing_file_is_none(conn):
     assert conn.read_file(f"{conn.remote_dir}/nope") is None
 

@@ -68,12 +68,29 @@ class _SSHProcess(RemoteProcess):
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise self.owner._lost(e) from None
 
+    def _ended(self) -> bool:
+        """The command ended (its exit came) while the connection lives: input it was still to
+        read is dropped, as a pipe to an ended process is, and finish() says how it ended."""
+        transport = self.chan.get_transport()
+        return self.chan.exit_status_ready() and transport is not None and transport.is_active()
+
+    def _send(self, fn, *args) -> bool:
+        """False when the command has ended (see _ended); a lost connection is an error."""
+        try:
+            fn(*args)
+            return True
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            if not self._ended():
+                raise self.owner._lost(e) from None
+            return False
+
     def write(self, data: bytes) -> None:
         for i in range(0, len(data), 1 << 18):
-            self._guard(self.chan.sendall, data[i : i + (1 << 18)])
+            if not self._send(self.chan.sendall, data[i : i + (1 << 18)]):
+                return
 
     def close_stdin(self) -> None:
-        self._guard(self.chan.shutdown_write)
+        self._send(self.chan.shutdown_write)
 
     def readline(self) -> bytes:
         return self._guard(self.out.readline)
