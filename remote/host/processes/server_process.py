@@ -184,14 +184,18 @@ def check(
     while True:
         look = _look(paths)
         if look.ready or not look.alive or look.headless or clock() >= deadline:
-            return look
+            break
         sleep(CHECK_EVERY_S)
+    # the log of the look answered with, read once: a dead or absent server's last lines say why
+    look.log = procinfo.tail_lines(paths.server_log, 1 if look.alive else 30)
+    return look
 
 
 def _look(paths: Paths) -> ServerChecked:
+    """The process and GET /v1/models, without the log."""
     rec = ServerRecord.read(paths.server_pid)
     if rec is None:
-        return ServerChecked(log=procinfo.tail_lines(paths.server_log, 30))
+        return ServerChecked()
     alive = rec.alive()
     if rec.headless:  # no HTTP to ask: alive is all there is (the caller waits a few seconds)
         ready, models = alive, []
@@ -214,7 +218,6 @@ def _look(paths: Paths) -> ServerChecked:
         models=models,
         headless=rec.headless,
         elapsed_s=time.time() - (rec.started_at or time.time()),
-        log=procinfo.tail_lines(paths.server_log, 30 if not alive else 1),
     )
 
 

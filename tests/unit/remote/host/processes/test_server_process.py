@@ -124,6 +124,7 @@ def test_a_waiting_check_looks_again_until_the_server_answers_dies_or_its_wait_i
     paths.ensure()
     me = ServerRecord(pid=os.getpid(), start_time=procinfo.start_time(os.getpid()), port=1)
     me.write(paths.server_pid)  # alive: this process
+    paths.server_log.write_text("".join(f"line {i}\n" for i in range(40)))
     answers = iter([(0, []), (503, []), (200, ["kimi"])])  # refused, loading, ready
     monkeypatch.setattr(server_process, "served_models", lambda port, key=None: next(answers))
     monkeypatch.setattr(server_process.engines, "watch", lambda paths, rec: rec)
@@ -135,6 +136,7 @@ def test_a_waiting_check_looks_again_until_the_server_answers_dies_or_its_wait_i
     clock = Clock()
     c = server_process.check(paths, ServerCheck(wait_s=1), clock=clock.now, sleep=clock.sleep)
     assert c.alive and not c.ready and clock.slept == [0.25] * 4
+    assert c.log == ["line 39"]  # alive: the log's last line
     clock = Clock()
     c = server_process.check(paths, ServerCheck(), clock=clock.now, sleep=clock.sleep)
     assert c.alive and not c.ready and clock.slept == []
@@ -142,9 +144,10 @@ def test_a_waiting_check_looks_again_until_the_server_answers_dies_or_its_wait_i
     ServerRecord(pid=os.getpid(), start_time=1, port=1).write(paths.server_pid)  # not this one
     c = server_process.check(paths, ServerCheck(wait_s=15), clock=clock.now, sleep=clock.sleep)
     assert c.started and not c.alive and clock.slept == []
+    assert c.log == [f"line {i}" for i in range(10, 40)]  # dead: the last 30 lines say why
     paths.server_pid.unlink()
     c = server_process.check(paths, ServerCheck(wait_s=15), clock=clock.now, sleep=clock.sleep)
-    assert not c.started and clock.slept == []
+    assert not c.started and clock.slept == [] and len(c.log) == 30
 
 
 def test_a_stop_is_written_once_so_status_does_not_call_it_a_death(tmp_path):
