@@ -64,6 +64,15 @@ def runner_time_passes(root: Path, seconds: float) -> None:
     )
 
 
+def kill_if_same(started: dict[int, int | None]) -> None:
+    """SIGKILL each pid that is still the process that started then: one that ended since may be
+    another's by now (a test's teardown must never kill a stranger)."""
+    from remote.host.facts.kill import signal_if_same
+
+    for pid, st in started.items():
+        signal_if_same(pid, st, signal.SIGKILL, group=False)
+
+
 def keygen(path: Path) -> Path:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
     return path
@@ -127,7 +136,6 @@ SetEnv SHLVL=1
         """Stop the listener and drop every session it serves (as a host going away would)."""
         if self.proc and self.proc.poll() is None:
             from remote.common import procinfo
-            from remote.host.facts.kill import signal_if_same
 
             sessions = {
                 p: procinfo.start_time(p)
@@ -136,8 +144,7 @@ SetEnv SHLVL=1
             }
             self.proc.terminate()
             self.proc.wait(10)
-            for pid, started in sessions.items():  # one that ended since: its pid may be another's
-                signal_if_same(pid, started, signal.SIGKILL, group=False)
+            kill_if_same(sessions)
 
     def known_hosts_line(self) -> str:
         pub = Path(str(self.host_key) + ".pub").read_text().split()

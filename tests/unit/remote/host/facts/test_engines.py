@@ -13,8 +13,8 @@ import uuid
 from remote.common import procinfo
 from remote.common.jobspec import SERVER_TOKEN_ENV, Paths
 from remote.common.state import ServerRecord
-from remote.host.facts import engines, kill
-from tests.conftest import wait_for
+from remote.host.facts import engines
+from tests.conftest import kill_if_same, wait_for
 
 # a launcher like `vllm serve`: two engine children in its session, one worker in a session of its own
 LAUNCHER = """
@@ -37,12 +37,6 @@ def launch(tmp_path, token):
     *kids, loner = (int(x) for x in out.read_text().split())
     rec = ServerRecord(pid=p.pid, start_time=procinfo.start_time(p.pid), token=token, sid=p.pid)
     return p, rec, kids, loner
-
-
-def kill_if_same(started: dict[int, int | None]) -> None:
-    """SIGKILL what is still the process it was: a pid killed earlier may be another's by now."""
-    for pid, st in started.items():
-        kill.signal_if_same(pid, st, signal.SIGKILL, group=False)
 
 
 def test_children_are_recorded_once_and_a_dead_one_is_named(tmp_path, monkeypatch):
