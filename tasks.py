@@ -1,11 +1,13 @@
 """invoke's entry point: `invoke deploy`, `invoke restart`, `invoke tail`, … from the repository root.
 
-The tasks live in deploytool/tasks.py (the `deploytool` console script runs the same collection);
-invoke finds them through this module's `ns`, so that name must stay.
+The tasks live in deploytool/collection.py (the `deploytool` console script runs the same collection);
+invoke finds them through this module's `ns`, so that name must stay. No module of the package may be
+named tasks.py: invoke looks for one from the folder it is typed in upward, and from deploytool/ it
+would load that one instead of this.
 """
 
 from deploytool import usage
-from deploytool.tasks import ns
+from deploytool.collection import ns
 
 __all__ = ["ns"]
 

@@ -6,7 +6,7 @@
 1. `deploytool deploy`, no-op and one file changed (an `est_tokens` edit in hosts.yaml: job.json changes),
    vs `scp -r` of remote/ + data/prompts/ over the same loopback sshd. Median of --repeat runs.
 2. `deploytool status` on the `local` host (no SSH: the host side still runs as its own process).
-3. What the imports cost: `import deploytool.tasks`, and invoke alone.
+3. What the imports cost: `import deploytool.collection`, and invoke alone.
 """
 
 from __future__ import annotations
@@ -57,11 +57,11 @@ def imports(repeat: int) -> None:
 
     base = t("pass")
     inv = t("import invoke")
-    tasks = t("import deploytool.tasks")
+    tasks = t("import deploytool.collection")
     para = t("import paramiko, fabric")
     print(
         f"3. python -c pass {base * 1000:.0f} ms; + import invoke {(inv - base) * 1000:.0f} ms; "
-        f"+ import deploytool.tasks {(tasks - base) * 1000:.0f} ms (invoke included); "
+        f"+ import deploytool.collection {(tasks - base) * 1000:.0f} ms (invoke included); "
         f"paramiko+fabric, imported only when an SSH host is used, would add {(para - base) * 1000:.0f} ms"
     )
 

@@ -91,7 +91,7 @@ def hosts(host_spec: str | None) -> int:
             )
         )
     render.hosts_table(rows, problems)
-    return ExitCode.REMOTE_FAILED if problems else ExitCode.OK
+    return ExitCode.FAILED if problems else ExitCode.OK
 
 
 def deploy(host_spec: str | None, *, dry_run: bool = False) -> int:
@@ -235,7 +235,7 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
         _run(config, host_spec, one, render_restart.stop_result)
     except KeyboardInterrupt:
         render_restart.stop_detached(host_spec or config.default_host)
-        return ExitCode.REMOTE_FAILED
+        return ExitCode.FAILED
     return ExitCode.OK
 
 
@@ -300,8 +300,7 @@ def plan(
 
 
 def pull(host_spec: str | None, *, to="pulled", refetch=False, hidden=False, free=False) -> int:
-    from pathlib import Path
-
+    from .ops.out_paths import writable
     from .ops.pull_hidden import pull_all
     from .views import render
 
@@ -309,11 +308,12 @@ def pull(host_spec: str | None, *, to="pulled", refetch=False, hidden=False, fre
         raise UsageError(
             "--free frees the hidden-states files pulled: give it with --hidden-states"
         )
+    dest = writable(to, "--to", folder=True)
     config = _config()
     results = _run(
         config,
         host_spec,
-        lambda conn: pull_all(conn, Path(to), refetch, hidden, free),
+        lambda conn: pull_all(conn, dest, refetch, hidden, free),
         render.pull_result,
     )
     refused = [f"{h}:{n}" for h, r in results.items() for n in r.refused]
@@ -332,7 +332,7 @@ def export(
     out: str | None = None,
     drop: str = "",
     keep: str = "",
-    datasets: str = "",
+    datasets: str | None = None,
     per_turn: bool = False,
     whole: bool = False,
     mixed: bool = False,
@@ -342,10 +342,14 @@ def export(
     from pathlib import Path
 
     from .ops import export as export_mod
+    from .ops.out_paths import writable
     from .views import render
 
     config = _config()
     export_mod.check_format(fmt)  # before anything is pulled
+    target = writable(f"export-{fmt}.jsonl" if out is None else out, "--out")
+    if not no_pull:
+        writable(pulled, "--pulled", folder=True)
     if per_turn and whole:
         raise DeployToolError("--per-turn and --whole: choose one", ExitCode.BAD_INPUT)
     export_mod.effective_drop(fmt, per_turn, drop, keep)  # bad reasons: before anything is pulled
@@ -353,7 +357,6 @@ def export(
     if not no_pull:
         pull(",".join(wanted), to=pulled)  # the new bytes first
     sources = export_mod.find_sources(Path(pulled), wanted)
-    target = Path(out or f"export-{fmt}.jsonl")
     with render.bytes_progress(sum(s.path.stat().st_size for s in sources), "export") as step:
         result = export_mod.export(
             sources,
@@ -369,25 +372,26 @@ def export(
 
 
 def report(host_spec: str | None, *, out: str | None = None) -> int:
-    from pathlib import Path
-
     from remote.common.protocol import CtlReport
 
     from .ops import control
+    from .ops.out_paths import writable
     from .views import render
     from .views import report as report_mod
 
     config = _config()
     hosts = config.select_hosts(host_spec)
-    if out and len(hosts) > 1:
+    if out is not None and len(hosts) > 1:
         raise DeployToolError(
             "--out names one file: give one --host, or leave --out out", ExitCode.BAD_INPUT
         )
+    targets = {
+        h.name: writable(f"report-{h.name}.html" if out is None else out, "--out") for h in hosts
+    }
 
     def one(conn):
-        target = Path(out) if out else Path(f"report-{conn.name}.html")
         data = control.call(conn, CtlReport(), timeout=1800)
-        return conn.name, report_mod.write(data, target)
+        return conn.name, report_mod.write(data, targets[conn.name])
 
     _run(config, host_spec, one, render.report_written)
     return ExitCode.OK

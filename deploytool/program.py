@@ -7,8 +7,8 @@ import os
 from invoke import Argument, Program
 
 from . import __version__, usage
+from .collection import ns
 from .config import CONFIG_ENV
-from .tasks import ns
 
 
 class DeployToolProgram(Program):
@@ -23,14 +23,13 @@ class DeployToolProgram(Program):
         )
         return args
 
-    def parse_core(self, argv):
-        super().parse_core(argv)
+    def parse_tasks(self):
+        usage.parse_tasks(self, super().parse_tasks)
+        # read only now: `deploytool status --config X` gives it after the task, which invoke parses
+        # with the task's flags (and then merges into self.args)
         path = self.args.config.value
         if path:
             os.environ[CONFIG_ENV] = os.path.abspath(path)
-
-    def parse_tasks(self):
-        usage.parse_tasks(self, super().parse_tasks)
 
     def update_config(self, merge=True):
         self.config.load_shell_env()

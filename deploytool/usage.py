@@ -4,17 +4,23 @@ invoke's parser answers `No idea what '--max-sample' is!` with status 1, and a f
 wrong type (`--grace abc`) with a traceback. Both programs that run our tasks — invoke itself (from
 the repository's tasks.py) and the `deploytool` console script — parse through
 `Program.parse_tasks`; wrapping it turns those into the same one-line answer a config typo gets.
+
+invoke's own `--config`/`-f` is a flag it cannot honour for us: it names invoke's settings file,
+which invoke skips silently when missing, so `invoke status --config job2.yaml` would show the
+project's job. It is refused with the line that reads that hosts.yaml.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+import shlex
 
 from invoke import Exit, Program
 from invoke.exceptions import ParseError
 from invoke.parser import ParseMachine
 
+from .config.locate import CONFIG_ENV
 from .errors import ExitCode
 
 _UNKNOWN = re.compile(r"^No idea what '(.*)' is!$")
@@ -98,6 +104,35 @@ def parse_tasks(program: Program, parse) -> None:
         raise Exit(f"error: {_bad_value(e)}", ExitCode.BAD_INPUT) from None
 
 
+def _without_config(argv: list[str]) -> list[str]:
+    """The command line less invoke's --config and its value (`--config X`, `--config=X`, `-f X`,
+    `-fX`)."""
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in ("--config", "-f"):
+            skip = True
+        elif not word.startswith(("--config=", "-f")):
+            out.append(word)
+    return out
+
+
+def refuse_invoke_config(program: Program) -> None:
+    """invoke's --config (its settings file) given: Exit 2 with the command that reads it as
+    hosts.yaml."""
+    path = program.args.config.value
+    if not path:
+        return
+    binary = program.called_as or program.binary or "invoke"
+    rest = shlex.join(_without_config(program.argv[1:]))
+    raise Exit(
+        f"error: --config is invoke's settings file, not hosts.yaml: type "
+        f"`{CONFIG_ENV}={shlex.quote(path)} {binary} {rest}`",
+        ExitCode.BAD_INPUT,
+    )
+
+
 def install(program_class: type[Program] = Program) -> None:
     """Make `program_class` (invoke's own, by default) answer a mistyped command line this way."""
     original = program_class.parse_tasks
@@ -106,6 +141,7 @@ def install(program_class: type[Program] = Program) -> None:
 
     def wrapped(self):
         parse_tasks(self, lambda: original(self))
+        refuse_invoke_config(self)
 
     wrapped.answers_bad_input = True
     program_class.parse_tasks = wrapped

@@ -25,7 +25,7 @@ def imported_after(code: str, cwd) -> set[str]:
 
 
 def test_importing_the_tasks_loads_no_ssh_and_no_terminal_ui():
-    assert imported_after("import deploytool.tasks, deploytool.program", REPO) == set()
+    assert imported_after("import deploytool.collection, deploytool.program", REPO) == set()
 
 
 def test_a_command_on_the_local_host_never_imports_paramiko(tmp_path):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from remote.common.caps import CLEAR, selection
 from remote.common.codec import atomic_file
 from remote.common.records import Record
 
@@ -246,7 +247,6 @@ def export(
         drop = effective_drop(fmt, per_turn, *drop_flags)
     tallies: dict[str, DatasetTally] = {}
     seen: set[tuple[str, str]] = set()
-    out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(out, text=True) as f:
         for s in sources:
             tally = tallies.setdefault(s.dataset, DatasetTally())
@@ -355,12 +355,17 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
     }
 
 
-def wanted_datasets(config: Config, hosts, datasets: str) -> dict[str, list[str]]:
-    """--datasets per host (default: every dataset of its job); UsageError for one it lacks."""
+def wanted_datasets(config: Config, hosts, datasets: str | None) -> dict[str, list[str]]:
+    """--datasets per host (None or `all`: every dataset of its job), read as restart reads it;
+    UsageError for one a host lacks."""
+    try:
+        chosen = CLEAR if datasets is None else selection(datasets)
+    except ValueError as e:
+        raise UsageError(f"--datasets: {e}") from None
     wanted = {}
     for h in hosts:
         names = config.job_for(h.name).dataset_names()
-        asked = [d.strip() for d in datasets.split(",") if d.strip()] or names
+        asked = names if chosen == CLEAR else list(chosen)
         unknown = [d for d in asked if d not in names]
         if unknown:
             raise UsageError(

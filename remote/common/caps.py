@@ -101,29 +101,24 @@ def parse_cap(text: str) -> tuple[str, int]:
 def parse_dataset_list(text: str | None) -> list[str] | None:
     if text is None or text == "":
         return None
-    names = [n.strip() for n in str(text).split(",") if n.strip()]
+    names = [n.strip() for n in str(text).split(",")]
+    if "" in names:  # `B1,,B2`, a stray comma: a name lost in typing, never one to skip
+        raise ValueError(f"expected dataset names, comma-separated (B2,B3), got {text!r}")
     for n in names:
         check_dataset_name(n)
     return names
 
 
-def _whole(text) -> int:
+def samples(text) -> int | str:
+    if str(text).strip().lower() == CLEAR:
+        return CLEAR
     try:
         n = int(str(text))
     except ValueError:
         raise ValueError(f"expected a whole number, got {text!r}") from None
-    if n < 0:
-        raise ValueError(f"expected a number >= 0, got {n}")
-    return n
-
-
-def samples(text) -> int | str:
-    if str(text).strip().lower() == CLEAR:
-        return CLEAR
-    n = _whole(text)
-    if n == 0:
+    if n < 1:
         raise ValueError(
-            f"expected a number >= 1 or `{CLEAR}`, got 0 (to leave datasets out: --datasets)"
+            f"expected a number >= 1 or `{CLEAR}`, got {n} (to leave datasets out: --datasets)"
         )
     return n
 
@@ -150,10 +145,9 @@ def cap_change(text) -> tuple[str, int | str]:
 def selection(text) -> tuple[str, ...] | str:
     if str(text).strip().lower() == CLEAR:
         return CLEAR
-    names = parse_dataset_list(text)
-    if not names:
-        raise ValueError("expected dataset names, comma-separated (B2,B3), or `all`")
-    return tuple(names)
+    if not str(text).strip():
+        raise ValueError(f"expected dataset names, comma-separated (B2,B3), or `all`, got {text!r}")
+    return tuple(parse_dataset_list(text))
 
 
 def stage(text) -> str:

@@ -98,12 +98,13 @@ class Request:
 
     @classmethod
     def from_text(cls, **raw):
-        """The request from the text of its flags as a user typed them (None or "": the default);
-        ValueError names the flag."""
+        """The request from the text of its flags as a user typed them (None: not given, the
+        default); ValueError names the flag. An empty text was typed (`--datasets ""`): its
+        parser answers it, never read as not given."""
         hints, out = typing.get_type_hints(cls), {}
         for f in fields(cls):
             v = raw.pop(f.name, None)
-            if v in (None, "", ()):
+            if v is None or v == ():
                 continue
             conv = _argtype(f.metadata, hints[f.name])
             try:

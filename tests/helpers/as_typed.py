@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +13,17 @@ from tests.conftest import REPO, piped_env
 INVOKE = str(Path(sys.executable).with_name("invoke"))
 
 
-def typed(line: str, config: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    """One command line exactly as the README types it, from the repository root; the only thing
-    the test adds is which hosts.yaml to read (never the developer's own)."""
-    args = line.split()
+def typed(
+    line: str, config: Path, timeout: float = 120, cwd: Path = REPO
+) -> subprocess.CompletedProcess:
+    """One command line exactly as the README types it, from the repository root (or a folder
+    inside it); the only thing the test adds is which hosts.yaml to read (never the developer's
+    own)."""
+    args = shlex.split(line)
     assert args[0] == "invoke"
     env = dict(piped_env(), DEPLOYTOOL_CONFIG=str(config))
     return subprocess.run(
-        [INVOKE, *args[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+        [INVOKE, *args[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 

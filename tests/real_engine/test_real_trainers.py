@@ -107,6 +107,7 @@ def test_specforge_and_speculators_train_exactly_the_generated_tokens(
     assert all(t["token_ids"] for r in recs["MT"] for t in r["turns"])
     sources = [Source("h", ds, outputs(main) / f"{ds}.jsonl", {"model": "tiny"}) for ds in datasets]
     work = tmp_path / "work"
+    work.mkdir()  # export makes no folder (an --out into a missing one is refused)
     whole = export(sources, work / "specforge.jsonl", fmt="specforge", per_turn=False)
     per_turn = export(sources, work / "per_turn.jsonl", fmt="specforge", per_turn=True)
     # the default: HL holds the dataset's own answers, so the export takes per-turn rows itself

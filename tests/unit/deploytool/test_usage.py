@@ -68,3 +68,14 @@ def test_installing_twice_wraps_once(capsys):
     usage.install(Typed)
     assert Typed.parse_tasks is before
     assert said(capsys, "restart", "--max-sample", "1").count("did you mean") == 1
+
+
+def test_invokes_own_config_flag_is_refused_with_the_line_that_reads_hosts_yaml(capsys):
+    # invoke's --config is its settings file (skipped when missing): read as ours it never is
+    want = (
+        "error: --config is invoke's settings file, not hosts.yaml: "
+        "type `DEPLOYTOOL_CONFIG='job 2.yaml' invoke restart --max-samples 5`"
+    )
+    assert said(capsys, "restart", "--max-samples", "5", "--config", "job 2.yaml") == want
+    assert said(capsys, "-f", "job 2.yaml", "restart", "--max-samples", "5") == want
+    assert said(capsys, "restart", "--config=job 2.yaml", "--max-samples", "5") == want

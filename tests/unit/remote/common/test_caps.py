@@ -36,14 +36,19 @@ def test_a_cap_is_ds_eq_n_and_all_clears_it():
 
 def test_samples_budgets_selections_and_stages():
     assert c.samples("7000") == 7000 and c.samples(" ALL ") == c.CLEAR
-    with pytest.raises(ValueError, match="to leave datasets out: --datasets"):
-        c.samples("0")
+    for n in ("0", "-1"):  # one message for every number below 1
+        with pytest.raises(ValueError) as e:
+            c.samples(n)
+        assert str(e.value) == (
+            f"expected a number >= 1 or `all`, got {n} (to leave datasets out: --datasets)"
+        )
     with pytest.raises(ValueError, match="expected a whole number"):
         c.samples("7k")
     assert c.token_budget("none") == c.CLEAR and c.token_budget("10M") == 10**7
     assert c.selection("B2, B3") == ("B2", "B3") and c.selection("all") == c.CLEAR
-    with pytest.raises(ValueError, match="comma-separated"):
-        c.selection(",")
+    for bad in (",", "B1,,B2", "B1,", " "):  # an empty name is a name lost in typing
+        with pytest.raises(ValueError, match="comma-separated"):
+            c.selection(bad)
     assert c.parse_dataset_list("") is None
     assert c.stage(" hidden-states") == c.HIDDEN_STATES
     with pytest.raises(ValueError, match="expected one of generate, hidden-states"):

@@ -86,12 +86,12 @@ RUN_HELP = {"host": HOST_HELP, **helps(CtlRestart, *RUN_FLAGS, "hard", "drain", 
 def restart(
     c,
     host="",
-    max_samples="",
+    max_samples=None,  # None, not "": a value typed empty (`--datasets ""`) is bad input
     cap=None,
-    max_tokens="",
-    datasets="",
+    max_tokens=None,
+    datasets=None,
     reset_caps=False,
-    stage="",
+    stage=None,
     grace=GRACE_S,
     hard=False,
     drain=False,
@@ -111,12 +111,12 @@ def restart(
         dry_run=dry_run,
         force_gpu=force_gpu,
         with_server=not no_server,
-        max_samples=max_samples or None,
+        max_samples=max_samples,
         cap=cap or (),
-        max_tokens=max_tokens or None,
-        datasets=datasets or None,
+        max_tokens=max_tokens,
+        datasets=datasets,
         reset_caps=reset_caps,
-        stage=stage or None,
+        stage=stage,
         grace=grace,
         force=force,
     )
@@ -221,10 +221,10 @@ def export(
     c,
     host="",
     format="specforge",
-    out="",
+    out=None,  # None, not "": a value typed empty is refused, never read as not given
     drop="",
     keep="",
-    datasets="",
+    datasets=None,
     per_turn=False,
     whole=False,
     mixed=False,
@@ -235,7 +235,7 @@ def export(
     return commands.export(
         host or None,
         fmt=format,
-        out=out or None,
+        out=out,
         drop=drop,
         keep=keep,
         datasets=datasets,
@@ -252,9 +252,9 @@ def export(
     help={"host": HOST_HELP, "out": "the HTML file to write (default: report-<host>.html)"},
 )
 @_cli
-def report(c, host="", out=""):
+def report(c, host="", out=None):
     """One self-contained HTML page: tokens/s over time, response lengths, finish reasons, errors, caps."""
-    return commands.report(host or None, out=out or None)
+    return commands.report(host or None, out=out)
 
 
 @task(name="start", klass=HostTask, help={"host": HOST_HELP})

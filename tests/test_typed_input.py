@@ -1,0 +1,122 @@
+"""What a new user typed (issue 53), typed as a user types it (the venv's `invoke` and `deploytool`):
+`invoke status` from inside the package, a hosts.yaml named by `--config`, a path to write that
+cannot be written, `--max-samples` below 1, an empty `--datasets`. Each answers one line and the
+exit status; none is a traceback, none shows another job than the one asked about."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, base_job, piped_env, write_config
+from tests.helpers.as_typed import typed
+
+DEPLOYTOOL = str(Path(sys.executable).with_name("deploytool"))
+TWO = {ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in ("B1", "B2")}
+
+
+@pytest.fixture
+def config(tmp_path) -> Path:
+    """A hosts.yaml whose host has nothing deployed: each command answers before any job runs."""
+    job = base_job(datasets=TWO)
+    return write_config(
+        tmp_path, {"box": {"connect": "local", "remote_dir": str(tmp_path / "h")}}, job
+    ).path
+
+
+def said(res: subprocess.CompletedProcess, code: int) -> str:
+    """The one line a command answered, once it is exactly one line and `code`."""
+    out = (res.stdout + res.stderr).strip().splitlines()
+    assert res.returncode == code and len(out) == 1, (res.returncode, res.stdout, res.stderr)
+    return out[0]
+
+
+def not_deployed(config: Path, binary: str = "invoke") -> str:
+    if binary == "invoke":
+        hint = f"DEPLOYTOOL_CONFIG={shlex.quote(str(config))} invoke deploy"
+    else:
+        hint = f"deploytool --config {shlex.quote(str(config))} deploy"
+    return f"error: nothing deployed in {config.parent / 'h'}: run `{hint}` first"
+
+
+def test_invoke_typed_inside_the_package_runs_the_repositorys_tasks(config):
+    from_root = typed("invoke status", config)
+    assert said(from_root, 1) == not_deployed(config)
+    for sub in ("deploytool", "deploytool/views", "deploytool/ops"):
+        res = typed("invoke status", config, cwd=REPO / sub)
+        assert (res.returncode, res.stdout, res.stderr) == (1, from_root.stdout, from_root.stderr)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "invoke status --config /nope.yaml",
+        "invoke --config /nope.yaml status",
+        "invoke status -f /nope.yaml",
+    ],
+)
+def test_invokes_own_config_flag_is_refused_with_the_line_that_reads_the_file(config, line):
+    assert said(typed(line, config), 2) == (
+        "error: --config is invoke's settings file, not hosts.yaml: "
+        "type `DEPLOYTOOL_CONFIG=/nope.yaml invoke status`"
+    )
+
+
+def test_deploytools_config_after_the_task_is_the_file_read(config, tmp_path):
+    project = tmp_path / "job1"  # a project of its own, job 1: never what job 2's line shows
+    project.mkdir()
+    write_config(project, {"box": {"connect": "local", "remote_dir": str(project / "h")}})
+    env = {k: v for k, v in piped_env().items() if k != "DEPLOYTOOL_CONFIG"}
+    for argv in (["status", "--config", str(config)], ["--config", str(config), "status"]):
+        res = subprocess.run(
+            [DEPLOYTOOL, *argv], cwd=project, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert said(res, 1) == not_deployed(config, "deploytool")
+
+
+def test_a_path_to_write_whose_folder_is_missing_is_refused_before_any_host_is_asked(
+    config, tmp_path
+):
+    missing = tmp_path / "nonexistent" / "dir"
+    for line, flag, path in (
+        ("invoke report --out {}", "--out", missing / "r.html"),
+        ("invoke export --out {}", "--out", missing / "x.jsonl"),
+        ("invoke pull --to {}", "--to", missing / "p"),
+    ):
+        res = typed(line.format(path), config)
+        parent = path.parent
+        assert (
+            said(res, 2)
+            == f"error: {flag} {path}: the folder {parent} does not exist (make it first)"
+        )
+    assert not (tmp_path / "nonexistent").exists()  # no folder made
+
+
+def test_a_folder_that_takes_no_new_files_is_refused(config):
+    line = said(typed("invoke pull --to /proc/nope", config), 2)
+    assert line.startswith("error: --to /proc/nope: cannot write in /proc"), line
+
+
+@pytest.mark.parametrize("n", ["-1", "0"])
+def test_max_samples_below_one_is_one_message(config, n):
+    assert said(typed(f"invoke restart --max-samples {n} --dry-run", config), 2) == (
+        f"error: --max-samples: expected a number >= 1 or `all`, got {n} "
+        "(to leave datasets out: --datasets)"
+    )
+
+
+@pytest.mark.parametrize(
+    "value, got",
+    [('""', "or `all`, got ''"), ("B1,,B2", "got 'B1,,B2'"), ("B1,", "got 'B1,'")],
+)
+def test_an_empty_dataset_name_is_bad_input_never_every_dataset(config, value, got):
+    for task in ("restart --dry-run", "export --no-pull"):
+        res = typed(f"invoke {task} --datasets {value}", config)
+        assert (
+            said(res, 2)
+            == f"error: --datasets: expected dataset names, comma-separated (B2,B3), {got}"
+        )
