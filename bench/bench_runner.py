@@ -185,13 +185,13 @@ def resume(records: int) -> None:
             runner = Runner(Paths(root), job, Caps())
             runner.prepare()
             elapsed = time.perf_counter() - t0
-            run = runner.runs["B1"]
+            run = runner.stage.runs["B1"]
             assert len(run.done) == records and run.target_n == records + 1000
             print(
                 f"   {label:34s}: {size / 1e6:.0f} MB of outputs repaired + indexed, {run.target_n:,} prompts: "
                 f"{elapsed:.2f}s ({run.target_n - run.done_in_target:,} left to do)"
             )
-            for r in runner.runs.values():
+            for r in runner.stage.runs.values():
                 r.out.close()
                 r.err.close()
                 r.prompts.close()

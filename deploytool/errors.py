@@ -1,20 +1,16 @@
-"""Exit codes and the one exception type that carries an expected failure to the CLI."""
+"""The one exception type that carries an expected failure to the CLI, and its exit codes."""
 
 from __future__ import annotations
 
-import enum
+from remote.common.wire import ExitCode
 
-
-class ExitCode(enum.IntEnum):
-    OK = 0
-    REMOTE_FAILED = 1  # the remote operation (or the connection to it) failed
-    BAD_INPUT = 2  # config or flags
+__all__ = ["ExitCode"]  # the one table of exit codes, shared with the host
 
 
 class DeployToolError(Exception):
     """An expected failure: printed as one line, no traceback."""
 
-    code: ExitCode = ExitCode.REMOTE_FAILED
+    code: ExitCode = ExitCode.FAILED
 
     def __init__(self, message: str, code: ExitCode | None = None, details=()):
         super().__init__(message)
@@ -48,6 +44,6 @@ class MultiHostError(DeployToolError):
         self.failures = failures
         lines = [f"{host}: {err}" for host, err in failures.items()]
         codes = {e.code for e in failures.values()}
-        code = ExitCode.BAD_INPUT if codes == {ExitCode.BAD_INPUT} else ExitCode.REMOTE_FAILED
+        code = ExitCode.BAD_INPUT if codes == {ExitCode.BAD_INPUT} else ExitCode.FAILED
         details = [f"{host}: {line}" for host, err in failures.items() for line in err.details]
         super().__init__("; ".join(lines), code, details)

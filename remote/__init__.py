@@ -29,9 +29,10 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
                 pool (the servers), simulate (the stand-in), kinds (which of them a job gets)
       observe/  status_builder (pure), telemetry (/metrics, GPUs), alerts (stalled, engine_down ->
                 notify), watched (run/watch.json as the runner reads it)
-      loop/     runner (wiring and lifecycle only), stage_runner (the hidden-states stage's
-                runner: the same lock, status and control), scheduler (caps, budgets, reload, which prompt
-                next), dispatcher (the request window, one request, retries, the job's own faults),
+      loop/     runner (the one process lifecycle, whichever stage, and the Stage interface),
+                generate (the generation stage), hidden_stage (the hidden-states stage), scheduler
+                (caps, budgets, reload, which prompt next), dispatcher (the request window, one
+                request, retries, the job's own faults),
                 control_requests (run/control.json: live re-cap, drain, grace; the stop state),
                 own_process (the runner's lock, pid file and log)
     queries/  what the host is asked about the job's files: target_caps (`plan`), report_data

@@ -44,12 +44,16 @@ def handler(cls: type[Request]):
 
 
 def run(paths: Paths, req: P.RunJob, argv: list[str]) -> int:
-    from .common.state import kept_caps
+    from .host.facts import intent
+    from .host.processes import runner_process
     from .job.loop import runner
 
     job = (req.job or release_dir() / JOB_FILE).expanduser()
-    caps = req.applied_to(kept_caps(paths))  # by hand too: the job's caps unless a flag changes one
-    return runner.main(paths, job, caps, grace=req.grace, force=req.force, argv=argv)
+    if req.changes_caps():  # started by hand with cap flags: a change to the job's caps, kept
+        if not runner_process.lock_is_free(paths):  # as a command's is, and only for a runner
+            raise HostFault("busy", f"another runner is already running in {paths.root}")
+        intent.keep_caps(paths, runner_process.caps_change(paths, req, job)[1])
+    return runner.main(paths, job, grace=req.grace, force=req.force, argv=argv)
 
 
 def watch(paths: Paths, req: P.Watch, argv: list[str]) -> int:

@@ -172,3 +172,49 @@ def test_the_watchers_restart_of_a_killed_runner_keeps_every_cap(tmp_path):
         }
     finally:
         typed("invoke stop --grace 0", config)
+
+
+def test_a_restart_that_changes_nothing_touches_nothing_and_a_dataset_not_deployed_changes_nothing(
+    tmp_path,
+):
+    config, root = _config(tmp_path, 400, 100, recover={"backoff": 1})  # outlasts the test
+    ok("invoke deploy", config)
+    try:
+        ok("invoke restart --max-samples 300 --cap B2=7", config)
+        pid = status(root)["pid"]
+        run = root / "run"
+        files = ("caps.json", "supervise.json", "control.json")
+        before = {f: (run / f).read_bytes() if (run / f).exists() else None for f in files}
+        for line in ("invoke restart --max-samples 300", "invoke restart"):
+            out = ok(line, config)
+            assert f"caps unchanged: runner pid {pid} runs them already; nothing touched" in out
+            assert {f: (run / f).read_bytes() if (run / f).exists() else None for f in files} == (
+                before
+            )
+
+        # hosts.yaml has B9 now; the deployed job does not: bad input, before anything changes
+        write_prompts(tmp_path / "data" / "prompts" / "B9.jsonl", 4, "B9")
+        data = yaml.safe_load(config.read_text())
+        data["job"]["datasets"]["B9"] = {"prompts": "data/prompts/B9.jsonl", "est_tokens": 100}
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+        for line in ("invoke restart --datasets B9", "invoke restart --dry-run --cap B9=3"):
+            res = typed(line, config)
+            assert res.returncode == 2, res.stdout + res.stderr
+            lines = res.stderr.strip().splitlines()
+            assert len(lines) == 1 and "unknown dataset B9" in lines[0], lines
+            assert lines[0].endswith("invoke deploy`"), lines
+            assert {f: (run / f).read_bytes() if (run / f).exists() else None for f in files} == (
+                before
+            )
+        assert status(root)["pid"] == pid and status(root)["state"] == "running"
+        assert "caps unchanged" in ok("invoke restart", config)  # no B9 kept to fail on
+    finally:
+        typed("invoke stop --grace 0", config)
+    # stopped is stopped wherever the job is shown: no dataset running, nothing on its way
+    out = ok("invoke status", config)
+    rows = [line for line in out.splitlines() if line.split()[:1] in (["B1"], ["B2"], ["B3"])]
+    assert len(rows) == 3 and "running" not in out, out
+    assert {row.split()[2] for row in rows} <= {"stopped", "pending"}, out
+    assert {row.split()[5] for row in rows} == {"-"}, out  # no ETA for a job that is not running
+    dry = ok("invoke restart --dry-run", config)
+    assert "running" not in dry, dry

@@ -115,7 +115,7 @@ def _connect_err(cfg, name="h") -> ConnectError:
     with pytest.raises(ConnectError) as e:
         c.run(["true"])
     c.close()
-    assert e.value.code == ExitCode.REMOTE_FAILED
+    assert e.value.code == ExitCode.FAILED
     assert "\n" not in str(e.value)
     return e.value
 

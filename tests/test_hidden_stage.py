@@ -68,7 +68,7 @@ def test_the_stage_runs_with_the_three_commands_and_is_kept_like_a_cap(tmp_path)
     config, root = local_job(tmp_path)
     for line in ("invoke deploy", "invoke restart --max-samples 3", "invoke tail"):
         ok(line, config)
-    assert "stage hidden-states" in ok("invoke restart --stage hidden-states", config)
+    assert "stage generate → hidden-states" in ok("invoke restart --stage hidden-states", config)
     assert "hidden-states finished" in ok("invoke tail", config)
     assert len(assert_whole(root)) == 3  # the cap holds
     st = json.loads(ok("invoke status --json", config))["box"]
@@ -85,7 +85,9 @@ def test_the_stage_runs_with_the_three_commands_and_is_kept_like_a_cap(tmp_path)
     ok("invoke tail", config)
     assert status(root)["stage"] == "hidden-states" and len(rows(root)) == 3
     # back to answers, the cap raised; then the stage makes the new ones' rows only
-    ok("invoke restart --stage generate --max-samples 4", config)
+    said = ok("invoke restart --stage generate --max-samples 4", config)
+    assert "stage hidden-states → generate" in said  # the way back is said too
+    assert "B1's target goes up (3 → 4 prompts" in said  # as any raise is, stage or not
     ok("invoke tail", config)
     assert status(root)["stage"] == "generate" and len(records(root, "B1")) == 4
     ok("invoke restart --stage hidden-states", config)

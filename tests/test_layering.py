@@ -6,7 +6,7 @@ remote.cli (the entry point) wires job, queries and host; job and host never imp
 nothing in remote/ imports deploytool; host/release.py and host/preflight.py import nothing of
 the package (deploytool sends them as source to hosts where nothing is deployed yet).
 
-deploytool: commands, tasks, program, usage (the entry) wire the rooms; ops (what is done on hosts) may
+deploytool: commands, collection, program, usage (the entry) wire the rooms; ops (what is done on hosts) may
 use connectors and config; connectors use config; views (what is shown) use only other views;
 config uses only errors. A name imported for a type hint only (`if TYPE_CHECKING:`) is no import.
 
@@ -74,7 +74,7 @@ DEPLOYTOOL_ROOMS = {
     "ops": {"config", "connectors"},
     "views": set(),
 }
-ENTRY = {"commands", "tasks", "program", "usage", "__main__"}
+ENTRY = {"commands", "collection", "program", "usage", "__main__"}
 
 
 def deploytool_room(path: Path) -> str:
@@ -105,12 +105,17 @@ def test_the_check_sees_a_violation():
     assert imports(view, source + "from ..ops.control import call\n") >= {"deploytool.ops.control"}
 
 
+# a loose guard against a god module, not where a module is cut: a module holds one idea whatever
+# its length, and is split when it holds two
+MODULE_LINES = 800
+
+
 def sizes() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    """(module, lines) over 400 and (function, lines) over 60, in remote/ and deploytool/."""
+    """(module, lines) over MODULE_LINES and (function, lines) over 60, in remote/ and deploytool/."""
     modules, functions = [], []
     for path in files("remote") + files("deploytool"):
         src = path.read_text()
-        if len(src.splitlines()) > 400:
+        if len(src.splitlines()) > MODULE_LINES:
             modules.append((rel(path), len(src.splitlines())))
         for node in ast.walk(ast.parse(src)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -120,7 +125,7 @@ def sizes() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
     return modules, functions
 
 
-def test_no_module_over_400_lines_and_no_function_over_60():
+def test_no_god_module_and_no_function_over_60():
     modules, functions = sizes()
     assert modules == [] and functions == [], "split them: one room, one job each"
 
@@ -236,17 +241,17 @@ NO_UNIT_TEST = {
     "deploytool/connectors/ssh.py": "against a real sshd: test_connectors, test_deploy",
     "deploytool/ops/pull_hidden.py": "pull --hidden-states --free on the local host: test_hidden_stage",
     "deploytool/program.py": "the invoke program as typed: test_startup, test_front_door",
-    "deploytool/tasks.py": "the invoke tasks as typed from the repository root: test_front_door",
+    "deploytool/collection.py": "the invoke tasks as typed from the repository root: test_front_door",
     "remote/__main__.py": "two lines: `python -m remote`, run by every host command",
     "remote/cli.py": "the host's command line, run by every host command; its imports: test_layering",
     "remote/common/answers.py": "every answer read back exactly: unit/remote/common/test_protocol",
     "remote/common/flags.py": "restart's flags as typed: test_caps_kept, test_restart_stop_status",
-    "remote/common/status.py": "status.json's types, read back in test_telemetry, test_tail_plan_pull",
     "remote/common/wire.py": "the envelope, strict fields, faults: unit/remote/common/test_protocol",
     "remote/host/commands/ctl.py": "every host command dispatches through it",
     "remote/host/commands/server_commands.py": "server start/stop/status: test_server_start_stop",
     "remote/host/facts/intent.py": "what should run, obeyed by the watcher: test_recovery",
     "remote/job/loop/runner.py": "the runner as a process: test_runner, test_continue, test_recovery",
+    "remote/job/loop/generate.py": "the generation stage in its runner: test_runner, test_continue",
     "remote/job/store/prompts.py": "prompt files and their index: test_runner, test_prompt_reload",
     "remote/run_inference.py": "the runner under the name users know: test_restart_stop_status",
 }

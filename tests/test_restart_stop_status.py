@@ -270,7 +270,7 @@ def test_invalid_flags_change_nothing(job):
         text=True,
     )
     assert res.returncode == 2 and res.stderr.startswith(
-        "error: --max-samples: expected a number >= 0"
+        "error: --max-samples: expected a number >= 1 or `all`, got -5"
     )
     assert procinfo.alive(r.pid) and status(root)["caps"]["max_samples"] == 100
 
@@ -423,3 +423,14 @@ def test_live_recap_refused_by_the_runner_is_reported(job):
     assert procinfo.alive(r.pid)  # the runner goes on with what it had
     assert status(root)["caps"]["datasets"] == ["B1"]
     assert json.loads((root / "run" / "caps.json").read_text())["datasets"] == ["B1"]
+
+
+def test_a_start_that_fails_leaves_the_caps_as_they_were(job):
+    cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
+    restart_unwatched(conn, flags(cfg, max_samples=100, datasets="B1"))
+    control.stop(conn, grace=0)
+    caps = (root / "run" / "caps.json").read_bytes()
+    (root / "data" / "prompts" / "B2.jsonl").unlink()  # B2 cannot be opened now
+    with pytest.raises(RemoteError, match="exited with code 2"):
+        restart_unwatched(conn, flags(cfg, datasets="all"))
+    assert (root / "run" / "caps.json").read_bytes() == caps  # a bare restart runs what it had

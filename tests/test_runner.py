@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from remote.common.caps import Caps
+from remote.common.jobspec import Paths
+from remote.host.facts.intent import keep_caps
 from remote.job.store.outputs import encode_record, repair_tail, scan
 from remote.job.store.prompts import load_prompts
 from tests.conftest import REPO, outputs, records, runner_cmd, status, wait_for
@@ -262,9 +265,8 @@ def test_live_recap_through_control_file(tmp_path, openai_server, start, new):
     )
     try:
         wait_for(lambda: len(ids(root, "B1")) >= 2, what="first records")
-        (root / "run" / "control.json").write_text(
-            json.dumps({"seq": 1, "caps": {"max_samples": new}})
-        )
+        keep_caps(Paths(root), Caps(max_samples=new))  # what `restart` does: keep, then nudge
+        (root / "run" / "control.json").write_text(json.dumps({"seq": 1, "recap": True}))
         assert proc.wait(60) == 0
     finally:
         proc.kill()

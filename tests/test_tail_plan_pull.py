@@ -470,19 +470,24 @@ def test_pull_repairs_a_local_copy_torn_by_a_killed_pull(pulled):
     )
 
 
-def test_tail_without_any_run_says_so_and_ends(tmp_path):
+def test_tail_without_any_run_says_so_and_ends_naming_the_next_command(tmp_path):
     cfg, root = _local_host(tmp_path, None)
-    buf = io.StringIO()
-    rc = watch(
-        cfg,
-        list(cfg.hosts.values()),
-        live=False,
-        out=Console(file=buf, width=300),
-        clock=FakeClock(),
-        sleep=lambda s: None,
-    )
-    assert (
-        rc == 1
-        and "no run/status.json yet" in buf.getvalue()
-        and "invoke restart" in buf.getvalue()
-    )
+
+    def tail() -> tuple[int, str]:
+        buf = io.StringIO()
+        rc = watch(
+            cfg,
+            list(cfg.hosts.values()),
+            live=False,
+            out=Console(file=buf, width=300),
+            clock=FakeClock(),
+            sleep=lambda s: None,
+        )
+        return rc, buf.getvalue()
+
+    rc, said = tail()  # nothing deployed: a restart would only say to deploy
+    assert rc == 1 and "nothing deployed" in said and "`invoke deploy` first" in said, said
+    (root / "current").mkdir(parents=True)
+    (root / "current" / "job.json").write_text("{}")  # deployed, never started
+    rc, said = tail()
+    assert rc == 1 and "no run/status.json yet" in said and "`invoke restart`" in said, said

@@ -12,16 +12,14 @@ from remote.common.flags import Request
 from remote.common.protocol import GRACE_S, CtlKeys, CtlRestart, CtlStatus, CtlStop, RunArgs
 from remote.common.recover import RecoverSpec
 from remote.common.status import JobStatus
-from remote.common.wire import Fault, ProtocolError, from_wire, read_envelope
+from remote.common.wire import FAULTS, Fault, ProtocolError, from_wire, read_envelope
 
 from ..config import Config
 from ..connectors import Connector
-from ..errors import DeployToolError, RemoteError, UsageError
+from ..errors import DeployToolError, ExitCode, RemoteError, UsageError
 
 if TYPE_CHECKING:  # types only: answers load with the commands that build them
     from remote.common.answers import PreflightProblem, RestartAnswer, StopAnswer
-
-NOT_DEPLOYED = 97
 
 
 def parse_run_flags(config: Config, **raw) -> RunArgs:
@@ -47,7 +45,7 @@ def call(
     """Run `python -m remote <request>` from the host's current release; its typed answer, or a
     RemoteError with the host's fault (message, fix, log lines). `started()` is called once the
     host has the command (it then runs to its end whatever happens here)."""
-    script = '[ -d current ] || exit 97; cd current && exec "$@"'
+    script = f'[ -d current ] || exit {ExitCode.NOT_DEPLOYED:d}; cd current && exec "$@"'
     argv = ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", *request.argv())]
     if started is None:
         res = conn.run(argv, cwd=conn.remote_dir, timeout=timeout, stdin=stdin)
@@ -55,7 +53,7 @@ def call(
         proc = conn.start(argv, cwd=conn.remote_dir)
         started()
         res = proc.finish()
-    if res.exit_code == NOT_DEPLOYED or (
+    if res.exit_code == ExitCode.NOT_DEPLOYED or (
         not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)
     ):
         raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")
@@ -67,7 +65,8 @@ def call(
     except ValueError:
         raise RemoteError(f"`remote {what}` failed (exit {res.exit_code}): {res.why()}") from None
     if isinstance(answer, Fault):
-        raise RemoteError(fault_message(conn.name, answer), details=answer.log)
+        code = FAULTS.get(answer.code)  # bad input stays bad input: exit 2
+        raise RemoteError(fault_message(conn.name, answer), code, details=answer.log)
     if hasattr(answer, "host"):
         answer.host = conn.name
     return answer

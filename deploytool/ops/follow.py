@@ -17,7 +17,7 @@ from remote.common.status import STALE_AFTER, JobState, JobStatus
 
 from ..config import Config, HostConfig
 from ..connectors import Connector, connect
-from ..errors import ConnectError, DeployToolError
+from ..errors import ConnectError, DeployToolError, ExitCode
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
 WATCH_STALE_S = (
@@ -71,7 +71,12 @@ class HostWatch:
                 self.note = None
             self.failures = 0
             if raw is None:
-                self.note = "no run/status.json yet (has the job been started?)"
+                deployed = conn.read_file(f"{self.base}/current/job.json") is not None
+                self.note = (
+                    "no run/status.json yet: start the job with `invoke restart`"
+                    if deployed
+                    else f"nothing deployed in {self.base}: run `invoke deploy` first"
+                )
                 return
             try:
                 self.status = JobStatus.from_dict(json.loads(raw))
@@ -80,7 +85,7 @@ class HostWatch:
             upd = self.status.updated_at or 0
             if self.verdict and self.verdict["updated_at"] == upd:
                 # still the dead runner's file
-                self.status = replace(self.status, **self.verdict["override"])
+                self.status = replace(self.status).end(**self.verdict["override"])
             elif (
                 not self.status.terminal
                 and now - upd > STALE_AFTER
@@ -94,7 +99,7 @@ class HostWatch:
                 if not (live.runner and live.runner.alive):
                     override = {"state": live.state, "message": live.message}
                     self.verdict = {"updated_at": upd, "override": override}
-                    self.status = replace(self.status, **override)
+                    self.status = replace(self.status).end(**override)
             self._watcher(conn, now)
         except ConnectError as e:
             self._failed(e, now)
@@ -169,7 +174,7 @@ def exit_code(statuses: list[JobStatus | None]) -> int | None:
     """None while any host still runs; then 0 if every job finished, else 1."""
     if any(s is None or not s.terminal for s in statuses):
         return None
-    return 0 if all(s.state == JobState.FINISHED for s in statuses) else 1
+    return ExitCode.OK if all(s.state == JobState.FINISHED for s in statuses) else ExitCode.FAILED
 
 
 def watch(
@@ -198,8 +203,8 @@ def watch(
             if all(w.status is None and not w.failures and w.note for w in watches):
                 # every host answered and none has ever run the job: nothing would ever end the watch
                 for w in watches:
-                    out.print(f"{w.host.name}: {w.note}; start it with `invoke restart`")
-                return 1
+                    out.print(say(f"{w.host.name}: {w.note}", w.host.name), markup=False)
+                return ExitCode.FAILED
         with view:
             while True:
                 now = clock()
@@ -213,19 +218,19 @@ def watch(
                 code = exit_code([w.status for w in watches])
                 if once:  # answers as the live view does: a host with no job to show is a failure
                     if any(w.status is None for w in watches):
-                        return 1
+                        return ExitCode.FAILED
                     return code or 0
                 if code is not None:
                     view.finish(watches, clock())
                     return code
                 if max_seconds is not None and clock() - started > max_seconds:
-                    return 0
+                    return ExitCode.OK
                 sleep(interval)
     except KeyboardInterrupt:
         hint = "detached; the job keeps running (`invoke tail` to watch again, `invoke stop` to stop it)"
         names = ",".join(h.name for h in hosts)
         out.print(say(hint, names), markup=False)
-        return 0
+        return ExitCode.OK
     finally:
         for w in watches:
             w.close()

@@ -11,7 +11,14 @@ from rich.table import Table
 from rich.text import Text
 
 from remote.common.caps import GENERATE, HIDDEN_STATES
-from remote.common.status import STALE_AFTER, JobState, JobStatus, ProcessState, ServerMetrics
+from remote.common.status import (
+    BUDGET_REACHED,
+    STALE_AFTER,
+    JobState,
+    JobStatus,
+    ProcessState,
+    ServerMetrics,
+)
 
 from .typed import say
 
@@ -49,16 +56,22 @@ def fmt_duration(seconds) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
+def engine_said(st: JobStatus, now: float) -> tuple[str, bool]:
+    """What the runner saw of its engine, and whether it needs attention. Once the job has ended
+    no runner looks at it: what it saw last is no answer about now."""
+    eng = st.engine
+    if st.terminal:
+        return f"engine {eng.kind}", False
+    if eng.reachable:
+        return f"engine {eng.kind} reachable", False
+    down = now - eng.down_since if eng.down_since else None
+    return f"ENGINE UNREACHABLE for {fmt_duration(down)}: {eng.last_error or '?'}", True
+
+
 def health(st: JobStatus, now: float) -> tuple[str, bool]:
     """The health line, and whether anything in it needs attention."""
-    eng = st.engine
-    parts, bad = [], False
-    if eng.reachable:
-        parts.append(f"engine {eng.kind} reachable")
-    else:
-        down = now - eng.down_since if eng.down_since else None
-        parts.append(f"ENGINE UNREACHABLE for {fmt_duration(down)}: {eng.last_error or '?'}")
-        bad = True
+    engine, bad = engine_said(st, now)
+    parts = [engine]
     every = st.records  # every record of the job, not only this runner's
     parts.append(f"errors {st.errors}")
     bad |= bool(st.errors)
@@ -293,7 +306,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
             width=24,
             complete_style="green" if d.is_complete else "cyan",
         )
-        eta = "-" if d.is_complete else fmt_duration(d.eta_s)
+        eta = "-" if d.is_complete or st.terminal else fmt_duration(d.eta_s)
         table.add_row(
             name,
             bar,
@@ -301,7 +314,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
             fmt_tokens(d.completion_tokens),
             fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
             eta,
-            d.state,
+            d.said_state,
         )
     head = Text.assemble(
         (f"{host}", "bold"),
@@ -354,7 +367,11 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
     stamp = time.strftime("%H:%M:%S", time.localtime(now))
     if st is None:
         return f"{stamp} {host}: no status yet" + (f" ({note})" if note else "")
-    ds = " ".join(f"{n} {d.done}/{d.target}" for n, d in st.datasets.items())
+    ds = " ".join(
+        f"{n} {d.done}/{d.target}"
+        + (f" ({BUDGET_REACHED})" if d.said_state == BUDGET_REACHED else "")
+        for n, d in st.datasets.items()
+    )
     line, _ = health(st, now)
     eta = fmt_duration(st.eta_s) if not st.terminal else "-"
     stage = f" {st.stage}" if st.stage != GENERATE else ""  # rows of hidden states, not answers

@@ -19,6 +19,7 @@ from .progress import (
     MEAN_NOTE,
     disk_line,
     endpoint_lines,
+    engine_said,
     fmt_rate,
     gpu_line,
     hints,
@@ -127,9 +128,10 @@ def deploy_result(r: DeployResult, out: Console | None = None) -> None:
         files = ", ".join(r.prompts_in_use)
         pid = next(iter(r.prompts_in_use.values()))
         will = "would replace" if r.dry_run else "replaced"
+        hint = say("`invoke restart` reloads it live", r.host)
         out.print(
             f"  [yellow]{will} {files}, in use by the running job (pid {pid})[/]: it keeps reading the "
-            "file it opened; `invoke restart` reloads it live (records already written still count)"
+            f"file it opened; {escape(hint)} (records already written still count)"
         )
     sent = "would send" if r.dry_run else "sent"
     extra = f"; pruned {', '.join(r.pruned)}" if r.pruned else ""
@@ -187,22 +189,20 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
             t.add_row(
                 name,
                 f"{d.done:,}/{d.target:,}",
-                d.state,
+                d.said_state,
                 _tok(d.completion_tokens),
                 fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
-                "-" if d.is_complete else _eta(d.eta_s),
+                "-" if d.is_complete or s.terminal else _eta(d.eta_s),
                 str(d.errors),
                 *(() if rows else (str(d.finish_length),)),
             )
         out.print(t)
         if any(shows_mean(d.tokens_per_s, d.mean_tokens_per_s) for d in s.datasets.values()):
             out.print(f"  {MEAN_NOTE}", markup=False)
-        eng = s.engine
-        health = "reachable" if eng.reachable else f"UNREACHABLE ({eng.last_error})"
         out.print(
             f"  total {_tok(s.completion_tokens)} tokens{' in rows' if rows else ''}, "
             f"{fmt_rate(s.tokens_per_s, s.mean_tokens_per_s)} tok/s, "
-            f"ETA {'-' if s.terminal else _eta(s.eta_s)}; engine {eng.kind} {health}; "
+            f"ETA {'-' if s.terminal else _eta(s.eta_s)}; {engine_said(s, now)[0]}; "
             f"errors {s.errors}"
             f"{'; STALLED' if s.stalled else ''}",
             markup=False,

@@ -89,14 +89,19 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
     host = f"[bold]{r.host}[/]"
     if r.dry_run:
         what = {
+            "unchanged": f"leave runner pid {r.running_pid} running: it runs these caps already",
             "live": "re-cap the running runner live (nothing lost)",
             "restart": f"stop runner pid {r.running_pid} and start a new one",
             "start": "start a runner",
         }[r.mode]
+        if r.kept.stage != r.was.stage:
+            what += f", stage {r.was.stage} → {r.kept.stage}"
         out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
         caps_table(r.caps, out, r.kept, r.was, planned=True)
         return
-    if r.mode == "live":
+    if r.mode == "unchanged":
+        out.print(f"{host}: caps unchanged: runner pid {r.pid} runs them already; nothing touched")
+    elif r.mode == "live":
         out.print(f"{host}: re-capped live: runner pid {r.pid} kept running, no request lost")
         for name, change in r.reloaded.items():
             out.print(f"  {name}: prompts {change.before:,} → {change.after:,}, reloaded")
@@ -110,7 +115,11 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
                 f"in-flight requests lost: {r.lost_in_flight}"
             )
         release = (r.release or "").rstrip("/").rsplit("/", 1)[-1]
-        stage = f"stage {r.kept.stage}, " if r.kept and r.kept.stage != GENERATE else ""
+        stage = ""
+        if r.kept.stage != r.was.stage:  # said either way: the job now makes something else
+            stage = f"stage {r.was.stage} → {r.kept.stage}, "
+        elif r.kept.stage != GENERATE:
+            stage = f"stage {r.kept.stage}, "
         out.print(
             f"{host}: started runner pid {r.pid} from release {release}; {stage}state {r.state}"
         )

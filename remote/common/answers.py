@@ -63,7 +63,8 @@ class RestartAnswer:
     """`ctl start` and `ctl restart`."""
 
     host: str = ""
-    mode: str = "start"  # live (caps applied to the running runner) | restart | start
+    # live (caps applied to the running runner) | unchanged (it runs them already) | restart | start
+    mode: str = "start"
     dry_run: bool = False
     pid: int | None = None
     token: str | None = None

@@ -136,7 +136,10 @@ class RunArgs(Request):
     )
 
     def changes_caps(self) -> bool:
-        return any(getattr(self, n) not in (None, (), False) for n in _CAP_FLAGS)
+        # "not given" by identity: a budget of 0 is a change, though 0 == False
+        return any(
+            not (v is None or v is False or v == ()) for v in map(self.__getattribute__, _CAP_FLAGS)
+        )
 
     def applied_to(self, kept: Caps) -> Caps:
         """The caps after this change: each flag given changes only what it names."""
@@ -169,25 +172,10 @@ class RunArgs(Request):
         """Only the runner's flags."""
         return RunArgs(**{f.name: getattr(self, f.name) for f in fields(RunArgs)})
 
-    def keep_caps(self) -> RunArgs:
-        """These flags without the cap change (what the watcher starts the runner again with: the
-        job's kept caps, which a later live re-cap may have changed)."""
+    def own_flags(self) -> RunArgs:
+        """These flags without the cap change: the runner's own (what a command starts it with and
+        the watcher starts it again with; it runs the job's kept caps)."""
         return RunArgs(grace=self.grace, force=self.force)
-
-    @staticmethod
-    def exactly(caps: Caps, grace: float = GRACE_S, force: bool = False) -> RunArgs:
-        """Flags that make these caps whatever the job had (how a command starts the runner: its
-        command line says what it runs)."""
-        return RunArgs(
-            max_samples=caps.max_samples,
-            cap=tuple(caps.caps.items()),
-            max_tokens=caps.max_tokens,
-            datasets=tuple(caps.datasets) if caps.datasets is not None else None,
-            reset_caps=True,
-            stage=caps.stage,
-            grace=grace,
-            force=force,
-        )
 
     @classmethod
     def from_argv(cls, argv: list[str]):

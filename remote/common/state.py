@@ -16,8 +16,6 @@ from .codec import Codec, Record
 from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
 from .protocol import RunArgs
 from .recover import RecoverSpec
-from .status import JobStatus
-from .wire import HostFault
 
 # ------------------------------------------------------------------ the processes' records
 
@@ -201,7 +199,7 @@ class ControlRequest(Record):
 
     seq: int = 0
     token: str | None = None  # the runner it is meant for (None: whichever runs)
-    caps: dict | None = None  # Caps.to_dict(): a live re-cap
+    recap: bool = False  # run/caps.json changed: read it again (a live re-cap)
     drain: bool = False  # no new requests; finish those in flight
     grace: float | None = None  # seconds in-flight work gets when a stop comes
 
@@ -210,29 +208,10 @@ class ControlRequest(Record):
 
 
 def kept_caps(paths: Paths) -> Caps:
-    """The job's caps as the host keeps them (run/caps.json). A host that an older release ran has
-    none: then the caps its watcher would start the runner with, else its last runner's."""
-    caps = Caps.read(paths.caps)
-    if caps is not None:
-        return caps
-    sup = Supervise.read(paths.supervise)
-    if sup is not None and sup.runner.wanted:
-        try:
-            return sup.runner.run_flags().applied_to(Caps())
-        except (HostFault, ValueError):
-            pass
-    st = JobStatus.read(paths.status)
-    if st is not None and st.caps:
-        try:
-            return Caps.from_dict(st.caps)
-        except (TypeError, ValueError):
-            pass
-    return Caps()
-
-
-def keep_caps(paths: Paths, caps: Caps) -> None:
-    paths.ensure()
-    caps.write(paths.caps)
+    """The job's caps as the host keeps them (run/caps.json; none kept: every prompt of every
+    dataset). Read by the runner and the watcher; written only by the host's start and restart
+    commands (host/facts/intent.keep_caps)."""
+    return Caps.read(paths.caps) or Caps()
 
 
 # ------------------------------------------------------------------ what should run
@@ -254,12 +233,9 @@ class ServerWanted(Wanted):
 
 @dataclass
 class RunnerWanted(Wanted):
-    flags: RunArgs | None = None  # the runner's flags, typed: the watcher starts it with them
-    argv: list[str] = field(default_factory=list)  # the same for a release before `flags`
-
-    def run_flags(self) -> RunArgs:
-        """The flags to start the runner with (HostFault `usage` where an old file's do not parse)."""
-        return self.flags if self.flags is not None else RunArgs.from_argv(list(self.argv))
+    # the runner's own flags (grace, force), never caps: the watcher starts it with them, and it
+    # runs the job's kept caps
+    flags: RunArgs = field(default_factory=RunArgs)
 
 
 @dataclass

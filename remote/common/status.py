@@ -45,6 +45,7 @@ class ProcessState(StrEnum):
 # Fields hold a state as its string (what the file has): an older or newer release may write a
 # state this one does not know, and reading it must not fail. Members compare equal to the strings.
 NEVER_RUN = "never run"
+BUDGET_REACHED = "budget reached"  # a dataset its token budget ended short of its target
 STALE_AFTER = 30.0  # seconds without a status update before a reader asks whether the runner lives
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
@@ -55,6 +56,16 @@ class Reload(Codec):
 
     before: int = 0
     after: int = 0
+
+
+def file_identity(st) -> dict:
+    """A file version, as a dataset's `prompts_file` says the one in use (from an os.stat_result)."""
+    return {
+        "size": st.st_size,
+        "mtime": st.st_mtime,
+        "mtime_ns": st.st_mtime_ns,
+        "inode": st.st_ino,
+    }
 
 
 @dataclass
@@ -85,6 +96,14 @@ class DatasetStatus(Codec):
     @property
     def is_complete(self) -> bool:
         return self.state == DatasetState.COMPLETE
+
+    @property
+    def said_state(self) -> str:
+        """Its state as a person is told it: a dataset its token budget ended short of its target
+        says so (`complete` alone would read as every prompt answered)."""
+        if self.budget_reached and self.done < self.target:
+            return BUDGET_REACHED
+        return self.state
 
 
 @dataclass
@@ -275,6 +294,20 @@ class JobStatus(Record):
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+    def end(self, state: str, message: str, at: float | None = None) -> JobStatus:
+        """The job's verdict, set once for the whole status (whoever says it: the runner, a stop, the
+        watcher, a reader that found the runner gone): nothing is in flight or on its way any more,
+        and a dataset that was running is as the job is now. Its rates stay: they say how it went."""
+        self.state, self.message = state, message
+        if at is not None:
+            self.updated_at = at
+        self.in_flight, self.eta_s, self.stalled = 0, None, False
+        for d in self.datasets.values():
+            d.in_flight, d.eta_s = 0, None
+            if d.state == DatasetState.RUNNING:
+                d.state = state
+        return self
 
     @property
     def new_records(self) -> int:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 import types
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -14,16 +15,26 @@ PROTOCOL = 3  # the envelope's version: a host of another release says so instea
 # ------------------------------------------------------------------ faults
 
 
+class ExitCode(enum.IntEnum):
+    """Every exit status of both sides: deploytool's commands, the host's commands, the runner."""
+
+    OK = 0
+    FAILED = 1  # the operation failed (on the host, or the connection to it); a job that failed
+    BAD_INPUT = 2  # config, flags, a dataset the job lacks: nothing was done
+    NOT_DEPLOYED = 97  # the host has no current release (the shell line before `python -m remote`)
+
+
 # each fault's code, and the exit status the host gives it
 FAULTS = {
-    "usage": 2,  # the command line itself is wrong (an unknown subcommand, a bad flag)
-    "busy": 1,  # a runner is already running
-    "gpu_busy": 1,  # other processes hold GPU memory
-    "preflight": 1,  # the host's python cannot import what the engine needs
-    "model": 1,  # a server does not serve the job's model
-    "start_failed": 1,  # the runner or server exited or did not come up
-    "refused": 1,  # the running runner refused the new caps
-    "server": 1,  # the server could not be started or asked
+    "usage": ExitCode.BAD_INPUT,  # the command line itself is wrong (an unknown subcommand, a bad flag)
+    "unknown_dataset": ExitCode.BAD_INPUT,  # a dataset named that the deployed job lacks
+    "busy": ExitCode.FAILED,  # a runner is already running
+    "gpu_busy": ExitCode.FAILED,  # other processes hold GPU memory
+    "preflight": ExitCode.FAILED,  # the host's python cannot import what the engine needs
+    "model": ExitCode.FAILED,  # a server does not serve the job's model
+    "start_failed": ExitCode.FAILED,  # the runner or server exited or did not come up
+    "refused": ExitCode.FAILED,  # the running runner refused the new caps
+    "server": ExitCode.FAILED,  # the server could not be started or asked
 }
 
 

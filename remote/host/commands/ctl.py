@@ -62,10 +62,16 @@ def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
     with intent.locked(paths):
         if req.dry_run:
             return restart(paths, req)
-        # a start that fails leaves nothing for the watcher to bring back
-        intent.change(paths, runner={"wanted": False, "why": "restarting"})
-        out = restart(paths, req)
-        supervised.want_runner(paths, req)
+        # before the runner is stopped: a start that fails leaves nothing for the watcher to bring back
+        out = restart(
+            paths,
+            req,
+            stopping=lambda: intent.change(paths, runner={"wanted": False, "why": "restarting"}),
+        )
+        if out.mode == "unchanged":  # nothing to do: only hosts.yaml's `recover:` may be new
+            supervised.keep_recover(paths, req)
+        else:
+            supervised.want_runner(paths, req)
     out.watcher = supervised.keep_watcher(paths)
     return out
 

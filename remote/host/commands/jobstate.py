@@ -18,10 +18,7 @@ def job_status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
     st = JobStatus.read(paths.status) or JobStatus()
     rec = managed_runner(paths)
     if st.state in (JobState.STARTING, JobState.RUNNING) and not rec:
-        st.state, st.message = (
-            JobState.STOPPED,
-            "the runner is gone without writing its status (killed?)",
-        )
+        st.end(JobState.STOPPED, "the runner is gone without writing its status (killed?)")
     try:
         current = os.readlink(paths.root / "current")
     except OSError:

@@ -3,14 +3,12 @@ watcher while anything is, none once nothing is."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 from ...common.answers import WatcherInfo
 from ...common.jobspec import Paths
-from ...common.protocol import CtlStart, RunArgs
+from ...common.protocol import CtlStart
 from ...common.recover import RecoverSpec
-from ...common.state import kept_caps
 from ..facts import intent
 from ..watcher import watch
 
@@ -21,15 +19,17 @@ def recover_arg(req) -> RecoverSpec | None:
 
 
 def want_runner(paths: Paths, req: CtlStart) -> None:
-    """The runner is wanted, with the flags it had but its caps (the watcher starts it again with
-    those flags and the job's kept caps, which a live re-cap or a hand-run may have changed since)."""
-    flags = req.keep_caps()
-    # and as a command line for a watcher an older release started: it knows no kept caps and no
-    # --reset-caps, and reads its flags as the whole cap set
-    old = RunArgs.exactly(kept_caps(paths), flags.grace, flags.force)
-    argv = dataclasses.replace(old, reset_caps=False).argv()
-    runner = {"wanted": True, "flags": flags, "argv": argv}
+    """The runner is wanted, with its own flags and no caps (the watcher starts it again with those
+    flags, and it runs the job's kept caps, which a live re-cap may have changed since)."""
+    runner = {"wanted": True, "flags": req.own_flags()}
     intent.change(paths, recover=recover_arg(req), runner=runner)
+
+
+def keep_recover(paths: Paths, req: CtlStart) -> None:
+    """hosts.yaml `recover:` as the command gave it, written only where it changed."""
+    spec = recover_arg(req)
+    if spec is not None and spec != intent.read(paths).recover:
+        intent.change(paths, recover=spec)
 
 
 def stop_wanted(paths: Paths, what: str, stop):

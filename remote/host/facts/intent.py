@@ -1,10 +1,14 @@
-"""run/supervise.json: what should be running, said by the commands, obeyed by the watcher.
+"""What should be running, said by the commands, obeyed by the watcher: run/supervise.json (whether
+the server and the runner are wanted) and run/caps.json (the caps the runner runs).
 
 `restart` / `server.start` say "wanted" (with what it takes to start it again: the runner's flags,
 the server's spec), `stop` / `server.stop` say "not wanted" *before* they signal anything, and the
 watcher restarts only what is wanted. Both sides hold run/supervise.lock while they read-modify-write
 or act on it, so a stop never races a restart: once `stop` has said its word, nothing it stops comes
 back. The record is state.Supervise (readable by its owner only: it holds the server's environment).
+
+The job's caps have one writer, `keep_caps`, called by the commands that start the runner with a
+change the user named; the runner and the watcher only read them (state.kept_caps).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import fcntl
 import os
 import time
 
+from ...common.caps import Caps
 from ...common.jobspec import Paths
 from ...common.recover import RecoverSpec
 from ...common.state import Supervise
@@ -56,3 +61,9 @@ def change(
         data.runner = dataclasses.replace(data.runner, **runner, changed_at=now)
     data.write(paths.supervise)
     return data
+
+
+def keep_caps(paths: Paths, caps: Caps) -> None:
+    """The job's caps from now on (run/caps.json, replaced whole): the one place that writes them."""
+    paths.ensure()
+    caps.write(paths.caps)

@@ -18,10 +18,10 @@ from ...common.answers import RestartAnswer, StopAnswer
 from ...common.caps import CapRow, Caps
 from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
-from ...common.state import ControlRequest, RunnerRecord, keep_caps, kept_caps, lock_held
-from ...common.status import JobState, JobStatus
+from ...common.state import ControlRequest, RunnerRecord, kept_caps, lock_held
+from ...common.status import JobState, JobStatus, file_identity
 from ...common.wire import HostFault
-from ..facts import gpu, kill
+from ..facts import gpu, intent, kill
 from ..facts.strays import managed_runner, stray_runners
 from . import server_process
 
@@ -38,10 +38,12 @@ def send_control(paths: Paths, token: str | None, **request) -> int:
 
 def caps_summary(st: JobStatus, caps: Caps, was: Caps, names=()) -> dict[str, CapRow]:
     """Per dataset (the runner's, then any other of the job's `names`): where it stands, its cap
-    now and before. A dataset the status does not know yet (a dry run) has its counts at 0."""
+    now and before. A dataset the status does not know yet (a dry run), or knows in another stage
+    (rows of hidden states are no answers), has its counts at 0: not known."""
     rows = {}
+    same_stage = st.stage == caps.stage
     for n in list(st.datasets) + [n for n in names if n not in st.datasets]:
-        d = st.datasets.get(n)
+        d = st.datasets.get(n) if same_stage else None
         cap, selected = caps.target(n), caps.selected(n)
         row = CapRow(cap=cap, was=was.target(n), selected=selected, was_selected=was.selected(n))
         if d is not None:
@@ -50,11 +52,43 @@ def caps_summary(st: JobStatus, caps: Caps, was: Caps, names=()) -> dict[str, Ca
     return rows
 
 
-def job_datasets() -> list[str]:
+def prompts_replaced(paths: Paths, st: JobStatus) -> bool:
+    """A prompt file the running runner reads was replaced since it opened it (a deploy): a restart
+    with the same caps still has that to do (the runner reloads it live)."""
+    for d in st.datasets.values():
+        used = d.prompts_file
+        try:
+            now = file_identity(os.stat(paths.root / used["path"]))
+        except (KeyError, OSError):
+            continue  # none known, or gone: the runner keeps reading the file it has open
+        if now != {k: used.get(k) for k in now}:
+            return True
+    return False
+
+
+def job_datasets(job: Path | None = None) -> list[str]:
+    """The datasets of `job` (a job spec; default: the current release's)."""
     try:
-        return JobSpec.load(release_dir() / JOB_FILE).dataset_names()
+        return JobSpec.load(job or release_dir() / JOB_FILE).dataset_names()
     except (OSError, ValueError, KeyError):
         return []
+
+
+def caps_change(paths: Paths, flags: RunArgs, job: Path | None = None) -> tuple[Caps, Caps]:
+    """The job's caps, and what `flags` make of them; nothing written. A dataset named that the
+    job (`job`: its spec, default the current release's) lacks is bad input, refused before
+    anything is stopped or kept."""
+    was = kept_caps(paths)
+    known = job_datasets(job)
+    unknown = [n for n in flags.named_datasets() if known and n not in known]
+    if unknown:
+        raise HostFault(
+            "unknown_dataset",
+            f"unknown dataset {', '.join(unknown)}: the deployed job has {', '.join(known)}",
+            fix="deploy the hosts.yaml that has it first: `invoke deploy`",
+            unknown=unknown,
+        )
+    return was, flags.applied_to(was)
 
 
 # ------------------------------------------------------------------ stopping
@@ -107,8 +141,7 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
 def _mark_stopped(paths: Paths, rec: RunnerRecord, why: str) -> None:
     st = JobStatus.read(paths.status)
     if st and st.pid == rec.pid and st.state in (JobState.STARTING, JobState.RUNNING):
-        st.state, st.message, st.updated_at = JobState.STOPPED, why, time.time()
-        st.write(paths.status)
+        st.end(JobState.STOPPED, why, time.time()).write(paths.status)
 
 
 # ------------------------------------------------------------------ starting
@@ -128,21 +161,41 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
             f"a runner is already running in {paths.root} (pid {rec.pid if rec else '?'})",
             fix="use restart",
         )
+    rel = rel or release_dir()
+    was, caps = caps_change(paths, req, rel / JOB_FILE)
     gpu_report = gpu.check(
         server_process.allowed_pids(paths, job_engine_port()), force=req.force_gpu
     )
     token = secrets.token_hex(12)
     env = dict(os.environ, **{JOB_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
     env.pop("DEPLOYTOOL_WATCH_TOKEN", None)  # started by the watcher: stopping it must not stop us
-    rel = rel or release_dir()
-    was = kept_caps(paths)
-    caps = req.applied_to(was)
-    keep_caps(paths, caps)  # said is said: kept even if this start fails
+    if caps != was:
+        intent.keep_caps(paths, caps)  # the runner reads them as it starts
     argv = [sys.executable, "-m", "remote", "run", "--root", str(paths.root)]
-    argv += RunArgs.exactly(caps, req.grace, req.force).argv()  # its command line says what it runs
+    argv += req.own_flags().argv()
     paths.ensure()
     with open(paths.log, "ab") as log:
         proc = procinfo.start_detached(argv, cwd=rel, env=env, log=log)
+    try:
+        st = _wait_running(paths, req, proc, token)
+    except HostFault:
+        if caps != was and proc.poll() is not None:
+            intent.keep_caps(paths, was)  # a start that failed leaves the caps as they were
+        raise
+    return RestartAnswer(
+        mode="start",
+        pid=proc.pid,
+        token=token,
+        release=str(rel),
+        state=st.state,
+        caps=caps_summary(st, caps, was),
+        gpu=gpu_report,
+        kept=caps,
+        was=was,
+    )
+
+
+def _wait_running(paths: Paths, req: CtlStart, proc, token: str) -> JobStatus:
     deadline = time.monotonic() + req.wait
     while True:
         st = JobStatus.read(paths.status) or JobStatus()
@@ -166,17 +219,7 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
                 log=procinfo.tail_lines(paths.log, 20),
             )
         time.sleep(0.05)
-    return RestartAnswer(
-        mode="start",
-        pid=proc.pid,
-        token=token,
-        release=str(rel),
-        state=st.state,
-        caps=caps_summary(st, caps, was),
-        gpu=gpu_report,
-        kept=caps,
-        was=was,
-    )
+    return st
 
 
 def job_engine_port() -> int | None:
@@ -201,20 +244,34 @@ RECAP_LOOKS = 5
 RECAP_CEILING_S = 300.0
 
 
-def recap(paths: Paths, rec: RunnerRecord, caps: Caps) -> JobStatus:
-    seq = send_control(paths, rec.token, caps=caps.to_dict())
+def recap(paths: Paths, rec: RunnerRecord, caps: Caps, was: Caps) -> JobStatus | None:
+    """New caps for the running runner (or its own again, with a prompt file to reload): kept
+    where they change, then the runner is nudged to read them again. Its status once it took them;
+    None when it ended before (the caps are as they were, for a start); a refusal leaves them as
+    they were too."""
+
+    def as_they_were():
+        if caps != was:
+            intent.keep_caps(paths, was)
+
+    if caps != was:
+        intent.keep_caps(paths, caps)
+    seq = send_control(paths, rec.token, recap=True)
     deadline = time.monotonic() + RECAP_CEILING_S
     written: set = set()  # the status.json writes seen since the request
     while time.monotonic() < deadline and len(written) <= RECAP_LOOKS:
         st = JobStatus.read(paths.status) or JobStatus()
         if st.control_seq >= seq:
             if st.control_error:
+                as_they_were()
                 raise HostFault("refused", f"the running runner refused: {st.control_error}")
             return st
         if not rec.alive():
-            break
+            as_they_were()
+            return None
         written.add(st.updated_at)
         time.sleep(0.05)
+    as_they_were()
     raise HostFault(
         "refused",
         "the running runner did not take the new caps (see logs/runner.log)",
@@ -223,16 +280,18 @@ def recap(paths: Paths, rec: RunnerRecord, caps: Caps) -> JobStatus:
     )
 
 
-def restart(paths: Paths, req: CtlRestart) -> RestartAnswer:
-    was = kept_caps(paths)
-    caps = req.applied_to(was)
+def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnswer:
+    """A live re-cap where the running runner can take it (nothing, where nothing changes);
+    otherwise `stopping()`, the runner stopped and a new one started."""
+    was, caps = caps_change(paths, req)
     rec = managed_runner(paths)
     same_release = rec is not None and Path(rec.release or "").resolve() == release_dir()
     # another stage is another runner: a change of stage is never live
     live = same_release and not req.hard and caps.stage == was.stage
     if req.dry_run:
-        mode = "live" if live else ("restart" if rec else "start")
         st = JobStatus.read(paths.status) or JobStatus()
+        change = caps != was or prompts_replaced(paths, st)
+        mode = ("live" if change else "unchanged") if live else ("restart" if rec else "start")
         return RestartAnswer(
             mode=mode,
             dry_run=True,
@@ -242,17 +301,23 @@ def restart(paths: Paths, req: CtlRestart) -> RestartAnswer:
             was=was,
         )
     if live:
-        st = recap(paths, rec, caps)
-        keep_caps(paths, caps)
-        return RestartAnswer(
-            mode="live",
-            pid=rec.pid,
-            state=st.state,
-            caps=caps_summary(st, caps, was),
-            reloaded=st.reloaded,
-            kept=caps,
-            was=was,
-        )
+        st = JobStatus.read(paths.status) or JobStatus()
+        # a restart that changes nothing on a running job touches nothing
+        change = caps != was or prompts_replaced(paths, st)
+        if change:
+            st = recap(paths, rec, caps, was)
+        if st is not None:
+            return RestartAnswer(
+                mode="live" if change else "unchanged",
+                pid=rec.pid,
+                state=st.state,
+                caps=caps_summary(st, caps, was),
+                reloaded=st.reloaded if change else {},
+                kept=caps,
+                was=was,
+            )
+        # the runner ended meanwhile (finished, or killed and not yet brought back): a start
+    stopping()
     stopped = stop(paths, CtlStop(req.grace, req.drain, req.drain_timeout))
     started = start(paths, req)
     started.mode = "restart" if stopped.was_running else "start"

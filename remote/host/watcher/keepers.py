@@ -91,8 +91,7 @@ class Keeper:
 def fail_job(paths: Paths, why: str) -> None:
     """The job's verdict when the watcher gives up: `failed`, with the reason."""
     st = JobStatus.read(paths.status) or JobStatus()
-    st.state, st.message, st.updated_at = JobState.FAILED, why, time.time()
-    st.write(paths.status)
+    st.end(JobState.FAILED, why, time.time()).write(paths.status)
 
 
 # ------------------------------------------------------------------ the server
@@ -319,9 +318,8 @@ class RunnerKeeper(Keeper):
             self.seen.state, self.seen.next_try_at = ProcessState.WATCHING, None
             return
         self.seen.attempt = self.budget.restarting(now)
-        try:  # flags it cannot read are a start that failed: counted, said, never a crash
-            flags = want.run_flags()
-            req = CtlStart(**vars(flags), wait=START_WAIT_S)
+        try:  # a start that fails is counted and said, never a crash
+            req = CtlStart(**vars(want.flags.own_flags()), wait=START_WAIT_S)
             runner_process.start(self.paths, req, rel=(self.paths.root / "current").resolve())
         except HostFault as e:
             lines = e.fault.log

@@ -34,11 +34,16 @@ class PermanentError(EngineError):
         super().__init__(message)
         self.status = status
 
-    @property
-    def job_fault(self) -> bool:
-        """401/403 (credentials) and 404 (a model the server does not serve, a wrong base_url) say
-        nothing about the prompt: every other prompt would get the same answer."""
-        return self.status in (401, 403, 404)
+
+class JobFault(PermanentError):
+    """An answer that says nothing about the prompt: every other prompt would get the same (401/403
+    credentials, 404 a model the server does not serve or a wrong base_url, a server started without
+    what the stage needs)."""
+
+
+def refused(message: str, status: int) -> PermanentError:
+    """The error of a 4xx answer, typed by whose fault it is."""
+    return (JobFault if status in (401, 403, 404) else PermanentError)(message, status)
 
 
 class Stuck(EngineError):
@@ -289,11 +294,10 @@ class OpenAIEngine(Engine):
         params = data.get("kv_transfer_params") if isinstance(data, dict) else None
         where = params.get("hidden_states_path") if isinstance(params, dict) else None
         if not isinstance(where, str) or not where:
-            raise PermanentError(
+            raise JobFault(
                 "the server wrote no hidden states (no kv_transfer_params.hidden_states_path in its "
                 "answer): start it with the extraction config (--speculative-config and "
-                "--kv-transfer-config, see docs/hidden-states.md)",
-                404,
+                "--kv-transfer-config, see docs/hidden-states.md)"
             )
         return Path(where)
 
@@ -345,7 +349,7 @@ class OpenAIEngine(Engine):
         if status == 429 or status == 408 or status >= 500:
             raise TransientError(f"HTTP {status}: {text[:200]}")
         if status >= 400:
-            raise PermanentError(f"HTTP {status}: {_error_text(text)[:500]}", status)
+            raise refused(f"HTTP {status}: {_error_text(text)[:500]}", status)
         if streamed:
             return data
         try:

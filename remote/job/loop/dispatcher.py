@@ -8,7 +8,15 @@ import time
 from typing import Callable
 
 from ...common.jobspec import EngineSpec
-from ..engine.client import Engine, EngineDown, PermanentError, Stuck, TransientError, backoff
+from ..engine.client import (
+    Engine,
+    EngineDown,
+    JobFault,
+    PermanentError,
+    Stuck,
+    TransientError,
+    backoff,
+)
 from ..engine.kept_tokens import Keeping, KeptFile
 from ..engine.pool import Endpoint, Pool
 from ..store import conversation
@@ -150,7 +158,7 @@ class Dispatcher:
             except PermanentError as e:
                 ep.errors += 1
                 self.engine_error = str(e)
-                if replies and not (e.job_fault or self.fatal):
+                if replies and not (isinstance(e, JobFault) or self.fatal):
                     # a later turn refused (the conversation outgrew the context, say): the
                     # turns made are kept and the conversation ends there
                     self.writer.write_conversation(run, p, replies, stopped=str(e))
@@ -292,9 +300,8 @@ class Dispatcher:
         """A prompt's own fault goes to its errors file. The job's fault (a model the server does not
         serve, credentials; or one message for many prompts in a row) fails the job at once and files
         nothing: 56,000 prompts moved to errors by one typo would each have to be asked again anyway."""
-        if (
-            e.job_fault or self.fatal
-        ):  # after a fault, answers still in flight are no prompt's fault
+        # after a fault, answers still in flight are no prompt's fault
+        if isinstance(e, JobFault) or self.fatal:
             run.ledger.requeue(p, time.time())  # unfiled, and never lost
             self._job_fault(str(e), KEY_FIX if e.status == 401 else None)
             return

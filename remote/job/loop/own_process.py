@@ -57,22 +57,3 @@ def write_pidfile(paths: Paths, token: str, argv: list[str]) -> None:
         argv=list(argv),
         started_at=time.time(),
     ).write(paths.pidfile)
-
-
-def runner_fields(runner, now: float, caps) -> dict:
-    """What status.json says of the runner itself, in either stage: its state, who it is, where,
-    its caps and the last control request it took."""
-    return dict(
-        state=runner.state,
-        message=runner.message,
-        pid=os.getpid(),
-        token=runner.token,
-        started_at=runner.started_at,
-        updated_at=now,
-        release=str(release_dir()),
-        root=str(runner.paths.root),
-        caps=caps.to_dict(),
-        control_seq=runner.control.seq,
-        control_error=runner.control.error,
-        draining=runner.stop.draining,
-    )

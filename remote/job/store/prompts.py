@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...common.codec import write_atomic
+from ...common.status import file_identity
 
 _SHAREGPT_ROLES = {
     "human": "user",
@@ -206,15 +207,6 @@ class PromptFile:
 
     def close(self) -> None:
         self._f.close()
-
-
-def file_identity(st: os.stat_result) -> dict:
-    return {
-        "size": st.st_size,
-        "mtime": st.st_mtime,
-        "mtime_ns": st.st_mtime_ns,
-        "inode": st.st_ino,
-    }
 
 
 def load_prompts(path, dataset: str) -> list[Prompt]:

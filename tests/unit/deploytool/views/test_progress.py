@@ -76,3 +76,20 @@ def test_the_hidden_states_stage_is_shown_in_rows_without_a_finish_reason():
     buf = io.StringIO()
     Console(file=buf, width=200).print(progress.host_view("gpu1", st, 0))
     assert "hidden states running" in buf.getvalue() and "12.5 rows/s" in buf.getvalue()
+
+
+def test_a_dataset_its_budget_ended_short_says_why_in_status_and_tail():
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.status import DatasetStatus, JobStatus
+
+    big = DatasetStatus("complete", 276, 300, budget=700_000, budget_reached=True)
+    st = JobStatus(state="finished", host="gpu1", datasets={"BIG": big})
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
+    row = next(line for line in buf.getvalue().splitlines() if line.split()[:1] == ["BIG"])
+    assert "276/300" in row and "budget reached" in row and "complete" not in row
+    assert "BIG 276/300 (budget reached)" in progress.plain_line("gpu1", st, 0)

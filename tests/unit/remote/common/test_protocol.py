@@ -151,7 +151,7 @@ def test_local_flags_name_the_flag_that_is_wrong():
     }
     for bad, words in (
         (dict(max_samples="0"), "--max-samples: expected a number >= 1 or `all`"),
-        (dict(max_samples="-3"), "--max-samples: expected a number >= 0"),
+        (dict(max_samples="-3"), "--max-samples: expected a number >= 1 or `all`, got -3"),
         (dict(cap=["B2=0"]), "N must be >= 1"),
         (dict(cap=["B2=-1"]), "N must be >= 1"),
         (dict(stage="hidden"), "--stage: expected one of generate, hidden-states, got 'hidden'"),
@@ -183,8 +183,8 @@ def test_a_cap_flag_changes_only_what_it_names(typed, after):
     change = P.RunArgs.from_text(**typed)
     assert change.applied_to(KEPT) == after
     assert change.changes_caps() == bool(typed)
-    # what a command starts the runner with says these caps whatever the job had
-    assert P.RunArgs.from_argv(P.RunArgs.exactly(after).argv()).applied_to(KEPT) == after
+    # what a command starts the runner with changes no cap: it runs the job's kept caps
+    assert change.own_flags().applied_to(KEPT) == KEPT
 
 
 def test_the_runners_flags_are_written_once_for_every_command_that_takes_them():
@@ -194,7 +194,7 @@ def test_the_runners_flags_are_written_once_for_every_command_that_takes_them():
     req = P.CtlRestart(max_samples=5, hard=True, wait=9.0, grace=3.0)
     assert req.run_flags() == P.RunArgs(max_samples=5, grace=3.0)
     assert "--hard" not in req.run_flags().argv()
-    assert req.keep_caps() == P.RunArgs(grace=3.0)  # what the watcher keeps: no cap change
+    assert req.own_flags() == P.RunArgs(grace=3.0)  # what the watcher keeps: no cap change
 
 
 def test_a_process_command_started_by_hand_says_its_error_in_words(capsys):

@@ -30,11 +30,11 @@ def test_records_read_back_what_another_release_wrote(tmp_path):
 
 
 def test_an_unset_field_is_left_out_as_older_readers_expect():
-    # an older runner takes `"caps" in request` for a re-cap, an older watcher takes a present
-    # `stopped_at` for a stop
+    # an older watcher takes a present `stopped_at` for a stop
     assert ControlRequest(seq=2, token="t", grace=5.0).to_dict() == {
         "seq": 2,
         "token": "t",
+        "recap": False,
         "drain": False,
         "grace": 5.0,
     }

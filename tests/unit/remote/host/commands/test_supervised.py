@@ -9,9 +9,10 @@ from types import SimpleNamespace
 from remote.common.caps import Caps
 from remote.common.jobspec import Paths
 from remote.common.protocol import CtlStart, RunArgs
-from remote.common.state import RunnerWanted, keep_caps, kept_caps
+from remote.common.state import kept_caps
 from remote.host.commands import supervised
 from remote.host.facts import intent
+from remote.host.facts.intent import keep_caps
 
 
 def test_the_runner_is_wanted_with_its_flags_and_the_recover_settings(tmp_path):
@@ -24,25 +25,17 @@ def test_the_runner_is_wanted_with_its_flags_and_the_recover_settings(tmp_path):
     )
     data = intent.read(paths)
     assert data.runner.wanted and data.recover_spec.backoff == 3.0
-    back = data.runner.run_flags()  # typed in the file: no command line to parse back
+    back = data.runner.flags  # typed in the file: no command line to parse back
     # no cap change: the watcher's start runs the job's kept caps (a live re-cap may move them)
     assert back == RunArgs(grace=4.0) and not back.changes_caps()
     assert back.applied_to(kept_caps(paths)) == Caps(7000, {"B2": 5})
     keep_caps(paths, Caps(20))  # a live re-cap later: the watcher's start follows it
-    assert intent.read(paths).runner.run_flags().applied_to(kept_caps(paths)) == Caps(20)
-    # a watcher of an older release reads the command line as the whole cap set
-    old = RunArgs.from_argv(data.runner.argv)
-    assert (old.max_samples, old.cap, old.grace, old.reset_caps) == (7000, (("B2", 5),), 4.0, False)
-    raw = json.loads(paths.supervise.read_text())["runner"]["flags"]
-    assert raw["grace"] == 4.0 and raw["cap"] == []
+    assert intent.read(paths).runner.flags.applied_to(kept_caps(paths)) == Caps(20)
+    raw = json.loads(paths.supervise.read_text())["runner"]
+    assert raw["flags"]["grace"] == 4.0 and raw["flags"]["cap"] == [] and "argv" not in raw
 
     supervised.want_runner(paths, CtlStart(max_samples=10))  # no --recover: the settings stay
     assert intent.read(paths).recover_spec.backoff == 3.0
-
-
-def test_an_older_release_s_command_line_still_starts_the_runner():
-    want = RunnerWanted(wanted=True, argv=["--max-samples", "9", "--cap", "B1=2"])
-    assert want.run_flags() == RunArgs(max_samples=9, cap=(("B1", 2),))
 
 
 def test_a_stop_is_wanted_before_anything_is_signalled_and_then_no_watcher(tmp_path):

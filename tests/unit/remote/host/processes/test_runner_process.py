@@ -8,7 +8,7 @@ import os
 
 from remote.common.caps import Caps
 from remote.common.jobspec import Paths
-from remote.common.state import ControlRequest
+from remote.common.state import ControlRequest, kept_caps
 from remote.common.status import DatasetStatus, JobStatus
 from remote.host.processes.runner_process import caps_summary, lock_is_free, send_control
 
@@ -90,8 +90,9 @@ def test_a_re_cap_waits_for_a_slow_runner_and_gives_up_on_one_that_goes_on_witho
 
     t = threading.Thread(target=slow_then_takes)
     t.start()
-    assert rp.recap(paths, rec, Caps()).control_seq == 1
+    assert rp.recap(paths, rec, Caps(max_samples=5), Caps()).control_seq == 1
     t.join()
+    assert kept_caps(paths) == Caps(max_samples=5)  # kept before the runner was nudged
 
     def goes_on_without_it():
         for i in range(rp.RECAP_LOOKS + 1):  # each status written is read back before the next
@@ -112,6 +113,7 @@ def test_a_re_cap_waits_for_a_slow_runner_and_gives_up_on_one_that_goes_on_witho
         m.setattr(rp.JobStatus, "read", staticmethod(read_and_note))
         t.start()
         with pytest.raises(HostFault, match="did not take the new caps"):
-            rp.recap(paths, rec, Caps())  # asks for seq 2; the runner stays at 1
+            rp.recap(paths, rec, Caps(max_samples=9), Caps(max_samples=5))  # seq 2; it stays at 1
     done.set()
     t.join()
+    assert kept_caps(paths) == Caps(max_samples=5)  # not taken: the caps are as they were

@@ -39,7 +39,7 @@ def keeper(tmp_path, **spec):
 def test_a_runner_that_finished_by_itself_is_not_restarted(tmp_path):
     k, paths, _, lines = keeper(tmp_path)
     paths.ensure()
-    intent.change(paths, runner={"wanted": True, "argv": []})
+    intent.change(paths, runner={"wanted": True})
     dead_runner(paths, JobState.FINISHED)
     k.tick(100.0, RunnerWanted(wanted=True))
     assert k.seen.state == ProcessState.IDLE and not intent.read(paths).runner.wanted

@@ -22,7 +22,7 @@ def test_nothing_wanted_is_not_supervised_and_says_nothing(tmp_path):
 def test_wanted_without_a_watcher_says_how_to_bring_it_back(tmp_path):
     paths = Paths(tmp_path)
     paths.ensure()
-    intent.change(paths, runner={"wanted": True, "argv": []})
+    intent.change(paths, runner={"wanted": True})
     sup = watch.supervision(paths)
     assert sup.enabled and sup.note.startswith("unsupervised: the watcher is not running")
     assert watch.stop(paths) is False  # none to stop
@@ -31,7 +31,7 @@ def test_wanted_without_a_watcher_says_how_to_bring_it_back(tmp_path):
 def test_with_a_watcher_a_reboot_still_needs_a_restart_unless_on_boot(tmp_path, monkeypatch):
     paths = Paths(tmp_path)
     paths.ensure()
-    intent.change(paths, runner={"wanted": True, "argv": []})
+    intent.change(paths, runner={"wanted": True})
     me = os.getpid()  # stands in for the watcher's process: its record names a live process
     WatcherRecord(pid=me, start_time=procinfo.start_time(me), token="w").write(paths.watcher_pid)
     assert watch.managed(paths).pid == me
@@ -48,7 +48,7 @@ def test_the_watcher_starts_from_its_release_with_nothing_installed(tmp_path):
     python.chmod(0o755)
     paths = Paths(tmp_path / "root")
     paths.ensure()
-    intent.change(paths, runner={"wanted": True, "argv": []})
+    intent.change(paths, runner={"wanted": True})
     try:
         rec = watch.ensure(paths, python=str(python))
         assert rec is not None and rec.alive(), paths.watcher_log.read_text()[-500:]
@@ -73,7 +73,7 @@ def test_a_watcher_slow_to_start_is_waited_for_and_never_doubled(tmp_path):
     python.chmod(0o755)
     paths = Paths(tmp_path / "root")
     paths.ensure()
-    intent.change(paths, runner={"wanted": True, "argv": []})
+    intent.change(paths, runner={"wanted": True})
     seen = []
 
     def look_then_open():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from remote.job.engine.client import EngineDown, PermanentError, TransientError
+from remote.job.engine.client import EngineDown, PermanentError, TransientError, refused
 from remote.job.engine.pool import Pool
 from remote.job.loop.control_requests import StopState
 from remote.job.loop.dispatcher import JOB_FAULT_STREAK, Dispatcher
@@ -78,14 +78,14 @@ def test_the_same_refusal_for_many_prompts_is_the_jobs_fault_and_files_nothing()
 
 
 def test_a_model_the_server_does_not_serve_fails_at_once_without_filing():
-    d, runs = dispatcher({"B1-0": [PermanentError("404: no such model", 404)]}, concurrency=1)
+    d, runs = dispatcher({"B1-0": [refused("404: no such model", 404)]}, concurrency=1)
     run(d)
     assert d.fatal and "not a prompt" in d.fatal and d.writer.errors == []
     assert runs[0].ledger.state("B1-0") == "queued"
 
 
 def test_a_server_that_asks_for_a_key_fails_the_job_at_once_with_the_fix():
-    d, runs = dispatcher({"B1-0": [PermanentError("HTTP 401: Unauthorized", 401)]}, concurrency=1)
+    d, runs = dispatcher({"B1-0": [refused("HTTP 401: Unauthorized", 401)]}, concurrency=1)
     run(d)
     assert d.fatal and "HTTP 401" in d.fatal and "env.VLLM_API_KEY" in d.fatal
     assert d.writer.errors == [] and runs[0].ledger.state("B1-0") == "queued"

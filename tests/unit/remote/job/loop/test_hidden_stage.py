@@ -1,4 +1,4 @@
-"""The hidden-states stage's runner in-process, against an engine that writes its files as vLLM's
+"""The hidden-states stage in its runner, in-process, against an engine that writes its files as vLLM's
 connector does (a lock held while it writes, the name in the answer): a file still being written
 is waited for, a bad one is asked again and never counted, every row is counted once."""
 
@@ -15,7 +15,7 @@ from remote.common.jobspec import JobSpec, Paths
 from remote.common.status import JobState, JobStatus
 from remote.job.engine.client import Engine, TransientError
 from remote.job.hidden import hsfile
-from remote.job.loop.stage_runner import HiddenRunner
+from remote.job.loop.runner import Runner
 from tests.conftest import wait_for
 from tests.helpers.runner_jobs import make_root, run
 
@@ -60,14 +60,14 @@ def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeyp
     (root / "job.json").write_text(json.dumps(job))
     assert run(root).returncode == 0
     fake = Connector(torn="B1-000002_gen0", busy="B2-000001_gen0")
-    monkeypatch.setattr("remote.job.loop.stage_runner.make_engine", lambda job, keys: fake)
-    monkeypatch.setattr("remote.job.loop.stage_runner.backoff", lambda n, base: 0)
+    monkeypatch.setattr("remote.job.loop.hidden_stage.make_engine", lambda job, keys: fake)
+    monkeypatch.setattr("remote.job.loop.hidden_stage.backoff", lambda n, base: 0)
     paths = Paths(root)
     caps = Caps(caps={"B1": 4}, stage=HIDDEN_STATES)
-    runner = HiddenRunner(paths, JobSpec.load(root / "job.json"), caps)
+    runner = Runner(paths, JobSpec.load(root / "job.json"), caps)
     runner.prepare()
     assert runner.run() == 0 and runner.state == JobState.FINISHED
-    assert runner.redone == 1 and runner.retries == 1
+    assert runner.stage.redone == 1 and runner.stage.retries == 1
     for ds, n in (("B1", 4), ("B2", 3)):
         lines = [json.loads(x) for x in (paths.hidden_states / ds / "rows.jsonl").open()]
         assert sorted(x["id"] for x in lines) == [f"{ds}-{i:06d}_gen0" for i in range(n)]
@@ -85,7 +85,7 @@ def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeyp
     )
     # a second run has nothing to do: every row is counted, none asked again
     fake.asked.clear()
-    again = HiddenRunner(paths, JobSpec.load(root / "job.json"), caps)
+    again = Runner(paths, JobSpec.load(root / "job.json"), caps)
     again.prepare()
     assert again.run() == 0 and fake.asked == []
 
@@ -98,17 +98,18 @@ def test_new_caps_live_change_the_rows_to_make_and_a_stage_change_is_refused(tmp
     job["extra_body"] = {"return_token_ids": True}
     (root / "job.json").write_text(json.dumps(job))
     assert run(root).returncode == 0
-    runner = HiddenRunner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
+    runner = Runner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
     runner.prepare()
-    assert runner.stages["B1"].target == 6
-    runner.flying.add("B1-000000_gen0")  # in flight: not queued a second time
-    runner.recap(Caps(caps={"B1": 2}, stage=HIDDEN_STATES))
-    assert runner.stages["B1"].target == 2 and [r.id for r in runner.stages["B1"].todo] == [
-        "B1-000001_gen0"
-    ]
-    assert json.loads(Paths(root).caps.read_text())["caps"] == {"B1": 2}
+    assert runner.stage.stages["B1"].target == 6
+    runner.stage.flying.add("B1-000000_gen0")  # in flight: not queued a second time
+    runner.stage.recap(Caps(caps={"B1": 2}, stage=HIDDEN_STATES))
+    assert runner.stage.stages["B1"].target == 2 and [
+        r.id for r in runner.stage.stages["B1"].todo
+    ] == ["B1-000001_gen0"]
+    # the runner only reads the job's caps: the command that started it is their one writer
+    assert not Paths(root).caps.exists()
     with pytest.raises(ValueError, match="change of stage"):
-        runner.recap(Caps())
+        runner.stage.recap(Caps())
 
 
 def answered(tmp_path):
@@ -128,40 +129,38 @@ def test_a_stage_that_cannot_fit_the_disk_stops_after_its_first_row_and_then_at_
     spec, caps = JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES)
 
     def runner(free):
-        r = HiddenRunner(Paths(root), spec, caps)
-        r.free_bytes = lambda: free
+        r = Runner(Paths(root), spec, caps)
+        r.stage.free_bytes = lambda: free
         r.prepare()
         return r
 
     first = runner(free=10_000)  # a few rows' worth: the first row says what the rest needs
     assert first.run() == 1 and first.state == JobState.FAILED
     assert "the hidden states left need" in first.message and "10.0 KB free" in first.message
-    made = first.stages["B1"].store.count
+    made = first.stage.stages["B1"].store.count
     assert 1 <= made < 20  # it stopped: the rest would not fit
     again = runner(free=10_000)  # the rows made say it at once: nothing more is asked
-    assert again.run() == 1 and again.stages["B1"].store.count == made
+    assert again.run() == 1 and again.stage.stages["B1"].store.count == made
     done = runner(free=10**12)
-    assert done.run() == 0 and done.stages["B1"].store.count == 20
+    assert done.run() == 0 and done.stage.stages["B1"].store.count == 20
 
 
 def test_a_forced_stage_pauses_before_the_disk_fills_and_goes_on_once_space_is_freed(tmp_path):
     root = answered(tmp_path)
     free = [3000]  # less than a row needs once the first one says what a token takes
-    r = HiddenRunner(
-        Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES), force=True
-    )
-    r.free_bytes = lambda: free[0]
+    r = Runner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES), force=True)
+    r.stage.free_bytes = lambda: free[0]
     r.prepare()
     seen = []
 
     def pull_free():  # what a person does once the stage says the disk is full
         try:
-            wait_for(lambda: r.disk.full, what="the stage paused")
+            wait_for(lambda: r.stage.disk.full, what="the stage paused")
             wait_for(
                 lambda: (JobStatus.read(Paths(root).status) or JobStatus()).disk.full,
                 what="status saying the disk is full",
             )
-            seen.append((r.stages["B1"].store.count, r.state))
+            seen.append((r.stage.stages["B1"].store.count, r.state))
         finally:
             free[0] = 10**12  # space freed (pull --free): the stage goes on by itself
 
@@ -171,7 +170,7 @@ def test_a_forced_stage_pauses_before_the_disk_fills_and_goes_on_once_space_is_f
     helper.join(30)
     # paused once the first row said what a token takes: only the rows begun before it were made
     ((count, state),) = seen
-    assert 1 <= count <= 2 and state == JobState.RUNNING and r.stages["B1"].store.count == 20
+    assert 1 <= count <= 2 and state == JobState.RUNNING and r.stage.stages["B1"].store.count == 20
     log = Paths(root).log.read_text()
     assert "no new rows until there is space" in log and "disk has space again" in log
 
@@ -202,11 +201,11 @@ def test_a_file_outside_the_stages_folder_is_never_moved_and_the_job_says_the_fi
     theirs = tmp_path / "elsewhere"
     theirs.mkdir()
     monkeypatch.setattr(
-        "remote.job.loop.stage_runner.make_engine", lambda job, keys: Elsewhere(theirs)
+        "remote.job.loop.hidden_stage.make_engine", lambda job, keys: Elsewhere(theirs)
     )
-    runner = HiddenRunner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
+    runner = Runner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
     runner.prepare()
     assert runner.run() == 1 and runner.state == JobState.FAILED
     assert "outside" in runner.message and "shared_storage_path" in runner.message
     assert len(list(theirs.iterdir())) >= 1  # left where the server put it
-    assert runner.stages["B1"].store.count == 0
+    assert runner.stage.stages["B1"].store.count == 0

@@ -1,7 +1,6 @@
-"""The hidden-states stage's runner: every reply the job kept, as its exact tokens, through the
-server once more for the target's hidden states, each file checked before it counts.
-
-It is the same job's runner in another stage: the same lock, pid file, log, status.json and
+"""The hidden-states stage: every reply the job kept, as its exact tokens, through the server once
+more for the target's hidden states, each file checked before it counts. The process around it is
+the runner's (runner.py), as for the generation: the same lock, pid file, log, status.json and
 control.json, so `stop`, `status`, `tail`, the watcher and a restart cover it as they cover the
 generation. Resumable by construction: a row counts once it is in its dataset's rows.jsonl, and a
 row a kill cut off is asked again."""
@@ -10,18 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
-import signal
 import time
 
 from ...common.caps import HIDDEN_STATES, Caps
-from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
-from ...common.notify import Notifier
-from ...common.protocol import GRACE_S
 from ...common.records import TokenRow
-from ...common.state import ServerKeys, keep_caps
-from ...common.status import DiskStatus, EngineStatus, JobState, JobStatus
-from ..engine.client import EngineDown, EngineError, PermanentError, backoff
+from ...common.state import ServerKeys
+from ...common.status import DiskStatus, EngineStatus
+from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, backoff
 from ..engine.kinds import make_engine
 from ..hidden import hsfile
 from ..hidden.progress import DiskGuard, Stage
@@ -29,30 +25,21 @@ from ..hidden.rows import rows_of
 from ..hidden.store import HiddenStore
 from ..store.outputs import disk_usage
 from ..store.rates import RateWindow
-from .control_requests import ControlWatcher, Every, StopState
-from .own_process import Log, runner_fields
 
 WRITE_WAIT_S = 300.0  # a file the server named and still writes after this long is asked again
 BAD_FILE_TRIES = 3  # a row whose file is bad this often fails (the next restart tries it again)
 DISK_CHECK_S = 3.0  # between looks at the free space while the disk is full
 
 
-class HiddenRunner:
-    def __init__(
-        self, paths: Paths, job: JobSpec, caps: Caps, *, grace=GRACE_S, force=False, echo=False
-    ):
-        """`force`: go on when the rows left do not fit the free space (it pauses before the
-        disk fills, while pull --free takes files off); the records are read as they are."""
-        self.paths, self.job, self.caps, self.grace = paths, job, caps, grace
-        self.log = Log(paths.log, echo)
-        eng = job.engine
-        self.model_name = "simulated" if eng.kind == "simulate" else eng.model
-        self.token = os.environ.get(JOB_TOKEN_ENV) or os.urandom(8).hex()
-        self.state, self.message = JobState.STARTING, ""
-        self.started_at = time.time()
-        self.stop = StopState()
-        self.control = ControlWatcher(paths, self.token)
-        self.notifier = Notifier(job.notify, paths.root, self.log)
+class HiddenStage:
+    def __init__(self, runner, caps: Caps, force: bool):
+        """`runner`: the process it works in (its paths, job, log, stop state, notifier). `force`:
+        go on when the rows left do not fit the free space (it pauses before the disk fills, while
+        pull --free takes files off); the records are read as they are."""
+        self.runner = runner
+        paths = runner.paths
+        self.paths, self.job, self.caps, self.log = paths, runner.job, caps, runner.log
+        self.stop = runner.stop
         self.incoming = paths.hidden_incoming
         self.stages: dict[str, Stage] = {}
         self.rows_made = RateWindow()
@@ -67,7 +54,7 @@ class HiddenRunner:
         self.committing, self.commit_job = asyncio.Lock(), None
         self.requesting: dict[str, asyncio.Semaphore] = {}  # per server: its concurrency
         self.free_bytes = lambda: disk_usage(self.paths.hidden_states)["free_bytes"]
-        notify = lambda why: self.notifier.send(  # noqa: E731
+        notify = lambda why: runner.notifier.send(  # noqa: E731
             "disk_full", f"{paths.root}: hidden states paused, disk full: {why}"
         )
         self.disk = DiskGuard(lambda: self.free_bytes(), force, self.log, notify)
@@ -98,6 +85,9 @@ class HiddenRunner:
                 "exact ids the target saw: set job.extra_body.return_token_ids: true in hosts.yaml "
                 "and `invoke deploy`; the answers made from then on can be extracted"
             )
+        # known before any request (the rows made, records without ids): refused at once, so the
+        # start is seen to fail
+        self.fatal = self.fatal or self.disk.refusal(self.stages.values())
 
     # ------------------------------------------------------------------ while it runs
 
@@ -163,11 +153,11 @@ class HiddenRunner:
                     st.failed += 1
                     self.log(f"{st.name}: {row.id}: {bad} bad files: left for the next restart")
                     return
+            except JobFault as e:  # every row would get the same answer
+                self.engine_error = self.fatal = str(e)
+                return
             except PermanentError as e:
                 self.engine_error = str(e)
-                if e.job_fault:  # every row would get the same answer
-                    self.fatal = str(e)
-                    return
                 st.failed += 1
                 self.log(f"{st.name}: {row.id}: {e}: left for the next restart")
                 return
@@ -189,10 +179,9 @@ class HiddenRunner:
         where = os.path.realpath(path)
         inside = os.path.dirname(where) == os.path.realpath(self.incoming)
         if not (inside and where.endswith(".safetensors")):
-            raise PermanentError(
+            raise JobFault(
                 f"the server wrote the hidden states to {path}, outside {self.incoming}: set "
-                f"shared_storage_path in its --kv-transfer-config to {self.incoming}",
-                404,
+                f"shared_storage_path in its --kv-transfer-config to {self.incoming}"
             )
         return path
 
@@ -219,54 +208,64 @@ class HiddenRunner:
             fresh.todo = collections.deque(r for r in fresh.todo if r.id not in self.flying)
             self.stages[name] = fresh
         self.caps = caps
-        keep_caps(self.paths, caps)
 
-    def _apply_control(self) -> None:
-        req = self.control.poll()
-        if req is None:
-            return
-        if req.grace is not None:
-            self.grace = max(0.0, float(req.grace))
-        if req.drain:
-            self.stop.drain()
-            self.log(f"control {self.control.seq}: drain: no new rows; finishing those in flight")
-        if req.caps is not None:
-            try:
-                self.recap(Caps.from_dict(req.caps))
-                self.control.error = None
-                self.log(f"control {self.control.seq}: caps now {self.caps.line()}")
-            except (ValueError, TypeError, KeyError, OSError) as e:
-                self.control.error = str(e)
-                self.log(f"control {self.control.seq}: refused: {e}")
-        self.write_status()
+    def caps_line(self) -> str:
+        return self.caps.line()
 
-    async def _housekeeping(self) -> None:
-        status = Every(1.0)
-        while True:
-            self._apply_control()
-            if status.due():
-                self.write_status()
-            await asyncio.sleep(0.25)
+    def start_lines(self) -> list[str]:
+        lines = ["caps: " + self.caps.line()]
+        for name, st in self.stages.items():
+            lines.append(f"{name}: {st.done}/{st.target} rows have their hidden states")
+        return lines
 
-    # ------------------------------------------------------------------ what it reports
+    def in_flight(self) -> int:
+        return sum(st.in_flight for st in self.stages.values())
 
-    def status_now(self) -> JobStatus:
-        now, disk = time.time(), disk_usage(self.paths.hidden_states)
+    def tick(self) -> None:
+        pass  # its disk rules are looked at by each row as it starts
+
+    def stopping(self) -> None:
+        pass  # a row in flight counts only once committed: nothing to save first
+
+    @contextlib.asynccontextmanager
+    async def session(self):
+        """The engine opened and the workers ready: yields the work to run until done."""
+        try:
+            keys = ServerKeys.read(self.paths.server_keys)
+            async with make_engine(self.job, keys.keys if keys else None) as engine:
+                self.urls = list(engine.base_urls)
+                n = self.job.engine.concurrency
+                self.requesting = {url: asyncio.Semaphore(n) for url in self.urls}
+                # twice the rows the servers take: theirs never wait for a commit
+                yield asyncio.gather(
+                    *(self._worker(engine, url) for url in self.urls for _ in range(2 * n))
+                )
+        finally:
+            if self.commit_job is not None:  # a commit a cancelled row left in its thread ends
+                await asyncio.wait({self.commit_job})
+            for st in self.stages.values():
+                st.store.close()
+
+    async def abandon(self) -> int:
+        return len(self.flying)  # asked again on resume: a row counts once committed
+
+    def status(self, now: float) -> dict:
+        """What status.json says of the work, beside the runner's own fields."""
+        disk = disk_usage(self.paths.hidden_states)
         datasets = {name: st.status() for name, st in self.stages.items()}
-        per_s = self.rows_made.per_s(now, self.started_at)
+        per_s = self.rows_made.per_s(now, self.runner.started_at)
         left = sum(max(0, d.target - d.done) for d in datasets.values())
-        return JobStatus(
-            **runner_fields(self, now, self.caps),
+        return dict(
             engine=EngineStatus(
                 kind=self.job.engine.kind,
-                model=self.model_name,
+                model=self.runner.model_name,
                 base_urls=list(self.urls),
                 reachable=self.engine_error is None,
                 last_error=self.engine_error,
             ),
             concurrency=self.job.engine.concurrency * max(1, len(self.urls)),
-            in_flight=sum(st.in_flight for st in self.stages.values()),
-            tokens_per_s=self.tokens_made.per_s(now, self.started_at),
+            in_flight=self.in_flight(),
+            tokens_per_s=self.tokens_made.per_s(now, self.runner.started_at),
             samples_per_s=per_s,
             completion_tokens=sum(st.store.tokens for st in self.stages.values()),
             errors=sum(st.failed for st in self.stages.values()),
@@ -277,115 +276,21 @@ class HiddenRunner:
             disk=DiskStatus(disk["free_bytes"], disk["total_bytes"], self.disk.full),
         )
 
-    def write_status(self) -> None:
-        try:
-            self.status_now().write(self.paths.status)
-        except OSError as e:
-            self.log(f"cannot write {self.paths.status.name}: {e}")
-
-    def _line(self) -> str:
+    def summary(self) -> str:
         return "; ".join(f"{n} {st.done}/{st.target}" for n, st in self.stages.items())
 
-    # ------------------------------------------------------------------ lifecycle
+    def progress_line(self) -> str:
+        return "hidden states " + self.summary()
 
-    def _on_signal(self, signame: str, stopped: asyncio.Event) -> None:
-        self._apply_control()  # a stop writes its grace period there just before the signal
-        if self.stop.stop():
-            self.grace = 0
-        stopped.set()
-        n = sum(st.in_flight for st in self.stages.values())
-        self.log(f"{signame}: no new rows; {n} in flight get {self.grace:g}s to finish")
-
-    async def _main(self) -> int:
-        loop = asyncio.get_running_loop()
-        stopped = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig.name, stopped)
-        house = asyncio.ensure_future(self._housekeeping())
-        try:
-            # known before any request (the rows made, records without ids): refused at once, so
-            # the start is seen to fail
-            self.fatal = self.fatal or self.disk.refusal(self.stages.values())
-            if self.fatal:
-                return self._verdict()
-            keys = ServerKeys.read(self.paths.server_keys)
-            async with make_engine(self.job, keys.keys if keys else None) as engine:
-                self.urls = list(engine.base_urls)
-                n = self.job.engine.concurrency
-                self.requesting = {url: asyncio.Semaphore(n) for url in self.urls}
-                workers = [  # twice the rows the servers take: theirs never wait for a commit
-                    asyncio.ensure_future(self._worker(engine, url))
-                    for url in self.urls
-                    for _ in range(2 * n)
-                ]
-                self.state = JobState.RUNNING
-                self.write_status()
-                everyone = asyncio.gather(*workers)
-                stopper = asyncio.ensure_future(stopped.wait())
-                await asyncio.wait({everyone, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                if not everyone.done():
-                    deadline = time.monotonic() + self.grace
-                    while not everyone.done() and time.monotonic() < deadline:
-                        await asyncio.wait({everyone}, timeout=0.2)
-                    everyone.cancel()
-                    await asyncio.gather(everyone, return_exceptions=True)
-                stopper.cancel()
-        finally:
-            house.cancel()
-            if self.commit_job is not None:  # a commit a cancelled row left in its thread ends
-                await asyncio.wait({self.commit_job})
-            for st in self.stages.values():
-                st.store.close()
-        return self._verdict()
-
-    def _verdict(self) -> int:
-        if self.fatal:
-            self.state, self.message = JobState.FAILED, self.fatal
-            self.log(f"failed: {self.fatal}")
-            return 1
-        if self.stop.asked:
-            self.state, self.message = JobState.STOPPED, self.stop.verdict()
-            self.log(f"stopped: {self._line()}")
-            return 0
-        self.state = JobState.FINISHED
+    def finished(self) -> str:
         failed = sum(st.failed for st in self.stages.values())
-        if failed:
-            self.message = f"{failed} rows failed: a restart asks them again"
+        said = [f"{failed} rows failed: a restart asks them again"] if failed else []
         if self.untokened:  # said where the user looks, not only in the log
-            self.message = "; ".join(
-                x
-                for x in (self.message, f"{self.untokened} records without token ids left out")
-                if x
-            )
-        self.log(f"finished: {self._line()}" + (f"; {self.message}" if failed else ""))
-        return 0
+            said.append(f"{self.untokened} records without token ids left out")
+        return "; ".join(said)
 
-    def run(self) -> int:
-        eng = self.job.engine
-        self.log(
-            f"runner start pid {os.getpid()} release {release_dir()} stage hidden-states engine "
-            f"{eng.kind} ({self.model_name}) concurrency {eng.concurrency}"
-        )
-        self.log("caps: " + self.caps.line())
-        for name, st in self.stages.items():
-            self.log(f"{name}: {st.done}/{st.target} rows have their hidden states")
-        try:
-            code = asyncio.run(self._main())
-        except Exception as e:
-            import traceback
-
-            self.log("crashed:\n" + traceback.format_exc())
-            self.state, self.message = JobState.FAILED, f"runner crashed: {type(e).__name__}: {e}"
-            code = 1
-        if self.state == JobState.FINISHED:
-            self.notifier.send(
-                "finished", f"{self.paths.root}: hidden states finished; {self._line()}"
-            )
-        elif self.state == JobState.FAILED:
-            self.notifier.send("failed", f"{self.paths.root}: hidden states failed: {self.message}")
-        self.write_status()
-        self.notifier.wait(5.0)
-        return code
+    def ended(self) -> None:
+        pass
 
 
 def _remove(path) -> None:

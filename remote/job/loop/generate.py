@@ -1,0 +1,234 @@
+"""The generation stage: every selected prompt through the engine, a continuous window of requests in
+flight. Resumable (records already written are skipped by id), capped (first N prompts per dataset,
+a token budget), durable (one complete line per record, fsync every second), re-cappable live. This
+module wires its pieces (each in a room of its own, see remote/__init__.py); the process around it
+is the runner's (runner.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+
+from ...common.caps import Caps
+from ...common.state import ServerKeys
+from ...common.status import DatasetState, EngineStatus, JobState
+from ..engine import continuation
+from ..engine.kinds import make_engine
+from ..engine.pool import Pool
+from ..observe.alerts import AlertWatcher
+from ..observe.status_builder import progress, stalled
+from ..observe.telemetry import Telemetry
+from ..observe.watched import WatchView
+from ..store.datasets import BadInput, DatasetRun
+from ..store.history import History
+from ..store.writer import RecordWriter
+from .control_requests import Every
+from .dispatcher import Dispatcher
+from .scheduler import Scheduler
+
+
+class GenerateStage:
+    def __init__(self, runner, caps: Caps, force: bool):
+        """`runner`: the process it works in (its paths, job, log, stop state, notifier)."""
+        self.runner = runner
+        paths, job, log = runner.paths, runner.job, runner.log
+        self.paths, self.job, self.log = paths, job, log
+        eng = job.engine
+        self.concurrency = eng.concurrency  # per server
+        self.stall_after = eng.stall_minutes * 60
+        self.abandoned = 0  # in-flight requests cut off by a stop (redone on resume)
+        self.history = History(paths.history)
+        self.writer = RecordWriter(log, self._disk_full)
+        self.scheduler = Scheduler(paths, job, caps, self.fingerprint(), self.writer, log, force)
+        self.watch_view = WatchView(paths.watch_state, server_pid=paths.server_pid)
+        self.alerts = AlertWatcher(
+            runner.notifier, log, self.stall_after, eng.down_deadline, runner.notify_message
+        )
+        self.pool: Pool | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.kept_why_not: str | None = None
+        self.telemetry: Telemetry | None = None
+        self.clocks = {k: Every(s) for k, s in (("prompts", 2.5), ("sync", 1.0), ("disk", 3.0))}
+        self.clocks["history"] = Every(60.0)
+
+    @property
+    def caps(self) -> Caps:
+        return self.scheduler.caps
+
+    @property
+    def runs(self) -> dict[str, DatasetRun]:
+        return self.scheduler.runs
+
+    @property
+    def fatal(self) -> str | None:
+        return self.dispatcher.fatal if self.dispatcher else None
+
+    def fingerprint(self) -> dict:
+        return {
+            "model": self.runner.model_name,
+            "sampling": self.job.sampling,
+            "chat_template_kwargs": self.job.chat_template_kwargs,
+            "extra_body": self.job.extra_body,
+        }
+
+    def _disk_full(self, why: str) -> None:
+        msg = f"disk full ({why}): answers wait, no new requests"
+        self.runner.notifier.send("disk_full", self.runner.notify_message(msg))
+
+    # ------------------------------------------------------------------ the runner asks
+
+    def prepare(self) -> None:
+        self.scheduler.prepare()
+
+    def recap(self, caps: Caps) -> None:
+        unknown = self.scheduler.unknown(caps)
+        if unknown:
+            raise BadInput(f"unknown dataset {', '.join(unknown)}")
+        self.scheduler.apply_caps(caps)
+
+    def caps_line(self) -> str:
+        return self.scheduler.caps_line()
+
+    def start_lines(self) -> list[str]:
+        lines = []
+        if self.job.engine.kind == "simulate":
+            lines.append(
+                "engine is `simulate`: a built-in stand-in, no model is called (records say "
+                'model "simulated")'
+            )
+        lines.append("caps: " + self.scheduler.caps_line())
+        for name, run in self.runs.items():
+            todo = run.target_n - run.done_in_target
+            state = "already complete" if run.state() == DatasetState.COMPLETE else f"{todo} to do"
+            lines.append(f"{name}: {run.done_in_target}/{run.target_n} done, {state}")
+        return lines
+
+    def in_flight(self) -> int:
+        return self.dispatcher.in_flight if self.dispatcher else 0
+
+    def tick(self) -> None:
+        """Its chores, each on its own clock (the runner calls it every quarter second)."""
+        self.watch_view.reprobe(time.time(), self.pool, self.log)
+        if self.clocks["prompts"].due():
+            self.scheduler.notice_changed_prompts()
+        if self.clocks["sync"].due():
+            for run in self.runs.values():
+                run.out.sync()
+                run.err.sync()
+            d = self.dispatcher
+            self.alerts.check(
+                time.time(),
+                self.runner.state,
+                self.in_flight(),
+                self.writer.last_completion,
+                self.pool,
+                d.engine_error if d else None,
+            )
+        if self.clocks["disk"].due() and self.writer.unwritten:
+            self.writer.flush()
+        if self.clocks["history"].due() and self.runner.state == JobState.RUNNING:
+            self.history.record(self.runner.status_now())
+
+    def stopping(self) -> None:
+        d = self.dispatcher
+        if d is not None and d.kept is not None:
+            d.kept.flush()  # at once: a kill -9 after the grace period loses nothing more
+
+    @contextlib.asynccontextmanager
+    async def session(self):
+        """The engine opened and the window ready: yields the work to run until done."""
+        runner = self.runner
+        try:
+            keys = ServerKeys.read(self.paths.server_keys)
+            async with make_engine(self.job, keys.keys if keys else None) as engine:
+                eng = self.job.engine
+                self.pool = Pool(engine.base_urls, self.concurrency, eng.retry_base, self.log)
+                d = self.dispatcher = Dispatcher(
+                    engine, self.pool, self.scheduler, self.writer, eng, self.log, runner.stop
+                )
+                d.recovering_at = lambda: self.watch_view.recovering_at
+                d.kept, self.kept_why_not = continuation.keeping(
+                    self.job, self.paths.kept, self.runs, self.log
+                )
+                background = [asyncio.ensure_future(self.pool.probe_forever(engine.probe))]
+                if d.kept is not None:
+                    background.append(asyncio.ensure_future(d.kept.keep_forever()))
+                if eng.metrics_interval > 0:
+                    self.telemetry = Telemetry(engine, self.pool.endpoints, eng.metrics_interval)
+                    background.append(asyncio.ensure_future(self.telemetry.run()))
+                self.history.start(time.time(), os.getpid())
+                try:
+                    yield d.window()
+                finally:
+                    for t in background:
+                        t.cancel()
+            d.end_streak()
+        finally:
+            if self.dispatcher is not None and self.dispatcher.kept is not None:
+                self.dispatcher.kept.close()
+            self.scheduler.close()
+
+    async def abandon(self) -> int:
+        self.abandoned = await self.dispatcher.abandon()
+        return self.abandoned
+
+    def status(self, now: float) -> dict:
+        """What status.json says of the work, beside the runner's own fields."""
+        runner, d, pool = self.runner, self.dispatcher, self.pool
+        p = progress(self.job, self.runs, now, runner.started_at)
+        in_flight = self.in_flight()
+        return dict(
+            reloaded=self.scheduler.reloaded,
+            engine=EngineStatus(
+                kind=self.job.engine.kind,
+                model=runner.model_name,
+                base_urls=[e.url for e in pool.endpoints] if pool else [],
+                reachable=pool is None or pool.any_reachable(),
+                down_since=pool.all_down_since() if pool else None,
+                last_error=d.engine_error if d else None,
+            ),
+            endpoints=pool.statuses(now, runner.started_at, d.engine.last_data_at)
+            if pool and d
+            else [],
+            concurrency=pool.capacity if pool else self.concurrency,
+            in_flight=in_flight,
+            tokens_per_s=p.tokens_per_s,
+            samples_per_s=p.samples_per_s,
+            mean_tokens_per_s=self.writer.active.per_s(),
+            completion_tokens=sum(x.completion_tokens for x in p.datasets.values()),
+            errors=sum(x.errors for x in p.datasets.values()),
+            retries=d.retries if d else 0,
+            eta_s=p.eta_s,
+            stalled=stalled(
+                runner.state, in_flight, self.writer.last_completion, now, self.stall_after
+            ),
+            last_completion_at=self.writer.last_completion,
+            datasets=p.datasets,
+            gpus=self.telemetry.gpus if self.telemetry else None,
+            disk=self.writer.disk(self.paths.outputs, now, runner.started_at),
+            kept=continuation.kept_status(d, self.kept_why_not),
+        )
+
+    def progress_line(self) -> str:
+        return progress(self.job, self.runs, time.time(), self.runner.started_at).line()
+
+    def summary(self) -> str:
+        return self.scheduler.summary()
+
+    def finished(self) -> str:
+        errors = sum(len(r.failed) for r in self.runs.values())
+        if errors:
+            return (
+                f"{errors} prompts failed permanently: see *.errors.jsonl; a restart retries them"
+            )
+        return ""
+
+    def ended(self) -> None:
+        self.history.record(
+            self.runner.status_now()
+        )  # its last minute counts in the job's rate too
+        if self.writer.unwritten:
+            n = len(self.writer.unwritten)
+            self.log(f"{n} answers still waiting for disk space are dropped: redone on resume")

@@ -1,0 +1,36 @@
+"""The job's verdict, set once for the whole status: whoever says it, nothing is left running."""
+
+from __future__ import annotations
+
+from remote.common.status import DatasetState, DatasetStatus, JobState, JobStatus
+
+
+def test_a_verdict_leaves_nothing_running_or_on_its_way():
+    st = JobStatus(
+        state=JobState.RUNNING,
+        in_flight=7,
+        eta_s=52,
+        tokens_per_s=900.0,
+        stalled=True,
+        mean_tokens_per_s=800.0,
+        datasets={
+            "BIG": DatasetStatus(DatasetState.RUNNING, 83, 400, in_flight=7, eta_s=52),
+            "B2": DatasetStatus(DatasetState.COMPLETE, 5, 5),
+            "B3": DatasetStatus(DatasetState.PENDING, 0, 9, eta_s=80),
+        },
+    )
+    assert st.end(JobState.STOPPED, "stopped by signal", at=12.0) is st
+    assert (st.state, st.message, st.updated_at) == ("stopped", "stopped by signal", 12.0)
+    assert (st.in_flight, st.eta_s, st.stalled) == (0, None, False)
+    assert (st.tokens_per_s, st.mean_tokens_per_s) == (900.0, 800.0)  # how it went stays said
+    states = {n: d.state for n, d in st.datasets.items()}
+    assert states == {"BIG": "stopped", "B2": "complete", "B3": "pending"}
+    assert all(d.eta_s is None and d.in_flight == 0 for d in st.datasets.values())
+    assert st.datasets["BIG"].done == 83  # counts are facts, not states
+
+
+def test_a_dataset_its_budget_ended_short_says_so():
+    short = DatasetStatus(DatasetState.COMPLETE, 276, 300, budget=700_000, budget_reached=True)
+    assert short.said_state == "budget reached"
+    whole = DatasetStatus(DatasetState.COMPLETE, 300, 300, budget=700_000, budget_reached=True)
+    assert whole.said_state == "complete"  # every prompt answered: nothing to explain
