@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from remote.common.keys import BadValue
 from remote.common.wire import ExitCode
 
 __all__ = ["ExitCode"]  # the one table of exit codes, shared with the host
@@ -20,7 +21,7 @@ class DeployToolError(Exception):
         self.details: tuple[str, ...] = tuple(details or ())
 
 
-class ConfigError(DeployToolError):
+class ConfigError(DeployToolError, BadValue):
     code = ExitCode.BAD_INPUT
 
 

@@ -9,6 +9,8 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
                   made from them; flags: what a request is made of; answers: each command's typed
                   answer; wire: the envelope, typed faults, the strict codec
         jobspec   the typed job spec (defaults stated once), the host's paths, token names
+        keys      hosts.yaml's keys, each declared once on its dataclass (default and check), and
+                  the one check per kind of value the validator takes from there
         caps      the job's caps (run/caps.json) and the parsers of their flags and token counts
         status    status.json, typed (nested parts too)
         records   the output record, typed (Record, Reply, Turn), and the file listing pull compares

@@ -11,7 +11,7 @@ use connectors and config; connectors use config; views (what is shown) use only
 config uses only errors. A name imported for a type hint only (`if TYPE_CHECKING:`) is no import.
 
 remote/job and remote/host in rooms stacked from the bottom (ROOMS), each import pointing down; no
-folder over 15 modules; and no import circle anywhere, imports inside functions included.
+folder over 20 modules; and no import circle anywhere, imports inside functions included.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ ROOMS = {
     "job": ["store", "hidden", "engine", "observe", "loop"],
     "host": ["facts", "processes", "watcher", "commands"],
 }
-MAX_MODULES = 15
+MAX_MODULES = 20  # a loose guard: a folder past it is a room holding several; not where one is cut
 
 
 def stack_room(name: str) -> tuple[str, int] | None:

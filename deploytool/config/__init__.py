@@ -5,39 +5,37 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
 from remote.common.caps import DATASET_NAME_RE
 from remote.common.jobspec import TURNS, DatasetSpec, EngineSpec, JobSpec, ServerSpec
-from remote.common.recover import RecoverSpec
-
-from ..errors import ConfigError
-from .extras import parse_hidden_server, parse_notify, parse_recover
-from .locate import CONFIG_ENV, find_config
-from .validate import (
+from remote.common.keys import (
+    BadValue,
     boolean,
     check_keys,
+    checks,
     choice,
     fields_of,
     free_map,
     int_in,
     mapping,
     number,
+    setting,
     show,
     string,
-    string_list,
-    string_map,
     suggest,
     tokens,
-    url,
-    url_list,
 )
+from remote.common.recover import RecoverSpec
+
+from ..errors import ConfigError
+from .extras import parse_notify, parse_recover
+from .locate import CONFIG_ENV, find_config
 
 HOST_KEY_MODES = ("strict", "accept-new")
 CONNECT_KINDS = ("ssh", "local")
-ENGINE_KINDS = ("openai", "simulate")
 SAMPLING_KEYS = (
     "max_tokens",
     "temperature",
@@ -55,21 +53,25 @@ SAMPLING_KEYS = (
 
 @dataclass(frozen=True)
 class HostConfig:
+    """One entry of hosts.yaml's `hosts:` over `defaults:`, each key declared once."""
+
     name: str
-    connect: str = "ssh"
-    host: str | None = None  # address or ~/.ssh/config alias; default: the entry's name
-    user: str | None = None
-    port: int | None = None
-    remote_dir: str = "~/eagle3-train"
-    python: str = "python3"
-    host_key: str = "strict"
-    known_hosts: str | None = None  # default: ~/.ssh/known_hosts
-    identity_file: str | None = None
-    gateway: str | None = None  # another host entry's name, or user@host[:port]
-    forward_agent: bool = False
-    keepalive: int = 30
-    connect_timeout: int = 15
-    keep_releases: int = 5
+    connect: str = setting("ssh", choice(CONNECT_KINDS))
+    host: str | None = setting(
+        None, string
+    )  # address or ~/.ssh/config alias; default: the entry's name
+    user: str | None = setting(None, string)
+    port: int | None = setting(None, int_in(1, 65535))
+    remote_dir: str = setting("~/eagle3-train", string)
+    python: str = setting("python3", string)
+    host_key: str = setting("strict", choice(HOST_KEY_MODES))
+    known_hosts: str | None = setting(None, string)  # default: ~/.ssh/known_hosts
+    identity_file: str | None = setting(None, string)
+    gateway: str | None = setting(None, string)  # another host entry's name, or user@host[:port]
+    forward_agent: bool = setting(False, boolean)
+    keepalive: int = setting(30, int_in(0))
+    connect_timeout: int = setting(15, int_in(1))
+    keep_releases: int = setting(5, int_in(2))
 
     @property
     def is_local(self) -> bool:
@@ -140,51 +142,9 @@ class Config:
         return self.path.parent
 
 
-HOST_FIELDS: dict[str, Callable[[str, Any], Any]] = {
-    "connect": choice(CONNECT_KINDS),
-    "host": string,
-    "user": string,
-    "port": int_in(1, 65535),
-    "remote_dir": string,
-    "python": string,
-    "host_key": choice(HOST_KEY_MODES),
-    "known_hosts": string,
-    "identity_file": string,
-    "gateway": string,
-    "forward_agent": boolean,
-    "keepalive": int_in(0),
-    "connect_timeout": int_in(1),
-    "keep_releases": int_in(2),
-}
-ENGINE_FIELDS = {
-    "kind": choice(ENGINE_KINDS),
-    "base_url": url,
-    "base_urls": url_list,
-    "model": string,
-    "concurrency": int_in(1, 100_000),
-    "api_key_env": string,
-    "request_timeout": number(1.0),
-    "max_retries": int_in(0),
-    "retry_base": number(0.0),
-    "down_deadline": number(0.0),
-    "tokens_per_s": number(1.0),
-    "stall_minutes": number(0.0),
-    "metrics_interval": number(0.0),
-    "stream": boolean,
-    "first_token_timeout": number(1.0),
-    "progress_timeout": number(1.0),
-    "thinking_end": string,
-}
-SERVER_FIELDS = {
-    "command": string,
-    "model": string,
-    "port": int_in(1, 65535),
-    "args": string_list,
-    "env": string_map,
-    "ready_timeout": int_in(1),
-    "headless": boolean,
-    "hidden_states": parse_hidden_server,
-}
+HOST_FIELDS = checks(HostConfig)
+ENGINE_FIELDS = checks(EngineSpec)
+SERVER_FIELDS = checks(ServerSpec)
 # what hosts.NAME.job may hold
 HOST_OVERRIDES = (
     "engine",
@@ -315,6 +275,15 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
 
 
 def parse_config(data: Any, path: Path) -> Config:
+    try:
+        return _parse_config(data, path)
+    except ConfigError:
+        raise
+    except BadValue as e:  # a key's own check: bad input as any config error
+        raise ConfigError(str(e)) from None
+
+
+def _parse_config(data: Any, path: Path) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     check_keys("", data, ("default_host", "defaults", "hosts", "job", "server", "recover"))

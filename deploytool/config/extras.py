@@ -1,5 +1,4 @@
-"""hosts.yaml's settings for when nobody is watching (`job.notify`, `recover:`) and the
-hidden-states stage's server (`server.hidden_states`)."""
+"""hosts.yaml's settings for when nobody is watching (`job.notify`, `recover:`)."""
 
 from __future__ import annotations
 
@@ -7,31 +6,21 @@ from dataclasses import replace
 from typing import Any
 
 from remote.common.jobspec import NOTIFY_EVENTS
-from remote.common.recover import RecoverSpec
-
-from ..errors import ConfigError
-from .validate import (
-    boolean,
+from remote.common.keys import (
     check_keys,
+    checks,
     choice,
     fields_of,
-    int_in,
     mapping,
     number,
-    show,
     string,
     string_list,
 )
+from remote.common.recover import RecoverSpec
 
-RECOVER_FIELDS = {
-    "server": boolean,
-    "runner": boolean,
-    "max_restarts": int_in(0, 1000),
-    "window": number(1.0),
-    "backoff": number(0.0),
-    "wedged_after": number(1.0),
-    "on_boot": boolean,
-}
+from ..errors import ConfigError
+
+RECOVER_FIELDS = checks(RecoverSpec)
 
 
 def parse_recover(where: str, raw: Any, base: RecoverSpec) -> RecoverSpec:
@@ -61,22 +50,3 @@ def parse_notify(where: str, raw: Any) -> dict:
     if "timeout" in raw:
         out["timeout"] = number(1.0)(f"{where}.timeout", raw["timeout"])
     return out
-
-
-def _layers(where: str, v: Any) -> list[int]:
-    ints = (
-        isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
-    )
-    if not ints or min(v) < 0 or len(set(v)) != len(v):
-        raise ConfigError(
-            f"{where}: expected distinct layer numbers from 0, like [2, 30, 58, 61], got {show(v)}"
-        )
-    return list(v)
-
-
-HIDDEN_SERVER_FIELDS = {"layers": _layers, "connector": string, "connector_module": string}
-
-
-def parse_hidden_server(where: str, raw: Any) -> dict:
-    """`server.hidden_states`: the layers to keep and vLLM's connector for the hidden-states stage."""
-    return fields_of(where, mapping(where, raw), HIDDEN_SERVER_FIELDS)

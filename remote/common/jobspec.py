@@ -8,6 +8,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .codec import Codec
+from .keys import (
+    BadValue,
+    boolean,
+    choice,
+    fields_of,
+    int_in,
+    mapping,
+    number,
+    setting,
+    show,
+    string,
+    string_list,
+    string_map,
+    url,
+    url_list,
+)
 
 JOB_FILE = "job.json"
 JOB_TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"  # the runner's token, inherited by anything it starts: stop finds them by it
@@ -47,32 +63,39 @@ class DatasetSpec:
 TURNS = ("last", "all")
 
 
+ENGINE_KINDS = ("openai", "simulate")
+
+
 @dataclass(frozen=True)
 class EngineSpec:
-    """job.engine, with every default stated once: hosts.yaml's validation builds it, the runner
-    reads it back from job.json."""
+    """job.engine, each key declared once (its default and its check): hosts.yaml's validation
+    builds it, the runner reads it back from job.json."""
 
-    kind: str = "openai"  # openai (vLLM, any OpenAI-compatible server) | simulate
-    base_url: str = "http://127.0.0.1:8000/v1"  # the first of base_urls
+    kind: str = setting(
+        "openai", choice(ENGINE_KINDS)
+    )  # openai (vLLM, any OpenAI server) | simulate
+    base_url: str = setting("http://127.0.0.1:8000/v1", url)  # the first of base_urls
     # every server of the job; `concurrency` requests in flight on each
-    base_urls: tuple[str, ...] = ()
-    model: str = "default"
-    concurrency: int = 256
-    api_key_env: str | None = None  # name of an env var on the host holding the API key
-    request_timeout: float = 3600.0
-    max_retries: int = 8
-    retry_base: float = 1.0  # first backoff in seconds; doubles per attempt, with jitter
-    down_deadline: float = 1800.0  # seconds the engine may be unreachable before the run fails
-    tokens_per_s: float = 50_000.0  # simulate only: aggregate generation speed
-    stall_minutes: float = 10.0
-    metrics_interval: float = 10.0  # seconds between /metrics and nvidia-smi samples; 0: off
-    stream: bool = True  # ask for answers streamed: a request that stops making progress is seen
+    base_urls: tuple[str, ...] = setting((), url_list)
+    model: str = setting("default", string)
+    concurrency: int = setting(256, int_in(1, 100_000))
+    api_key_env: str | None = setting(None, string)  # an env var on the host holding the API key
+    request_timeout: float = setting(3600.0, number(1.0))
+    max_retries: int = setting(8, int_in(0))
+    retry_base: float = setting(1.0, number(0.0))  # first backoff in seconds; doubles, with jitter
+    down_deadline: float = setting(1800.0, number(0.0))  # seconds every server may be unreachable
+    tokens_per_s: float = setting(
+        50_000.0, number(1.0)
+    )  # simulate only: aggregate generation speed
+    stall_minutes: float = setting(10.0, number(0.0))
+    metrics_interval: float = setting(10.0, number(0.0))  # between /metrics and nvidia-smi samples
+    stream: bool = setting(True, boolean)  # streamed: a request that stops making progress is seen
     # seconds from sending to the first token: a request may rightly wait in vLLM's queue for as
     # long as a whole answer takes (Kimi-K2.5: up to ~15 min under full load on 8 GPUs)
-    first_token_timeout: float = 1800.0
-    progress_timeout: float = 300.0  # seconds between tokens once they flow (a preemption pauses)
+    first_token_timeout: float = setting(1800.0, number(1.0))
+    progress_timeout: float = setting(300.0, number(1.0))  # between tokens once they flow
     # where the server's reasoning parser ends the thinking: a continued answer is split there
-    thinking_end: str = "</think>"
+    thinking_end: str = setting("</think>", string)
 
     def urls(self) -> list[str]:
         """Every server, without a trailing slash."""
@@ -143,20 +166,39 @@ def masked_args(args) -> list[str]:
     return out
 
 
+def _layers(where: str, v) -> list[int]:
+    ints = (
+        isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    )
+    if not ints or min(v) < 0 or len(set(v)) != len(v):
+        raise BadValue(
+            f"{where}: expected distinct layer numbers from 0, like [2, 30, 58, 61], got {show(v)}"
+        )
+    return list(v)
+
+
+HIDDEN_SERVER_KEYS = {"layers": _layers, "connector": string, "connector_module": string}
+
+
+def hidden_server(where: str, raw) -> dict:
+    """`server.hidden_states`: the layers to keep and vLLM's connector for the hidden-states stage."""
+    return fields_of(where, mapping(where, raw), HIDDEN_SERVER_KEYS)
+
+
 @dataclass(frozen=True)
 class ServerSpec(Codec):
     """hosts.yaml `server:`, what `server start` runs (`COMMAND serve MODEL --port PORT ARGS...`),
     with every default stated once: hosts.yaml's validation builds it, the host reads it back."""
 
-    command: str | None = None  # default: the `vllm` beside the host's python, else on PATH
-    model: str = "default"
-    port: int = 8000
-    args: tuple[str, ...] = ()
-    env: dict = field(default_factory=dict)
-    ready_timeout: int = 1800  # seconds to wait for GET /v1/models
-    headless: bool = False  # a vLLM data-parallel worker (--headless): serves no HTTP
+    command: str | None = setting(None, string)  # default: the `vllm` beside the host's python
+    model: str = setting("default", string)
+    port: int = setting(8000, int_in(1, 65535))
+    args: tuple[str, ...] = setting((), string_list)
+    env: dict = setting(check=string_map, factory=dict)
+    ready_timeout: int = setting(1800, int_in(1))  # seconds to wait for GET /v1/models
+    headless: bool = setting(False, boolean)  # a vLLM data-parallel worker (--headless): no HTTP
     # the hidden-states stage's server: {layers: [...], connector: NAME, connector_module: MODULE}
-    hidden_states: dict = field(default_factory=dict)
+    hidden_states: dict = setting(check=hidden_server, factory=dict)
 
     KEEP_NONE = True  # `command: null` said: the vllm beside python
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .codec import Codec, Record
+from .keys import boolean, int_in, number, setting
 from .status import ProcessState, ProcessWatch, Supervision
 
 BACKOFF_CAP = 300.0  # seconds: the longest wait between two restarts
@@ -20,14 +21,18 @@ BACKOFF_CAP = 300.0  # seconds: the longest wait between two restarts
 class RecoverSpec(Codec):
     """hosts.yaml `recover:`; `recover: false` is `enabled=False`."""
 
-    enabled: bool = True
-    server: bool = True  # restart the managed vLLM server when it dies or wedges
-    runner: bool = True  # restart the runner when it dies without being stopped
-    max_restarts: int = 5  # of each process within `window`
-    window: float = 3600.0
-    backoff: float = 10.0  # before the first restart; doubles, at most BACKOFF_CAP
-    wedged_after: float = 600.0  # busy and no token processed for this long: wedged
-    on_boot: bool = False  # a systemd unit brings the watcher back after a reboot
+    enabled: bool = True  # `recover: false` said: no key of its own
+    server: bool = setting(True, boolean)  # restart the managed vLLM server when it dies or wedges
+    runner: bool = setting(True, boolean)  # restart the runner when it dies without being stopped
+    max_restarts: int = setting(5, int_in(0, 1000))  # of each process within `window`
+    window: float = setting(3600.0, number(1.0))
+    backoff: float = setting(
+        10.0, number(0.0)
+    )  # before the first restart; doubles, at most BACKOFF_CAP
+    wedged_after: float = setting(
+        600.0, number(1.0)
+    )  # busy and no token processed this long: wedged
+    on_boot: bool = setting(False, boolean)  # a systemd unit brings the watcher back after a reboot
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "RecoverSpec":

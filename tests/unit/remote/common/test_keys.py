@@ -1,4 +1,4 @@
-"""One check per kind of value in hosts.yaml: each takes what YAML gives, returns the typed value,
+"""hosts.yaml's keys. One check per kind of value: each takes what YAML gives, returns the typed value,
 and refuses anything else with one line that names the key, what it expected, what it got, and
 the closest word where one was mistyped."""
 
@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from deploytool.config import validate as v
-from deploytool.errors import ConfigError, ExitCode
+from remote.common import keys as v
 
 
 def refused(check, where, value) -> str:
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(v.BadValue) as e:
         check(where, value)
-    assert e.value.code == ExitCode.BAD_INPUT and "\n" not in str(e.value)
+    assert "\n" not in str(e.value)
     return str(e.value)
 
 
@@ -78,3 +77,19 @@ def test_a_mapping_is_checked_key_by_key_and_an_unknown_key_is_named_with_the_cl
         'hosts.gpu1.port: expected an integer 1-65535, got "22"'
     )
     assert refused(lambda w, d: v.check_keys(w, d, spec), "", {"zzz": 1}) == "zzz: unknown key"
+
+
+def test_each_key_is_declared_once_on_its_dataclass_and_a_bad_value_is_bad_input(tmp_path):
+    from deploytool.config import ENGINE_FIELDS, parse_config
+    from deploytool.errors import ConfigError, ExitCode
+    from remote.common.jobspec import EngineSpec
+
+    assert list(ENGINE_FIELDS) == [f for f in EngineSpec.__dataclass_fields__]  # every key, in order
+    data = {
+        "hosts": {"a": {"connect": "local"}},
+        "job": {"datasets": {"B1": {"prompts": "p.jsonl"}}, "engine": {"concurrency": 0}},
+    }
+    with pytest.raises(ConfigError) as e:  # the dataclass's check, said as any config error
+        parse_config(data, tmp_path / "hosts.yaml")
+    assert e.value.code == ExitCode.BAD_INPUT
+    assert str(e.value) == "job.engine.concurrency: expected an integer 1-100000, got 0"

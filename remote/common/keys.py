@@ -1,16 +1,35 @@
-"""One check per kind of value in hosts.yaml: each raises ConfigError naming the key (`where`)."""
+"""hosts.yaml's keys, each declared once: on the dataclass it fills, with its default and its check
+(`setting(default, check)`); the validator takes its table from there (`checks`), and
+docs/configuration.md is held to the same declaration by a test. One check per kind of value: each
+raises BadValue naming the key (`where`). Standard library only: the host reads these dataclasses.
+"""
 
 from __future__ import annotations
 
-import difflib
+import dataclasses
 from typing import Any, Callable
 
-from remote.common.caps import parse_tokens
+from .caps import parse_tokens
 
-from ..errors import ConfigError
+
+class BadValue(ValueError):
+    """A value hosts.yaml gives a key that the key does not take (the message names the key)."""
+
+
+def setting(default: Any = None, check: Callable[[str, Any], Any] | None = None, *, factory=None):
+    """A dataclass field that is a hosts.yaml key: its default and the check its value passes."""
+    kw = {"default_factory": factory} if factory is not None else {"default": default}
+    return dataclasses.field(metadata={"check": check}, **kw)
+
+
+def checks(cls) -> dict[str, Callable[[str, Any], Any]]:
+    """key -> check of every hosts.yaml key `cls` declares, in declaration order."""
+    return {f.name: f.metadata["check"] for f in dataclasses.fields(cls) if f.metadata.get("check")}
 
 
 def suggest(word: str, choices) -> str:
+    import difflib  # only for a word mistyped: the host imports this module for its dataclasses
+
     close = difflib.get_close_matches(str(word), list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -20,16 +39,16 @@ def show(value: Any) -> str:
 
 
 def check_keys(where: str, data: dict, allowed) -> None:
-    for key in data:
-        if key not in allowed:
-            raise ConfigError(f"{where}.{key}: unknown key{suggest(key, allowed)}".lstrip("."))
+    for name in data:
+        if name not in allowed:
+            raise BadValue(f"{where}.{name}: unknown key{suggest(name, allowed)}".lstrip("."))
 
 
 def mapping(where: str, value: Any, *, optional=True) -> dict:
     if value is None and optional:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {show(value)}")
+        raise BadValue(f"{where}: expected a mapping, got {show(value)}")
     return value
 
 
@@ -39,7 +58,7 @@ def int_in(lo: int | None = None, hi: int | None = None) -> Callable[[str, Any],
         if ok and (lo is None or v >= lo) and (hi is None or v <= hi):
             return v
         rng = f" {lo}-{hi}" if hi is not None else (f" >= {lo}" if lo is not None else "")
-        raise ConfigError(f"{where}: expected an integer{rng}, got {show(v)}")
+        raise BadValue(f"{where}: expected an integer{rng}, got {show(v)}")
 
     return check
 
@@ -48,7 +67,7 @@ def number(lo: float = 0.0) -> Callable[[str, Any], float]:
     def check(where: str, v: Any) -> float:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= lo:
             return float(v)
-        raise ConfigError(f"{where}: expected a number >= {lo:g}, got {show(v)}")
+        raise BadValue(f"{where}: expected a number >= {lo:g}, got {show(v)}")
 
     return check
 
@@ -56,20 +75,20 @@ def number(lo: float = 0.0) -> Callable[[str, Any], float]:
 def string(where: str, v: Any) -> str:
     if isinstance(v, str) and v.strip():
         return v
-    raise ConfigError(f"{where}: expected a non-empty string, got {show(v)}")
+    raise BadValue(f"{where}: expected a non-empty string, got {show(v)}")
 
 
 def boolean(where: str, v: Any) -> bool:
     if isinstance(v, bool):
         return v
-    raise ConfigError(f"{where}: expected true or false, got {show(v)}")
+    raise BadValue(f"{where}: expected true or false, got {show(v)}")
 
 
 def choice(choices) -> Callable[[str, Any], str]:
     def check(where: str, v: Any) -> str:
         if v in choices:
             return v
-        raise ConfigError(
+        raise BadValue(
             f"{where}: expected one of {', '.join(choices)}, got {show(v)}{suggest(v, choices)}"
         )
 
@@ -78,11 +97,11 @@ def choice(choices) -> Callable[[str, Any], str]:
 
 def string_list(where: str, v: Any) -> tuple[str, ...]:
     if not isinstance(v, list):
-        raise ConfigError(f"{where}: expected a list of strings, got {show(v)}")
+        raise BadValue(f"{where}: expected a list of strings, got {show(v)}")
     out = []
     for i, item in enumerate(v):
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise ConfigError(f"{where}[{i}]: expected a string, got {show(item)}")
+            raise BadValue(f"{where}[{i}]: expected a string, got {show(item)}")
         out.append(str(item))  # YAML turns "8" into 8 when unquoted; argv wants strings
     return tuple(out)
 
@@ -91,7 +110,7 @@ def string_map(where: str, v: Any) -> dict:
     v = mapping(where, v)
     for k, val in v.items():
         if not isinstance(val, (str, int, float)) or isinstance(val, bool):
-            raise ConfigError(f"{where}.{k}: expected a string, got {show(val)}")
+            raise BadValue(f"{where}.{k}: expected a string, got {show(val)}")
     return {str(k): str(val) for k, val in v.items()}
 
 
@@ -102,17 +121,17 @@ def free_map(where: str, v: Any) -> dict:
 def url(where: str, v: Any) -> str:
     v = string(where, v)
     if not v.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: expected an http:// or https:// URL, got {show(v)}")
+        raise BadValue(f"{where}: expected an http:// or https:// URL, got {show(v)}")
     return v
 
 
 def url_list(where: str, v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not v:
-        raise ConfigError(f"{where}: expected a list of one or more URLs, got {show(v)}")
+        raise BadValue(f"{where}: expected a list of one or more URLs, got {show(v)}")
     urls = tuple(url(f"{where}[{i}]", u) for i, u in enumerate(v))
     dup = next((u for u in urls if urls.count(u) > 1), None)
     if dup:
-        raise ConfigError(f"{where}: {dup} is listed twice")
+        raise BadValue(f"{where}: {dup} is listed twice")
     return urls
 
 
@@ -120,9 +139,9 @@ def tokens(where: str, v: Any) -> int:
     try:
         n = parse_tokens(v)
     except ValueError as e:
-        raise ConfigError(f"{where}: {e}") from None
+        raise BadValue(f"{where}: {e}") from None
     if n <= 0:
-        raise ConfigError(f"{where}: expected a positive token count, got {show(v)}")
+        raise BadValue(f"{where}: expected a positive token count, got {show(v)}")
     return n
 
 
