@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from remote.common.recover import WatchState
+from remote.common.recover import WATCH_STALE_S, WatchState
 from remote.common.status import STALE_AFTER, JobState, JobStatus
 
 from ..config import Config, HostConfig
@@ -20,9 +20,6 @@ from ..connectors import Connector, connect
 from ..errors import ConnectError, DeployToolError, ExitCode
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
-WATCH_STALE_S = (
-    10.0  # watch.json unchanged this long: the watcher has stopped (no recovery goes on)
-)
 
 
 @dataclass

@@ -130,6 +130,11 @@ class WedgeClock:
         return None
 
 
+# watch.json is rewritten twice a second: not for this long, the watcher has stopped working (killed,
+# or alive and stuck), whoever looks (status on the host, tail from afar, each on its own clock)
+WATCH_STALE_S = 10.0
+
+
 @dataclass
 class WatchState(Record):
     """run/watch.json: what the watcher is doing, for `ctl status`, the runner and report. Rewritten

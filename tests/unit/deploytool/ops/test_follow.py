@@ -12,7 +12,8 @@ from remote.common.status import ProcessWatch
 
 def test_tail_reads_the_watcher_and_drops_a_recovery_nobody_carries_on():
     from deploytool.config import HostConfig
-    from deploytool.ops.follow import WATCH_STALE_S, HostWatch
+    from deploytool.ops.follow import HostWatch
+    from remote.common.recover import WATCH_STALE_S
     from remote.common.status import JobStatus
 
     files = {}

@@ -84,7 +84,9 @@ def test_each_key_is_declared_once_on_its_dataclass_and_a_bad_value_is_bad_input
     from deploytool.errors import ConfigError, ExitCode
     from remote.common.jobspec import EngineSpec
 
-    assert list(ENGINE_FIELDS) == [f for f in EngineSpec.__dataclass_fields__]  # every key, in order
+    assert list(ENGINE_FIELDS) == [
+        f for f in EngineSpec.__dataclass_fields__
+    ]  # every key, in order
     data = {
         "hosts": {"a": {"connect": "local"}},
         "job": {"datasets": {"B1": {"prompts": "p.jsonl"}}, "engine": {"concurrency": 0}},
