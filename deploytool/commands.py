@@ -44,8 +44,11 @@ def _run(config, host_spec, fn, show):
     return results
 
 
-def listens(spec) -> str:
-    """What `server.start` would listen on, and whether it asks for a key."""
+def listens(spec, engine: str = "openai") -> str:
+    """What `server.start` would listen on, and whether it asks for a key (none for a job whose
+    engine is the built-in stand-in: no server answers it)."""
+    if engine == "simulate":
+        return "none (engine simulate)"
     if spec.headless:
         return "no HTTP (--headless)"
     return f"{spec.listen_host}:{spec.port}, " + ("key" if spec.api_key else "no key")
@@ -86,7 +89,7 @@ def hosts(host_spec: str | None) -> int:
                 h.name + (" (default)" if h.name == config.default_host else ""),
                 where,
                 h.remote_dir,
-                listens(config.server_for(h.name)),
+                listens(config.server_for(h.name), config.job_for(h.name).engine.kind),
                 check,
             )
         )

@@ -120,3 +120,13 @@ def test_an_empty_dataset_name_is_bad_input_never_every_dataset(config, value, g
             said(res, 2)
             == f"error: --datasets: expected dataset names, comma-separated (B2,B3), {got}"
         )
+
+
+def test_hosts_names_no_server_for_a_job_of_the_built_in_engine(tmp_path):
+    job = base_job(datasets=TWO, engine={"kind": "simulate"})
+    cfg = write_config(
+        tmp_path, {"box": {"connect": "local", "remote_dir": str(tmp_path / "h")}}, job
+    )
+    res = typed("invoke hosts", cfg.path)
+    row = next(line for line in res.stdout.splitlines() if line.lstrip("│ ").startswith("box"))
+    assert "none (engine simulate)" in row and "8000" not in row, res.stdout
