@@ -154,7 +154,7 @@ def up_for_restart(
     server started for the other stage is restarted); `--no-server` leaves it as it is."""
     if not manages_engine(config, conn.name):
         return
-    spec, state = config.server_for(conn.name), server_state(conn)
+    spec, state = config.server_for(conn.name), server_state(conn, quick=True)
     wrong = with_server and wrong_for_stage(spec, flags.stage, state)
     if wrong:
         note(f"{conn.name}: the server {wrong}: restarting it (the model loads again)")
@@ -192,5 +192,6 @@ def stop(conn: Connector, grace: float = GRACE_S) -> ServerStopped:
     return call(conn, ServerStop(grace=grace))
 
 
-def server_state(conn: Connector) -> ServerState:
-    return call(conn, ServerStatus())
+def server_state(conn: Connector, quick: bool = False) -> ServerState:
+    """`quick`: whether it is up and for which stage, without the second its rate takes."""
+    return call(conn, ServerStatus(quick=quick))

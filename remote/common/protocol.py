@@ -324,6 +324,9 @@ class ServerStatus(Request):
     command: ClassVar = ("server", "status")
     answer: ClassVar = "ServerState"
     help: ClassVar = "up, ready, model, uptime and the server's own /metrics"
+    quick: bool = opt(
+        False, "up, ready and its stage only: not its /metrics, whose rate takes a second"
+    )
 
 
 @dataclass

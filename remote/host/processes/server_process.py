@@ -316,7 +316,7 @@ def server_state(paths: Paths, req: ServerStatus | None = None) -> ServerState:
         engines_gone=engines.gone(rec),
         extracts=extracts(rec.argv),
     )
-    if out.headless:
+    if out.headless or (req is not None and req.quick):
         return out
     m1 = _metrics(rec.port)
     if any(v is not None for v in m1.values()):

@@ -174,3 +174,25 @@ def test_the_wait_for_gpu_memory_ends_when_it_is_freed_or_at_the_timeout(monkeyp
     assert not held.free and [(a.pid, a.used_mib) for a in held.still_held_by] == [(5, 9)]
     monkeypatch.setattr(server_process.machine, "compute_apps", lambda: None)
     assert wait_gpu_free({5}, timeout=60) is None  # no nvidia-smi: nothing to wait for
+
+
+def test_a_quick_status_says_up_and_its_stage_without_the_second_the_rate_takes(
+    tmp_path, monkeypatch
+):
+    from remote.common.protocol import ServerStatus
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    argv = ["vllm", "serve", "m", "--kv-transfer-config", "{}"]
+    me = ServerRecord(
+        pid=os.getpid(), start_time=procinfo.start_time(os.getpid()), port=1, argv=argv
+    )
+    me.write(paths.server_pid)  # alive: this process, started for the hidden-states stage
+    monkeypatch.setattr(server_process, "served_models", lambda port, key=None: (200, ["m"]))
+    monkeypatch.setattr(server_process.engines, "watch", lambda paths, rec: rec)
+    read = []
+    monkeypatch.setattr(server_process, "_metrics", lambda port: read.append(port) or {})
+    st = server_process.server_state(paths, ServerStatus(quick=True))
+    assert st.up and st.ready and st.extracts and st.metrics is None and read == []
+    server_process.server_state(paths, ServerStatus())
+    assert read == [1]  # the full look reads /metrics (no series: no second look, no sleep)
