@@ -150,7 +150,7 @@ def restart(
     run_flags = control.parse_run_flags(config, **flags)
 
     def one(conn):
-        if run_flags.changes_caps() and not dry_run:
+        if run_flags.may_raise() and not dry_run:
             # a change that runs more than the job had is said before anything is done
             ahead = control.restart(conn, run_flags, hard=hard, dry_run=True)
             ahead.host = conn.name

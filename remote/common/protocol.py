@@ -135,11 +135,15 @@ class RunArgs(Request):
         "start although the rows left do not fit the free space (it pauses before the disk fills)",
     )
 
-    def changes_caps(self) -> bool:
+    def changes_caps(self, names=_CAP_FLAGS) -> bool:
         # "not given" by identity: a budget of 0 is a change, though 0 == False
         return any(
-            not (v is None or v is False or v == ()) for v in map(self.__getattribute__, _CAP_FLAGS)
+            not (v is None or v is False or v == ()) for v in map(self.__getattribute__, names)
         )
+
+    def may_raise(self) -> bool:
+        """A target may go up (a stage alone changes what is made, never how much)."""
+        return self.changes_caps(_CAP_FLAGS[:-1])
 
     def applied_to(self, kept: Caps) -> Caps:
         """The caps after this change: each flag given changes only what it names."""

@@ -183,8 +183,15 @@ def test_a_cap_flag_changes_only_what_it_names(typed, after):
     change = P.RunArgs.from_text(**typed)
     assert change.applied_to(KEPT) == after
     assert change.changes_caps() == bool(typed)
+    assert change.may_raise() == bool(typed)  # every one of these may raise a target
     # what a command starts the runner with changes no cap: it runs the job's kept caps
     assert change.own_flags().applied_to(KEPT) == KEPT
+
+
+def test_a_stage_alone_raises_no_target():
+    change = P.RunArgs.from_text(stage="hidden-states")
+    assert change.changes_caps() and not change.may_raise()
+    assert P.RunArgs.from_text(stage="generate", max_samples="9").may_raise()
 
 
 def test_the_runners_flags_are_written_once_for_every_command_that_takes_them():
