@@ -16,7 +16,7 @@ import time
 from ...common.caps import HIDDEN_STATES, Caps
 from ...common.records import TokenRow
 from ...common.state import ServerKeys
-from ...common.status import DiskStatus, EngineStatus
+from ...common.status import DiskStatus, EngineStatus, JobState
 from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, backoff
 from ..engine.kinds import make_engine
 from ..hidden import hsfile
@@ -61,11 +61,16 @@ class HiddenStage:
 
     # ------------------------------------------------------------------ before it runs
 
-    def prepare(self) -> None:
+    def _clear_incoming(self) -> None:
+        """The server's files of rows never committed (a kill cut their requests off; the server may
+        write one after its asker is gone): no request of this job is in flight now."""
         self.incoming.mkdir(parents=True, exist_ok=True)
-        for p in self.incoming.iterdir():  # no request of this job is in flight before it starts
+        for p in self.incoming.iterdir():
             if p.name.endswith((".safetensors", ".lock")):
-                p.unlink()
+                _remove(p)
+
+    def prepare(self) -> None:
+        self._clear_incoming()  # before it starts
         for spec in self.job.datasets:
             name = spec.name
             target = self.caps.target(name) if self.caps.selected(name) else 0
@@ -290,7 +295,8 @@ class HiddenStage:
         return "; ".join(said)
 
     def ended(self) -> None:
-        pass
+        if self.runner.state == JobState.FINISHED:  # and once every row is made: none is left behind
+            self._clear_incoming()
 
 
 def _remove(path) -> None:

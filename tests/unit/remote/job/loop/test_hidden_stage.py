@@ -209,3 +209,30 @@ def test_a_file_outside_the_stages_folder_is_never_moved_and_the_job_says_the_fi
     assert "outside" in runner.message and "shared_storage_path" in runner.message
     assert len(list(theirs.iterdir())) >= 1  # left where the server put it
     assert runner.stage.stages["B1"].store.count == 0
+
+
+class LateFile(Connector):
+    """As Connector, and a file of a request a kill cut off lands in the folder meanwhile (the
+    server writes it after its asker is gone)."""
+
+    async def hidden_states(self, url, input_ids, key, incoming):
+        if not self.asked:
+            hsfile.write(incoming / "cut-off-0.safetensors", [1, 2], bytes(2 * 3 * 8 * 2), 3, "F16")
+            (incoming / "cut-off-0.safetensors.lock").write_text("")
+        return await super().hidden_states(url, input_ids, key, incoming)
+
+
+def test_a_finished_stage_leaves_no_file_of_a_request_cut_off(tmp_path, monkeypatch):
+    root = make_root(tmp_path, {"B1": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
+    job = json.loads((root / "job.json").read_text())
+    job["extra_body"] = {"return_token_ids": True}
+    (root / "job.json").write_text(json.dumps(job))
+    assert run(root).returncode == 0
+    fake = LateFile(torn="", busy="")
+    monkeypatch.setattr("remote.job.loop.hidden_stage.make_engine", lambda job, keys: fake)
+    paths = Paths(root)
+    runner = Runner(paths, JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
+    runner.prepare()
+    assert runner.run() == 0 and runner.state == JobState.FINISHED
+    assert runner.stage.stages["B1"].store.count == 3
+    assert not list((paths.hidden_states / ".incoming").iterdir())  # the late file went too
