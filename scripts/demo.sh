@@ -7,3 +7,6 @@ export PATH="$PWD/.venv/bin:$PATH"
 invoke deploy
 invoke restart --max-samples "${MAX_SAMPLES:-24}"
 invoke tail
+echo
+echo "records: .deploytool/local/data/outputs/B*.jsonl (each answer once; a second run has nothing left to do)"
+echo "more per dataset: MAX_SAMPLES=48 bash scripts/demo.sh; from empty: rm -r .deploytool/local/data/outputs first"

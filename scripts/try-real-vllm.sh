@@ -12,7 +12,8 @@ VLLM_PY="$(bash scripts/setup-vllm.sh | tail -n 1)"
 WORK="$PWD/.deploytool/try-vllm"
 mkdir -p "$WORK/data/prompts"
 [ -f "$WORK/model/config.json" ] || "$VLLM_PY" tests/real_engine/make_tiny_model.py "$WORK/model" >/dev/null
-for ds in B1 B2; do
+for ds in B1 B2; do  # made once: a file of your own there is yours (never cut back)
+  [ -f "$WORK/data/prompts/$ds.jsonl" ] && continue
   "$VLLM_PY" - "$WORK/data/prompts/$ds.jsonl" "$ds" <<'PY'
 import json, sys
 with open(sys.argv[1], "w") as f:
@@ -22,6 +23,9 @@ with open(sys.argv[1], "w") as f:
 PY
 done
 PORT="${PORT:-8011}"
+if [ -f "$WORK/hosts.yaml" ]; then  # written once: your edits to it are kept
+  echo "using your $WORK/hosts.yaml (delete it to get this script's again)"
+else
 cat > "$WORK/hosts.yaml" <<YAML
 # Written by scripts/try-real-vllm.sh: real vLLM on this CPU, the tiny test model.
 default_host: cpu
@@ -44,11 +48,16 @@ server:
   env: {VLLM_CPU_KVCACHE_SPACE: "1"}
   ready_timeout: 300
 YAML
+fi
 export DEPLOYTOOL_CONFIG="$WORK/hosts.yaml" PATH="$PWD/.venv/bin:$PATH"
 deploytool deploy
 deploytool restart --max-samples "${MAX_SAMPLES:-100}"   # starts the server first (~30-90 s on 2 cores)
 deploytool tail
 deploytool status
+TRY=".venv/bin/deploytool --config .deploytool/try-vllm/hosts.yaml"
 echo
 echo "records: $WORK/host/data/outputs/B*.jsonl"
-echo "the server is still up: DEPLOYTOOL_CONFIG=$WORK/hosts.yaml .venv/bin/deploytool server.stop"
+echo "the server is still up. Next, from $PWD, exactly as typed:"
+echo "  $TRY server.status     # the server's own view"
+echo "  $TRY restart --max-samples 150 && $TRY tail"
+echo "  $TRY server.stop       # when done"
