@@ -166,7 +166,7 @@ def restart(
                 stopped=render_server.server_stopped,
                 started=render_server.server_started,
             )
-        return control.restart(
+        answer = control.restart(
             conn,
             run_flags,
             hard=hard,
@@ -176,6 +176,8 @@ def restart(
             recover=config.recover_for(conn.name),
             keys=config.server_keys(conn.name),
         )
+        answer.job_differs = control.differs(config, conn.name, answer.deployed_job)
+        return answer
 
     _run(config, host_spec, one, render_restart.restart_result)
     return ExitCode.OK
@@ -247,10 +249,11 @@ def status(host_spec: str | None, *, as_json: bool = False) -> int:
     from .views import render
 
     config = _config()
+    look = lambda conn: control.job_status(conn, config)  # noqa: E731
     if as_json:
-        render.status_json(_run(config, host_spec, control.job_status, lambda r: None))
+        render.status_json(_run(config, host_spec, look, lambda r: None))
     else:
-        _run(config, host_spec, control.job_status, render.status_screen)
+        _run(config, host_spec, look, render.status_screen)
     return ExitCode.OK
 
 

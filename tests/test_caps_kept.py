@@ -192,6 +192,7 @@ def test_a_restart_that_changes_nothing_touches_nothing_and_a_dataset_not_deploy
                 before
             )
 
+        assert "not the one deployed" not in ok("invoke status", config)  # the same job: no word
         # hosts.yaml has B9 now; the deployed job does not: bad input, before anything changes
         write_prompts(tmp_path / "data" / "prompts" / "B9.jsonl", 4, "B9")
         data = yaml.safe_load(config.read_text())
@@ -207,7 +208,11 @@ def test_a_restart_that_changes_nothing_touches_nothing_and_a_dataset_not_deploy
                 before
             )
         assert status(root)["pid"] == pid and status(root)["state"] == "running"
-        assert "caps unchanged" in ok("invoke restart", config)  # no B9 kept to fail on
+        differs = "hosts.yaml's job is not the one deployed: `"
+        assert differs in ok("invoke status", config)  # said wherever the job is looked at
+        said = ok("invoke restart", config)
+        assert "caps unchanged" in said  # no B9 kept to fail on
+        assert differs in said and "this ran the deployed one" in said
     finally:
         typed("invoke stop --grace 0", config)
     # stopped is stopped wherever the job is shown: no dataset running, nothing on its way

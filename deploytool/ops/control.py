@@ -167,5 +167,14 @@ def stop_told(
     return got["answer"]
 
 
-def job_status(conn: Connector) -> JobStatus:
-    return call(conn, CtlStatus())
+def job_status(conn: Connector, config: Config | None = None) -> JobStatus:
+    """The job's status; with `config`, whether its hosts.yaml's job is the one deployed."""
+    st = call(conn, CtlStatus())
+    if config is not None:
+        st.job_differs = differs(config, conn.name, st.deployed_job)
+    return st
+
+
+def differs(config: Config, host: str, deployed: str | None) -> bool:
+    """hosts.yaml's job for `host` is not the one its current release holds (None: none deployed)."""
+    return deployed is not None and deployed != config.job_for(host).fingerprint()

@@ -76,7 +76,7 @@ def build_release(
         ):
             files[f"remote/{path.relative_to(package_dir).as_posix()}"] = path.read_bytes()
     job = config.job_for(host) if host else config.job
-    files[JOB_FILE] = (json.dumps(job.to_dict(), indent=1, sort_keys=True) + "\n").encode()
+    files[JOB_FILE] = job.file_bytes()
     manifest = {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
     rid = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
     return Release(rid, files, manifest)

@@ -173,6 +173,11 @@ STATUS_COLUMNS = (
 STAGE_COLUMNS = ("dataset", "rows", "state", "tokens in rows", "tok/s", "ETA", "failed")
 
 
+def job_differs(host: str | None) -> str:
+    """hosts.yaml's job is not the one the host's current release holds: said in one line."""
+    return say("hosts.yaml's job is not the one deployed: `invoke deploy` sends it", host)
+
+
 def status_screen(s: JobStatus, out: Console | None = None, now: float | None = None) -> None:
     out = out or console
     now = time.time() if now is None else now
@@ -182,6 +187,8 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
     out.print(f"[bold]{s.host}[/]: {stage}{s.state}{alive}  {release_words(s)}", markup=True)
     if s.message:
         out.print(f"  {escape(say(s.message, s.host))}")
+    if s.job_differs:
+        out.print(f"  [yellow]{escape(job_differs(s.host))}[/]")
     rows = s.stage == HIDDEN_STATES  # rows of hidden states: no finish reason to count
     if s.datasets:
         t = Table(*(STAGE_COLUMNS if rows else STATUS_COLUMNS), box=None)

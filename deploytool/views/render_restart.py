@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from remote.common.caps import GENERATE
 from remote.common.status import JobStatus
 
 from .progress import fmt_tokens as _tok
-from .render import console
+from .render import console, job_differs
 from .typed import say
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ def raised_targets(r: RestartAnswer, out: Console | None = None) -> None:
 def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
     out = out or console
     host = f"[bold]{r.host}[/]"
+    if r.job_differs:  # before anything else: what ran is the deployed job, not the one edited
+        out.print(f"{host}: [yellow]{escape(job_differs(r.host))}; this ran the deployed one[/]")
     if r.dry_run:
         what = {
             "unchanged": f"leave runner pid {r.running_pid} running: it runs these caps already",

@@ -79,6 +79,8 @@ class RestartAnswer:
     kept: Caps = field(default_factory=Caps)  # the job's caps now (a dry run: would be)
     was: Caps = field(default_factory=Caps)  # and before this command
     watcher: WatcherInfo | None = None
+    deployed_job: str | None = None  # the sha256 of the job the current release holds
+    job_differs: bool = False  # hosts.yaml's job is not that one (deploytool)
 
 
 @dataclass

@@ -265,6 +265,16 @@ class JobSpec:
             "notify": dict(self.notify),
         }
 
+    def file_bytes(self) -> bytes:
+        """job.json as a release holds it, byte for byte."""
+        return (json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n").encode()
+
+    def fingerprint(self) -> str:
+        """What tells this job from another: the sha256 of its job.json."""
+        import hashlib
+
+        return hashlib.sha256(self.file_bytes()).hexdigest()
+
     @classmethod
     def from_dict(cls, raw: dict) -> "JobSpec":
         ds = tuple(

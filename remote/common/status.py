@@ -290,6 +290,8 @@ class JobStatus(Record):
     strays: list = field(default_factory=list)
     supervision: Supervision | None = None  # the watcher's view (ctl status)
     host: str | None = None
+    deployed_job: str | None = None  # the sha256 of current/job.json (ctl status)
+    job_differs: bool = False  # hosts.yaml's job is not the deployed one (deploytool)
 
     @property
     def terminal(self) -> bool:

@@ -20,6 +20,7 @@ from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
 from ..processes.runner_process import restart, start, stop
 from . import supervised
+from .jobstate import deployed_job
 
 
 def preflight(paths: Paths) -> None:
@@ -58,6 +59,14 @@ def start_command(paths: Paths, req: CtlStart) -> RestartAnswer:
 
 
 def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
+    out = _restart(paths, req)
+    out.deployed_job = deployed_job(
+        paths
+    )  # what it ran: the laptop tells a hosts.yaml that differs
+    return out
+
+
+def _restart(paths: Paths, req: CtlRestart) -> RestartAnswer:
     preflight(paths)
     with intent.locked(paths):
         if req.dry_run:

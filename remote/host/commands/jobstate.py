@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from ...common.jobspec import Paths
+from ...common.jobspec import JOB_FILE, Paths
 from ...common.protocol import CtlStatus
 from ...common.status import JobState, JobStatus, RunnerInfo
 from ..facts.strays import managed_runner, stray_runners
@@ -30,7 +30,18 @@ def job_status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
         uptime_s=(time.time() - rec.started_at) if rec else None,
     )
     st.current_release = current
+    st.deployed_job = deployed_job(paths)
     st.strays = stray_runners(paths, {rec.pid} if rec else set())
     st.supervision = watch.supervision(paths)
     st.token = None
     return st
+
+
+def deployed_job(paths: Paths) -> str | None:
+    """The sha256 of the job the current release holds (None: nothing deployed)."""
+    import hashlib
+
+    try:
+        return hashlib.sha256((paths.root / "current" / JOB_FILE).read_bytes()).hexdigest()
+    except OSError:
+        return None

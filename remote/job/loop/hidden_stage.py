@@ -295,7 +295,9 @@ class HiddenStage:
         return "; ".join(said)
 
     def ended(self) -> None:
-        if self.runner.state == JobState.FINISHED:  # and once every row is made: none is left behind
+        if (
+            self.runner.state == JobState.FINISHED
+        ):  # and once every row is made: none is left behind
             self._clear_incoming()
 
 
