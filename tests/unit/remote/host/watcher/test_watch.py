@@ -81,16 +81,17 @@ def test_the_watcher_starts_from_its_release_with_nothing_installed(tmp_path):
 
 def test_a_watcher_slow_to_start_is_waited_for_and_never_doubled(tmp_path):
     """A busy machine stretches a watcher's Python start: the command waits for its record (here the
-    start is held until the lock is seen held), and a look meanwhile finds it starting, not gone."""
+    start is held until it has begun), and a look meanwhile finds it starting, not gone."""
     import threading
     import time
 
     from remote.common.state import lock_held, start_watcher
 
-    gate = tmp_path / "go"
+    gate, begun = tmp_path / "go", tmp_path / "begun"
     python = tmp_path / "python"
-    python.write_text(
-        f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.01; done\nexec {sys.executable} "$@"\n'
+    python.write_text(  # says it has begun (its starter holds the lock by then), waits for the gate
+        f"#!/bin/sh\ntouch {begun}\nwhile [ ! -e {gate} ]; do sleep 0.01; done\n"
+        f'exec {sys.executable} "$@"\n'
     )
     python.chmod(0o755)
     paths = Paths(tmp_path / "root")
@@ -99,8 +100,11 @@ def test_a_watcher_slow_to_start_is_waited_for_and_never_doubled(tmp_path):
     seen = []
 
     def look_then_open():
-        while not lock_held(paths.watcher_lock):
+        # waits on a file, not on the lock: a look at the lock holds it for an instant, and a look
+        # at the moment the command takes it made the command's start find it held (a hang)
+        while not begun.exists():
             time.sleep(0.005)
+        assert lock_held(paths.watcher_lock)
         seen.append(start_watcher(paths, sys.executable, release_dir()))  # the runner's guard
         gate.touch()
 
