@@ -15,7 +15,7 @@ import sys
 from .common import protocol as P
 from .common.flags import Request
 from .common.jobspec import JOB_FILE, Paths, default_root, release_dir
-from .common.wire import FAULTS, HostFault, envelope, fault_envelope
+from .common.wire import FAULTS, REQUEST_FLAG, HostFault, envelope, fault_envelope, from_wire
 
 # request type -> "module:function", imported only when called (`ctl status` stays quick)
 HANDLERS: dict[type[Request], str] = {
@@ -62,10 +62,23 @@ def watch(paths: Paths, req: P.Watch, argv: list[str]) -> int:
     return watch.main(paths.root)
 
 
+def read_request(stdin) -> P.Request:
+    """The request deploytool sent on stdin (wire.request_json), typed strictly."""
+    try:
+        data = json.loads(stdin.read())
+        cls = P.BY_COMMAND[tuple(data["command"])]
+        return from_wire(cls, data["request"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise HostFault("usage", f"{REQUEST_FLAG}: not a request of this release ({e})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        req, root = P.parse(argv)
+        if argv == [REQUEST_FLAG]:  # deploytool's way: typed data, no command line to parse
+            req, root = read_request(sys.stdin), None
+        else:  # a person's way
+            req, root = P.parse(argv)
         paths = Paths((root or default_root()).expanduser().resolve())
         fn = handler(type(req))
         if type(req).answer is None:

@@ -4,7 +4,6 @@ here, decided and done on the host."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING
 
@@ -12,7 +11,15 @@ from remote.common.flags import Request
 from remote.common.protocol import GRACE_S, CtlKeys, CtlRestart, CtlStatus, CtlStop, RunArgs
 from remote.common.recover import RecoverSpec
 from remote.common.status import JobStatus
-from remote.common.wire import FAULTS, Fault, ProtocolError, from_wire, read_envelope
+from remote.common.wire import (
+    FAULTS,
+    REQUEST_FLAG,
+    Fault,
+    ProtocolError,
+    from_wire,
+    read_envelope,
+    request_json,
+)
 
 from ..config import Config
 from ..connectors import Connector
@@ -35,22 +42,20 @@ def parse_run_flags(config: Config, **raw) -> RunArgs:
     return flags
 
 
-def call(
-    conn: Connector,
-    request: Request,
-    timeout: float | None = None,
-    stdin: bytes | None = None,
-    started=None,
-):
-    """Run `python -m remote <request>` from the host's current release; its typed answer, or a
-    RemoteError with the host's fault (message, fix, log lines). `started()` is called once the
-    host has the command (it then runs to its end whatever happens here)."""
+def call(conn: Connector, request: Request, timeout: float | None = None, started=None):
+    """Run `python -m remote --request` from the host's current release, the request as typed data
+    on its stdin; its typed answer, or a RemoteError with the host's fault (message, fix, log
+    lines). `started()` is called once the host has the command (it then runs to its end whatever
+    happens here)."""
     script = f'[ -d current ] || exit {ExitCode.NOT_DEPLOYED:d}; cd current && exec "$@"'
-    argv = ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", *request.argv())]
+    argv = ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", REQUEST_FLAG)]
+    data = request_json(request)
     if started is None:
-        res = conn.run(argv, cwd=conn.remote_dir, timeout=timeout, stdin=stdin)
+        res = conn.run(argv, cwd=conn.remote_dir, timeout=timeout, stdin=data)
     else:
         proc = conn.start(argv, cwd=conn.remote_dir)
+        proc.write(data)
+        proc.close_stdin()
         started()
         res = proc.finish()
     if res.exit_code == ExitCode.NOT_DEPLOYED or (
@@ -106,7 +111,7 @@ def restart(
     """`keys`: the API keys of the job's servers (Config.server_keys), stored on the host for the
     runner before it starts; sent on stdin, never on a command line."""
     if keys and not dry_run:
-        call(conn, CtlKeys(), stdin=json.dumps(keys).encode())
+        call(conn, CtlKeys(keys=keys))
     rec = recover.to_dict() if recover is not None else None
     return call(
         conn,

@@ -99,7 +99,7 @@ def _free(conn: Connector, folder: Path, sums: dict[int, str], out: HiddenPulled
     ds, todo = folder.name, sorted(sums)
     for i in range(0, len(todo), BATCH):
         batch = {str(n): sums[n] for n in todo[i : i + BATCH]}
-        answer = call(conn, CtlFree(), stdin=json.dumps({ds: batch}).encode())
+        answer = call(conn, CtlFree(rows={ds: batch}))
         kept = answer.refused.get(ds, {})
         for n, why in kept.items():
             if (

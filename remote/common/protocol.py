@@ -2,11 +2,12 @@
 
 Every host command is a typed request (its flags, each default written once, here) and a typed
 answer (answers.py). The host prints one envelope, `{"protocol", "ok", "answer" | "fault"}`
-(wire.py); a fault is typed too: a code, the message, the fix, the log lines that show it. The
-command line is made from the request type (`Request.argv`) and parsed back into it by a parser
-made from the same type (`add_arguments`), so the two sides cannot drift apart, and an answer is
-read back strictly (`from_wire`): a field renamed on one side is an error on the first call, never a
-default on screen. `REQUESTS` lists every command; remote/cli.py maps each to its handler.
+(wire.py); a fault is typed too: a code, the message, the fix, the log lines that show it.
+deploytool sends a request as data (`python -m remote --request`, its JSON on stdin: parsed once, on
+the laptop, and no secret on a command line); a person types it as a command line made from the same
+type (`Request.argv`, parsed back by `add_arguments`). Both ways, and the answer, are read back
+strictly (`from_wire`): a field renamed on one side is an error on the first call, never a default
+on screen. `REQUESTS` lists every command; remote/cli.py maps each to its handler.
 Models: vLLM's entrypoints/openai/protocol.py (requests as types), supervisor's xmlrpc faults.
 """
 
@@ -267,8 +268,11 @@ class CtlFree(Request):
     command: ClassVar = ("ctl", "free")
     answer: ClassVar = "HiddenFreed"
     help: ClassVar = (
-        "delete the hidden-states stage's row files whose copy has their sha256, read as JSON "
-        "{dataset: {n: sha256}} from stdin; each summed here first, the row stays counted"
+        "delete the hidden-states stage's row files whose copy has their sha256; each summed here "
+        "first, the row stays counted"
+    )
+    rows: dict = opt(
+        {}, "JSON {dataset: {n: sha256}}: the rows whose copy has that sum", json_arg=True
     )
 
 
@@ -276,10 +280,9 @@ class CtlFree(Request):
 class CtlKeys(Request):
     command: ClassVar = ("ctl", "keys")
     answer: ClassVar = "KeysStored"
-    help: ClassVar = (
-        "store the API keys of the job's servers, read as JSON {url: key} from stdin (never on a "
-        "command line), for the runner's eyes only"
-    )
+    help: ClassVar = "store the API keys of the job's servers, for the runner's eyes only"
+    # deploytool sends every request on stdin: the keys are never on a command line
+    keys: dict = opt({}, "JSON {url: key}", json_arg=True)
 
 
 @dataclass

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import enum
+import json
 import types
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-PROTOCOL = 3  # the envelope's version: a host of another release says so instead of misreading
+PROTOCOL = 4  # the envelope's version: a host of another release says so instead of misreading
 
 # ------------------------------------------------------------------ faults
 
@@ -69,6 +70,15 @@ def fault_envelope(fault: Fault) -> dict:
     return {"protocol": PROTOCOL, "ok": False, "fault": to_wire(fault)}
 
 
+REQUEST_FLAG = "--request"  # `python -m remote --request`: the request comes as JSON on stdin
+
+
+def request_json(request) -> bytes:
+    """A request as deploytool sends it: its command and its typed fields, on stdin (never on a
+    command line, where a process list would show a key or a token)."""
+    return json.dumps({"command": list(request.command), "request": to_wire(request)}).encode()
+
+
 def read_envelope(data: dict, answer_type: type):
     """The typed answer, or the Fault; ProtocolError when it speaks another contract."""
     if not isinstance(data, dict) or data.get("protocol") != PROTOCOL:
@@ -117,6 +127,8 @@ def _convert(tp, value):
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
+        if len(inner) > 1 and isinstance(value, list):  # `tuple[str, ...] | str`: the sequence one
+            inner = [a for a in inner if typing.get_origin(a) in (tuple, list)] or inner
         return _convert(inner[0], value) if len(inner) == 1 else value
     if is_dataclass(tp):
         return from_wire(tp, value)

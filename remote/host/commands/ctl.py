@@ -5,10 +5,8 @@ runner_process, which the watcher uses too. (`ctl status` is jobstate.job_status
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sys
 
 from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, StopAnswer
 from ...common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
@@ -94,16 +92,13 @@ def stop_command(paths: Paths, req: CtlStop) -> StopAnswer:
 
 
 def keys_command(paths: Paths, req: CtlKeys) -> KeysStored:
-    """The keys come on stdin, so no process list shows them; the file is the owner's only."""
-    try:
-        raw = json.loads(sys.stdin.read() or "{}")
-    except ValueError:
-        raise HostFault("usage", "ctl keys: expected JSON {url: key} on stdin") from None
-    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
-        raise HostFault("usage", "ctl keys: expected JSON {url: key} on stdin")
+    """The keys come with the request on stdin, so no process list shows them; the file is the
+    owner's only."""
+    if not all(isinstance(v, str) for v in req.keys.values()):
+        raise HostFault("usage", "ctl keys: expected {url: key}")
     paths.ensure()
-    ServerKeys({str(u).rstrip("/"): k for u, k in raw.items()}).write(paths.server_keys)
-    return KeysStored(servers=len(raw))
+    ServerKeys({str(u).rstrip("/"): k for u, k in req.keys.items()}).write(paths.server_keys)
+    return KeysStored(servers=len(req.keys))
 
 
 def files_command(paths: Paths, req: CtlFiles) -> FilesAnswer:

@@ -23,7 +23,6 @@ import fcntl
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -230,14 +229,13 @@ def free_rows(root: Path, dataset: str, sums: dict[int, str]) -> tuple[int, int,
 
 
 def free_command(paths: Paths, req: CtlFree) -> HiddenFreed:
-    """`ctl free`: {dataset: {n: sha256}} on stdin; every row file whose sum matches is deleted."""
+    """`ctl free`: {dataset: {n: sha256}}; every row file whose sum matches is deleted."""
     try:
-        asked = json.loads(sys.stdin.read() or "{}")
-        asked = {str(ds): {int(n): str(h) for n, h in sums.items()} for ds, sums in asked.items()}
+        asked = {
+            str(ds): {int(n): str(h) for n, h in sums.items()} for ds, sums in req.rows.items()
+        }
     except (ValueError, AttributeError, TypeError):
-        raise HostFault(
-            "usage", "ctl free: expected JSON {dataset: {n: sha256}} on stdin"
-        ) from None
+        raise HostFault("usage", "ctl free: expected {dataset: {n: sha256}}") from None
     out = HiddenFreed()
     for ds, sums in asked.items():
         if not (paths.hidden_states / ds / ROWS).is_file():

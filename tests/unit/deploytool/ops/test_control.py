@@ -5,6 +5,7 @@ A stand-in connector answers as a host would."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -29,6 +30,7 @@ class Host(Connector):
 
     def run(self, argv, *, cwd=None, env=None, stdin=None, timeout=None):
         self.sent.append((argv, cwd))
+        self.stdin = stdin
         return self.result
 
     def start(self, argv, *, cwd=None, env=None):
@@ -47,7 +49,28 @@ def test_the_request_runs_from_the_current_release_and_its_answer_comes_back_typ
     assert isinstance(got, StopAnswer) and got.stopped == [41] and got.host == "gpu1"
     argv, cwd = host.sent[0]
     assert cwd == "/srv/job" and argv[:2] == ["sh", "-c"] and "cd current" in argv[2]
-    assert argv[4:] == ["/opt/vllm/bin/python", "-S", "-m", "remote", *CtlStop(grace=5).argv()]
+    assert argv[4:] == ["/opt/vllm/bin/python", "-S", "-m", "remote", "--request"]
+    # the request itself is data on stdin, read back on the host as the same typed request
+    from remote.cli import read_request
+
+    assert read_request(io.StringIO(host.stdin.decode())) == CtlStop(grace=5)
+
+
+def test_a_servers_key_and_environment_never_stand_on_a_command_line():
+    from remote.common.jobspec import ServerSpec
+    from remote.common.protocol import CtlKeys, ServerStart
+
+    for request in (
+        CtlKeys(keys={"http://127.0.0.1:8000/v1": "sk-secret"}),
+        ServerStart(
+            spec=ServerSpec(args=("--api-key", "sk-secret"), env={"HF_TOKEN": "hf_secret"})
+        ),
+    ):
+        host = answering({"protocol": 0})
+        with pytest.raises(RemoteError):
+            control.call(host, request)
+        argv, _ = host.sent[0]
+        assert "secret" not in " ".join(argv) and b"secret" in host.stdin
 
 
 def test_nothing_deployed_says_to_deploy():

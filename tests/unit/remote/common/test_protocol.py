@@ -67,6 +67,29 @@ def test_a_requests_command_line_parses_back_to_it(cls):
 
 
 @pytest.mark.parametrize("cls", P.REQUESTS, ids=lambda c: " ".join(c.command))
+def test_a_request_sent_as_data_reads_back_to_it_on_the_host(cls):
+    import io
+
+    from remote.common.wire import request_json
+
+    for req in (cls(), sample(cls)):
+        assert cli.read_request(io.StringIO(request_json(req).decode())) == req
+
+
+def test_a_request_of_another_shape_is_a_usage_fault():
+    import io
+
+    from remote.common.wire import HostFault
+
+    for text in ('{"command": ["ctl", "nope"], "request": {}}', '{"command": ["ctl", "stop"]', "{}"):
+        with pytest.raises(HostFault) as e:
+            cli.read_request(io.StringIO(text))
+        assert e.value.fault.code == "usage"
+    with pytest.raises(HostFault):  # strict: a field renamed on one side fails at once
+        cli.read_request(io.StringIO('{"command": ["ctl", "stop"], "request": {"grace": 1}}'))
+
+
+@pytest.mark.parametrize("cls", P.REQUESTS, ids=lambda c: " ".join(c.command))
 def test_defaults_are_the_types_own(cls):
     """No flag given: every value is the dataclass default (argparse holds none of its own)."""
     back, _ = P.parse(list(cls.command))
