@@ -81,7 +81,11 @@ def test_a_request_of_another_shape_is_a_usage_fault():
 
     from remote.common.wire import HostFault
 
-    for text in ('{"command": ["ctl", "nope"], "request": {}}', '{"command": ["ctl", "stop"]', "{}"):
+    for text in (
+        '{"command": ["ctl", "nope"], "request": {}}',
+        '{"command": ["ctl", "stop"]',
+        "{}",
+    ):
         with pytest.raises(HostFault) as e:
             cli.read_request(io.StringIO(text))
         assert e.value.fault.code == "usage"
