@@ -130,3 +130,15 @@ def test_hosts_names_no_server_for_a_job_of_the_built_in_engine(tmp_path):
     res = typed("invoke hosts", cfg.path)
     row = next(line for line in res.stdout.splitlines() if line.lstrip("│ ").startswith("box"))
     assert "none (engine simulate)" in row and "8000" not in row, res.stdout
+
+
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("invoke export --format specforg", "(did you mean 'specforge'?)"),
+        ("invoke export --keep lenght", "(did you mean 'length'?)"),
+        ("invoke restart --cap b2=3", "unknown dataset b2 (did you mean 'B2'?)"),
+    ],
+)
+def test_a_mistyped_value_gets_a_did_you_mean_as_flags_and_keys_do(config, line, words):
+    assert words in said(typed(line, config), 2)

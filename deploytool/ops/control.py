@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from remote.common.flags import Request
+from remote.common.keys import suggest
 from remote.common.protocol import GRACE_S, CtlKeys, CtlRestart, CtlStatus, CtlStop, RunArgs
 from remote.common.recover import RecoverSpec
 from remote.common.status import JobStatus
@@ -38,7 +39,10 @@ def parse_run_flags(config: Config, **raw) -> RunArgs:
     known = config.job.dataset_names()
     unknown = [n for n in flags.named_datasets() if n not in known]
     if unknown:
-        raise UsageError(f"unknown dataset {', '.join(unknown)}; hosts.yaml has {', '.join(known)}")
+        raise UsageError(
+            f"unknown dataset {', '.join(unknown)}{suggest(unknown[0], known)}; hosts.yaml has "
+            f"{', '.join(known)}"
+        )
     return flags
 
 

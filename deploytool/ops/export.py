@@ -15,6 +15,7 @@ from typing import Callable
 
 from remote.common.caps import CLEAR, selection
 from remote.common.codec import atomic_file
+from remote.common.keys import suggest
 from remote.common.records import Record
 
 from ..config import Config
@@ -81,7 +82,8 @@ class ExportResult:
 def check_format(fmt: str) -> None:
     if fmt not in FORMATS:
         raise DeployToolError(
-            f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}", ExitCode.BAD_INPUT
+            f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}{suggest(fmt, FORMATS)}",
+            ExitCode.BAD_INPUT,
         )
 
 
@@ -188,7 +190,8 @@ def parse_reasons(flag: str, value: str) -> set[str]:
     bad = sorted(reasons - set(DROP_REASONS))
     if bad:
         raise DeployToolError(
-            f"{flag}: unknown reason {', '.join(bad)}; known: {', '.join(DROP_REASONS)}",
+            f"{flag}: unknown reason {', '.join(bad)}{suggest(bad[0], DROP_REASONS)}; known: "
+            f"{', '.join(DROP_REASONS)}",
             ExitCode.BAD_INPUT,
         )
     return reasons

@@ -30,7 +30,8 @@ def checks(cls) -> dict[str, Callable[[str, Any], Any]]:
 def suggest(word: str, choices) -> str:
     import difflib  # only for a word mistyped: the host imports this module for its dataclasses
 
-    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    same = [c for c in choices if str(c).lower() == str(word).lower()]  # `b2` for `B2`
+    close = same or difflib.get_close_matches(str(word), list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
