@@ -44,7 +44,9 @@ def test_drop_and_keep_move_the_defaults_and_never_both():
         "--drop and --keep both name length"
     )
     said = refused(ex.effective_drop, "specforge", True, "lenght")
-    assert said.startswith("--drop: unknown reason lenght; known: empty, length")
+    assert said.startswith(
+        "--drop: unknown reason lenght (did you mean 'length'?); known: empty, length"
+    )
 
 
 def source(tmp_path, host, ds, **meta) -> ex.Source:
