@@ -217,6 +217,27 @@ def test_the_stage_gets_its_server_with_the_extraction_config_and_the_answers_th
         typed("invoke server.stop", config)
 
 
+def test_a_stage_whose_server_cannot_be_made_is_refused_before_the_running_one_is_stopped(
+    tmp_path,
+):
+    config, root = served_job(tmp_path)
+    try:
+        for line in ("invoke deploy", "invoke restart", "invoke tail"):
+            ok(line, config)
+        plain = live_server(root)
+        data = yaml.safe_load(config.read_text())
+        del data["server"]["hidden_states"]  # no layers: the model's config.json would say them
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+        res = typed("invoke restart --stage hidden-states", config)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "config.json" in res.stderr and "server.hidden_states.layers" in res.stderr
+        assert "restarting it" not in res.stdout  # said before anything was stopped: nothing was
+        assert live_server(root).pid == plain.pid and status(root)["stage"] == "generate"
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)
+
+
 def test_pull_takes_the_stages_files_and_frees_each_on_the_host_once_its_copy_matches(tmp_path):
     config, root = local_job(tmp_path)
     for line in ("invoke deploy", "invoke restart --max-samples 3", "invoke tail"):

@@ -157,6 +157,8 @@ def up_for_restart(
     spec, state = config.server_for(conn.name), server_state(conn, quick=True)
     wrong = with_server and wrong_for_stage(spec, flags.stage, state)
     if wrong:
+        # every check that can refuse the new server before the one that runs is stopped
+        call(conn, ServerStart(spec=spec, stage=flags.stage, dry_run=True))
         note(f"{conn.name}: the server {wrong}: restarting it (the model loads again)")
         stopped(stop(conn))
     elif state.up:

@@ -298,6 +298,9 @@ class ServerStart(Request):
         "job's kept stage)",
         parse=_stage,
     )
+    dry_run: bool = opt(
+        False, "work out the command line it would run (the stage's config), start nothing"
+    )
 
 
 @dataclass

@@ -23,6 +23,8 @@ def smoke_command(paths: Paths, req: ServerSmoke) -> SmokeAnswer:
 def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
     # the watcher restarts what is recorded here: a server for the stage keeps its flags
     spec = stage_spec(req.spec, req.stage or kept_caps(paths).stage, paths)
+    if req.dry_run:  # what could refuse has refused by now: nothing started, nothing written
+        return ServerStarted(model=spec.model, port=spec.port, argv=list(spec.args))
     if extracts(spec.args):
         paths.hidden_incoming.mkdir(parents=True, exist_ok=True)
     with intent.locked(paths):  # the watcher acts between commands, never during one
