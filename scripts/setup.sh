@@ -19,11 +19,16 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 # the package is installed editable: only a change of pyproject.toml (its dependencies, its commands)
-# needs pip again, so a venv that installed this very pyproject.toml is not asked twice
+# needs pip again, so a venv that installed this very pyproject.toml is not asked twice. The job
+# needs the package alone; `setup.sh dev` (the test and lint commands) adds pytest, hypothesis, ruff
+EXTRAS=remote
+[ "${1:-}" = dev ] && EXTRAS=dev,remote
 STAMP=.venv/.installed-pyproject
 WANT="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || [ ! -x .venv/bin/invoke ]; then
+HAVE="" HAVE_EXTRAS=""
+[ -f "$STAMP" ] && read -r HAVE HAVE_EXTRAS < "$STAMP"
+if [ "$HAVE" != "$WANT" ] || [ ! -x .venv/bin/invoke ] || { [ "$EXTRAS" = dev,remote ] && [ "$HAVE_EXTRAS" != dev,remote ]; }; then
   rm -f "$STAMP"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,remote]'
-  echo "$WANT" > "$STAMP"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
+  echo "$WANT $EXTRAS" > "$STAMP"
 fi

@@ -3,7 +3,7 @@
 # on the spot. Slower than the everyday tier (`scripts/test.sh`); CI runs both. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh dev
 DEPLOYTOOL_VLLM_PYTHON="$(bash scripts/setup-vllm.sh | tail -n 1)"
 export DEPLOYTOOL_VLLM_PYTHON
 # two test modules at a time (each its own vLLM servers): alone, one leaves the two cores idle a

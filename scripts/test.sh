@@ -2,7 +2,7 @@
 # The test command: set up (sshd, venv, package) and run the whole suite. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh dev
 # every process the tests start is a Python that imports this code: compiled once a run into a
 # cache outside the tree (never into a release the tests deploy), not again by each of them
 PYTHONPYCACHEPREFIX="$(mktemp -d "${TMPDIR:-/tmp}/deploytool-test-pycache.XXXXXX")"

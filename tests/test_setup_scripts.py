@@ -120,3 +120,33 @@ def test_a_venv_that_installed_this_pyproject_is_not_installed_again(tmp_path):
     assert installs() == 2
     (bin_ / "invoke").unlink()  # a venv that lost its commands is installed again
     assert installs() == 3
+
+
+def test_the_job_installs_the_package_alone_and_the_tests_add_their_tools(tmp_path):
+    """The demo runs the job: it needs no pytest, hypothesis or ruff; the test and lint commands
+    (`setup.sh dev`) add them once, and a venv that has them serves the demo as it is."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
+    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    log = tmp_path / "log"
+    bin_ = repo / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "python").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')  # stands in for pip
+    (bin_ / "python").chmod(0o755)
+    (bin_ / "invoke").write_text("#!/bin/sh\n")
+    (bin_ / "invoke").chmod(0o755)
+
+    def setup(*args) -> list[str]:
+        res = subprocess.run(
+            ["bash", str(repo / "scripts" / "setup.sh"), *args], capture_output=True
+        )
+        assert res.returncode == 0, res.stderr
+        return [line.split()[-1] for line in log.read_text().splitlines()] if log.exists() else []
+
+    assert setup() == [".[remote]"]
+    assert setup("dev") == [".[remote]", ".[dev,remote]"]
+    assert setup() == [".[remote]", ".[dev,remote]"]  # the tests' venv runs the job as it is
+    assert setup("dev") == [".[remote]", ".[dev,remote]"]
