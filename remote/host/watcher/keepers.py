@@ -38,6 +38,11 @@ def reason_lines(path, n: int = 8) -> list[str]:
     return (why or tail)[-n:]
 
 
+def _shape(cause: str, lines: list[str]) -> str:
+    """A failure with its numbers (pids, times, ports) left out: two of the same read the same."""
+    return re.sub(r"\d+", "#", " | ".join([cause, *lines[-2:]]))
+
+
 def record_event(paths: Paths, **event) -> None:
     try:
         with open(paths.recover_log, "a") as f:
@@ -55,28 +60,41 @@ class Keeper:
         self.paths, self.spec, self.tell, self.log = paths, spec, tell, log
         self.seen = ProcessWatch(of=spec.max_restarts)  # what status shows of this process
         self.budget = Budget(spec)
+        self.last_start_failure: str | None = None  # the last start's failure, numbers left out
 
-    def _died(self, now: float, cause: str, lines: list[str]) -> bool:
-        """Count a death (or a failed start); False when the budget is spent."""
+    def _died(self, now: float, cause: str, lines: list[str], at_start: bool = False) -> str | None:
+        """Count a death (or a start that failed: `at_start`); None to go on, else why it is given
+        up: the budget is spent, or a start failed the very way the one before it did (a start
+        that cannot work: trying it again only repeats the same lines)."""
         self.seen.last_cause = cause
         record_event(self.paths, what=self.what, event="died", why=cause)
-        delay = self.budget.failed(now)
+        shape = _shape(cause, lines) if at_start else None
+        again = shape is not None and shape == self.last_start_failure
+        self.last_start_failure = shape
+        delay = None if again else self.budget.failed(now)
         if delay is None:
             self.seen.state, self.seen.why, self.seen.log = ProcessState.FATAL, cause, lines
             self.seen.next_try_at = None
             record_event(self.paths, what=self.what, event="gave_up", why=cause, log=lines)
-            self.log(f"{self.what}: gave up after {self.spec.max_restarts} restarts: {cause}")
-            return False
+            why = (
+                f"failed to start the same way twice in a row; gave up: {cause}"
+                if again
+                else f"died again after {self.spec.max_restarts} restarts within "
+                f"{self.spec.window:g}s; gave up: {cause}"
+            )
+            self.log(f"{self.what}: {why}")
+            return why
         self.seen.state, self.seen.why = ProcessState.BACKOFF, cause
         self.seen.attempt, self.seen.next_try_at = self.budget.attempt(now), now + delay
         self.log(
             f"{self.what}: {cause}; restart {self.seen.attempt} of {self.spec.max_restarts} in "
             f"{delay:g}s"
         )
-        return True
+        return None
 
     def _restarted(self, now: float, extra: str = "") -> None:
         self.seen.state, self.seen.next_try_at = ProcessState.WATCHING, None
+        self.last_start_failure = None  # a start that worked: the next failure is news again
         self.seen.restarts += 1
         msg = (
             f"{self.what} restarted (attempt {self.seen.attempt} of {self.spec.max_restarts}) after: "
@@ -206,15 +224,22 @@ class ServerKeeper(Keeper):
             self._dead(now, rec, why if rec.alive() else GONE)
 
     def _dead(
-        self, now: float, rec: ServerRecord | None, cause: str, lines: list[str] | None = None
+        self,
+        now: float,
+        rec: ServerRecord | None,
+        cause: str,
+        lines: list[str] | None = None,
+        at_start: bool = False,
     ) -> None:
-        """`rec`: the dead server's record (None: no process was started)."""
+        """`rec`: the dead server's record (None: no process was started); `at_start`: it failed
+        while being started (loading, its smoke test)."""
         self.dead_pids = set() if rec is None else set(kill_session(rec)) | {rec.pid}
         self.gpu_deadline = now + GPU_WAIT_S
         self.clock = None
         lines = lines if lines is not None else reason_lines(self.paths.server_log)
-        if not self._died(now, cause, lines):
-            self._give_up(cause, lines)
+        why = self._died(now, cause, lines, at_start)
+        if why:
+            self._give_up(why, lines)
 
     def _gpu_held(self) -> list[dict]:
         return [a for a in machine.compute_apps() or [] if a["pid"] in self.dead_pids]
@@ -235,41 +260,40 @@ class ServerKeeper(Keeper):
         try:
             server_process.start(self.paths, want.spec, by="watcher")
         except server_process.ServerError as e:
-            self._dead(now, None, f"could not start: {e}", [str(e)])
+            self._dead(now, None, f"could not start: {e}", [str(e)], at_start=True)
 
     def _starting(self, now: float, want: ServerWanted) -> None:
         spec = want.spec
         c = server_process.check(self.paths)
         rec = ServerRecord.read(self.paths.server_pid)
         if not c.alive:
-            return self._dead(
-                now, rec, "it died while loading", reason_lines(self.paths.server_log)
-            )
+            return self._dead(now, rec, "it died while loading", at_start=True)
         timeout = float(spec.ready_timeout)
         if not c.ready:
             if now - (self.started_at or now) > timeout:
-                self._dead(now, rec, f"not ready after {timeout:g}s (server.ready_timeout)")
+                why = f"not ready after {timeout:g}s (server.ready_timeout)"
+                self._dead(now, rec, why, at_start=True)
             return
         if c.headless and c.elapsed_s < engines.SETTLED_S:
             return
         if not c.headless:
             try:
                 smoke(self.paths, spec.model)
-            except server_process.ServerError as e:
-                return self._dead(now, rec, f"the smoke test failed: {e}", [str(e)])
+            except server_process.ServerError as e:  # the server's log says why: its lines
+                why = reason_lines(self.paths.server_log)
+                return self._dead(now, rec, f"the smoke test failed: {e}", why, at_start=True)
         if rec is not None and not rec.ready_at:  # check records it, but not for a headless worker
             rec.ready_at = now
             rec.write(self.paths.server_pid)
         self.ready_seq += 1
         self._restarted(now, f"; ready in {now - (self.started_at or now):.0f}s")
 
-    def _give_up(self, cause: str, lines: list[str]) -> None:
+    def _give_up(self, why: str, lines: list[str]) -> None:
         """Nothing is started again, nothing of the server stays on the GPUs, the job fails."""
-        with_lines = cause + (": " + " | ".join(lines[-3:]) if lines else "")
-        why = (
-            f"the server died again after {self.spec.max_restarts} restarts within "
-            f"{self.spec.window:g}s; gave up: {with_lines}"
-        )
+        # the first line that says why (a chain's root cause: vLLM's last line only points up at
+        # it) and the last two
+        said = list(dict.fromkeys(lines[:1] + lines[-2:]))
+        why = f"the server {why}" + (": " + " | ".join(said) if said else "")
         intent.change(
             self.paths, server={"wanted": False, "why": why}, runner={"wanted": False, "why": why}
         )
@@ -310,8 +334,9 @@ class RunnerKeeper(Keeper):
             f"the runner (pid {rec.pid}) died without being stopped (a signal, a crash, "
             "the OOM killer: see dmesg)"
         )
-        if not self._died(now, cause, reason_lines(self.paths.log)):
-            self._give_up(cause)
+        why = self._died(now, cause, reason_lines(self.paths.log))
+        if why:
+            self._give_up(why)
 
     def _start(self, now: float, want: RunnerWanted) -> None:
         if runner_process.managed_runner(self.paths):  # started meanwhile (`invoke restart`)
@@ -322,17 +347,14 @@ class RunnerKeeper(Keeper):
             req = CtlStart(**vars(want.flags.own_flags()), wait=START_WAIT_S)
             runner_process.start(self.paths, req, rel=(self.paths.root / "current").resolve())
         except HostFault as e:
-            lines = e.fault.log
-            if not self._died(now, f"could not start: {e}", lines):
-                self._give_up(f"could not start: {e}")
+            why = self._died(now, f"could not start: {e}", e.fault.log, at_start=True)
+            if why:
+                self._give_up(why)
             return
         self._restarted(now)
 
-    def _give_up(self, cause: str) -> None:
-        why = (
-            f"the runner died again after {self.spec.max_restarts} restarts within "
-            f"{self.spec.window:g}s; gave up: {cause}"
-        )
+    def _give_up(self, why: str) -> None:
+        why = f"the runner {why}"
         intent.change(self.paths, runner={"wanted": False, "why": why})
         fail_job(self.paths, why)
         self.tell("failed", f"failed: {why}")

@@ -70,7 +70,8 @@ def test_a_runner_that_died_comes_back_at_once_then_after_a_doubling_backoff(tmp
     k._died(150.0, "and again", [])
     assert k.seen.next_try_at == 170.0  # doubled
     k.tick(170.0, want)
-    assert k._died(180.0, "once more", ["oom-kill"]) is False  # three restarts: the budget is spent
+    why = k._died(180.0, "once more", ["oom-kill"])  # three restarts: the budget is spent
+    assert why == "died again after 3 restarts within 3600s; gave up: once more"
     assert k.seen.state == ProcessState.FATAL and k.seen.log == ["oom-kill"]
     events = [json.loads(line)["event"] for line in paths.recover_log.read_text().splitlines()]
     assert events == [
@@ -110,3 +111,28 @@ def test_a_server_killed_while_it_was_probed_is_called_gone_not_wedged(tmp_path,
     k.clock, k.clock_of = Wedged(), proc.pid
     k.tick(100.0, ServerWanted(wanted=True))
     assert causes == [keepers.GONE]
+
+
+def test_a_start_that_fails_the_same_way_twice_is_not_tried_a_third_time(tmp_path):
+    """vLLM's CPU build refusing the extraction connector fails every start alike: restarting it
+    five times over minutes only repeats the lines. Numbers (times, pids) aside, the same cause and
+    lines twice in a row is a start that cannot work; a death after running, or another cause,
+    goes on with the budget."""
+    k, paths, _, _ = keeper(tmp_path, max_restarts=5)
+    paths.ensure()
+    cpu = "RuntimeError: pin_memory=True requires a CUDA or other accelerator backend"
+    smoke = "the smoke test failed: HTTP Error 500"
+    assert k._died(100.0, smoke, [f"01:00:01 (pid 4711) {cpu}"], at_start=True) is None
+    why = k._died(130.0, smoke, [f"01:02:57 (pid 5120) {cpu}"], at_start=True)
+    assert why == f"failed to start the same way twice in a row; gave up: {smoke}"
+    assert k.seen.state == ProcessState.FATAL
+
+    k, paths, _, _ = keeper(tmp_path / "other", max_restarts=5)
+    paths.ensure()
+    assert k._died(100.0, smoke, [cpu], at_start=True) is None
+    assert k._died(130.0, "it died while loading", ["CUDA out of memory"], at_start=True) is None
+    k._restarted(140.0)  # a start that worked: the next failure is news again
+    assert k._died(300.0, "it died while loading", ["CUDA out of memory"], at_start=True) is None
+    gone = "its process is gone"
+    assert k._died(400.0, gone, [], at_start=False) is None  # deaths after running: the budget's
+    assert k._died(500.0, gone, [], at_start=False) is None
