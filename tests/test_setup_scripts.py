@@ -91,9 +91,9 @@ def test_two_set_ups_at_once_install_one_after_the_other(tmp_path):
     ]
 
 
-def test_a_venv_that_installed_this_pyproject_is_not_installed_again(tmp_path):
-    """The package is installed editable: the test command's every run asks pip again only when
-    pyproject.toml changed (or the venv lost its commands)."""
+def stand_in_repo(tmp_path):
+    """A checkout with setup.sh and a venv whose python stands in for pip (it logs what it was
+    asked); returns (the checkout, its venv's bin, the log)."""
     import shutil
 
     repo = tmp_path / "repo"
@@ -103,10 +103,17 @@ def test_a_venv_that_installed_this_pyproject_is_not_installed_again(tmp_path):
     log = tmp_path / "log"
     bin_ = repo / ".venv" / "bin"
     bin_.mkdir(parents=True)
-    (bin_ / "python").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')  # stands in for pip
+    (bin_ / "python").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
     (bin_ / "python").chmod(0o755)
     (bin_ / "invoke").write_text("#!/bin/sh\n")
     (bin_ / "invoke").chmod(0o755)
+    return repo, bin_, log
+
+
+def test_a_venv_that_installed_this_pyproject_is_not_installed_again(tmp_path):
+    """The package is installed editable: the test command's every run asks pip again only when
+    pyproject.toml changed (or the venv lost its commands)."""
+    repo, bin_, log = stand_in_repo(tmp_path)
 
     def installs() -> int:
         res = subprocess.run(["bash", str(repo / "scripts" / "setup.sh")], capture_output=True)
@@ -125,19 +132,7 @@ def test_a_venv_that_installed_this_pyproject_is_not_installed_again(tmp_path):
 def test_the_job_installs_the_package_alone_and_the_tests_add_their_tools(tmp_path):
     """The demo runs the job: it needs no pytest, hypothesis or ruff; the test and lint commands
     (`setup.sh dev`) add them once, and a venv that has them serves the demo as it is."""
-    import shutil
-
-    repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    shutil.copy(REPO / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
-    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    log = tmp_path / "log"
-    bin_ = repo / ".venv" / "bin"
-    bin_.mkdir(parents=True)
-    (bin_ / "python").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')  # stands in for pip
-    (bin_ / "python").chmod(0o755)
-    (bin_ / "invoke").write_text("#!/bin/sh\n")
-    (bin_ / "invoke").chmod(0o755)
+    repo, bin_, log = stand_in_repo(tmp_path)
 
     def setup(*args) -> list[str]:
         res = subprocess.run(

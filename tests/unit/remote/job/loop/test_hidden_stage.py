@@ -53,12 +53,18 @@ class Connector(Engine):
         return path
 
 
-def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeypatch):
-    root = make_root(tmp_path, {"B1": 6, "B2": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
+def answered_root(tmp_path, datasets: dict, engine: dict):
+    """A job whose answers the stand-in engine made, their token ids kept: the stage's input."""
+    root = make_root(tmp_path, datasets, engine)
     job = json.loads((root / "job.json").read_text())
     job["extra_body"] = {"return_token_ids": True}
     (root / "job.json").write_text(json.dumps(job))
     assert run(root).returncode == 0
+    return root
+
+
+def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeypatch):
+    root = answered_root(tmp_path, {"B1": 6, "B2": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
     fake = Connector(torn="B1-000002_gen0", busy="B2-000001_gen0")
     monkeypatch.setattr("remote.job.loop.hidden_stage.make_engine", lambda job, keys: fake)
     monkeypatch.setattr("remote.job.loop.hidden_stage.backoff", lambda n, base: 0)
@@ -93,11 +99,7 @@ def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeyp
 def test_new_caps_live_change_the_rows_to_make_and_a_stage_change_is_refused(tmp_path):
     import pytest
 
-    root = make_root(tmp_path, {"B1": 6}, {"kind": "simulate", "tokens_per_s": 1e6})
-    job = json.loads((root / "job.json").read_text())
-    job["extra_body"] = {"return_token_ids": True}
-    (root / "job.json").write_text(json.dumps(job))
-    assert run(root).returncode == 0
+    root = answered_root(tmp_path, {"B1": 6}, {"kind": "simulate", "tokens_per_s": 1e6})
     runner = Runner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
     runner.prepare()
     assert runner.stage.stages["B1"].target == 6
@@ -114,13 +116,9 @@ def test_new_caps_live_change_the_rows_to_make_and_a_stage_change_is_refused(tmp
 
 def answered(tmp_path):
     """A job whose 20 answers were made one at a time by the stand-in engine, token ids kept."""
-    root = make_root(
+    root = answered_root(
         tmp_path, {"B1": 20}, {"kind": "simulate", "tokens_per_s": 1e6, "concurrency": 1}
     )
-    job = json.loads((root / "job.json").read_text())
-    job["extra_body"] = {"return_token_ids": True}
-    (root / "job.json").write_text(json.dumps(job))
-    assert run(root).returncode == 0
     return root
 
 
@@ -193,11 +191,7 @@ class Elsewhere(Engine):
 def test_a_file_outside_the_stages_folder_is_never_moved_and_the_job_says_the_fix(
     tmp_path, monkeypatch
 ):
-    root = make_root(tmp_path, {"B1": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
-    job = json.loads((root / "job.json").read_text())
-    job["extra_body"] = {"return_token_ids": True}
-    (root / "job.json").write_text(json.dumps(job))
-    assert run(root).returncode == 0
+    root = answered_root(tmp_path, {"B1": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
     theirs = tmp_path / "elsewhere"
     theirs.mkdir()
     monkeypatch.setattr(
@@ -223,11 +217,7 @@ class LateFile(Connector):
 
 
 def test_a_finished_stage_leaves_no_file_of_a_request_cut_off(tmp_path, monkeypatch):
-    root = make_root(tmp_path, {"B1": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
-    job = json.loads((root / "job.json").read_text())
-    job["extra_body"] = {"return_token_ids": True}
-    (root / "job.json").write_text(json.dumps(job))
-    assert run(root).returncode == 0
+    root = answered_root(tmp_path, {"B1": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
     fake = LateFile(torn="", busy="")
     monkeypatch.setattr("remote.job.loop.hidden_stage.make_engine", lambda job, keys: fake)
     paths = Paths(root)
