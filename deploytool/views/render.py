@@ -53,14 +53,6 @@ PIPED_WIDTH = 400
 console = _console()
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def note(text: str, out: Console | None = None) -> None:
     """A progress line between results (rich markup allowed)."""
     (out or console).print(text)
@@ -135,7 +127,7 @@ def deploy_result(r: DeployResult, out: Console | None = None) -> None:
         )
     sent = "would send" if r.dry_run else "sent"
     extra = f"; pruned {', '.join(r.pruned)}" if r.pruned else ""
-    out.print(f"  {sent} {_size(r.bytes_sent)} in {r.seconds:.2f}s{extra}")
+    out.print(f"  {sent} {fmt_bytes(r.bytes_sent)} in {r.seconds:.2f}s{extra}")
 
 
 def failures(errs: dict[str, DeployToolError], out: Console | None = None) -> None:
@@ -330,10 +322,10 @@ def pull_result(r, out: Console | None = None) -> None:
     if not r.files:
         out.print(f"[bold]{r.host}[/]: nothing to pull yet (no output files on the host)")
         return
-    out.print(f"[bold]{r.host}[/]: pulled into {r.dest}: {_size(r.bytes)} received")
+    out.print(f"[bold]{r.host}[/]: pulled into {r.dest}: {fmt_bytes(r.bytes)} received")
     for name, f in r.files.items():
         if f.action != "unchanged":
-            out.print(f"  {f.action:10} {name} ({_size(f.bytes)})")
+            out.print(f"  {f.action:10} {name} ({fmt_bytes(f.bytes)})")
     h = r.hidden
     if h is None:
         return

@@ -157,12 +157,13 @@ def stage(text) -> str:
 
 
 def fmt_bytes(n: float) -> str:
-    """A size as the hidden-states stage says it: 57.3 KB, 4.6 TB (powers of 1000, as disks are sold)."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000:
+    """A size as every command says it: 56.0 KiB, 4.2 TiB (powers of 1024, as df -h, nvidia-smi and
+    status's free space count)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 @dataclass

@@ -52,13 +52,13 @@ def test_plans_disk_line_says_what_the_stage_writes_beside_the_free_space():
     fits = StageBytes(
         tokens=80_000_000, bytes_per_token=57344.0, basis="b", free=9 * 10**12, sampled=9
     )
-    assert "4.6 TB to write (80.0M tokens of rows × 57.3 KB a token: b)" in line(fits)
-    assert line(fits).endswith("the disk has 9.0 TB free")
+    assert "4.2 TiB to write (80.0M tokens of rows × 56.0 KiB a token: b)" in line(fits)
+    assert line(fits).endswith("the disk has 8.2 TiB free")
     short = StageBytes(
         tokens=80_000_000, made=60_000_000, bytes_per_token=57344.0, free=10**12, sampled=9
     )
-    said = line(short)  # 1.15 TB left for 1 TB free
-    assert "1.1 TB to write (20.0M tokens" in said and "it does not fit" in said
+    said = line(short)  # 1.15 TB (1.0 TiB) left for 1 TB (931.3 GiB) free
+    assert "1.0 TiB to write (20.0M tokens" in said and "it does not fit" in said
     assert "lower the caps" in said
     assert "every row is made" in line(StageBytes(tokens=5, made=5, sampled=1))
     assert "the bytes a token takes are not known" in line(

@@ -74,7 +74,7 @@ def test_a_row_knows_what_the_restart_changed_and_raised():
     assert c.CapRow(cap=40, prompts=32, target=32).short_of_cap
 
 
-def test_sizes_are_said_as_disks_are_sold():
+def test_sizes_are_said_in_one_unit_system_powers_of_1024():
     assert [c.fmt_bytes(n) for n in (999, 57_300, 4.6e12, 2e15)] == [
-        "999 B", "57.3 KB", "4.6 TB", "2000.0 TB",
+        "999 B", "56.0 KiB", "4.2 TiB", "1819.0 TiB",
     ]  # fmt: skip

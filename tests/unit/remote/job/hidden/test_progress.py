@@ -35,11 +35,11 @@ def test_the_rows_left_must_fit_the_free_space_with_the_margin():
     assert disk_refusal([made], 10**6) is None
     assert disk_refusal([made], 10_499) is not None and disk_refusal([made], 10_500) is None
     why = disk_refusal([made], 5000)
-    assert "need 10.5 KB (100 tokens)" in why and "5.0 KB free" in why
+    assert "need 10.3 KiB (100 tokens)" in why and "4.9 KiB free" in why
     fresh = Stage("B1", Store(), rows(11), None)
     assert disk_refusal([fresh], 1) is None  # nothing made: what a token takes is not known
     assert disk_refusal([made], None) is None  # the free space is not known
-    assert fmt_bytes(4.6e12) == "4.6 TB" and fmt_bytes(999) == "999 B"
+    assert fmt_bytes(4.6e12) == "4.2 TiB" and fmt_bytes(999) == "999 B"
 
 
 def test_no_new_row_starts_until_the_next_rows_fit_said_once_a_fill_and_over_when_space_comes():
@@ -52,7 +52,7 @@ def test_no_new_row_starts_until_the_next_rows_fit_said_once_a_fill_and_over_whe
     assert not guard.paused([made], 4)
     free[0] = 6299  # (2 in flight + 4 next) rows × 10 tokens × 100 B × 1.05 = 6300
     assert guard.paused([made], 4) and guard.paused([made], 4) and guard.full
-    assert told == ["the next 6 rows need about 6.3 KB, the disk has 6.3 KB free"]
+    assert told == ["the next 6 rows need about 6.2 KiB, the disk has 6.2 KiB free"]
     assert said == [f"disk full: {told[0]}: no new rows until there is space"]
     free[0] = 6300
     assert not guard.paused([made], 4) and not guard.full
@@ -64,8 +64,8 @@ def test_the_stage_that_cannot_fit_is_refused_unless_forced():
 
     made = Stage("B1", Store(done=["r0_gen0"], tokens=10, bytes=1000), rows(11), None)
     said = []
-    assert "need 10.5 KB" in DiskGuard(lambda: 5000, False, said.append, None).refusal([made])
+    assert "need 10.3 KiB" in DiskGuard(lambda: 5000, False, said.append, None).refusal([made])
     forced = DiskGuard(lambda: 5000, True, said.append, None)
     assert forced.refusal([made]) is None and forced.checked
-    assert said == ["--force: going on although the hidden states left need 10.5 KB (100 tokens), "
-                    "the disk has 5.0 KB free; it pauses before it fills"]  # fmt: skip
+    assert said == ["--force: going on although the hidden states left need 10.3 KiB (100 tokens), "
+                    "the disk has 4.9 KiB free; it pauses before it fills"]  # fmt: skip

@@ -134,7 +134,7 @@ def test_a_stage_that_cannot_fit_the_disk_stops_after_its_first_row_and_then_at_
 
     first = runner(free=10_000)  # a few rows' worth: the first row says what the rest needs
     assert first.run() == 1 and first.state == JobState.FAILED
-    assert "the hidden states left need" in first.message and "10.0 KB free" in first.message
+    assert "the hidden states left need" in first.message and "9.8 KiB free" in first.message
     made = first.stage.stages["B1"].store.count
     assert 1 <= made < 20  # it stopped: the rest would not fit
     again = runner(free=10_000)  # the rows made say it at once: nothing more is asked
