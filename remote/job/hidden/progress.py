@@ -9,6 +9,7 @@ import itertools
 from ...common.caps import DISK_MARGIN, fmt_bytes
 from ...common.records import TokenRow
 from ...common.status import DatasetState, DatasetStatus
+from ..store.rates import RateWindow
 from .store import HiddenStore
 
 
@@ -23,6 +24,7 @@ class Stage:
         self.in_flight = 0
         self.failed = 0
         self.new = 0
+        self.made = RateWindow()  # tokens of the rows made: the dataset's own rate
 
     @property
     def done(self) -> int:
@@ -31,7 +33,7 @@ class Stage:
     def budget_reached(self) -> bool:
         return self.budget is not None and self.store.tokens >= self.budget
 
-    def status(self) -> DatasetStatus:
+    def status(self, now: float, started: float) -> DatasetStatus:
         """status.json's part for the dataset: rows where the answers have records."""
         count, tokens = self.store.count, self.store.tokens
         return DatasetStatus(
@@ -46,6 +48,7 @@ class Stage:
             failed_this_run=self.failed,
             in_flight=self.in_flight,
             new_records=self.new,
+            tokens_per_s=self.made.per_s(now, started),
             budget=self.budget,
             budget_reached=self.budget_reached(),
         )

@@ -146,6 +146,7 @@ class HiddenStage:
                 now = time.time()
                 self.rows_made.add(now, 1)
                 self.tokens_made.add(now, facts.tokens)
+                st.made.add(now, facts.tokens)
                 self.engine_error = None
                 return
             except hsfile.BadFile as e:
@@ -210,6 +211,7 @@ class HiddenStage:
             got = rows_of(self.paths.output(name), target).rows if target != 0 else []
             fresh = Stage(name, st.store, got, caps.max_tokens)
             fresh.failed, fresh.new, fresh.in_flight = st.failed, st.new, st.in_flight
+            fresh.made = st.made
             fresh.todo = collections.deque(r for r in fresh.todo if r.id not in self.flying)
             self.stages[name] = fresh
         self.caps = caps
@@ -257,7 +259,7 @@ class HiddenStage:
     def status(self, now: float) -> dict:
         """What status.json says of the work, beside the runner's own fields."""
         disk = disk_usage(self.paths.hidden_states)
-        datasets = {name: st.status() for name, st in self.stages.items()}
+        datasets = {n: st.status(now, self.runner.started_at) for n, st in self.stages.items()}
         per_s = self.rows_made.per_s(now, self.runner.started_at)
         left = sum(max(0, d.target - d.done) for d in datasets.values())
         return dict(

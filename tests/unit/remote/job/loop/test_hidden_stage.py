@@ -89,6 +89,8 @@ def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeyp
     assert (
         status["datasets"]["B1"]["target"] == 4 and status["datasets"]["B2"]["state"] == "complete"
     )
+    # each dataset says its own rate, as the total does (not 0 beside it)
+    assert all(status["datasets"][ds]["tokens_per_s"] > 0 for ds in ("B1", "B2"))
     # a second run has nothing to do: every row is counted, none asked again
     fake.asked.clear()
     again = Runner(paths, JobSpec.load(root / "job.json"), caps)
