@@ -24,6 +24,7 @@ from remote.common.wire import (
 
 from ..config import Config
 from ..connectors import Connector
+from ..connectors.base import quote_path
 from ..errors import DeployToolError, ExitCode, RemoteError, UsageError
 
 if TYPE_CHECKING:  # types only: answers load with the commands that build them
@@ -51,20 +52,22 @@ def call(conn: Connector, request: Request, timeout: float | None = None, starte
     on its stdin; its typed answer, or a RemoteError with the host's fault (message, fix, log
     lines). `started()` is called once the host has the command (it then runs to its end whatever
     happens here)."""
-    script = f'[ -d current ] || exit {ExitCode.NOT_DEPLOYED:d}; cd current && exec "$@"'
+    # nothing deployed (no remote_dir, or no release in it) is an exit code of its own, never a
+    # shell's words read back from stderr
+    gone = f"exit {ExitCode.NOT_DEPLOYED:d}"
+    script = f'cd {quote_path(conn.remote_dir)} 2>/dev/null || {gone}; [ -d current ] || {gone}; '
+    script += 'cd current && exec "$@"'
     argv = ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", REQUEST_FLAG)]
     data = request_json(request)
     if started is None:
-        res = conn.run(argv, cwd=conn.remote_dir, timeout=timeout, stdin=data)
+        res = conn.run(argv, timeout=timeout, stdin=data)
     else:
-        proc = conn.start(argv, cwd=conn.remote_dir)
+        proc = conn.start(argv)
         proc.write(data)
         proc.close_stdin()
         started()
         res = proc.finish()
-    if res.exit_code == ExitCode.NOT_DEPLOYED or (
-        not res.out and ("can't cd" in res.err or "No such file or directory" in res.err)
-    ):
+    if res.exit_code == ExitCode.NOT_DEPLOYED:
         raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")
     what = " ".join(request.command)
     try:

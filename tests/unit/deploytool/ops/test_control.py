@@ -48,7 +48,8 @@ def test_the_request_runs_from_the_current_release_and_its_answer_comes_back_typ
     got = control.stop(host, grace=5)
     assert isinstance(got, StopAnswer) and got.stopped == [41] and got.host == "gpu1"
     argv, cwd = host.sent[0]
-    assert cwd == "/srv/job" and argv[:2] == ["sh", "-c"] and "cd current" in argv[2]
+    assert cwd is None and argv[:2] == ["sh", "-c"]
+    assert argv[2].startswith("cd /srv/job 2>/dev/null || exit 97;") and "cd current" in argv[2]
     assert argv[4:] == ["/opt/vllm/bin/python", "-S", "-m", "remote", "--request"]
     # the request itself is data on stdin, read back on the host as the same typed request
     from remote.cli import read_request
@@ -73,10 +74,18 @@ def test_a_servers_key_and_environment_never_stand_on_a_command_line():
         assert "secret" not in " ".join(argv) and b"secret" in host.stdin
 
 
-def test_nothing_deployed_says_to_deploy():
-    for res in (Result(97, b"", b""), Result(2, b"", b"sh: cd: can't cd to /srv/job")):
-        with pytest.raises(RemoteError, match=r"nothing deployed in /srv/job: run `invoke deploy`"):
-            control.stop(Host(res))
+def test_nothing_deployed_says_to_deploy(tmp_path):
+    with pytest.raises(RemoteError, match=r"nothing deployed in /srv/job: run `invoke deploy`"):
+        control.stop(Host(Result(97, b"", b"")))
+    # told by the exit code alone, for real: no remote_dir at all, and one with no release in it
+    from deploytool.connectors.local import LocalConnector
+
+    for where in (tmp_path / "none", tmp_path):
+        conn = LocalConnector(
+            HostConfig(name="box", connect="local", remote_dir=str(where)), tmp_path
+        )
+        with pytest.raises(RemoteError, match=rf"nothing deployed in {where}: run `invoke deploy`"):
+            control.job_status(conn)
 
 
 def test_another_releases_protocol_or_no_answer_at_all_is_one_line():
