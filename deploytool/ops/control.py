@@ -55,7 +55,7 @@ def call(conn: Connector, request: Request, timeout: float | None = None, starte
     # nothing deployed (no remote_dir, or no release in it) is an exit code of its own, never a
     # shell's words read back from stderr
     gone = f"exit {ExitCode.NOT_DEPLOYED:d}"
-    script = f'cd {quote_path(conn.remote_dir)} 2>/dev/null || {gone}; [ -d current ] || {gone}; '
+    script = f"cd {quote_path(conn.remote_dir)} 2>/dev/null || {gone}; [ -d current ] || {gone}; "
     script += 'cd current && exec "$@"'
     argv = ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", REQUEST_FLAG)]
     data = request_json(request)

@@ -130,8 +130,8 @@ class WedgeClock:
         return None
 
 
-# watch.json is rewritten twice a second: not for this long, the watcher has stopped working (killed,
-# or alive and stuck), whoever looks (status on the host, tail from afar, each on its own clock)
+# watch.json is rewritten twice a second: tail, which cannot see the watcher's process from afar,
+# takes a file unchanged this long for a watcher that has stopped
 WATCH_STALE_S = 10.0
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from ...common import procinfo
 from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
-from ...common.recover import WATCH_STALE_S, WatchState
+from ...common.recover import WatchState
 from ...common.state import RunnerRecord, WatcherRecord, lock_held, start_watcher, take_watcher_lock
 from ...common.status import ProcessState, Supervision
 from ..facts import boot, intent, kill
@@ -67,11 +67,11 @@ def supervision(paths: Paths) -> Supervision:
     data = intent.read(paths)
     spec = data.recover_spec
     wanted = [w for w in ("server", "runner") if data.watched(w)]
-    rec, now = managed(paths), time.time()
+    rec = managed(paths)
     ws = WatchState.read(paths.watch_state) or WatchState()
-    # working: its process lives and it rewrites its file (or it has only just started)
-    fresh = now - max(ws.updated_at or 0.0, rec.started_at if rec else 0.0) < WATCH_STALE_S
-    sup = ws.view(now, live=rec is not None and fresh)
+    # its process, not its file's age: a watcher waits without writing while a runner it started
+    # reports running (up to 2 min) or a smoke test answers (up to 5): not stuck, and said so
+    sup = ws.view(time.time(), live=rec is not None)
     sup.enabled = bool(wanted)
     if wanted and not rec:
         if RunnerRecord.live(paths.pidfile):

@@ -41,28 +41,6 @@ def test_with_a_watcher_a_reboot_still_needs_a_restart_unless_on_boot(tmp_path, 
     assert watch.supervision(paths).note.endswith("(this host does not run systemd)")
 
 
-def test_a_watcher_that_stopped_rewriting_its_file_is_not_supervising(tmp_path):
-    """One rule wherever the job is seen (tail judges the same file the same way): alive and
-    rewriting watch.json within WATCH_STALE_S, or only just started."""
-    import time
-
-    from remote.common.recover import WATCH_STALE_S, WatchState
-
-    paths = Paths(tmp_path)
-    paths.ensure()
-    intent.change(paths, runner={"wanted": True})
-    me, now = os.getpid(), time.time()
-    rec = WatcherRecord(pid=me, start_time=procinfo.start_time(me), token="w", started_at=now)
-    rec.write(paths.watcher_pid)
-    assert watch.supervision(paths).supervised  # just started: no file of its own yet
-    rec.started_at = now - 3600
-    rec.write(paths.watcher_pid)
-    WatchState(pid=me, updated_at=now).write(paths.watch_state)
-    assert watch.supervision(paths).supervised
-    WatchState(pid=me, updated_at=now - WATCH_STALE_S - 1).write(paths.watch_state)
-    assert not watch.supervision(paths).supervised  # alive, and stuck: nothing is being kept
-
-
 def test_the_watcher_starts_from_its_release_with_nothing_installed(tmp_path):
     """A GPU host's python has no deploytool installed: `-m remote` must be found in the release."""
     python = tmp_path / "python"  # site-packages off: only the release's own folder has `remote`
