@@ -182,13 +182,6 @@ class RunArgs(Request):
         the watcher starts it again with; it runs the job's kept caps)."""
         return RunArgs(grace=self.grace, force=self.force)
 
-    @classmethod
-    def from_argv(cls, argv: list[str]):
-        """These flags back from their command line; HostFault("usage") when they are not."""
-        p = _Parser(prog="runner flags", add_help=False)
-        cls.add_arguments(p)
-        return cls.from_args(p.parse_args(argv))
-
 
 @dataclass
 class RunJob(RunArgs):

@@ -243,14 +243,19 @@ def test_plan_without_a_target_is_a_usage_fault(capsys, tmp_path):
     assert fault.code == "usage" and "--tokens-per-dataset must be positive" in fault.message
 
 
-def test_stored_runner_flags_that_do_not_parse_are_a_usage_fault():
+def run_flags(argv: list[str]) -> P.RunArgs:
+    """The runner's flags as its command line (`python -m remote run ...`) gives them."""
+    return P.parse(["run", *argv])[0].run_flags()
+
+
+def test_runner_flags_that_do_not_parse_are_a_usage_fault():
     with pytest.raises(HostFault) as e:
-        P.RunArgs.from_argv(["--max-samples", "7000", "--no-such-flag"])
+        run_flags(["--max-samples", "7000", "--no-such-flag"])
     assert e.value.fault.code == "usage" and "--no-such-flag" in e.value.fault.message
 
 
 def test_the_runner_comes_back_with_the_flags_it_had():
-    from remote.common.protocol import GRACE_S, RunArgs
+    from remote.common.protocol import GRACE_S
 
     argv = [
         "--max-samples",
@@ -262,8 +267,8 @@ def test_the_runner_comes_back_with_the_flags_it_had():
         "--datasets",
         "B1,B2",
     ]
-    a = RunArgs.from_argv(argv + ["--grace", "12", "--force"])
-    back = RunArgs.from_argv(a.argv())
+    a = run_flags(argv + ["--grace", "12", "--force"])
+    back = run_flags(a.argv()[len(a.command) :])
     assert back == a
     assert (back.max_samples, back.cap, back.max_tokens, back.datasets) == (
         7000,
@@ -272,4 +277,4 @@ def test_the_runner_comes_back_with_the_flags_it_had():
         ("B1", "B2"),
     )
     assert back.grace == 12.0 and back.force is True
-    assert RunArgs.from_argv([]).grace == GRACE_S  # the default, stated once in protocol.py
+    assert run_flags([]).grace == GRACE_S  # the default, stated once in protocol.py
