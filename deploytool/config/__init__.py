@@ -57,9 +57,8 @@ class HostConfig:
 
     name: str
     connect: str = setting("ssh", choice(CONNECT_KINDS))
-    host: str | None = setting(
-        None, string
-    )  # address or ~/.ssh/config alias; default: the entry's name
+    # address or ~/.ssh/config alias; default: the entry's name
+    host: str | None = setting(None, string)
     user: str | None = setting(None, string)
     port: int | None = setting(None, int_in(1, 65535))
     remote_dir: str = setting("~/eagle3-train", string)

@@ -26,12 +26,10 @@ class RecoverSpec(Codec):
     runner: bool = setting(True, boolean)  # restart the runner when it dies without being stopped
     max_restarts: int = setting(5, int_in(0, 1000))  # of each process within `window`
     window: float = setting(3600.0, number(1.0))
-    backoff: float = setting(
-        10.0, number(0.0)
-    )  # before the first restart; doubles, at most BACKOFF_CAP
-    wedged_after: float = setting(
-        600.0, number(1.0)
-    )  # busy and no token processed this long: wedged
+    # before the first restart; doubles, at most BACKOFF_CAP
+    backoff: float = setting(10.0, number(0.0))
+    # busy and no token processed for this long: wedged
+    wedged_after: float = setting(600.0, number(1.0))
     on_boot: bool = setting(False, boolean)  # a systemd unit brings the watcher back after a reboot
 
     @classmethod

@@ -58,9 +58,7 @@ def start_command(paths: Paths, req: CtlStart) -> RestartAnswer:
 
 def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
     out = _restart(paths, req)
-    out.deployed_job = deployed_job(
-        paths
-    )  # what it ran: the laptop tells a hosts.yaml that differs
+    out.deployed_job = deployed_job(paths)  # what ran: the laptop says where hosts.yaml differs
     return out
 
 

@@ -50,8 +50,8 @@ class GenerateStage:
         self.dispatcher: Dispatcher | None = None
         self.kept_why_not: str | None = None
         self.telemetry: Telemetry | None = None
-        self.clocks = {k: Every(s) for k, s in (("prompts", 2.5), ("sync", 1.0), ("disk", 3.0))}
-        self.clocks["history"] = Every(60.0)
+        periods = {"prompts": 2.5, "sync": 1.0, "disk": 3.0, "history": 60.0}  # seconds
+        self.clocks = {chore: Every(s) for chore, s in periods.items()}
 
     @property
     def caps(self) -> Caps:
@@ -226,9 +226,8 @@ class GenerateStage:
         return ""
 
     def ended(self) -> None:
-        self.history.record(
-            self.runner.status_now()
-        )  # its last minute counts in the job's rate too
+        # its last minute counts in the job's rate too
+        self.history.record(self.runner.status_now())
         if self.writer.unwritten:
             n = len(self.writer.unwritten)
             self.log(f"{n} answers still waiting for disk space are dropped: redone on resume")
