@@ -223,3 +223,42 @@ def test_a_restart_that_changes_nothing_touches_nothing_and_a_dataset_not_deploy
     assert {row.split()[5] for row in rows} == {"-"}, out  # no ETA for a job that is not running
     dry = ok("invoke restart --dry-run", config)
     assert "running" not in dry, dry
+
+
+@pytest.mark.slow
+def test_records_beyond_a_lowered_cap_are_counted_apart_wherever_the_count_appears(box, tmp_path):
+    """A dataset's records are those of its first N prompts: a cap lowered after its records were
+    made leaves them on the host, out of the counts, the tokens, the cuts and the export, and every
+    command that counts says how many lie beyond it."""
+    config, root = box
+    ok("invoke restart --max-samples 8", config)
+    finish(config)
+    ok("invoke restart --cap B2=3", config)
+    finish(config)
+    b2 = {r["index"]: r for r in records(root, "B2")}
+    assert sorted(b2) == list(range(8))  # nothing deleted
+    inside = [b2[i] for i in range(3)]
+    d = status(root)["datasets"]["B2"]
+    assert (d["done"], d["target"], d["records"]) == (3, 3, 8)
+    assert d["completion_tokens"] == sum(r["usage"]["completion_tokens"] for r in inside)
+    assert d["finish_length"] == sum(r["finish_reason"] == "length" for r in inside)
+    assert "B2 3/3 +5 beyond the cap" in ok("invoke tail --once", config)
+    said = ok("invoke status", config)
+    assert "records beyond the cap" in said and "B2 5" in said.split("beyond the cap")[1]
+
+    out, pulled = tmp_path / "train.jsonl", tmp_path / "pulled"
+    ok(f"invoke export --format sharegpt --out {out} --pulled {pulled} --keep empty,length", config)
+    manifest = json.loads((tmp_path / "train.jsonl.manifest.json").read_text())
+    assert manifest["datasets"]["B2"]["cap"] == 3
+    assert manifest["datasets"]["B2"]["dropped"] == {"beyond_cap": 5}
+    assert manifest["datasets"]["B2"]["kept"] == 3 and manifest["datasets"]["B1"]["kept"] == 8
+    ok(
+        f"invoke export --format sharegpt --out {out} --pulled {pulled} --keep empty,length,beyond_cap",
+        config,
+    )
+    manifest = json.loads((tmp_path / "train.jsonl.manifest.json").read_text())
+    assert manifest["datasets"]["B2"]["kept"] == 8
+
+    page = tmp_path / "r.html"
+    ok(f"invoke report --out {page}", config)
+    assert "3 (+5 beyond the cap)" in page.read_text()

@@ -87,7 +87,13 @@ def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
     assert not (project / "pulled" / "gpu" / "MT.partial.jsonl").exists()  # host-side state only
     rows = lines(project / "train.jsonl")
     manifest = json.loads((project / "train.jsonl.manifest.json").read_text())
-    assert set(manifest["drop"]) == {"empty", "length", "original_answers", "role_order"}
+    assert set(manifest["drop"]) == {
+        "empty",
+        "length",
+        "original_answers",
+        "role_order",
+        "beyond_cap",
+    }
     assert "data.train_data_path" in manifest["reads_as"]
     for ds in ("B1", "MT", "HL"):
         m = manifest["datasets"][ds]
@@ -111,7 +117,7 @@ def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
     # --per-turn: one row per reply the target made, its history before it (thinking kept: the
     # template decides), the dataset's own answers only ever history
     pt, man = export_cli(cfg, project, "--per-turn", "--out", "pt.jsonl")
-    assert man["drop"].keys() == {"empty", "length", "role_order"}
+    assert man["drop"].keys() == {"empty", "length", "role_order", "beyond_cap"}
     assert "train_only_last_turn: true" in man["reads_as"]
     hl = [r for r in pt if r["source_id"].startswith("HL")]
     assert {r["source_id"] for r in hl} == {r["id"] for r in recs["HL"] if not why_left_out(r, 0)}
@@ -152,7 +158,10 @@ def test_export_writes_each_format_and_a_manifest_that_adds_up(finished_job):
     # speculators: one row per reply, the exact tokens, loss on the generated ones, and the
     # conversation of exactly the turn its tokens hold
     sp, man = export_cli(cfg, project, "--format", "speculators", "--out", "sp.jsonl")
-    assert man["drop"].keys() == {"empty"}  # rows of exact tokens: a cut reply is the model's own
+    assert man["drop"].keys() == {
+        "empty",
+        "beyond_cap",
+    }  # rows of exact tokens: a cut reply is the model's own
     for row in sp:
         rec = by_id[row["primary_id"]]
         k = int(row["id"].rsplit("_gen", 1)[1])

@@ -57,9 +57,9 @@ def spec_status(**over) -> dict:
                 "completion_tokens": 15_770_000,
                 "tokens_per_s": 0,
                 "eta_s": 0,
-                "records": 10_000,
+                "records": 7000,
                 "new_records": 0,
-                "finish_length": 282,  # records of earlier runs count: the share is the job's
+                "finish_length": 192,  # records of earlier runs count: the share is the job's
             },
             "B2": {
                 "done": 1639,
@@ -96,6 +96,14 @@ def render(obj, width=100) -> str:
     buf = io.StringIO()
     Console(file=buf, force_terminal=True, width=width, color_system=None).print(obj)
     return buf.getvalue()
+
+
+def test_records_with_no_answer_text_are_said_in_the_health_line():
+    st = typed()
+    assert "no answer text" not in progress.health(st, NOW)[0]
+    st.datasets["B2"].empty, st.datasets["B2"].new_records = 76, 100
+    line, bad = progress.health(st, NOW)
+    assert "no answer text: 76 of this runner's 100 records (export leaves them out" in line and bad
 
 
 def test_tail_view_shows_the_right_figures():

@@ -125,10 +125,11 @@ def test_pretokenized_rows_are_the_exact_tokens_of_each_reply(tmp_path):
 def test_kept_on_demand_and_said_in_the_manifest(tmp_path):
     keep = effective_drop("specforge", False, keep="original_answers,role_order,empty")
     out, res = rows(tmp_path, "all.jsonl", fmt="specforge", drop=keep, per_turn=False)
-    assert keep == ("length",) and res.datasets["CUT"]["dropped"] == {"length": 1}
+    assert keep == ("length", "beyond_cap") and res.datasets["CUT"]["dropped"] == {"length": 1}
     assert len(out) == len(RECS) - 1
     manifest = json.loads((tmp_path / "all.jsonl.manifest.json").read_text())
-    assert list(manifest["drop"]) == ["length"] and "max_tokens" in manifest["drop"]["length"]
+    assert list(manifest["drop"]) == ["length", "beyond_cap"]
+    assert "max_tokens" in manifest["drop"]["length"]
     sg, _ = rows(tmp_path, "sg.jsonl", fmt="sharegpt")
     sf = {r["id"] for r in rows(tmp_path, "sf.jsonl", fmt="specforge", per_turn=False)[0]}
     assert {r["id"] for r in sg} == sf | {"SY-000005"}  # SpecForge's role rules are its own

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from remote.common.caps import CLEAR, selection
+from remote.common.caps import CLEAR, Caps, selection, within
 from remote.common.codec import atomic_file
 from remote.common.keys import suggest
 from remote.common.records import Record
@@ -21,6 +21,7 @@ from remote.common.records import Record
 from ..config import Config
 from ..errors import DeployToolError, ExitCode, UsageError
 from .formats import FORMATS, PER_REPLY, ROWS, NoTokenIds, Piece, pieces, specforge_cut
+from .pull import CAPS_FILE
 
 # why a row is left out: what each means, said in the manifest and by --help
 DROP_REASONS = {
@@ -32,6 +33,8 @@ DROP_REASONS = {
     "assistant turn of a row",
     "role_order": "a message order SpecForge's parser cuts (e.g. a system message right before the "
     "answer), losing the reply",
+    "beyond_cap": "a record of a prompt past its dataset's cap (made before the cap was lowered): the "
+    "job's records are those of each dataset's first N prompts",
 }
 # what makes records differ as training data (turns: last and all mix well in one file)
 SETTINGS = ("model", "sampling", "chat_template_kwargs", "extra_body")
@@ -43,6 +46,7 @@ class Source:
     dataset: str
     path: Path
     meta: dict
+    cap: int | None = None  # the job's: its records are those of the first N prompts (None: all)
 
 
 @dataclass
@@ -91,12 +95,13 @@ def find_sources(pulled: Path, hosts: dict[str, list[str]]) -> list[Source]:
     """hosts: host -> the dataset names to export from it."""
     found = []
     for host, names in hosts.items():
+        caps = Caps.read(pulled / host / CAPS_FILE) or Caps()  # pulled before caps were: all
         for ds in names:
             path = pulled / host / f"{ds}.jsonl"
             if path.exists():
                 meta_path = path.with_name(f"{ds}.meta.json")
                 meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-                found.append(Source(host, ds, path, meta))
+                found.append(Source(host, ds, path, meta, caps.target(ds)))
     return found
 
 
@@ -143,6 +148,7 @@ KEEP_FLAG = {
     "length": "--keep length",
     "original_answers": "--per-turn keeps their replies alone",
     "role_order": "--keep role_order",
+    "beyond_cap": "--keep beyond_cap",
 }
 # formats whose trainer can train a row's last reply alone (SpecForge: data.train_only_last_turn)
 LAST_TURN_READERS = ("specforge",)
@@ -203,7 +209,9 @@ def effective_drop(fmt: str, per_turn: bool, drop: str = "", keep: str = "") -> 
     both = sorted(more & less)
     if both:
         raise DeployToolError(f"--drop and --keep both name {', '.join(both)}", ExitCode.BAD_INPUT)
-    return tuple(r for r in DROP_REASONS if r in (default_drop(fmt, per_turn) | more) - less)
+    # the job's records are its caps': any format leaves out those beyond them
+    base = default_drop(fmt, per_turn) | {"beyond_cap"}
+    return tuple(r for r in DROP_REASONS if r in (base | more) - less)
 
 
 def drop_reason(piece: Piece, drop: tuple[str, ...]) -> str | None:
@@ -293,6 +301,9 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
                 break  # a torn tail (a pull killed mid-line): the next pull completes it
             rec = Record.from_json(json.loads(raw))
             tally.saw(rec)
+            if "beyond_cap" in drop and not within(rec.index, s.cap):
+                tally.dropped["beyond_cap"] = tally.dropped.get("beyond_cap", 0) + 1
+                continue
             if (s.dataset, rec.id) in seen:
                 # the same prompt recorded on two hosts: the first is kept
                 tally.dropped["duplicate"] = tally.dropped.get("duplicate", 0) + 1
@@ -326,6 +337,7 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
             s.dataset,
             {
                 "hosts": [],
+                "cap": s.cap,
                 "records": t.records,
                 "kept": t.kept,
                 "dropped": dict(sorted(t.dropped.items())),

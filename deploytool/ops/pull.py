@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from .pull_hidden import HiddenPulled
 
 
+CAPS_FILE = ".caps.json"  # the job's caps as the host kept them at the pull (a dot: no output file)
+
+
 @dataclass
 class Pulled:
     """What pull did with one file: unchanged | fetched | appended | re-fetched | refused: ..."""
@@ -98,10 +101,13 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
             if _append_only(p.name):
                 _cut_torn_tail(p)
             have[p.name] = p.stat().st_size
-    info = call(conn, CtlFiles(have=have)).files
+    answer = call(conn, CtlFiles(have=have))
+    info = answer.files
     result = PullResult(conn.name, str(local_dir))
     if info:  # made only once there is something to put in it (no empty folder after a failure)
         local_dir.mkdir(parents=True, exist_ok=True)
+        if answer.caps is not None:  # which records are the job's, for export
+            answer.caps.write(local_dir / CAPS_FILE)
     remote_dir = f"{conn.remote_dir.rstrip('/')}/data/outputs"
     sync(conn, info, have, remote_dir, local_dir, refetch, result)
     return result

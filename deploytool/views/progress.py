@@ -72,13 +72,20 @@ def health(st: JobStatus, now: float) -> tuple[str, bool]:
     """The health line, and whether anything in it needs attention."""
     engine, bad = engine_said(st, now)
     parts = [engine]
-    every = st.records  # every record of the job, not only this runner's
+    every = sum(d.done for d in st.datasets.values())  # the job's records, every runner's
     parts.append(f"errors {st.errors}")
     bad |= bool(st.errors)
     if st.stage != HIDDEN_STATES:  # a row of hidden states has no finish reason
         parts.append(
             f"finish=length {st.finish_length / every:.1%}" if every else "finish=length -"
         )
+        empty = sum(d.empty for d in st.datasets.values())
+        if empty:  # cut inside the thinking, mostly: no training row can be made of them
+            parts.append(
+                f"no answer text: {empty:,} of this runner's {st.new_records:,} records (export "
+                "leaves them out; a reply cut inside its thinking has none)"
+            )
+            bad |= empty * 10 > st.new_records
     if st.retries:
         parts.append(f"retries {st.retries}")
     if st.stalled:
@@ -310,7 +317,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
         table.add_row(
             name,
             bar,
-            f"{d.done:,}/{target:,}",
+            f"{d.done:,}/{target:,}{beyond_said(d.beyond)}",
             fmt_tokens(d.completion_tokens),
             fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
             eta,
@@ -363,12 +370,17 @@ def view(
     return Group(*parts)
 
 
+def beyond_said(n: int) -> str:
+    """Records made before a cap was lowered: kept on the host, counted apart wherever counts are."""
+    return f" +{n:,} beyond the cap" if n else ""
+
+
 def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = None) -> str:
     stamp = time.strftime("%H:%M:%S", time.localtime(now))
     if st is None:
         return f"{stamp} {host}: no status yet" + (f" ({note})" if note else "")
     ds = " ".join(
-        f"{n} {d.done}/{d.target}"
+        f"{n} {d.done}/{d.target}{beyond_said(d.beyond)}"
         + (f" ({BUDGET_REACHED})" if d.said_state == BUDGET_REACHED else "")
         for n, d in st.datasets.items()
     )

@@ -198,6 +198,13 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
         out.print(t)
         if any(shows_mean(d.tokens_per_s, d.mean_tokens_per_s) for d in s.datasets.values()):
             out.print(f"  {MEAN_NOTE}", markup=False)
+        beyond = [f"{n} {d.beyond:,}" for n, d in s.datasets.items() if d.beyond]
+        if beyond:
+            out.print(
+                f"  records beyond the cap (made before it was lowered: kept on the host, left out "
+                f"of these counts, of export and of the hidden states): {', '.join(beyond)}",
+                markup=False,
+            )
         out.print(
             f"  total {_tok(s.completion_tokens)} tokens{' in rows' if rows else ''}, "
             f"{fmt_rate(s.tokens_per_s, s.mean_tokens_per_s)} tok/s, "

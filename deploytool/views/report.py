@@ -11,7 +11,7 @@ from remote.common.answers import Histogram, RecoverEvent, ReportAnswer, ReportD
 from remote.common.caps import GENERATE, HIDDEN_STATES, fmt_bytes
 from remote.common.status import JobState
 
-from .progress import fmt_duration, fmt_tokens
+from .progress import beyond_said, fmt_duration, fmt_tokens
 
 W, H, PAD = 640, 180, 36  # chart size and margin, in SVG units
 CSS = """
@@ -239,6 +239,10 @@ def _rate(data: ReportAnswer) -> str:
     return f"{fmt_tokens(st.tokens_per_s)} tok/s now"
 
 
+def records_said(records: int, beyond: int) -> str:
+    return f"{records:,}" + (f" ({beyond_said(beyond).strip()})" if beyond else "")
+
+
 def page(data: ReportAnswer) -> str:
     st, host, max_tokens, ds = data.status, data.host, data.max_tokens, data.datasets
     rows = []
@@ -249,7 +253,8 @@ def page(data: ReportAnswer) -> str:
         mean = f"{d.mean:,.0f}" if d.mean else "-"
         err = f'<span class="bad">{d.errors:,}</span>' if d.errors else "0"
         rows.append(
-            f"<tr><td>{html.escape(name)}</td><td>{d.records:,}</td><td>{cap}</td><td>{budget}</td>"
+            f"<tr><td>{html.escape(name)}</td><td>{records_said(d.records, d.beyond)}</td>"
+            f"<td>{cap}</td><td>{budget}</td>"
             f"<td>{fmt_tokens(d.tokens)}</td><td>{mean}</td><td style='text-align:left'>"
             f"{finish_share(d.finish)}</td><td>{err}</td></tr>"
         )

@@ -229,6 +229,7 @@ class FileInfo:
 @dataclass
 class FilesAnswer:
     files: dict[str, FileInfo] = field(default_factory=dict)
+    caps: Caps | None = None  # the job's kept caps: export leaves out the records beyond them
 
 
 @dataclass
@@ -320,7 +321,8 @@ class Histogram:
 
 @dataclass
 class ReportDataset:
-    records: int = 0
+    records: int = 0  # in the cap
+    beyond: int = 0  # records beyond the cap, kept on disk and counted nowhere else
     tokens: int = 0
     mean: float | None = None
     target: int | None = None

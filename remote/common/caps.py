@@ -53,6 +53,14 @@ class Caps(Record):
         return ", ".join(parts)
 
 
+def within(index: int | None, target: int | None) -> bool:
+    """Whether a record of prompt `index` is one of its dataset's at cap `target` (None: all): the
+    target is the first N prompts, so a record made before the cap was lowered stays on disk but
+    beyond it, left out of every count, the export and the hidden states (a record with no index
+    cannot be placed in the file's order)."""
+    return target is None or (index is not None and index < target)
+
+
 DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TOKENS_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGbB]?)\s*$")
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000, "b": 1_000_000_000}

@@ -68,6 +68,13 @@ def file_identity(st) -> dict:
     }
 
 
+def count_prompts(path) -> int:
+    """A prompt file's prompts: its non-blank lines (each is one, readable or not: the runner
+    records an unreadable one as an error, in its place)."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
 @dataclass
 class DatasetStatus(Codec):
     state: str = DatasetState.PENDING
@@ -75,13 +82,13 @@ class DatasetStatus(Codec):
     target: int = 0
     records: int = 0  # every record of the dataset, in the target or not
     prompts: int = 0
-    completion_tokens: int = 0
-    mean_tokens: float = 0.0
+    completion_tokens: int = 0  # of the records in the target
+    mean_tokens: float = 0.0  # of every record
     errors: int = 0  # lines in <DS>.errors.jsonl
     failed_this_run: int = 0
     in_flight: int = 0
     new_records: int = 0  # written by this runner
-    finish_length: int = 0  # of every record: cut at max_tokens
+    finish_length: int = 0  # of the records in the target: cut at max_tokens
     empty: int = 0  # of this runner's records: no answer text
     tokens_per_s: float = 0.0  # the last minute
     samples_per_s: float = 0.0
@@ -96,6 +103,11 @@ class DatasetStatus(Codec):
     @property
     def is_complete(self) -> bool:
         return self.state == DatasetState.COMPLETE
+
+    @property
+    def beyond(self) -> int:
+        """Records beyond the cap (made before it was lowered): kept, counted in none of the rest."""
+        return max(0, self.records - self.done)
 
     @property
     def said_state(self) -> str:

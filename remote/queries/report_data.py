@@ -7,20 +7,23 @@ from __future__ import annotations
 import collections
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
-from ..common.caps import GENERATE, Caps
+from ..common.caps import GENERATE, within
 from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ..common.protocol import CtlReport
 from ..common.records import Record
+from ..common.state import kept_caps
 from ..common.status import JobStatus
 from ..job.store import history
 from ..job.store.rates import IDLE_GAP_S, ActiveTime
 from .report_stage import stage_of
 
 _HEAD = re.compile(
-    rb'"finish_reason": ("[^"]*"|null), "usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)'
+    rb'(?:"index": (\d+|null), )?"finish_reason": ("[^"]*"|null), '
+    rb'"usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)'
 )
 BINS = 40
 LAST_ERRORS = 5
@@ -39,12 +42,20 @@ def _created(line: bytes) -> int | None:
     return int(m.group(1)) if m else None
 
 
+@dataclass
+class Scanned:
+    lengths: list[int] = field(default_factory=list)  # response tokens of each record in the cap
+    finish: collections.Counter = field(default_factory=collections.Counter)
+    beyond: int = 0  # records beyond the cap (made before it was lowered)
+
+
 def scan_outputs(
-    path: Path, made: collections.Counter | None = None
-) -> tuple[list[int], collections.Counter]:
-    """Response lengths and finish_reason counts of every record (heads only: no conversation is
-    parsed); `made` gets each record's response tokens at the second it was written."""
-    lengths, finish = [], collections.Counter()
+    path: Path, target: int | None = None, made: collections.Counter | None = None
+) -> Scanned:
+    """Response lengths and finish_reason counts of the records in the cap `target` (heads only: no
+    conversation is parsed); `made` gets each record's response tokens at the second it was
+    written, every record's (the engine made them all)."""
+    got = Scanned()
     made = collections.Counter() if made is None else made
     try:
         with open(path, "rb") as f:
@@ -55,21 +66,22 @@ def scan_outputs(
                         rec = Record.from_json(json.loads(line))
                     except (ValueError, KeyError, TypeError):
                         continue  # a torn last line
-                    n = rec.completion_tokens
-                    lengths.append(n)
-                    finish[str(rec.finish_reason)] += 1
-                    if rec.created:
-                        made[rec.created] += n
-                    continue
-                n = int(m.group(2))
-                lengths.append(n)
-                finish[json.loads(m.group(1)) or "None"] += 1
-                t = _created(line)
+                    index, n, finish = rec.index, rec.completion_tokens, str(rec.finish_reason)
+                    t = rec.created or None
+                else:
+                    index = None if m.group(1) in (None, b"null") else int(m.group(1))
+                    n, finish = int(m.group(3)), json.loads(m.group(2)) or "None"
+                    t = _created(line)
                 if t is not None:
                     made[t] += n
+                if not within(index, target):
+                    got.beyond += 1
+                    continue
+                got.lengths.append(n)
+                got.finish[finish] += 1
     except FileNotFoundError:
         pass
-    return lengths, finish
+    return got
 
 
 def active_seconds(made: collections.Counter) -> float:
@@ -156,20 +168,22 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
     max_tokens = int((job.sampling if job else {}).get("max_tokens") or 0) or None
     names = job.dataset_names() if job else list(st.datasets)
     datasets = {}
-    kept = Caps.from_dict(st.caps or {})  # what the generation runs to, while the stage runs
+    kept = kept_caps(paths)
     made: collections.Counter = collections.Counter()
     for name in names:
-        lengths, finish = scan_outputs(paths.output(name), made)
+        got = scan_outputs(paths.output(name), kept.target(name), made)
+        lengths = got.lengths
         n_err, last = errors(paths.errors(name))
         top = max(max_tokens or 0, max(lengths, default=0))
         d = st.datasets.get(name) if st.stage == GENERATE else None  # else the stage's rows
         datasets[name] = ReportDataset(
             records=len(lengths),
+            beyond=got.beyond,
             tokens=sum(lengths),
             mean=sum(lengths) / len(lengths) if lengths else None,
             target=d.target if d else kept.target(name),
             hist=histogram(lengths, top),
-            finish=dict(finish),
+            finish=dict(got.finish),
             errors=n_err,
             last_errors=last,
         )

@@ -12,7 +12,7 @@ from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, 
 from ...common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop
 from ...common.records import hidden_ledgers, output_files
-from ...common.state import ImportsSeen, ServerKeys
+from ...common.state import ImportsSeen, ServerKeys, kept_caps
 from ...common.wire import HostFault
 from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
@@ -101,4 +101,4 @@ def keys_command(paths: Paths, req: CtlKeys) -> KeysStored:
 
 def files_command(paths: Paths, req: CtlFiles) -> FilesAnswer:
     found = (hidden_ledgers if req.hidden else output_files)(paths, req.have)
-    return FilesAnswer({name: FileInfo(**e) for name, e in found.items()})
+    return FilesAnswer({name: FileInfo(**e) for name, e in found.items()}, kept_caps(paths))

@@ -19,7 +19,7 @@ from ...common.caps import CapRow, Caps
 from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
 from ...common.state import ControlRequest, RunnerRecord, kept_caps, lock_held
-from ...common.status import JobState, JobStatus, file_identity
+from ...common.status import JobState, JobStatus, count_prompts, file_identity
 from ...common.wire import HostFault
 from ..facts import gpu, intent, kill
 from ..facts.strays import managed_runner, stray_runners
@@ -36,10 +36,13 @@ def send_control(paths: Paths, token: str | None, **request) -> int:
     return seq
 
 
-def caps_summary(st: JobStatus, caps: Caps, was: Caps, names=()) -> dict[str, CapRow]:
+def caps_summary(
+    st: JobStatus, caps: Caps, was: Caps, names=(), replaced: dict[str, int] | None = None
+) -> dict[str, CapRow]:
     """Per dataset (the runner's, then any other of the job's `names`): where it stands, its cap
     now and before. A dataset the status does not know yet (a dry run), or knows in another stage
-    (rows of hidden states are no answers), has its counts at 0: not known."""
+    (rows of hidden states are no answers), has its counts at 0: not known. `replaced`: the
+    prompts of the files a live re-cap will reload (a dry run says those, not the old file's)."""
     rows = {}
     same_stage = st.stage == caps.stage
     for n in list(st.datasets) + [n for n in names if n not in st.datasets]:
@@ -48,22 +51,27 @@ def caps_summary(st: JobStatus, caps: Caps, was: Caps, names=()) -> dict[str, Ca
         row = CapRow(cap=cap, was=was.target(n), selected=selected, was_selected=was.selected(n))
         if d is not None:
             row.done, row.target, row.state, row.prompts = d.done, d.target, d.state, d.prompts
+        if replaced and n in replaced:
+            row.prompts = replaced[n]
+            row.target = replaced[n] if cap is None else min(cap, replaced[n])
         rows[n] = row
     return rows
 
 
-def prompts_replaced(paths: Paths, st: JobStatus) -> bool:
-    """A prompt file the running runner reads was replaced since it opened it (a deploy): a restart
-    with the same caps still has that to do (the runner reloads it live)."""
-    for d in st.datasets.values():
+def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:
+    """The prompt files the running runner reads that were replaced since it opened them (a
+    deploy), with their prompts now: a restart with the same caps still has those to reload."""
+    out = {}
+    for name, d in st.datasets.items():
         used = d.prompts_file
         try:
-            now = file_identity(os.stat(paths.root / used["path"]))
+            path = paths.root / used["path"]
+            now = file_identity(os.stat(path))
+            if now != {k: used.get(k) for k in now}:
+                out[name] = count_prompts(path)
         except (KeyError, OSError):
             continue  # none known, or gone: the runner keeps reading the file it has open
-        if now != {k: used.get(k) for k in now}:
-            return True
-    return False
+    return out
 
 
 def job_datasets(job: Path | None = None) -> list[str]:
@@ -290,20 +298,21 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     live = same_release and not req.hard and caps.stage == was.stage
     if req.dry_run:
         st = JobStatus.read(paths.status) or JobStatus()
-        change = caps != was or prompts_replaced(paths, st)
+        replaced = prompts_replaced(paths, st)
+        change = caps != was or bool(replaced)
         mode = ("live" if change else "unchanged") if live else ("restart" if rec else "start")
         return RestartAnswer(
             mode=mode,
             dry_run=True,
             running_pid=rec.pid if rec else None,
-            caps=caps_summary(st, caps, was, job_datasets()),
+            caps=caps_summary(st, caps, was, job_datasets(), replaced),
             kept=caps,
             was=was,
         )
     if live:
         st = JobStatus.read(paths.status) or JobStatus()
         # a restart that changes nothing on a running job touches nothing
-        change = caps != was or prompts_replaced(paths, st)
+        change = caps != was or bool(prompts_replaced(paths, st))
         if change:
             st = recap(paths, rec, caps, was)
         if st is not None:

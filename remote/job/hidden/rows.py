@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...common.caps import within
 from ...common.records import Record, TokenRow
 
 
@@ -39,7 +40,7 @@ def rows_of(outputs: Path, target: int | None) -> Rows:
                 continue
             seen.add(rec.id)
             got.records += 1
-            if target is not None and (rec.index is None or rec.index >= target):
+            if not within(rec.index, target):
                 got.outside += 1
                 continue
             rows = rec.token_rows()

@@ -39,7 +39,7 @@ class Progress:
 def _row(run: DatasetRun, now: float, started: float) -> tuple[DatasetStatus, float]:
     spec = run.spec
     tok_rate = run.tokens.per_s(now, started)
-    mean = run.completion_tokens / len(run.done) if run.done else spec.est_tokens
+    mean = run.mean_tokens
     state = run.state()
     rem_tok = max(0, run.target_n - run.done_in_target) * mean
     if run.budget is not None:

@@ -31,15 +31,19 @@ class DatasetRun:
     spec: DatasetSpec
     prompts: PromptFile
     ledger: Ledger
-    tokens_total: int  # response tokens of every record of the dataset (the budget counts them)
+    tokens_of: dict[str, int]  # record id -> its response tokens, every record of the dataset
+    cut: set[str]  # ids of the records cut at max_tokens
     errors: int
     out: AppendFile
     err: AppendFile
     target_n: int = 0
+    # the dataset's records are those of its target's prompts: a record beyond a lowered cap is
+    # kept, and counted apart (records - done), never in the tokens, cuts or budget
     done_in_target: int = 0
+    tokens_in_target: int = 0
+    finish_length: int = 0  # records in the target cut at max_tokens, every run's
     next_pos: int = 0
     new_records: int = 0
-    finish_length: int = 0  # records of the dataset cut at max_tokens, every run's
     empty: int = 0  # this run's records with no answer text
     tokens: RateWindow = field(default_factory=RateWindow)  # response tokens written, per second
     active: ActiveTime = field(default_factory=ActiveTime)  # and over the job's life
@@ -63,16 +67,25 @@ class DatasetRun:
 
     @property
     def completion_tokens(self) -> int:
-        return self.tokens_total
+        return self.tokens_in_target
+
+    @property
+    def mean_tokens(self) -> float:
+        """Response tokens a record takes, over every record (the best estimate there is)."""
+        done = self.tokens_of
+        return sum(done.values()) / len(done) if done else self.spec.est_tokens
 
     def set_target(self, n: int | None, budget: int | None) -> None:
         self.target_n = len(self.prompts) if n is None else min(n, len(self.prompts))
-        self.done_in_target = self.ledger.count_done(self.prompts.ids[: self.target_n])
+        ids = self.ledger.done_among(self.prompts.ids[: self.target_n])
+        self.done_in_target = len(ids)
+        self.tokens_in_target = sum(self.tokens_of.get(i, 0) for i in ids)
+        self.finish_length = sum(1 for i in ids if i in self.cut)
         self.next_pos = min(self.next_pos, self.target_n)
         self.budget = budget
 
     def budget_reached(self) -> bool:
-        return self.budget is not None and self.tokens_total >= self.budget
+        return self.budget is not None and self.tokens_in_target >= self.budget
 
     def due_now(self, now: float) -> bool:
         due = self.ledger.next_due_at()
@@ -104,13 +117,17 @@ class DatasetRun:
             self.next_pos += 1
         return self.next_pos < self.target_n
 
-    def record_done(self, p: Prompt, tokens: int) -> None:
+    def record_done(self, p: Prompt, tokens: int, cut: bool = False) -> None:
         self.ledger.recorded(p.id)
-        self.tokens_total += tokens
+        self.tokens_of[p.id] = tokens
+        if cut:
+            self.cut.add(p.id)
         self.new_records += 1
         index = self.reindexed.pop(p.id, p.index)
         if 0 <= index < self.target_n:
             self.done_in_target += 1
+            self.tokens_in_target += tokens
+            self.finish_length += cut
 
     def reload(self, new: PromptFile) -> None:
         """Use `new` from now on. Requests in flight (or answered, waiting for the disk) keep the
@@ -179,11 +196,11 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
         spec,
         prompts,
         Ledger(existing.ids),
-        sum(existing.tokens.values()),
+        existing.tokens,
+        {i for i, f in existing.finish.items() if f == "length"},
         count_lines(paths.errors(spec.name)),
         AppendFile(out_path, indexed=True),
         AppendFile(paths.errors(spec.name)),
-        finish_length=existing.count_finish("length"),
     )
     if spec.turns == "all":
         run.partials = Partials(paths.partial(spec.name), existing.ids)

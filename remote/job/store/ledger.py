@@ -96,10 +96,10 @@ class Ledger:
     def queued(self) -> View:
         return self.ids(PromptState.QUEUED)
 
-    def count_done(self, ids) -> int:
-        """How many of `ids` are recorded (a re-cap counts a million of them)."""
+    def done_among(self, ids) -> list[str]:
+        """Those of `ids` that are recorded (a re-cap looks at a million of them)."""
         done = self._in[PromptState.DONE]
-        return sum(1 for pid in ids if pid in done)
+        return [pid for pid in ids if pid in done]
 
     def is_new(self, pid: str) -> bool:
         """Asked once per prompt the scan passes (a million on a resume): plain lookups."""

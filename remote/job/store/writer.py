@@ -48,7 +48,7 @@ class RecordWriter:
 
         def write() -> None:
             run.out.append(line, p.id, tokens, str(rec.finish_reason or "null"))
-            run.record_done(p, tokens)
+            run.record_done(p, tokens, cut)
             if run.partials is not None:
                 run.partials.forget(p.id)
             now = time.time()
@@ -57,7 +57,6 @@ class RecordWriter:
             self.active.add(now, tokens)
             self.bytes.add(now, len(line))
             self.last_completion = now
-            run.finish_length += cut
             run.empty += empty
 
         run.ledger.answered(p.id)

@@ -38,8 +38,12 @@ def test_each_format_leaves_out_what_its_trainer_would_mistrain():
 
 
 def test_drop_and_keep_move_the_defaults_and_never_both():
-    assert ex.effective_drop("speculators", False, drop="length") == ("empty", "length")
-    assert ex.effective_drop("specforge", True, keep="role_order, length") == ("empty",)
+    assert ex.effective_drop("speculators", False, drop="length") == (
+        "empty",
+        "length",
+        "beyond_cap",
+    )
+    assert ex.effective_drop("specforge", True, keep="role_order, length, beyond_cap") == ("empty",)
     assert refused(ex.effective_drop, "specforge", True, "length", "length") == (
         "--drop and --keep both name length"
     )

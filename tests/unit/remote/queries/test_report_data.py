@@ -26,8 +26,8 @@ def test_a_job_of_half_a_minute_has_a_line_and_an_average(tmp_path):
             rec = {"id": i, "finish_reason": "stop", "usage": usage, "conversations": []}
             f.write(json.dumps({**rec, "created": 1_000 + i}) + "\n")
     made = collections.Counter()
-    lengths, finish = scan_outputs(path, made)
-    assert lengths == [100] * 30 and finish == {"stop": 30}
+    got = scan_outputs(path, None, made)
+    assert got.lengths == [100] * 30 and got.finish == {"stop": 30}
     points, width, mean = throughput(made)
     assert width == 1.0 and len(points) == 31  # 30 s in 1 s bins (and the edge of the last)
     assert points[0] == [1_000.5, 100.0] and mean == 100.0
@@ -65,6 +65,7 @@ def test_while_the_stage_runs_the_answers_table_has_the_generations_cap_not_the_
     paths = Paths(tmp_path)
     paths.ensure()
     st = JobStatus(stage=HIDDEN_STATES, caps=Caps(max_samples=5, stage=HIDDEN_STATES).to_dict())
+    Caps(max_samples=5, stage=HIDDEN_STATES).write(paths.caps)  # the job's, as the host keeps them
     st.datasets["B1"] = DatasetStatus(target=9, budget=123)  # the stage's: rows of two turns
     paths.status.write_text(json.dumps(st.to_dict()))
     got = gather(paths)
@@ -72,3 +73,25 @@ def test_while_the_stage_runs_the_answers_table_has_the_generations_cap_not_the_
     st.stage, st.caps = "generate", Caps(max_samples=5).to_dict()
     paths.status.write_text(json.dumps(st.to_dict()))
     assert gather(paths).datasets["B1"].target == 9
+
+
+def test_records_beyond_the_cap_are_counted_apart(tmp_path):
+    """A cap lowered after its records were made: the report's counts are those of the first N
+    prompts' records, the rest counted apart (the engine made them all: the rate has them)."""
+    path = tmp_path / "B2.jsonl"
+    with open(path, "w") as f:
+        for i in range(8):
+            head = {
+                "id": f"p{i}",
+                "dataset": "B2",
+                "index": i,
+                "finish_reason": "length" if i > 4 else "stop",
+            }
+            usage = {"prompt_tokens": 1, "completion_tokens": 10 + i}
+            f.write(
+                json.dumps({**head, "usage": usage, "conversations": [], "created": 1_000}) + "\n"
+            )
+    made = collections.Counter()
+    got = scan_outputs(path, 5, made)
+    assert got.lengths == [10, 11, 12, 13, 14] and got.finish == {"stop": 5} and got.beyond == 3
+    assert made == {1_000: sum(range(10, 18))}

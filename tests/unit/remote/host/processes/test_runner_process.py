@@ -10,7 +10,12 @@ from remote.common.caps import Caps
 from remote.common.jobspec import Paths
 from remote.common.state import ControlRequest, kept_caps
 from remote.common.status import DatasetStatus, JobStatus
-from remote.host.processes.runner_process import caps_summary, lock_is_free, send_control
+from remote.host.processes.runner_process import (
+    caps_summary,
+    lock_is_free,
+    prompts_replaced,
+    send_control,
+)
 
 
 def test_control_requests_are_numbered_in_turn(tmp_path):
@@ -32,6 +37,37 @@ def test_the_caps_answer_says_each_dataset_and_its_new_cap():
     # a dataset the status does not know yet (a dry run before its first run): its caps, no counts
     b2 = rows["B2"]
     assert (b2.cap, b2.was, b2.prompts, b2.changed, b2.raised) == (5, 40, 0, True, False)
+
+
+def test_a_raise_over_a_replaced_prompt_file_says_the_new_files_prompts(tmp_path):
+    """A file deployed under the job is reloaded by the restart: what it says ahead (the target
+    goes up to ...) counts the new file, as the reload and the table after it do."""
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views.render_restart import raised_targets
+    from remote.common.answers import RestartAnswer
+    from remote.common.status import file_identity
+
+    paths = Paths(tmp_path)
+    prompts = tmp_path / "data" / "BIG.jsonl"
+    prompts.parent.mkdir(parents=True)
+    prompts.write_text('{"prompt": "a"}\n' * 768)
+    st = JobStatus(state="running")
+    used = dict(file_identity(os.stat(prompts)), path="data/BIG.jsonl")
+    st.datasets = {"BIG": DatasetStatus("running", 400, 400, 400, 768, prompts_file=used)}
+    assert prompts_replaced(paths, st) == {}
+    with open(prompts, "a") as f:
+        f.write('{"prompt": "b"}\n' * 100 + "\n")  # a blank line is no prompt
+    replaced = prompts_replaced(paths, st)
+    assert replaced == {"BIG": 868}
+    rows = caps_summary(st, Caps(max_samples=1000), Caps(max_samples=400), (), replaced)
+    assert (rows["BIG"].prompts, rows["BIG"].target, rows["BIG"].raised) == (868, 868, True)
+    out = Console(file=io.StringIO(), width=200)
+    raised_targets(RestartAnswer(host="gpu1", caps=rows), out)
+    said = out.file.getvalue()
+    assert "BIG's target goes up (400 → 868 prompts: every prompt of the file)" in said
 
 
 def test_a_raise_is_a_dataset_that_gets_more_to_run():

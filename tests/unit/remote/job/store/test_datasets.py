@@ -39,6 +39,25 @@ def test_resuming_skips_what_is_recorded_and_counts_its_tokens(tmp_path):
     assert run.state() == DatasetState.RUNNING and not run.has_work()
 
 
+def test_records_beyond_a_lowered_cap_stay_out_of_every_count_and_the_budget(tmp_path):
+    """The dataset's records are its target's: those made before the cap was lowered are kept and
+    counted apart (status: records - done), never in the tokens, the cuts or the budget."""
+    _, run, _ = opened(tmp_path, done=(0, 1, 2, 3))
+    run.set_target(2, budget=30)
+    assert (run.done_in_target, len(run.done), run.completion_tokens) == (2, 4, 20)
+    assert not run.budget_reached() and run.mean_tokens == 10
+    run.set_target(None, budget=30)  # raised again: they count
+    assert (run.done_in_target, run.completion_tokens, run.budget_reached()) == (4, 40, True)
+    run.set_target(5, budget=None)
+    p = run.next_prompt(0.0)
+    run.ledger.send(p.id)
+    run.ledger.answered(p.id)
+    run.record_done(p, 7, cut=True)
+    assert (run.completion_tokens, run.finish_length) == (47, 1)
+    run.set_target(2, budget=None)
+    assert (run.completion_tokens, run.finish_length) == (20, 0)
+
+
 def test_a_budget_reached_sends_nothing_more_and_completes_once_nothing_is_in_flight(tmp_path):
     _, run, _ = opened(tmp_path, done=(0,))
     run.set_target(None, budget=10)

@@ -31,7 +31,7 @@ def test_an_answer_is_one_record_and_its_prompt_done():
     assert (rec["id"], rec["dataset"], rec["usage"]["completion_tokens"]) == (pid, "B1", 7)
     assert (key, tokens, finish) == (pid, 7, rec["finish_reason"])  # the index keeps the finish
     assert run.ledger.state(pid) == PromptState.DONE
-    assert run.done_in_target == 1 and run.tokens_total == 7
+    assert run.done_in_target == 1 and run.completion_tokens == 7
 
 
 def test_a_full_disk_holds_answers_in_order_and_writes_them_once_there_is_space():
