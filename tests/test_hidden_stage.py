@@ -80,6 +80,7 @@ def test_the_stage_runs_with_the_three_commands_and_is_kept_like_a_cap(tmp_path)
     said = ok("invoke plan --tokens-per-dataset 1k", config)
     assert "hidden-states stage at these caps:" in said
     assert f"× {per_token:.0f} B a token: measured on the rows made); the disk has" in said
+    assert "no measured answer throughput" in said  # the stage's rate is of rows, not answers
     # said stays said: a bare restart runs the stage again, and finds nothing left to do
     ok("invoke restart", config)
     ok("invoke tail", config)

@@ -145,3 +145,36 @@ def test_the_job_installs_the_package_alone_and_the_tests_add_their_tools(tmp_pa
     assert setup("dev") == [".[remote]", ".[dev,remote]"]
     assert setup() == [".[remote]", ".[dev,remote]"]  # the tests' venv runs the job as it is
     assert setup("dev") == [".[remote]", ".[dev,remote]"]
+
+
+def test_the_trainers_go_to_a_folder_of_their_own_never_into_the_users_vllm_venv(tmp_path):
+    """The tests read our files with the released trainers: installed without their pinned
+    requirements beside the venv vLLM serves from, so that venv never holds a package whose
+    requirements are unmet (pip would print an ERROR at every later install in it)."""
+    venv, trainers, log = tmp_path / "vllm-venv", tmp_path / "trainers", tmp_path / "pip.log"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    # a stand-in: imports succeed once the trainers' folder is on PYTHONPATH and holds them
+    python.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -m ]; then echo "$*" >> ' + str(log) + "; mkdir -p " + str(trainers) + "; "
+        "touch " + str(trainers) + "/in; exit 0; fi\n"
+        'case "$*" in *specforge*) [ -f "$PYTHONPATH/in" ] || exit 1;; esac\n'
+        'case "$*" in *version_info*) echo py311;; esac\n'
+        "exit 0\n"
+    )
+    python.chmod(0o755)
+    before = tree(venv)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DEPLOYTOOL_TRAINERS_DIR": str(trainers)}
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup-trainers.sh"), str(python)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == str(trainers)
+    (install,) = log.read_text().splitlines()  # datasets was there: the trainers alone
+    assert f"--no-deps --target {trainers} specforge==0.2.0 speculators==0.9.0" in install
+    assert tree(venv) == before

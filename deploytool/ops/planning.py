@@ -32,7 +32,7 @@ def plan_host(
     sizing = ServerSpec(model=spec.model, hidden_states=spec.hidden_states)
     answer = call(conn, CtlPlan(tokens_per_dataset=tokens_per_dataset, spec=sizing))
     rate = tokens_per_s or answer.tokens_per_s or None
-    rate_source = "--tokens-per-s" if tokens_per_s else ("measured (last minute)" if rate else None)
+    rate_source = "--tokens-per-s" if tokens_per_s else (answer.rate_basis or None)
     rows = answer.datasets
     cum = 0
     for row in rows.values():

@@ -285,7 +285,8 @@ def plan_result(r: PlanAnswer, out: Console | None = None) -> None:
         )
     else:
         out.print(
-            "  no measured throughput (the job is not running): pass --tokens-per-s for an ETA"
+            "  no measured answer throughput (none made yet, or the job is in another stage): pass "
+            "--tokens-per-s for an ETA"
         )
     if r.stage is not None:
         out.print(stage_bytes_line(r.stage))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-PROTOCOL = 4  # the envelope's version: a host of another release says so instead of misreading
+PROTOCOL = 5  # the envelope's version: a host of another release says so instead of misreading
 
 # ------------------------------------------------------------------ faults
 

@@ -14,6 +14,7 @@ from ..common.answers import StageBytes
 from ..common.caps import HIDDEN_STATES
 from ..common.jobspec import Paths, ServerSpec
 from ..common.records import Record
+from ..common.state import kept_caps
 from ..common.status import JobStatus
 
 SAMPLE = 1000  # lines read per file for a mean: plan answers at once on a job of millions
@@ -53,10 +54,12 @@ def measured_per_token(paths: Paths) -> float | None:
     return size / tokens if tokens else None
 
 
-def per_token(paths: Paths, spec: ServerSpec) -> tuple[float | None, str]:
+def per_token(paths: Paths, spec: ServerSpec, simulated: bool) -> tuple[float | None, str]:
     measured = measured_per_token(paths)
     if measured:
         return measured, "measured on the rows made"
+    if simulated:  # the server's model is not what makes the rows: nothing to read
+        return None, "not known until the stage makes its first row (the simulated engine's)"
     cfg = machine.model_config(spec.model)
     layers = len(spec.hidden_states.get("layers") or ()) or DEFAULT_LAYERS
     if cfg["hidden"] and cfg["dtype_bytes"]:
@@ -72,18 +75,25 @@ def per_token(paths: Paths, spec: ServerSpec) -> tuple[float | None, str]:
     return None, f"not known until the stage makes its first row{why}"
 
 
-def stage_bytes(paths: Paths, spec: ServerSpec, targets: dict[str, int]) -> StageBytes:
+def stage_bytes(
+    paths: Paths, spec: ServerSpec, targets: dict[str, int], simulated: bool = False
+) -> StageBytes:
     """The stage at `targets` (records per dataset): its row tokens, what is made, the bytes."""
-    tokens, sampled = 0, 0
+    st = JobStatus.read(paths.status)
+    stage = st.datasets if st is not None and st.stage == HIDDEN_STATES else {}
+    ran = kept_caps(paths)  # the caps the stage made its rows at
+    tokens = made = sampled = 0
     for ds, target in targets.items():
         mean, with_ids = mean_row_tokens(paths.output(ds))
         sampled += with_ids
-        tokens += int((mean or 0) * target)
-    st = JobStatus.read(paths.status)
-    made = 0
-    if st is not None and st.stage == HIDDEN_STATES:
-        made = sum(d.completion_tokens for name, d in st.datasets.items() if name in targets)
-    bpt, basis = per_token(paths, spec)
+        need = int((mean or 0) * target)  # an estimate, from the first records' rows
+        d = stage.get(ds)
+        done = d.completion_tokens if d else 0
+        at_least = ran.target(ds) is None or ran.target(ds) >= target
+        if d and d.target and d.done >= d.target and at_least:
+            done = need  # every row of these caps is made (or made and freed): none left
+        tokens, made = tokens + need, made + min(done, need)
+    bpt, basis = per_token(paths, spec, simulated)
     try:
         free = shutil.disk_usage(paths.root).free
     except OSError:

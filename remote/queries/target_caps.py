@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from ..common.answers import HostPlan, PlanRow
+from ..common.caps import GENERATE
 from ..common.jobspec import JobSpec, Paths
 from ..common.protocol import CtlPlan
+from ..common.status import JobState, JobStatus
 from ..common.wire import HostFault
 from ..job.store.outputs import load_existing
 from ..job.store.prompts import PromptFile
@@ -59,19 +61,33 @@ def plan(
     return rows
 
 
+def answer_rate(st: JobStatus) -> tuple[float | None, str]:
+    """The answers' rate and what it is (the hidden-states stage's rate is of rows): the last
+    minute's while the job runs, else its mean over the time it made tokens."""
+    if st.stage != GENERATE:
+        return None, ""
+    if st.state == JobState.RUNNING and st.tokens_per_s:
+        return st.tokens_per_s, "measured (last minute)"
+    if st.mean_tokens_per_s:
+        return st.mean_tokens_per_s, "the job's mean while it ran"
+    return None, ""
+
+
 def answer(paths: Paths, req: CtlPlan) -> HostPlan:
     """`ctl plan`'s answer: per-dataset caps for a token budget, with the measured rate."""
     from ..common.jobspec import JOB_FILE, release_dir
-    from ..common.status import JobState, JobStatus
 
     if req.tokens_per_dataset <= 0:
         raise HostFault("usage", "ctl plan: --tokens-per-dataset must be positive")
     job = JobSpec.load(release_dir() / JOB_FILE)
     st = JobStatus.read(paths.status) or JobStatus()
     rows = plan(paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None)
+    rate, basis = answer_rate(st)
+    targets = {name: row["target"] for name, row in rows.items()}
     return HostPlan(
         datasets={name: PlanRow(**row) for name, row in rows.items()},
-        tokens_per_s=st.tokens_per_s if st.state == JobState.RUNNING else None,
+        tokens_per_s=rate,
+        rate_basis=basis,
         state=st.state,
-        stage=stage_bytes(paths, req.spec, {name: row["target"] for name, row in rows.items()}),
+        stage=stage_bytes(paths, req.spec, targets, simulated=job.engine.kind == "simulate"),
     )

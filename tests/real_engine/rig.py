@@ -42,6 +42,17 @@ def vllm_python() -> str:
     return py
 
 
+def trainers_env() -> dict[str, str]:
+    """The environment that lets the vLLM venv's Python import the released trainers, kept in a
+    folder of their own (scripts/setup-trainers.sh), never in the venv vLLM serves from."""
+    where = os.environ.get("DEPLOYTOOL_TRAINERS")
+    if not where:
+        raise NoVLLM(
+            "the trainers' tests need `bash scripts/test-real.sh` (it sets DEPLOYTOOL_TRAINERS)"
+        )
+    return dict(os.environ, PYTHONPATH=where)
+
+
 def build_model(out: Path, python: str, trainer: bool = False, long: bool = False) -> Path:
     """The tiny random-weight model, made by the vLLM environment's own torch and transformers."""
     variant = (["--trainer"] if trainer else []) + (["--long"] if long else [])

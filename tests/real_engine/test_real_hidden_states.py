@@ -42,6 +42,7 @@ def trainer_reads(vllm_python, root: Path, tmp_path: Path, layers: int, hidden: 
     )
     res = subprocess.run(
         [vllm_python, str(Path(__file__).with_name("hidden_read.py")), str(work)],
+        env=rig.trainers_env(),
         capture_output=True,
         text=True,
         timeout=600,

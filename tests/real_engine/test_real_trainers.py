@@ -146,6 +146,7 @@ def test_specforge_and_speculators_train_exactly_the_generated_tokens(
 
     res = subprocess.run(
         [vllm_python, str(Path(__file__).with_name("trainers_read.py")), str(model), str(work)],
+        env=rig.trainers_env(),
         capture_output=True,
         text=True,
         timeout=600,

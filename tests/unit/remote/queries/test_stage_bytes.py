@@ -73,3 +73,27 @@ def test_nothing_to_size_from_says_so(tmp_path, monkeypatch):
     got = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": 2})
     assert got.left is None and "org/absent's config.json is not on the host" in got.basis
     assert stage_bytes(Paths(tmp_path / "none"), ServerSpec(), {"B1": 2}).sampled == 0
+
+
+def test_a_finished_stage_has_nothing_left_whatever_the_estimate_says(tmp_path):
+    """The stage ran every row of these caps (and the rows may be freed since): nothing to write,
+    though the estimate (the first records' mean × the cap) is above the tokens it made."""
+    from remote.common.caps import HIDDEN_STATES, Caps
+
+    paths = Paths(tmp_path / "host")
+    outputs(paths, [record(0, 10, 30), record(1, 10, 90)])  # a mean of 70 tokens a record
+    paths.ensure()
+    done = DatasetStatus(state="complete", done=2, target=2, completion_tokens=120)
+    JobStatus(stage=HIDDEN_STATES, datasets={"B1": done}).write(paths.status)
+    Caps(max_samples=2, stage=HIDDEN_STATES).write(paths.caps)
+    got = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": 2})
+    assert (got.tokens, got.made) == (140, 140)
+    more = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": 4})  # caps the stage never ran
+    assert (more.tokens, more.made) == (280, 120)
+
+
+def test_the_simulated_engine_names_no_model(tmp_path):
+    paths = Paths(tmp_path / "host")
+    outputs(paths, [record(0, 10, 30)])
+    got = stage_bytes(paths, ServerSpec(model="moonshotai/Kimi-K2.5"), {"B1": 2}, simulated=True)
+    assert got.left is None and "Kimi" not in got.basis and "simulated" in got.basis

@@ -53,3 +53,16 @@ def test_too_few_records_and_a_bad_target(tmp_path):
     assert plan(paths, job, 10_000)["B1"]["mean_tokens"] == 1000.0
     with pytest.raises(HostFault, match="must be positive"):
         answer(paths, CtlPlan(tokens_per_dataset=0))
+
+
+def test_plan_rates_the_answers_while_the_job_runs_and_by_its_mean_after():
+    from remote.common.status import JobStatus
+    from remote.queries.target_caps import answer_rate
+
+    running = JobStatus(state="running", tokens_per_s=900.0, mean_tokens_per_s=800.0)
+    assert answer_rate(running) == (900.0, "measured (last minute)")
+    done = JobStatus(state="finished", tokens_per_s=0.0, mean_tokens_per_s=800.0)
+    assert answer_rate(done) == (800.0, "the job's mean while it ran")
+    assert answer_rate(JobStatus(state="finished")) == (None, "")  # nothing made long enough
+    stage = JobStatus(state="running", stage="hidden-states", tokens_per_s=5e5)
+    assert answer_rate(stage) == (None, "")  # tokens of rows, not answers
