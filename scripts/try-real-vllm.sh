@@ -45,8 +45,15 @@ server:
   port: $PORT
   args: [--served-model-name, tiny, --reasoning-parser, deepseek_r1, --enforce-eager,
          --max-model-len, "256", --max-num-seqs, "8"]
-  env: {VLLM_CPU_KVCACHE_SPACE: "1"}
+  env: {VLLM_CPU_KVCACHE_SPACE: "1", PYTHONPATH: $PWD/tests/real_engine}
   ready_timeout: 300
+  # \`restart --stage hidden-states\`: vLLM's stock connector pins memory (CUDA only); on a CPU, the
+  # tests' copy of it in plain torch (tests/real_engine, on the server's PYTHONPATH above). The tiny
+  # model has two layers: its embedding's output, then each layer's.
+  hidden_states:
+    layers: [0, 1, 2]
+    connector: CpuHiddenStatesConnector
+    connector_module: cpu_hidden_states_connector
 YAML
 fi
 export DEPLOYTOOL_CONFIG="$WORK/hosts.yaml" PATH="$PWD/.venv/bin:$PATH"
@@ -60,4 +67,5 @@ echo "records: $WORK/host/data/outputs/B*.jsonl"
 echo "the server is still up. Next, from $PWD, exactly as typed:"
 echo "  $TRY server.status     # the server's own view"
 echo "  $TRY restart --max-samples 150 && $TRY tail"
+echo "  $TRY restart --stage hidden-states && $TRY tail   # the target's hidden states of those answers"
 echo "  $TRY server.stop       # when done"

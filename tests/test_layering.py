@@ -248,6 +248,7 @@ NO_UNIT_TEST = {
     "remote/common/flags.py": "restart's flags as typed: test_caps_kept, test_restart_stop_status",
     "remote/common/wire.py": "the envelope, strict fields, faults: unit/remote/common/test_protocol",
     "remote/host/commands/ctl.py": "every host command dispatches through it",
+    "remote/job/observe/telemetry.py": "the sampling loop against servers' /metrics: test_telemetry",
     "remote/host/commands/server_commands.py": "server start/stop/status: test_server_start_stop",
     "remote/host/facts/intent.py": "what should run, obeyed by the watcher: test_recovery",
     "remote/job/loop/runner.py": "the runner as a process: test_runner, test_continue, test_recovery",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from .status import ServerMetrics
+
 _LINE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 
 RUNNING = "vllm:num_requests_running"
@@ -70,3 +72,36 @@ def snapshot(text: str) -> dict:
         "prompt_tokens": total(s, PROMPT),
         "preemptions": total(s, PREEMPTIONS),
     }
+
+
+def between(
+    snap: dict, now: float, last: tuple | None, before: ServerMetrics | None
+) -> ServerMetrics:
+    """What status and server.status show for one server, from one /metrics snapshot (at `now`,
+    monotonic seconds) and the one before it (`last`: its time and snapshot)."""
+    prev_t, prev = last or (None, {})
+    rate = new_preempt = None
+    if prev_t is not None and None not in (
+        snap["generation_tokens"],
+        prev.get("generation_tokens"),
+    ):
+        delta = max(0.0, snap["generation_tokens"] - prev["generation_tokens"])
+        rate = round(delta / (now - prev_t), 1)
+    if None not in (snap["preemptions"], prev.get("preemptions")):
+        new_preempt = max(0, int(snap["preemptions"] - prev["preemptions"]))
+    running, waiting = snap["running"], snap["waiting"]
+    if not running and not waiting and rate:
+        # tokens made while the gauges say nothing runs: stale gauges (vLLM's CPU build under load,
+        # measured), unknown rather than an empty batch that misleads
+        running = waiting = None
+    room = waiting == 0 and snap["kv_cache"] is not None and snap["kv_cache"] < 0.8
+    return ServerMetrics(
+        running=running,
+        waiting=waiting,
+        kv_cache=snap["kv_cache"],
+        generation_tokens_per_s=rate,
+        preemptions=snap["preemptions"],
+        new_preemptions=new_preempt,
+        # samples in a row with nothing waiting and KV cache to spare: one is chance, three a pattern
+        room_samples=(before.room_samples + 1 if before else 1) if room else 0,
+    )

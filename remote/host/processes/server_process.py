@@ -38,7 +38,6 @@ from ...common.jobspec import (
 )
 from ...common.protocol import ServerCheck, ServerStatus, ServerStop
 from ...common.state import ServerRecord, Supervise
-from ...common.status import ServerMetrics
 from ...common.wire import HostFault
 from ..facts import engines, gpu, kill
 
@@ -323,12 +322,6 @@ def server_state(paths: Paths, req: ServerStatus | None = None) -> ServerState:
         t1 = time.monotonic()
         time.sleep(1.0)
         m2 = _metrics(rec.port)
-        g1, g2 = m1["generation_tokens"], m2.get("generation_tokens")
-        rate = (g2 - g1) / (time.monotonic() - t1) if g1 is not None and g2 is not None else None
-        out.metrics = ServerMetrics(
-            running=m2.get("running"),
-            waiting=m2.get("waiting"),
-            kv_cache=m2.get("kv_cache"),
-            generation_tokens_per_s=rate,
-        )
+        if m2:
+            out.metrics = metrics.between(m2, time.monotonic(), (t1, m1), None)
     return out
