@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from remote.common.recover import WATCH_STALE_S, WatchState
+from remote.common.recover import WatchState, watcher_alive
 from remote.common.status import STALE_AFTER, JobState, JobStatus
 
 from ..config import Config, HostConfig
@@ -114,7 +114,7 @@ class HostWatch:
             return
         if ws.updated_at != self.watch_seen[0]:
             self.watch_seen = (ws.updated_at, now)
-        live = now - self.watch_seen[1] < WATCH_STALE_S
+        live = watcher_alive(now - self.watch_seen[1])  # its file's age by this clock
         self.status = replace(self.status, supervision=ws.view(ws.updated_at or 0.0, live))
 
     def poll_log(self, now: float) -> list[str]:

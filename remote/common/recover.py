@@ -128,9 +128,16 @@ class WedgeClock:
         return None
 
 
-# watch.json is rewritten twice a second: tail, which cannot see the watcher's process from afar,
-# takes a file unchanged this long for a watcher that has stopped
+# watch.json is rewritten twice a second, and every second while the watcher waits inside a tick
+# (a runner it started coming up, a smoke test): a watcher whose file is older than this has
+# stopped or is wedged. The one rule of status and tail (tail, far from the process, has this alone)
 WATCH_STALE_S = 10.0
+
+
+def watcher_alive(age_s: float | None) -> bool:
+    """Whether a watcher that showed life `age_s` seconds ago (watch.json rewritten, or the watcher
+    started) is at work; None: never."""
+    return age_s is not None and age_s < WATCH_STALE_S
 
 
 @dataclass

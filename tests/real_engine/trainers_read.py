@@ -1,7 +1,8 @@
 """What the released trainers make of our training files, by their own code: run with the Python of
-the vLLM environment, where scripts/setup-vllm.sh installs specforge 0.2.0 and speculators 0.9.0
-(no deps; their data code's imports beside them). Writes WORK_DIR/read.json (the trainers print to
-stdout themselves): each reader's rows as `{"input_ids", "loss_mask"}`, in the order it gives them.
+the vLLM environment, with specforge 0.2.0 and speculators 0.9.0 on PYTHONPATH (no deps, in a folder
+of their own: scripts/setup-trainers.sh; their data code's imports beside them). Writes
+WORK_DIR/read.json (the trainers print to stdout themselves): each reader's rows as
+`{"input_ids", "loss_mask"}`, in the order it gives them.
 
     python trainers_read.py TOKENIZER_DIR WORK_DIR
 
@@ -108,10 +109,11 @@ def main(tokenizer_dir: str, work: str) -> None:
     )
     out["specforge_pretokenized"] = rows(t["payload"] for t in tasks)
     arrow = work_dir / "arrow"
-    speculators = Path(sys.executable).with_name("speculators")
-    subprocess.run(
+    subprocess.run(  # its console script, as `-m`: the package is on PYTHONPATH, not in the venv
         [
-            str(speculators),
+            sys.executable,
+            "-m",
+            "speculators",
             "prepare-data",
             "--model",
             tokenizer_dir,

@@ -12,18 +12,24 @@ import os
 import secrets
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 from ...common import procinfo
+from ...common.codec import write_json
 from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
-from ...common.recover import WatchState
+from ...common.recover import WatchState, watcher_alive
 from ...common.state import RunnerRecord, WatcherRecord, lock_held, start_watcher, take_watcher_lock
 from ...common.status import ProcessState, Supervision
 from ..facts import boot, intent, kill
 
 TICK_S = 0.5
+HEARTBEAT_S = 1.0
+# the longest a tick may legitimately take (a smoke test of 5 min, the GPU memory to free, a runner
+# started again coming up): past it the heartbeat stops and the watcher reads as wedged
+LONGEST_TICK_S = 600.0
 START_CEILING_S = 120.0
 
 
@@ -69,9 +75,11 @@ def supervision(paths: Paths) -> Supervision:
     wanted = [w for w in ("server", "runner") if data.watched(w)]
     rec = managed(paths)
     ws = WatchState.read(paths.watch_state) or WatchState()
-    # its process, not its file's age: a watcher waits without writing while a runner it started
-    # reports running (up to 2 min) or a smoke test answers (up to 5): not stuck, and said so
-    sup = ws.view(time.time(), live=rec is not None)
+    now = time.time()
+    # its process, and the life it shows: watch.json rewritten (every second even inside a long
+    # tick), or its start, recently
+    shown = max(ws.updated_at or 0.0, rec.started_at or 0.0) if rec else None
+    sup = ws.view(now, live=watcher_alive(None if shown is None else now - shown))
     sup.enabled = bool(wanted)
     if wanted and not rec:
         if RunnerRecord.live(paths.pidfile):
@@ -101,6 +109,9 @@ class Watcher:
         self.runner = RunnerKeeper(paths, self.spec, self.tell, self.log)
         self.notifier = self._notifier()
         self.stopping = False
+        self.tick_started = time.time()
+        self.written: dict = {}  # watch.json as the loop last wrote it (the heartbeat's copy)
+        self.writing = threading.Lock()  # the loop and the heartbeat write one file (one temp name)
 
     def log(self, msg: str) -> None:
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}", flush=True)
@@ -150,15 +161,39 @@ class Watcher:
         s = self.state
         s.updated_at, s.server, s.runner = now, self.server.seen, self.runner.seen
         s.server_ready_seq = self.server.ready_seq
-        s.write(self.paths.watch_state)  # twice a second
+        with self.writing:  # twice a second; a copy the heartbeat may write again
+            self.written = s.to_dict()
+            write_json(self.paths.watch_state, self.written, s.MODE, s.SYNC)
+
+    def heartbeat(self) -> None:
+        """While one tick waits long (a runner coming up, a smoke test), watch.json is rewritten
+        each second, what the loop last wrote with a new time: status and tail see a watcher at
+        work, not a stopped one. Not past LONGEST_TICK_S: a wedged loop is not hidden."""
+        while not self.stopping:
+            time.sleep(HEARTBEAT_S)
+            self.beat(time.time())
+
+    def beat(self, now: float) -> bool:
+        """One heartbeat: watch.json again with `now`, if the loop has been quiet a second and its
+        tick is not past LONGEST_TICK_S. Whether it wrote."""
+        with self.writing:
+            last = self.written
+            quiet = now - (last.get("updated_at") or 0) if last else 0.0
+            if quiet < HEARTBEAT_S or now - self.tick_started >= LONGEST_TICK_S:
+                return False
+            self.written = dict(last, updated_at=now)
+            write_json(self.paths.watch_state, self.written, WatchState.MODE, WatchState.SYNC)
+            return True
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
         self.state.on_boot = boot.installed(self.paths) if self.spec.on_boot else False
         self.log(f"watcher start pid {os.getpid()}: {self.spec}")
+        threading.Thread(target=self.heartbeat, daemon=True).start()
         while not self.stopping:
             try:
-                if not self.tick(time.time()):
+                self.tick_started = time.time()
+                if not self.tick(self.tick_started):
                     self.log("nothing left to watch: exiting")
                     break
             except Exception:  # a bug must not end supervision silently: log it and go on

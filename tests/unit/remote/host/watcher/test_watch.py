@@ -97,3 +97,39 @@ def test_a_watcher_slow_to_start_is_waited_for_and_never_doubled(tmp_path):
         gate.touch()
         t.join()
         assert watch.stop(paths)
+
+
+def test_a_long_tick_keeps_watch_json_fresh_until_it_is_too_long_to_be_a_wait(tmp_path):
+    """A watcher waiting inside a tick (a smoke test, a runner coming up) rewrites watch.json every
+    second, so status and tail, by the one rule (rewritten in the last WATCH_STALE_S), see it at
+    work; a tick past LONGEST_TICK_S is a wedge, and the file goes stale."""
+    from remote.common.recover import WatchState, watcher_alive
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    w = watch.Watcher(paths)
+    w.tick_started = 1_000.0
+    w.write_state(1_000.0)
+    assert not w.beat(1_000.5)  # the loop wrote half a second ago
+    assert w.beat(1_030.0) and WatchState.read(paths.watch_state).updated_at == 1_030.0
+    assert watcher_alive(1_035.0 - WatchState.read(paths.watch_state).updated_at)
+    assert not w.beat(1_000.0 + watch.LONGEST_TICK_S)
+    age = 1_000.0 + watch.LONGEST_TICK_S + 20 - WatchState.read(paths.watch_state).updated_at
+    assert not watcher_alive(age)
+    assert not watcher_alive(None)
+
+
+def test_a_live_watcher_that_stopped_writing_is_unsupervised_at_once_by_its_file(tmp_path):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    intent.change(paths, runner={"wanted": True})
+    me = os.getpid()  # a live process, started long ago, whose watch.json is old: wedged
+    WatcherRecord(pid=me, start_time=procinfo.start_time(me), token="w", started_at=1.0).write(
+        paths.watcher_pid
+    )
+    from remote.common.recover import WatchState
+
+    WatchState(pid=me, updated_at=2.0).write(paths.watch_state)
+    assert not watch.supervision(paths).supervised
+    WatchState(pid=me, updated_at=__import__("time").time()).write(paths.watch_state)
+    assert watch.supervision(paths).supervised
