@@ -70,7 +70,19 @@ def main():
     p.add_argument("--api-key")
     p.add_argument("--speculative-config", type=json.loads)
     p.add_argument("--kv-transfer-config", type=json.loads)
+    p.add_argument(
+        "--fake-accept",
+        action="append",
+        default=[],
+        help="TEXT=J: with a draft, an answer to a prompt holding TEXT has J draft tokens accepted "
+        "each step (none matched: 0)",
+    )
     a, rest = p.parse_known_args()
+    spec = a.speculative_config or {}
+    drafting = bool(spec) and spec.get("method") != "extract_hidden_states"
+    k = int(spec.get("num_speculative_tokens") or 0)
+    accepts = [(t, int(j)) for t, _, j in (x.rpartition("=") for x in a.fake_accept)]
+    counted = {"drafts": 0, "tokens": 0, "accepted": 0, "per_pos": [0] * k}
     print(f"fake vllm {a.cmd} {a.model} port {a.port} extra {rest}", flush=True)
     workers = [
         subprocess.Popen(
@@ -208,7 +220,8 @@ def main():
                     f'vllm:num_requests_waiting{{model_name="{a.model}"}} 1.0\n'
                     f'vllm:kv_cache_usage_perc{{model_name="{a.model}"}} 0.42\n'
                     f'vllm:generation_tokens_total{{model_name="{a.model}"}} {gen}.0\n'
-                    f'vllm:prompt_tokens_total{{model_name="{a.model}"}} {gen // 2}.0\n',
+                    f'vllm:prompt_tokens_total{{model_name="{a.model}"}} {gen // 2}.0\n'
+                    + (spec_lines() if drafting else ""),
                     "text/plain",
                 )
             else:
@@ -237,6 +250,16 @@ def main():
             time.sleep(a.fake_answer_delay)
             while clock() and frozen[0] is not None:
                 time.sleep(0.1)  # wedged: the engine is stopped, nothing comes back
+            if drafting:  # each step: its own token and the j of the draft's k accepted
+                said = json.dumps(body.get("messages"))
+                j = next((j for t, j in accepts if t in said), 0)
+                with lock:
+                    steps = -(-20 // (1 + j))
+                    counted["drafts"] += steps
+                    counted["tokens"] += steps * k
+                    counted["accepted"] += steps * j
+                    for i in range(j):
+                        counted["per_pos"][i] += steps
             text = "the " * 40 if a.fake_degenerate else "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
             ids = {}
             if body.get("return_token_ids"):  # as vLLM: the ids only when asked
@@ -262,6 +285,16 @@ def main():
                     "usage": {"prompt_tokens": 12, "completion_tokens": 20},
                 },
             )
+
+    def spec_lines() -> str:
+        """vLLM's speculative-decoding counters, as its Prometheus logger names them."""
+        m, pre = f'model_name="{a.model}",engine="0"', "vllm:spec_decode_num_"
+        out = f"{pre}drafts_total{{{m}}} {counted['drafts']}.0\n"
+        out += f"{pre}draft_tokens_total{{{m}}} {counted['tokens']}.0\n"
+        out += f"{pre}accepted_tokens_total{{{m}}} {counted['accepted']}.0\n"
+        for i, v in enumerate(counted["per_pos"]):
+            out += f'{pre}accepted_tokens_per_pos_total{{{m},position="{i}"}} {v}.0\n'
+        return out
 
     def completion(body: dict) -> dict:
         """A prefill of token ids; with the extraction config, the hidden-states file vLLM's

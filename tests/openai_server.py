@@ -57,6 +57,7 @@ class FakeOpenAI:
         stall_rate: float = 0.0,
         token_model: bool = False,
         chunk_tokens: int = 1,
+        spec_decode: tuple[int, dict[str, int]] | None = None,
     ):
         self.latency = latency
         self.fail_rate, self.rate_limit_rate = fail_rate, rate_limit_rate
@@ -87,6 +88,10 @@ class FakeOpenAI:
         self.long_text = False  # an answer of n words for n tokens (one streamed chunk per token)
         self.slot_count = slots
         self.generated_tokens = 0
+        # a server with a draft: (k tokens a draft, {text in the prompt: tokens accepted a draft}),
+        # its spec-decode counters in /metrics (a prompt matching none accepts none)
+        self.spec_decode = spec_decode
+        self.spec = [0, 0, 0, [0] * (spec_decode[0] if spec_decode else 0)]
         self.bodies: list[dict] = []  # every request body, as received
         # (start, end) of each request in a batch slot
         self.slot_intervals: list[tuple[float, float]] = []
@@ -265,6 +270,7 @@ class FakeOpenAI:
             n = int(body.get("max_tokens") or n)
             content, reasoning, finish = None, f"thinking for {n} tokens and still going", "length"
         self.generated_tokens += n
+        self.drafted(key, n)
         usage = {
             "prompt_tokens": prompt_tokens,
             "total_tokens": prompt_tokens + n,
@@ -353,7 +359,30 @@ class FakeOpenAI:
         )
         series("vllm:num_preemptions_total", "counter", [0] * self.engines)
         series("vllm:generation_tokens_total", "counter", split(self.generated_tokens))
+        if self.spec_decode:
+            series("vllm:spec_decode_num_drafts_total", "counter", [self.spec[0]])
+            series("vllm:spec_decode_num_draft_tokens_total", "counter", [self.spec[1]])
+            series("vllm:spec_decode_num_accepted_tokens_total", "counter", [self.spec[2]])
+            name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+            for i, v in enumerate(self.spec[3]):
+                lines.append(
+                    f'{name}{{engine="0",model_name="{self.model}",position="{i}"}} {float(v)}'
+                )
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    def drafted(self, key: str, n: int) -> None:
+        """What a server decoding with a draft counts for an answer of n tokens: each target step
+        makes its own token and the j accepted of the draft's k."""
+        if not self.spec_decode:
+            return
+        k, accepts = self.spec_decode
+        j = next((a for text, a in accepts.items() if text in key), 0)
+        drafts = -(-n // (1 + j))
+        self.spec[0] += drafts
+        self.spec[1] += drafts * k
+        self.spec[2] += drafts * j
+        for i in range(j):
+            self.spec[3][i] += drafts
 
     async def stats(self, request):
         """What this server has seen, for tests that run it as a separate process."""

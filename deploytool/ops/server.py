@@ -7,8 +7,8 @@ import time
 from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlparse
 
-from remote.common.caps import HIDDEN_STATES
-from remote.common.jobspec import extracts
+from remote.common.caps import DRAFT, HIDDEN_STATES
+from remote.common.jobspec import flag_value
 from remote.common.protocol import (
     GRACE_S,
     RunArgs,
@@ -179,14 +179,19 @@ def up_for_restart(
 
 def wrong_for_stage(spec: ServerSpec, stage: str | None, state: ServerState) -> str | None:
     """Why the running server cannot serve `stage` as it was started (None: it can, or no stage
-    was asked): the hidden-states stage needs vLLM's extraction config, the answers do not (a file
-    for every answer); extraction flags of the user's own in server.args are theirs to keep."""
-    if stage is None or not state.up or extracts(spec.args):
+    was asked): the hidden-states stage needs vLLM's extraction config, the draft stage its draft,
+    the answers neither (a file for every answer; a draft measured in the training data's answers);
+    a speculative config of the user's own in server.args is theirs to keep."""
+    if stage is None or not state.up or flag_value(spec.args, "--speculative-config"):
         return None
     if stage == HIDDEN_STATES and not state.extracts:
         return "it runs without the extraction config the hidden-states stage needs"
+    if stage == DRAFT and not state.drafts:
+        return "it runs without the draft the draft stage measures"
     if stage != HIDDEN_STATES and state.extracts:
         return "it runs with the hidden-states extraction config (a file for every answer)"
+    if stage != DRAFT and state.drafts:
+        return "it runs with the draft stage's draft"
     return None
 
 

@@ -10,10 +10,11 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from remote.common.caps import GENERATE, HIDDEN_STATES
+from remote.common.caps import DRAFT, GENERATE, HIDDEN_STATES
 from remote.common.status import (
     BUDGET_REACHED,
     STALE_AFTER,
+    DatasetStatus,
     JobState,
     JobStatus,
     ProcessState,
@@ -75,7 +76,8 @@ def health(st: JobStatus, now: float) -> tuple[str, bool]:
     every = sum(d.done for d in st.datasets.values())  # the job's records, every runner's
     parts.append(f"errors {st.errors}")
     bad |= bool(st.errors)
-    if st.stage != HIDDEN_STATES:  # a row of hidden states has no finish reason
+    if st.stage == GENERATE:  # a row of hidden states has no finish reason; a draft's answers
+        # are no training data
         parts.append(
             f"finish=length {st.finish_length / every:.1%}" if every else "finish=length -"
         )
@@ -321,7 +323,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
             fmt_tokens(d.completion_tokens),
             fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
             eta,
-            d.said_state,
+            d.said_state + (f" · {draft_said(d)}" if st.stage == DRAFT else ""),
         )
     head = Text.assemble(
         (f"{host}", "bold"),
@@ -370,6 +372,16 @@ def view(
     return Group(*parts)
 
 
+def draft_said(d: DatasetStatus) -> str:
+    """What the draft stage measured on a dataset: vLLM's mean acceptance length and the share of
+    drafts accepted at each position."""
+    c = d.draft
+    if c is None or c.mean_acceptance_length is None:
+        return "acceptance length -"
+    rates = " ".join(f"{r:.0%}" for r in c.acceptance_rates)
+    return f"acceptance length {c.mean_acceptance_length:.2f} (by position {rates})"
+
+
 def beyond_said(n: int) -> str:
     """Records made before a cap was lowered: kept on the host, counted apart wherever counts are."""
     return f" +{n:,} beyond the cap" if n else ""
@@ -381,6 +393,7 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
         return f"{stamp} {host}: no status yet" + (f" ({note})" if note else "")
     ds = " ".join(
         f"{n} {d.done}/{d.target}{beyond_said(d.beyond)}"
+        + (f" {draft_said(d)}" if st.stage == DRAFT else "")
         + (f" ({BUDGET_REACHED})" if d.said_state == BUDGET_REACHED else "")
         for n, d in st.datasets.items()
     )

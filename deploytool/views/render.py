@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, fmt_bytes
+from remote.common.caps import DISK_MARGIN, DRAFT, GENERATE, HIDDEN_STATES, fmt_bytes
 from remote.common.status import JobStatus
 
 from ..errors import DeployToolError
@@ -163,11 +163,73 @@ STATUS_COLUMNS = (
     "length-cut",
 )
 STAGE_COLUMNS = ("dataset", "rows", "state", "tokens in rows", "tok/s", "ETA", "failed")
+DRAFT_COLUMNS = (
+    "dataset",
+    "answered",
+    "state",
+    "acceptance length",
+    "by position",
+    "tok/s",
+    "failed",
+)
 
 
 def job_differs(host: str | None) -> str:
     """hosts.yaml's job is not the one the host's current release holds: said in one line."""
     return say("hosts.yaml's job is not the one deployed: `invoke deploy` sends it", host)
+
+
+def draft_table(s: JobStatus) -> Table:
+    """The draft stage's measure per dataset, by vLLM's own counters."""
+    t = Table(*DRAFT_COLUMNS, box=None)
+    for name, d in s.datasets.items():
+        c = d.draft
+        length = c.mean_acceptance_length if c else None
+        t.add_row(
+            name,
+            f"{d.done:,}/{d.target:,}",
+            d.said_state,
+            "-" if length is None else f"{length:.2f}",
+            " ".join(f"{r:.0%}" for r in c.acceptance_rates) if c else "-",
+            fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
+            str(d.errors),
+        )
+    return t
+
+
+def work_table(s: JobStatus, out: Console, now: float) -> None:
+    """The answers', or the hidden-states stage's rows', per dataset, and the totals."""
+    rows = s.stage == HIDDEN_STATES  # rows of hidden states: no finish reason to count
+    t = Table(*(STAGE_COLUMNS if rows else STATUS_COLUMNS), box=None)
+    for name, d in s.datasets.items():
+        t.add_row(
+            name,
+            f"{d.done:,}/{d.target:,}",
+            d.said_state,
+            _tok(d.completion_tokens),
+            fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
+            "-" if d.is_complete or s.terminal else _eta(d.eta_s),
+            str(d.errors),
+            *(() if rows else (str(d.finish_length),)),
+        )
+    out.print(t)
+    if any(shows_mean(d.tokens_per_s, d.mean_tokens_per_s) for d in s.datasets.values()):
+        out.print(f"  {MEAN_NOTE}", markup=False)
+    beyond = [f"{n} {d.beyond:,}" for n, d in s.datasets.items() if d.beyond]
+    if beyond:
+        out.print(
+            f"  records beyond the cap (made before it was lowered: kept on the host, left out "
+            f"of these counts, of export and of the hidden states): {', '.join(beyond)}",
+            markup=False,
+        )
+    out.print(
+        f"  total {_tok(s.completion_tokens)} tokens{' in rows' if rows else ''}, "
+        f"{fmt_rate(s.tokens_per_s, s.mean_tokens_per_s)} tok/s, "
+        f"ETA {'-' if s.terminal else _eta(s.eta_s)}; {engine_said(s, now)[0]}; "
+        f"errors {s.errors}"
+        f"{'; STALLED' if s.stalled else ''}",
+        markup=False,
+    )
 
 
 def status_screen(s: JobStatus, out: Console | None = None, now: float | None = None) -> None:
@@ -181,38 +243,10 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
         out.print(f"  {escape(say(s.message, s.host))}")
     if s.job_differs:
         out.print(f"  [yellow]{escape(job_differs(s.host))}[/]")
-    rows = s.stage == HIDDEN_STATES  # rows of hidden states: no finish reason to count
-    if s.datasets:
-        t = Table(*(STAGE_COLUMNS if rows else STATUS_COLUMNS), box=None)
-        for name, d in s.datasets.items():
-            t.add_row(
-                name,
-                f"{d.done:,}/{d.target:,}",
-                d.said_state,
-                _tok(d.completion_tokens),
-                fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
-                "-" if d.is_complete or s.terminal else _eta(d.eta_s),
-                str(d.errors),
-                *(() if rows else (str(d.finish_length),)),
-            )
-        out.print(t)
-        if any(shows_mean(d.tokens_per_s, d.mean_tokens_per_s) for d in s.datasets.values()):
-            out.print(f"  {MEAN_NOTE}", markup=False)
-        beyond = [f"{n} {d.beyond:,}" for n, d in s.datasets.items() if d.beyond]
-        if beyond:
-            out.print(
-                f"  records beyond the cap (made before it was lowered: kept on the host, left out "
-                f"of these counts, of export and of the hidden states): {', '.join(beyond)}",
-                markup=False,
-            )
-        out.print(
-            f"  total {_tok(s.completion_tokens)} tokens{' in rows' if rows else ''}, "
-            f"{fmt_rate(s.tokens_per_s, s.mean_tokens_per_s)} tok/s, "
-            f"ETA {'-' if s.terminal else _eta(s.eta_s)}; {engine_said(s, now)[0]}; "
-            f"errors {s.errors}"
-            f"{'; STALLED' if s.stalled else ''}",
-            markup=False,
-        )
+    if s.datasets and s.stage == DRAFT:
+        out.print(draft_table(s), markup=False)
+    elif s.datasets:
+        work_table(s, out, now)
     for line, down in endpoint_lines(s, now):
         out.print(f"  {line}", style="red" if down else None, markup=False)
     if gpu_line(s):

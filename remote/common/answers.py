@@ -162,6 +162,7 @@ class ServerState:
     died: bool = False  # down, and nobody stopped it
     engines_gone: list[LeftoverProcess] = field(default_factory=list)  # its engine processes, dead
     extracts: bool = False  # started with vLLM's hidden-states extraction config
+    drafts: bool = False  # started with a draft (a speculative config that is no extraction)
 
 
 @dataclass

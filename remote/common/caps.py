@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from .codec import Record
 
 CLEAR = "all"  # a cap flag's value that clears it: --max-samples all, --cap B3=all, --datasets all
-GENERATE, HIDDEN_STATES = "generate", "hidden-states"
-STAGES = (GENERATE, HIDDEN_STATES)
+GENERATE, HIDDEN_STATES, DRAFT = "generate", "hidden-states", "draft"
+STAGES = (GENERATE, HIDDEN_STATES, DRAFT)
 DISK_MARGIN = (
     1.05  # the hidden states left, and 5% more, must fit the free space for the stage to go on
 )
@@ -30,9 +30,8 @@ class Caps(Record):
     caps: dict[str, int] = field(default_factory=dict)
     max_tokens: int | None = None
     datasets: list[str] | None = None
-    stage: str = (
-        GENERATE  # what the runner makes of the prompts: answers, or the target's hidden states
-    )
+    # what the runner makes of the prompts: answers, the target's hidden states, a draft's measure
+    stage: str = GENERATE
 
     def target(self, name: str) -> int | None:
         return self.caps.get(name, self.max_samples)

@@ -149,6 +149,11 @@ def extracts(args) -> bool:
     return flag_value(args, "--kv-transfer-config") is not None
 
 
+def drafts(args) -> bool:
+    """Whether a vLLM command line decodes with a draft (a speculative config that is no extraction)."""
+    return flag_value(args, "--speculative-config") is not None and not extracts(args)
+
+
 def masked_args(args) -> list[str]:
     """A command line with the value of `--api-key` hidden (pid files, printouts, logs)."""
     out, hide = [], False
@@ -185,6 +190,26 @@ def hidden_server(where: str, raw) -> dict:
     return fields_of(where, mapping(where, raw), HIDDEN_SERVER_KEYS)
 
 
+# vLLM's speculative methods that take a draft model (its --speculative-config `method`)
+DRAFT_METHODS = ("eagle3", "eagle", "draft_model", "mtp", "medusa", "mlp_speculator")
+DRAFT_KEYS = {
+    "model": string,
+    "method": choice(DRAFT_METHODS),
+    "num_speculative_tokens": int_in(1, 16),
+    "eval_samples": int_in(1),
+}
+DRAFT_DEFAULTS = {"method": "eagle3", "num_speculative_tokens": 3, "eval_samples": 200}
+
+
+def draft_server(where: str, raw) -> dict:
+    """`server.draft`: the draft the draft stage measures (a folder on the host or a model id), vLLM's
+    method for it, the tokens it proposes a step, and the held-out prompts asked per dataset."""
+    got = fields_of(where, mapping(where, raw), DRAFT_KEYS)
+    if got and "model" not in got:
+        raise BadValue(f"{where}: needs model: the draft's folder on the host, or its model id")
+    return {**DRAFT_DEFAULTS, **got} if got else {}
+
+
 @dataclass(frozen=True)
 class ServerSpec(Codec):
     """hosts.yaml `server:`, what `server start` runs (`COMMAND serve MODEL --port PORT ARGS...`),
@@ -199,6 +224,8 @@ class ServerSpec(Codec):
     headless: bool = setting(False, boolean)  # a vLLM data-parallel worker (--headless): no HTTP
     # the hidden-states stage's server: {layers: [...], connector: NAME, connector_module: MODULE}
     hidden_states: dict = setting(check=hidden_server, factory=dict)
+    # the draft stage's draft: {model: FOLDER_OR_ID, method, num_speculative_tokens, eval_samples}
+    draft: dict = setting(check=draft_server, factory=dict)
 
     KEEP_NONE = True  # `command: null` said: the vllm beside python
 
@@ -326,6 +353,12 @@ class Paths:
     def hidden_states(self) -> Path:
         """The hidden-states stage's files: <DS>/rows.jsonl and <DS>/hidden_states/hs_<n>.safetensors."""
         return self.root / "data" / "hidden_states"
+
+    @property
+    def drafts(self) -> Path:
+        """The draft stage's files, a folder per draft measured: <tag>/<DS>.jsonl (its answers to the
+        held-out prompts, never training data) and <tag>/<DS>.counts.json (what vLLM counted)."""
+        return self.root / "data" / "draft"
 
     @property
     def hidden_incoming(self) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .status import ServerMetrics
+from .status import DraftCounts, ServerMetrics
 
 _LINE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 
@@ -23,6 +23,38 @@ KV_CACHE = (
 GENERATION = "vllm:generation_tokens_total"
 PROMPT = "vllm:prompt_tokens_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
+
+
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_POSITION = re.compile(r'position="(\d+)"')
+
+
+def spec_decode(text: str) -> DraftCounts | None:
+    """The speculative-decoding counters, summed over engines; None: the server has none (it was
+    started without a draft)."""
+    got, seen, per = DraftCounts(), False, {}
+    for line in text.splitlines():
+        m = _LINE.match(line) if line.startswith("vllm:spec_decode") else None
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        name, seen = m.group(1), True
+        if name == SPEC_DRAFTS:
+            got.drafts += value
+        elif name == SPEC_DRAFT_TOKENS:
+            got.draft_tokens += value
+        elif name == SPEC_ACCEPTED:
+            got.accepted += value
+        elif name == SPEC_PER_POSITION and (p := _POSITION.search(m.group(2) or "")):
+            per[int(p.group(1))] = per.get(int(p.group(1)), 0.0) + value
+    got.per_position = [per.get(i, 0.0) for i in range(max(per) + 1)] if per else []
+    return got if seen else None
 
 
 def parse(text: str) -> dict[str, list[float]]:

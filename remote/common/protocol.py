@@ -125,7 +125,8 @@ class RunArgs(Request):
     stage: str | None = opt(
         None,
         "generate: answer the prompts; hidden-states: the target's hidden states of every answer "
-        "kept, for offline training (not given: the job's kept stage)",
+        "kept, for offline training; draft: the draft of server.draft measured on the prompts "
+        "after each cap (not given: the job's kept stage)",
         parse=_stage,
         metavar="STAGE",
     )

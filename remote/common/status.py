@@ -76,6 +76,50 @@ def count_prompts(path) -> int:
 
 
 @dataclass
+class DraftCounts(Codec):
+    """vLLM's speculative-decoding counters (cumulative over a server's life), or a sum of their
+    deltas: drafts proposed, draft tokens, those accepted, and accepted at each draft position."""
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_position: list[float] = field(default_factory=list)
+
+    def since(self, before: DraftCounts | None) -> DraftCounts:
+        """What was counted after `before` (a sample of the same server); a counter lower than it
+        says the server started again from zero: then all of this life's counts."""
+        if before is None:
+            return self
+        pos = list(before.per_position) + [0.0] * len(self.per_position)
+        pairs = [(self.drafts, before.drafts), (self.draft_tokens, before.draft_tokens)]
+        pairs += [(self.accepted, before.accepted)] + list(zip(self.per_position, pos))
+        if any(now < then for now, then in pairs):
+            return self
+        return DraftCounts(*(now - then for now, then in pairs[:3]), [a - b for a, b in pairs[3:]])
+
+    def plus(self, other: DraftCounts) -> DraftCounts:
+        n = max(len(self.per_position), len(other.per_position))
+        pad = lambda xs: list(xs) + [0.0] * (n - len(xs))  # noqa: E731
+        pos = [a + b for a, b in zip(pad(self.per_position), pad(other.per_position))]
+        return DraftCounts(
+            self.drafts + other.drafts,
+            self.draft_tokens + other.draft_tokens,
+            self.accepted + other.accepted,
+            pos,
+        )
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens a target step makes on average: its own one, and the draft's it accepted."""
+        return 1 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def acceptance_rates(self) -> list[float]:
+        """At each draft position, the share of drafts whose token there was accepted."""
+        return [p / self.drafts for p in self.per_position] if self.drafts else []
+
+
+@dataclass
 class DatasetStatus(Codec):
     state: str = DatasetState.PENDING
     done: int = 0  # records among the target's prompts
@@ -99,6 +143,7 @@ class DatasetStatus(Codec):
     eta_s: int | None = None
     prompts_file: dict = field(default_factory=dict)  # path, size, mtime, inode of the file in use
     prompts_changed: bool = False  # the file on the host is not the one in use
+    draft: DraftCounts | None = None  # the draft stage's: its counters' deltas over the dataset
 
     @property
     def is_complete(self) -> bool:

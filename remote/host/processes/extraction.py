@@ -1,6 +1,6 @@
-"""The vLLM flags of the hidden-states stage: the server that makes a row's hidden states is the job's
-own server (hosts.yaml `server:`) started with vLLM's extraction config, the layers to keep and the
-connector that writes each request's file into the job's own folder."""
+"""The vLLM flags a stage adds to the job's own server (hosts.yaml `server:`): the hidden-states
+stage's extraction config (the layers to keep, the connector that writes each request's file into the
+job's own folder), the draft stage's speculative config (the draft named in `server.draft`)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,33 @@ import dataclasses
 import json
 
 from ...common import machine
-from ...common.caps import HIDDEN_STATES
-from ...common.jobspec import Paths, ServerSpec, extracts
+from ...common.caps import DRAFT, HIDDEN_STATES
+from ...common.jobspec import Paths, ServerSpec, extracts, flag_value
 from ...common.wire import HostFault
 
 CONNECTOR = "ExampleHiddenStatesConnector"  # vLLM's own: one safetensors file per request
 
 
 def stage_spec(spec: ServerSpec, stage: str, paths: Paths) -> ServerSpec:
-    """The server `stage` needs: the hidden-states stage's is `spec` with the extraction flags added
-    (unless its args give them: the user's own config is kept as written); the answers' is `spec`."""
+    """The server `stage` needs: the hidden-states stage's is `spec` with the extraction flags added,
+    the draft stage's with its draft's speculative config (unless its args give one: the user's own
+    config is kept as written); the answers' is `spec`."""
+    if stage == DRAFT and flag_value(spec.args, "--speculative-config") is None:
+        d = spec.draft
+        if not d:
+            raise HostFault(
+                "server",
+                "the draft stage measures a draft, and hosts.yaml names none",
+                fix="set server.draft.model (a folder on the host or a model id) in hosts.yaml, "
+                "then deploy",
+            )
+        speculative = {
+            "method": d["method"],
+            "model": d["model"],
+            "num_speculative_tokens": d["num_speculative_tokens"],
+        }
+        args = (*spec.args, "--speculative-config", json.dumps(speculative))
+        return dataclasses.replace(spec, args=args)
     if stage != HIDDEN_STATES or extracts(spec.args):
         return spec
     hs = spec.hidden_states

@@ -31,6 +31,7 @@ from ...common.jobspec import (
     SERVER_TOKEN_ENV,
     Paths,
     ServerSpec,
+    drafts,
     extracts,
     flag_value,
     masked_args,
@@ -314,6 +315,7 @@ def server_state(paths: Paths, req: ServerStatus | None = None) -> ServerState:
         headless=rec.headless,
         engines_gone=engines.gone(rec),
         extracts=extracts(rec.argv),
+        drafts=drafts(rec.argv),
     )
     if out.headless or (req is not None and req.quick):
         return out

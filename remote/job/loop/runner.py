@@ -2,7 +2,8 @@
 lock and the pid file, signals and the grace period, control requests (a live re-cap, a drain, a
 stop's grace), status.json, the watcher kept alive, the verdict and the exit code. The work is its
 stage's, which plugs in through `Stage` (generate.py: an answer for every prompt; hidden_stage.py:
-the target's hidden states of every answer kept); a new stage is a module of its own.
+the target's hidden states of every answer kept; draft_stage.py: a draft measured on held-out
+prompts); a new stage is a module of its own.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Awaitable, Protocol
 
-from ...common.caps import GENERATE, HIDDEN_STATES, Caps
+from ...common.caps import DRAFT, GENERATE, HIDDEN_STATES, Caps
 from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
@@ -26,6 +27,7 @@ from ...common.wire import ExitCode
 from ..observe.watcher_guard import WatcherGuard
 from ..store.datasets import BadInput
 from .control_requests import ControlWatcher, Every, StopState
+from .draft_stage import DraftStage
 from .generate import GenerateStage
 from .hidden_stage import HiddenStage
 from .own_process import LockHeld, Log, acquire_lock, write_pidfile
@@ -67,7 +69,7 @@ class Stage(Protocol):
     def ended(self) -> None: ...  # after the run, before the last status
 
 
-STAGES: dict[str, type] = {GENERATE: GenerateStage, HIDDEN_STATES: HiddenStage}
+STAGES: dict[str, type] = {GENERATE: GenerateStage, HIDDEN_STATES: HiddenStage, DRAFT: DraftStage}
 
 
 class Runner:

@@ -181,7 +181,10 @@ def test_local_flags_name_the_flag_that_is_wrong():
         (dict(max_samples="-3"), "--max-samples: expected a number >= 1 or `all`, got -3"),
         (dict(cap=["B2=0"]), "N must be >= 1"),
         (dict(cap=["B2=-1"]), "N must be >= 1"),
-        (dict(stage="hidden"), "--stage: expected one of generate, hidden-states, got 'hidden'"),
+        (
+            dict(stage="hidden"),
+            "--stage: expected one of generate, hidden-states, draft, got 'hidden'",
+        ),
     ):
         with pytest.raises(ValueError, match=re.escape(words)):
             P.RunArgs.from_text(**bad)

@@ -1,0 +1,151 @@
+"""The draft stage, typed as a user types it (the venv's `invoke` from the repository root, on a
+`local` host whose job talks to the server deploytool starts there: the stand-in `vllm`, which counts
+speculative decoding as vLLM does): the held-out prompts of each dataset (those after its cap)
+answered with the draft, one dataset at a time, the mean acceptance length of each from the server's
+own counters; never in the training outputs; through a kill -9 of the runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import yaml
+
+from remote.common.jobspec import Paths, flag_value
+from remote.common.state import ServerRecord
+from tests.conftest import free_port, records, status, wait_for, write_prompts
+from tests.helpers.as_typed import ok, typed
+from tests.helpers.stand_ins import fake_vllm
+
+
+def drafted_job(tmp_path, draft: dict | None, accept=("of B1=3", "of B2=1"), delay=0.0):
+    """Two datasets of 12 prompts; the stand-in server accepts 3 of the draft's 3 tokens a step
+    for B1's prompts and 1 for B2's (mean acceptance lengths 4 and 2)."""
+    port, root = free_port(), tmp_path / "host"
+    for ds in ("B1", "B2"):
+        write_prompts(tmp_path / "data" / "prompts" / f"{ds}.jsonl", 12, ds)
+    url = f"http://127.0.0.1:{port}/v1"
+    job = {
+        "datasets": {
+            ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 20} for ds in ("B1", "B2")
+        },
+        "engine": {"kind": "openai", "base_url": url, "model": "kimi", "concurrency": 2},
+    }
+    args = ["--fake-delay", "0.1", "--fake-answer-delay", str(delay)]
+    for a in accept:
+        args += ["--fake-accept", a]
+    server = {
+        "command": str(fake_vllm(tmp_path)),
+        "model": "kimi",
+        "port": port,
+        "args": args,
+        "ready_timeout": 120,
+    }
+    if draft is not None:
+        server["draft"] = draft
+    hosts = {"box": {"connect": "local", "remote_dir": str(root)}}
+    data = {"default_host": "box", "hosts": hosts, "job": job, "server": server}
+    config = tmp_path / "hosts.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    return config, root
+
+
+def results(root) -> dict:
+    (folder,) = [p for p in Paths(root).drafts.iterdir() if p.is_dir()]
+    return {ds: json.loads((folder / f"{ds}.counts.json").read_text()) for ds in ("B1", "B2")} | {
+        "folder": folder
+    }
+
+
+def test_the_draft_is_measured_per_dataset_on_prompts_no_training_saw(tmp_path):
+    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 5}
+    config, root = drafted_job(tmp_path, draft)
+    try:
+        for line in ("invoke deploy", "invoke restart --max-samples 4", "invoke tail"):
+            ok(line, config)
+        said = ok("invoke restart --stage draft", config)
+        assert "runs without the draft the draft stage measures" in said
+        spec = json.loads(
+            flag_value(ServerRecord.live(Paths(root).server_pid).argv, "--speculative-config")
+        )
+        assert spec == {"method": "eagle3", "model": "org/kimi-eagle3", "num_speculative_tokens": 3}
+        assert "draft finished" in ok("invoke tail", config)
+        got = results(root)
+        for ds, length in (("B1", 4.0), ("B2", 2.0)):
+            c = got[ds]["counts"]
+            assert 1 + c["accepted"] / c["drafts"] == length
+            answers = [
+                json.loads(x) for x in (got["folder"] / f"{ds}.jsonl").read_text().splitlines()
+            ]
+            # the held-out prompts: those after the cap of 4, five of them, each once
+            assert sorted(a["index"] for a in answers) == [4, 5, 6, 7, 8]
+        # the training outputs are as they were: the first 4 prompts' answers
+        assert sorted(r["index"] for r in records(root, "B1")) == [0, 1, 2, 3]
+        st = status(root)
+        assert st["stage"] == "draft" and st["datasets"]["B1"]["done"] == 5
+        assert st["datasets"]["B2"]["draft"]["per_position"] == [
+            st["datasets"]["B2"]["draft"]["drafts"],
+            0,
+            0,
+        ]
+        shown = ok("invoke status", config)
+        assert "B1" in shown and "4.00" in shown and "2.00" in shown
+        assert "acceptance length 4.00" in ok("invoke tail --once", config)
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)
+
+
+def test_a_runner_killed_mid_dataset_loses_no_count_and_answers_each_prompt_once(tmp_path):
+    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 8}
+    config, root = drafted_job(tmp_path, draft, delay=0.2)
+    try:
+        for line in ("invoke deploy", "invoke restart --max-samples 4", "invoke tail"):
+            ok(line, config)
+        ok("invoke restart --stage draft", config)
+        folder = lambda: [p for p in Paths(root).drafts.iterdir() if p.is_dir()]  # noqa: E731
+
+        def answered() -> int:
+            f = folder()
+            path = f[0] / "B1.jsonl" if f else None
+            return len(path.read_text().splitlines()) if path and path.exists() else 0
+
+        wait_for(lambda: answered() >= 2, timeout=60, what="two of B1's answers")
+        os.kill(status(root)["pid"], signal.SIGKILL)
+        ok("invoke restart", config)  # the kept stage, as the watcher would
+        assert "draft finished" in ok("invoke tail", config)
+        got = results(root)
+        for ds, length in (("B1", 4.0), ("B2", 2.0)):
+            c = got[ds]["counts"]
+            assert 1 + c["accepted"] / c["drafts"] == length
+            ids = [
+                json.loads(x)["id"]
+                for x in (got["folder"] / f"{ds}.jsonl").read_text().splitlines()
+            ]
+            assert len(ids) == len(set(ids)) == 8
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)
+
+
+def test_no_draft_named_is_one_line_before_anything_is_stopped(tmp_path):
+    config, root = drafted_job(tmp_path, None)
+    try:
+        for line in ("invoke deploy", "invoke restart --max-samples 4", "invoke tail"):
+            ok(line, config)
+        plain = ServerRecord.live(Paths(root).server_pid)
+        res = typed("invoke restart --stage draft", config)
+        assert res.returncode != 0
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "server.draft.model" in lines[0], res.stderr
+        assert ServerRecord.live(Paths(root).server_pid).pid == plain.pid  # left running
+        assert status(root)["stage"] == "generate"
+        bad = yaml.safe_load(config.read_text())
+        bad["server"]["draft"] = {"model": "x", "method": "eagel3"}
+        config.write_text(yaml.safe_dump(bad))
+        res = typed("invoke status", config)
+        assert res.returncode == 2 and "did you mean 'eagle3'" in res.stderr, res.stderr
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)
