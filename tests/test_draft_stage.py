@@ -65,7 +65,7 @@ def test_the_draft_is_measured_per_dataset_on_prompts_no_training_saw(tmp_path):
         for line in ("invoke deploy", "invoke restart --max-samples 4", "invoke tail"):
             ok(line, config)
         said = ok("invoke restart --stage draft", config)
-        assert "runs without the draft the draft stage measures" in said
+        assert "box: the server runs without the draft the draft stage measures: restarting" in said
         spec = json.loads(
             flag_value(ServerRecord.live(Paths(root).server_pid).argv, "--speculative-config")
         )
@@ -92,6 +92,20 @@ def test_the_draft_is_measured_per_dataset_on_prompts_no_training_saw(tmp_path):
         shown = ok("invoke status", config)
         assert "B1" in shown and "4.00" in shown and "2.00" in shown
         assert "acceptance length 4.00" in ok("invoke tail --once", config)
+        # another draft named: the server running the first is started again with it, and its
+        # results go to a folder of its own
+        data = yaml.safe_load(config.read_text())
+        data["server"]["draft"]["model"] = "org/kimi-eagle3-ours"
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+        ok("invoke deploy", config)
+        said = ok("invoke restart --stage draft", config)
+        assert "the server runs another draft than hosts.yaml's server.draft: restarting" in said
+        argv = ServerRecord.live(Paths(root).server_pid).argv
+        assert (
+            json.loads(flag_value(argv, "--speculative-config"))["model"] == "org/kimi-eagle3-ours"
+        )
+        assert "draft finished" in ok("invoke tail", config)
+        assert len([p for p in Paths(root).drafts.iterdir() if p.is_dir()]) == 2
     finally:
         typed("invoke stop", config)
         typed("invoke server.stop", config)

@@ -156,6 +156,11 @@ def up_for_restart(
         return
     spec, state = config.server_for(conn.name), server_state(conn, quick=True)
     wrong = with_server and wrong_for_stage(spec, flags.stage, state)
+    if with_server and not wrong and flags.stage == DRAFT and state.drafts:
+        # the draft measured is hosts.yaml's: a server running another one is started again
+        planned = call(conn, ServerStart(spec=spec, stage=DRAFT, dry_run=True))
+        if flag_value(planned.argv, "--speculative-config") != state.speculative:
+            wrong = "runs another draft than hosts.yaml's server.draft"
     if wrong:
         # every check that can refuse the new server before the one that runs is stopped
         call(conn, ServerStart(spec=spec, stage=flags.stage, dry_run=True))
@@ -185,13 +190,13 @@ def wrong_for_stage(spec: ServerSpec, stage: str | None, state: ServerState) -> 
     if stage is None or not state.up or flag_value(spec.args, "--speculative-config"):
         return None
     if stage == HIDDEN_STATES and not state.extracts:
-        return "it runs without the extraction config the hidden-states stage needs"
+        return "runs without the extraction config the hidden-states stage needs"
     if stage == DRAFT and not state.drafts:
-        return "it runs without the draft the draft stage measures"
+        return "runs without the draft the draft stage measures"
     if stage != HIDDEN_STATES and state.extracts:
-        return "it runs with the hidden-states extraction config (a file for every answer)"
+        return "runs with the hidden-states extraction config (a file for every answer)"
     if stage != DRAFT and state.drafts:
-        return "it runs with the draft stage's draft"
+        return "runs with the draft stage's draft"
     return None
 
 

@@ -162,7 +162,12 @@ class ServerState:
     died: bool = False  # down, and nobody stopped it
     engines_gone: list[LeftoverProcess] = field(default_factory=list)  # its engine processes, dead
     extracts: bool = False  # started with vLLM's hidden-states extraction config
-    drafts: bool = False  # started with a draft (a speculative config that is no extraction)
+    speculative: str | None = None  # its --speculative-config (a draft's, or the extraction's)
+
+    @property
+    def drafts(self) -> bool:
+        """Started with a draft (a speculative config that is no extraction)."""
+        return self.speculative is not None and not self.extracts
 
 
 @dataclass

@@ -8,9 +8,11 @@ what the tests need is the real server around them.
 `--trainer` makes the variant the trainers' tier reads (tests/real_engine/test_real_trainers.py):
 a template that keeps each reply's thinking, and greedy replies that close their thinking and end.
 `--long`: greedy replies of 82 tokens that close their thinking half way (the continuation tier).
+`--shift N`: each word's successor is the word N ahead on the cycle, not the next: a draft for the
+tiny model (the same tokenizer) that predicts other words than it writes (the draft tier).
 
 Run with the Python of the vLLM environment (torch, transformers, tokenizers):
-    python tests/real_engine/make_tiny_model.py OUT_DIR [--trainer] [--long]
+    python tests/real_engine/make_tiny_model.py OUT_DIR [--trainer] [--long] [--shift N]
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ THINKING_TEMPLATE = (
 )
 
 
-def build(out: Path, trainer: bool = False, long: bool = False) -> Path:
+def build(out: Path, trainer: bool = False, long: bool = False, shift: int = 1) -> Path:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -92,7 +94,7 @@ def build(out: Path, trainer: bool = False, long: bool = False) -> Path:
     # each word to the next word of one long cycle. Greedy walks the cycle (varied words); sampling
     # (temperature 1) leaves it often, ending the thinking or the answer now and then.
     words = [vocab[w] for w in vocab if w not in SPECIAL]
-    nxt = {w: words[(i + 1) % len(words)] for i, w in enumerate(words)}
+    nxt = {w: words[(i + shift) % len(words)] for i, w in enumerate(words)}
     for t in SPECIAL:
         nxt[vocab[t]] = words[0]
     if trainer:  # greedy: 8 words of thinking, </think>, 12 words of answer, the end of the turn
@@ -116,4 +118,6 @@ def build(out: Path, trainer: bool = False, long: bool = False) -> Path:
 
 
 if __name__ == "__main__":
-    print(build(Path(sys.argv[1]), "--trainer" in sys.argv[2:], "--long" in sys.argv[2:]))
+    flags = sys.argv[2:]
+    shift = int(flags[flags.index("--shift") + 1]) if "--shift" in flags else 1
+    print(build(Path(sys.argv[1]), "--trainer" in flags, "--long" in flags, shift))

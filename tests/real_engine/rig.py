@@ -53,9 +53,12 @@ def trainers_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=where)
 
 
-def build_model(out: Path, python: str, trainer: bool = False, long: bool = False) -> Path:
+def build_model(
+    out: Path, python: str, trainer: bool = False, long: bool = False, shift: int = 1
+) -> Path:
     """The tiny random-weight model, made by the vLLM environment's own torch and transformers."""
     variant = (["--trainer"] if trainer else []) + (["--long"] if long else [])
+    variant += ["--shift", str(shift)] if shift != 1 else []
     subprocess.run(
         [python, str(HERE / "make_tiny_model.py"), str(out), *variant],
         check=True,

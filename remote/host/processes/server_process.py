@@ -31,7 +31,6 @@ from ...common.jobspec import (
     SERVER_TOKEN_ENV,
     Paths,
     ServerSpec,
-    drafts,
     extracts,
     flag_value,
     masked_args,
@@ -315,7 +314,7 @@ def server_state(paths: Paths, req: ServerStatus | None = None) -> ServerState:
         headless=rec.headless,
         engines_gone=engines.gone(rec),
         extracts=extracts(rec.argv),
-        drafts=drafts(rec.argv),
+        speculative=flag_value(rec.argv, "--speculative-config"),
     )
     if out.headless or (req is not None and req.quick):
         return out
