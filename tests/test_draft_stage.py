@@ -163,3 +163,29 @@ def test_no_draft_named_is_one_line_before_anything_is_stopped(tmp_path):
     finally:
         typed("invoke stop", config)
         typed("invoke server.stop", config)
+
+
+def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp_path):
+    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 8}
+    config, root = drafted_job(tmp_path, draft, delay=0.3)
+    try:
+        for line in ("invoke deploy", "invoke restart --max-samples 4", "invoke tail"):
+            ok(line, config)
+        ok("invoke restart --stage draft", config)
+        wait_for(
+            lambda: any(
+                p.name == "B1.jsonl" and p.stat().st_size
+                for p in Paths(root).drafts.rglob("*.jsonl")
+            ),
+            timeout=60,
+            what="a first answer of the draft stage",
+        )
+        said = ok("invoke restart --stage generate --max-samples 6", config)
+        assert "the server runs with the draft stage's draft: restarting" in said
+        assert "finished" in ok("invoke tail", config)
+        assert status(root)["stage"] == "generate" and len(records(root, "B1")) == 6
+        log = (root / "logs" / "runner.log").read_text()
+        assert "counts no speculative decoding" not in log  # never failed for a server swapped
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)

@@ -47,6 +47,7 @@ class Source:
     path: Path
     meta: dict
     cap: int | None = None  # the job's: its records are those of the first N prompts (None: all)
+    caps_pulled: bool = True  # False: pulled before pull brought the caps (every record is taken)
 
 
 @dataclass
@@ -95,13 +96,14 @@ def find_sources(pulled: Path, hosts: dict[str, list[str]]) -> list[Source]:
     """hosts: host -> the dataset names to export from it."""
     found = []
     for host, names in hosts.items():
-        caps = Caps.read(pulled / host / CAPS_FILE) or Caps()  # pulled before caps were: all
+        caps = Caps.read(pulled / host / CAPS_FILE)
         for ds in names:
             path = pulled / host / f"{ds}.jsonl"
             if path.exists():
                 meta_path = path.with_name(f"{ds}.meta.json")
                 meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-                found.append(Source(host, ds, path, meta, caps.target(ds)))
+                cap = caps.target(ds) if caps else None
+                found.append(Source(host, ds, path, meta, cap, caps is not None))
     return found
 
 
@@ -337,7 +339,7 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
             s.dataset,
             {
                 "hosts": [],
-                "cap": s.cap,
+                "cap": s.cap if s.caps_pulled else "not pulled (every record taken)",
                 "records": t.records,
                 "kept": t.kept,
                 "dropped": dict(sorted(t.dropped.items())),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlparse
 
 from remote.common.caps import DRAFT, HIDDEN_STATES
-from remote.common.jobspec import flag_value
+from remote.common.jobspec import extracts, flag_value
 from remote.common.protocol import (
     GRACE_S,
     RunArgs,
@@ -24,6 +24,7 @@ from ..config import Config, ServerSpec
 from ..connectors import Connector
 from ..errors import RemoteError
 from .control import call
+from .control import stop as stop_runner
 
 if TYPE_CHECKING:  # types only: answers load with the commands that build them
     from remote.common.answers import ServerStarted, ServerState, ServerStopped
@@ -165,6 +166,9 @@ def up_for_restart(
         # every check that can refuse the new server before the one that runs is stopped
         call(conn, ServerStart(spec=spec, stage=flags.stage, dry_run=True))
         note(f"{conn.name}: the server {wrong}: restarting it (the model loads again)")
+        # the runner first: none of its requests goes to (or is counted by) a server made for
+        # another stage, and it never ends failed for a server taken from under it
+        stop_runner(conn, grace=flags.grace)
         stopped(stop(conn))
     elif state.up:
         return
@@ -187,16 +191,18 @@ def wrong_for_stage(spec: ServerSpec, stage: str | None, state: ServerState) -> 
     was asked): the hidden-states stage needs vLLM's extraction config, the draft stage its draft,
     the answers neither (a file for every answer; a draft measured in the training data's answers);
     a speculative config of the user's own in server.args is theirs to keep."""
-    if stage is None or not state.up or flag_value(spec.args, "--speculative-config"):
+    if stage is None or not state.up:
         return None
-    if stage == HIDDEN_STATES and not state.extracts:
-        return "runs without the extraction config the hidden-states stage needs"
-    if stage == DRAFT and not state.drafts:
-        return "runs without the draft the draft stage measures"
-    if stage != HIDDEN_STATES and state.extracts:
-        return "runs with the hidden-states extraction config (a file for every answer)"
-    if stage != DRAFT and state.drafts:
-        return "runs with the draft stage's draft"
+    if not extracts(spec.args):
+        if stage == HIDDEN_STATES and not state.extracts:
+            return "runs without the extraction config the hidden-states stage needs"
+        if stage != HIDDEN_STATES and state.extracts:
+            return "runs with the hidden-states extraction config (a file for every answer)"
+    if flag_value(spec.args, "--speculative-config") is None:
+        if stage == DRAFT and not state.drafts:
+            return "runs without the draft the draft stage measures"
+        if stage != DRAFT and state.drafts:
+            return "runs with the draft stage's draft"
     return None
 
 

@@ -149,11 +149,6 @@ def extracts(args) -> bool:
     return flag_value(args, "--kv-transfer-config") is not None
 
 
-def drafts(args) -> bool:
-    """Whether a vLLM command line decodes with a draft (a speculative config that is no extraction)."""
-    return flag_value(args, "--speculative-config") is not None and not extracts(args)
-
-
 def masked_args(args) -> list[str]:
     """A command line with the value of `--api-key` hidden (pid files, printouts, logs)."""
     out, hide = [], False

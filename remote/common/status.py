@@ -151,8 +151,9 @@ class DatasetStatus(Codec):
 
     @property
     def beyond(self) -> int:
-        """Records beyond the cap (made before it was lowered): kept, counted in none of the rest."""
-        return max(0, self.records - self.done)
+        """Records beyond the cap (made before it was lowered): kept, counted in none of the rest.
+        A dataset that does not run now (not in --datasets: no target) has none beyond a cap."""
+        return max(0, self.records - self.done) if self.target else 0
 
     @property
     def said_state(self) -> str:

@@ -5,15 +5,18 @@ deltas of the server's speculative-decoding counters over a dataset are that dat
 around it is the runner's (runner.py), as for the other stages.
 
 Resumable: an answer counts once it is in <tag>/<DS>.jsonl (a kill's cut-off requests are asked
-again), and the counts kept in <tag>/<DS>.counts.json carry the last sample, so a new runner's first
-sample adds what the server counted meanwhile. Counters start again from zero when the server does:
-a sample lower than the last is a new server life, whose counts are added whole."""
+again); <tag>/<DS>.counts.json keeps the dataset's counts, and <tag>/cursor.json the last sample of
+each server and the dataset it was counted for, so a new runner resuming that dataset adds what the
+servers counted meanwhile, and one starting another dataset starts from a fresh sample. Counters
+start again from zero when a server does: a sample lower than the last is a new server life, whose
+counts are added whole."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -35,6 +38,7 @@ from ..store.prompts import Prompt, PromptFile
 from ..store.rates import RateWindow
 
 SAMPLE_S = 1.0  # between samples of the servers' counters while a dataset runs
+CURSOR = "cursor.json"  # the last sample of each server, and the dataset it was counted for
 
 
 def draft_tag(draft: dict) -> str:
@@ -62,35 +66,26 @@ class Measured:
     done: set[str]
     out: AppendFile | None
     counts_path: Path
+    held: str = ""  # a fingerprint of its held-out prompts' ids: the counts are of those
     counts: DraftCounts = field(default_factory=DraftCounts)
-    last: dict[str, DraftCounts] = field(default_factory=dict)  # per server: the last sample
     tokens: int = 0  # output tokens of its answers
     seconds: float = 0.0  # the time it ran, every runner's
     in_flight: int = 0
     failed: int = 0
     new: int = 0
     made: RateWindow = field(default_factory=RateWindow)
+    since: float | None = None  # the last time its running time was added up
 
-    def keep(self) -> None:
-        """The counts, what the last samples were and the time it ran: read back by a new runner."""
-        write_json(
-            self.counts_path,
-            {
-                "counts": self.counts.to_dict(),
-                "last": {u: c.to_dict() for u, c in self.last.items()},
-                "tokens": self.tokens,
-                "seconds": self.seconds,
-            },
-        )
-
-    def sampled(self, url: str, now: DraftCounts) -> None:
-        """A sample of a server's counters: what it counted since the last one is this dataset's
-        (the first, before any of its requests, is where it starts from)."""
-        if url in self.last:
-            self.counts = self.counts.plus(now.since(self.last[url]))
-        self.last[url] = now
+    def keep(self, now: float) -> None:
+        """Its counts and the time it ran (up to now), read back by a new runner."""
+        if self.since is not None:
+            self.seconds, self.since = self.seconds + now - self.since, now
+        body = {"held": self.held, "counts": self.counts.to_dict(), "seconds": self.seconds}
+        write_json(self.counts_path, body)
 
     def state(self) -> str:
+        if self.target and not self.counts.drafts and not self.todo and not self.in_flight:
+            return DatasetState.INCOMPLETE  # answered, and no draft counted: nothing measured
         if len(self.done) >= self.target:
             return DatasetState.COMPLETE
         if not self.todo and not self.in_flight and self.failed:
@@ -132,11 +127,18 @@ class DraftStage:
         self.current: Measured | None = None
         self.retries = 0
         self.tag = ""
+        self.where = self.paths.drafts
+        self.cursor: dict = {}
         self.none_left: list[str] = []  # datasets whose cap takes every prompt
 
     # ------------------------------------------------------------------ before it runs
 
     def prepare(self) -> None:
+        if self.job.engine.kind == "simulate":
+            raise BadInput(
+                "the simulated engine has no draft to measure: the draft stage needs the job's "
+                "vLLM server (job.engine.kind: openai)"
+            )
         # the draft of the server the host started for the stage (hosts.yaml `server.draft`)
         wanted = Supervise.read(self.paths.supervise)
         draft = wanted.server.spec.draft if wanted and wanted.server.wanted else {}
@@ -146,65 +148,96 @@ class DraftStage:
                 "started by deploytool): set server.draft.model (a folder on the host or a model "
                 "id), then `invoke restart --stage draft` starts the server with it"
             )
-        self.tag = draft_tag(draft)
-        where = self.paths.drafts / self.tag
-        where.mkdir(parents=True, exist_ok=True)
-        write_json(where / "draft.json", dict(draft, tag=self.tag))
-        k = int(draft["eval_samples"])
-        for spec in self.job.datasets:
-            name = spec.name
-            if not self.caps.selected(name):
-                continue
-            cap = self.caps.target(name)
-            pf = PromptFile(
-                self.paths.root / spec.prompts, name, self.paths.prompt_index, spec.turns
+        try:
+            self.tag = draft_tag(draft)
+            self.where = self.paths.drafts / self.tag
+            self.where.mkdir(parents=True, exist_ok=True)
+            write_json(self.where / "draft.json", dict(draft, tag=self.tag))
+            self.cursor = read_json(self.where / CURSOR) or {}
+            for spec in self.job.datasets:
+                if self.caps.selected(spec.name):
+                    self._open(spec, int(draft["eval_samples"]))
+        except OSError as e:
+            raise BadInput(f"the draft stage's files: {e}") from None
+
+    def _held_out(self, spec, k: int) -> tuple[PromptFile, list[int]]:
+        """The dataset's prompts no training saw: the first k after its cap that have no answer in
+        the training outputs (a cap lowered after they were answered leaves those out)."""
+        path = self.paths.root / spec.prompts
+        if not path.exists():
+            raise BadInput(
+                f"{spec.name}: prompts file {path} not found (deploy it, or fix "
+                f"job.datasets.{spec.name}.prompts)"
             )
-            start = len(pf) if cap is None else min(cap, len(pf))
-            held = range(start, min(len(pf), start + k))
-            if not held:
-                self.none_left.append(name)
-                self.log(
-                    f"{name}: no held-out prompts (its cap takes all {len(pf):,}): not measured; "
-                    "a lower cap leaves some"
-                )
-                pf.close()
-                continue
-            path = where / f"{name}.jsonl"
-            repair_tail(path, self.log)
-            done = load_existing(path, self.log).ids
-            ids = set(pf.ids[i] for i in held)
-            todo = [pf[i] for i in held if pf.ids[i] not in done]
+        pf = PromptFile(path, spec.name, self.paths.prompt_index, spec.turns)
+        cap = self.caps.target(spec.name)
+        trained = load_existing(self.paths.output(spec.name), update_index=False).ids
+        start = len(pf) if cap is None else min(cap, len(pf))
+        free = (i for i in range(start, len(pf)) if pf.ids[i] not in trained)
+        return pf, list(itertools.islice(free, k))
+
+    def _open(self, spec, k: int) -> None:
+        name = spec.name
+        pf, held = self._held_out(spec, k)
+        if not held:
+            self.none_left.append(name)
+            self.log(f"{name}: no held-out prompts (its cap takes all {len(pf):,}): not measured")
             pf.close()
-            kept = read_json(where / f"{name}.counts.json") or {}
-            m = Measured(
-                name,
-                [p for p in todo if p.messages is not None],
-                len(held),
-                done & ids,
-                AppendFile(path),
-                where / f"{name}.counts.json",
-                DraftCounts.from_dict(kept.get("counts") or {}),
-                {u: DraftCounts.from_dict(c) for u, c in (kept.get("last") or {}).items()},
-                int(kept.get("tokens") or 0),
-                float(kept.get("seconds") or 0.0),
-            )
-            m.failed = len(todo) - len(m.todo)  # unreadable prompt lines
-            self.sets[name] = m
+            return
+        ids = [pf.ids[i] for i in held]
+        sig = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:12]
+        path, counts_path = self.where / f"{name}.jsonl", self.where / f"{name}.counts.json"
+        kept = read_json(counts_path) or {}
+        if kept and kept.get("held") != sig:  # other held-out prompts now: their own counts
+            aside = f"{name}.{kept.get('held') or 'before'}"
+            for p, to in ((path, f"{aside}.jsonl"), (counts_path, f"{aside}.counts.json")):
+                if p.exists():
+                    os.replace(p, self.where / to)
+            self.log(f"{name}: its held-out prompts changed (caps or prompts): measured anew")
+            kept = {}
+        repair_tail(path, self.log)
+        got = load_existing(path, self.log)
+        done = got.ids & set(ids)
+        todo = [pf[i] for i in held if pf.ids[i] not in done]
+        pf.close()
+        m = Measured(
+            name,
+            [p for p in todo if p.messages is not None],
+            len(held),
+            done,
+            AppendFile(path),
+            counts_path,
+            sig,
+            DraftCounts.from_dict(kept.get("counts") or {}),
+            sum(got.tokens[i] for i in done),
+            float(kept.get("seconds") or 0.0),
+        )
+        m.failed = len(todo) - len(m.todo)  # unreadable prompt lines
+        self.sets[name] = m
 
     # ------------------------------------------------------------------ while it runs
 
     async def _sample(self, engine, m: Measured) -> None:
+        """Each server's counters: what they counted since the cursor's last sample is `m`'s, when
+        the cursor was counting `m` (else this sample is where `m` starts from)."""
+        mine = self.cursor.get("dataset") == m.name
+        last = self.cursor.get("last") or {}
         for url in self.urls:
             text = await engine.metrics(url)
             counts = metrics.spec_decode(text) if text else None
             if counts is None and text is not None and self.fatal is None:
                 self.fatal = (
                     f"the server at {url} counts no speculative decoding: it runs without a draft "
-                    "(start it with the draft: `invoke restart --stage draft` restarts it so)"
+                    "(`invoke restart --stage draft` starts the job's server with hosts.yaml's)"
                 )
-            if counts is not None:
-                m.sampled(url, counts)
-        m.keep()
+            if counts is None:
+                continue
+            if mine and url in last:
+                m.counts = m.counts.plus(counts.since(DraftCounts.from_dict(last[url])))
+            last[url] = counts.to_dict()
+        m.keep(time.time())
+        self.cursor = {"dataset": m.name, "last": last}
+        write_json(self.where / CURSOR, self.cursor)
 
     async def _sampler(self, engine, m: Measured) -> None:
         while True:
@@ -255,7 +288,7 @@ class DraftStage:
         for m in self.sets.values():
             if not m.todo or self.stop.asked or self.fatal:
                 continue
-            self.current, began = m, time.time()
+            self.current, m.since = m, time.time()
             await self._sample(engine, m)  # what a runner before this one left uncounted
             sampler = asyncio.ensure_future(self._sampler(engine, m))
             try:
@@ -267,8 +300,8 @@ class DraftStage:
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sampler
-                m.seconds += time.time() - began
                 await self._sample(engine, m)
+                m.since = None
                 m.out.sync()
             self.log(f"{m.name}: {self.said(m)}")
         self.current = None
@@ -304,8 +337,8 @@ class DraftStage:
         pass
 
     def stopping(self) -> None:
-        for m in self.sets.values():
-            m.keep()
+        if self.current is not None:
+            self.current.keep(time.time())
 
     @contextlib.asynccontextmanager
     async def session(self):

@@ -3,9 +3,14 @@ of the servers' counters (the first sample where it starts, a server started aga
 
 from __future__ import annotations
 
+import asyncio
+import json
+from types import SimpleNamespace
+
+from remote.common.caps import Caps
+from remote.common.jobspec import DatasetSpec, JobSpec, Paths
 from remote.common.metrics import spec_decode
-from remote.common.status import DraftCounts
-from remote.job.loop.draft_stage import Measured, draft_tag
+from remote.job.loop.draft_stage import DraftStage, Measured, draft_tag
 
 DRAFT = {"model": "org/kimi-eagle3", "method": "eagle3", "num_speculative_tokens": 3}
 
@@ -22,20 +27,67 @@ def test_a_drafts_folder_is_named_for_it_and_changes_with_what_it_is(tmp_path):
     assert draft_tag(dict(DRAFT, model=str(folder))) != before and before.startswith("my-draft-")
 
 
-def counts(drafts, accepted, per) -> DraftCounts:
-    return DraftCounts(drafts, drafts * 3, accepted, per)
+class Metrics:
+    """An engine whose one server's counters the test sets."""
+
+    def __init__(self):
+        self.drafts = self.accepted = 0
+
+    async def metrics(self, url: str) -> str:
+        m = 'model_name="m",engine="0"'
+        return (
+            f"vllm:spec_decode_num_drafts_total{{{m}}} {self.drafts}.0\n"
+            f"vllm:spec_decode_num_draft_tokens_total{{{m}}} {3 * self.drafts}.0\n"
+            f"vllm:spec_decode_num_accepted_tokens_total{{{m}}} {self.accepted}.0\n"
+        )
 
 
-def test_the_counts_are_the_growth_after_the_first_sample_each_server_life_added(tmp_path):
-    m = Measured("B1", [], 5, set(), None, tmp_path / "B1.counts.json")
-    m.sampled("u", counts(20, 0, [0, 0, 0]))  # the smoke test's, before the dataset: not its
-    assert m.counts.drafts == 0
-    m.sampled("u", counts(30, 30, [10, 10, 10]))
-    m.sampled("u", counts(8, 16, [8, 8, 0]))  # lower: the server started again from zero
-    assert (m.counts.drafts, m.counts.accepted, m.counts.per_position) == (18, 46, [18, 18, 10])
-    assert m.counts.mean_acceptance_length == 1 + 46 / 18
-    m.keep()
-    assert m.counts_path.exists()
+def stage(tmp_path) -> DraftStage:
+    runner = SimpleNamespace(
+        paths=Paths(tmp_path),
+        job=JobSpec((DatasetSpec("A", "a.jsonl"), DatasetSpec("B", "b.jsonl"))),
+        log=lambda line: None,
+        stop=None,
+    )
+    st = DraftStage(runner, Caps(), False)
+    st.where, st.urls = tmp_path, ["u"]
+    st.cursor = (
+        json.loads((tmp_path / "cursor.json").read_text())
+        if (tmp_path / "cursor.json").exists()
+        else {}
+    )
+    return st
+
+
+def measured(tmp_path, name: str) -> Measured:
+    return Measured(name, [], 5, set(), None, tmp_path / f"{name}.counts.json")
+
+
+def test_each_dataset_counts_only_what_the_server_counted_while_it_ran(tmp_path):
+    eng, st = Metrics(), stage(tmp_path)
+    eng.drafts = 20  # a smoke test's, before any dataset: nobody's
+    a = measured(tmp_path, "A")
+    asyncio.run(st._sample(eng, a))
+    eng.drafts, eng.accepted = 45, 75  # A's requests
+    asyncio.run(st._sample(eng, a))
+    assert (a.counts.drafts, a.counts.accepted) == (25, 75) and a.counts.mean_acceptance_length == 4
+    b = measured(tmp_path, "B")
+    asyncio.run(st._sample(eng, b))  # where B starts: A's counts are not B's
+    eng.drafts, eng.accepted = 95, 125
+    asyncio.run(st._sample(eng, b))
+    assert (b.counts.drafts, b.counts.accepted) == (50, 50)
+    # a new runner (after a kill -9 in B): B's first sample adds what the server counted meanwhile
+    eng.drafts, eng.accepted = 105, 135
+    again = stage(tmp_path)
+    asyncio.run(again._sample(eng, b))
+    assert (b.counts.drafts, b.counts.accepted) == (60, 60)
+    # then A asked again (a prompt it failed): B's counts are not A's
+    asyncio.run(again._sample(eng, a))
+    assert (a.counts.drafts, a.counts.accepted) == (25, 75)
+    # the server started again from zero under A: its new life is A's, whole
+    eng.drafts, eng.accepted = 4, 12
+    asyncio.run(again._sample(eng, a))
+    assert (a.counts.drafts, a.counts.accepted) == (29, 87)
 
 
 def test_vllms_counters_are_read_with_their_positions_summed_over_engines():
