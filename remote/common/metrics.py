@@ -36,32 +36,24 @@ def spec_decode(text: str) -> DraftCounts | None:
     """The speculative-decoding counters, summed over engines; None: the server has none (it was
     started without a draft)."""
     got, seen, per = DraftCounts(), False, {}
-    for line in text.splitlines():
-        m = _LINE.match(line) if line.startswith("vllm:spec_decode") else None
-        if not m:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        name, seen = m.group(1), True
+    for name, labels, value in _series(text, "vllm:spec_decode"):
+        seen = True
         if name == SPEC_DRAFTS:
             got.drafts += value
         elif name == SPEC_DRAFT_TOKENS:
             got.draft_tokens += value
         elif name == SPEC_ACCEPTED:
             got.accepted += value
-        elif name == SPEC_PER_POSITION and (p := _POSITION.search(m.group(2) or "")):
+        elif name == SPEC_PER_POSITION and (p := _POSITION.search(labels)):
             per[int(p.group(1))] = per.get(int(p.group(1)), 0.0) + value
     got.per_position = [per.get(i, 0.0) for i in range(max(per) + 1)] if per else []
     return got if seen else None
 
 
-def parse(text: str) -> dict[str, list[float]]:
-    """Prometheus text format -> {series name: [value per label set]}."""
-    out: dict[str, list[float]] = {}
+def _series(text: str, prefix: str = ""):
+    """Prometheus text format -> (name, labels, value) of each sample whose name has `prefix`."""
     for line in text.splitlines():
-        if not line or line.startswith("#"):
+        if not line.startswith(prefix) or line.startswith("#"):
             continue
         m = _LINE.match(line)
         if not m:
@@ -70,7 +62,14 @@ def parse(text: str) -> dict[str, list[float]]:
             value = float(m.group(3))
         except ValueError:
             continue
-        out.setdefault(m.group(1), []).append(value)
+        yield m.group(1), m.group(2) or "", value
+
+
+def parse(text: str) -> dict[str, list[float]]:
+    """Prometheus text format -> {series name: [value per label set]}."""
+    out: dict[str, list[float]] = {}
+    for name, _, value in _series(text):
+        out.setdefault(name, []).append(value)
     return out
 
 

@@ -29,7 +29,7 @@ from ...common.caps import DRAFT, Caps
 from ...common.codec import read_json, write_json
 from ...common.records import Record
 from ...common.state import ServerKeys, Supervise
-from ...common.status import DatasetState, DatasetStatus, DraftCounts, EngineStatus
+from ...common.status import DatasetState, DatasetStatus, DraftCounts
 from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, backoff
 from ..engine.kinds import make_engine
 from ..store.datasets import BadInput
@@ -360,14 +360,7 @@ class DraftStage:
         datasets = {n: m.status(now, self.runner.started_at) for n, m in self.sets.items()}
         rate = sum(d.tokens_per_s for d in datasets.values())
         return dict(
-            engine=EngineStatus(
-                kind=self.job.engine.kind,
-                model=self.runner.model_name,
-                base_urls=list(self.urls),
-                reachable=self.engine_error is None,
-                last_error=self.engine_error,
-            ),
-            concurrency=self.job.engine.concurrency * max(1, len(self.urls)),
+            **self.runner.engine_said(self.urls, self.engine_error),
             in_flight=self.in_flight(),
             tokens_per_s=rate,
             completion_tokens=sum(m.tokens for m in self.sets.values()),

@@ -16,7 +16,7 @@ import time
 from ...common.caps import HIDDEN_STATES, Caps
 from ...common.records import TokenRow
 from ...common.state import ServerKeys
-from ...common.status import DiskStatus, EngineStatus, JobState
+from ...common.status import DiskStatus, JobState
 from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, backoff
 from ..engine.kinds import make_engine
 from ..hidden import hsfile
@@ -263,14 +263,7 @@ class HiddenStage:
         per_s = self.rows_made.per_s(now, self.runner.started_at)
         left = sum(max(0, d.target - d.done) for d in datasets.values())
         return dict(
-            engine=EngineStatus(
-                kind=self.job.engine.kind,
-                model=self.runner.model_name,
-                base_urls=list(self.urls),
-                reachable=self.engine_error is None,
-                last_error=self.engine_error,
-            ),
-            concurrency=self.job.engine.concurrency * max(1, len(self.urls)),
+            **self.runner.engine_said(self.urls, self.engine_error),
             in_flight=self.in_flight(),
             tokens_per_s=self.tokens_made.per_s(now, self.runner.started_at),
             samples_per_s=per_s,

@@ -22,7 +22,7 @@ from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
 from ...common.state import ControlRequest, kept_caps
-from ...common.status import JobState, JobStatus
+from ...common.status import EngineStatus, JobState, JobStatus
 from ...common.wire import ExitCode
 from ..observe.watcher_guard import WatcherGuard
 from ..store.datasets import BadInput
@@ -103,6 +103,21 @@ class Runner:
 
     def prepare(self) -> None:
         self.stage.prepare()
+
+    def engine_said(self, urls: list[str], last_error: str | None) -> dict:
+        """status.json's engine and concurrency, for a stage that asks `urls` (its own error or
+        None: reachable)."""
+        eng = self.job.engine
+        return dict(
+            engine=EngineStatus(
+                kind=eng.kind,
+                model=self.model_name,
+                base_urls=list(urls),
+                reachable=last_error is None,
+                last_error=last_error,
+            ),
+            concurrency=eng.concurrency * max(1, len(urls)),
+        )
 
     # ------------------------------------------------------------------ while it runs
 
