@@ -186,6 +186,43 @@ def _shape(g: ReportStage) -> str:
     return f"{g.layers} × {g.hidden:,} × {html.escape(str(g.dtype))}"
 
 
+def drafts_section(data: ReportAnswer) -> str:
+    """The drafts the draft stage measured, side by side: per dataset, each draft's mean acceptance
+    length by vLLM's counters (its acceptance by position, and the held-out prompts answered, on
+    hover) and the output tokens per second of its answers."""
+    if not data.drafts:
+        return (
+            "<p>None measured yet: name a draft in hosts.yaml (<code>server.draft</code>) and "
+            "<code>invoke restart --stage draft</code>.</p>"
+        )
+    names = list(dict.fromkeys(n for d in data.drafts for n in d.datasets))
+    head = "".join(
+        f"<th>{html.escape(d.model)}<br><span class='sub'>{html.escape(d.method)}, "
+        f"k={d.num_speculative_tokens} · {html.escape(d.tag)}</span></th>"
+        for d in data.drafts
+    )
+    rows = []
+    for name in names:
+        cells = []
+        for d in data.drafts:
+            r = d.datasets.get(name)
+            length = r.counts.mean_acceptance_length if r else None
+            if length is None:
+                cells.append("<td>-</td>")
+                continue
+            by = ", ".join(f"{x:.0%}" for x in r.counts.acceptance_rates)
+            rate = f" · {fmt_tokens(r.tokens / r.seconds)} tok/s" if r.seconds >= 1 else ""
+            tip = f"by position {by}; {r.answered:,} held-out prompts answered"
+            cells.append(f'<td title="{html.escape(tip)}"><b>{length:.2f}</b>{rate}</td>')
+        rows.append(f"<tr><td>{html.escape(name)}</td>{''.join(cells)}</tr>")
+    return (
+        "<p class='sub'>Mean acceptance length (1 + accepted / drafts: the tokens a target step "
+        "makes) on each dataset's held-out prompts, from vLLM's own counters; hover a cell for the "
+        "acceptance by draft position.</p>"
+        f"<table><tr><th>dataset</th>{head}</tr>{''.join(rows)}</table>"
+    )
+
+
 def stage_section(data: ReportAnswer) -> str:
     """The hidden-states stage: its rows per dataset, their bytes on the host and taken off it, its
     rate over its life, the rows' lengths."""
@@ -294,6 +331,7 @@ finish_reason <code>length</code>). Green dotted: the mean.</p><div class="grid"
 <h2>Errors</h2>{errs or "<p>None.</p>"}
 <h2>Recoveries by the host's watcher</h2>{restarts}
 <h2>Hidden-states stage</h2>{stage_section(data)}
+<h2>Drafts measured</h2>{drafts_section(data)}
 </body></html>
 """
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .caps import CapRow, Caps
-from .status import JobStatus, Reload, ServerMetrics
+from .status import DraftCounts, JobStatus, Reload, ServerMetrics
 
 
 @dataclass
@@ -381,6 +381,28 @@ class RecoverEvent:
 
 
 @dataclass
+class DraftResult:
+    """One dataset's measure of one draft (the draft stage's files on the host)."""
+
+    answered: int = 0
+    counts: DraftCounts = field(default_factory=DraftCounts)
+    tokens: int = 0  # output tokens of its answers
+    seconds: float = 0.0  # the time it ran
+
+
+@dataclass
+class ReportDraft:
+    """A draft the draft stage measured: what it is (hosts.yaml's server.draft, and its folder's
+    name) and its measure per dataset."""
+
+    tag: str = ""
+    model: str = ""
+    method: str = ""
+    num_speculative_tokens: int = 0
+    datasets: dict[str, DraftResult] = field(default_factory=dict)
+
+
+@dataclass
 class ReportAnswer:
     """`ctl report`: what the page draws, gathered in one pass over the outputs."""
 
@@ -392,3 +414,4 @@ class ReportAnswer:
     restarts: list[RecoverEvent] = field(default_factory=list)
     stage: dict[str, ReportStage] = field(default_factory=dict)  # datasets the stage has rows of
     stage_history: ReportHistory = field(default_factory=ReportHistory)  # tokens in rows per second
+    drafts: list[ReportDraft] = field(default_factory=list)  # the draft stage's, oldest first

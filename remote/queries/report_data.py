@@ -19,6 +19,7 @@ from ..common.state import kept_caps
 from ..common.status import JobStatus
 from ..job.store import history
 from ..job.store.rates import IDLE_GAP_S, ActiveTime
+from .report_drafts import drafts_measured
 from .report_stage import stage_of
 
 _HEAD = re.compile(
@@ -204,6 +205,7 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
         got.hist = histogram(lengths, max(lengths, default=0))
     row_points, row_width, row_mean = throughput(rows_made)
     return ReportAnswer(
+        drafts=drafts_measured(paths),
         stage={name: got for name, (got, _) in stage.items()},
         stage_history=ReportHistory(row_points, starts, row_width, row_mean),
         status=st,

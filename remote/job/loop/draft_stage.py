@@ -189,10 +189,11 @@ class DraftStage:
         path, counts_path = self.where / f"{name}.jsonl", self.where / f"{name}.counts.json"
         kept = read_json(counts_path) or {}
         if kept and kept.get("held") != sig:  # other held-out prompts now: their own counts
-            aside = f"{name}.{kept.get('held') or 'before'}"
-            for p, to in ((path, f"{aside}.jsonl"), (counts_path, f"{aside}.counts.json")):
+            aside = self.where / "before" / str(kept.get("held") or "unknown")
+            aside.mkdir(parents=True, exist_ok=True)
+            for p in (path, counts_path):
                 if p.exists():
-                    os.replace(p, self.where / to)
+                    os.replace(p, aside / p.name)
             self.log(f"{name}: its held-out prompts changed (caps or prompts): measured anew")
             kept = {}
         repair_tail(path, self.log)
