@@ -46,6 +46,7 @@ SCHEMA = {
     ),
     "`job.datasets.NAME`": {
         "prompts": NO_DEFAULT,
+        "eval_prompts": NO_DEFAULT,
         **defaults_of(DatasetSpec, ("est_tokens", "turns")),
     },
     "`job.engine`": defaults_of(EngineSpec, cfg.ENGINE_FIELDS),

@@ -195,3 +195,35 @@ def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp
     finally:
         typed("invoke stop", config)
         typed("invoke server.stop", config)
+
+
+def test_a_prompts_file_of_the_users_own_stands_in_for_the_held_out_prompts(tmp_path):
+    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 5}
+    config, root = drafted_job(tmp_path, draft)
+    own = tmp_path / "data" / "prompts" / "B2.eval.jsonl"
+    own.write_text(
+        "".join(
+            json.dumps(
+                {"id": f"B2-eval-{i}", "messages": [{"role": "user", "content": f"held {i} of B2"}]}
+            )
+            + "\n"
+            for i in range(3)
+        )
+    )
+    data = yaml.safe_load(config.read_text())
+    data["job"]["datasets"]["B2"]["eval_prompts"] = "data/prompts/B2.eval.jsonl"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        for line in ("invoke deploy", "invoke restart --max-samples all", "invoke tail"):
+            ok(line, config)  # every prompt trained on: B1 has none held out, B2 its own file
+        ok("invoke restart --stage draft", config)
+        assert "draft finished" in ok("invoke tail", config)
+        (folder,) = [p for p in Paths(root).drafts.iterdir() if p.is_dir()]
+        answers = [json.loads(x)["id"] for x in (folder / "B2.jsonl").read_text().splitlines()]
+        assert sorted(answers) == ["B2-eval-0", "B2-eval-1", "B2-eval-2"]
+        st = status(root)
+        assert "B1" not in st["datasets"] and st["datasets"]["B2"]["done"] == 3
+        assert "no held-out prompts in B1" in st["message"]
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)

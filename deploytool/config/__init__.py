@@ -212,17 +212,21 @@ def _datasets(ds_raw: dict) -> list[DatasetSpec]:
         if not isinstance(name, str) or not DATASET_NAME_RE.match(name):
             raise ConfigError(f"{at}: dataset name must match {DATASET_NAME_RE.pattern}")
         spec = mapping(at, spec, optional=False)
-        check_keys(at, spec, ("prompts", "est_tokens", "turns"))
+        check_keys(at, spec, ("prompts", "est_tokens", "turns", "eval_prompts"))
         if "prompts" not in spec:
             raise ConfigError(f"{at}.prompts: required (path on the host, relative to remote_dir)")
-        prompts = string(f"{at}.prompts", spec["prompts"])
-        if prompts.startswith("/") or ".." in Path(prompts).parts:
-            raise ConfigError(
-                f"{at}.prompts: must be a relative path inside remote_dir, got {show(prompts)}"
-            )
+        paths = {}
+        for key in ("prompts", "eval_prompts"):
+            if key not in spec:
+                continue
+            paths[key] = string(f"{at}.{key}", spec[key])
+            if paths[key].startswith("/") or ".." in Path(paths[key]).parts:
+                raise ConfigError(
+                    f"{at}.{key}: must be a relative path inside remote_dir, got {show(paths[key])}"
+                )
         est = tokens(f"{at}.est_tokens", spec.get("est_tokens", DatasetSpec.est_tokens))
         turns = choice(TURNS)(f"{at}.turns", spec.get("turns", "last"))
-        datasets.append(DatasetSpec(name=name, prompts=prompts, est_tokens=est, turns=turns))
+        datasets.append(DatasetSpec(name, est_tokens=est, turns=turns, **paths))
     return datasets
 
 

@@ -86,9 +86,9 @@ def local_prompts(config: Config) -> dict[str, Path]:
     """Prompt files of the job that exist beside hosts.yaml (relative path on the host -> local file)."""
     out = {}
     for ds in config.job.datasets:
-        p = config.base_dir / ds.prompts
-        if p.is_file():
-            out[ds.prompts] = p
+        for rel in ds.files():
+            if (config.base_dir / rel).is_file():
+                out[rel] = config.base_dir / rel
     return out
 
 
@@ -190,14 +190,17 @@ def _session(conn: Connector, config: Config, local: dict[str, Path]):
     before anything is sent."""
     job = config.job_for(conn.name)
     proc = conn.start(_helper_argv(conn, "session"))
-    asked = sorted({ds.prompts for ds in job.datasets})  # the host says which of them it has
+    asked = sorted({f for ds in job.datasets for f in ds.files()})  # which the host has
     proc.write((json.dumps({"prompts": asked}) + "\n").encode())
     line = proc.readline()
     if not line.strip():
         raise _helper_error(conn, "deploy", proc.finish())
     plan = _read(ReleasePlan, line)
     missing = [
-        d for d in job.datasets if d.prompts not in local and plan.prompts.get(d.prompts) is None
+        (d, f)
+        for d in job.datasets
+        for f in d.files()
+        if f not in local and plan.prompts.get(f) is None
     ]
     if missing:
         proc.close_stdin()
@@ -208,11 +211,12 @@ def _session(conn: Connector, config: Config, local: dict[str, Path]):
 
 def _nowhere_error(conn: Connector, config: Config, missing: list) -> UsageError:
     """A dataset's prompt file is neither beside hosts.yaml nor on the host."""
-    ds = missing[0]
-    more = f" ({len(missing) - 1} more dataset(s) likewise)" if len(missing) > 1 else ""
+    ds, f = missing[0]
+    key = "prompts" if f == ds.prompts else "eval_prompts"
+    more = f" ({len(missing) - 1} more file(s) likewise)" if len(missing) > 1 else ""
     return UsageError(
-        f"job.datasets.{ds.name}.prompts: {ds.prompts} is neither beside hosts.yaml "
-        f"({config.base_dir / ds.prompts}) nor on {conn.name} (in {conn.remote_dir}): fix the "
+        f"job.datasets.{ds.name}.{key}: {f} is neither beside hosts.yaml "
+        f"({config.base_dir / f}) nor on {conn.name} (in {conn.remote_dir}): fix the "
         f"path in hosts.yaml, or put the file there; nothing was deployed{more}"
     )
 

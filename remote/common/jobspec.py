@@ -58,6 +58,17 @@ class DatasetSpec:
     # last: answer the conversation's final user turn; all: drop the original assistant turns and
     # regenerate every one in order (one record per conversation)
     turns: str = "last"
+    # the draft stage's prompts for this dataset, a file of the user's own (path on the host, as
+    # `prompts`); None: the prompts after its cap
+    eval_prompts: str | None = None
+
+    def files(self) -> tuple[str, ...]:
+        """Its prompt files on the host: the prompts, and the draft stage's own where it has one."""
+        return (self.prompts, self.eval_prompts) if self.eval_prompts else (self.prompts,)
+
+    def to_dict(self) -> dict:
+        out = {"prompts": self.prompts, "est_tokens": self.est_tokens, "turns": self.turns}
+        return dict(out, eval_prompts=self.eval_prompts) if self.eval_prompts else out
 
 
 TURNS = ("last", "all")
@@ -276,10 +287,7 @@ class JobSpec:
     def to_dict(self) -> dict:
         """The job spec as the runner reads it (job.json inside a release)."""
         return {
-            "datasets": {
-                d.name: {"prompts": d.prompts, "est_tokens": d.est_tokens, "turns": d.turns}
-                for d in self.datasets
-            },
+            "datasets": {d.name: d.to_dict() for d in self.datasets},
             "engine": self.engine.to_dict(),
             "sampling": dict(self.sampling),
             "chat_template_kwargs": dict(self.chat_template_kwargs),
@@ -305,6 +313,7 @@ class JobSpec:
                 prompts=v["prompts"],
                 est_tokens=int(v.get("est_tokens", DatasetSpec.est_tokens)),
                 turns=v.get("turns", "last"),
+                eval_prompts=v.get("eval_prompts"),
             )
             for k, v in raw["datasets"].items()
         )

@@ -161,18 +161,22 @@ class DraftStage:
             raise BadInput(f"the draft stage's files: {e}") from None
 
     def _held_out(self, spec, k: int) -> tuple[PromptFile, list[int]]:
-        """The dataset's prompts no training saw: the first k after its cap that have no answer in
-        the training outputs (a cap lowered after they were answered leaves those out)."""
-        path = self.paths.root / spec.prompts
+        """The dataset's prompts no training saw: the first k of its own file for the stage
+        (`eval_prompts`), else the first k after its cap; either way none with an answer in the
+        training outputs (a cap lowered after they were answered leaves those out)."""
+        key = "eval_prompts" if spec.eval_prompts else "prompts"
+        path = self.paths.root / (spec.eval_prompts or spec.prompts)
         if not path.exists():
             raise BadInput(
                 f"{spec.name}: prompts file {path} not found (deploy it, or fix "
-                f"job.datasets.{spec.name}.prompts)"
+                f"job.datasets.{spec.name}.{key})"
             )
-        pf = PromptFile(path, spec.name, self.paths.prompt_index, spec.turns)
-        cap = self.caps.target(spec.name)
+        # the stage's own file is indexed apart: its ids are not the training file's line numbers
+        name = f"{spec.name}.eval" if spec.eval_prompts else spec.name
+        pf = PromptFile(path, name, self.paths.prompt_index, spec.turns)
+        cap = None if spec.eval_prompts else self.caps.target(spec.name)
         trained = load_existing(self.paths.output(spec.name), update_index=False).ids
-        start = len(pf) if cap is None else min(cap, len(pf))
+        start = 0 if spec.eval_prompts else (len(pf) if cap is None else min(cap, len(pf)))
         free = (i for i in range(start, len(pf)) if pf.ids[i] not in trained)
         return pf, list(itertools.islice(free, k))
 
