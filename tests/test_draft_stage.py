@@ -106,12 +106,23 @@ def test_the_draft_is_measured_per_dataset_on_prompts_no_training_saw(tmp_path):
         )
         assert "draft finished" in ok("invoke tail", config)
         assert len([p for p in Paths(root).drafts.iterdir() if p.is_dir()]) == 2
-        # the report lays the two drafts side by side, per dataset
+        # the baseline: the same prompts, the server without a draft
+        said = ok("invoke restart --stage baseline", config)
+        assert "the server runs with the draft stage's draft: restarting" in said
+        assert (
+            flag_value(ServerRecord.live(Paths(root).server_pid).argv, "--speculative-config")
+            is None
+        )
+        assert "baseline finished" in ok("invoke tail", config)
+        base = [p for p in Paths(root).drafts.iterdir() if p.name.startswith("baseline-")]
+        assert len(base) == 1 and len((base[0] / "B1.jsonl").read_text().splitlines()) == 5
+        # the report lays the two drafts and the baseline side by side, per dataset
         page = tmp_path / "r.html"
         ok(f"invoke report --out {page}", config)
         section = page.read_text().split("<h2>Drafts measured</h2>")[1]
         assert section.index("org/kimi-eagle3<br>") < section.index("org/kimi-eagle3-ours<br>")
         assert section.count("<b>4.00</b>") == 2 and section.count("<b>2.00</b>") == 2
+        assert "no draft (baseline)" in section
     finally:
         typed("invoke stop", config)
         typed("invoke server.stop", config)

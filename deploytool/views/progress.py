@@ -10,7 +10,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from remote.common.caps import DRAFT, GENERATE, HIDDEN_STATES
+from remote.common.caps import GENERATE, HIDDEN_STATES, MEASURES
 from remote.common.status import (
     BUDGET_REACHED,
     STALE_AFTER,
@@ -323,7 +323,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
             fmt_tokens(d.completion_tokens),
             fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
             eta,
-            d.said_state + (f" · {draft_said(d)}" if st.stage == DRAFT else ""),
+            d.said_state + (f" · {draft_said(d)}" if st.stage in MEASURES else ""),
         )
     head = Text.assemble(
         (f"{host}", "bold"),
@@ -376,7 +376,9 @@ def draft_said(d: DatasetStatus) -> str:
     """What the draft stage measured on a dataset: vLLM's mean acceptance length and the share of
     drafts accepted at each position."""
     c = d.draft
-    if c is None or c.mean_acceptance_length is None:
+    if c is None:  # the baseline's: no draft
+        return f"no draft, {fmt_rate(d.tokens_per_s, d.mean_tokens_per_s)} tok/s"
+    if c.mean_acceptance_length is None:
         return "acceptance length -"
     rates = " ".join(f"{r:.0%}" for r in c.acceptance_rates)
     return f"acceptance length {c.mean_acceptance_length:.2f} (by position {rates})"
@@ -393,7 +395,7 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
         return f"{stamp} {host}: no status yet" + (f" ({note})" if note else "")
     ds = " ".join(
         f"{n} {d.done}/{d.target}{beyond_said(d.beyond)}"
-        + (f" {draft_said(d)}" if st.stage == DRAFT else "")
+        + (f" {draft_said(d)}" if st.stage in MEASURES else "")
         + (f" ({BUDGET_REACHED})" if d.said_state == BUDGET_REACHED else "")
         for n, d in st.datasets.items()
     )

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from remote.common.caps import DISK_MARGIN, DRAFT, GENERATE, HIDDEN_STATES, fmt_bytes
+from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, MEASURES, fmt_bytes
 from remote.common.status import JobStatus
 
 from ..errors import DeployToolError
@@ -243,7 +243,7 @@ def status_screen(s: JobStatus, out: Console | None = None, now: float | None = 
         out.print(f"  {escape(say(s.message, s.host))}")
     if s.job_differs:
         out.print(f"  [yellow]{escape(job_differs(s.host))}[/]")
-    if s.datasets and s.stage == DRAFT:
+    if s.datasets and s.stage in MEASURES:
         out.print(draft_table(s), markup=False)
     elif s.datasets:
         work_table(s, out, now)

@@ -197,23 +197,40 @@ def drafts_section(data: ReportAnswer) -> str:
         )
     names = list(dict.fromkeys(n for d in data.drafts for n in d.datasets))
     head = "".join(
-        f"<th>{html.escape(d.model)}<br><span class='sub'>{html.escape(d.method)}, "
-        f"k={d.num_speculative_tokens} · {html.escape(d.tag)}</span></th>"
+        f"<th>{html.escape(d.model)}<br><span class='sub'>"
+        + (
+            "no draft (baseline)"
+            if d.baseline
+            else f"{html.escape(d.method)}, k={d.num_speculative_tokens}"
+        )
+        + f" · {html.escape(d.tag)}</span></th>"
         for d in data.drafts
     )
+
+    def speed(r) -> float | None:
+        return r.tokens / r.seconds if r and r.seconds >= 1 else None
+
     rows = []
     for name in names:
+        base = next((speed(d.datasets.get(name)) for d in data.drafts if d.baseline), None)
         cells = []
         for d in data.drafts:
-            r = d.datasets.get(name)
+            r, rate = d.datasets.get(name), speed(d.datasets.get(name))
+            said = f"{fmt_tokens(rate)} tok/s" if rate else ""
+            if d.baseline:
+                cells.append(f"<td>{said or '-'}</td>")
+                continue
             length = r.counts.mean_acceptance_length if r else None
             if length is None:
                 cells.append("<td>-</td>")
                 continue
+            if rate and base:  # the speedup at the job's concurrency, on the same prompts
+                said += f" (×{rate / base:.2f} the baseline)"
             by = ", ".join(f"{x:.0%}" for x in r.counts.acceptance_rates)
-            rate = f" · {fmt_tokens(r.tokens / r.seconds)} tok/s" if r.seconds >= 1 else ""
             tip = f"by position {by}; {r.answered:,} held-out prompts answered"
-            cells.append(f'<td title="{html.escape(tip)}"><b>{length:.2f}</b>{rate}</td>')
+            cells.append(
+                f'<td title="{html.escape(tip)}"><b>{length:.2f}</b>{" · " + said if said else ""}</td>'
+            )
         rows.append(f"<tr><td>{html.escape(name)}</td>{''.join(cells)}</tr>")
     return (
         "<p class='sub'>Mean acceptance length (1 + accepted / drafts: the tokens a target step "

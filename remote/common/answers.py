@@ -399,6 +399,7 @@ class ReportDraft:
     model: str = ""
     method: str = ""
     num_speculative_tokens: int = 0
+    baseline: bool = False  # the same prompts without a draft (`--stage baseline`): its speed
     datasets: dict[str, DraftResult] = field(default_factory=dict)
 
 

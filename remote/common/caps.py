@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from .codec import Record
 
 CLEAR = "all"  # a cap flag's value that clears it: --max-samples all, --cap B3=all, --datasets all
-GENERATE, HIDDEN_STATES, DRAFT = "generate", "hidden-states", "draft"
-STAGES = (GENERATE, HIDDEN_STATES, DRAFT)
+GENERATE, HIDDEN_STATES, DRAFT, BASELINE = "generate", "hidden-states", "draft", "baseline"
+STAGES = (GENERATE, HIDDEN_STATES, DRAFT, BASELINE)
+MEASURES = (DRAFT, BASELINE)  # the stages that ask held-out prompts: with the draft, and without
 DISK_MARGIN = (
     1.05  # the hidden states left, and 5% more, must fit the free space for the stage to go on
 )

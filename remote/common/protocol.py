@@ -126,7 +126,8 @@ class RunArgs(Request):
         None,
         "generate: answer the prompts; hidden-states: the target's hidden states of every answer "
         "kept, for offline training; draft: the draft of server.draft measured on the prompts "
-        "after each cap (not given: the job's kept stage)",
+        "after each cap; baseline: the same prompts without the draft, for its speedup (not "
+        "given: the job's kept stage)",
         parse=_stage,
         metavar="STAGE",
     )

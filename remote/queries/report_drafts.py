@@ -25,6 +25,7 @@ def drafts_measured(paths: Paths) -> list[ReportDraft]:
             model=str(d.get("model", "?")),
             method=str(d.get("method", "?")),
             num_speculative_tokens=int(d.get("num_speculative_tokens") or 0),
+            baseline=bool(d.get("baseline")),
         )
         for counts in sorted(folder.glob("*.counts.json")):
             name = counts.name[: -len(".counts.json")]

@@ -95,6 +95,14 @@ def test_real_vllm_counts_every_draft_token_accepted_for_the_model_as_its_own_dr
             c = status(root)["datasets"][ds]["draft"]
             assert c["drafts"] > 0 and 1.0 <= 1 + c["accepted"] / c["drafts"] < 1.2, c
         assert len([p for p in Paths(root).drafts.iterdir() if p.is_dir()]) == 2
+        # the baseline: the same prompts, the server started again without a draft
+        res = cli(cfg, "restart", "--stage", "baseline", timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "runs with the draft stage's draft" in res.stdout
+        assert cli(cfg, "tail", timeout=600).returncode == 0
+        st = status(root)
+        assert st["stage"] == "baseline" and st["state"] == "finished"
+        assert all(d["done"] == 6 and d["draft"] is None for d in st["datasets"].values())
     finally:
         cli(cfg, "stop")
         cli(cfg, "server.stop", "--grace", "0")

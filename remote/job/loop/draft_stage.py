@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...common import metrics
-from ...common.caps import DRAFT, Caps
+from ...common.caps import BASELINE, DRAFT, Caps
 from ...common.codec import read_json, write_json
+from ...common.jobspec import DRAFT_DEFAULTS
 from ...common.records import Record
 from ...common.state import ServerKeys, Supervise
 from ...common.status import DatasetState, DatasetStatus, DraftCounts
@@ -70,6 +71,7 @@ class Measured:
     counts: DraftCounts = field(default_factory=DraftCounts)
     tokens: int = 0  # output tokens of its answers
     seconds: float = 0.0  # the time it ran, every runner's
+    counted: bool = True  # False: the baseline's (no draft, no counters)
     in_flight: int = 0
     failed: int = 0
     new: int = 0
@@ -84,7 +86,8 @@ class Measured:
         write_json(self.counts_path, body)
 
     def state(self) -> str:
-        if self.target and not self.counts.drafts and not self.todo and not self.in_flight:
+        idle = not self.todo and not self.in_flight
+        if self.counted and self.target and not self.counts.drafts and idle:
             return DatasetState.INCOMPLETE  # answered, and no draft counted: nothing measured
         if len(self.done) >= self.target:
             return DatasetState.COMPLETE
@@ -107,7 +110,7 @@ class Measured:
             new_records=self.new,
             tokens_per_s=self.made.per_s(now, started),
             mean_tokens_per_s=round(self.tokens / self.seconds, 1) if self.seconds >= 1 else None,
-            draft=self.counts,
+            draft=self.counts if self.counted else None,
         )
 
 
@@ -130,6 +133,8 @@ class DraftStage:
         self.where = self.paths.drafts
         self.cursor: dict = {}
         self.none_left: list[str] = []  # datasets whose cap takes every prompt
+        # the baseline: the same prompts, the server without the draft (its speed, no counters)
+        self.baseline = caps.stage == BASELINE
 
     # ------------------------------------------------------------------ before it runs
 
@@ -141,15 +146,25 @@ class DraftStage:
             )
         # the draft of the server the host started for the stage (hosts.yaml `server.draft`)
         wanted = Supervise.read(self.paths.supervise)
-        draft = wanted.server.spec.draft if wanted and wanted.server.wanted else {}
-        if not draft:
+        server = wanted.server.spec if wanted and wanted.server.wanted else None
+        draft = server.draft if server else {}
+        if self.baseline:  # named for the model served, as a draft's folder for the draft
+            served = server.model if server else self.job.engine.model
+            draft = {
+                "model": served,
+                "method": "none",
+                "num_speculative_tokens": 0,
+                "eval_samples": draft.get("eval_samples") or DRAFT_DEFAULTS["eval_samples"],
+                "baseline": True,
+            }
+        elif not draft:
             raise BadInput(
                 "the draft stage measures the draft of the job's own server (hosts.yaml server:, "
                 "started by deploytool): set server.draft.model (a folder on the host or a model "
                 "id), then `invoke restart --stage draft` starts the server with it"
             )
         try:
-            self.tag = draft_tag(draft)
+            self.tag = ("baseline-" if self.baseline else "") + draft_tag(draft)
             self.where = self.paths.drafts / self.tag
             self.where.mkdir(parents=True, exist_ok=True)
             write_json(self.where / "draft.json", dict(draft, tag=self.tag))
@@ -216,6 +231,7 @@ class DraftStage:
             DraftCounts.from_dict(kept.get("counts") or {}),
             sum(got.tokens[i] for i in done),
             float(kept.get("seconds") or 0.0),
+            counted=not self.baseline,
         )
         m.failed = len(todo) - len(m.todo)  # unreadable prompt lines
         self.sets[name] = m
@@ -225,6 +241,9 @@ class DraftStage:
     async def _sample(self, engine, m: Measured) -> None:
         """Each server's counters: what they counted since the cursor's last sample is `m`'s, when
         the cursor was counting `m` (else this sample is where `m` starts from)."""
+        if self.baseline:  # no draft, nothing counted: its time alone
+            m.keep(time.time())
+            return
         mine = self.cursor.get("dataset") == m.name
         last = self.cursor.get("last") or {}
         for url in self.urls:
@@ -372,7 +391,7 @@ class DraftStage:
             errors=sum(m.failed for m in self.sets.values()),
             retries=self.retries,
             datasets=datasets,
-            stage=DRAFT,
+            stage=BASELINE if self.baseline else DRAFT,
         )
 
     def summary(self) -> str:

@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Awaitable, Protocol
 
-from ...common.caps import DRAFT, GENERATE, HIDDEN_STATES, Caps
+from ...common.caps import BASELINE, DRAFT, GENERATE, HIDDEN_STATES, Caps
 from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
@@ -69,7 +69,12 @@ class Stage(Protocol):
     def ended(self) -> None: ...  # after the run, before the last status
 
 
-STAGES: dict[str, type] = {GENERATE: GenerateStage, HIDDEN_STATES: HiddenStage, DRAFT: DraftStage}
+STAGES: dict[str, type] = {
+    GENERATE: GenerateStage,
+    HIDDEN_STATES: HiddenStage,
+    DRAFT: DraftStage,
+    BASELINE: DraftStage,  # the same prompts, the server without the draft
+}
 
 
 class Runner:

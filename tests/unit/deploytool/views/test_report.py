@@ -34,3 +34,21 @@ def test_line_labels_never_overlap(mean, cap):
         for r2, a2, b2 in boxes[i + 1 :]:
             assert r1 != r2 or b1 <= a2 or b2 <= a1, boxes
     assert all(left >= report.PAD - 2 and right <= report.W for _, left, right in boxes)
+
+
+def test_drafts_side_by_side_with_the_speedup_over_the_baseline():
+    """Each draft's acceptance length per dataset, and its answers' rate against the baseline's
+    (the same prompts without a draft) as a speedup."""
+    from remote.common.answers import DraftResult, ReportAnswer, ReportDraft
+    from remote.common.status import DraftCounts
+
+    def measured(tokens, drafts=0.0, accepted=0.0):
+        return DraftResult(5, DraftCounts(drafts, 3 * drafts, accepted, []), tokens, 10.0)
+
+    base = ReportDraft("baseline-kimi-1", "kimi", "none", 0, True, {"B1": measured(1_000)})
+    ours = ReportDraft("ours-2", "ours", "eagle3", 3, False, {"B1": measured(2_500, 10, 20)})
+    page = report.page(ReportAnswer(drafts=[base, ours]))
+    section = page.split("<h2>Drafts measured</h2>")[1]
+    assert "no draft (baseline)" in section and "100 tok/s" in section
+    assert "<b>3.00</b> · 250 tok/s (×2.50 the baseline)" in section
+    assert "None measured yet" in report.page(ReportAnswer()).split("<h2>Drafts measured</h2>")[1]

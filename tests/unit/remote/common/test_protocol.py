@@ -183,7 +183,7 @@ def test_local_flags_name_the_flag_that_is_wrong():
         (dict(cap=["B2=-1"]), "N must be >= 1"),
         (
             dict(stage="hidden"),
-            "--stage: expected one of generate, hidden-states, draft, got 'hidden'",
+            "--stage: expected one of generate, hidden-states, draft, baseline, got 'hidden'",
         ),
     ):
         with pytest.raises(ValueError, match=re.escape(words)):
