@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from remote.common.caps import DATASET_NAME_RE
-from remote.common.jobspec import TURNS, DatasetSpec, EngineSpec, JobSpec, ServerSpec
+from remote.common.jobspec import DatasetSpec, EngineSpec, JobSpec, ServerSpec
 from remote.common.keys import (
     BadValue,
     boolean,
@@ -142,6 +142,7 @@ class Config:
 
 
 HOST_FIELDS = checks(HostConfig)
+DATASET_FIELDS = checks(DatasetSpec)
 ENGINE_FIELDS = checks(EngineSpec)
 SERVER_FIELDS = checks(ServerSpec)
 # what hosts.NAME.job may hold
@@ -212,21 +213,10 @@ def _datasets(ds_raw: dict) -> list[DatasetSpec]:
         if not isinstance(name, str) or not DATASET_NAME_RE.match(name):
             raise ConfigError(f"{at}: dataset name must match {DATASET_NAME_RE.pattern}")
         spec = mapping(at, spec, optional=False)
-        check_keys(at, spec, ("prompts", "est_tokens", "turns", "eval_prompts"))
-        if "prompts" not in spec:
+        values = fields_of(at, spec, DATASET_FIELDS)
+        if "prompts" not in values:
             raise ConfigError(f"{at}.prompts: required (path on the host, relative to remote_dir)")
-        paths = {}
-        for key in ("prompts", "eval_prompts"):
-            if key not in spec:
-                continue
-            paths[key] = string(f"{at}.{key}", spec[key])
-            if paths[key].startswith("/") or ".." in Path(paths[key]).parts:
-                raise ConfigError(
-                    f"{at}.{key}: must be a relative path inside remote_dir, got {show(paths[key])}"
-                )
-        est = tokens(f"{at}.est_tokens", spec.get("est_tokens", DatasetSpec.est_tokens))
-        turns = choice(TURNS)(f"{at}.turns", spec.get("turns", "last"))
-        datasets.append(DatasetSpec(name, est_tokens=est, turns=turns, **paths))
+        datasets.append(DatasetSpec(name, **values))
     return datasets
 
 

@@ -16,11 +16,13 @@ from .keys import (
     int_in,
     mapping,
     number,
+    relative_path,
     setting,
     show,
     string,
     string_list,
     string_map,
+    tokens,
     url,
     url_list,
 )
@@ -50,17 +52,22 @@ WATCH_TOKEN_ENV = (
 )
 
 
+TURNS = ("last", "all")
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
+    """hosts.yaml `job.datasets.NAME`, each key declared once (its default and its check)."""
+
     name: str
-    prompts: str  # path on the host, relative to remote_dir
-    est_tokens: int = 2000  # expected mean response length, until measured
+    prompts: str = setting(check=relative_path, required=True)  # path on the host, in remote_dir
+    est_tokens: int = setting(2000, tokens)  # expected mean response length, until measured
     # last: answer the conversation's final user turn; all: drop the original assistant turns and
     # regenerate every one in order (one record per conversation)
-    turns: str = "last"
+    turns: str = setting("last", choice(TURNS))
     # the draft stage's prompts for this dataset, a file of the user's own (path on the host, as
     # `prompts`); None: the prompts after its cap
-    eval_prompts: str | None = None
+    eval_prompts: str | None = setting(None, relative_path)
 
     def files(self) -> tuple[str, ...]:
         """Its prompt files on the host: the prompts, and the draft stage's own where it has one."""
@@ -69,9 +76,6 @@ class DatasetSpec:
     def to_dict(self) -> dict:
         out = {"prompts": self.prompts, "est_tokens": self.est_tokens, "turns": self.turns}
         return dict(out, eval_prompts=self.eval_prompts) if self.eval_prompts else out
-
-
-TURNS = ("last", "all")
 
 
 ENGINE_KINDS = ("openai", "simulate")

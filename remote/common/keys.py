@@ -16,10 +16,17 @@ class BadValue(ValueError):
     """A value hosts.yaml gives a key that the key does not take (the message names the key)."""
 
 
-def setting(default: Any = None, check: Callable[[str, Any], Any] | None = None, *, factory=None):
-    """A dataclass field that is a hosts.yaml key: its default and the check its value passes."""
+def setting(
+    default: Any = None,
+    check: Callable[[str, Any], Any] | None = None,
+    *,
+    factory=None,
+    required: bool = False,
+):
+    """A dataclass field that is a hosts.yaml key: its default (none where `required`) and the
+    check its value passes."""
     kw = {"default_factory": factory} if factory is not None else {"default": default}
-    return dataclasses.field(metadata={"check": check}, **kw)
+    return dataclasses.field(metadata={"check": check}, **({} if required else kw))
 
 
 def checks(cls) -> dict[str, Callable[[str, Any], Any]]:
@@ -117,6 +124,14 @@ def string_map(where: str, v: Any) -> dict:
 
 def free_map(where: str, v: Any) -> dict:
     return dict(mapping(where, v))
+
+
+def relative_path(where: str, v: Any) -> str:
+    """A file's path on the host, inside remote_dir."""
+    v = string(where, v)
+    if v.startswith("/") or ".." in v.split("/"):
+        raise BadValue(f"{where}: must be a relative path inside remote_dir, got {show(v)}")
+    return v
 
 
 def url(where: str, v: Any) -> str:
