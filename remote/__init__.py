@@ -32,13 +32,14 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
       observe/  status_builder (pure), telemetry (/metrics, GPUs), alerts (stalled, engine_down ->
                 notify), watched (run/watch.json as the runner reads it)
       loop/     runner (the one process lifecycle, whichever stage, and the Stage interface),
-                generate (the generation stage), hidden_stage (the hidden-states stage), scheduler
+                generate (the generation stage), hidden_stage (the hidden-states stage),
+                draft_stage (a draft measured on held-out prompts, and the baseline), scheduler
                 (caps, budgets, reload, which prompt next), dispatcher (the request window, one
                 request, retries, the job's own faults),
                 control_requests (run/control.json: live re-cap, drain, grace; the stop state),
                 own_process (the runner's lock, pid file and log)
-    queries/  what the host is asked about the job's files: target_caps (`plan`), report_data
-              (`report`); read only
+    queries/  what the host is asked about the job's files: target_caps (`plan`), report_data,
+              report_stage, report_drafts (`report`); read only
     host/     process control on the host, in rooms stacked the same way (every import points down):
       facts/      kill, gpu, strays (finding runners), engines (a server's engine processes),
                   intent (run/supervise.json: what should run), boot (recover.on_boot's systemd unit)

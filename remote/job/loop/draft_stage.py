@@ -34,7 +34,7 @@ from ...common.status import DatasetState, DatasetStatus, DraftCounts
 from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, backoff
 from ..engine.kinds import make_engine
 from ..store.datasets import BadInput
-from ..store.outputs import AppendFile, encode_record, load_existing, repair_tail
+from ..store.outputs import AppendFile, DiskFull, encode_record, load_existing, repair_tail
 from ..store.prompts import Prompt, PromptFile
 from ..store.rates import RateWindow
 
@@ -283,7 +283,11 @@ class DraftStage:
             try:
                 reply = await engine.complete(url, p.messages, 0, f"{p.id}-{os.getpid()}-{tries}")
                 rec = Record.one(m.name, p.id, p.index, p.messages, reply)
-                m.out.append(encode_record(rec.to_json()))
+                try:
+                    m.out.append(encode_record(rec.to_json()))
+                except DiskFull as e:  # nothing of the line was left: asked again on resume
+                    self.fatal = f"the draft stage's answers: {e}: free space, then restart"
+                    return
                 m.done.add(p.id)
                 m.new += 1
                 m.tokens += reply.completion_tokens
