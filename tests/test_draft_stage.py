@@ -143,18 +143,27 @@ def test_a_runner_killed_mid_dataset_loses_no_count_and_answers_each_prompt_once
             return len(path.read_text().splitlines()) if path and path.exists() else 0
 
         wait_for(lambda: answered() >= 2, timeout=60, what="two of B1's answers")
+        # a cap changed under the stage: its held-out prompts follow the caps, so the runner
+        # starts again on them (never a live re-cap refused)
+        pid = status(root)["pid"]
+        said = ok("invoke restart --cap B1=6", config)  # B1 measured anew: prompts 6-11
+        assert "stop runner" in said.lower() or "started runner pid" in said
+        wait_for(lambda: status(root)["pid"] != pid, timeout=60, what="a new runner")
+        wait_for(lambda: answered() >= 3, timeout=60, what="a third of B1's answers")
         os.kill(status(root)["pid"], signal.SIGKILL)
         ok("invoke restart", config)  # the kept stage, as the watcher would
         assert "draft finished" in ok("invoke tail", config)
         got = results(root)
-        for ds, length in (("B1", 4.0), ("B2", 2.0)):
+        for ds, length, n in (("B1", 4.0, 6), ("B2", 2.0, 8)):
             c = got[ds]["counts"]
             assert 1 + c["accepted"] / c["drafts"] == length
             ids = [
                 json.loads(x)["id"]
                 for x in (got["folder"] / f"{ds}.jsonl").read_text().splitlines()
             ]
-            assert len(ids) == len(set(ids)) == 8
+            assert len(ids) == len(set(ids)) == n
+        first = [p for p in Paths(root).drafts.rglob("before/*/B1.jsonl")]
+        assert len(first) == 1 and first[0].read_text()  # B1's answers before the cap moved: kept
     finally:
         typed("invoke stop", config)
         typed("invoke server.stop", config)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...common import procinfo
 from ...common.answers import RestartAnswer, StopAnswer
-from ...common.caps import CapRow, Caps
+from ...common.caps import MEASURES, CapRow, Caps
 from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
 from ...common.state import ControlRequest, RunnerRecord, kept_caps, lock_held
@@ -294,8 +294,10 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     was, caps = caps_change(paths, req)
     rec = managed_runner(paths)
     same_release = rec is not None and Path(rec.release or "").resolve() == release_dir()
-    # another stage is another runner: a change of stage is never live
+    # another stage is another runner: a change of stage is never live; nor a re-cap of the draft
+    # stage's held-out prompts, which follow the caps (the runner starts again on the new ones)
     live = same_release and not req.hard and caps.stage == was.stage
+    live = live and (caps.stage not in MEASURES or caps == was)
     if req.dry_run:
         st = JobStatus.read(paths.status) or JobStatus()
         replaced = prompts_replaced(paths, st)
