@@ -31,12 +31,12 @@ from ...common.jobspec import DRAFT_DEFAULTS
 from ...common.records import Record
 from ...common.state import ServerKeys, Supervise
 from ...common.status import DatasetState, DatasetStatus, DraftCounts
-from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, backoff
 from ..engine.kinds import make_engine
 from ..store.datasets import BadInput
 from ..store.outputs import AppendFile, DiskFull, encode_record, load_existing, repair_tail
 from ..store.prompts import Prompt, PromptFile
 from ..store.rates import RateWindow
+from .asking import ask
 
 SAMPLE_S = 1.0  # between samples of the servers' counters while a dataset runs
 CURSOR = "cursor.json"  # the last sample of each server, and the dataset it was counted for
@@ -278,38 +278,23 @@ class DraftStage:
                 m.in_flight -= 1
 
     async def _one(self, engine, url: str, m: Measured, p: Prompt) -> None:
-        eng, tries = self.job.engine, 0
-        while True:
+        async def once(tries: int) -> None:
+            reply = await engine.complete(url, p.messages, 0, f"{p.id}-{os.getpid()}-{tries}")
+            rec = Record.one(m.name, p.id, p.index, p.messages, reply)
             try:
-                reply = await engine.complete(url, p.messages, 0, f"{p.id}-{os.getpid()}-{tries}")
-                rec = Record.one(m.name, p.id, p.index, p.messages, reply)
-                try:
-                    m.out.append(encode_record(rec.to_json()))
-                except DiskFull as e:  # nothing of the line was left: asked again on resume
-                    self.fatal = f"the draft stage's answers: {e}: free space, then restart"
-                    return
-                m.done.add(p.id)
-                m.new += 1
-                m.tokens += reply.completion_tokens
-                m.made.add(time.time(), reply.completion_tokens)
-                self.engine_error = None
+                m.out.append(encode_record(rec.to_json()))
+            except DiskFull as e:  # nothing of the line was left: asked again on resume
+                self.fatal = f"the draft stage's answers: {e}: free space, then restart"
                 return
-            except JobFault as e:
-                self.engine_error = self.fatal = str(e)
-                return
-            except PermanentError as e:
-                self.engine_error = str(e)
-                m.failed += 1
-                self.log(f"{m.name}: {p.id}: {e}: left for the next restart")
-                return
-            except EngineError as e:
-                self.engine_error = str(e)
-                self.retries += 1
-                if not isinstance(e, EngineDown) and tries >= eng.max_retries:
-                    m.failed += 1
-                    return
-            tries += 1
-            await asyncio.sleep(backoff(min(tries, 6), eng.retry_base))
+            m.done.add(p.id)
+            m.new += 1
+            m.tokens += reply.completion_tokens
+            m.made.add(time.time(), reply.completion_tokens)
+
+        def failed() -> None:
+            m.failed += 1
+
+        await ask(self, f"{m.name}: {p.id}", once, failed)
 
     async def _measure(self, engine) -> None:
         """Dataset after dataset: its requests alone in the servers while it is counted."""

@@ -17,7 +17,7 @@ from ...common.caps import HIDDEN_STATES, Caps
 from ...common.records import TokenRow
 from ...common.state import ServerKeys
 from ...common.status import DiskStatus, JobState
-from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, backoff
+from ..engine.client import JobFault
 from ..engine.kinds import make_engine
 from ..hidden import hsfile
 from ..hidden.progress import DiskGuard, Stage
@@ -25,6 +25,7 @@ from ..hidden.rows import rows_of
 from ..hidden.store import HiddenStore
 from ..store.outputs import disk_usage
 from ..store.rates import RateWindow
+from .asking import AskAgain, ask
 
 WRITE_WAIT_S = 300.0  # a file the server named and still writes after this long is asked again
 BAD_FILE_TRIES = 3  # a row whose file is bad this often fails (the next restart tries it again)
@@ -121,8 +122,10 @@ class HiddenStage:
                 self.stages[st.name].in_flight -= 1  # a re-cap may have made the dataset anew
 
     async def _one(self, engine, url: str, st: Stage, row: TokenRow) -> None:
-        eng, tries, bad = self.job.engine, 0, 0
-        while True:
+        bad = 0
+
+        async def once(tries: int) -> None:
+            nonlocal bad
             path = None
             try:
                 key = f"{row.id}-{os.getpid()}-{tries}"
@@ -133,51 +136,34 @@ class HiddenStage:
                 await hsfile.wait_written(path, WRITE_WAIT_S)
                 # a file is read and synced in threads: the loop goes on serving the streams
                 facts = await asyncio.to_thread(self._checked, st, path, row)
-                async with self.committing:  # one at a time: a row's n is the ledger's next
-                    job = asyncio.ensure_future(
-                        asyncio.to_thread(st.store.commit, row, path, facts)
-                    )
-                    self.commit_job = job
-                    await asyncio.shield(job)  # a stop's cancel leaves it to end (see _main)
-                _remove(hsfile.lock_path(path))
-                st.new += 1
-                if not self.disk.checked:  # the first row says what a token takes
-                    self.fatal = self.fatal or self.disk.refusal(self.stages.values())
-                now = time.time()
-                self.rows_made.add(now, 1)
-                self.tokens_made.add(now, facts.tokens)
-                st.made.add(now, facts.tokens)
-                self.engine_error = None
-                return
             except hsfile.BadFile as e:
                 bad += 1
                 self.redone += 1
                 self.log(f"{st.name}: {row.id}: {e}: asked again")
                 _remove(path)
                 _remove(hsfile.lock_path(path) if path else None)
-                if bad >= BAD_FILE_TRIES:
-                    st.failed += 1
-                    self.log(f"{st.name}: {row.id}: {bad} bad files: left for the next restart")
-                    return
-            except JobFault as e:  # every row would get the same answer
-                self.engine_error = self.fatal = str(e)
-                return
-            except PermanentError as e:
-                self.engine_error = str(e)
+                if bad < BAD_FILE_TRIES:
+                    raise AskAgain from None
                 st.failed += 1
-                self.log(f"{st.name}: {row.id}: {e}: left for the next restart")
+                self.log(f"{st.name}: {row.id}: {bad} bad files: left for the next restart")
                 return
-            except EngineError as e:  # down, stuck, timed out: the watcher replaces a dead server
-                self.engine_error = str(e)
-                self.retries += 1
-                if not isinstance(e, EngineDown) and tries >= eng.max_retries:
-                    st.failed += 1
-                    self.log(
-                        f"{st.name}: {row.id}: {e}: {tries} retries, left for the next restart"
-                    )
-                    return
-            tries += 1
-            await asyncio.sleep(backoff(min(tries, 6), eng.retry_base))
+            async with self.committing:  # one at a time: a row's n is the ledger's next
+                job = asyncio.ensure_future(asyncio.to_thread(st.store.commit, row, path, facts))
+                self.commit_job = job
+                await asyncio.shield(job)  # a stop's cancel leaves it to end (see _main)
+            _remove(hsfile.lock_path(path))
+            st.new += 1
+            if not self.disk.checked:  # the first row says what a token takes
+                self.fatal = self.fatal or self.disk.refusal(self.stages.values())
+            now = time.time()
+            self.rows_made.add(now, 1)
+            self.tokens_made.add(now, facts.tokens)
+            st.made.add(now, facts.tokens)
+
+        def failed() -> None:
+            st.failed += 1
+
+        await ask(self, f"{st.name}: {row.id}", once, failed)
 
     def _ours(self, path):
         """The server's file, only inside the stage's own folder: nothing outside it is ever moved

@@ -1,0 +1,45 @@
+"""How a stage asks a server for one item (a row's hidden states, a held-out prompt's answer): the
+same way for every stage. A job fault stops the job; a refusal fails the item (asked again by the
+next restart); an engine down, stuck or slow is asked again after a backoff, the item failing past
+`engine.max_retries` unless the engine is down (the watcher brings a dead server back)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable
+
+from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, backoff
+
+
+class AskAgain(Exception):
+    """A try went wrong in a way a new try may mend (a file the server wrote bad)."""
+
+
+async def ask(stage, item: str, once: Callable[[int], Awaitable[None]], failed: Callable[[], None]):
+    """`once(tries)` asks for the item and keeps what comes back; `stage` has the job, the log and
+    its engine_error, fatal and retries; `failed()` counts the item failed."""
+    eng, tries = stage.job.engine, 0
+    while True:
+        try:
+            await once(tries)
+            stage.engine_error = None
+            return
+        except AskAgain:
+            pass
+        except JobFault as e:  # every item would get the same answer
+            stage.engine_error = stage.fatal = str(e)
+            return
+        except PermanentError as e:
+            stage.engine_error = str(e)
+            failed()
+            stage.log(f"{item}: {e}: left for the next restart")
+            return
+        except EngineError as e:  # down, stuck, timed out: the watcher replaces a dead server
+            stage.engine_error = str(e)
+            stage.retries += 1
+            if not isinstance(e, EngineDown) and tries >= eng.max_retries:
+                failed()
+                stage.log(f"{item}: {e}: {tries} retries, left for the next restart")
+                return
+        tries += 1
+        await asyncio.sleep(backoff(min(tries, 6), eng.retry_base))
