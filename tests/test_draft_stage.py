@@ -51,6 +51,11 @@ def drafted_job(tmp_path, draft: dict | None, accept=("of B1=3", "of B2=1"), del
     return config, root
 
 
+def trained(config, samples: str = "4") -> None:
+    for line in ("invoke deploy", f"invoke restart --max-samples {samples}", "invoke tail"):
+        ok(line, config)
+
+
 def results(root) -> dict:
     (folder,) = [p for p in Paths(root).drafts.iterdir() if p.is_dir()]
     return {ds: json.loads((folder / f"{ds}.counts.json").read_text()) for ds in ("B1", "B2")} | {
@@ -62,8 +67,7 @@ def test_the_draft_is_measured_per_dataset_on_prompts_no_training_saw(tmp_path):
     draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 5}
     config, root = drafted_job(tmp_path, draft)
     try:
-        for line in ("invoke deploy", "invoke restart --max-samples 4", "invoke tail"):
-            ok(line, config)
+        trained(config)  # the first 4 prompts of each dataset answered for training
         said = ok("invoke restart --stage draft", config)
         assert "box: the server runs without the draft the draft stage measures: restarting" in said
         spec = json.loads(
@@ -132,8 +136,7 @@ def test_a_runner_killed_mid_dataset_loses_no_count_and_answers_each_prompt_once
     draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 8}
     config, root = drafted_job(tmp_path, draft, delay=0.2)
     try:
-        for line in ("invoke deploy", "invoke restart --max-samples 4", "invoke tail"):
-            ok(line, config)
+        trained(config)  # the first 4 prompts of each dataset answered for training
         ok("invoke restart --stage draft", config)
         folder = lambda: [p for p in Paths(root).drafts.iterdir() if p.is_dir()]  # noqa: E731
 
@@ -172,8 +175,7 @@ def test_a_runner_killed_mid_dataset_loses_no_count_and_answers_each_prompt_once
 def test_no_draft_named_is_one_line_before_anything_is_stopped(tmp_path):
     config, root = drafted_job(tmp_path, None)
     try:
-        for line in ("invoke deploy", "invoke restart --max-samples 4", "invoke tail"):
-            ok(line, config)
+        trained(config)  # the first 4 prompts of each dataset answered for training
         plain = ServerRecord.live(Paths(root).server_pid)
         res = typed("invoke restart --stage draft", config)
         assert res.returncode != 0
@@ -195,8 +197,7 @@ def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp
     draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 8}
     config, root = drafted_job(tmp_path, draft, delay=0.3)
     try:
-        for line in ("invoke deploy", "invoke restart --max-samples 4", "invoke tail"):
-            ok(line, config)
+        trained(config)  # the first 4 prompts of each dataset answered for training
         ok("invoke restart --stage draft", config)
         wait_for(
             lambda: any(
@@ -234,8 +235,7 @@ def test_a_prompts_file_of_the_users_own_stands_in_for_the_held_out_prompts(tmp_
     data["job"]["datasets"]["B2"]["eval_prompts"] = "data/prompts/B2.eval.jsonl"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     try:
-        for line in ("invoke deploy", "invoke restart --max-samples all", "invoke tail"):
-            ok(line, config)  # every prompt trained on: B1 has none held out, B2 its own file
+        trained(config, "all")  # every prompt trained on: B1 has none held out, B2 its own file
         ok("invoke restart --stage draft", config)
         assert "draft finished" in ok("invoke tail", config)
         (folder,) = [p for p in Paths(root).drafts.iterdir() if p.is_dir()]

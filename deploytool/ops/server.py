@@ -157,14 +157,15 @@ def up_for_restart(
         return
     spec, state = config.server_for(conn.name), server_state(conn, quick=True)
     wrong = with_server and wrong_for_stage(spec, flags.stage, state)
+    planned = None  # the server the stage would get: every check that can refuse it has run
     if with_server and not wrong and flags.stage == DRAFT and state.drafts:
         # the draft measured is hosts.yaml's: a server running another one is started again
         planned = call(conn, ServerStart(spec=spec, stage=DRAFT, dry_run=True))
         if flag_value(planned.argv, "--speculative-config") != state.speculative:
             wrong = "runs another draft than hosts.yaml's server.draft"
     if wrong:
-        # every check that can refuse the new server before the one that runs is stopped
-        call(conn, ServerStart(spec=spec, stage=flags.stage, dry_run=True))
+        if planned is None:  # every check that can refuse the new server, before the old stops
+            call(conn, ServerStart(spec=spec, stage=flags.stage, dry_run=True))
         note(f"{conn.name}: the server {wrong}: restarting it (the model loads again)")
         # the runner first: none of its requests goes to (or is counted by) a server made for
         # another stage, and it never ends failed for a server taken from under it

@@ -24,6 +24,7 @@ from .progress import (
     gpu_line,
     hints,
     notices,
+    rates_said,
     recovery_lines,
     shows_mean,
 )
@@ -190,7 +191,7 @@ def draft_table(s: JobStatus) -> Table:
             f"{d.done:,}/{d.target:,}",
             d.said_state,
             "-" if length is None else f"{length:.2f}",
-            " ".join(f"{r:.0%}" for r in c.acceptance_rates) if c else "-",
+            rates_said(c),
             fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
             str(d.errors),
         )

@@ -68,6 +68,7 @@ def dataset(name: str = "B1", n: int = 10, done=(), est_tokens: int = 100) -> Da
         Ledger(done),
         tokens_of={},
         cut=set(),
+        tokens_every=0,
         errors=0,
         out=Lines(),
         err=Lines(),

@@ -29,9 +29,8 @@ from ...common.caps import BASELINE, DRAFT, Caps
 from ...common.codec import read_json, write_json
 from ...common.jobspec import DRAFT_DEFAULTS
 from ...common.records import Record
-from ...common.state import ServerKeys, Supervise
+from ...common.state import Supervise
 from ...common.status import DatasetState, DatasetStatus, DraftCounts
-from ..engine.kinds import make_engine
 from ..store.datasets import BadInput
 from ..store.outputs import AppendFile, DiskFull, encode_record, load_existing, repair_tail
 from ..store.prompts import Prompt, PromptFile
@@ -356,8 +355,7 @@ class DraftStage:
     @contextlib.asynccontextmanager
     async def session(self):
         try:
-            keys = ServerKeys.read(self.paths.server_keys)
-            async with make_engine(self.job, keys.keys if keys else None) as engine:
+            async with self.runner.open_engine() as engine:
                 self.urls = list(engine.base_urls)
                 yield self._measure(engine)
         finally:

@@ -12,10 +12,8 @@ import os
 import time
 
 from ...common.caps import Caps
-from ...common.state import ServerKeys
 from ...common.status import DatasetState, EngineStatus, JobState
 from ..engine import continuation
-from ..engine.kinds import make_engine
 from ..engine.pool import Pool
 from ..observe.alerts import AlertWatcher
 from ..observe.status_builder import progress, stalled
@@ -141,8 +139,7 @@ class GenerateStage:
         """The engine opened and the window ready: yields the work to run until done."""
         runner = self.runner
         try:
-            keys = ServerKeys.read(self.paths.server_keys)
-            async with make_engine(self.job, keys.keys if keys else None) as engine:
+            async with self.runner.open_engine() as engine:
                 eng = self.job.engine
                 self.pool = Pool(engine.base_urls, self.concurrency, eng.retry_base, self.log)
                 d = self.dispatcher = Dispatcher(

@@ -15,10 +15,8 @@ import time
 
 from ...common.caps import HIDDEN_STATES, Caps
 from ...common.records import TokenRow
-from ...common.state import ServerKeys
 from ...common.status import DiskStatus, JobState
 from ..engine.client import JobFault
-from ..engine.kinds import make_engine
 from ..hidden import hsfile
 from ..hidden.progress import DiskGuard, Stage
 from ..hidden.rows import rows_of
@@ -224,8 +222,7 @@ class HiddenStage:
     async def session(self):
         """The engine opened and the workers ready: yields the work to run until done."""
         try:
-            keys = ServerKeys.read(self.paths.server_keys)
-            async with make_engine(self.job, keys.keys if keys else None) as engine:
+            async with self.runner.open_engine() as engine:
                 self.urls = list(engine.base_urls)
                 n = self.job.engine.concurrency
                 self.requesting = {url: asyncio.Semaphore(n) for url in self.urls}

@@ -21,9 +21,10 @@ from ...common.caps import BASELINE, DRAFT, GENERATE, HIDDEN_STATES, Caps
 from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
-from ...common.state import ControlRequest, kept_caps
+from ...common.state import ControlRequest, ServerKeys, kept_caps
 from ...common.status import EngineStatus, JobState, JobStatus
 from ...common.wire import ExitCode
+from ..engine.kinds import make_engine
 from ..observe.watcher_guard import WatcherGuard
 from ..store.datasets import BadInput
 from .control_requests import ControlWatcher, Every, StopState
@@ -108,6 +109,12 @@ class Runner:
 
     def prepare(self) -> None:
         self.stage.prepare()
+
+    def open_engine(self):
+        """The job's engine, with the API key of each of its servers (kept on the host by restart):
+        `async with runner.open_engine() as engine`, for whichever stage."""
+        keys = ServerKeys.read(self.paths.server_keys)
+        return make_engine(self.job, keys.keys if keys else None)
 
     def engine_said(self, urls: list[str], last_error: str | None) -> dict:
         """status.json's engine and concurrency, for a stage that asks `urls` (its own error or

@@ -33,6 +33,7 @@ class DatasetRun:
     ledger: Ledger
     tokens_of: dict[str, int]  # record id -> its response tokens, every record of the dataset
     cut: set[str]  # ids of the records cut at max_tokens
+    tokens_every: int  # response tokens of every record, in the target or not
     errors: int
     out: AppendFile
     err: AppendFile
@@ -72,8 +73,8 @@ class DatasetRun:
     @property
     def mean_tokens(self) -> float:
         """Response tokens a record takes, over every record (the best estimate there is)."""
-        done = self.tokens_of
-        return sum(done.values()) / len(done) if done else self.spec.est_tokens
+        n = len(self.tokens_of)
+        return self.tokens_every / n if n else self.spec.est_tokens
 
     def set_target(self, n: int | None, budget: int | None) -> None:
         self.target_n = len(self.prompts) if n is None else min(n, len(self.prompts))
@@ -120,6 +121,7 @@ class DatasetRun:
     def record_done(self, p: Prompt, tokens: int, cut: bool = False) -> None:
         self.ledger.recorded(p.id)
         self.tokens_of[p.id] = tokens
+        self.tokens_every += tokens
         if cut:
             self.cut.add(p.id)
         self.new_records += 1
@@ -198,6 +200,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
         Ledger(existing.ids),
         existing.tokens,
         {i for i, f in existing.finish.items() if f == "length"},
+        sum(existing.tokens.values()),
         count_lines(paths.errors(spec.name)),
         AppendFile(out_path, indexed=True),
         AppendFile(paths.errors(spec.name)),

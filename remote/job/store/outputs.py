@@ -40,9 +40,6 @@ class Existing:
         ex.duplicates = len(ids) - len(ex.ids)
         return ex
 
-    def count_finish(self, reason: str) -> int:
-        return sum(1 for f in self.finish.values() if f == reason)
-
 
 def repair_tail(path: Path, log=None) -> int:
     """Cut a torn last line (crash mid-write) back to the last complete, valid line.

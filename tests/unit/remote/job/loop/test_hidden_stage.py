@@ -66,7 +66,7 @@ def answered_root(tmp_path, datasets: dict, engine: dict):
 def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeypatch):
     root = answered_root(tmp_path, {"B1": 6, "B2": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
     fake = Connector(torn="B1-000002_gen0", busy="B2-000001_gen0")
-    monkeypatch.setattr("remote.job.loop.hidden_stage.make_engine", lambda job, keys: fake)
+    monkeypatch.setattr("remote.job.loop.runner.make_engine", lambda job, keys: fake)
     monkeypatch.setattr("remote.job.loop.asking.backoff", lambda n, base: 0)
     paths = Paths(root)
     caps = Caps(caps={"B1": 4}, stage=HIDDEN_STATES)
@@ -196,9 +196,7 @@ def test_a_file_outside_the_stages_folder_is_never_moved_and_the_job_says_the_fi
     root = answered_root(tmp_path, {"B1": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
     theirs = tmp_path / "elsewhere"
     theirs.mkdir()
-    monkeypatch.setattr(
-        "remote.job.loop.hidden_stage.make_engine", lambda job, keys: Elsewhere(theirs)
-    )
+    monkeypatch.setattr("remote.job.loop.runner.make_engine", lambda job, keys: Elsewhere(theirs))
     runner = Runner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
     runner.prepare()
     assert runner.run() == 1 and runner.state == JobState.FAILED
@@ -221,7 +219,7 @@ class LateFile(Connector):
 def test_a_finished_stage_leaves_no_file_of_a_request_cut_off(tmp_path, monkeypatch):
     root = answered_root(tmp_path, {"B1": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
     fake = LateFile(torn="", busy="")
-    monkeypatch.setattr("remote.job.loop.hidden_stage.make_engine", lambda job, keys: fake)
+    monkeypatch.setattr("remote.job.loop.runner.make_engine", lambda job, keys: fake)
     paths = Paths(root)
     runner = Runner(paths, JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
     runner.prepare()
