@@ -66,8 +66,8 @@ def rollback(c, host="", to=""):
 
 
 RUN_FLAGS = (
-    "max_samples", "cap", "max_tokens", "datasets", "reset_caps", "stage", "grace", "force",
-    "force_gpu",
+    "max_samples", "cap", "max_tokens", "datasets", "reset_caps", "stage", "eval_samples",
+    "baseline", "grace", "force", "force_gpu",
 )  # fmt: skip
 # the host's own words for its flags
 RUN_HELP = {"host": HOST_HELP, **helps(CtlRestart, *RUN_FLAGS, "hard", "drain", "dry_run")}
@@ -92,6 +92,8 @@ def restart(
     datasets=None,
     reset_caps=False,
     stage=None,
+    eval_samples=None,
+    baseline=False,
     grace=GRACE_S,
     hard=False,
     drain=False,
@@ -117,6 +119,8 @@ def restart(
         datasets=datasets,
         reset_caps=reset_caps,
         stage=stage,
+        eval_samples=eval_samples,
+        baseline=baseline,
         grace=grace,
         force=force,
     )

@@ -148,6 +148,15 @@ def restart(
     config = _config()
     # bad flags: exit 2 before any host is touched
     run_flags = control.parse_run_flags(config, **flags)
+    unwatched = [
+        h.name for h in config.select_hosts(host_spec) if not config.recover_for(h.name).enabled
+    ]
+    if run_flags.baseline and unwatched:
+        raise UsageError(
+            f"--baseline: the host's watcher starts the baseline once the draft is measured, and "
+            f"`recover:` is off for {', '.join(unwatched)}: measure the draft, then `invoke "
+            "restart --stage baseline`"
+        )
 
     def one(conn):
         if run_flags.may_raise() and not dry_run:

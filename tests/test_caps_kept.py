@@ -99,6 +99,8 @@ def test_a_flag_changes_only_what_it_names_and_a_bare_restart_keeps_every_cap(bo
         "max_tokens": None,
         "datasets": ["B1", "B2"],
         "stage": "generate",
+        "eval_samples": None,
+        "baseline": False,
     }
 
     out = ok("invoke restart --dry-run --max-samples all --datasets all", config)
@@ -116,6 +118,8 @@ def test_a_flag_changes_only_what_it_names_and_a_bare_restart_keeps_every_cap(bo
         "max_tokens": None,
         "datasets": None,
         "stage": "generate",
+        "eval_samples": None,
+        "baseline": False,
     }
 
 
@@ -156,6 +160,8 @@ def test_the_watchers_restart_of_a_killed_runner_keeps_every_cap(tmp_path):
             "max_tokens": 90_000,
             "datasets": None,
             "stage": "generate",
+            "eval_samples": None,
+            "baseline": False,
         }
         assert first["caps"] == want == kept(root)
         os.kill(first["pid"], signal.SIGKILL)

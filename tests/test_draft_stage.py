@@ -193,6 +193,78 @@ def test_no_draft_named_is_one_line_before_anything_is_stopped(tmp_path):
         typed("invoke server.stop", config)
 
 
+def test_eval_samples_typed_on_the_restart_is_kept_for_the_baseline_and_the_watcher(tmp_path):
+    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 5}
+    config, root = drafted_job(tmp_path, draft)
+    try:
+        trained(config)  # the first 4 prompts of each dataset answered for training
+        res = typed("invoke restart --stage draft --eval-samples 0", config)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert status(root)["stage"] == "generate"  # refused before anything was touched
+        ok("invoke restart --stage draft --eval-samples 3", config)
+        assert json.loads(Paths(root).caps.read_text())["eval_samples"] == 3
+        assert "draft finished" in ok("invoke tail", config)
+        folder = results(root)["folder"]
+        for ds in ("B1", "B2"):
+            answers = [json.loads(x) for x in (folder / f"{ds}.jsonl").read_text().splitlines()]
+            assert sorted(a["index"] for a in answers) == [4, 5, 6]  # 3, not hosts.yaml's 5
+        ok("invoke restart --stage baseline", config)  # the kept 3: the same prompts
+        assert "baseline finished" in ok("invoke tail", config)
+        (base,) = [p for p in Paths(root).drafts.iterdir() if p.name.startswith("baseline-")]
+        indexes = [json.loads(x)["index"] for x in (base / "B1.jsonl").read_text().splitlines()]
+        assert sorted(indexes) == [4, 5, 6]
+        assert status(root)["datasets"]["B1"]["target"] == 3
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)
+
+
+def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_path):
+    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 5}
+    config, root = drafted_job(tmp_path, draft)
+    try:
+        trained(config)  # the first 4 prompts of each dataset answered for training
+        for line, said in (
+            ("invoke restart --stage generate --baseline", "--baseline follows the draft stage"),
+            ("invoke restart --baseline", "--baseline follows the draft stage"),
+        ):
+            res = typed(line, config)
+            assert res.returncode == 2 and said in res.stderr, res.stderr
+            assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+        data = yaml.safe_load(config.read_text())
+        config.write_text(yaml.safe_dump(dict(data, recover=False), sort_keys=False))
+        res = typed("invoke restart --stage draft --baseline", config)
+        assert res.returncode == 2 and "`recover:` is off" in res.stderr, res.stderr
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+        assert status(root)["stage"] == "generate"  # each refused before anything was touched
+        ok("invoke restart --stage draft --baseline", config)
+        said = ok("invoke tail", config)  # one wait: the draft, then the baseline after it
+        assert "baseline finished" in said, said
+        st = status(root)
+        assert st["stage"] == "baseline" and all(d["done"] == 5 for d in st["datasets"].values())
+        folders = sorted(p.name for p in Paths(root).drafts.iterdir() if p.is_dir())
+        assert len(folders) == 2 and folders[0].startswith("baseline-")
+        for name in folders:
+            indexes = [
+                json.loads(x)["index"]
+                for x in (Paths(root).drafts / name / "B1.jsonl").read_text().splitlines()
+            ]
+            assert sorted(indexes) == [4, 5, 6, 7, 8]  # the same held-out prompts
+        argv = ServerRecord.live(Paths(root).server_pid).argv
+        assert flag_value(argv, "--speculative-config") is None  # started again without it
+        caps = json.loads(Paths(root).caps.read_text())
+        assert caps["stage"] == "baseline" and caps["baseline"] is False
+        # a stage that follows is no failure: nothing died, no restart of the budget spent
+        events = Paths(root).recover_log
+        assert not events.exists() or not events.read_text().strip()
+        log = (root / "logs" / "watcher.log").read_text()
+        assert "the draft stage finished: the baseline stage next" in log
+        assert "server started for the next stage" in log
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)
+
+
 def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp_path):
     draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 8}
     config, root = drafted_job(tmp_path, draft, delay=0.3)

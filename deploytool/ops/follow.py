@@ -169,7 +169,7 @@ class HostWatch:
 
 def exit_code(statuses: list[JobStatus | None]) -> int | None:
     """None while any host still runs; then 0 if every job finished, else 1."""
-    if any(s is None or not s.terminal for s in statuses):
+    if any(s is None or not s.over for s in statuses):
         return None
     return ExitCode.OK if all(s.state == JobState.FINISHED for s in statuses) else ExitCode.FAILED
 

@@ -33,12 +33,20 @@ class Caps(Record):
     datasets: list[str] | None = None
     # what the runner makes of the prompts: answers, the target's hidden states, a draft's measure
     stage: str = GENERATE
+    # the held-out prompts a dataset's measure asks (None: hosts.yaml's server.draft.eval_samples)
+    eval_samples: int | None = None
+    # the draft stage, then the baseline: the watcher starts it once the draft is measured
+    baseline: bool = False
 
     def target(self, name: str) -> int | None:
         return self.caps.get(name, self.max_samples)
 
     def selected(self, name: str) -> bool:
         return self.datasets is None or name in self.datasets
+
+    def follows(self) -> str | None:
+        """The stage that comes once this one has finished, by itself (None: none)."""
+        return BASELINE if self.stage == DRAFT and self.baseline else None
 
     def line(self) -> str:
         """One line for a log: `max-samples 20, B3=5, max-tokens 10000, datasets B1,B3`."""
@@ -50,6 +58,10 @@ class Caps(Record):
             parts.append("datasets " + ",".join(self.datasets))
         if self.stage != GENERATE:
             parts.append(f"stage {self.stage}")
+        if self.eval_samples is not None:
+            parts.append(f"eval-samples {self.eval_samples}")
+        if self.follows():
+            parts.append(f"then {self.follows()}")
         return ", ".join(parts)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
-from .caps import CLEAR, Caps, parse_dataset_list, parse_tokens
+from .caps import CLEAR, DRAFT, Caps, parse_dataset_list, parse_tokens
 from .caps import cap_change as _cap
 from .caps import samples as _samples
 from .caps import selection as _selection
@@ -85,7 +85,8 @@ def _drain_timeout():
     return opt(DRAIN_TIMEOUT_S, "seconds a drain may take before SIGTERM", parse=_nonneg_float)
 
 
-_CAP_FLAGS = ("max_samples", "cap", "max_tokens", "datasets", "reset_caps", "stage")
+_TARGET_FLAGS = ("max_samples", "cap", "max_tokens", "datasets", "reset_caps")
+_CAP_FLAGS = (*_TARGET_FLAGS, "eval_samples", "baseline", "stage")
 
 
 @dataclass
@@ -131,12 +132,32 @@ class RunArgs(Request):
         parse=_stage,
         metavar="STAGE",
     )
+    eval_samples: int | str | None = opt(
+        None,
+        "the draft and baseline stages: each dataset's held-out prompts measured, the first K "
+        "after its cap; `all`: hosts.yaml's server.draft.eval_samples (not given: the job's kept "
+        "value)",
+        parse=_samples,
+        metavar="K",
+    )
+    baseline: bool = opt(
+        False,
+        "with --stage draft: then the baseline, the same prompts answered by the server started "
+        "again without the draft (the watcher does it once the draft is measured)",
+    )
     grace: float = _grace()
     force: bool = opt(
         False,
         "resume even if model/sampling settings differ from the outputs; the hidden-states stage: "
         "start although the rows left do not fit the free space (it pauses before the disk fills)",
     )
+
+    def __post_init__(self):
+        if self.baseline and self.stage != DRAFT:
+            raise ValueError(
+                "--baseline follows the draft stage: `restart --stage draft --baseline` (the "
+                "baseline alone: --stage baseline)"
+            )
 
     def changes_caps(self, names=_CAP_FLAGS) -> bool:
         # "not given" by identity: a budget of 0 is a change, though 0 == False
@@ -145,8 +166,8 @@ class RunArgs(Request):
         )
 
     def may_raise(self) -> bool:
-        """A target may go up (a stage alone changes what is made, never how much)."""
-        return self.changes_caps(_CAP_FLAGS[:-1])
+        """A target may go up (a stage, or the prompts a measure asks, never change how much)."""
+        return self.changes_caps(_TARGET_FLAGS)
 
     def applied_to(self, kept: Caps) -> Caps:
         """The caps after this change: each flag given changes only what it names."""
@@ -168,6 +189,9 @@ class RunArgs(Request):
             given(self.max_tokens, base.max_tokens),
             list(datasets) if datasets is not None else None,
             self.stage or kept.stage,  # the stage is no cap: --reset-caps keeps it
+            given(self.eval_samples, base.eval_samples),
+            # a stage typed says whether the baseline follows it; none typed keeps what was
+            self.baseline if self.stage else kept.baseline,
         )
 
     def named_datasets(self) -> list[str]:

@@ -229,6 +229,8 @@ class Wanted(Codec):
 @dataclass
 class ServerWanted(Wanted):
     spec: ServerSpec = field(default_factory=ServerSpec)  # what `server start` ran: the watcher's
+    # hosts.yaml's `server:` as given, no stage's flags added: a stage that follows is made from it
+    base: ServerSpec | None = None
 
 
 @dataclass

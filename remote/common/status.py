@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .caps import Caps
 from .codec import Codec, Record
 
 
@@ -354,6 +355,15 @@ class JobStatus(Record):
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+    @property
+    def over(self) -> bool:
+        """Nothing more will come of it, for one who waits on it: its verdict, and no stage asked
+        to follow it that a watcher at work will start (the baseline after the draft)."""
+        if not self.terminal or self.state != JobState.FINISHED:
+            return self.terminal
+        supervised = self.supervision is not None and self.supervision.supervised
+        return not (supervised and Caps.from_dict(self.caps or {}).follows())
 
     def end(self, state: str, message: str, at: float | None = None) -> JobStatus:
         """The job's verdict, set once for the whole status (whoever says it: the runner, a stop, the

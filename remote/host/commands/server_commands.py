@@ -30,7 +30,9 @@ def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
     with intent.locked(paths):  # the watcher acts between commands, never during one
         out = start(paths, spec)
         intent.change(
-            paths, recover=supervised.recover_arg(req), server={"wanted": True, "spec": spec}
+            paths,
+            recover=supervised.recover_arg(req),
+            server={"wanted": True, "spec": spec, "base": req.spec},
         )
     out.watcher = supervised.keep_watcher(paths)
     return out

@@ -8,7 +8,8 @@ or act on it, so a stop never races a restart: once `stop` has said its word, no
 back. The record is state.Supervise (readable by its owner only: it holds the server's environment).
 
 The job's caps have one writer, `keep_caps`, called by the commands that start the runner with a
-change the user named; the runner and the watcher only read them (state.kept_caps).
+change the user named, and by the watcher when it starts the stage the user asked to follow
+(`--baseline`); the runner only reads them (state.kept_caps).
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ import time
 from typing import Callable
 
 from ...common import machine, metrics, procinfo
-from ...common.jobspec import Paths
-from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop
+from ...common.caps import Caps
+from ...common.jobspec import Paths, ServerSpec
+from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
-from ...common.state import RunnerRecord, RunnerWanted, ServerRecord, ServerWanted
+from ...common.state import RunnerRecord, RunnerWanted, ServerRecord, ServerWanted, kept_caps
 from ...common.status import JobState, JobStatus, ProcessState, ProcessWatch
 from ...common.wire import HostFault
 from ..facts import engines, intent, kill
@@ -164,6 +165,19 @@ class ServerKeeper(Keeper):
         self.gpu_deadline = 0.0
         self.started_at: float | None = None
         self.ready_seq = 0
+        self.swapping = False  # started again for the next stage: its start is no restart
+
+    def swap(self, now: float, spec: ServerSpec) -> None:
+        """The server stopped and started as `spec`, the stage that follows' (no death: none of
+        the budget spent); ready when its smoke test passes, as after a restart."""
+        intent.change(self.paths, server={"wanted": True, "spec": spec})
+        server_process.stop(self.paths, ServerStop())
+        self.clock, self.swapping = None, True
+        self.seen.state, self.started_at = ProcessState.STARTING, now
+        try:
+            server_process.start(self.paths, spec, by="watcher")
+        except server_process.ServerError as e:
+            self._dead(now, None, f"could not start: {e}", [str(e)], at_start=True)
 
     @property
     def look_every(self) -> float:
@@ -233,6 +247,7 @@ class ServerKeeper(Keeper):
     ) -> None:
         """`rec`: the dead server's record (None: no process was started); `at_start`: it failed
         while being started (loading, its smoke test)."""
+        self.swapping = False  # a failed start for the next stage is a failed start
         self.dead_pids = set() if rec is None else set(kill_session(rec)) | {rec.pid}
         self.gpu_deadline = now + GPU_WAIT_S
         self.clock = None
@@ -286,7 +301,12 @@ class ServerKeeper(Keeper):
             rec.ready_at = now
             rec.write(self.paths.server_pid)
         self.ready_seq += 1
-        self._restarted(now, f"; ready in {now - (self.started_at or now):.0f}s")
+        took = f"ready in {now - (self.started_at or now):.0f}s"
+        if self.swapping:
+            self.swapping, self.seen.state = False, ProcessState.WATCHING
+            self.log(f"server started for the next stage: {took}")
+            return
+        self._restarted(now, f"; {took}")
 
     def _give_up(self, why: str, lines: list[str]) -> None:
         """Nothing is started again, nothing of the server stays on the GPUs, the job fails."""
@@ -309,6 +329,10 @@ class ServerKeeper(Keeper):
 class RunnerKeeper(Keeper):
     what = "runner"
 
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.then: str | None = None  # a stage that follows the one that finished: to start
+
     def tick(self, now: float, want: RunnerWanted) -> None:
         if self.seen.state in (ProcessState.WATCHING, ProcessState.IDLE):
             self._watch(now)
@@ -324,6 +348,12 @@ class RunnerKeeper(Keeper):
             self.seen.state = ProcessState.WATCHING
             return
         st = JobStatus.read(self.paths.status)
+        # the caps it ran with (a watcher started again may find the next stage's kept already)
+        follows = Caps.from_dict(st.caps or {}).follows() if st else None
+        if st and st.pid == rec.pid and st.state == JobState.FINISHED and follows:
+            # the draft measured, the baseline asked for: started once its server is ready
+            self.then, self.seen.state = follows, ProcessState.STARTING
+            return
         if st and st.pid == rec.pid and st.state in (JobState.FINISHED, JobState.FAILED):
             # its own verdict: a finished job, or a fault restarting cannot mend
             intent.change(self.paths, runner={"wanted": False, "why": f"the runner {st.state}"})
@@ -338,11 +368,13 @@ class RunnerKeeper(Keeper):
         if why:
             self._give_up(why)
 
-    def _start(self, now: float, want: RunnerWanted) -> None:
+    def _start(self, now: float, want: RunnerWanted, next_stage: bool = False) -> None:
+        """Start it again after a death, or (`next_stage`) for the stage that follows."""
         if runner_process.managed_runner(self.paths):  # started meanwhile (`invoke restart`)
             self.seen.state, self.seen.next_try_at = ProcessState.WATCHING, None
             return
-        self.seen.attempt = self.budget.restarting(now)
+        if not next_stage:
+            self.seen.attempt = self.budget.restarting(now)
         try:  # a start that fails is counted and said, never a crash
             req = CtlStart(**vars(want.flags.own_flags()), wait=START_WAIT_S)
             runner_process.start(self.paths, req, rel=(self.paths.root / "current").resolve())
@@ -351,7 +383,15 @@ class RunnerKeeper(Keeper):
             if why:
                 self._give_up(why)
             return
-        self._restarted(now)
+        if next_stage:
+            self.seen.state = ProcessState.WATCHING
+            self.log(f"runner started for the {kept_caps(self.paths).stage} stage")
+        else:
+            self._restarted(now)
+
+    def start_next(self, now: float, want: RunnerWanted) -> None:
+        self.then = None
+        self._start(now, want, next_stage=True)
 
     def _give_up(self, why: str) -> None:
         why = f"the runner {why}"

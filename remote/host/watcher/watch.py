@@ -8,6 +8,7 @@ touches the job: `ctl status` then says the job is unsupervised, and `restart` b
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import signal
@@ -21,9 +22,18 @@ from ...common.codec import write_json
 from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.recover import WatchState, watcher_alive
-from ...common.state import RunnerRecord, WatcherRecord, lock_held, start_watcher, take_watcher_lock
+from ...common.state import (
+    RunnerRecord,
+    ServerRecord,
+    WatcherRecord,
+    kept_caps,
+    lock_held,
+    start_watcher,
+    take_watcher_lock,
+)
 from ...common.status import ProcessState, Supervision
 from ..facts import boot, intent, kill
+from ..processes.extraction import stage_spec
 
 TICK_S = 0.5
 HEARTBEAT_S = 1.0
@@ -145,8 +155,45 @@ class Watcher:
                     )
                 elif keeper.seen.state != ProcessState.FATAL:
                     keeper.seen.state = ProcessState.IDLE
+            if self.runner.then:
+                self._next_stage(now)
             self.write_state(now)
             return alive
+
+    def _next_stage(self, now: float) -> None:
+        """The stage asked to follow the one that finished (the baseline after the draft): its
+        caps kept, the server started again for it, then its runner once the server is ready
+        (a runner waiting for a loading model would count the load in its speed). Each step is
+        looked at again every tick, so a watcher started again between two goes on from there."""
+        nxt, data = self.runner.then, intent.read(self.paths)
+        base = data.server.base
+        why = None
+        if not data.runner.wanted:
+            why = "the runner is no longer wanted (a stop, or the server given up)"
+        elif not data.server.wanted:
+            why = "the server is no longer wanted (server.stop)"
+        elif base is None:  # started by an older release: hosts.yaml's own spec is not known
+            why = (
+                f"the server's spec without the stage's flags is not known: `restart --stage {nxt}`"
+            )
+        if why:
+            self.log(f"the {nxt} stage not started: {why}")
+            if data.runner.wanted:
+                intent.change(self.paths, runner={"wanted": False, "why": why})
+            self.runner.then, self.runner.seen.state = None, ProcessState.IDLE
+            return
+        caps = kept_caps(self.paths)
+        if caps.stage != nxt:
+            intent.keep_caps(self.paths, dataclasses.replace(caps, stage=nxt, baseline=False))
+            self.log(f"the {caps.stage} stage finished: the {nxt} stage next, its server first")
+        want = stage_spec(base, nxt, self.paths)
+        if data.server.spec != want:
+            self.server.swap(now, want)
+            return
+        rec = ServerRecord.read(self.paths.server_pid)
+        ready = rec is not None and rec.alive() and rec.ready_at and not self.server.swapping
+        if ready and self.server.seen.state == ProcessState.WATCHING:
+            self.runner.start_next(now, data.runner)
 
     def _settings(self, spec) -> None:
         """The latest `recover:` (a restart may change it); the restarts counted so far stay."""

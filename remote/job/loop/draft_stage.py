@@ -162,6 +162,8 @@ class DraftStage:
                 "started by deploytool): set server.draft.model (a folder on the host or a model "
                 "id), then `invoke restart --stage draft` starts the server with it"
             )
+        if self.caps.eval_samples is not None:  # `restart --eval-samples K`, kept with the caps
+            draft = dict(draft, eval_samples=self.caps.eval_samples)
         try:
             self.tag = ("baseline-" if self.baseline else "") + draft_tag(draft)
             self.where = self.paths.drafts / self.tag
@@ -394,6 +396,8 @@ class DraftStage:
             said.append(
                 f"no held-out prompts in {', '.join(self.none_left)} (the cap takes every prompt)"
             )
+        if self.caps.follows():
+            said.append(f"the {self.caps.follows()} follows: the server started without the draft")
         return "; ".join(said)
 
     def ended(self) -> None:

@@ -37,3 +37,19 @@ def test_tail_reads_the_watcher_and_drops_a_recovery_nobody_carries_on():
     assert sup.supervised and sup.server.recovering and sup.server.next_try_in_s == 12.0
     w._watcher(w.conn, now=1000.0 + WATCH_STALE_S + 1)  # the file has not changed since: stale
     assert not w.status.supervision.supervised and not w.status.supervision.server.recovering
+
+
+def test_tail_waits_past_a_finished_draft_whose_baseline_the_watcher_starts():
+    from deploytool.ops.follow import exit_code
+    from remote.common.caps import Caps
+    from remote.common.status import JobStatus, Supervision
+
+    def draft(state="finished", baseline=True, supervised=True) -> JobStatus:
+        caps = Caps(stage="draft", baseline=baseline).to_dict()
+        return JobStatus(state=state, caps=caps, supervision=Supervision(supervised=supervised))
+
+    assert exit_code([draft()]) is None  # the baseline is on its way
+    assert exit_code([draft(baseline=False)]) == 0
+    assert exit_code([draft(supervised=False)]) == 0  # no watcher to start it: the end, said
+    assert exit_code([draft(state="failed")]) == 1
+    assert exit_code([draft(state="stopped")]) == 1

@@ -45,7 +45,7 @@ SAMPLE = {  # a value other than the default, by the field's type
 }
 
 
-BY_NAME = {"stage": "hidden-states"}  # a text flag whose values are named
+BY_NAME = {"stage": "draft"}  # a text flag whose values are named (--baseline goes with draft)
 
 
 def sample(cls):
@@ -175,6 +175,8 @@ def test_local_flags_name_the_flag_that_is_wrong():
         "max_tokens": None,
         "datasets": ["B1", "B2"],
         "stage": "generate",
+        "eval_samples": None,
+        "baseline": False,
     }
     for bad, words in (
         (dict(max_samples="0"), "--max-samples: expected a number >= 1 or `all`"),
@@ -185,6 +187,9 @@ def test_local_flags_name_the_flag_that_is_wrong():
             dict(stage="hidden"),
             "--stage: expected one of generate, hidden-states, draft, baseline, got 'hidden'",
         ),
+        (dict(baseline=True), "--baseline follows the draft stage"),
+        (dict(stage="generate", baseline=True), "--baseline follows the draft stage"),
+        (dict(eval_samples="0"), "--eval-samples: expected a number >= 1 or `all`"),
     ):
         with pytest.raises(ValueError, match=re.escape(words)):
             P.RunArgs.from_text(**bad)
@@ -281,3 +286,14 @@ def test_the_runner_comes_back_with_the_flags_it_had():
     )
     assert back.grace == 12.0 and back.force is True
     assert run_flags([]).grace == GRACE_S  # the default, stated once in protocol.py
+
+
+def test_the_measures_flags_are_kept_with_the_caps_and_a_stage_typed_says_what_follows_it():
+    kept = Caps(stage="draft", eval_samples=3, baseline=True)
+    same = P.RunArgs.from_text(max_samples="5").applied_to(kept)  # a cap changed, or the watcher
+    assert (same.stage, same.eval_samples, same.baseline) == ("draft", 3, True)
+    again = P.RunArgs.from_text(stage="draft").applied_to(kept)  # typed without --baseline
+    assert (again.eval_samples, again.baseline, again.follows()) == (3, False, None)
+    back = P.RunArgs.from_text(eval_samples="all").applied_to(kept)
+    assert back.eval_samples is None and back.follows() == "baseline"
+    assert P.RunArgs.from_text(eval_samples="2").may_raise() is False  # no target grows

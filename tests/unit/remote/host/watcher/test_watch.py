@@ -133,3 +133,58 @@ def test_a_live_watcher_that_stopped_writing_is_unsupervised_at_once_by_its_file
     assert not watch.supervision(paths).supervised
     WatchState(pid=me, updated_at=__import__("time").time()).write(paths.watch_state)
     assert watch.supervision(paths).supervised
+
+
+def test_the_stage_asked_to_follow_goes_step_by_step_and_a_watcher_started_again_goes_on(tmp_path):
+    """The baseline after the draft: its caps kept, the server swapped for hosts.yaml's own spec,
+    the runner started only once that server is ready; nothing when it is no longer wanted."""
+    import dataclasses
+    import time
+
+    from remote.common.caps import Caps
+    from remote.common.jobspec import ServerSpec
+    from remote.common.state import ServerRecord, kept_caps
+    from remote.common.status import ProcessState
+    from remote.host.processes.extraction import stage_spec
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    plain = ServerSpec(model="m", draft={"model": "d", "method": "eagle3"})
+    plain = dataclasses.replace(plain, draft=dict(plain.draft, num_speculative_tokens=3))
+    drafting = stage_spec(plain, "draft", paths)
+    intent.keep_caps(paths, Caps(max_samples=4, stage="draft", baseline=True))
+    intent.change(
+        paths,
+        runner={"wanted": True},
+        server={"wanted": True, "spec": drafting, "base": plain},
+    )
+    done = []
+
+    def watcher() -> watch.Watcher:
+        w = watch.Watcher(paths)
+        w.server.swap = lambda now, spec: done.append(("swap", spec)) or intent.change(
+            paths, server={"spec": spec}
+        )
+        w.runner.start_next = lambda now, want: done.append(("runner",))
+        w.runner.then = "baseline"
+        return w
+
+    w = watcher()
+    w._next_stage(time.time())
+    assert kept_caps(paths) == Caps(max_samples=4, stage="baseline")
+    assert done == [("swap", plain)]  # hosts.yaml's own server: no --speculative-config
+    w._next_stage(time.time())
+    assert done == [("swap", plain)]  # not ready yet: no runner
+    me = os.getpid()
+    rec = ServerRecord(pid=me, start_time=procinfo.start_time(me), ready_at=time.time())
+    rec.write(paths.server_pid)
+    w = watcher()  # the watcher started again: it goes on where the last one was
+    w.server.seen.state = ProcessState.WATCHING
+    w._next_stage(time.time())
+    assert done == [("swap", plain), ("runner",)]
+    # stopped before it could start: nothing started, the runner no longer wanted
+    done.clear()
+    intent.change(paths, server={"wanted": False, "why": "server.stop"})
+    w = watcher()
+    w._next_stage(time.time())
+    assert done == [] and w.runner.then is None and not intent.read(paths).runner.wanted
