@@ -10,9 +10,12 @@ a template that keeps each reply's thinking, and greedy replies that close their
 `--long`: greedy replies of 82 tokens that close their thinking half way (the continuation tier).
 `--shift N`: each word's successor is the word N ahead on the cycle, not the next: a draft for the
 tiny model (the same tokenizer) that predicts other words than it writes (the draft tier).
+`--miss-every P`: the successor is the next word but for every P-th word of the cycle (the word after
+next there): a draft that agrees with the tiny model on a known share of words, (P-1)/P.
 
 Run with the Python of the vLLM environment (torch, transformers, tokenizers):
     python tests/real_engine/make_tiny_model.py OUT_DIR [--trainer] [--long] [--shift N]
+                                                              [--miss-every P]
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ THINKING_TEMPLATE = (
 )
 
 
-def build(out: Path, trainer: bool = False, long: bool = False, shift: int = 1) -> Path:
+def build(
+    out: Path, trainer: bool = False, long: bool = False, shift: int = 1, miss_every: int = 0
+) -> Path:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -95,6 +100,9 @@ def build(out: Path, trainer: bool = False, long: bool = False, shift: int = 1) 
     # (temperature 1) leaves it often, ending the thinking or the answer now and then.
     words = [vocab[w] for w in vocab if w not in SPECIAL]
     nxt = {w: words[(i + shift) % len(words)] for i, w in enumerate(words)}
+    if miss_every:  # words P-1, 2P-1, …: the word after next
+        for i in range(miss_every - 1, len(words), miss_every):
+            nxt[words[i]] = words[(i + 2) % len(words)]
     for t in SPECIAL:
         nxt[vocab[t]] = words[0]
     if trainer:  # greedy: 8 words of thinking, </think>, 12 words of answer, the end of the turn
@@ -120,4 +128,5 @@ def build(out: Path, trainer: bool = False, long: bool = False, shift: int = 1) 
 if __name__ == "__main__":
     flags = sys.argv[2:]
     shift = int(flags[flags.index("--shift") + 1]) if "--shift" in flags else 1
-    print(build(Path(sys.argv[1]), "--trainer" in flags, "--long" in flags, shift))
+    miss = int(flags[flags.index("--miss-every") + 1]) if "--miss-every" in flags else 0
+    print(build(Path(sys.argv[1]), "--trainer" in flags, "--long" in flags, shift, miss))

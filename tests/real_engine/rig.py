@@ -54,11 +54,17 @@ def trainers_env() -> dict[str, str]:
 
 
 def build_model(
-    out: Path, python: str, trainer: bool = False, long: bool = False, shift: int = 1
+    out: Path,
+    python: str,
+    trainer: bool = False,
+    long: bool = False,
+    shift: int = 1,
+    miss_every: int = 0,
 ) -> Path:
     """The tiny random-weight model, made by the vLLM environment's own torch and transformers."""
     variant = (["--trainer"] if trainer else []) + (["--long"] if long else [])
     variant += ["--shift", str(shift)] if shift != 1 else []
+    variant += ["--miss-every", str(miss_every)] if miss_every else []
     subprocess.run(
         [python, str(HERE / "make_tiny_model.py"), str(out), *variant],
         check=True,
