@@ -162,8 +162,8 @@ def test_the_stage_asked_to_follow_goes_step_by_step_and_a_watcher_started_again
 
     def watcher() -> watch.Watcher:
         w = watch.Watcher(paths)
-        w.server.swap = lambda now, spec: done.append(("swap", spec)) or intent.change(
-            paths, server={"spec": spec}
+        w.server.swap = lambda now, spec: (
+            done.append(("swap", spec)) or intent.change(paths, server={"spec": spec})
         )
         w.runner.start_next = lambda now, want: done.append(("runner",))
         w.runner.then = "baseline"
