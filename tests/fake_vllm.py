@@ -82,6 +82,13 @@ def main():
     drafting = bool(spec) and spec.get("method") != "extract_hidden_states"
     k = int(spec.get("num_speculative_tokens") or 0)
     accepts = [(t, int(j)) for t, _, j in (x.rpartition("=") for x in a.fake_accept)]
+    if drafting and "mismatched" in str(spec.get("model")):  # as vLLM refuses such a draft
+        print(
+            "(EngineCore_DP0 pid=1) ERROR 12-05 06:00:00 [core.py:708] ValueError: the draft's "
+            "vocab size 1000 does not match the target's 163840",
+            flush=True,
+        )
+        sys.exit(1)
     counted = {"drafts": 0, "tokens": 0, "accepted": 0, "per_pos": [0] * k}
     print(f"fake vllm {a.cmd} {a.model} port {a.port} extra {rest}", flush=True)
     workers = [

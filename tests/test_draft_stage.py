@@ -183,6 +183,27 @@ def test_no_draft_named_is_one_line_before_anything_is_stopped(tmp_path):
         assert len(lines) == 1 and "server.draft.model" in lines[0], res.stderr
         assert ServerRecord.live(Paths(root).server_pid).pid == plain.pid  # left running
         assert status(root)["stage"] == "generate"
+        # a draft folder that is not on the host: bad input, said before anything is stopped
+        gone = yaml.safe_load(config.read_text())
+        gone["server"]["draft"] = {"model": str(tmp_path / "no-such-draft")}
+        config.write_text(yaml.safe_dump(gone))
+        ok("invoke deploy", config)
+        res = typed("invoke restart --stage draft", config)
+        assert res.returncode == 2, res.stdout + res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "no-such-draft: no such folder on this host" in lines[0], lines
+        assert ServerRecord.live(Paths(root).server_pid).pid == plain.pid  # left running
+        assert status(root)["stage"] == "generate"
+        # a draft the server refuses at load: its own log line, the job's stage as it was
+        gone["server"]["draft"] = {"model": "org/mismatched-eagle3"}
+        config.write_text(yaml.safe_dump(gone))
+        ok("invoke deploy", config)
+        res = typed("invoke restart --stage draft", config)
+        assert res.returncode == 1, res.stdout + res.stderr
+        last = res.stderr.strip().splitlines()[-1]  # the error, after the server's last lines
+        assert "does not match the target's 163840" in last, res.stderr
+        assert "invoke restart --stage generate` starts it again" in last, last
+        assert status(root)["stage"] == "generate"
         bad = yaml.safe_load(config.read_text())
         bad["server"]["draft"] = {"model": "x", "method": "eagel3"}
         config.write_text(yaml.safe_dump(bad))

@@ -7,7 +7,8 @@ import time
 from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlparse
 
-from remote.common.caps import DRAFT, HIDDEN_STATES
+from remote.common import procinfo
+from remote.common.caps import DRAFT, GENERATE, HIDDEN_STATES
 from remote.common.jobspec import extracts, flag_value
 from remote.common.protocol import (
     GRACE_S,
@@ -109,8 +110,11 @@ def _wait_ready(conn: Connector, spec: ServerSpec, t0, poll, progress, clock, sl
             return True
         elapsed = clock() - t0
         if not c.alive:
+            why = log_gist((procinfo.why_lines(c.log, 1) or [""])[-1])
             raise RemoteError(
-                f"the server died during start-up after {elapsed:.0f}s (logs/server.log)",
+                f"the server died during start-up after {elapsed:.0f}s"
+                + (f": {why}" if why else "")
+                + " (logs/server.log)",
                 details=c.log,
             )
         if elapsed > spec.ready_timeout:
@@ -184,7 +188,19 @@ def up_for_restart(
     if not wrong:
         note(f"{conn.name}: the engine's server is down: starting it first")
     recover = config.recover_for(conn.name)
-    started(start(conn, spec, progress=progress, recover=recover, stage=flags.stage))
+    try:
+        started(start(conn, spec, progress=progress, recover=recover, stage=flags.stage))
+    except RemoteError as e:
+        if not wrong:
+            raise
+        # the server that ran is stopped by now: say so, and the way back to it
+        was = HIDDEN_STATES if state.extracts else DRAFT if state.drafts else GENERATE
+        raise RemoteError(
+            f"{e}; the server that ran before is stopped: `invoke restart --stage {was}` starts "
+            "it again",
+            e.code,
+            e.details,
+        ) from None
 
 
 def wrong_for_stage(spec: ServerSpec, stage: str | None, state: ServerState) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -159,6 +160,15 @@ def tail_lines(path, n: int, window: int = 256 * 1024) -> list[str]:
             return f.read().decode(errors="replace").splitlines()[-n:]
     except FileNotFoundError:
         return []
+
+
+_WHY_LINE = re.compile(r"error|exception|traceback|killed|fatal|illegal|out of memory|xid", re.I)
+
+
+def why_lines(lines: list[str], n: int = 8) -> list[str]:
+    """The lines of a log's tail that say why a process died: its errors, else its last lines."""
+    why = [line for line in lines if _WHY_LINE.search(line)]
+    return (why or lines)[-n:]
 
 
 def under(path: str | None, root: Path) -> bool:

@@ -29,6 +29,7 @@ class ExitCode(enum.IntEnum):
 FAULTS = {
     "usage": ExitCode.BAD_INPUT,  # the command line itself is wrong (an unknown subcommand, a bad flag)
     "unknown_dataset": ExitCode.BAD_INPUT,  # a dataset named that the deployed job lacks
+    "bad_config": ExitCode.BAD_INPUT,  # a hosts.yaml value this host shows wrong (no such folder)
     "busy": ExitCode.FAILED,  # a runner is already running
     "gpu_busy": ExitCode.FAILED,  # other processes hold GPU memory
     "preflight": ExitCode.FAILED,  # the host's python cannot import what the engine needs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 from ...common import machine
 from ...common.caps import DRAFT, HIDDEN_STATES
@@ -27,6 +28,14 @@ def stage_spec(spec: ServerSpec, stage: str, paths: Paths) -> ServerSpec:
                 "the draft stage measures a draft, and hosts.yaml names none",
                 fix="set server.draft.model (a folder on the host or a model id) in hosts.yaml, "
                 "then deploy",
+            )
+        model = str(d["model"])
+        if model.startswith(("/", "~", "./", "../")) and not Path(model).expanduser().is_dir():
+            # vLLM would take it for a model id to download, after loading the target
+            raise HostFault(
+                "bad_config",
+                f"server.draft.model {model}: no such folder on this host",
+                fix="copy the draft there, or name a model id (org/name)",
             )
         speculative = {
             "method": d["method"],

@@ -27,16 +27,13 @@ from ..processes import runner_process, server_process
 from ..processes.smoke import smoke
 
 START_WAIT_S = 120.0  # a runner it starts again has this long to report running
-_WHY_LINE = re.compile(r"error|exception|traceback|killed|fatal|illegal|out of memory|xid", re.I)
 
 Tell = Callable[[str, str], None]  # (notify event, what happened)
 
 
 def reason_lines(path, n: int = 8) -> list[str]:
     """The lines of a log that say why it died: its errors, else its last lines."""
-    tail = procinfo.tail_lines(path, 200)
-    why = [line for line in tail if _WHY_LINE.search(line)]
-    return (why or tail)[-n:]
+    return procinfo.why_lines(procinfo.tail_lines(path, 200), n)
 
 
 def _shape(cause: str, lines: list[str]) -> str:
