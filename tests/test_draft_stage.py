@@ -258,7 +258,8 @@ def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_pat
         assert res.returncode == 2 and "`recover:` is off" in res.stderr, res.stderr
         config.write_text(yaml.safe_dump(data, sort_keys=False))
         assert status(root)["stage"] == "generate"  # each refused before anything was touched
-        ok("invoke restart --stage draft --baseline", config)
+        said = ok("invoke restart --stage draft --baseline", config)
+        assert "stage generate → draft, then baseline (the watcher starts it)" in said, said
         said = ok("invoke tail", config)  # one wait: the draft, then the baseline after it
         assert "baseline finished" in said, said
         st = status(root)

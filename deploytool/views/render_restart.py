@@ -123,6 +123,8 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
             stage = f"stage {r.was.stage} → {r.kept.stage}, "
         elif r.kept.stage != GENERATE:
             stage = f"stage {r.kept.stage}, "
+        if r.kept.follows():
+            stage += f"then {r.kept.follows()} (the watcher starts it), "
         out.print(
             f"{host}: started runner pid {r.pid} from release {release}; {stage}state {r.state}"
         )
