@@ -89,7 +89,10 @@ def test_a_death_during_start_up_is_said_with_the_logs_last_lines(monkeypatch):
     dead = ServerChecked(alive=False, log=["CUDA out of memory"])
     with pytest.raises(RemoteError) as e:
         start(monkeypatch, Host([LOADING, LOADING, dead]))
-    assert str(e.value) == "the server died during start-up after 30s: CUDA out of memory (logs/server.log)"
+    assert (
+        str(e.value)
+        == "the server died during start-up after 30s: CUDA out of memory (logs/server.log)"
+    )
     assert e.value.details == ("CUDA out of memory",)
 
 
