@@ -170,6 +170,7 @@ def restart(
                 config,
                 run_flags,
                 with_server=with_server,
+                drain=drain,
                 note=render.note,
                 progress=render.plain_note,
                 stopped=render_server.server_stopped,

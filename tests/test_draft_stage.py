@@ -301,12 +301,13 @@ def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp
             timeout=60,
             what="a first answer of the draft stage",
         )
-        said = ok("invoke restart --stage generate --max-samples 6", config)
+        said = ok("invoke restart --stage generate --max-samples 6 --drain", config)
         assert "the server runs with the draft stage's draft: restarting" in said
         assert "finished" in ok("invoke tail", config)
         assert status(root)["stage"] == "generate" and len(records(root, "B1")) == 6
         log = (root / "logs" / "runner.log").read_text()
         assert "counts no speculative decoding" not in log  # never failed for a server swapped
+        assert "drain: no new requests" in log  # --drain: its answers in flight finished first
     finally:
         typed("invoke stop", config)
         typed("invoke server.stop", config)

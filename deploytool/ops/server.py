@@ -150,6 +150,7 @@ def up_for_restart(
     flags: RunArgs,
     *,
     with_server,
+    drain=False,
     note,
     progress,
     stopped,
@@ -173,7 +174,7 @@ def up_for_restart(
         note(f"{conn.name}: the server {wrong}: restarting it (the model loads again)")
         # the runner first: none of its requests goes to (or is counted by) a server made for
         # another stage, and it never ends failed for a server taken from under it
-        stop_runner(conn, grace=flags.grace)
+        stop_runner(conn, grace=flags.grace, drain=drain)  # --drain: its requests finish first
         stopped(stop(conn))
     elif state.up:
         return
