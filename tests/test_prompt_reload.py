@@ -63,6 +63,7 @@ def test_prompts_appended_and_deployed_are_used_by_a_plain_restart(reload_job):
     )
     res = cli(cfg, "deploy")
     assert res.returncode == 0 and "in use by the running job" in res.stdout
+    assert "kept; deployed prompt files" in res.stdout and "(was " not in res.stdout, res.stdout
     wait_for(
         lambda: status(host_dir)["datasets"]["B2"]["prompts_changed"],
         timeout=15,

@@ -105,7 +105,10 @@ def deploy_result(r: DeployResult, out: Console | None = None) -> None:
             f"[bold]{r.host}[/]: nothing changed (release {r.release} is current); 0 bytes of file data sent"
         )
         return
-    out.print(f"[bold]{r.host}[/]: {verb} release {r.release} (was {r.previous or 'none'})")
+    if r.release == r.previous:  # the code and the job as they were: only prompt files went
+        out.print(f"[bold]{r.host}[/]: release {r.release} kept; {verb} prompt files")
+    else:
+        out.print(f"[bold]{r.host}[/]: {verb} release {r.release} (was {r.previous or 'none'})")
     for label, items, style in (
         ("added", r.added, "green"),
         ("modified", r.modified, "yellow"),
