@@ -15,7 +15,6 @@ from remote.common.status import (
     BUDGET_REACHED,
     STALE_AFTER,
     DatasetStatus,
-    DraftCounts,
     JobState,
     JobStatus,
     ProcessState,
@@ -373,11 +372,6 @@ def view(
     return Group(*parts)
 
 
-def rates_said(c: DraftCounts | None, sep: str = " ") -> str:
-    """The acceptance at each draft position, as every view says it: `86% 71% 64%`."""
-    return sep.join(f"{r:.0%}" for r in c.acceptance_rates) if c else "-"
-
-
 def draft_said(d: DatasetStatus) -> str:
     """What the draft stage measured on a dataset: vLLM's mean acceptance length and the share of
     drafts accepted at each position."""
@@ -386,7 +380,7 @@ def draft_said(d: DatasetStatus) -> str:
         return f"no draft, {fmt_rate(d.tokens_per_s, d.mean_tokens_per_s)} tok/s"
     if c.mean_acceptance_length is None:
         return "acceptance length -"
-    rates = rates_said(c)
+    rates = c.by_position()
     return f"acceptance length {c.mean_acceptance_length:.2f} (by position {rates})"
 
 

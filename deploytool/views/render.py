@@ -24,7 +24,6 @@ from .progress import (
     gpu_line,
     hints,
     notices,
-    rates_said,
     recovery_lines,
     shows_mean,
 )
@@ -194,7 +193,7 @@ def draft_table(s: JobStatus) -> Table:
             f"{d.done:,}/{d.target:,}",
             d.said_state,
             "-" if length is None else f"{length:.2f}",
-            rates_said(c),
+            c.by_position() if c else "-",
             fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
             str(d.errors),
         )

@@ -11,7 +11,7 @@ from remote.common.answers import Histogram, RecoverEvent, ReportAnswer, ReportD
 from remote.common.caps import GENERATE, HIDDEN_STATES, fmt_bytes
 from remote.common.status import JobState
 
-from .progress import beyond_said, fmt_duration, fmt_tokens, rates_said
+from .progress import beyond_said, fmt_duration, fmt_tokens
 
 W, H, PAD = 640, 180, 36  # chart size and margin, in SVG units
 CSS = """
@@ -226,7 +226,7 @@ def drafts_section(data: ReportAnswer) -> str:
                 continue
             if rate and base:  # the speedup at the job's concurrency, on the same prompts
                 said += f" (×{rate / base:.2f} the baseline)"
-            by = rates_said(r.counts, ", ")
+            by = r.counts.by_position(", ") if r.counts else "-"
             tip = f"by position {by}; {r.answered:,} held-out prompts answered"
             cells.append(
                 f'<td title="{html.escape(tip)}"><b>{length:.2f}</b>{" · " + said if said else ""}</td>'

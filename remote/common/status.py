@@ -119,6 +119,10 @@ class DraftCounts(Codec):
         """At each draft position, the share of drafts whose token there was accepted."""
         return [p / self.drafts for p in self.per_position] if self.drafts else []
 
+    def by_position(self, sep: str = " ") -> str:
+        """The acceptance at each draft position, as every view and the log say it: `86% 71% 64%`."""
+        return sep.join(f"{r:.0%}" for r in self.acceptance_rates) or "-"
+
 
 @dataclass
 class DatasetStatus(Codec):

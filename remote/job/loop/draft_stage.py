@@ -324,11 +324,10 @@ class DraftStage:
         c = m.counts
         if c.mean_acceptance_length is None:
             return f"{len(m.done)}/{m.target} answered; no draft counted"
-        rates = ", ".join(f"{r:.2f}" for r in c.acceptance_rates)
         return (
             f"{len(m.done)}/{m.target} answered; mean acceptance length "
             f"{c.mean_acceptance_length:.2f} ({c.accepted:,.0f} of {c.draft_tokens:,.0f} draft "
-            f"tokens accepted over {c.drafts:,.0f} drafts; by position {rates})"
+            f"tokens accepted over {c.drafts:,.0f} drafts; by position {c.by_position()})"
         )
 
     def recap(self, caps: Caps) -> None:
