@@ -148,15 +148,8 @@ def restart(
     config = _config()
     # bad flags: exit 2 before any host is touched
     run_flags = control.parse_run_flags(config, **flags)
-    unwatched = [
-        h.name for h in config.select_hosts(host_spec) if not config.recover_for(h.name).enabled
-    ]
-    if run_flags.baseline and unwatched:
-        raise UsageError(
-            f"--baseline: the host's watcher starts the baseline once the draft is measured, and "
-            f"`recover:` is off for {', '.join(unwatched)}: measure the draft, then `invoke "
-            "restart --stage baseline`"
-        )
+    if run_flags.baseline:
+        _baseline_possible(config, host_spec)
 
     def one(conn):
         if run_flags.may_raise() and not dry_run:
@@ -191,6 +184,24 @@ def restart(
 
     _run(config, host_spec, one, render_restart.restart_result)
     return ExitCode.OK
+
+
+def _baseline_possible(config, host_spec: str | None) -> None:
+    """`--baseline` is the watcher's to start, on the server hosts.yaml gives without the draft."""
+    from remote.common.jobspec import flag_value
+
+    for h in config.select_hosts(host_spec):
+        rec, spec = config.recover_for(h.name), config.server_for(h.name)
+        why = None
+        if not (rec.enabled and rec.server and rec.runner):
+            why = "the host's watcher starts the baseline, and `recover:` has it off"
+        elif flag_value(spec.args, "--speculative-config") is not None:
+            why = "server.args gives a --speculative-config of its own: every server has a draft"
+        if why:
+            raise UsageError(
+                f"--baseline on {h.name}: {why}; measure the draft, then `invoke restart --stage "
+                "baseline`"
+            )
 
 
 def server_start(host_spec: str | None) -> int:

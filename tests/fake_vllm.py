@@ -44,6 +44,9 @@ def main():
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--fake-delay", type=float, default=0.5)
     p.add_argument("--fake-load-until", help="loading lasts until this file exists")
+    p.add_argument(
+        "--fake-plain-load-until", help="started without a draft, loading lasts until this exists"
+    )
     p.add_argument("--fake-die", action="store_true")
     p.add_argument("--fake-degenerate", action="store_true")
     p.add_argument("--fake-workers", type=int, default=2)
@@ -51,6 +54,7 @@ def main():
     p.add_argument("--served-model-name")
     p.add_argument("--fake-dp-peer")
     p.add_argument("--fake-answer-delay", type=float, default=0.0)
+    p.add_argument("--fake-answer-hold", help="no answer is sent while this file exists")
     p.add_argument("--fake-hold-while", help="with --fake-hold-prompt: held while this file exists")
     p.add_argument(
         "--fake-hold-prompt",
@@ -121,6 +125,8 @@ def main():
         print(f"Loading safetensors checkpoint shards: {i + 1}/3", flush=True)
         time.sleep(a.fake_delay / 3)
     while a.fake_load_until and not os.path.exists(a.fake_load_until):
+        time.sleep(0.05)
+    while a.fake_plain_load_until and not drafting and not os.path.exists(a.fake_plain_load_until):
         time.sleep(0.05)
     if a.fake_die_later:
         if os.path.exists(a.fake_die_later):
@@ -255,6 +261,8 @@ def main():
             if held and os.path.exists(a.fake_hold_while):
                 return self._hold()
             time.sleep(a.fake_answer_delay)
+            while a.fake_answer_hold and os.path.exists(a.fake_answer_hold):
+                time.sleep(0.05)
             while clock() and frozen[0] is not None:
                 time.sleep(0.1)  # wedged: the engine is stopped, nothing comes back
             if drafting:  # each step: its own token and the j of the draft's k accepted

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 
 import yaml
 
@@ -255,7 +256,7 @@ def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_pat
         data = yaml.safe_load(config.read_text())
         config.write_text(yaml.safe_dump(dict(data, recover=False), sort_keys=False))
         res = typed("invoke restart --stage draft --baseline", config)
-        assert res.returncode == 2 and "`recover:` is off" in res.stderr, res.stderr
+        assert res.returncode == 2 and "`recover:` has it off" in res.stderr, res.stderr
         config.write_text(yaml.safe_dump(data, sort_keys=False))
         assert status(root)["stage"] == "generate"  # each refused before anything was touched
         said = ok("invoke restart --stage draft --baseline", config)
@@ -287,9 +288,46 @@ def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_pat
         typed("invoke server.stop", config)
 
 
+def test_a_stop_while_the_baseline_server_loads_ends_the_wait_and_says_why(tmp_path):
+    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 3}
+    config, root = drafted_job(tmp_path, draft)
+    go = tmp_path / "plain-server-may-load"
+    data = yaml.safe_load(config.read_text())
+    data["server"]["args"] += ["--fake-plain-load-until", str(go)]
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    go.touch()
+    try:
+        trained(config)
+        go.unlink()  # from now on a server without the draft loads until the test says
+        ok("invoke restart --stage draft --baseline", config)
+        watch = Paths(root).watch_state
+        wait_for(
+            lambda: (
+                json.loads(watch.read_text()).get("next_stage") == "baseline"
+                and json.loads(watch.read_text())["server"]["state"] == "starting"
+            ),
+            timeout=60,
+            what="the watcher starting the baseline's server",
+        )
+        shown = ok("invoke status", config)
+        assert "the baseline stage next" in shown and "RECOVERING" not in shown, shown
+        ok("invoke stop", config)
+        said = ok("invoke tail", config)  # ends: nothing will follow any more
+        assert "the baseline stage was not started: the job was stopped" in said, said
+        assert status(root)["stage"] == "draft"  # the draft's verdict, kept
+    finally:
+        go.touch()
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)
+
+
 def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp_path):
     draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 8}
     config, root = drafted_job(tmp_path, draft, delay=0.3)
+    hold = tmp_path / "answers-held"
+    data = yaml.safe_load(config.read_text())
+    data["server"]["args"] += ["--fake-answer-hold", str(hold)]
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
     try:
         trained(config)  # the first 4 prompts of each dataset answered for training
         ok("invoke restart --stage draft", config)
@@ -301,13 +339,23 @@ def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp
             timeout=60,
             what="a first answer of the draft stage",
         )
+        hold.touch()  # the answers in flight now wait: the drain must wait for them
+        log = root / "logs" / "runner.log"
+
+        def release_once_drained():
+            wait_for(lambda: "drain: no new requests" in log.read_text(), 120, what="the drain")
+            hold.unlink()
+
+        releaser = threading.Thread(target=release_once_drained, daemon=True)
+        releaser.start()
         said = ok("invoke restart --stage generate --max-samples 6 --drain", config)
+        releaser.join()
         assert "the server runs with the draft stage's draft: restarting" in said
         assert "finished" in ok("invoke tail", config)
         assert status(root)["stage"] == "generate" and len(records(root, "B1")) == 6
         log = (root / "logs" / "runner.log").read_text()
         assert "counts no speculative decoding" not in log  # never failed for a server swapped
-        assert "drain: no new requests" in log  # --drain: its answers in flight finished first
+        assert "abandoned" not in log  # --drain: its answers in flight finished first
     finally:
         typed("invoke stop", config)
         typed("invoke server.stop", config)

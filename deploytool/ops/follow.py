@@ -76,7 +76,10 @@ class HostWatch:
                 )
                 return
             try:
-                self.status = JobStatus.from_dict(json.loads(raw))
+                # the watcher as last seen, until this poll reads it again (a read that fails
+                # must not make a job waiting on it look unwatched)
+                seen = self.status.supervision if self.status else None
+                self.status = replace(JobStatus.from_dict(json.loads(raw)), supervision=seen)
             except (ValueError, TypeError):
                 return  # caught between write and rename on a host without atomic rename: next poll
             upd = self.status.updated_at or 0

@@ -235,8 +235,20 @@ def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
     if sup is None:
         return []
     out = []
+    if sup.next_stage and sup.supervised:
+        out.append(
+            (
+                f"the {sup.next_stage} stage next: the watcher starts the server again for it, "
+                "then its runner",
+                "cyan",
+            )
+        )
     for what, w in (("server", sup.server), ("runner", sup.runner)):
         if w is None:
+            continue
+        if w.recovering and w.attempt == 0:  # a start for the next stage: after no death
+            if not sup.next_stage:
+                out.append((f"{what}: {w.why}", "cyan"))
             continue
         if w.recovering:
             when = (
@@ -414,4 +426,6 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
     if gpu_line(st):
         down.append(gpu_line(st))
     down += [text for text, style in recovery_lines(st) if style != "dim"]
+    if st.terminal and st.message:  # its verdict's words (what was left out, and why)
+        down.append(st.message)
     return out + "".join(f" | {x}" for x in down + notices(st)) + (f" | {note}" if note else "")

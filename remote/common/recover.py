@@ -156,6 +156,8 @@ class WatchState(Record):
         0  # bumped each time a server it restarted is ready: the runner re-probes
     )
     on_boot: bool = False  # a systemd unit brings it back after a reboot
+    ticked_at: float | None = None  # its last look at everything (the heartbeat leaves it)
+    next_stage: str | None = None  # the stage it is to start after the one that finished
 
     def view(self, now: float, live: bool) -> Supervision:
         """What status and tail show; `now` on the host's clock, `live`: the watcher still works."""
@@ -170,4 +172,6 @@ class WatchState(Record):
             server=self.server,
             runner=self.runner,
             on_boot=self.on_boot,
+            ticked_at=self.ticked_at,
+            next_stage=self.next_stage,
         )

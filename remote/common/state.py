@@ -209,8 +209,8 @@ class ControlRequest(Record):
 
 def kept_caps(paths: Paths) -> Caps:
     """The job's caps as the host keeps them (run/caps.json; none kept: every prompt of every
-    dataset). Read by the runner and the watcher; written only by the host's start and restart
-    commands (host/facts/intent.keep_caps)."""
+    dataset). Read by the runner and the watcher; written only through host/facts/intent.keep_caps
+    (the host's start and restart commands, and the watcher starting a stage asked to follow)."""
     return Caps.read(paths.caps) or Caps()
 
 

@@ -287,6 +287,8 @@ class Supervision(Codec):
     note: str | None = (
         None  # e.g. "unsupervised: the watcher is gone; `invoke restart` brings it back"
     )
+    ticked_at: float | None = None  # the watcher's last look at everything (host clock)
+    next_stage: str | None = None  # the stage it is starting after the one that finished
 
 
 @dataclass
@@ -363,11 +365,14 @@ class JobStatus(Record):
     @property
     def over(self) -> bool:
         """Nothing more will come of it, for one who waits on it: its verdict, and no stage asked
-        to follow it that a watcher at work will start (the baseline after the draft)."""
+        to follow it (the baseline after the draft) that the watcher, at work, is starting or has
+        yet to look at (its last look came before the verdict)."""
         if not self.terminal or self.state != JobState.FINISHED:
             return self.terminal
-        supervised = self.supervision is not None and self.supervision.supervised
-        return not (supervised and Caps.from_dict(self.caps or {}).follows())
+        sup = self.supervision
+        if not Caps.from_dict(self.caps or {}).follows() or sup is None or not sup.supervised:
+            return True
+        return not sup.next_stage and (sup.ticked_at or 0.0) > (self.updated_at or 0.0)
 
     def end(self, state: str, message: str, at: float | None = None) -> JobStatus:
         """The job's verdict, set once for the whole status (whoever says it: the runner, a stop, the

@@ -30,16 +30,23 @@ def stage_spec(spec: ServerSpec, stage: str, paths: Paths) -> ServerSpec:
                 "then deploy",
             )
         model = str(d["model"])
-        if model.startswith(("/", "~", "./", "../")) and not Path(model).expanduser().is_dir():
-            # vLLM would take it for a model id to download, after loading the target
-            raise HostFault(
-                "bad_config",
-                f"server.draft.model {model}: no such folder on this host",
-                fix="copy the draft there, or name a model id (org/name)",
-            )
+        if model.startswith(
+            ("/", "~", "./", "../")
+        ):  # a folder, as the server (in remote_dir) sees it
+            folder = Path(model).expanduser()
+            folder = folder if folder.is_absolute() else paths.root / folder
+            if (
+                not folder.is_dir()
+            ):  # vLLM would take it for a model id to download, after the target
+                raise HostFault(
+                    "bad_config",
+                    f"server.draft.model {model}: no such folder on this host",
+                    fix="copy the draft there, or name a model id (org/name)",
+                )
+            model = str(folder)
         speculative = {
             "method": d["method"],
-            "model": d["model"],
+            "model": model,
             "num_speculative_tokens": d["num_speculative_tokens"],
         }
         args = (*spec.args, "--speculative-config", json.dumps(speculative))

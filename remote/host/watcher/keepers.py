@@ -104,6 +104,17 @@ class Keeper:
         self.tell(f"{self.what}_restarted", msg)
 
 
+def not_followed(paths: Paths, stage: str, why: str) -> None:
+    """The finished job's status says the stage asked to follow it was not started, and why (so
+    no one waits for it)."""
+    st = JobStatus.read(paths.status)
+    if st is None or not Caps.from_dict(st.caps or {}).follows():
+        return
+    st.caps = dict(st.caps, baseline=False)
+    st.message = "; ".join(filter(None, [st.message, f"the {stage} stage was not started: {why}"]))
+    st.write(paths.status)
+
+
 def fail_job(paths: Paths, why: str) -> None:
     """The job's verdict when the watcher gives up: `failed`, with the reason."""
     st = JobStatus.read(paths.status) or JobStatus()
@@ -164,17 +175,19 @@ class ServerKeeper(Keeper):
         self.ready_seq = 0
         self.swapping = False  # started again for the next stage: its start is no restart
 
-    def swap(self, now: float, spec: ServerSpec) -> None:
+    def swap(self, now: float, spec: ServerSpec, why: str) -> None:
         """The server stopped and started as `spec`, the stage that follows' (no death: none of
-        the budget spent); ready when its smoke test passes, as after a restart."""
-        intent.change(self.paths, server={"wanted": True, "spec": spec})
+        the budget spent); ready when its smoke test passes, as after a restart. The intent is
+        written once it runs: a watcher killed before then swaps it again."""
         server_process.stop(self.paths, ServerStop())
         self.clock, self.swapping = None, True
-        self.seen.state, self.started_at = ProcessState.STARTING, now
+        self.seen.state, self.seen.why, self.started_at = ProcessState.STARTING, why, now
         try:
             server_process.start(self.paths, spec, by="watcher")
         except server_process.ServerError as e:
-            self._dead(now, None, f"could not start: {e}", [str(e)], at_start=True)
+            intent.change(self.paths, server={"wanted": True, "spec": spec})  # what to retry
+            return self._dead(now, None, f"could not start: {e}", [str(e)], at_start=True)
+        intent.change(self.paths, server={"wanted": True, "spec": spec})
 
     @property
     def look_every(self) -> float:
@@ -300,7 +313,7 @@ class ServerKeeper(Keeper):
         self.ready_seq += 1
         took = f"ready in {now - (self.started_at or now):.0f}s"
         if self.swapping:
-            self.swapping, self.seen.state = False, ProcessState.WATCHING
+            self.swapping, self.seen.state, self.seen.why = False, ProcessState.WATCHING, None
             self.log(f"server started for the next stage: {took}")
             return
         self._restarted(now, f"; {took}")
@@ -328,7 +341,10 @@ class RunnerKeeper(Keeper):
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.then: str | None = None  # a stage that follows the one that finished: to start
+        # a stage asked to follow the one its runner finished: to start (then), or once the
+        # runner, its verdict written, has exited (pending)
+        self.then: str | None = None
+        self.pending: str | None = None
 
     def tick(self, now: float, want: RunnerWanted) -> None:
         if self.seen.state in (ProcessState.WATCHING, ProcessState.IDLE):
@@ -341,17 +357,18 @@ class RunnerKeeper(Keeper):
         rec = RunnerRecord.read(self.paths.pidfile)
         if rec is None or rec.pid <= 0:
             return
-        if rec.alive():
-            self.seen.state = ProcessState.WATCHING
-            return
         st = JobStatus.read(self.paths.status)
-        # the caps it ran with (a watcher started again may find the next stage's kept already)
-        follows = Caps.from_dict(st.caps or {}).follows() if st else None
-        if st and st.pid == rec.pid and st.state == JobState.FINISHED and follows:
-            # the draft measured, the baseline asked for: started once its server is ready
-            self.then, self.seen.state = follows, ProcessState.STARTING
+        verdict = st.state if st and st.pid == rec.pid else None
+        # what its caps ask to follow (a watcher started again may find the next stage's kept)
+        follows = Caps.from_dict(st.caps or {}).follows() if verdict == JobState.FINISHED else None
+        if rec.alive():
+            self.seen.state, self.pending = ProcessState.WATCHING, follows
             return
-        if st and st.pid == rec.pid and st.state in (JobState.FINISHED, JobState.FAILED):
+        self.pending = None
+        if follows:  # the draft measured, the baseline asked for: the watcher starts it
+            self.then = follows
+            return
+        if verdict in (JobState.FINISHED, JobState.FAILED):
             # its own verdict: a finished job, or a fault restarting cannot mend
             intent.change(self.paths, runner={"wanted": False, "why": f"the runner {st.state}"})
             self.log(f"runner: {st.state} by itself ({st.message or 'no message'}); not restarted")
@@ -381,7 +398,6 @@ class RunnerKeeper(Keeper):
                 self._give_up(why)
             return
         if next_stage:
-            self.seen.state = ProcessState.WATCHING
             self.log(f"runner started for the {kept_caps(self.paths).stage} stage")
         else:
             self._restarted(now)

@@ -33,7 +33,6 @@ from ...common.state import (
 )
 from ...common.status import ProcessState, Supervision
 from ..facts import boot, intent, kill
-from ..processes.extraction import stage_spec
 
 TICK_S = 0.5
 HEARTBEAT_S = 1.0
@@ -164,31 +163,39 @@ class Watcher:
         """The stage asked to follow the one that finished (the baseline after the draft): its
         caps kept, the server started again for it, then its runner once the server is ready
         (a runner waiting for a loading model would count the load in its speed). Each step is
-        looked at again every tick, so a watcher started again between two goes on from there."""
-        nxt, data = self.runner.then, intent.read(self.paths)
+        looked at again every tick, so a watcher started again between two goes on from there;
+        anything typed meanwhile (a stop, a restart) wins, and the status then says so."""
+        from ..processes import runner_process  # the watcher's loop only: status never pays
+        from ..processes.extraction import stage_spec
+        from .keepers import not_followed
+
+        nxt, data, caps = self.runner.then, intent.read(self.paths), kept_caps(self.paths)
         base = data.server.base
         why = None
-        if not data.runner.wanted:
-            why = "the runner is no longer wanted (a stop, or the server given up)"
-        elif not data.server.wanted:
-            why = "the server is no longer wanted (server.stop)"
+        if runner_process.managed_runner(self.paths):
+            why = "a runner was started meanwhile"
+        elif not data.runner.wanted:
+            why = "the job was stopped"
+        elif not data.watched("server"):
+            why = "the server is not the watcher's to start (server.stop, or recover.server off)"
+        elif caps.stage != nxt and caps.follows() != nxt:
+            why = "the caps were changed by a restart meanwhile"
         elif base is None:  # started by an older release: hosts.yaml's own spec is not known
-            why = (
-                f"the server's spec without the stage's flags is not known: `restart --stage {nxt}`"
-            )
+            why = f"the server's spec without the draft is not known: `restart --stage {nxt}`"
         if why:
             self.log(f"the {nxt} stage not started: {why}")
-            if data.runner.wanted:
-                intent.change(self.paths, runner={"wanted": False, "why": why})
-            self.runner.then, self.runner.seen.state = None, ProcessState.IDLE
+            self.runner.then = None
+            if not runner_process.managed_runner(self.paths):
+                if data.runner.wanted:
+                    intent.change(self.paths, runner={"wanted": False, "why": why})
+                not_followed(self.paths, nxt, why)
             return
-        caps = kept_caps(self.paths)
         if caps.stage != nxt:
             intent.keep_caps(self.paths, dataclasses.replace(caps, stage=nxt, baseline=False))
             self.log(f"the {caps.stage} stage finished: the {nxt} stage next, its server first")
         want = stage_spec(base, nxt, self.paths)
         if data.server.spec != want:
-            self.server.swap(now, want)
+            self.server.swap(now, want, f"started again for the {nxt} stage")
             return
         rec = ServerRecord.read(self.paths.server_pid)
         ready = rec is not None and rec.alive() and rec.ready_at and not self.server.swapping
@@ -208,6 +215,7 @@ class Watcher:
         s = self.state
         s.updated_at, s.server, s.runner = now, self.server.seen, self.runner.seen
         s.server_ready_seq = self.server.ready_seq
+        s.ticked_at, s.next_stage = now, self.runner.then or self.runner.pending
         with self.writing:  # twice a second; a copy the heartbeat may write again
             self.written = s.to_dict()
             write_json(self.paths.watch_state, self.written, s.MODE, s.SYNC)

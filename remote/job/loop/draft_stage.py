@@ -396,7 +396,10 @@ class DraftStage:
                 f"no held-out prompts in {', '.join(self.none_left)} (the cap takes every prompt)"
             )
         if self.caps.follows():
-            said.append(f"the {self.caps.follows()} follows: the server started without the draft")
+            said.append(
+                f"the {self.caps.follows()} follows (the watcher starts the server again without "
+                "the draft)"
+            )
         return "; ".join(said)
 
     def ended(self) -> None:

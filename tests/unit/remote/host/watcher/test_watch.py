@@ -162,7 +162,7 @@ def test_the_stage_asked_to_follow_goes_step_by_step_and_a_watcher_started_again
 
     def watcher() -> watch.Watcher:
         w = watch.Watcher(paths)
-        w.server.swap = lambda now, spec: (
+        w.server.swap = lambda now, spec, why: (
             done.append(("swap", spec)) or intent.change(paths, server={"spec": spec})
         )
         w.runner.start_next = lambda now, want: done.append(("runner",))
@@ -182,9 +182,18 @@ def test_the_stage_asked_to_follow_goes_step_by_step_and_a_watcher_started_again
     w.server.seen.state = ProcessState.WATCHING
     w._next_stage(time.time())
     assert done == [("swap", plain), ("runner",)]
-    # stopped before it could start: nothing started, the runner no longer wanted
+    # the caps changed by a restart typed meanwhile: it wins, and the finished job's status says
+    # the baseline will not come (nobody waits for it); nothing started, the runner not wanted
+    from remote.common.status import JobStatus
+
     done.clear()
-    intent.change(paths, server={"wanted": False, "why": "server.stop"})
+    JobStatus(state="finished", caps=Caps(stage="draft", baseline=True).to_dict()).write(
+        paths.status
+    )
+    intent.keep_caps(paths, Caps(stage="generate"))
     w = watcher()
     w._next_stage(time.time())
     assert done == [] and w.runner.then is None and not intent.read(paths).runner.wanted
+    st = JobStatus.read(paths.status)
+    assert "the baseline stage was not started: the caps were changed" in st.message
+    assert st.caps["baseline"] is False
