@@ -110,7 +110,10 @@ def _wait_ready(conn: Connector, spec: ServerSpec, t0, poll, progress, clock, sl
             return True
         elapsed = clock() - t0
         if not c.alive:
-            why = log_gist((procinfo.why_lines(c.log, 1) or [""])[-1])
+            # this start's lines only: the log holds every start, each after its `==== ` line
+            starts = [i for i, line in enumerate(c.log) if line.startswith("==== ")]
+            this = c.log[starts[-1] + 1 :] if starts else c.log
+            why = log_gist((procinfo.why_lines(this, 1) or [""])[-1])
             raise RemoteError(
                 f"the server died during start-up after {elapsed:.0f}s"
                 + (f": {why}" if why else "")

@@ -122,3 +122,14 @@ def test_a_log_line_is_shown_without_vllms_prefix_and_cut_at_a_word():
     long = "(EngineCore pid=1) INFO 12-02 00:45:21 [x.py:1] " + "word " * 40
     cut = server.log_gist(long)
     assert cut.endswith(" …") and len(cut) <= server.GIST_CHARS + 2 and "pid" not in cut
+
+
+def test_a_death_during_start_up_is_said_by_this_starts_error_never_an_earlier_ones(monkeypatch):
+    log = ["==== 10:00 starting: vllm serve a", "ValueError: an earlier start's error"]
+    log += ["==== 10:05 starting: vllm serve b", "ERROR [core.py] ValueError: vocab size differs"]
+    with pytest.raises(RemoteError) as e:
+        start(monkeypatch, Host([ServerChecked(alive=False, log=log)]))
+    assert "after 0s: ERROR [core.py] ValueError: vocab size differs (logs" in str(e.value)
+    with pytest.raises(RemoteError) as e:  # no error line of its own: its last line
+        start(monkeypatch, Host([ServerChecked(alive=False, log=log[:-1] + ["bye"])]))
+    assert "earlier" not in str(e.value) and "after 0s: bye (logs" in str(e.value)
