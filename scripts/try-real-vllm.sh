@@ -54,6 +54,11 @@ server:
     layers: [0, 1, 2]
     connector: CpuHiddenStatesConnector
     connector_module: cpu_hidden_states_connector
+  # \`restart --stage draft\`: the tiny model as its own draft (vLLM's draft_model method). With
+  # temperature 0 every draft token is accepted (a length of 4.00); at this file's 1.0, few (1.1-1.2
+  # here): the draft proposes its likeliest word, which the target keeps only as often as it would
+  # have sampled it
+  draft: {model: $WORK/model, method: draft_model, num_speculative_tokens: 3, eval_samples: 20}
 YAML
 fi
 export DEPLOYTOOL_CONFIG="$WORK/hosts.yaml" PATH="$PWD/.venv/bin:$PATH"
@@ -68,4 +73,6 @@ echo "the server is still up. Next, from $PWD, exactly as typed:"
 echo "  $TRY server.status     # the server's own view"
 echo "  $TRY restart --max-samples 150 && $TRY tail"
 echo "  $TRY restart --stage hidden-states && $TRY tail   # the target's hidden states of those answers"
+echo "  $TRY restart --stage draft --baseline && $TRY tail   # a draft measured per dataset, then without it"
+echo "  $TRY report --out report.html   # the answers, and the drafts side by side"
 echo "  $TRY server.stop       # when done"
