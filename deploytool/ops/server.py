@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlparse
 
 from remote.common import procinfo
-from remote.common.caps import DRAFT, GENERATE, HIDDEN_STATES
+from remote.common.caps import DRAFT, HIDDEN_STATES
 from remote.common.jobspec import extracts, flag_value
 from remote.common.protocol import (
     GRACE_S,
@@ -198,10 +198,9 @@ def up_for_restart(
         if not wrong:
             raise
         # the server that ran is stopped by now: say so, and the way back to it
-        was = HIDDEN_STATES if state.extracts else DRAFT if state.drafts else GENERATE
         raise RemoteError(
-            f"{e}; the server that ran before is stopped: `invoke restart --stage {was}` starts "
-            "it again",
+            f"{e}; the server that ran before is stopped: `invoke restart --stage "
+            f"{state.serves}` starts it again",
             e.code,
             e.details,
         ) from None

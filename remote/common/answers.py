@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .caps import CapRow, Caps
+from .caps import DRAFT, GENERATE, HIDDEN_STATES, CapRow, Caps
 from .status import DraftCounts, JobStatus, Reload, ServerMetrics
 
 
@@ -168,6 +168,11 @@ class ServerState:
     def drafts(self) -> bool:
         """Started with a draft (a speculative config that is no extraction)."""
         return self.speculative is not None and not self.extracts
+
+    @property
+    def serves(self) -> str:
+        """The stage its flags were added for: the answers' (or the baseline's) have none."""
+        return HIDDEN_STATES if self.extracts else DRAFT if self.drafts else GENERATE
 
 
 @dataclass
