@@ -372,7 +372,9 @@ class JobStatus(Record):
         sup = self.supervision
         if not Caps.from_dict(self.caps or {}).follows() or sup is None or not sup.supervised:
             return True
-        return not sup.next_stage and (sup.ticked_at or 0.0) > (self.updated_at or 0.0)
+        if sup.ticked_at is None:  # a watcher of an older release: it starts no next stage
+            return True
+        return not sup.next_stage and sup.ticked_at > (self.updated_at or 0.0)
 
     def end(self, state: str, message: str, at: float | None = None) -> JobStatus:
         """The job's verdict, set once for the whole status (whoever says it: the runner, a stop, the

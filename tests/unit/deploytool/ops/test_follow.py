@@ -55,6 +55,7 @@ def test_tail_waits_past_a_finished_draft_whose_baseline_the_watcher_starts():
     assert exit_code([draft(ticked=11.0)]) == 0
     assert exit_code([draft(baseline=False)]) == 0
     assert exit_code([draft(supervised=False)]) == 0  # no watcher to start it: the end, said
+    assert exit_code([draft(ticked=None)]) == 0  # a watcher of an older release starts none
     assert exit_code([draft(state="failed")]) == 1
     assert exit_code([draft(state="stopped")]) == 1
 
