@@ -6,6 +6,7 @@ should not pay for rich tables, tarfile or paramiko it never touches.
 
 from __future__ import annotations
 
+from remote.common.caps import DRAFT, MEASURES
 from remote.common.protocol import GRACE_S
 
 from .config import load_config
@@ -148,8 +149,8 @@ def restart(
     config = _config()
     # bad flags: exit 2 before any host is touched
     run_flags = control.parse_run_flags(config, **flags)
-    if run_flags.baseline:
-        _baseline_possible(config, host_spec)
+    if run_flags.stage in MEASURES:
+        _measure_possible(config, host_spec, run_flags)
 
     def one(conn):
         if run_flags.may_raise() and not dry_run:
@@ -186,22 +187,38 @@ def restart(
     return ExitCode.OK
 
 
-def _baseline_possible(config, host_spec: str | None) -> None:
-    """`--baseline` is the watcher's to start, on the server hosts.yaml gives without the draft."""
+def _measure_possible(config, host_spec: str | None, flags) -> None:
+    """The draft and baseline stages measure the job's own vLLM server, which deploytool starts
+    (with the draft, or without it); `--baseline` is the watcher's to start. Said before any host
+    is touched."""
     from remote.common.jobspec import flag_value
+
+    from .ops.server import manages_engine
 
     for h in config.select_hosts(host_spec):
         rec, spec = config.recover_for(h.name), config.server_for(h.name)
-        why = None
-        if not (rec.enabled and rec.server and rec.runner):
-            why = "the host's watcher starts the baseline, and `recover:` has it off"
-        elif flag_value(spec.args, "--speculative-config") is not None:
-            why = "server.args gives a --speculative-config of its own: every server has a draft"
-        if why:
-            raise UsageError(
-                f"--baseline on {h.name}: {why}; measure the draft, then `invoke restart --stage "
-                "baseline`"
+        stage, why = f"--stage {flags.stage}", None
+        if config.job_for(h.name).engine.kind == "simulate":
+            why = "the built-in simulated engine has no draft: the stage needs vLLM"
+        elif not manages_engine(config, h.name):
+            why = (
+                "it measures the job's own vLLM server, started by deploytool: hosts.yaml "
+                "server: on the port of job.engine.base_url"
             )
+        elif flags.stage == DRAFT and not spec.draft:
+            why = "hosts.yaml names no draft: set server.draft.model (a folder on the host or a model id)"
+        elif flags.baseline and not (rec.enabled and rec.server and rec.runner):
+            stage, why = (
+                "--baseline",
+                "the host's watcher starts the baseline, and `recover:` has it off",
+            )
+        elif flags.baseline and flag_value(spec.args, "--speculative-config") is not None:
+            stage = "--baseline"
+            why = "server.args gives a --speculative-config of its own: every server has a draft"
+        if why and stage == "--baseline":
+            why += "; measure the draft, then `invoke restart --stage baseline`"
+        if why:
+            raise UsageError(f"{stage} on {h.name}: {why}")
 
 
 def server_start(host_spec: str | None) -> int:

@@ -223,7 +223,8 @@ def test_eval_samples_typed_on_the_restart_is_kept_for_the_baseline_and_the_watc
         res = typed("invoke restart --stage draft --eval-samples 0", config)
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
         assert status(root)["stage"] == "generate"  # refused before anything was touched
-        ok("invoke restart --stage draft --eval-samples 3", config)
+        said = ok("invoke restart --stage draft --eval-samples 3", config)
+        assert "eval-samples server.draft's → 3" in said, said
         assert json.loads(Paths(root).caps.read_text())["eval_samples"] == 3
         assert "draft finished" in ok("invoke tail", config)
         folder = results(root)["folder"]
@@ -257,8 +258,16 @@ def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_pat
         config.write_text(yaml.safe_dump(dict(data, recover=False), sort_keys=False))
         res = typed("invoke restart --stage draft --baseline", config)
         assert res.returncode == 2 and "`recover:` has it off" in res.stderr, res.stderr
+        # the simulated engine has no draft to measure: one line, nothing touched
+        sim = dict(data, job=dict(data["job"], engine={"kind": "simulate"}))
+        config.write_text(yaml.safe_dump(sim, sort_keys=False))
+        res = typed("invoke restart --stage draft --dry-run", config)
+        assert res.returncode == 2 and "simulated engine has no draft" in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
         config.write_text(yaml.safe_dump(data, sort_keys=False))
         assert status(root)["stage"] == "generate"  # each refused before anything was touched
+        said = ok("invoke restart --stage draft --baseline --dry-run", config)
+        assert "stage generate → draft, then baseline (the watcher starts it)" in said, said
         said = ok("invoke restart --stage draft --baseline", config)
         assert "stage generate → draft, then baseline (the watcher starts it)" in said, said
         said = ok("invoke tail", config)  # one wait: the draft, then the baseline after it

@@ -65,6 +65,12 @@ def caps_table(
         out.print(f"  max-tokens [bold]{_budget(was.max_tokens)} → {_budget(kept.max_tokens)}[/]")
     elif kept is not None and kept.max_tokens is not None:
         out.print(f"  max-tokens {_budget(kept.max_tokens)} per dataset")
+    if kept is not None and was is not None and kept.eval_samples != was.eval_samples:
+        said = [
+            f"{n:,}" if n is not None else "server.draft's"
+            for n in (was.eval_samples, kept.eval_samples)
+        ]
+        out.print(f"  eval-samples [bold]{said[0]} → {said[1]}[/] (held-out prompts a dataset)")
     if not any(d.changed for d in caps.values()) and (kept is None or kept == was):
         out.print("  caps unchanged (the job's own: flags change only what they name)")
     for cap, names in short.items():
@@ -99,6 +105,8 @@ def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
         }[r.mode]
         if r.kept.stage != r.was.stage:
             what += f", stage {r.was.stage} → {r.kept.stage}"
+        if r.kept.follows():
+            what += f", then {r.kept.follows()} (the watcher starts it)"
         out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
         caps_table(r.caps, out, r.kept, r.was, planned=True)
         return

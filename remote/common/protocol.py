@@ -120,8 +120,8 @@ class RunArgs(Request):
     )  # fmt: skip
     reset_caps: bool = opt(
         False,
-        "forget the job's kept caps first: every prompt of every dataset, no token budget (cap "
-        "flags given with it apply on top)",
+        "forget the job's kept caps first: every prompt of every dataset, no token budget, "
+        "hosts.yaml's eval-samples (the stage is kept; cap flags given with it apply on top)",
     )
     stage: str | None = opt(
         None,
