@@ -245,6 +245,10 @@ def test_eval_samples_typed_on_the_restart_is_kept_for_the_baseline_and_the_watc
 def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_path):
     draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 5}
     config, root = drafted_job(tmp_path, draft)
+    told = tmp_path / "told"
+    job = yaml.safe_load(config.read_text())
+    job["job"]["notify"] = {"command": f'echo "$DEPLOYTOOL_MESSAGE" >> {told}'}
+    config.write_text(yaml.safe_dump(job, sort_keys=False))
     try:
         trained(config)  # the first 4 prompts of each dataset answered for training
         for line, said in (
@@ -292,6 +296,11 @@ def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_pat
         log = (root / "logs" / "watcher.log").read_text()
         assert "the draft stage finished: the baseline stage next" in log
         assert "server started for the next stage" in log
+        # told as it goes: the draft's end is not the job's (each message once, in order)
+        wait_for(lambda: told.exists() and len(told.read_text().splitlines()) >= 3, 30, what="3")
+        said = [line.split(": ", 1)[1] for line in told.read_text().splitlines()]
+        assert [s.split(";")[0] for s in said] == ["finished", "draft finished", "finished"], said
+        assert said[1].startswith("draft finished; the baseline follows"), said
     finally:
         typed("invoke stop", config)
         typed("invoke server.stop", config)

@@ -288,7 +288,9 @@ class Runner:
             code = ExitCode.FAILED
         self.stage.ended()
         if self.state == JobState.FINISHED:
-            self.notifier.send("finished", self.notify_message("finished"))
+            follows = caps.follows()  # not the end yet: the watcher starts the next stage
+            what = f"{caps.stage} finished; the {follows} follows" if follows else "finished"
+            self.notifier.send("finished", self.notify_message(what))
         elif self.state == JobState.FAILED:
             self.notifier.send("failed", self.notify_message(f"failed: {self.message}"))
         self.write_status()
