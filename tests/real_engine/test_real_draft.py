@@ -4,7 +4,8 @@ sampling every draft token is accepted and each dataset's mean acceptance length
 counters, is num_speculative_tokens + 1, through a kill -9 of the runner and then of the server
 mid-stage; a draft that predicts other words (the word after next) has close to none accepted; one
 that agrees on two words of three accepts the first two of its three tokens a step (length 3),
-and the baseline after it started by the host's watcher (`--baseline`).
+and the baseline after it started by the host's watcher (`--baseline`); each draft's runner killed
+-9 mid-stage as well.
 Typed as the user types it, on a `local` host whose server deploytool starts (and restarts with the
 draft). Run by `bash scripts/test-real.sh`."""
 
@@ -44,6 +45,24 @@ def answered(folder, ds: str) -> list[dict]:
 
 def drafted(root) -> list:
     return sorted(p for p in Paths(root).drafts.iterdir() if p.is_dir() and p.name != "before")
+
+
+def killed_mid_stage(root, folder) -> None:
+    """kill -9 of the stage's runner once B1 has two answers; back when the watcher's is."""
+    wait_for(lambda: len(answered(folder, "B1")) >= 2, 300, 0.05, "two of B1's answers")
+    first = status(root)["pid"]
+    os.kill(first, signal.SIGKILL)
+    wait_status(root, lambda s: s.get("pid") != first, "the watcher's new runner", 120)
+
+
+def folder_of(root, name: str):
+    """The results folder of the draft whose model path holds `name` (made as its stage starts)."""
+
+    def found():
+        return [p for p in drafted(root) if name in (p / "draft.json").read_text()]
+
+    wait_for(lambda: len(found()) == 1, 120, 0.05, f"the folder of {name}")
+    return found()[0]
 
 
 def use_draft(cfg, model) -> None:
@@ -104,10 +123,7 @@ def test_real_vllm_counts_every_draft_token_accepted_for_the_model_as_its_own_dr
         # kill -9 of the runner mid-dataset, then of the server once the watcher's new runner
         # has answered more: every held-out prompt answered once, no count lost or counted twice
         (folder,) = drafted(root)
-        wait_for(lambda: len(answered(folder, "B1")) >= 2, 300, 0.05, "two of B1's answers")
-        first = status(root)["pid"]
-        os.kill(first, signal.SIGKILL)
-        wait_status(root, lambda s: s.get("pid") != first, "the watcher's new runner", 120)
+        killed_mid_stage(root, folder)
         seen = len(answered(folder, "B1")) + len(answered(folder, "B2"))
         wait_for(
             lambda: len(answered(folder, "B1")) + len(answered(folder, "B2")) >= seen + 2,
@@ -143,15 +159,19 @@ def test_real_vllm_counts_every_draft_token_accepted_for_the_model_as_its_own_dr
         assert f"acceptance length {K + 1:.2f}" in cli(cfg, "tail", "--once").stdout
         # a draft that predicts the word after next: its tokens are refused (but where both models
         # leave the prompt for the same first word), and its results go to a folder of their own;
-        # from here on 6 held-out prompts a dataset (typed on the restart, kept with the caps)
+        # from here on 30 held-out prompts a dataset (typed on the restart, kept with the caps);
+        # each draft's runner killed mid-stage too
         use_draft(cfg, rig.build_model(tmp_path / "other-draft", vllm_python, shift=2))
-        res = cli(cfg, "restart", "--stage", "draft", "--eval-samples", "6", timeout=600)
+        res = cli(cfg, "restart", "--stage", "draft", "--eval-samples", "30", timeout=600)
         assert res.returncode == 0, res.stdout + res.stderr
         assert "runs another draft than hosts.yaml's server.draft" in res.stdout
+        killed_mid_stage(root, folder_of(root, "other-draft"))
         assert cli(cfg, "tail", timeout=600).returncode == 0
         for ds in ("B1", "B2"):
             c = status(root)["datasets"][ds]["draft"]
             assert c["drafts"] > 0 and 1.0 <= 1 + c["accepted"] / c["drafts"] < 1.2, c
+            ids = [a["id"] for a in answered(folder_of(root, "other-draft"), ds)]
+            assert len(ids) == len(set(ids)) == 30
         assert len(drafted(root)) == 2
         # a draft that agrees on two words of three (it misses every third word of the cycle the
         # target walks): each step's first two tokens accepted, the third refused, so the length
@@ -160,6 +180,7 @@ def test_real_vllm_counts_every_draft_token_accepted_for_the_model_as_its_own_dr
         # with the baseline after it: the watcher starts the server again without the draft
         res = cli(cfg, "restart", "--stage", "draft", "--baseline", timeout=600)
         assert res.returncode == 0, res.stdout + res.stderr
+        killed_mid_stage(root, folder_of(root, "two-of-three"))  # the baseline still follows
         res = cli(cfg, "tail", timeout=900)  # the draft, then the baseline
         assert res.returncode == 0 and "baseline finished" in res.stdout, res.stdout + res.stderr
         (third,) = [p for p in drafted(root) if "two-of-three" in (p / "draft.json").read_text()]
@@ -169,7 +190,7 @@ def test_real_vllm_counts_every_draft_token_accepted_for_the_model_as_its_own_dr
             assert 1 + c["accepted"] / c["drafts"] == 3.0
         st = status(root)
         assert st["stage"] == "baseline" and st["state"] == "finished"
-        assert all(d["done"] == 6 and d["draft"] is None for d in st["datasets"].values())
+        assert all(d["done"] == 30 and d["draft"] is None for d in st["datasets"].values())
         argv = server_record(root)["argv"]
         assert "--speculative-config" not in argv  # the watcher's server, without the draft
         assert len(drafted(root)) == 4  # three drafts and the baseline, each its own folder
