@@ -6,6 +6,7 @@ own counters; never in the training outputs; through a kill -9 of the runner."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,9 +21,22 @@ from tests.helpers.as_typed import ok, typed
 from tests.helpers.stand_ins import fake_vllm
 
 
-def drafted_job(tmp_path, draft: dict | None, accept=("of B1=3", "of B2=1"), delay=0.0):
+def draft_of(eval_samples: int) -> dict:
+    """hosts.yaml's server.draft of these tests: a model id, 3 tokens a step."""
+    return {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": eval_samples}
+
+
+def drafted_job(
+    tmp_path,
+    draft: dict | None,
+    accept=("of B1=3", "of B2=1"),
+    delay=0.0,
+    server_args=(),
+    notify: str | None = None,
+):
     """Two datasets of 12 prompts; the stand-in server accepts 3 of the draft's 3 tokens a step
-    for B1's prompts and 1 for B2's (mean acceptance lengths 4 and 2)."""
+    for B1's prompts and 1 for B2's (mean acceptance lengths 4 and 2). `server_args`: more of the
+    stand-in's flags; `notify`: job.notify's command."""
     port, root = free_port(), tmp_path / "host"
     for ds in ("B1", "B2"):
         write_prompts(tmp_path / "data" / "prompts" / f"{ds}.jsonl", 12, ds)
@@ -33,9 +47,12 @@ def drafted_job(tmp_path, draft: dict | None, accept=("of B1=3", "of B2=1"), del
         },
         "engine": {"kind": "openai", "base_url": url, "model": "kimi", "concurrency": 2},
     }
+    if notify:
+        job["notify"] = {"command": notify}
     args = ["--fake-delay", "0.1", "--fake-answer-delay", str(delay)]
     for a in accept:
         args += ["--fake-accept", a]
+    args += list(server_args)
     server = {
         "command": str(fake_vllm(tmp_path)),
         "model": "kimi",
@@ -52,6 +69,16 @@ def drafted_job(tmp_path, draft: dict | None, accept=("of B1=3", "of B2=1"), del
     return config, root
 
 
+@contextlib.contextmanager
+def stopped_after(config):
+    """The job and its server stopped when the test ends, passed or not."""
+    try:
+        yield
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)
+
+
 def trained(config, samples: str = "4") -> None:
     for line in ("invoke deploy", f"invoke restart --max-samples {samples}", "invoke tail"):
         ok(line, config)
@@ -65,9 +92,9 @@ def results(root) -> dict:
 
 
 def test_the_draft_is_measured_per_dataset_on_prompts_no_training_saw(tmp_path):
-    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 5}
+    draft = draft_of(5)
     config, root = drafted_job(tmp_path, draft)
-    try:
+    with stopped_after(config):
         trained(config)  # the first 4 prompts of each dataset answered for training
         said = ok("invoke restart --stage draft", config)
         assert "box: the server runs without the draft the draft stage measures: restarting" in said
@@ -128,15 +155,12 @@ def test_the_draft_is_measured_per_dataset_on_prompts_no_training_saw(tmp_path):
         assert section.index("org/kimi-eagle3<br>") < section.index("org/kimi-eagle3-ours<br>")
         assert section.count("<b>4.00</b>") == 2 and section.count("<b>2.00</b>") == 2
         assert "no draft (baseline)" in section
-    finally:
-        typed("invoke stop", config)
-        typed("invoke server.stop", config)
 
 
 def test_a_runner_killed_mid_dataset_loses_no_count_and_answers_each_prompt_once(tmp_path):
-    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 8}
+    draft = draft_of(8)
     config, root = drafted_job(tmp_path, draft, delay=0.2)
-    try:
+    with stopped_after(config):
         trained(config)  # the first 4 prompts of each dataset answered for training
         ok("invoke restart --stage draft", config)
         folder = lambda: [p for p in Paths(root).drafts.iterdir() if p.is_dir()]  # noqa: E731
@@ -168,14 +192,11 @@ def test_a_runner_killed_mid_dataset_loses_no_count_and_answers_each_prompt_once
             assert len(ids) == len(set(ids)) == n
         first = [p for p in Paths(root).drafts.rglob("before/*/B1.jsonl")]
         assert len(first) == 1 and first[0].read_text()  # B1's answers before the cap moved: kept
-    finally:
-        typed("invoke stop", config)
-        typed("invoke server.stop", config)
 
 
 def test_no_draft_named_is_one_line_before_anything_is_stopped(tmp_path):
     config, root = drafted_job(tmp_path, None)
-    try:
+    with stopped_after(config):
         trained(config)  # the first 4 prompts of each dataset answered for training
         plain = ServerRecord.live(Paths(root).server_pid)
         res = typed("invoke restart --stage draft", config)
@@ -210,15 +231,12 @@ def test_no_draft_named_is_one_line_before_anything_is_stopped(tmp_path):
         config.write_text(yaml.safe_dump(bad))
         res = typed("invoke status", config)
         assert res.returncode == 2 and "did you mean 'eagle3'" in res.stderr, res.stderr
-    finally:
-        typed("invoke stop", config)
-        typed("invoke server.stop", config)
 
 
 def test_eval_samples_typed_on_the_restart_is_kept_for_the_baseline_and_the_watcher(tmp_path):
-    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 5}
+    draft = draft_of(5)
     config, root = drafted_job(tmp_path, draft)
-    try:
+    with stopped_after(config):
         trained(config)  # the first 4 prompts of each dataset answered for training
         res = typed("invoke restart --stage draft --eval-samples 0", config)
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
@@ -237,19 +255,13 @@ def test_eval_samples_typed_on_the_restart_is_kept_for_the_baseline_and_the_watc
         indexes = [json.loads(x)["index"] for x in (base / "B1.jsonl").read_text().splitlines()]
         assert sorted(indexes) == [4, 5, 6]
         assert status(root)["datasets"]["B1"]["target"] == 3
-    finally:
-        typed("invoke stop", config)
-        typed("invoke server.stop", config)
 
 
 def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_path):
-    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 5}
-    config, root = drafted_job(tmp_path, draft)
+    draft = draft_of(5)
     told = tmp_path / "told"
-    job = yaml.safe_load(config.read_text())
-    job["job"]["notify"] = {"command": f'echo "$DEPLOYTOOL_MESSAGE" >> {told}'}
-    config.write_text(yaml.safe_dump(job, sort_keys=False))
-    try:
+    config, root = drafted_job(tmp_path, draft, notify=f'echo "$DEPLOYTOOL_MESSAGE" >> {told}')
+    with stopped_after(config):
         trained(config)  # the first 4 prompts of each dataset answered for training
         for line, said in (
             ("invoke restart --stage generate --baseline", "--baseline follows the draft stage"),
@@ -301,18 +313,12 @@ def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_pat
         said = [line.split(": ", 1)[1] for line in told.read_text().splitlines()]
         assert [s.split(";")[0] for s in said] == ["finished", "draft finished", "finished"], said
         assert said[1].startswith("draft finished; the baseline follows"), said
-    finally:
-        typed("invoke stop", config)
-        typed("invoke server.stop", config)
 
 
 def test_a_stop_while_the_baseline_server_loads_ends_the_wait_and_says_why(tmp_path):
-    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 3}
-    config, root = drafted_job(tmp_path, draft)
+    draft = draft_of(3)
     go = tmp_path / "plain-server-may-load"
-    data = yaml.safe_load(config.read_text())
-    data["server"]["args"] += ["--fake-plain-load-until", str(go)]
-    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    config, root = drafted_job(tmp_path, draft, server_args=["--fake-plain-load-until", str(go)])
     go.touch()
     try:
         trained(config)
@@ -340,13 +346,12 @@ def test_a_stop_while_the_baseline_server_loads_ends_the_wait_and_says_why(tmp_p
 
 
 def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp_path):
-    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 8}
-    config, root = drafted_job(tmp_path, draft, delay=0.3)
+    draft = draft_of(8)
     hold = tmp_path / "answers-held"
-    data = yaml.safe_load(config.read_text())
-    data["server"]["args"] += ["--fake-answer-hold", str(hold)]
-    config.write_text(yaml.safe_dump(data, sort_keys=False))
-    try:
+    config, root = drafted_job(
+        tmp_path, draft, delay=0.3, server_args=["--fake-answer-hold", str(hold)]
+    )
+    with stopped_after(config):
         trained(config)  # the first 4 prompts of each dataset answered for training
         ok("invoke restart --stage draft", config)
         wait_for(
@@ -374,13 +379,10 @@ def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp
         log = (root / "logs" / "runner.log").read_text()
         assert "counts no speculative decoding" not in log  # never failed for a server swapped
         assert "abandoned" not in log  # --drain: its answers in flight finished first
-    finally:
-        typed("invoke stop", config)
-        typed("invoke server.stop", config)
 
 
 def test_a_prompts_file_of_the_users_own_stands_in_for_the_held_out_prompts(tmp_path):
-    draft = {"model": "org/kimi-eagle3", "num_speculative_tokens": 3, "eval_samples": 5}
+    draft = draft_of(5)
     config, root = drafted_job(tmp_path, draft)
     own = tmp_path / "data" / "prompts" / "B2.eval.jsonl"
     own.write_text(
@@ -395,7 +397,7 @@ def test_a_prompts_file_of_the_users_own_stands_in_for_the_held_out_prompts(tmp_
     data = yaml.safe_load(config.read_text())
     data["job"]["datasets"]["B2"]["eval_prompts"] = "data/prompts/B2.eval.jsonl"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
-    try:
+    with stopped_after(config):
         trained(config, "all")  # every prompt trained on: B1 has none held out, B2 its own file
         ok("invoke restart --stage draft", config)
         assert "draft finished" in ok("invoke tail", config)
@@ -405,6 +407,3 @@ def test_a_prompts_file_of_the_users_own_stands_in_for_the_held_out_prompts(tmp_
         st = status(root)
         assert "B1" not in st["datasets"] and st["datasets"]["B2"]["done"] == 3
         assert "no held-out prompts in B1" in st["message"]
-    finally:
-        typed("invoke stop", config)
-        typed("invoke server.stop", config)
