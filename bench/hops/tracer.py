@@ -159,22 +159,17 @@ def simple(label: str, mark_on_return: str | None = None):
             main.mark(mark_on_return)
             other.mark(mark_on_return)
 
-    def prof_main(frame, event, arg):
-        if event == "call":
-            name = product_name(frame.f_code)
-            if name is not None:
-                main.add(frame, name)
-        elif event == "return" and mark_on_return:
-            on_return(frame)
+    def counting_into(tally: Tally):
+        def prof(frame, event, arg):
+            if event == "call":
+                name = product_name(frame.f_code)
+                if name is not None:
+                    tally.add(frame, name)
+            elif event == "return" and mark_on_return:
+                on_return(frame)
 
-    def prof_other(frame, event, arg):
-        if event == "call":
-            name = product_name(frame.f_code)
-            if name is not None:
-                other.add(frame, name)
-        elif event == "return" and mark_on_return:
-            on_return(frame)
+        return prof
 
-    threading.setprofile(prof_other)
-    sys.setprofile(prof_main)
+    threading.setprofile(counting_into(other))
+    sys.setprofile(counting_into(main))
     return main, other
