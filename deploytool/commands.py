@@ -197,7 +197,7 @@ def _measure_possible(config, host_spec: str | None, flags) -> None:
 
     for h in config.select_hosts(host_spec):
         rec, spec = config.recover_for(h.name), config.server_for(h.name)
-        stage, why = f"--stage {flags.stage}", None
+        why = None
         if config.job_for(h.name).engine.kind == "simulate":
             why = "the built-in simulated engine has no draft: the stage needs vLLM"
         elif not manages_engine(config, h.name):
@@ -207,18 +207,19 @@ def _measure_possible(config, host_spec: str | None, flags) -> None:
             )
         elif flags.stage == DRAFT and not spec.draft:
             why = "hosts.yaml names no draft: set server.draft.model (a folder on the host or a model id)"
-        elif flags.baseline and not (rec.enabled and rec.server and rec.runner):
-            stage, why = (
-                "--baseline",
-                "the host's watcher starts the baseline, and `recover:` has it off",
-            )
-        elif flags.baseline and flag_value(spec.args, "--speculative-config") is not None:
-            stage = "--baseline"
-            why = "server.args gives a --speculative-config of its own: every server has a draft"
-        if why and stage == "--baseline":
-            why += "; measure the draft, then `invoke restart --stage baseline`"
         if why:
-            raise UsageError(f"{stage} on {h.name}: {why}")
+            raise UsageError(f"--stage {flags.stage} on {h.name}: {why}")
+        if not flags.baseline:
+            continue
+        if not (rec.watches("server") and rec.watches("runner")):
+            why = "the host's watcher starts the baseline, and `recover:` has it off"
+        elif flag_value(spec.args, "--speculative-config") is not None:
+            why = "server.args gives a --speculative-config of its own: every server has a draft"
+        if why:
+            raise UsageError(
+                f"--baseline on {h.name}: {why}; measure the draft, then `invoke restart --stage "
+                "baseline`"
+            )
 
 
 def server_start(host_spec: str | None) -> int:

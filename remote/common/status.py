@@ -363,6 +363,11 @@ class JobStatus(Record):
         return self.state in TERMINAL
 
     @property
+    def follows(self) -> str | None:
+        """The stage its caps ask to follow it once finished (the baseline after the draft)."""
+        return Caps.from_dict(self.caps or {}).follows()
+
+    @property
     def over(self) -> bool:
         """Nothing more will come of it, for one who waits on it: its verdict, and no stage asked
         to follow it (the baseline after the draft) that the watcher, at work, is starting or has
@@ -370,7 +375,7 @@ class JobStatus(Record):
         if not self.terminal or self.state != JobState.FINISHED:
             return self.terminal
         sup = self.supervision
-        if not Caps.from_dict(self.caps or {}).follows() or sup is None or not sup.supervised:
+        if not self.follows or sup is None or not sup.supervised:
             return True
         if sup.ticked_at is None:  # a watcher of an older release: it starts no next stage
             return True

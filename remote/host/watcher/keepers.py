@@ -15,7 +15,6 @@ import time
 from typing import Callable
 
 from ...common import machine, metrics, procinfo
-from ...common.caps import Caps
 from ...common.jobspec import Paths, ServerSpec
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
@@ -108,7 +107,7 @@ def not_followed(paths: Paths, stage: str, why: str) -> None:
     """The finished job's status says the stage asked to follow it was not started, and why (so
     no one waits for it)."""
     st = JobStatus.read(paths.status)
-    if st is None or not Caps.from_dict(st.caps or {}).follows():
+    if st is None or not st.follows:
         return
     st.caps = dict(st.caps, baseline=False)
     st.message = "; ".join(filter(None, [st.message, f"the {stage} stage was not started: {why}"]))
@@ -360,7 +359,7 @@ class RunnerKeeper(Keeper):
         st = JobStatus.read(self.paths.status)
         verdict = st.state if st and st.pid == rec.pid else None
         # what its caps ask to follow (a watcher started again may find the next stage's kept)
-        follows = Caps.from_dict(st.caps or {}).follows() if verdict == JobState.FINISHED else None
+        follows = st.follows if verdict == JobState.FINISHED else None
         if rec.alive():
             self.seen.state, self.pending = ProcessState.WATCHING, follows
             return

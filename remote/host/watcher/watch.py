@@ -170,9 +170,9 @@ class Watcher:
         from .keepers import not_followed
 
         nxt, data, caps = self.runner.then, intent.read(self.paths), kept_caps(self.paths)
-        base = data.server.base
+        base, running = data.server.base, runner_process.managed_runner(self.paths)
         why = None
-        if runner_process.managed_runner(self.paths):
+        if running:
             why = "a runner was started meanwhile"
         elif not data.runner.wanted:
             why = "the job was stopped"
@@ -185,7 +185,7 @@ class Watcher:
         if why:
             self.log(f"the {nxt} stage not started: {why}")
             self.runner.then = None
-            if not runner_process.managed_runner(self.paths):
+            if not running:  # a runner started meanwhile is the job's now: left as it is
                 if data.runner.wanted:
                     intent.change(self.paths, runner={"wanted": False, "why": why})
                 not_followed(self.paths, nxt, why)
