@@ -9,7 +9,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from ..config import HostConfig
-from ..errors import RemoteError
 
 
 @dataclass(frozen=True)
@@ -130,14 +129,6 @@ class Connector(ABC):
         """Start argv on the host and talk to it (one session for a whole exchange)."""
 
     @abstractmethod
-    def put(self, local_path: str, remote_path: str) -> None:
-        """Copy a local file to the host (temp name, then rename)."""
-
-    @abstractmethod
-    def get(self, remote_path: str, local_path: str) -> None:
-        """Copy a file from the host (temp name, then rename: never a half-written local file)."""
-
-    @abstractmethod
     def read_file(self, remote_path: str, max_bytes: int = 1 << 20) -> bytes | None:
         """A small file's bytes, or None when it does not exist."""
 
@@ -147,13 +138,6 @@ class Connector(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional
         pass
-
-    def check(self, argv: list[str], **kw) -> Result:
-        """run(), raising RemoteError with the command's last stderr line on failure."""
-        res = self.run(argv, **kw)
-        if not res.ok:
-            raise RemoteError(f"`{argv[0]} …` failed (exit {res.exit_code}): {res.why()}")
-        return res
 
     def python(self, *args: str) -> list[str]:
         return [self.host.python, *args]

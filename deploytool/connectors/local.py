@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-from remote.common.codec import atomic_file
 
 from ..config import HostConfig
 from ..errors import RemoteError
@@ -106,23 +103,6 @@ class LocalConnector(Connector):
         except OSError as e:
             raise RemoteError(f"cannot start {argv[0]}: {e.strerror}") from None
         return _LocalProcess(proc)
-
-    def _copy(self, src: Path, dst: Path) -> None:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        with open(src, "rb") as fin, atomic_file(dst) as fout:
-            shutil.copyfileobj(fin, fout)
-
-    def put(self, local_path, remote_path) -> None:
-        try:
-            self._copy(Path(local_path), self._path(remote_path))
-        except OSError as e:
-            raise RemoteError(f"cannot put {local_path} -> {remote_path}: {e.strerror}") from None
-
-    def get(self, remote_path, local_path) -> None:
-        try:
-            self._copy(self._path(remote_path), Path(local_path))
-        except OSError as e:
-            raise RemoteError(f"cannot get {remote_path}: {e.strerror}") from None
 
     def read_file(self, remote_path, max_bytes=1 << 20):
         try:

@@ -6,20 +6,16 @@ import base64
 import hashlib
 import io
 import os
-import posixpath
 import select
 import socket
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import fabric
 import paramiko
 from paramiko.agent import AgentRequestHandler
 from paramiko.ssh_exception import NoValidConnectionsError
-
-from remote.common.codec import atomic_file
 
 from ..config import HostConfig
 from ..errors import ConnectError, RemoteError
@@ -329,35 +325,6 @@ class SSHConnector(Connector):
         if path == "~":
             return "."
         return path[2:] if path.startswith("~/") else path
-
-    def put(self, local_path, remote_path) -> None:
-        dst = self._sftp_path(str(remote_path))
-        tmp = posixpath.join(
-            posixpath.dirname(dst) or ".", f".{posixpath.basename(dst)}.{uuid.uuid4().hex[:8]}.part"
-        )
-        self.round_trips += 1
-        try:
-            sftp = self._sftp_client()
-            sftp.put(str(local_path), tmp)
-            sftp.posix_rename(tmp, dst)
-        except FileNotFoundError as e:
-            raise RemoteError(
-                f"cannot put {local_path} -> {remote_path}: {e.strerror or 'no such file'}"
-            ) from None
-        except (paramiko.SSHException, OSError, EOFError) as e:
-            raise self._lost(e) from None
-
-    def get(self, remote_path, local_path) -> None:
-        local = Path(local_path)
-        local.parent.mkdir(parents=True, exist_ok=True)
-        self.round_trips += 1
-        try:
-            with atomic_file(local) as f:
-                self._sftp_client().getfo(self._sftp_path(str(remote_path)), f)
-        except FileNotFoundError:
-            raise RemoteError(f"cannot get {remote_path}: no such file") from None
-        except (paramiko.SSHException, OSError, EOFError) as e:
-            raise self._lost(e) from None
 
     def read_file(self, remote_path, max_bytes=1 << 20):
         self.round_trips += 1

@@ -53,14 +53,14 @@ PIPED_WIDTH = 400
 console = _console()
 
 
-def note(text: str, out: Console | None = None) -> None:
+def note(text: str, out: Console = console) -> None:
     """A progress line between results (rich markup allowed)."""
-    (out or console).print(text)
+    out.print(text)
 
 
-def plain_note(text: str, out: Console | None = None) -> None:
+def plain_note(text: str, out: Console = console) -> None:
     """A progress line that quotes something else (a log line): no markup, one line."""
-    (out or console).print(text, markup=False, soft_wrap=True)
+    out.print(text, markup=False, soft_wrap=True)
 
 
 def trusted_key(host: str, key: str) -> None:
@@ -79,8 +79,8 @@ def status_json(results: dict) -> None:
     print(json.dumps({name: st.to_dict() for name, st in results.items()}, indent=1))
 
 
-def rollback_result(r: RolledBack, out: Console | None = None) -> None:
-    (out or console).print(f"[bold]{r.host}[/]: current -> {r.current} (was {r.previous})")
+def rollback_result(r: RolledBack, out: Console = console) -> None:
+    out.print(f"[bold]{r.host}[/]: current -> {r.current} (was {r.previous})")
 
 
 LIST_AT_MOST = 12  # files a deploy lists one by one
@@ -96,8 +96,7 @@ def _by_folder(paths: list[str]) -> str:
     return ", ".join(k if not k.endswith("/") else f"{k} ({n})" for k, n in counts.items())
 
 
-def deploy_result(r: DeployResult, out: Console | None = None) -> None:
-    out = out or console
+def deploy_result(r: DeployResult, out: Console = console) -> None:
     verb = "would deploy" if r.dry_run else "deployed"
     if not r.changed:
         out.print(
@@ -133,8 +132,7 @@ def deploy_result(r: DeployResult, out: Console | None = None) -> None:
     out.print(f"  {sent} {fmt_bytes(r.bytes_sent)} in {r.seconds:.2f}s{extra}")
 
 
-def failures(errs: dict[str, DeployToolError], out: Console | None = None) -> None:
-    out = out or console
+def failures(errs: dict[str, DeployToolError], out: Console = console) -> None:
     for host, e in errs.items():
         out.print(f"[bold red]{host}[/]: FAILED: {escape(str(e))}")
         for line in e.details:
@@ -144,9 +142,8 @@ def failures(errs: dict[str, DeployToolError], out: Console | None = None) -> No
 def hosts_table(
     rows: list[tuple[str, str, str, str, str]],
     problems: list[tuple[str, str]] = (),
-    out: Console | None = None,
+    out: Console = console,
 ) -> None:
-    out = out or console
     t = Table("host", "address", "remote_dir", "server listens", "check")
     for row in rows:
         t.add_row(*row)
@@ -235,8 +232,7 @@ def work_table(s: JobStatus, out: Console, now: float) -> None:
     )
 
 
-def status_screen(s: JobStatus, out: Console | None = None, now: float | None = None) -> None:
-    out = out or console
+def status_screen(s: JobStatus, out: Console = console, now: float | None = None) -> None:
     now = time.time() if now is None else now
     r = s.runner
     alive = f" (pid {r.pid}, up {_eta(r.uptime_s)})" if r and r.alive else ""
@@ -287,8 +283,7 @@ def release_words(s: JobStatus) -> str:
     return f"{verb} release {ran}; [yellow]{hint}[/]"
 
 
-def plan_result(r: PlanAnswer, out: Console | None = None) -> None:
-    out = out or console
+def plan_result(r: PlanAnswer, out: Console = console) -> None:
     out.print(
         f"[bold]{r.host}[/]: caps for {_tok(r.tokens_per_dataset)} response tokens per dataset"
     )
@@ -362,8 +357,7 @@ def _files(n: int) -> str:
     return f"{n:,} file" + ("" if n == 1 else "s")
 
 
-def pull_result(r, out: Console | None = None) -> None:
-    out = out or console
+def pull_result(r, out: Console = console) -> None:
     if not r.files:
         out.print(f"[bold]{r.host}[/]: nothing to pull yet (no output files on the host)")
         return
@@ -402,8 +396,7 @@ def bytes_progress(total: int, what: str):
         yield lambda n: bar.advance(task, n)
 
 
-def export_result(r: ExportResult, out: Console | None = None) -> None:
-    out = out or console
+def export_result(r: ExportResult, out: Console = console) -> None:
     left = f", {r.dropped:,} rows left out (below)" if r.dropped else ""
     out.print(
         f"[bold]{escape(str(r.out))}[/]: {r.records:,} records read, {r.rows:,} rows written "
@@ -431,8 +424,6 @@ def export_result(r: ExportResult, out: Console | None = None) -> None:
         )
 
 
-def report_written(r: tuple[str, Path], out: Console | None = None) -> None:
+def report_written(r: tuple[str, Path], out: Console = console) -> None:
     host, path = r
-    (out or console).print(
-        f"[bold]{host}[/]: report written to {path} (one file: open it in a browser)"
-    )
+    out.print(f"[bold]{host}[/]: report written to {path} (one file: open it in a browser)")

@@ -33,7 +33,7 @@ def _budget(t: int | None) -> str:
 
 def caps_table(
     caps: dict[str, CapRow],
-    out: Console | None = None,
+    out: Console = console,
     kept: Caps | None = None,
     was: Caps | None = None,
     *,
@@ -43,7 +43,6 @@ def caps_table(
     a dry run, whose done/target are the last run's (the new targets come at the start)."""
     if not caps:
         return
-    out = out or console
     t = Table("dataset", "cap", "done", "target", "state", box=None, pad_edge=False)
     short = {}  # cap -> datasets whose file has fewer prompts than it
     for name, d in caps.items():
@@ -80,9 +79,8 @@ def caps_table(
         )
 
 
-def raised_targets(r: RestartAnswer, out: Console | None = None) -> None:
+def raised_targets(r: RestartAnswer, out: Console = console) -> None:
     """Before a restart that runs more than the job had: say which datasets grow."""
-    out = out or console
     for name, d in r.caps.items():
         if d.raised:
             whole = d.prompts > 0 and (d.cap is None or d.cap >= d.prompts)
@@ -91,8 +89,7 @@ def raised_targets(r: RestartAnswer, out: Console | None = None) -> None:
             out.print(f"[yellow]{r.host}: {name}'s target goes up ({more})[/]")
 
 
-def restart_result(r: RestartAnswer, out: Console | None = None) -> None:
-    out = out or console
+def restart_result(r: RestartAnswer, out: Console = console) -> None:
     host = f"[bold]{r.host}[/]"
     if r.job_differs:  # before anything else: what ran is the deployed job, not the one edited
         out.print(f"{host}: [yellow]{escape(job_differs(r.host))}; this ran the deployed one[/]")
@@ -147,10 +144,9 @@ def stopping(
     waited: float,
     grace: float,
     drain: bool,
-    out: Console | None = None,
+    out: Console = console,
 ) -> None:
     """While `stop` waits on the host: what it stops, then a line a second."""
-    out = out or console
     alive = st is not None and st.runner is not None and st.runner.alive
     flight = st.in_flight if st is not None else 0
     if waited == 0:
@@ -173,8 +169,8 @@ def stopping(
     out.print(f"  {host}: waiting {waited:.0f}s: {state}, {left}", markup=False)
 
 
-def stop_detached(hosts: str, out: Console | None = None) -> None:
-    (out or console).print(
+def stop_detached(hosts: str, out: Console = console) -> None:
+    out.print(
         say(
             "detached: the host goes on stopping the job (`invoke status` shows when it has)", hosts
         ),
@@ -182,8 +178,7 @@ def stop_detached(hosts: str, out: Console | None = None) -> None:
     )
 
 
-def stop_result(r: StopAnswer, out: Console | None = None) -> None:
-    out = out or console
+def stop_result(r: StopAnswer, out: Console = console) -> None:
     if not r.was_running:
         out.print(f"[bold]{r.host}[/]: no runner was running")
         return

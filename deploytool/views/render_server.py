@@ -24,8 +24,7 @@ def _leftover_list(procs: list[LeftoverProcess]) -> str:
     return "; ".join(one(p) for p in procs)
 
 
-def server_started(r: ServerStarted, out: Console | None = None) -> None:
-    out = out or console
+def server_started(r: ServerStarted, out: Console = console) -> None:
     if r.removed:
         out.print(
             f"{r.host}: removed {len(r.removed)} leftover processes of the dead server "
@@ -58,8 +57,7 @@ def server_started(r: ServerStarted, out: Console | None = None) -> None:
         out.print(f"  smoke test: {(r.smoke or '')[:80]!r}{asked}", markup=False)
 
 
-def server_stopped(r: ServerStopped, out: Console | None = None) -> None:
-    out = out or console
+def server_stopped(r: ServerStopped, out: Console = console) -> None:
     if not r.was_running:
         if r.removed:
             out.print(
@@ -82,8 +80,7 @@ def server_stopped(r: ServerStopped, out: Console | None = None) -> None:
     out.print(line)
 
 
-def server_status(r: ServerState, out: Console | None = None) -> None:
-    out = out or console
+def server_status(r: ServerState, out: Console = console) -> None:
     if not r.up:
         if not r.leftovers:
             died = " (it died: nobody stopped it; see logs/server.log)" if r.died else ""
@@ -124,6 +121,6 @@ def server_status(r: ServerState, out: Console | None = None) -> None:
         )
 
 
-def group_problems(lines: list[str], out: Console | None = None) -> None:
+def group_problems(lines: list[str], out: Console = console) -> None:
     for line in lines:
-        (out or console).print(f"[bold red]data-parallel group broken[/]: {line}")
+        out.print(f"[bold red]data-parallel group broken[/]: {line}")

@@ -186,7 +186,7 @@ class ReleasePlan:
     releases: list[str]
     prompts: dict[str, str | None]  # prompt file -> sha256 on the host
     in_use: list[str]
-    running_prompts: dict[str, str]  # prompt files a running runner has open
+    running_prompts: dict[str, int]  # prompt files a running runner has open -> its pid
 
 
 @dataclass
@@ -371,7 +371,6 @@ class ReportHistory:
     # [bin middle, tokens/s] from records; tokens/s null inside an idle gap (drawn as a gap)
     points: list[list[float | None]] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)  # runner starts
-    bin_s: float = 0.0  # seconds each point sums
     mean_tps: float | None = None  # response tokens / seconds the job was making records
 
 

@@ -6,8 +6,8 @@ through `write_atomic`: a temp file beside it, written, fsynced, given its mode,
 
 Files outlive releases: a record read back keeps the fields this release knows and leaves out the
 ones a newer release added (`from_dict`); a missing field, or a null where the field takes none,
-takes its default. The wire between the two sides is strict instead (wire.py): there a renamed
-field must fail at once. Standard library only, and nothing of this package: every other module of
+takes its default. The wire between the two sides reads through the same decoder, strictly (wire.py):
+there a renamed field must fail at once. Standard library only, and nothing of this package: every other module of
 remote/common may use it, and deploytool too.
 """
 
@@ -77,7 +77,7 @@ def read_json(path) -> dict | None:
         return None
 
 
-def _decode(hint, value):
+def _decode(hint, value, strict: bool = False):
     """A value read back into the type its field says (nested records, lists and maps of them)."""
     if value is None:
         return None
@@ -90,22 +90,26 @@ def _decode(hint, value):
         if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
             raise TypeError(f"expected {hint.__name__}, got {value!r}")
         return value
+    if hint is Path:
+        return Path(value)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        return _decode(inner[0], value) if len(inner) == 1 else value
-    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-        return from_dict(hint, value)
+        if len(inner) > 1 and isinstance(value, list):  # `tuple[str, ...] | str`: the sequence one
+            inner = [a for a in inner if typing.get_origin(a) in (tuple, list)] or inner
+        return _decode(inner[0], value, strict) if len(inner) == 1 else value
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, strict)
     if origin is list and args and isinstance(value, list):
-        return [_decode(args[0], v) for v in value]
-    if origin is tuple and args and isinstance(value, list):
-        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]
-            return tuple(_decode(args[0], v) for v in value)
+        return [_decode(args[0], v, strict) for v in value]
+    if origin is tuple and isinstance(value, list):
+        if not args or (len(args) == 2 and args[1] is Ellipsis):  # tuple, tuple[X, ...]
+            return tuple(_decode(args[0] if args else typing.Any, v, strict) for v in value)
         if len(args) != len(value):
             raise TypeError(f"expected {len(args)} values, got {value!r}")
-        return tuple(_decode(a, v) for a, v in zip(args, value))  # tuple[str, int]
+        return tuple(_decode(a, v, strict) for a, v in zip(args, value))  # tuple[str, int]
     if origin is dict and len(args) == 2 and isinstance(value, dict):
-        return {k: _decode(args[1], v) for k, v in value.items()}
+        return {k: _decode(args[1], v, strict) for k, v in value.items()}
     return value
 
 
@@ -123,33 +127,42 @@ def _fields_of(cls) -> tuple[dict, frozenset]:
     return typing.get_type_hints(cls), frozenset(f.name for f in dataclasses.fields(cls) if f.init)
 
 
-def from_dict(cls, data: dict):
+def from_dict(cls, data: dict, strict: bool = False):
     """`cls` from a dict read back from a file: unknown fields left out, missing ones defaulted (and
-    a null where the field takes none: `"engine": null` is the default engine)."""
+    a null where the field takes none: `"engine": null` is the default engine). `strict` (the
+    wire, where both sides are one release): every field present and no other, else TypeError."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
     hints, known = _fields_of(cls)
+    if strict and (extra := set(data) - known, missing := known - set(data)) != (set(), set()):
+        raise TypeError(
+            f"{cls.__name__}: unknown fields {sorted(extra)}, missing {sorted(missing)}"
+        )
     return cls(
         **{
-            k: _decode(hints[k], v)
+            k: _decode(hints[k], v, strict)
             for k, v in data.items()
-            if k in known and (v is not None or _takes_none(hints[k]))
+            if k in known and (v is not None or strict or _takes_none(hints[k]))
         }
     )
 
 
-def _plain(value, keep_none: bool = False):
+def plain(value, keep_none: bool = False):
     """A record as JSON, its unset (None) fields left out unless `keep_none`: a reader of an older
     release tells a field by its presence (`"caps" in request`, `"stopped_at" not in record`), not
     by its value."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
-            f.name: _plain(v, keep_none)
+            f.name: plain(v, keep_none)
             for f in dataclasses.fields(value)
             if (v := getattr(value, f.name)) is not None or keep_none
         }
     if isinstance(value, (list, tuple)):
-        return [_plain(v, keep_none) for v in value]
+        return [plain(v, keep_none) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v, keep_none) for k, v in value.items()}
+        return {k: plain(v, keep_none) for k, v in value.items()}
+    if isinstance(value, Path):
+        return str(value)
     return value
 
 
@@ -164,7 +177,7 @@ class Codec:
         return from_dict(cls, data)
 
     def to_dict(self) -> dict:
-        return _plain(self, self.KEEP_NONE)
+        return plain(self, self.KEEP_NONE)
 
 
 class Record(Codec):

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import enum
 import json
-import types
-import typing
-from dataclasses import dataclass, field, fields, is_dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
+
+from .codec import from_dict, plain
 
 PROTOCOL = 5  # the envelope's version: a host of another release says so instead of misreading
 
@@ -97,51 +96,12 @@ def read_envelope(data: dict, answer_type: type):
 
 
 def to_wire(obj) -> Any:
-    if is_dataclass(obj):
-        return {f.name: to_wire(getattr(obj, f.name)) for f in fields(obj)}
-    if isinstance(obj, (list, tuple)):
-        return [to_wire(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_wire(v) for k, v in obj.items()}
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
+    return plain(obj, keep_none=True)
 
 
 def from_wire(cls: type, data):
     """`cls` from what to_wire wrote: every field present, no other key (both sides are one release)."""
-    if not isinstance(data, dict):
-        raise ProtocolError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in fields(cls)}
-    extra, missing = set(data) - names, names - set(data)
-    if extra or missing:
-        raise ProtocolError(
-            f"{cls.__name__}: unknown fields {sorted(extra)}, missing {sorted(missing)}"
-        )
-    return cls(**{n: _convert(hints[n], data[n]) for n in names})
-
-
-def _convert(tp, value):
-    if value is None:
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) > 1 and isinstance(value, list):  # `tuple[str, ...] | str`: the sequence one
-            inner = [a for a in inner if typing.get_origin(a) in (tuple, list)] or inner
-        return _convert(inner[0], value) if len(inner) == 1 else value
-    if is_dataclass(tp):
-        return from_wire(tp, value)
-    if origin is list and args:
-        return [_convert(args[0], v) for v in value]
-    if origin is tuple:
-        item = args[0] if args else Any
-        return tuple(_convert(item, v) for v in value)
-    if origin is dict and len(args) == 2:
-        return {k: _convert(args[1], v) for k, v in value.items()}
-    if tp is Path:
-        return Path(value)
-    if tp is float and isinstance(value, int):
-        return float(value)
-    return value
+    try:
+        return from_dict(cls, data, strict=True)
+    except (TypeError, ValueError) as e:
+        raise ProtocolError(str(e)) from None

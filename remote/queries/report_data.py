@@ -199,18 +199,18 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
         for e in jsonl(paths.recover_log)[-MAX_RESTARTS:]
     ]
     starts = [x["t"] for x in lines if "start" in x]
-    points, width, mean = throughput(made)
+    points, _, mean = throughput(made)
     stage, rows_made = stage_of(paths.hidden_states, names, st)
     for got, lengths in stage.values():
         got.hist = histogram(lengths, max(lengths, default=0))
-    row_points, row_width, row_mean = throughput(rows_made)
+    row_points, _, row_mean = throughput(rows_made)
     return ReportAnswer(
         drafts=drafts_measured(paths),
         stage={name: got for name, (got, _) in stage.items()},
-        stage_history=ReportHistory(row_points, starts, row_width, row_mean),
+        stage_history=ReportHistory(row_points, starts, row_mean),
         status=st,
         max_tokens=max_tokens,
         datasets=datasets,
-        history=ReportHistory(points, starts, width, mean),
+        history=ReportHistory(points, starts, mean),
         restarts=restarts,
     )

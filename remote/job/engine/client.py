@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import random
-import time
 from pathlib import Path
 
 from ...common.records import Reply
@@ -396,7 +395,3 @@ def backoff(attempt: int, base: float, cap: float = 60.0) -> float:
     """Exponential backoff with full jitter: `base`, doubling per attempt, up to a minute (or up to
     `base` itself, where a job asks for a first wait longer than that)."""
     return random.uniform(0.5, 1.0) * min(max(cap, base), base * (2**attempt))
-
-
-def now() -> float:
-    return time.time()

@@ -11,11 +11,6 @@ import json
 import time
 
 
-class NoProgress(Exception):
-    """Nothing arrived within the deadline: the request is stuck (a dead data-parallel rank behind
-    the server, a dropped request, a half-open connection)."""
-
-
 class Assembly:
     """The deltas of one answer: content, thinking (`reasoning` or `reasoning_content`), token ids,
     finish_reason, usage."""

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from ...common.answers import HiddenFreed
-from ...common.codec import write_atomic
+from ...common.codec import atomic_file, write_atomic
 from ...common.jobspec import Paths
 from ...common.protocol import CtlFree
 from ...common.records import SHA256_DIFFERS, TokenRow, file_sha256
@@ -248,18 +248,14 @@ def free_command(paths: Paths, req: CtlFree) -> HiddenFreed:
 
 
 def _move(source: Path, dest: Path) -> None:
-    """A rename where both are on one filesystem; else a copy beside `dest`, synced and renamed
-    over it, then the source removed: `dest` is never seen in part."""
+    """A rename where both are on one filesystem; else a copy written over `dest` atomically, then
+    the source removed: `dest` is never seen in part."""
     try:
         os.replace(source, dest)
         return
     except OSError as e:
         if e.errno != errno.EXDEV:  # another filesystem
             raise
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    with open(source, "rb") as src, open(tmp, "wb") as out:
+    with open(source, "rb") as src, atomic_file(dest) as out:
         shutil.copyfileobj(src, out, 1 << 24)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, dest)
     os.unlink(source)

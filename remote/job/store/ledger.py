@@ -92,10 +92,6 @@ class Ledger:
     def failed(self) -> View:
         return self.ids(PromptState.FAILED)
 
-    @property
-    def queued(self) -> View:
-        return self.ids(PromptState.QUEUED)
-
     def done_among(self, ids) -> list[str]:
         """Those of `ids` that are recorded (a re-cap looks at a million of them)."""
         done = self._in[PromptState.DONE]

@@ -28,8 +28,6 @@ def test_run_gives_the_exit_code_both_streams_and_never_raises_on_failure(tmp_pa
     c = local(tmp_path)
     res = c.run([PY, "-c", "import sys; print('out'); print('why', file=sys.stderr); sys.exit(3)"])
     assert (res.exit_code, res.out, res.err) == (3, "out\n", "why\n")
-    with pytest.raises(RemoteError, match=r"failed \(exit 3\): why"):
-        c.check([PY, "-c", "import sys; print('why', file=sys.stderr); sys.exit(3)"])
 
 
 def test_stdin_as_bytes_or_as_a_file_and_env_and_cwd(tmp_path):
@@ -76,21 +74,14 @@ def test_a_started_command_is_talked_to_line_by_line(tmp_path):
         c.start(["/no/such/program"])
 
 
-def test_files_go_and_come_whole_and_a_missing_one_is_none(tmp_path):
+def test_files_read_whole_or_in_ranges_and_a_missing_one_is_none(tmp_path):
     c = local(tmp_path)
-    src = tmp_path / "src.bin"
-    src.write_bytes(bytes(range(256)) * 100)
-    c.put(str(src), "host/deep/er/copy.bin")  # folders made on the way
     there = tmp_path / "host" / "deep" / "er" / "copy.bin"
-    assert there.read_bytes() == src.read_bytes()
-    assert [p.name for p in there.parent.iterdir()] == ["copy.bin"]  # no temp file left
-    c.get("host/deep/er/copy.bin", str(tmp_path / "back" / "b.bin"))
-    assert (tmp_path / "back" / "b.bin").read_bytes() == src.read_bytes()
+    there.parent.mkdir(parents=True)
+    there.write_bytes(bytes(range(256)) * 100)
     assert c.read_file("host/deep/er/copy.bin", max_bytes=3) == bytes([0, 1, 2])
     assert c.read_file("host/none") is None
     got = b"".join(c.read_range("host/deep/er/copy.bin", 250, 10, chunk=4))
     assert got == bytes([250, 251, 252, 253, 254, 255, 0, 1, 2, 3])
-    with pytest.raises(RemoteError, match="cannot get"):
-        c.get("host/none", str(tmp_path / "x"))
     with pytest.raises(RemoteError, match="cannot read"):
         list(c.read_range("host/none", 0, 1))

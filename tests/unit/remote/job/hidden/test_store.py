@@ -136,3 +136,25 @@ def test_a_free_cut_between_its_line_and_the_unlink_is_finished_by_the_next(tmp_
     third, said = reopened(tmp_path)
     assert third.count == 1 and "hs_1.safetensors is gone" in said[0]
     assert [json.loads(x)["n"] for x in (store.dir / FREED).read_text().splitlines()] == []
+
+
+def test_a_move_across_filesystems_is_a_whole_copy_then_the_source_removed(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from remote.job.hidden import store
+
+    source, dest = tmp_path / "in.safetensors", tmp_path / "files" / "hs_0.safetensors"
+    dest.parent.mkdir()
+    source.write_bytes(b"x" * 100_000)
+    real = os.replace
+
+    def replace(a, b):
+        if a == source:  # the rename a second filesystem refuses
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real(a, b)
+
+    monkeypatch.setattr(store.os, "replace", replace)
+    store._move(source, dest)
+    assert dest.read_bytes() == b"x" * 100_000 and not source.exists()
+    assert [p.name for p in dest.parent.iterdir()] == ["hs_0.safetensors"]  # no temp file left
