@@ -253,6 +253,7 @@ NO_UNIT_TEST = {
     "remote/host/facts/intent.py": "what should run, obeyed by the watcher: test_recovery",
     "remote/job/loop/runner.py": "the runner as a process: test_runner, test_continue, test_recovery",
     "remote/job/loop/generate.py": "the generation stage in its runner: test_runner, test_continue",
+    "remote/job/loop/stage.py": "what every stage shares, through each: test_hidden_stage, test_draft_stage",
     "remote/job/store/prompts.py": "prompt files and their index: test_runner, test_prompt_reload",
     "remote/run_inference.py": "the runner under the name users know: test_restart_stop_status",
 }

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from remote.common.answers import ReleaseApplied, ReleasePlan, RolledBack
 from remote.common.jobspec import JOB_FILE
+from remote.common.records import file_sha256
 from remote.common.wire import from_wire
 
 from ..config import Config
@@ -92,14 +93,6 @@ def local_prompts(config: Config) -> dict[str, Path]:
     return out
 
 
-def _sha_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def release_helper(conn: Connector, cmd: str, args: dict, stdin=None) -> dict:
     res = conn.run(_helper_argv(conn, cmd, json.dumps(args)), stdin=stdin)
     if not res.ok:
@@ -148,7 +141,7 @@ def deploy_host(
     )
     result.removed = sorted(p for p in remote_files if p not in rel.manifest)
     result.prompts = send_prompts = sorted(
-        p for p, local in prompts.items() if plan.prompts.get(p) != _sha_file(local)
+        p for p, local in prompts.items() if plan.prompts.get(p) != file_sha256(local)
     )
     running = plan.running_prompts
     result.prompts_in_use = {p: running[p] for p in send_prompts if p in running}

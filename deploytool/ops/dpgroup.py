@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from remote.common.jobspec import flag_value
+
 from ..config import Config
 
 if TYPE_CHECKING:  # types only: answers load with the commands that build them
@@ -32,31 +34,26 @@ class Rank:
         return f"ranks {self.first}-{self.first + self.local - 1}"
 
 
-def _flag(args: tuple[str, ...], name: str) -> str | None:
-    for i, a in enumerate(args):
-        if a == name and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
 def rank_of(config: Config, host: str) -> Rank | None:
     spec = config.server_for(host)
     args = spec.args
     try:
-        size = int(_flag(args, "--data-parallel-size") or _flag(args, "-dp") or 1)
+        size = int(flag_value(args, "--data-parallel-size") or flag_value(args, "-dp") or 1)
         first = int(
-            _flag(args, "--data-parallel-start-rank") or _flag(args, "--data-parallel-rank") or 0
+            flag_value(args, "--data-parallel-start-rank")
+            or flag_value(args, "--data-parallel-rank")
+            or 0
         )
-        local = int(_flag(args, "--data-parallel-size-local") or (1 if spec.headless else size))
+        local = int(
+            flag_value(args, "--data-parallel-size-local") or (1 if spec.headless else size)
+        )
     except ValueError:
         return None  # vLLM itself refuses such arguments at start
     if size <= 1:
         return None
     key = (
-        _flag(args, "--data-parallel-address") or "",
-        _flag(args, "--data-parallel-rpc-port") or "",
+        flag_value(args, "--data-parallel-address") or "",
+        flag_value(args, "--data-parallel-rpc-port") or "",
     )
     headless = spec.headless or "--headless" in args
     return Rank(host, key, first, local, headless)

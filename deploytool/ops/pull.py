@@ -7,6 +7,7 @@ Only whole lines are appended, and a tail torn by a killed pull is cut on the ne
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from remote.common.protocol import CtlFiles
 from remote.common.records import prefix_hash
 
 from ..connectors import Connector
+from ..errors import RemoteError
 from .control import call
 
 if TYPE_CHECKING:
@@ -66,14 +68,21 @@ def _cut_torn_tail(path: Path) -> None:
         f.truncate(keep)
 
 
-def _fetch_whole(conn: Connector, remote: str, local: Path, size: int) -> int:
+def fetch_whole(
+    conn: Connector, remote: str, local: Path, size: int, exact: bool = False
+) -> tuple[int, str]:
+    """The file's first `size` bytes, written here atomically: (bytes, their sha256 as received).
+    `exact`: fewer than `size` is an error, and nothing is written."""
     local.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
+    h, n = hashlib.sha256(), 0
     with atomic_file(local) as f:
         for chunk in conn.read_range(remote, 0, size):
             f.write(chunk)
+            h.update(chunk)
             n += len(chunk)
-    return n
+        if exact and n != size:
+            raise RemoteError(f"{remote}: {n} bytes came, the row says {size}")
+    return n, h.hexdigest()
 
 
 def _append_new(conn: Connector, remote: str, local: Path, start: int, end: int) -> int:
@@ -126,7 +135,7 @@ def sync(conn, info: dict, have: dict, remote_dir: str, local_dir: Path, refetch
             if same:
                 result.files[name] = Pulled("unchanged", 0)
             else:
-                result.files[name] = Pulled("fetched", _fetch_whole(conn, remote, local, size))
+                result.files[name] = Pulled("fetched", fetch_whole(conn, remote, local, size)[0])
             continue
         diverged = mine > size or (mine > 0 and e.prefix_sha256 != prefix_hash(local, mine))
         if diverged:
@@ -136,7 +145,7 @@ def sync(conn, info: dict, have: dict, remote_dir: str, local_dir: Path, refetch
                     "refused: local copy is not a prefix of the host's file", 0
                 )
                 continue
-            result.files[name] = Pulled("re-fetched", _fetch_whole(conn, remote, local, size))
+            result.files[name] = Pulled("re-fetched", fetch_whole(conn, remote, local, size)[0])
         elif size > mine:
             local.parent.mkdir(parents=True, exist_ok=True)
             if mine == 0:

@@ -11,20 +11,18 @@ neither asks for those files nor sums them again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from remote.common.codec import atomic_file
 from remote.common.protocol import CtlFiles, CtlFree
 from remote.common.records import SHA256_DIFFERS, file_sha256
 
 from ..connectors import Connector
 from ..errors import RemoteError
 from .control import call
-from .pull import PullResult, _cut_torn_tail, pull_host, sync
+from .pull import PullResult, _cut_torn_tail, fetch_whole, pull_host, sync
 
 BATCH = 500  # files per `ctl free` (its sums go on stdin)
 
@@ -84,7 +82,7 @@ def _dataset(conn: Connector, folder: Path, remote_root: str, free: bool, out: H
         if not here:
             remote = f"{remote_root}/{ds}/hidden_states/{path.name}"
             try:
-                sums[n] = _fetch_summed(conn, remote, path, size)
+                sums[n] = fetch_whole(conn, remote, path, size, exact=True)[1]
             except RemoteError as e:
                 out.missing.append(f"{ds} row {n}: {e}")
                 continue
@@ -136,17 +134,3 @@ def _read_freed(folder: Path) -> set[int]:
     except FileNotFoundError:
         return set()
     return {int(x) for x in text.split("\n") if x.strip().isdigit()}
-
-
-def _fetch_summed(conn: Connector, remote: str, local: Path, size: int) -> str:
-    """The whole file, written here atomically; its sha256 as received."""
-    local.parent.mkdir(parents=True, exist_ok=True)
-    h, n = hashlib.sha256(), 0
-    with atomic_file(local) as f:
-        for chunk in conn.read_range(remote, 0, size):
-            f.write(chunk)
-            h.update(chunk)
-            n += len(chunk)
-        if n != size:
-            raise RemoteError(f"{remote}: {n} bytes came, the row says {size}")
-    return h.hexdigest()

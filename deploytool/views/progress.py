@@ -113,7 +113,7 @@ def _metrics_text(m: ServerMetrics | None) -> str:
 def short_url(url: str) -> str:
     """http://gpu1:8000/v1 -> gpu1:8000: the part that tells servers apart, so a line fits."""
     url = url.split("://", 1)[-1]
-    return url[: -len("/v1")] if url.endswith("/v1") else url
+    return url.removesuffix("/v1")
 
 
 def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:

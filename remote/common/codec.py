@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import functools
 import json
 import os
@@ -49,6 +50,19 @@ def atomic_file(path, mode: int = 0o644, sync: bool = True, text: bool = False):
         raise
 
 
+@contextlib.contextmanager
+def flocked(path, mode: int = 0o644):
+    """Held while the block runs: an exclusive lock on `path` (made if missing), which the kernel
+    releases when its holder dies, kill -9 included."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)  # for every copy of it (a child forked meanwhile)
+        os.close(fd)
+
+
 def write_atomic(
     path: Path, data: bytes | str | Iterable[bytes], mode: int = 0o644, sync: bool = True
 ) -> None:
@@ -64,6 +78,20 @@ def write_atomic(
 
 def write_json(path: Path, data, mode: int = 0o644, sync: bool = True) -> None:
     write_atomic(path, json.dumps(data, indent=1) + "\n", mode, sync)
+
+
+def note_line(path, obj: dict) -> None:
+    """One JSON line appended to a log kept for people and reports (history, restarts), in one
+    write: a full disk loses the line, never the job."""
+    line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def read_json(path) -> dict | None:

@@ -349,113 +349,64 @@ def default_root() -> Path:
     return Path.cwd()
 
 
+class _Under:
+    """A path under the job's root, worked out on first use and then a plain attribute."""
+
+    def __init__(self, rel: str):
+        self.rel = rel
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, paths, owner=None):
+        if paths is None:
+            return self
+        at = paths.__dict__[self.name] = paths.root / self.rel
+        return at
+
+
 @dataclass(frozen=True)
 class Paths:
     root: Path
 
-    @property
-    def outputs(self) -> Path:
-        return self.root / "data" / "outputs"
-
-    @property
-    def hidden_states(self) -> Path:
-        """The hidden-states stage's files: <DS>/rows.jsonl and <DS>/hidden_states/hs_<n>.safetensors."""
-        return self.root / "data" / "hidden_states"
-
-    @property
-    def drafts(self) -> Path:
-        """The draft stage's files, a folder per draft measured: <tag>/<DS>.jsonl (its answers to the
-        held-out prompts, never training data) and <tag>/<DS>.counts.json (what vLLM counted)."""
-        return self.root / "data" / "draft"
-
-    @property
-    def hidden_incoming(self) -> Path:
-        """Where the server writes a row's file before the stage checks it and moves it in."""
-        return self.hidden_states / ".incoming"
-
-    @property
-    def run(self) -> Path:
-        return self.root / "run"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def status(self) -> Path:
-        return self.run / "status.json"
-
-    @property
-    def pidfile(self) -> Path:
-        return self.run / "runner.pid"
-
-    @property
-    def lock(self) -> Path:
-        return self.run / "runner.lock"
-
-    @property
-    def control(self) -> Path:
-        return self.run / "control.json"
-
-    @property
-    def log(self) -> Path:
-        return self.logs / "runner.log"
-
-    @property
-    def server_pid(self) -> Path:
-        return self.run / "server.pid"
-
-    @property
-    def server_log(self) -> Path:
-        return self.logs / "server.log"
-
-    @property
-    def watcher_pid(self) -> Path:
-        return self.run / "watcher.pid"
-
-    @property
-    def imports_seen(self) -> Path:
-        """state.ImportsSeen: the engine's modules this host's Python imported whole, and from what."""
-        return self.run / "imports.json"
-
-    @property
-    def server_keys(self) -> Path:
-        """The API keys the runner sends (ServerKeys), readable by the owner only."""
-        return self.run / "keys.json"
-
-    @property
-    def watcher_lock(self) -> Path:
-        """Held by the one watcher for its life (released by the kernel on kill -9)."""
-        return self.run / "watcher.lock"
-
-    @property
-    def watch_state(self) -> Path:
-        """What the watcher does now (WatchState)."""
-        return self.run / "watch.json"
-
-    @property
-    def supervise(self) -> Path:
-        """What should be running: written by start/stop, read by the watcher."""
-        return self.run / "supervise.json"
-
-    @property
-    def recover_log(self) -> Path:
-        """One line per restart, kept across runs (report lists them)."""
-        return self.run / "recover.jsonl"
-
-    @property
-    def watcher_log(self) -> Path:
-        return self.logs / "watcher.log"
-
-    @property
-    def history(self) -> Path:
-        """One short line a minute, kept across restarts (report draws it)."""
-        return self.run / "history.jsonl"
-
-    @property
-    def prompt_index(self) -> Path:
-        """The prompt files' offset indexes (a cache: rebuilt when a prompt file changes)."""
-        return self.run / "prompt-index"
+    outputs = _Under("data/outputs")
+    # the hidden-states stage's files: <DS>/rows.jsonl and <DS>/hidden_states/hs_<n>.safetensors
+    hidden_states = _Under("data/hidden_states")
+    # where the server writes a row's file before the stage checks it and moves it in
+    hidden_incoming = _Under("data/hidden_states/.incoming")
+    # the draft stage's files, a folder per draft measured: <tag>/<DS>.jsonl (its answers to the
+    # held-out prompts, never training data) and <tag>/<DS>.counts.json (what vLLM counted)
+    drafts = _Under("data/draft")
+    run = _Under("run")
+    logs = _Under("logs")
+    status = _Under("run/status.json")
+    pidfile = _Under("run/runner.pid")
+    lock = _Under("run/runner.lock")
+    control = _Under("run/control.json")
+    log = _Under("logs/runner.log")
+    server_pid = _Under("run/server.pid")
+    server_log = _Under("logs/server.log")
+    watcher_pid = _Under("run/watcher.pid")
+    watcher_log = _Under("logs/watcher.log")
+    # held by the one watcher for its life (released by the kernel on kill -9)
+    watcher_lock = _Under("run/watcher.lock")
+    watch_state = _Under("run/watch.json")  # what the watcher does now (WatchState)
+    supervise = _Under(
+        "run/supervise.json"
+    )  # what should run: start/stop write it, the watcher reads
+    recover_log = _Under("run/recover.jsonl")  # a line per restart, kept across runs (for report)
+    history = _Under(
+        "run/history.jsonl"
+    )  # a short line a minute, kept across restarts (for report)
+    # state.ImportsSeen: the engine's modules this host's Python imported whole, and from what
+    imports_seen = _Under("run/imports.json")
+    server_keys = _Under("run/keys.json")  # the API keys the runner sends, the owner's to read only
+    # the prompt files' offset indexes (a cache: rebuilt when a prompt file changes)
+    prompt_index = _Under("run/prompt-index")
+    kept = _Under(
+        "run/kept.jsonl"
+    )  # the tokens of unfinished answers, to continue them after a stop
+    caps = _Under("run/caps.json")  # the job's caps (Caps), as the last command or runner took them
 
     def output(self, ds: str) -> Path:
         return self.outputs / f"{ds}.jsonl"
@@ -466,16 +417,6 @@ class Paths:
     def partial(self, ds: str) -> Path:
         """Finished turns of conversations not yet recorded (turns: all)."""
         return self.outputs / f"{ds}.partial.jsonl"
-
-    @property
-    def kept(self) -> Path:
-        """The tokens of unfinished answers, for continuing them after a stop."""
-        return self.run / "kept.jsonl"
-
-    @property
-    def caps(self) -> Path:
-        """The job's caps (Caps), as the last command or runner took them."""
-        return self.run / "caps.json"
 
     def meta(self, ds: str) -> Path:
         return self.outputs / f"{ds}.meta.json"

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
-import os
 import time
 
 from ...common.caps import Caps
+from ...common.codec import flocked
 from ...common.jobspec import Paths
 from ...common.recover import RecoverSpec
 from ...common.state import Supervise
@@ -34,13 +33,8 @@ def read(paths: Paths) -> Supervise:
 def locked(paths: Paths):
     """Held while deciding and acting on the intent (the watcher's tick, a command's change)."""
     paths.ensure()
-    fd = os.open(paths.run / "supervise.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with flocked(paths.run / "supervise.lock", 0o600):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def change(

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from ...common import procinfo
-from ...common.jobspec import Paths
+from ...common.jobspec import Paths, flag_value
 from ...common.state import RunnerRecord
 
 
@@ -27,13 +27,11 @@ def _looks_like_runner(argv: list[str]) -> bool:
 
 
 def _root_arg(argv: list[str], cwd: str | None) -> Path | None:
-    for i, a in enumerate(argv):
-        if a == "--root" and i + 1 < len(argv):
-            p = Path(argv[i + 1]).expanduser()
-            return p if p.is_absolute() or not cwd else Path(cwd) / p
-        if a.startswith("--root="):
-            return Path(a.split("=", 1)[1]).expanduser()
-    return None
+    root = flag_value(argv, "--root")
+    if root is None:
+        return None
+    p = Path(root).expanduser()
+    return p if p.is_absolute() or not cwd else Path(cwd) / p
 
 
 def stray_runners(paths: Paths, exclude: set[int]) -> list[int]:

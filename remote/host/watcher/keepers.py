@@ -8,13 +8,13 @@ and the runner is watched meanwhile.
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import time
 from typing import Callable
 
 from ...common import machine, metrics, procinfo
+from ...common.codec import note_line
 from ...common.jobspec import Paths, ServerSpec
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
@@ -41,11 +41,7 @@ def _shape(cause: str, lines: list[str]) -> str:
 
 
 def record_event(paths: Paths, **event) -> None:
-    try:
-        with open(paths.recover_log, "a") as f:
-            f.write(json.dumps(dict(event, at=time.time())) + "\n")
-    except OSError:
-        pass
+    note_line(paths.recover_log, dict(event, at=time.time()))
 
 
 class Keeper:

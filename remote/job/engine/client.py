@@ -217,7 +217,7 @@ class OpenAIEngine(Engine):
 
     async def metrics(self, url: str) -> str | None:
         """The server's Prometheus text (vLLM serves /metrics beside /v1), or None."""
-        root = url[: -len("/v1")] if url.endswith("/v1") else url
+        root = url.removesuffix("/v1")
         try:
             async with self._session.get(
                 f"{root}/metrics",
@@ -235,7 +235,7 @@ class OpenAIEngine(Engine):
         """The marker's token id, from vLLM's /tokenize (asked once per server)."""
         if url in self._end_ids:
             return self._end_ids[url]
-        root = url[: -len("/v1")] if url.endswith("/v1") else url
+        root = url.removesuffix("/v1")
         body = {"model": self.model, "prompt": self.thinking_end, "add_special_tokens": False}
         try:
             async with self._session.post(

@@ -48,15 +48,6 @@ class Checked:
     dtype: str
     bytes: int
 
-    def to_json(self) -> dict:
-        return {
-            "tokens": self.tokens,
-            "layers": self.layers,
-            "hidden": self.hidden,
-            "dtype": self.dtype,
-            "bytes": self.bytes,
-        }
-
 
 def dtype_bytes(dtype: str) -> int:
     if dtype not in _FLOATS:

@@ -18,8 +18,8 @@ so neither sees the other half done."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
-import fcntl
 import json
 import os
 import shutil
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from ...common.answers import HiddenFreed
-from ...common.codec import atomic_file, write_atomic
+from ...common.codec import atomic_file, flocked, write_atomic
 from ...common.jobspec import Paths
 from ...common.protocol import CtlFree
 from ...common.records import SHA256_DIFFERS, TokenRow, file_sha256
@@ -146,7 +146,7 @@ class HiddenStore:
         _fsync_dir(self.files)
         line = {"n": n, "id": row.id, "record": row.record, "turn": row.k}
         line.update(input_ids=row.input_ids, loss_mask=row.loss_mask, seq_len=len(row.input_ids))
-        line.update(facts.to_json())
+        line.update(dataclasses.asdict(facts))
         line["t"] = int(time.time())  # when it counted: the report's rate over the stage's life
         self._f.write((json.dumps(line, separators=(",", ":")) + "\n").encode())
         self._f.flush()
@@ -171,12 +171,8 @@ class HiddenStore:
 def locked(folder: Path):
     """The dataset folder's lock: held while the ledger is read back and while files are freed."""
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with flocked(folder / ".lock"):
         yield
-    finally:
-        os.close(fd)
 
 
 def read_freed(folder: Path) -> dict[int, int]:

@@ -35,6 +35,7 @@ from ..store.datasets import BadInput
 from ..store.outputs import AppendFile, DiskFull, encode_record, load_existing, repair_tail
 from ..store.prompts import Prompt, PromptFile
 from ..store.rates import RateWindow
+from . import stage
 from .asking import ask
 
 SAMPLE_S = 1.0  # between samples of the servers' counters while a dataset runs
@@ -113,21 +114,11 @@ class Measured:
         )
 
 
-class DraftStage:
+class DraftStage(stage.Stage):
     def __init__(self, runner, caps: Caps, force: bool):
-        self.runner, self.caps = runner, caps
-        self.paths, self.job, self.log, self.stop = (
-            runner.paths,
-            runner.job,
-            runner.log,
-            runner.stop,
-        )
+        super().__init__(runner, caps)
         self.sets: dict[str, Measured] = {}
-        self.fatal: str | None = None
-        self.engine_error: str | None = None
-        self.urls: list[str] = []
         self.current: Measured | None = None
-        self.retries = 0
         self.tag = ""
         self.where = self.paths.drafts
         self.cursor: dict = {}
@@ -333,9 +324,6 @@ class DraftStage:
     def recap(self, caps: Caps) -> None:
         raise ValueError("the draft stage's held-out prompts follow the caps: restart it (--hard)")
 
-    def caps_line(self) -> str:
-        return self.caps.line()
-
     def start_lines(self) -> list[str]:
         lines = [f"caps: {self.caps.line()}; draft {self.tag}"]
         lines += [
@@ -345,9 +333,6 @@ class DraftStage:
 
     def in_flight(self) -> int:
         return sum(m.in_flight for m in self.sets.values())
-
-    def tick(self) -> None:
-        pass
 
     def stopping(self) -> None:
         if self.current is not None:
@@ -401,6 +386,3 @@ class DraftStage:
                 "the draft)"
             )
         return "; ".join(said)
-
-    def ended(self) -> None:
-        pass

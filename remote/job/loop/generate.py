@@ -22,14 +22,15 @@ from ..observe.watched import WatchView
 from ..store.datasets import BadInput, DatasetRun
 from ..store.history import History
 from ..store.writer import RecordWriter
+from . import stage
 from .control_requests import Every
 from .dispatcher import Dispatcher
 from .scheduler import Scheduler
 
 
-class GenerateStage:
+class GenerateStage(stage.Stage):
     def __init__(self, runner, caps: Caps, force: bool):
-        """`runner`: the process it works in (its paths, job, log, stop state, notifier)."""
+        # not stage.Stage's: its caps are its scheduler's, its fault its dispatcher's
         self.runner = runner
         paths, job, log = runner.paths, runner.job, runner.log
         self.paths, self.job, self.log = paths, job, log

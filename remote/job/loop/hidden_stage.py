@@ -23,6 +23,7 @@ from ..hidden.rows import rows_of
 from ..hidden.store import HiddenStore
 from ..store.outputs import disk_usage
 from ..store.rates import RateWindow
+from . import stage
 from .asking import AskAgain, ask
 
 WRITE_WAIT_S = 300.0  # a file the server named and still writes after this long is asked again
@@ -30,25 +31,18 @@ BAD_FILE_TRIES = 3  # a row whose file is bad this often fails (the next restart
 DISK_CHECK_S = 3.0  # between looks at the free space while the disk is full
 
 
-class HiddenStage:
+class HiddenStage(stage.Stage):
     def __init__(self, runner, caps: Caps, force: bool):
-        """`runner`: the process it works in (its paths, job, log, stop state, notifier). `force`:
-        go on when the rows left do not fit the free space (it pauses before the disk fills, while
-        pull --free takes files off); the records are read as they are."""
-        self.runner = runner
+        """`force`: go on when the rows left do not fit the free space (it pauses before the disk
+        fills, while pull --free takes files off); the records are read as they are."""
+        super().__init__(runner, caps)
         paths = runner.paths
-        self.paths, self.job, self.caps, self.log = paths, runner.job, caps, runner.log
-        self.stop = runner.stop
         self.incoming = paths.hidden_incoming
         self.stages: dict[str, Stage] = {}
         self.rows_made = RateWindow()
         self.tokens_made = RateWindow()
-        self.retries = 0
         self.redone = 0  # files found bad and asked again
         self.untokened = 0  # records in the caps without token ids: no row can be made of them
-        self.fatal: str | None = None
-        self.engine_error: str | None = None
-        self.urls: list[str] = []
         self.flying: set[str] = set()  # row ids in flight
         self.committing, self.commit_job = asyncio.Lock(), None
         self.requesting: dict[str, asyncio.Semaphore] = {}  # per server: its concurrency
@@ -200,9 +194,6 @@ class HiddenStage:
             self.stages[name] = fresh
         self.caps = caps
 
-    def caps_line(self) -> str:
-        return self.caps.line()
-
     def start_lines(self) -> list[str]:
         lines = ["caps: " + self.caps.line()]
         for name, st in self.stages.items():
@@ -211,12 +202,6 @@ class HiddenStage:
 
     def in_flight(self) -> int:
         return sum(st.in_flight for st in self.stages.values())
-
-    def tick(self) -> None:
-        pass  # its disk rules are looked at by each row as it starts
-
-    def stopping(self) -> None:
-        pass  # a row in flight counts only once committed: nothing to save first
 
     @contextlib.asynccontextmanager
     async def session(self):

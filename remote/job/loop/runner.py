@@ -13,9 +13,7 @@ import os
 import signal
 import sys
 import time
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Awaitable, Protocol
 
 from ...common.caps import BASELINE, DRAFT, GENERATE, HIDDEN_STATES, Caps
 from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
@@ -32,43 +30,7 @@ from .draft_stage import DraftStage
 from .generate import GenerateStage
 from .hidden_stage import HiddenStage
 from .own_process import LockHeld, Log, acquire_lock, write_pidfile
-
-
-class Stage(Protocol):
-    """What a stage gives the runner. Made with (runner, caps, force)."""
-
-    caps: Caps  # what it runs now
-    fatal: str | None  # the job's own fault: the runner fails with it
-
-    def prepare(self) -> None: ...  # open what it works on; BadInput: exit 2, nothing done
-
-    def recap(self, caps: Caps) -> None: ...  # new caps live; BadInput or ValueError: refused
-
-    def caps_line(self) -> str: ...
-
-    def start_lines(self) -> list[str]: ...  # what the log says of it as it starts
-
-    def in_flight(self) -> int: ...
-
-    def tick(self) -> None: ...  # its chores, every quarter second
-
-    def stopping(self) -> None: ...  # a stop came: save what must outlive a kill -9 now
-
-    # the engine opened: yields the work, which ends when every item is done or a stop came
-    def session(self) -> AbstractAsyncContextManager[Awaitable]: ...
-
-    async def abandon(self) -> int: ...  # the grace period is over: what was cut off
-
-    def status(self, now: float) -> dict: ...  # status.json's fields of the work
-
-    def progress_line(self) -> str: ...  # done/target, as a notification says it
-
-    def summary(self) -> str: ...  # per dataset done/target, for the log
-
-    def finished(self) -> str: ...  # what a finished run says beside its state ("" for nothing)
-
-    def ended(self) -> None: ...  # after the run, before the last status
-
+from .stage import Stage
 
 STAGES: dict[str, type] = {
     GENERATE: GenerateStage,

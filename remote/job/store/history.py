@@ -8,9 +8,9 @@ hour), so a 30-day job stays a few MB. A runner start is a line of its own ({"t"
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from ...common.codec import note_line
 from .rates import IDLE_GAP_S, ActiveTime
 
 FULL_EVERY = 60  # lines between two full snapshots
@@ -23,15 +23,7 @@ class History:
         self.lines = 0
 
     def _append(self, obj: dict) -> None:
-        line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
-        except OSError:
-            pass  # history is for the report: a full disk must not stop the job over it
+        note_line(self.path, obj)
 
     def start(self, t: float, pid: int) -> None:
         self._append({"t": round(t), "start": pid})

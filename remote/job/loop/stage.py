@@ -1,0 +1,70 @@
+"""What a stage gives the runner (a kind of work: the answers, the hidden states, a draft measured),
+and what a stage need not say when it has nothing of its own there."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Awaitable
+
+from ...common.caps import Caps
+
+
+class Stage:
+    """Made with (runner, caps, force). `runner`: the process it works in (its paths, job, log,
+    stop state, notifier)."""
+
+    def __init__(self, runner, caps: Caps):
+        self.runner, self.caps = runner, caps  # caps: what it runs now
+        self.paths, self.job, self.log, self.stop = (
+            runner.paths,
+            runner.job,
+            runner.log,
+            runner.stop,
+        )
+        self.fatal: str | None = None  # the job's own fault: the runner fails with it
+        self.engine_error: str | None = None  # why the engine cannot be asked, for status
+        self.urls: list[str] = []  # the servers it asks
+        self.retries = 0
+
+    def prepare(self) -> None:  # open what it works on; BadInput: exit 2, nothing done
+        raise NotImplementedError
+
+    def recap(self, caps: Caps) -> None:  # new caps live; BadInput or ValueError: refused
+        raise NotImplementedError
+
+    def caps_line(self) -> str:
+        return self.caps.line()
+
+    def start_lines(self) -> list[str]:  # what the log says of it as it starts
+        raise NotImplementedError
+
+    def in_flight(self) -> int:
+        raise NotImplementedError
+
+    def tick(self) -> None:  # its chores, every quarter second
+        pass
+
+    def stopping(self) -> None:  # a stop came: save what must outlive a kill -9 now
+        pass
+
+    # the engine opened: yields the work, which ends when every item is done or a stop came
+    def session(self) -> AbstractAsyncContextManager[Awaitable]:
+        raise NotImplementedError
+
+    async def abandon(self) -> int:  # the grace period is over: what was cut off
+        raise NotImplementedError
+
+    def status(self, now: float) -> dict:  # status.json's fields of the work
+        raise NotImplementedError
+
+    def progress_line(self) -> str:  # done/target, as a notification says it
+        raise NotImplementedError
+
+    def summary(self) -> str:  # per dataset done/target, for the log
+        raise NotImplementedError
+
+    def finished(self) -> str:  # what a finished run says beside its state ("" for nothing)
+        return ""
+
+    def ended(self) -> None:  # after the run, before the last status
+        pass
