@@ -11,7 +11,6 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from remote.common.codec import atomic_file
 from remote.common.protocol import CtlFiles
@@ -20,10 +19,6 @@ from remote.common.records import prefix_hash
 from ..connectors import Connector
 from ..errors import RemoteError
 from .control import call
-
-if TYPE_CHECKING:
-    from .pull_hidden import HiddenPulled
-
 
 CAPS_FILE = ".caps.json"  # the job's caps as the host kept them at the pull (a dot: no output file)
 
@@ -37,12 +32,25 @@ class Pulled:
 
 
 @dataclass
+class HiddenPulled:
+    """What pull --hidden-states did (pull_hidden.py)."""
+
+    rows: dict[str, int] = field(default_factory=dict)  # dataset -> rows here
+    fetched: int = 0  # files
+    bytes: int = 0
+    freed: int = 0  # files deleted on the host by this pull
+    freed_bytes: int = 0
+    missing: list[str] = field(default_factory=list)  # rows whose file is neither here nor there
+    refused: list[str] = field(default_factory=list)  # files the host kept: why
+
+
+@dataclass
 class PullResult:
     host: str
     dest: str
     files: dict[str, Pulled] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
-    hidden: HiddenPulled | None = None  # with --hidden-states (pull_hidden)
+    hidden: HiddenPulled | None = None  # with --hidden-states
 
     @property
     def bytes(self) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote.common.protocol import CtlFiles, CtlFree
@@ -22,20 +21,9 @@ from remote.common.records import SHA256_DIFFERS, file_sha256
 from ..connectors import Connector
 from ..errors import RemoteError
 from .control import call
-from .pull import PullResult, _cut_torn_tail, fetch_whole, pull_host, sync
+from .pull import HiddenPulled, PullResult, _cut_torn_tail, fetch_whole, pull_host, sync
 
 BATCH = 500  # files per `ctl free` (its sums go on stdin)
-
-
-@dataclass
-class HiddenPulled:
-    rows: dict[str, int] = field(default_factory=dict)  # dataset -> rows here
-    fetched: int = 0  # files
-    bytes: int = 0
-    freed: int = 0  # files deleted on the host by this pull
-    freed_bytes: int = 0
-    missing: list[str] = field(default_factory=list)  # rows whose file is neither here nor there
-    refused: list[str] = field(default_factory=list)  # files the host kept: why
 
 
 def pull_all(conn: Connector, dest: Path, refetch: bool, hidden: bool, free: bool) -> PullResult:

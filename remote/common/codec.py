@@ -22,7 +22,7 @@ import os
 import types
 import typing
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 
 @contextlib.contextmanager
@@ -92,6 +92,22 @@ def note_line(path, obj: dict) -> None:
             os.close(fd)
     except OSError:
         pass
+
+
+def json_lines(path, whole: bool = False) -> Iterator[dict]:
+    """Each JSON object line of a file, in order. A line that is none is left out: torn by a kill
+    (or, `whole`, one without its newline yet); no file has none."""
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                try:
+                    obj = json.loads(raw) if raw.endswith(b"\n") or not whole else None
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    yield obj
+    except FileNotFoundError:
+        return
 
 
 def read_json(path) -> dict | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
 from ..common.caps import GENERATE, within
+from ..common.codec import json_lines
 from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ..common.protocol import CtlReport
 from ..common.records import Record
@@ -127,36 +128,13 @@ def histogram(values: list[int], top: int) -> Histogram:
 
 def errors(path: Path) -> tuple[int, list[str]]:
     n, last = 0, collections.deque(maxlen=LAST_ERRORS)
-    try:
-        with open(path, "rb") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                n += 1
-                last.append(f"{rec.get('id')}: {str(rec.get('error'))[:200]}")
-    except FileNotFoundError:
-        pass
+    for rec in json_lines(path):
+        n += 1
+        last.append(f"{rec.get('id')}: {str(rec.get('error'))[:200]}")
     return n, list(last)
 
 
 MAX_RESTARTS = 200  # the page lists the newest
-
-
-def jsonl(path: Path) -> list[dict]:
-    """Every whole line of a JSON-lines file (a torn last line is left out)."""
-    out = []
-    try:
-        with open(path) as f:
-            for raw in f:
-                try:
-                    out.append(json.loads(raw))
-                except ValueError:
-                    continue
-    except OSError:
-        pass
-    return out
 
 
 def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
@@ -196,7 +174,7 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
             event=str(e.get("event", "?")),
             why=e.get("why") and str(e["why"]),
         )
-        for e in jsonl(paths.recover_log)[-MAX_RESTARTS:]
+        for e in list(json_lines(paths.recover_log))[-MAX_RESTARTS:]
     ]
     starts = [x["t"] for x in lines if "start" in x]
     points, _, mean = throughput(made)

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..common import machine
 from ..common.answers import StageBytes
 from ..common.caps import HIDDEN_STATES
+from ..common.codec import json_lines
 from ..common.jobspec import Paths, ServerSpec
 from ..common.records import Record
 from ..common.state import kept_caps
@@ -44,13 +45,11 @@ def measured_per_token(paths: Paths) -> float | None:
     """Bytes a token takes in the rows already made (each rows.jsonl line says both)."""
     size = tokens = 0
     for ledger in sorted(paths.hidden_states.glob("*/rows.jsonl")):
-        with open(ledger, encoding="utf-8") as f:
-            for line in itertools.islice(f, SAMPLE):
-                try:
-                    row = json.loads(line)
-                    size, tokens = size + int(row["bytes"]), tokens + int(row["tokens"])
-                except (ValueError, TypeError, KeyError):
-                    continue
+        for row in itertools.islice(json_lines(ledger), SAMPLE):
+            try:
+                size, tokens = size + int(row["bytes"]), tokens + int(row["tokens"])
+            except (ValueError, TypeError, KeyError):
+                continue
     return size / tokens if tokens else None
 
 

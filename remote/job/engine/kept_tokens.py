@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...common.codec import write_atomic
+from ...common.codec import json_lines, write_atomic
 from ...common.status import KeptStatus
 from ..store.outputs import AppendFile
 from ..store.rates import RateWindow
@@ -281,33 +281,27 @@ def _read(path: Path) -> dict[str, Kept]:
     """The kept answers the file holds; an answer with a gap in its lines is left out (asked again
     from its start)."""
     entries: dict[str, Kept] = {}
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        return entries
-    with f:
-        for raw in f:
-            try:
-                e = json.loads(raw)
-                key, off = str(e["k"]), int(e.get("o", 0))
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn last line
-            if e.get("end"):
-                entries.pop(key, None)
-                continue
-            have = entries.get(key)
-            if "p" in e and off == 0:
-                have = entries[key] = Kept(e["s"], e["p"], parts=int(e.get("n", 0)))
-            elif have is None or off != len(have.ids) or e.get("s") != have.sig:
-                entries.pop(key, None)  # a gap: this answer is asked again from its start
-                continue
-            have.ids += e.get("t", [])
-            have.reasoning += e.get("r", "")
-            have.content += e.get("c", "")
-            have.thinking = e.get("th")
-            have.finish = e.get("f")
-            have.parts = int(e.get("n", have.parts))
-            have.url = e.get("u", have.url)
+    for e in json_lines(path):  # a torn last line is none
+        try:
+            key, off = str(e["k"]), int(e.get("o", 0))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if e.get("end"):
+            entries.pop(key, None)
+            continue
+        have = entries.get(key)
+        if "p" in e and off == 0:
+            have = entries[key] = Kept(e["s"], e["p"], parts=int(e.get("n", 0)))
+        elif have is None or off != len(have.ids) or e.get("s") != have.sig:
+            entries.pop(key, None)  # a gap: this answer is asked again from its start
+            continue
+        have.ids += e.get("t", [])
+        have.reasoning += e.get("r", "")
+        have.content += e.get("c", "")
+        have.thinking = e.get("th")
+        have.finish = e.get("f")
+        have.parts = int(e.get("n", have.parts))
+        have.url = e.get("u", have.url)
     return entries
 
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from ...common.answers import HiddenFreed
-from ...common.codec import atomic_file, flocked, write_atomic
+from ...common.codec import atomic_file, flocked, json_lines, write_atomic
 from ...common.jobspec import Paths
 from ...common.protocol import CtlFree
 from ...common.records import SHA256_DIFFERS, TokenRow, file_sha256
@@ -178,13 +178,8 @@ def locked(folder: Path):
 def read_freed(folder: Path) -> dict[int, int]:
     """freed.jsonl's rows (n -> bytes); a line torn by a kill is a row not freed."""
     out = {}
-    try:
-        lines = (folder / FREED).read_bytes().splitlines(keepends=True)
-    except FileNotFoundError:
-        return out
-    for raw in lines:
+    for entry in json_lines(folder / FREED, whole=True):
         try:
-            entry = json.loads(raw) if raw.endswith(b"\n") else None
             out[int(entry["n"])] = int(entry["bytes"])
         except (ValueError, KeyError, TypeError):
             continue

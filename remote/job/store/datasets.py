@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...common.codec import read_json, write_json
+from ...common.codec import json_lines, read_json, write_json
 from ...common.jobspec import DatasetSpec, Paths
 from ...common.status import DatasetState
 from .conversation import Partials
@@ -211,14 +211,4 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
 
 
 def error_ids(path: Path) -> set[str]:
-    ids = set()
-    try:
-        with open(path, "rb") as f:
-            for line in f:
-                try:
-                    ids.add(str(json.loads(line)["id"]))
-                except (ValueError, KeyError, TypeError):
-                    continue
-    except FileNotFoundError:
-        pass
-    return ids
+    return {str(rec["id"]) for rec in json_lines(path) if "id" in rec}

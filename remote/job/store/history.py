@@ -7,10 +7,9 @@ hour), so a 30-day job stays a few MB. A runner start is a line of its own ({"t"
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from ...common.codec import note_line
+from ...common.codec import json_lines, note_line
 from .rates import IDLE_GAP_S, ActiveTime
 
 FULL_EVERY = 60  # lines between two full snapshots
@@ -50,21 +49,13 @@ class History:
 def read(path: Path) -> list[dict]:
     """Every line, with `ds` filled in (the changed-only lines completed from the ones before)."""
     out, cur = [], {}
-    try:
-        with open(path) as f:
-            for raw in f:
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    continue  # a torn last line
-                if "start" in obj:
-                    cur = {}
-                else:
-                    cur = dict(cur, **obj.get("ds", {}))
-                    obj["ds"] = dict(cur)
-                out.append(obj)
-    except FileNotFoundError:
-        pass
+    for obj in json_lines(path):
+        if "start" in obj:
+            cur = {}
+        else:
+            cur = dict(cur, **obj.get("ds", {}))
+            obj["ds"] = dict(cur)
+        out.append(obj)
     return out
 
 
