@@ -182,13 +182,14 @@ def from_dict(cls, data: dict, strict: bool = False):
         raise TypeError(
             f"{cls.__name__}: unknown fields {sorted(extra)}, missing {sorted(missing)}"
         )
-    return cls(
-        **{
-            k: _decode(hints[k], v, strict)
-            for k, v in data.items()
-            if k in known and (v is not None or strict or _takes_none(hints[k]))
-        }
-    )
+    out = {}
+    for k, v in data.items():
+        if k in known and (v is not None or strict or _takes_none(hints[k])):
+            try:
+                out[k] = _decode(hints[k], v, strict)
+            except TypeError as e:  # said with the field it is in: `JobStatus.pid: expected int`
+                raise TypeError(f"{cls.__name__}.{k}: {e}") from None
+    return cls(**out)
 
 
 def plain(value, keep_none: bool = False):

@@ -125,6 +125,16 @@ class DraftCounts(Codec):
 
 
 @dataclass
+class DraftKept(Record):
+    """<tag>/<DS>.counts.json: what the draft stage counted of a dataset so far, for the next
+    runner and for report."""
+
+    held: str = ""  # a fingerprint of its held-out prompts' ids: the counts are of those
+    counts: DraftCounts = field(default_factory=DraftCounts)
+    seconds: float = 0.0  # the time it ran, every runner's
+
+
+@dataclass
 class DatasetStatus(Codec):
     state: str = DatasetState.PENDING
     done: int = 0  # records among the target's prompts

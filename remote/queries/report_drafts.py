@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..common.answers import DraftResult, ReportDraft
 from ..common.codec import read_json
 from ..common.jobspec import Paths
-from ..common.status import DraftCounts
+from ..common.status import DraftKept
 from ..job.store.outputs import load_existing
 
 
@@ -29,13 +29,13 @@ def drafts_measured(paths: Paths) -> list[ReportDraft]:
         )
         for counts in sorted(folder.glob("*.counts.json")):
             name = counts.name[: -len(".counts.json")]
-            kept = read_json(counts) or {}
+            kept = DraftKept.read(counts) or DraftKept()
             answers = load_existing(folder / f"{name}.jsonl", update_index=False)
             got.datasets[name] = DraftResult(
                 answered=len(answers.ids),
-                counts=DraftCounts.from_dict(kept.get("counts") or {}),
+                counts=kept.counts,
                 tokens=sum(answers.tokens.values()),
-                seconds=float(kept.get("seconds") or 0.0),
+                seconds=kept.seconds,
             )
         found.append(got)
     return found

@@ -30,7 +30,7 @@ from ...common.codec import read_json, write_json
 from ...common.jobspec import DRAFT_DEFAULTS
 from ...common.records import Record
 from ...common.state import Supervise
-from ...common.status import DatasetState, DatasetStatus, DraftCounts
+from ...common.status import DatasetState, DatasetStatus, DraftCounts, DraftKept
 from ..store.datasets import BadInput
 from ..store.outputs import AppendFile, DiskFull, encode_record, load_existing, repair_tail
 from ..store.prompts import Prompt, PromptFile
@@ -82,8 +82,7 @@ class Measured:
         """Its counts and the time it ran (up to now), read back by a new runner."""
         if self.since is not None:
             self.seconds, self.since = self.seconds + now - self.since, now
-        body = {"held": self.held, "counts": self.counts.to_dict(), "seconds": self.seconds}
-        write_json(self.counts_path, body)
+        DraftKept(self.held, self.counts, self.seconds).write(self.counts_path)
 
     def state(self) -> str:
         idle = not self.todo and not self.in_flight
@@ -198,15 +197,16 @@ class DraftStage(stage.Stage):
         ids = [pf.ids[i] for i in held]
         sig = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:12]
         path, counts_path = self.where / f"{name}.jsonl", self.where / f"{name}.counts.json"
-        kept = read_json(counts_path) or {}
-        if kept and kept.get("held") != sig:  # other held-out prompts now: their own counts
-            aside = self.where / "before" / str(kept.get("held") or "unknown")
+        kept = DraftKept.read(counts_path)
+        if kept is not None and kept.held != sig:  # other held-out prompts now: their own counts
+            aside = self.where / "before" / (kept.held or "unknown")
             aside.mkdir(parents=True, exist_ok=True)
             for p in (path, counts_path):
                 if p.exists():
                     os.replace(p, aside / p.name)
             self.log(f"{name}: its held-out prompts changed (caps or prompts): measured anew")
-            kept = {}
+            kept = None
+        kept = kept or DraftKept(sig)
         repair_tail(path, self.log)
         got = load_existing(path, self.log)
         done = got.ids & set(ids)
@@ -220,9 +220,9 @@ class DraftStage(stage.Stage):
             AppendFile(path),
             counts_path,
             sig,
-            DraftCounts.from_dict(kept.get("counts") or {}),
+            kept.counts,
             sum(got.tokens[i] for i in done),
-            float(kept.get("seconds") or 0.0),
+            kept.seconds,
             counted=not self.baseline,
         )
         m.failed = len(todo) - len(m.todo)  # unreadable prompt lines

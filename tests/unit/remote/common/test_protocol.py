@@ -297,3 +297,10 @@ def test_the_measures_flags_are_kept_with_the_caps_and_a_stage_typed_says_what_f
     back = P.RunArgs.from_text(eval_samples="all").applied_to(kept)
     assert back.eval_samples is None and back.follows() == "baseline"
     assert P.RunArgs.from_text(eval_samples="2").may_raise() is False  # no target grows
+
+
+def test_a_value_of_another_type_on_the_wire_is_refused_naming_its_field():
+    wire = to_wire(StopAnswer(was_running=True))
+    wire["was_running"] = "yes"
+    with pytest.raises(ProtocolError, match=r"StopAnswer.was_running: expected bool, got 'yes'"):
+        from_wire(StopAnswer, wire)
