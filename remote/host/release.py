@@ -111,7 +111,7 @@ def _prompt_hash(root, rel):
     cache = _read_json(cache_path, {}) or {}
     key = "%d:%d" % (st.st_size, st.st_mtime_ns)
     hit = cache.get(rel)
-    if hit and hit.get("key") == key:
+    if isinstance(hit, dict) and hit.get("key") == key and isinstance(hit.get("sha256"), str):
         return hit["sha256"]
     digest = sha256_file(path)
     cache[rel] = {"key": key, "sha256": digest}

@@ -172,7 +172,7 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
             at=float(e.get("at") or 0),
             what=str(e.get("what", "?")),
             event=str(e.get("event", "?")),
-            why=e.get("why") and str(e["why"]),
+            why=None if e.get("why") is None else str(e["why"]),
         )
         for e in list(json_lines(paths.recover_log))[-MAX_RESTARTS:]
     ]

@@ -290,6 +290,9 @@ class DraftStage(stage.Stage):
 
     async def _measure(self, engine) -> None:
         """Dataset after dataset: its requests alone in the servers while it is counted."""
+        left = self.sets.get(self.cursor.get("dataset"))
+        if left is not None:  # a runner killed after its last answers, before it counted them
+            await self._sample(engine, left)
         for m in self.sets.values():
             if not m.todo or self.stop.asked or self.fatal:
                 continue

@@ -107,3 +107,15 @@ def test_vllms_counters_are_read_with_their_positions_summed_over_engines():
     assert (got.drafts, got.draft_tokens, got.accepted) == (100, 300, 150)
     assert got.per_position == [100, 50] and got.acceptance_rates == [1.0, 0.5]
     assert spec_decode('vllm:generation_tokens_total{engine="0"} 9.0') is None  # no draft
+
+
+def test_a_runner_killed_after_a_datasets_last_answer_loses_none_of_its_counts(tmp_path):
+    eng, st = Metrics(), stage(tmp_path)
+    asyncio.run(st._sample(eng, measured(tmp_path, "A")))  # where A starts
+    eng.drafts, eng.accepted = 30, 90  # A's every answer, then a kill -9 before its next sample
+    again = stage(tmp_path)
+    a = measured(tmp_path, "A")  # answered whole: nothing left to ask
+    again.sets = {"A": a, "B": measured(tmp_path, "B")}
+    asyncio.run(again._measure(eng))
+    assert (a.counts.drafts, a.counts.accepted) == (30, 90)
+    assert json.loads((tmp_path / "A.counts.json").read_text())["counts"]["drafts"] == 30
