@@ -132,6 +132,9 @@ class DraftKept(Record):
     held: str = ""  # a fingerprint of its held-out prompts' ids: the counts are of those
     counts: DraftCounts = field(default_factory=DraftCounts)
     seconds: float = 0.0  # the time it ran, every runner's
+    # each server's counters at its last sample, which the counts reach: kept in the same write,
+    # so a kill -9 between two writes can never count a sample's growth twice or lose it
+    last: dict[str, DraftCounts] = field(default_factory=dict)
 
 
 @dataclass

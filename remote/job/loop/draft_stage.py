@@ -5,9 +5,9 @@ deltas of the server's speculative-decoding counters over a dataset are that dat
 around it is the runner's (runner.py), as for the other stages.
 
 Resumable: an answer counts once it is in <tag>/<DS>.jsonl (a kill's cut-off requests are asked
-again); <tag>/<DS>.counts.json keeps the dataset's counts, and <tag>/cursor.json the last sample of
-each server and the dataset it was counted for, so a new runner resuming that dataset adds what the
-servers counted meanwhile, and one starting another dataset starts from a fresh sample. Counters
+again); <tag>/<DS>.counts.json keeps the dataset's counts and each server's sample they reach, and
+<tag>/cursor.json names the dataset the servers count for now, so a new runner resuming that dataset
+adds what the servers counted meanwhile, and one starting another dataset starts from a fresh sample. Counters
 start again from zero when a server does: a sample lower than the last is a new server life, whose
 counts are added whole."""
 
@@ -39,7 +39,7 @@ from . import stage
 from .asking import ask
 
 SAMPLE_S = 1.0  # between samples of the servers' counters while a dataset runs
-CURSOR = "cursor.json"  # the last sample of each server, and the dataset it was counted for
+CURSOR = "cursor.json"  # the dataset the servers' counts are counted for now
 
 
 def draft_tag(draft: dict) -> str:
@@ -77,12 +77,13 @@ class Measured:
     new: int = 0
     made: RateWindow = field(default_factory=RateWindow)
     since: float | None = None  # the last time its running time was added up
+    last: dict[str, DraftCounts] = field(default_factory=dict)  # each server's last sample
 
     def keep(self, now: float) -> None:
         """Its counts and the time it ran (up to now), read back by a new runner."""
         if self.since is not None:
             self.seconds, self.since = self.seconds + now - self.since, now
-        DraftKept(self.held, self.counts, self.seconds).write(self.counts_path)
+        DraftKept(self.held, self.counts, self.seconds, self.last).write(self.counts_path)
 
     def state(self) -> str:
         idle = not self.todo and not self.in_flight
@@ -224,6 +225,7 @@ class DraftStage(stage.Stage):
             sum(got.tokens[i] for i in done),
             kept.seconds,
             counted=not self.baseline,
+            last=kept.last,
         )
         m.failed = len(todo) - len(m.todo)  # unreadable prompt lines
         self.sets[name] = m
@@ -231,13 +233,13 @@ class DraftStage(stage.Stage):
     # ------------------------------------------------------------------ while it runs
 
     async def _sample(self, engine, m: Measured) -> None:
-        """Each server's counters: what they counted since the cursor's last sample is `m`'s, when
-        the cursor was counting `m` (else this sample is where `m` starts from)."""
+        """Each server's counters: what they counted since `m`'s last sample is `m`'s, when the
+        cursor names `m` (else this sample is where `m` starts from, and the cursor names it)."""
         if self.baseline:  # no draft, nothing counted: its time alone
             m.keep(time.time())
             return
         mine = self.cursor.get("dataset") == m.name
-        last = self.cursor.get("last") or {}
+        last = dict(m.last) if mine else {}
         for url in self.urls:
             text = await engine.metrics(url)
             counts = metrics.spec_decode(text) if text else None
@@ -248,12 +250,16 @@ class DraftStage(stage.Stage):
                 )
             if counts is None:
                 continue
-            if mine and url in last:
-                m.counts = m.counts.plus(counts.since(DraftCounts.from_dict(last[url])))
-            last[url] = counts.to_dict()
-        m.keep(time.time())
-        self.cursor = {"dataset": m.name, "last": last}
-        write_json(self.where / CURSOR, self.cursor)
+            if url in last:
+                m.counts = m.counts.plus(counts.since(last[url]))
+            last[url] = counts
+        m.last = last
+        m.keep(time.time())  # its counts and the samples they reach, in one write
+        if (
+            not mine
+        ):  # named only once m's first sample is kept: a kill between counts it from there
+            self.cursor = {"dataset": m.name}
+            write_json(self.where / CURSOR, self.cursor)
 
     async def _sampler(self, engine, m: Measured) -> None:
         while True:

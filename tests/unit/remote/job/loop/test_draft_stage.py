@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from remote.common.caps import Caps
 from remote.common.jobspec import DatasetSpec, JobSpec, Paths
 from remote.common.metrics import spec_decode
+from remote.common.status import DraftKept
 from remote.job.loop.draft_stage import DraftStage, Measured, draft_tag
 
 DRAFT = {"model": "org/kimi-eagle3", "method": "eagle3", "num_speculative_tokens": 3}
@@ -60,7 +61,10 @@ def stage(tmp_path) -> DraftStage:
 
 
 def measured(tmp_path, name: str) -> Measured:
-    return Measured(name, [], 5, set(), None, tmp_path / f"{name}.counts.json")
+    """A dataset as a runner opens it: what its counts file kept."""
+    path = tmp_path / f"{name}.counts.json"
+    kept = DraftKept.read(path) or DraftKept()
+    return Measured(name, [], 5, set(), None, path, counts=kept.counts, last=kept.last)
 
 
 def test_each_dataset_counts_only_what_the_server_counted_while_it_ran(tmp_path):
@@ -119,3 +123,18 @@ def test_a_runner_killed_after_a_datasets_last_answer_loses_none_of_its_counts(t
     asyncio.run(again._measure(eng))
     assert (a.counts.drafts, a.counts.accepted) == (30, 90)
     assert json.loads((tmp_path / "A.counts.json").read_text())["counts"]["drafts"] == 30
+
+
+def test_a_kill_between_two_writes_never_counts_a_samples_growth_twice(tmp_path):
+    eng, st = Metrics(), stage(tmp_path)
+    asyncio.run(st._sample(eng, measured(tmp_path, "A")))  # where A starts
+    cursor = (tmp_path / "cursor.json").read_bytes()
+    a = measured(tmp_path, "A")
+    eng.drafts, eng.accepted = 10, 30
+    asyncio.run(st._sample(eng, a))
+    # a kill -9 after the counts were kept leaves every other file as it was before the sample
+    (tmp_path / "cursor.json").write_bytes(cursor)
+    eng.drafts, eng.accepted = 15, 45
+    again, a = stage(tmp_path), measured(tmp_path, "A")
+    asyncio.run(again._sample(eng, a))
+    assert (a.counts.drafts, a.counts.accepted) == (15, 45)
