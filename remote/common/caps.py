@@ -135,7 +135,7 @@ def samples(text) -> int | str:
     try:
         n = int(str(text))
     except ValueError:
-        raise ValueError(f"expected a whole number, got {text!r}") from None
+        raise ValueError(f"expected a whole number or `{CLEAR}`, got {text!r}") from None
     if n < 1:
         raise ValueError(
             f"expected a number >= 1 or `{CLEAR}`, got {n} (to leave datasets out: --datasets)"

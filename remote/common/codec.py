@@ -96,7 +96,7 @@ def note_line(path, obj: dict) -> None:
 
 def json_lines(path, whole: bool = False) -> Iterator[dict]:
     """Each JSON object line of a file, in order. A line that is none is left out: torn by a kill
-    (or, `whole`, one without its newline yet); no file has none."""
+    (or, `whole`, one without its newline yet)."""
     try:
         with open(path, "rb") as f:
             for raw in f:
@@ -106,7 +106,7 @@ def json_lines(path, whole: bool = False) -> Iterator[dict]:
                     continue
                 if isinstance(obj, dict):
                     yield obj
-    except FileNotFoundError:
+    except OSError:  # no file, or none this process may read: no lines
         return
 
 

@@ -95,13 +95,13 @@ def active_seconds(made: collections.Counter) -> float:
     return 1.0 + ran.seconds
 
 
-def throughput(made: collections.Counter) -> tuple[list[list[float]], float, float | None]:
+def throughput(made: collections.Counter) -> tuple[list[list[float]], float | None]:
     """Response tokens per second over the job's life, measured from the records themselves (when
-    each was written, and its tokens): (points [bin middle, tok/s], bin seconds, the mean tok/s
-    over the time it ran). A bin inside an idle gap is a null point: the chart leaves a gap there
+    each was written, and its tokens): (points [bin middle, tok/s], the mean tok/s over the time
+    it ran). A bin inside an idle gap is a null point: the chart leaves a gap there
     instead of a line down to zero. A job of a few seconds still has a line."""
     if not made:
-        return [], 0.0, None
+        return [], None
     t0, t1 = min(made), max(made) + 1
     width = max(SERIES_MIN_BIN_S, (t1 - t0) / SERIES_POINTS)
     bins = [0] * (int((t1 - t0) // width) + 1)
@@ -114,7 +114,7 @@ def throughput(made: collections.Counter) -> tuple[list[list[float]], float, flo
         lo, hi = t0 + i * width, t0 + (i + 1) * width
         inside_gap = not n and any(a < lo and hi <= b for a, b in idle)
         points.append([t0 + (i + 0.5) * width, None if inside_gap else n / width])
-    return points, width, sum(made.values()) / active_seconds(made)
+    return points, sum(made.values()) / active_seconds(made)
 
 
 def histogram(values: list[int], top: int) -> Histogram:
@@ -177,11 +177,11 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
         for e in list(json_lines(paths.recover_log))[-MAX_RESTARTS:]
     ]
     starts = [x["t"] for x in lines if "start" in x]
-    points, _, mean = throughput(made)
+    points, mean = throughput(made)
     stage, rows_made = stage_of(paths.hidden_states, names, st)
     for got, lengths in stage.values():
         got.hist = histogram(lengths, max(lengths, default=0))
-    row_points, _, row_mean = throughput(rows_made)
+    row_points, row_mean = throughput(rows_made)
     return ReportAnswer(
         drafts=drafts_measured(paths),
         stage={name: got for name, (got, _) in stage.items()},

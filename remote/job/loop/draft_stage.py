@@ -6,10 +6,10 @@ around it is the runner's (runner.py), as for the other stages.
 
 Resumable: an answer counts once it is in <tag>/<DS>.jsonl (a kill's cut-off requests are asked
 again); <tag>/<DS>.counts.json keeps the dataset's counts and each server's sample they reach, and
-<tag>/cursor.json names the dataset the servers count for now, so a new runner resuming that dataset
-adds what the servers counted meanwhile, and one starting another dataset starts from a fresh sample. Counters
-start again from zero when a server does: a sample lower than the last is a new server life, whose
-counts are added whole."""
+<tag>/cursor.json names the dataset the servers count for now, so a new runner adds to that dataset
+what the servers counted meanwhile (even when its answers were all in), and one starting another
+dataset starts from a fresh sample. Counters start again from zero when a server does: a sample
+lower than the last is a new server life, whose counts are added whole."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from ...common.codec import read_json, write_json
 from ...common.jobspec import DRAFT_DEFAULTS
 from ...common.records import Record
 from ...common.state import Supervise
-from ...common.status import DatasetState, DatasetStatus, DraftCounts, DraftKept
+from ...common.status import DatasetState, DatasetStatus, DraftKept
 from ..store.datasets import BadInput
 from ..store.outputs import AppendFile, DiskFull, encode_record, load_existing, repair_tail
 from ..store.prompts import Prompt, PromptFile
@@ -67,27 +67,24 @@ class Measured:
     done: set[str]
     out: AppendFile | None
     counts_path: Path
-    held: str = ""  # a fingerprint of its held-out prompts' ids: the counts are of those
-    counts: DraftCounts = field(default_factory=DraftCounts)
+    kept: DraftKept = field(default_factory=DraftKept)  # what the servers counted, and its time
     tokens: int = 0  # output tokens of its answers
-    seconds: float = 0.0  # the time it ran, every runner's
     counted: bool = True  # False: the baseline's (no draft, no counters)
     in_flight: int = 0
     failed: int = 0
     new: int = 0
     made: RateWindow = field(default_factory=RateWindow)
     since: float | None = None  # the last time its running time was added up
-    last: dict[str, DraftCounts] = field(default_factory=dict)  # each server's last sample
 
     def keep(self, now: float) -> None:
         """Its counts and the time it ran (up to now), read back by a new runner."""
         if self.since is not None:
-            self.seconds, self.since = self.seconds + now - self.since, now
-        DraftKept(self.held, self.counts, self.seconds, self.last).write(self.counts_path)
+            self.kept.seconds, self.since = self.kept.seconds + now - self.since, now
+        self.kept.write(self.counts_path)
 
     def state(self) -> str:
         idle = not self.todo and not self.in_flight
-        if self.counted and self.target and not self.counts.drafts and idle:
+        if self.counted and self.target and not self.kept.counts.drafts and idle:
             return DatasetState.INCOMPLETE  # answered, and no draft counted: nothing measured
         if len(self.done) >= self.target:
             return DatasetState.COMPLETE
@@ -109,8 +106,10 @@ class Measured:
             in_flight=self.in_flight,
             new_records=self.new,
             tokens_per_s=self.made.per_s(now, started),
-            mean_tokens_per_s=round(self.tokens / self.seconds, 1) if self.seconds >= 1 else None,
-            draft=self.counts if self.counted else None,
+            mean_tokens_per_s=(
+                round(self.tokens / self.kept.seconds, 1) if self.kept.seconds >= 1 else None
+            ),
+            draft=self.kept.counts if self.counted else None,
         )
 
 
@@ -220,12 +219,9 @@ class DraftStage(stage.Stage):
             done,
             AppendFile(path),
             counts_path,
-            sig,
-            kept.counts,
+            kept,
             sum(got.tokens[i] for i in done),
-            kept.seconds,
             counted=not self.baseline,
-            last=kept.last,
         )
         m.failed = len(todo) - len(m.todo)  # unreadable prompt lines
         self.sets[name] = m
@@ -239,7 +235,9 @@ class DraftStage(stage.Stage):
             m.keep(time.time())
             return
         mine = self.cursor.get("dataset") == m.name
-        last = dict(m.last) if mine else {}
+        kept = m.kept
+        if not mine:
+            kept.last = {}
         for url in self.urls:
             text = await engine.metrics(url)
             counts = metrics.spec_decode(text) if text else None
@@ -250,14 +248,14 @@ class DraftStage(stage.Stage):
                 )
             if counts is None:
                 continue
-            if url in last:
-                m.counts = m.counts.plus(counts.since(last[url]))
-            last[url] = counts
-        m.last = last
+            # a server's growth and its new sample together, no await between: a cancel or a
+            # stop's keep() at the next await sees both or neither
+            if url in kept.last:
+                kept.counts = kept.counts.plus(counts.since(kept.last[url]))
+            kept.last[url] = counts
         m.keep(time.time())  # its counts and the samples they reach, in one write
-        if (
-            not mine
-        ):  # named only once m's first sample is kept: a kill between counts it from there
+        # the cursor names m only once m's first sample is kept: a kill between counts from there
+        if not mine:
             self.cursor = {"dataset": m.name}
             write_json(self.where / CURSOR, self.cursor)
 
@@ -321,7 +319,7 @@ class DraftStage(stage.Stage):
         self.current = None
 
     def said(self, m: Measured) -> str:
-        c = m.counts
+        c = m.kept.counts
         if c.mean_acceptance_length is None:
             return f"{len(m.done)}/{m.target} answered; no draft counted"
         return (

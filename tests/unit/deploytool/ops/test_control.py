@@ -36,7 +36,7 @@ class Host(Connector):
     def start(self, argv, *, cwd=None, env=None):
         raise NotImplementedError
 
-    put = get = read_file = read_range = start
+    read_file = read_range = start
 
 
 def answering(data, code=0, err=b"") -> Host:
@@ -92,6 +92,10 @@ def test_another_releases_protocol_or_no_answer_at_all_is_one_line():
     old = answering({"ok": True, "answer": {}})  # a release from before the envelope's version
     with pytest.raises(RemoteError, match=r"speaks protocol 1, this deploytool .*invoke deploy"):
         control.stop(old)
+    renamed = envelope(StopAnswer(was_running=True))
+    renamed["answer"]["was_runing"] = renamed["answer"].pop("was_running")  # another release's
+    with pytest.raises(RemoteError, match=r"unknown fields.*another release: run `invoke deploy`"):
+        control.stop(answering(renamed))
     crashed = Host(Result(1, b"", b"Traceback...\nImportError: no module x\n"))
     with pytest.raises(RemoteError) as e:
         control.stop(crashed)

@@ -63,8 +63,7 @@ def stage(tmp_path) -> DraftStage:
 def measured(tmp_path, name: str) -> Measured:
     """A dataset as a runner opens it: what its counts file kept."""
     path = tmp_path / f"{name}.counts.json"
-    kept = DraftKept.read(path) or DraftKept()
-    return Measured(name, [], 5, set(), None, path, counts=kept.counts, last=kept.last)
+    return Measured(name, [], 5, set(), None, path, DraftKept.read(path) or DraftKept())
 
 
 def test_each_dataset_counts_only_what_the_server_counted_while_it_ran(tmp_path):
@@ -74,24 +73,27 @@ def test_each_dataset_counts_only_what_the_server_counted_while_it_ran(tmp_path)
     asyncio.run(st._sample(eng, a))
     eng.drafts, eng.accepted = 45, 75  # A's requests
     asyncio.run(st._sample(eng, a))
-    assert (a.counts.drafts, a.counts.accepted) == (25, 75) and a.counts.mean_acceptance_length == 4
+    assert (a.kept.counts.drafts, a.kept.counts.accepted) == (
+        25,
+        75,
+    ) and a.kept.counts.mean_acceptance_length == 4
     b = measured(tmp_path, "B")
     asyncio.run(st._sample(eng, b))  # where B starts: A's counts are not B's
     eng.drafts, eng.accepted = 95, 125
     asyncio.run(st._sample(eng, b))
-    assert (b.counts.drafts, b.counts.accepted) == (50, 50)
+    assert (b.kept.counts.drafts, b.kept.counts.accepted) == (50, 50)
     # a new runner (after a kill -9 in B): B's first sample adds what the server counted meanwhile
     eng.drafts, eng.accepted = 105, 135
     again = stage(tmp_path)
     asyncio.run(again._sample(eng, b))
-    assert (b.counts.drafts, b.counts.accepted) == (60, 60)
+    assert (b.kept.counts.drafts, b.kept.counts.accepted) == (60, 60)
     # then A asked again (a prompt it failed): B's counts are not A's
     asyncio.run(again._sample(eng, a))
-    assert (a.counts.drafts, a.counts.accepted) == (25, 75)
+    assert (a.kept.counts.drafts, a.kept.counts.accepted) == (25, 75)
     # the server started again from zero under A: its new life is A's, whole
     eng.drafts, eng.accepted = 4, 12
     asyncio.run(again._sample(eng, a))
-    assert (a.counts.drafts, a.counts.accepted) == (29, 87)
+    assert (a.kept.counts.drafts, a.kept.counts.accepted) == (29, 87)
 
 
 def test_vllms_counters_are_read_with_their_positions_summed_over_engines():
@@ -121,7 +123,7 @@ def test_a_runner_killed_after_a_datasets_last_answer_loses_none_of_its_counts(t
     a = measured(tmp_path, "A")  # answered whole: nothing left to ask
     again.sets = {"A": a, "B": measured(tmp_path, "B")}
     asyncio.run(again._measure(eng))
-    assert (a.counts.drafts, a.counts.accepted) == (30, 90)
+    assert (a.kept.counts.drafts, a.kept.counts.accepted) == (30, 90)
     assert json.loads((tmp_path / "A.counts.json").read_text())["counts"]["drafts"] == 30
 
 
@@ -137,4 +139,36 @@ def test_a_kill_between_two_writes_never_counts_a_samples_growth_twice(tmp_path)
     eng.drafts, eng.accepted = 15, 45
     again, a = stage(tmp_path), measured(tmp_path, "A")
     asyncio.run(again._sample(eng, a))
-    assert (a.counts.drafts, a.counts.accepted) == (15, 45)
+    assert (a.kept.counts.drafts, a.kept.counts.accepted) == (15, 45)
+
+
+def test_a_sample_cut_off_between_two_servers_counts_neither_twice(tmp_path):
+    class Two(Metrics):
+        """Two servers; the second's answer never comes (the sampler cancelled meanwhile)."""
+
+        async def metrics(self, url: str) -> str:
+            if url == "u2" and self.hang:
+                self.waited_on.set()
+                await asyncio.Event().wait()
+            return await super().metrics(url)
+
+    eng, st = Two(), stage(tmp_path)
+    st.urls, eng.hang = ["u1", "u2"], False
+    a = measured(tmp_path, "A")
+    asyncio.run(st._sample(eng, a))  # where A starts, on both
+    eng.drafts, eng.accepted, eng.hang = 10, 30, True
+
+    async def cut_off():
+        eng.waited_on = asyncio.Event()
+        sampling = asyncio.ensure_future(st._sample(eng, a))
+        await eng.waited_on.wait()  # u1 counted, u2 waited on
+        sampling.cancel()
+        await asyncio.gather(sampling, return_exceptions=True)
+
+    asyncio.run(cut_off())
+    eng.hang = False
+    asyncio.run(st._sample(eng, a))  # the dataset's last sample
+    assert (a.kept.counts.drafts, a.kept.counts.accepted) == (
+        20,
+        60,
+    )  # 10 and 30 on each server, once
