@@ -7,15 +7,16 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
     common/   what both sides share, standard library only; the one part deploytool imports
         protocol  every host command as a typed request (its flags, each default once) and the parser
                   made from them; flags: what a request is made of; answers: each command's typed
-                  answer; wire: the envelope, typed faults, the strict codec
+                  answer; wire: the envelope, typed faults, an answer read strictly
         jobspec   the typed job spec (defaults stated once), the host's paths, token names
         keys      hosts.yaml's keys, each declared once on its dataclass (default and check), and
                   the one check per kind of value the validator takes from there
         caps      the job's caps (run/caps.json) and the parsers of their flags and token counts
         status    status.json, typed (nested parts too)
         records   the output record, typed (Record, Reply, Turn), and the file listing pull compares
-        state     the other files under run/, typed (pid files, control.json, supervise.json), and
-                  the one atomic write and tolerant codec every replaced file goes through
+        state     the other files under run/, typed (pid files, control.json, supervise.json)
+        codec     the one atomic write every replaced file goes through, the one decoder (tolerant
+                  for files, strict for the wire), JSON lines read, a log line appended, a file lock
         metrics (vLLM's /metrics), machine (nvidia-smi, the model's config.json), procinfo (/proc),
         notify (job.notify's command), recover (recover: and the watcher's rules: budget, wedge clock)
     job/      the runner's process: one job through the engine, in rooms stacked from the bottom
@@ -31,8 +32,8 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
                 pool (the servers), simulate (the stand-in), kinds (which of them a job gets)
       observe/  status_builder (pure), telemetry (/metrics, GPUs), alerts (stalled, engine_down ->
                 notify), watched (run/watch.json as the runner reads it)
-      loop/     runner (the one process lifecycle, whichever stage, and the Stage interface),
-                generate (the generation stage), hidden_stage (the hidden-states stage),
+      loop/     runner (the one process lifecycle, whichever stage), stage (the interface a stage
+                gives the runner, and what most stages share), generate (the generation stage), hidden_stage (the hidden-states stage),
                 draft_stage (a draft measured on held-out prompts, and the baseline), scheduler
                 (caps, budgets, reload, which prompt next), dispatcher (the request window, one
                 request, retries, the job's own faults),
