@@ -18,7 +18,14 @@ from ...common.codec import note_line
 from ...common.jobspec import Paths, ServerSpec
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
-from ...common.state import RunnerRecord, RunnerWanted, ServerRecord, ServerWanted, kept_caps
+from ...common.state import (
+    RunnerRecord,
+    RunnerWanted,
+    ServerRecord,
+    ServerWanted,
+    Wanted,
+    kept_caps,
+)
 from ...common.status import JobState, JobStatus, ProcessState, ProcessWatch
 from ...common.wire import HostFault
 from ..facts import engines, intent, kill
@@ -54,6 +61,19 @@ class Keeper:
         self.seen = ProcessWatch(of=spec.max_restarts)  # what status shows of this process
         self.budget = Budget(spec)
         self.last_start_failure: str | None = None  # the last start's failure, numbers left out
+        self.gave_up_at = 0.0
+
+    def anew(self, want: Wanted) -> bool:
+        """Given up on, then wanted again by a command (a restart typed since): watched from here
+        on as at first, its restart budget whole. True when it was."""
+        if self.seen.state != ProcessState.FATAL or not want.wanted:
+            return False
+        if (want.changed_at or 0.0) <= self.gave_up_at:
+            return False
+        self.seen, self.budget = ProcessWatch(of=self.spec.max_restarts), Budget(self.spec)
+        self.last_start_failure = None
+        self.log(f"{self.what}: wanted again since the give-up: watched anew")
+        return True
 
     def _died(self, now: float, cause: str, lines: list[str], at_start: bool = False) -> str | None:
         """Count a death (or a start that failed: `at_start`); None to go on, else why it is given
@@ -67,7 +87,7 @@ class Keeper:
         delay = None if again else self.budget.failed(now)
         if delay is None:
             self.seen.state, self.seen.why, self.seen.log = ProcessState.FATAL, cause, lines
-            self.seen.next_try_at = None
+            self.seen.next_try_at, self.gave_up_at = None, now
             record_event(self.paths, what=self.what, event="gave_up", why=cause, log=lines)
             why = (
                 f"failed to start the same way twice in a row; gave up: {cause}"

@@ -197,3 +197,29 @@ def test_the_stage_asked_to_follow_goes_step_by_step_and_a_watcher_started_again
     st = JobStatus.read(paths.status)
     assert "the baseline stage was not started: the caps were changed" in st.message
     assert st.caps["baseline"] is False
+
+
+def test_a_runner_given_up_on_and_started_again_by_a_restart_is_watched_anew(tmp_path):
+    """The watcher gave up on the runner but goes on watching the server; a restart typed after
+    that wants the runner again: this watcher keeps it from then on, with a whole restart budget."""
+    from remote.common.status import ProcessState
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    intent.change(paths, runner={"wanted": True}, server={"wanted": True})
+    w = watch.Watcher(paths)
+    w.server.tick = lambda now, want: None  # the server: watched, alive (not this test's)
+    why = None
+    for _ in range(w.spec.max_restarts + 1):  # a death after each restart, until none is left
+        why = w.runner._died(100.0, "died", [])
+        w.runner.budget.restarting(100.0)
+    w.runner._give_up(why)
+    assert w.runner.seen.state == ProcessState.FATAL and not intent.read(paths).runner.wanted
+    assert w.tick(200.0)  # the server still watched: the watcher goes on
+    intent.change(paths, runner={"wanted": True})  # `invoke restart`
+    starts = []
+    w.runner._start = lambda now, want, next_stage=False: starts.append(now)
+    w.runner._watch = lambda now: w.runner._died(now, "died once more", [])
+    w.tick(300.0)
+    assert w.runner.seen.state != ProcessState.FATAL and w.runner.seen.restarts == 0
+    assert starts == [300.0]  # its first death after the restart: started again at once
