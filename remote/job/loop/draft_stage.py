@@ -115,7 +115,8 @@ class Measured:
 
 class DraftStage(stage.Stage):
     def __init__(self, runner, caps: Caps, force: bool):
-        super().__init__(runner, caps)
+        super().__init__(runner)
+        self.caps = caps
         self.sets: dict[str, Measured] = {}
         self.current: Measured | None = None
         self.tag = ""

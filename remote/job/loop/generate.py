@@ -30,10 +30,8 @@ from .scheduler import Scheduler
 
 class GenerateStage(stage.Stage):
     def __init__(self, runner, caps: Caps, force: bool):
-        # not stage.Stage's: its caps are its scheduler's, its fault its dispatcher's
-        self.runner = runner
+        super().__init__(runner)  # its caps are its scheduler's, its fault its dispatcher's
         paths, job, log = runner.paths, runner.job, runner.log
-        self.paths, self.job, self.log = paths, job, log
         eng = job.engine
         self.concurrency = eng.concurrency  # per server
         self.stall_after = eng.stall_minutes * 60

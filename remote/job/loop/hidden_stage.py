@@ -35,7 +35,8 @@ class HiddenStage(stage.Stage):
     def __init__(self, runner, caps: Caps, force: bool):
         """`force`: go on when the rows left do not fit the free space (it pauses before the disk
         fills, while pull --free takes files off); the records are read as they are."""
-        super().__init__(runner, caps)
+        super().__init__(runner)
+        self.caps = caps
         paths = runner.paths
         self.incoming = paths.hidden_incoming
         self.stages: dict[str, Stage] = {}

@@ -13,15 +13,12 @@ class Stage:
     """Made with (runner, caps, force). `runner`: the process it works in (its paths, job, log,
     stop state, notifier)."""
 
-    def __init__(self, runner, caps: Caps):
-        self.runner, self.caps = runner, caps  # caps: what it runs now
-        self.paths, self.job, self.log, self.stop = (
-            runner.paths,
-            runner.job,
-            runner.log,
-            runner.stop,
-        )
-        self.fatal: str | None = None  # the job's own fault: the runner fails with it
+    caps: Caps  # what it runs now
+    fatal: str | None = None  # the job's own fault: the runner fails with it
+
+    def __init__(self, runner):
+        self.runner, self.paths, self.job = runner, runner.paths, runner.job
+        self.log, self.stop = runner.log, runner.stop
         self.engine_error: str | None = None  # why the engine cannot be asked, for status
         self.urls: list[str] = []  # the servers it asks
         self.retries = 0
