@@ -73,12 +73,7 @@ def call(conn: Connector, request: Request, timeout: float | None = None, starte
     try:
         answer = read_envelope(res.answer(), type(request).answer_type())
     except ProtocolError as e:
-        why = (
-            str(e)
-            if "invoke deploy" in str(e)
-            else f"{e} (a host of another release: run `invoke deploy`)"
-        )
-        raise RemoteError(f"`remote {what}`: {why}") from None
+        raise RemoteError(f"`remote {what}`: {e}") from None
     except ValueError:
         raise RemoteError(f"`remote {what}` failed (exit {res.exit_code}): {res.why()}") from None
     if isinstance(answer, Fault):

@@ -6,9 +6,9 @@ through `write_atomic`: a temp file beside it, written, fsynced, given its mode,
 
 Files outlive releases: a record read back keeps the fields this release knows and leaves out the
 ones a newer release added (`from_dict`); a missing field, or a null where the field takes none,
-takes its default. The wire between the two sides reads through the same decoder, strictly (wire.py):
-there a renamed field must fail at once. Standard library only, and nothing of this package: every other module of
-remote/common may use it, and deploytool too.
+takes its default. The wire between the two sides reads through the same decoder, strictly
+(wire.py): there a renamed field must fail at once. Standard library only, and nothing of this
+package: every other module of remote/common may use it, and deploytool too.
 """
 
 from __future__ import annotations

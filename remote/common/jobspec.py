@@ -391,21 +391,18 @@ class Paths:
     # held by the one watcher for its life (released by the kernel on kill -9)
     watcher_lock = _Under("run/watcher.lock")
     watch_state = _Under("run/watch.json")  # what the watcher does now (WatchState)
-    supervise = _Under(
-        "run/supervise.json"
-    )  # what should run: start/stop write it, the watcher reads
+    # what should run: start and stop write it, the watcher reads it
+    supervise = _Under("run/supervise.json")
     recover_log = _Under("run/recover.jsonl")  # a line per restart, kept across runs (for report)
-    history = _Under(
-        "run/history.jsonl"
-    )  # a short line a minute, kept across restarts (for report)
+    # a short line a minute, kept across restarts (for report)
+    history = _Under("run/history.jsonl")
     # state.ImportsSeen: the engine's modules this host's Python imported whole, and from what
     imports_seen = _Under("run/imports.json")
     server_keys = _Under("run/keys.json")  # the API keys the runner sends, the owner's to read only
     # the prompt files' offset indexes (a cache: rebuilt when a prompt file changes)
     prompt_index = _Under("run/prompt-index")
-    kept = _Under(
-        "run/kept.jsonl"
-    )  # the tokens of unfinished answers, to continue them after a stop
+    # the tokens of unfinished answers, to continue them after a stop
+    kept = _Under("run/kept.jsonl")
     caps = _Under("run/caps.json")  # the job's caps (Caps), as the last command or runner took them
 
     def output(self, ds: str) -> Path:

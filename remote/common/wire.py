@@ -87,9 +87,12 @@ def read_envelope(data: dict, answer_type: type):
             f"the host's release speaks protocol {got}, this deploytool {PROTOCOL}: run "
             "`invoke deploy` to bring the host up to date"
         )
-    if data.get("ok"):
-        return from_wire(answer_type, data.get("answer"))
-    return from_wire(Fault, data.get("fault"))
+    try:
+        if data.get("ok"):
+            return from_wire(answer_type, data.get("answer"))
+        return from_wire(Fault, data.get("fault"))
+    except ProtocolError as e:  # the envelope's version agrees, the answer's shape does not
+        raise ProtocolError(f"{e} (a host of another release: run `invoke deploy`)") from None
 
 
 # ------------------------------------------------------------------ the wire: typed, strict

@@ -21,11 +21,8 @@ class History:
         self.last: dict[str, list[int]] = {}
         self.lines = 0
 
-    def _append(self, obj: dict) -> None:
-        note_line(self.path, obj)
-
     def start(self, t: float, pid: int) -> None:
-        self._append({"t": round(t), "start": pid})
+        note_line(self.path, {"t": round(t), "start": pid})
         self.last, self.lines = {}, 0
 
     def record(self, st) -> None:
@@ -41,7 +38,7 @@ class History:
         }
         if st.endpoints:
             line["up"] = "".join("1" if e.reachable else "0" for e in st.endpoints)
-        self._append(line)
+        note_line(self.path, line)
         self.last = now
         self.lines += 1
 
