@@ -11,12 +11,11 @@ neither asks for those files nor sums them again.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from remote.common.protocol import CtlFiles, CtlFree
-from remote.common.records import SHA256_DIFFERS, file_sha256
+from remote.common.records import ROWS, SHA256_DIFFERS, file_sha256, row_lines
 
 from ..connectors import Connector
 from ..errors import RemoteError
@@ -39,9 +38,9 @@ def pull_hidden(
     conn: Connector, local_root: Path, refetch: bool, free: bool, result: PullResult
 ) -> HiddenPulled:
     have = {}
-    for p in local_root.glob("*/rows.jsonl"):
+    for p in local_root.glob(f"*/{ROWS}"):
         _cut_torn_tail(p)
-        have[f"{p.parent.name}/rows.jsonl"] = p.stat().st_size
+        have[f"{p.parent.name}/{ROWS}"] = p.stat().st_size
     info = call(conn, CtlFiles(have=have, hidden=True)).files
     remote_root = f"{conn.remote_dir.rstrip('/')}/data/hidden_states"
     ledgers = PullResult(result.host, str(local_root))
@@ -60,7 +59,8 @@ def _dataset(conn: Connector, folder: Path, remote_root: str, free: bool, out: H
     ds = folder.name
     freed = _read_freed(folder)
     sums: dict[int, str] = {}
-    for n, size in _rows(folder / "rows.jsonl"):
+    for row, _ in row_lines(folder / ROWS):
+        n, size = row.n, row.bytes
         out.rows[ds] = n + 1
         path = folder / "hidden_states" / f"hs_{n}.safetensors"
         here = path.exists() and path.stat().st_size == size
@@ -101,19 +101,6 @@ def _free(conn: Connector, folder: Path, sums: dict[int, str], out: HiddenPulled
             f.write("".join(f"{n}\n" for n in done))
             f.flush()
             os.fsync(f.fileno())
-
-
-def _rows(ledger: Path):
-    """(n, bytes) of each whole row line (none while the host's ledger is empty)."""
-    if not ledger.exists():
-        return
-    with open(ledger, "rb") as f:
-        for raw in f:
-            try:
-                row = json.loads(raw)
-                yield int(row["n"]), int(row["bytes"])
-            except (ValueError, KeyError, TypeError):
-                return
 
 
 def _read_freed(folder: Path) -> set[int]:

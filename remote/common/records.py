@@ -6,16 +6,22 @@ docs/records.md lists its fields. A one-turn record keeps its reply's finish, us
 at the top; a whole-conversation record (`turns: all`) keeps each reply's in `turns`, and its last
 one's at the top as well.
 
+The hidden-states stage's ledger, typed: one `RowLine` of `<DS>/rows.jsonl` per row made; the stage
+writes it, its read-back, the report, the plan and pull read it.
+
 The pull protocol: the host lists its output files with a hash of the bytes just before what the
 local copy already has; both sides hash with the one function, so an appended file is told from a
 replaced one."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
+from .codec import Codec, from_dict
 from .jobspec import Paths
 
 
@@ -126,6 +132,78 @@ class TokenRow:
     @property
     def loss_mask(self) -> list[int]:
         return [0] * len(self.prompt_ids) + [1] * len(self.reply_ids)
+
+
+ROWS = "rows.jsonl"  # a dataset's ledger in the hidden-states stage
+
+
+@dataclass
+class RowLine(Codec):
+    """One line of a dataset's rows.jsonl, fields in the file's order: row n, the reply it is, its
+    exact tokens as speculators' trainer reads them, then what the check found of its hs_<n> file
+    and when it counted. Read back without its tokens: they are nearly all of a line's bytes, and
+    nothing here reads them again."""
+
+    n: int
+    id: str
+    record: str
+    turn: int
+    input_ids: list[int] | None  # None: read back
+    loss_mask: list[int] | None
+    seq_len: int
+    tokens: int
+    layers: int
+    hidden: int
+    dtype: str
+    bytes: int
+    t: int | None = None  # when it counted: the report's rate (a line of an older release has none)
+
+    def encode(self) -> bytes:
+        return (json.dumps(self.to_dict(), separators=(",", ":")) + "\n").encode()
+
+    @classmethod
+    def parse(cls, raw: bytes) -> RowLine:
+        """A line back, its tokens left unread; ValueError (saying why) where it is not a row's."""
+        if not raw.endswith(b"\n"):
+            raise ValueError("its line is torn (killed while it was written)")
+        for read in (cls._small, json.loads):  # a line laid out otherwise is read whole
+            try:
+                return from_dict(cls, {**read(raw), "input_ids": None, "loss_mask": None})
+            except (ValueError, TypeError):
+                continue
+        raise ValueError("its line is not a row")
+
+    @staticmethod
+    def _small(raw: bytes) -> dict:
+        """The fields either side of the tokens, as `encode` lays them out."""
+        ids, facts = raw.find(b'"input_ids"'), raw.rfind(b'"seq_len"')
+        if not 0 < ids < facts:
+            raise ValueError("no tokens between the fields")
+        return json.loads(raw[:ids] + raw[facts:])
+
+    @staticmethod
+    def trained(raw: bytes) -> int:
+        """The ones of a line's loss mask (its reply's tokens), counted in its bytes."""
+        key = raw.find(b'"loss_mask"')
+        if key < 0:
+            return 0
+        mask = raw.find(b"[", key)
+        return raw.count(b"1", mask, raw.find(b"]", mask))
+
+
+def row_lines(ledger: Path) -> Iterator[tuple[RowLine, bytes]]:
+    """A ledger's rows and their lines in order, up to the first line that is not a row's (the
+    stage cuts the ledger there when it starts again)."""
+    try:
+        f = open(ledger, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        for raw in f:
+            try:
+                yield RowLine.parse(raw), raw
+            except ValueError:
+                return
 
 
 @dataclass
@@ -284,7 +362,7 @@ def file_sha256(path: Path) -> str | None:
 def hidden_ledgers(paths: Paths, have: dict) -> dict:
     """The hidden-states stage's ledgers (<DS>/rows.jsonl, append-only), for pull."""
     out = {}
-    for p in sorted(paths.hidden_states.glob("*/" + "rows.jsonl")):
+    for p in sorted(paths.hidden_states.glob("*/" + ROWS)):
         name = f"{p.parent.name}/{p.name}"
         size, local = p.stat().st_size, have.get(name)
         out[name] = {"size": size}

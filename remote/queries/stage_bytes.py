@@ -12,9 +12,8 @@ from pathlib import Path
 from ..common import machine
 from ..common.answers import StageBytes
 from ..common.caps import HIDDEN_STATES
-from ..common.codec import json_lines
 from ..common.jobspec import Paths, ServerSpec
-from ..common.records import Record
+from ..common.records import ROWS, Record, row_lines
 from ..common.state import kept_caps
 from ..common.status import JobStatus
 
@@ -44,12 +43,9 @@ def mean_row_tokens(path: Path) -> tuple[float | None, int]:
 def measured_per_token(paths: Paths) -> float | None:
     """Bytes a token takes in the rows already made (each rows.jsonl line says both)."""
     size = tokens = 0
-    for ledger in sorted(paths.hidden_states.glob("*/rows.jsonl")):
-        for row in itertools.islice(json_lines(ledger), SAMPLE):
-            try:
-                size, tokens = size + int(row["bytes"]), tokens + int(row["tokens"])
-            except (ValueError, TypeError, KeyError):
-                continue
+    for ledger in sorted(paths.hidden_states.glob(f"*/{ROWS}")):
+        for row, _ in itertools.islice(row_lines(ledger), SAMPLE):
+            size, tokens = size + row.bytes, tokens + row.tokens
     return size / tokens if tokens else None
 
 

@@ -27,15 +27,27 @@ import time
 from pathlib import Path
 
 from ...common.answers import HiddenFreed
-from ...common.codec import atomic_file, flocked, json_lines, write_atomic
+from ...common.codec import Codec, atomic_file, flocked, json_lines, write_atomic
 from ...common.jobspec import Paths
 from ...common.protocol import CtlFree
-from ...common.records import SHA256_DIFFERS, TokenRow, file_sha256
+from ...common.records import ROWS, SHA256_DIFFERS, RowLine, TokenRow, file_sha256
 from ...common.wire import HostFault
 from .hsfile import Checked
 
-ROWS = "rows.jsonl"
 FREED = "freed.jsonl"  # rows whose file was taken off the host, checksum matched where it went
+
+
+@dataclasses.dataclass
+class Freed(Codec):
+    """One line of freed.jsonl: row n's file, `bytes` long, taken off the host (with the sum its
+    copy had; none on a line kept when the ledger was cut back)."""
+
+    n: int
+    bytes: int
+    sha256: str | None = None
+
+    def line(self) -> bytes:
+        return (json.dumps(self.to_dict()) + "\n").encode()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -75,55 +87,52 @@ class HiddenStore:
                 with open(self.ledger, "r+b") as f:
                     f.truncate(end)
                     os.fsync(f.fileno())
-            for entry in good:
-                self._count(entry["id"], entry["n"], entry)
+            for row in good:
+                self._count(row)
             self._drop_files_past(self.count)
             if end is not None and any(n >= self.count for n in self.freed):
                 # rows made again from here on are new files: an old row's freeing is not theirs
                 self.freed = {n: b for n, b in self.freed.items() if n < self.count}
-                lines = [json.dumps({"n": n, "bytes": b}) + "\n" for n, b in self.freed.items()]
-                write_atomic(self.dir / FREED, "".join(lines).encode())
+                lines = [Freed(n, b).line() for n, b in self.freed.items()]
+                write_atomic(self.dir / FREED, b"".join(lines))
         for p in self.files.glob(".hs_*.tmp"):  # a copy cut off before its rename
             p.unlink()
         self._f = open(self.ledger, "ab")
         return self
 
-    def _read_back(self) -> tuple[list[dict], int | None]:
+    def _read_back(self) -> tuple[list[RowLine], int | None]:
         """The whole lines whose files are whole, and where to cut the ledger (None: nowhere)."""
         good, seen, offset = [], set(), 0
         try:
-            data = self.ledger.read_bytes()
+            f = open(self.ledger, "rb")
         except FileNotFoundError:
             return [], None
-        for raw in data.splitlines(keepends=True):
-            why = self._unfit(raw, len(good), seen)
-            if why:
-                self.log(f"{self.ledger}: row {len(good)} and after are made again: {why}")
-                return good, offset
-            good.append(json.loads(raw))
-            seen.add(good[-1]["id"])
-            offset += len(raw)
+        with f:  # line by line: a ledger is mostly token ids, gigabytes of them in a long stage
+            for raw in f:
+                try:
+                    row = RowLine.parse(raw)
+                    why = self._unfit(row, len(good), seen)
+                except ValueError as e:
+                    why = str(e)
+                if why:
+                    self.log(f"{self.ledger}: row {len(good)} and after are made again: {why}")
+                    return good, offset
+                good.append(row)
+                seen.add(row.id)
+                offset += len(raw)
         return good, None
 
-    def _unfit(self, raw: bytes, n: int, seen: set) -> str | None:
-        if not raw.endswith(b"\n"):
-            return "its line is torn (killed while it was written)"
-        try:
-            entry = json.loads(raw)
-            size = int(entry["bytes"])
-            int(entry["tokens"]), int(entry["layers"]), int(entry["hidden"]), str(entry["dtype"])
-            if entry["n"] != n or entry["id"] in seen:
-                return f"its line is out of order (row {entry['n']} {entry['id']} at {n})"
-        except (ValueError, KeyError, TypeError):
-            return "its line is not a row"
+    def _unfit(self, row: RowLine, n: int, seen: set) -> str | None:
+        if row.n != n or row.id in seen:
+            return f"its line is out of order (row {row.n} {row.id} at {n})"
         try:
             have = self.path(n).stat().st_size
         except FileNotFoundError:
-            if self.freed.get(n) == size:
+            if self.freed.get(n) == row.bytes:
                 return None  # taken off the host whole: the row stays counted
             return f"{self.path(n).name} is gone"
-        if have != size:
-            return f"{self.path(n).name} has {have} bytes, {size} were checked"
+        if have != row.bytes:
+            return f"{self.path(n).name} has {have} bytes, {row.bytes} were checked"
         return None
 
     def _drop_files_past(self, n: int) -> None:
@@ -144,22 +153,20 @@ class HiddenStore:
         dest = self.path(n)
         _move(source, dest)
         _fsync_dir(self.files)
-        line = {"n": n, "id": row.id, "record": row.record, "turn": row.k}
-        line.update(input_ids=row.input_ids, loss_mask=row.loss_mask, seq_len=len(row.input_ids))
-        line.update(dataclasses.asdict(facts))
-        line["t"] = int(time.time())  # when it counted: the report's rate over the stage's life
-        self._f.write((json.dumps(line, separators=(",", ":")) + "\n").encode())
+        line = RowLine(n, row.id, row.record, row.k, row.input_ids, row.loss_mask,
+                       len(row.input_ids), **dataclasses.asdict(facts), t=int(time.time()))  # fmt: skip
+        self._f.write(line.encode())
         self._f.flush()
         os.fsync(self._f.fileno())
-        self._count(row.id, n, line)
+        self._count(line)
         return n
 
-    def _count(self, rid: str, n: int, entry: dict) -> None:
-        self.done[rid] = n
-        self.bytes += int(entry["bytes"])
-        self.tokens += int(entry["tokens"])
+    def _count(self, row: RowLine) -> None:
+        self.done[row.id] = row.n
+        self.bytes += row.bytes
+        self.tokens += row.tokens
         if self.shape is None:
-            self.shape = (int(entry["layers"]), int(entry["hidden"]), str(entry["dtype"]))
+            self.shape = (row.layers, row.hidden, row.dtype)
 
     def close(self) -> None:
         if self._f is not None:
@@ -179,10 +186,9 @@ def read_freed(folder: Path) -> dict[int, int]:
     """freed.jsonl's rows (n -> bytes); a line torn by a kill is a row not freed."""
     out = {}
     for entry in json_lines(folder / FREED, whole=True):
-        try:
-            out[int(entry["n"])] = int(entry["bytes"])
-        except (ValueError, KeyError, TypeError):
-            continue
+        with contextlib.suppress(TypeError):
+            line = Freed.from_dict(entry)
+            out[line.n] = line.bytes
     return out
 
 
@@ -208,8 +214,7 @@ def free_rows(root: Path, dataset: str, sums: dict[int, str]) -> tuple[int, int,
                     refused[n] = "no such file" if got is None else SHA256_DIFFERS
                     continue
                 nbytes = path.stat().st_size
-                line = {"n": n, "sha256": got, "bytes": nbytes}
-                log.write((json.dumps(line) + "\n").encode())
+                log.write(Freed(n, nbytes, got).line())
                 log.flush()
                 os.fsync(log.fileno())
                 path.unlink()

@@ -7,7 +7,9 @@ import json
 import re
 from pathlib import Path
 
-from remote.common.records import Record, Reply
+import pytest
+
+from remote.common.records import Record, Reply, RowLine
 
 REPO = Path(__file__).resolve().parents[4]
 FIXTURE = REPO / "tests" / "fixtures" / "real_vllm_records.jsonl"
@@ -92,3 +94,32 @@ def test_the_records_page_lists_every_field_a_record_has():
     turn_fields = set().union(*(t.to_json() for t in _one().generations()))
     turn_line = next(ln for ln in page.splitlines() if ln.startswith("| `turns` |"))
     assert all(f"`{k}`" in turn_line for k in turn_fields)
+
+
+def _row(**kw) -> RowLine:
+    fields = dict(n=3, id="B1-7_gen0", record="B1-7", turn=0, input_ids=[5, 6, 7, 8, 9],
+                  loss_mask=[0, 0, 1, 1, 1], seq_len=5, tokens=5, layers=4, hidden=2,
+                  dtype="BF16", bytes=160, t=1_700_000_000)  # fmt: skip
+    return RowLine(**{**fields, **kw})
+
+
+def test_a_row_line_reads_back_its_facts_and_not_its_tokens():
+    raw = _row().encode()
+    assert json.loads(raw)["input_ids"] == [5, 6, 7, 8, 9]  # the trainer's fields, as it reads them
+    assert RowLine.parse(raw) == _row(input_ids=None, loss_mask=None)
+    assert RowLine.trained(raw) == 3
+    older = json.dumps({k: v for k, v in json.loads(raw).items() if k != "t"}).encode() + b"\n"
+    assert RowLine.parse(older).t is None and RowLine.parse(older).bytes == 160
+    resorted = json.dumps(json.loads(raw), sort_keys=True, indent=None).encode() + b"\n"
+    assert RowLine.parse(resorted) == RowLine.parse(raw) and RowLine.trained(resorted) == 3
+    with pytest.raises(ValueError, match="torn"):
+        RowLine.parse(raw[:-1])
+    for bad in (raw.replace(b'"bytes":160', b'"bytes":"160"'), raw.replace(b'"n":3,', b"")):
+        with pytest.raises(ValueError, match="not a row"):
+            RowLine.parse(bad)
+
+
+def test_the_hidden_states_page_lists_a_row_lines_fields_in_order():
+    page = (REPO / "docs" / "hidden-states.md").read_text()
+    said = page[page.index("A line of `rows.jsonl`") :].split("\n\n")[0]
+    assert re.findall(r"`(\w+)`", said) == list(_row().to_dict())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from remote.common.jobspec import Paths, ServerSpec
+from remote.common.records import RowLine
 from remote.common.status import DatasetStatus, JobStatus
 from remote.queries.stage_bytes import stage_bytes
 
@@ -56,7 +57,8 @@ def test_the_rows_made_give_the_bytes_and_the_stages_status_what_is_left(tmp_pat
     outputs(paths, [record(0, 10, 30)])
     ledger = paths.hidden_states / "B1" / "rows.jsonl"
     ledger.parent.mkdir(parents=True)
-    ledger.write_text(json.dumps({"n": 0, "tokens": 40, "bytes": 4000}) + "\n" + '{"n": 1, "tok')
+    row = RowLine(0, "B1-0_gen0", "B1-0", 0, [1] * 40, [1] * 40, 40, 40, 4, 2, "BF16", 4000)
+    ledger.write_bytes(row.encode() + b'{"n": 1, "tok')
     paths.ensure()
     JobStatus(stage="hidden-states", datasets={"B1": DatasetStatus(completion_tokens=40)}).write(
         paths.status

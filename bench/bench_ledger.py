@@ -1,0 +1,85 @@
+"""Reading a hidden-states ledger (a dataset's rows.jsonl) as the product does: the stage's read-back
+when its runner starts (`HiddenStore.open`) and the report's scan (`scan_rows`). A row's line is
+nearly all token ids; what these readers need is the few fields either side of them.
+
+    .venv/bin/python bench/bench_ledger.py [--rows 20000] [--tokens 3000] [--repeat 3]
+
+Prints the median seconds of each over --repeat runs, the ledger's size, and this process's peak
+memory once the read-backs are done (what a runner starting on the ledger holds at most).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from remote.job.hidden.store import HiddenStore  # noqa: E402
+from remote.queries.report_stage import scan_rows  # noqa: E402
+
+
+def make_ledger(root: Path, rows: int, tokens: int) -> None:
+    """`rows` lines laid out as the stage writes them, each with its (small) hs_<n> file."""
+    files = root / "B1" / "hidden_states"
+    files.mkdir(parents=True)
+    prompt = tokens // 4
+    ids = list(range(1000, 1000 + tokens))
+    mask = [0] * prompt + [1] * (tokens - prompt)
+    with open(root / "B1" / "rows.jsonl", "w") as f:
+        for n in range(rows):
+            (files / f"hs_{n}.safetensors").write_bytes(b"\0" * 16)
+            line = {"n": n, "id": f"B1-{n}_gen0", "record": f"B1-{n}", "turn": 0}
+            line.update(input_ids=ids, loss_mask=mask, seq_len=tokens, tokens=tokens)
+            line.update(layers=4, hidden=4096, dtype="BF16", bytes=16, t=1_700_000_000 + n)
+            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+
+
+def timed(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--tokens", type=int, default=3_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-ledger-"))
+    try:
+        make_ledger(root, a.rows, a.tokens)
+        size = (root / "B1" / "rows.jsonl").stat().st_size
+
+        def read_back():
+            store = HiddenStore(root, "B1", log=lambda *_: None).open()
+            assert store.count == a.rows
+            store.close()
+
+        def report():
+            got, _ = scan_rows(root / "B1", collections.Counter())
+            assert got.rows == a.rows
+
+        print(f"ledger: {a.rows:,} rows of {a.tokens:,} tokens, {size / (1 << 20):,.0f} MiB")
+        print(f"stage read-back (HiddenStore.open): {timed(read_back, a.repeat):.2f} s")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"peak memory after the read-back:    {peak:,.0f} MiB")
+        print(f"report scan (scan_rows):            {timed(report, a.repeat):.2f} s")
+    finally:
+        shutil.rmtree(root)
+
+
+if __name__ == "__main__":
+    main()
