@@ -382,6 +382,7 @@ class RecoverEvent:
     what: str = "?"  # server | runner
     event: str = "?"  # died | restarted | gave_up ...
     why: str | None = None
+    log: list[str] | None = None  # a give-up: the lines of the log that say why
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from .codec import Codec, from_dict
+from .codec import Codec, from_dict, json_lines
 from .jobspec import Paths
 
 
@@ -132,6 +132,30 @@ class TokenRow:
     @property
     def loss_mask(self) -> list[int]:
         return [0] * len(self.prompt_ids) + [1] * len(self.reply_ids)
+
+
+@dataclass
+class ErrorLine(Codec):
+    """One line of `<DS>.errors.jsonl`: a prompt given up on in a run (the next start asks it again)."""
+
+    id: str
+    dataset: str = ""
+    index: int | None = None
+    error: str = ""
+    attempts: int = 0
+    time: int = 0
+
+    def encode(self) -> bytes:
+        return (json.dumps(self.to_dict(), ensure_ascii=False) + "\n").encode()
+
+
+def error_lines(path: Path) -> Iterator[ErrorLine]:
+    """A dataset's errors, in order (a line no release wrote, or torn by a kill, left out)."""
+    for entry in json_lines(path):
+        try:
+            yield from_dict(ErrorLine, entry)
+        except TypeError:
+            continue
 
 
 ROWS = "rows.jsonl"  # a dataset's ledger in the hidden-states stage

@@ -14,7 +14,8 @@ import time
 from typing import Callable
 
 from ...common import machine, metrics, procinfo
-from ...common.codec import note_line
+from ...common.answers import RecoverEvent
+from ...common.codec import note_line, plain
 from ...common.jobspec import Paths, ServerSpec
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
@@ -47,8 +48,10 @@ def _shape(cause: str, lines: list[str]) -> str:
     return re.sub(r"\d+", "#", " | ".join([cause, *lines[-2:]]))
 
 
-def record_event(paths: Paths, **event) -> None:
-    note_line(paths.recover_log, dict(event, at=time.time()))
+def record_event(
+    paths: Paths, what: str, event: str, why: str | None, log: list[str] | None = None
+):
+    note_line(paths.recover_log, plain(RecoverEvent(time.time(), what, event, why, log)))
 
 
 class Keeper:
@@ -80,7 +83,7 @@ class Keeper:
         up: the budget is spent, or a start failed the very way the one before it did (a start
         that cannot work: trying it again only repeats the same lines)."""
         self.seen.last_cause = cause
-        record_event(self.paths, what=self.what, event="died", why=cause)
+        record_event(self.paths, self.what, "died", cause)
         shape = _shape(cause, lines) if at_start else None
         again = shape is not None and shape == self.last_start_failure
         self.last_start_failure = shape
@@ -88,7 +91,7 @@ class Keeper:
         if delay is None:
             self.seen.state, self.seen.why, self.seen.log = ProcessState.FATAL, cause, lines
             self.seen.next_try_at, self.gave_up_at = None, now
-            record_event(self.paths, what=self.what, event="gave_up", why=cause, log=lines)
+            record_event(self.paths, self.what, "gave_up", cause, lines)
             why = (
                 f"failed to start the same way twice in a row; gave up: {cause}"
                 if again
@@ -113,7 +116,7 @@ class Keeper:
             f"{self.what} restarted (attempt {self.seen.attempt} of {self.spec.max_restarts}) after: "
             f"{self.seen.why}{extra}"
         )
-        record_event(self.paths, what=self.what, event="restarted", why=self.seen.why)
+        record_event(self.paths, self.what, "restarted", self.seen.why)
         self.log(msg)
         self.seen.why = None
         self.tell(f"{self.what}_restarted", msg)

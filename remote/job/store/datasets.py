@@ -7,8 +7,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...common.codec import json_lines, read_json, write_json
+from ...common.codec import read_json, write_json
 from ...common.jobspec import DatasetSpec, Paths
+from ...common.records import error_lines
 from ...common.status import DatasetState
 from .conversation import Partials
 from .ledger import Ledger, PromptState
@@ -211,4 +212,4 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
 
 
 def error_ids(path: Path) -> set[str]:
-    return {str(rec["id"]) for rec in json_lines(path) if "id" in rec}
+    return {e.id for e in error_lines(path)}

@@ -2,17 +2,32 @@
 
 A line holds the time, tokens/s, requests in flight, which servers were up, and per dataset [done,
 tokens] only where they changed since the line before (all of them on a run's first line and every
-hour), so a 30-day job stays a few MB. A runner start is a line of its own ({"t", "start": pid}).
+hour), so a 30-day job stays a few MB. A runner start is a line of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 
-from ...common.codec import json_lines, note_line
+from ...common.codec import Codec, from_dict, json_lines, note_line
 from .rates import IDLE_GAP_S, ActiveTime
 
 FULL_EVERY = 60  # lines between two full snapshots
+
+
+@dataclass
+class Line(Codec):
+    """At `t` (Unix seconds): a runner's start (its pid); or the job's tokens/s, requests in
+    flight, [done, tokens] of each dataset and which servers were up ("10": the first of two)."""
+
+    t: int
+    start: int | None = None
+    tps: float | None = None
+    fl: int | None = None
+    ds: dict[str, list[int]] | None = None
+    up: str | None = None
 
 
 class History:
@@ -22,7 +37,7 @@ class History:
         self.lines = 0
 
     def start(self, t: float, pid: int) -> None:
-        note_line(self.path, {"t": round(t), "start": pid})
+        note_line(self.path, Line(round(t), start=pid).to_dict())
         self.last, self.lines = {}, 0
 
     def record(self, st) -> None:
@@ -30,29 +45,27 @@ class History:
         now = {n: [d.done, d.completion_tokens] for n, d in st.datasets.items()}
         full = self.lines % FULL_EVERY == 0
         ds = now if full else {n: v for n, v in now.items() if self.last.get(n) != v}
-        line = {
-            "t": round(st.updated_at or 0),
-            "tps": round(st.tokens_per_s, 1),
-            "fl": st.in_flight,
-            "ds": ds,
-        }
-        if st.endpoints:
-            line["up"] = "".join("1" if e.reachable else "0" for e in st.endpoints)
-        note_line(self.path, line)
+        up = "".join("1" if e.reachable else "0" for e in st.endpoints) or None
+        line = Line(
+            round(st.updated_at or 0), None, round(st.tokens_per_s, 1), st.in_flight, ds, up
+        )
+        note_line(self.path, line.to_dict())
         self.last = now
         self.lines += 1
 
 
-def read(path: Path) -> list[dict]:
+def read(path: Path) -> list[Line]:
     """Every line, with `ds` filled in (the changed-only lines completed from the ones before)."""
     out, cur = [], {}
     for obj in json_lines(path):
-        if "start" in obj:
-            cur = {}
-        else:
-            cur = dict(cur, **obj.get("ds", {}))
-            obj["ds"] = dict(cur)
-        out.append(obj)
+        with contextlib.suppress(TypeError):  # a line no release wrote
+            line = from_dict(Line, obj)
+            if line.start is not None:
+                cur = {}
+            else:
+                cur = dict(cur, **(line.ds or {}))
+                line.ds = dict(cur)
+            out.append(line)
     return out
 
 
@@ -62,17 +75,17 @@ def active(path: Path) -> dict[str, ActiveTime]:
     tokens grew."""
     out: dict[str, ActiveTime] = {}
     prev_t, prev = None, {}
-    for obj in read(path):
-        if "start" in obj:
+    for line in read(path):
+        if line.start is not None:
             prev_t, prev = None, {}
             continue
-        now = {n: v[1] for n, v in obj["ds"].items()}
+        now = {n: v[1] for n, v in line.ds.items()}
         now[""] = sum(now.values())
         for name, tokens in now.items():
             a = out.setdefault(name, ActiveTime())
             grew = tokens - prev.get(name, tokens)
-            if prev_t is not None and grew > 0 and obj["t"] - prev_t < IDLE_GAP_S:
-                a.seconds += obj["t"] - prev_t
+            if prev_t is not None and grew > 0 and line.t - prev_t < IDLE_GAP_S:
+                a.seconds += line.t - prev_t
                 a.tokens += grew
-        prev_t, prev = obj["t"], now
+        prev_t, prev = line.t, now
     return out

@@ -3,12 +3,11 @@ wait in memory (the window bounds them), no new work is asked for, and writes ar
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Callable
 
 from ...common.jobspec import release_dir
-from ...common.records import Record, Reply
+from ...common.records import ErrorLine, Record, Reply
 from ...common.status import DiskStatus
 from . import conversation
 from .datasets import DatasetRun
@@ -63,15 +62,7 @@ class RecordWriter:
         self._write_or_hold(write)
 
     def write_error(self, run: DatasetRun, p: Prompt, reason: str, attempts: int) -> None:
-        rec = {
-            "id": p.id,
-            "dataset": run.spec.name,
-            "index": p.index,
-            "error": reason,
-            "attempts": attempts,
-            "time": int(time.time()),
-        }
-        line = (json.dumps(rec, ensure_ascii=False) + "\n").encode()
+        line = ErrorLine(p.id, run.spec.name, p.index, reason, attempts, int(time.time())).encode()
 
         def write() -> None:
             run.err.append(line)

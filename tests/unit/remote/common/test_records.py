@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.common.records import Record, Reply, RowLine
+from remote.common.records import ErrorLine, Record, Reply, RowLine
 
 REPO = Path(__file__).resolve().parents[4]
 FIXTURE = REPO / "tests" / "fixtures" / "real_vllm_records.jsonl"
@@ -123,3 +123,11 @@ def test_the_hidden_states_page_lists_a_row_lines_fields_in_order():
     page = (REPO / "docs" / "hidden-states.md").read_text()
     said = page[page.index("A line of `rows.jsonl`") :].split("\n\n")[0]
     assert re.findall(r"`(\w+)`", said) == list(_row().to_dict())
+
+
+def test_the_records_page_lists_an_error_lines_fields_and_a_line_reads_back():
+    page = (REPO / "docs" / "records.md").read_text()
+    said = page[page.index("`<DS>.errors.jsonl` instead") :].split(")")[0]
+    line = ErrorLine("B1-000004", "B1", 4, "gave up after 8 attempts: 500", 8, 1_700_000_000)
+    assert re.findall(r"`(\w+)`", said) == list(line.to_dict())
+    assert json.loads(line.encode()) == line.to_dict()

@@ -98,3 +98,23 @@ def test_records_beyond_the_cap_are_counted_apart(tmp_path):
     got = scan_outputs(path, 5, made)
     assert got.lengths == [10, 11, 12, 13, 14] and got.finish == {"stop": 5} and got.beyond == 3
     assert made == {1_000: sum(range(10, 18))}
+
+
+def test_the_watchers_events_are_read_back_as_it_wrote_them_and_a_line_of_no_event_is_left_out(
+    tmp_path,
+):
+    from remote.common.jobspec import Paths
+    from remote.host.watcher.keepers import record_event
+    from remote.queries.report_data import gather
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    record_event(paths, "runner", "died", "exit -9")
+    with open(paths.recover_log, "a") as f:  # a hand-edited line: its why is no text
+        f.write(json.dumps({"at": 1.0, "what": "runner", "event": "died", "why": 9}) + "\n")
+    record_event(paths, "server", "gave_up", "exit 1", ["CUDA out of memory"])
+    got = [(e.what, e.event, e.why, e.log) for e in gather(paths).restarts]
+    assert got == [
+        ("runner", "died", "exit -9", None),
+        ("server", "gave_up", "exit 1", ["CUDA out of memory"]),
+    ]

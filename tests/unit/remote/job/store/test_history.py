@@ -23,8 +23,8 @@ def test_only_what_changed_is_written_and_reading_fills_it_back(tmp_path):
     assert raw[0] == '{"t":100,"start":42}'
     assert '"ds":{"B1":[2,25]}' in raw[2]  # B2 did not change: not written again
     lines = history.read(path)
-    assert lines[2]["ds"] == {"B1": [2, 25], "B2": [0, 0]}  # read back whole
-    assert (lines[2]["tps"], lines[2]["fl"], lines[2]["t"]) == (12.3, 3, 220)
+    assert lines[2].ds == {"B1": [2, 25], "B2": [0, 0]}  # read back whole
+    assert (lines[2].tps, lines[2].fl, lines[2].t) == (12.3, 3, 220)
 
 
 def test_every_so_often_a_full_line_and_a_start_forgets_the_past(tmp_path):
@@ -35,7 +35,7 @@ def test_every_so_often_a_full_line_and_a_start_forgets_the_past(tmp_path):
     assert '"B1"' in path.read_text().splitlines()[FULL_EVERY]  # unchanged, but a full snapshot
     h.start(1000.0, pid=7)
     h.record(status(1001.0, B2=(1, 1)))
-    assert history.read(path)[-1]["ds"] == {"B2": [1, 1]}  # nothing carried over a start
+    assert history.read(path)[-1].ds == {"B2": [1, 1]}  # nothing carried over a start
 
 
 def test_servers_up_torn_lines_and_no_file(tmp_path):
@@ -49,7 +49,7 @@ def test_servers_up_torn_lines_and_no_file(tmp_path):
     with open(path, "a") as f:
         f.write('{"t": 6, "tps"')  # a crash mid-line
     lines = history.read(path)
-    assert len(lines) == 1 and lines[0]["up"] == "10"
+    assert len(lines) == 1 and lines[0].up == "10"
     assert history.read(tmp_path / "none.jsonl") == []
 
 
