@@ -1,8 +1,10 @@
-"""Reading a hidden-states ledger (a dataset's rows.jsonl) as the product does: the stage's read-back
-when its runner starts (`HiddenStore.open`) and the report's scan (`scan_rows`). A row's line is
-nearly all token ids; what these readers need is the few fields either side of them.
+"""What the host reads back of its own logs as a runner starts and as `report` runs: a hidden-states
+ledger (a dataset's rows.jsonl: the stage's read-back, `HiddenStore.open`, and the report's scan,
+`scan_rows`; a row's line is nearly all token ids, and these readers need the few fields either
+side of them), and a 30-day job's run/history.jsonl (`history.active`, read by each runner start
+for the job's rate).
 
-    .venv/bin/python bench/bench_ledger.py [--rows 20000] [--tokens 3000] [--repeat 3]
+    .venv/bin/python bench/bench_readback.py [--rows 20000] [--tokens 3000] [--repeat 3]
 
 Prints the median seconds of each over --repeat runs, the ledger's size, and this process's peak
 memory once the read-backs are done (what a runner starting on the ledger holds at most).
@@ -23,7 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from remote.common.status import DatasetStatus, JobStatus  # noqa: E402
 from remote.job.hidden.store import HiddenStore  # noqa: E402
+from remote.job.store import history  # noqa: E402
 from remote.queries.report_stage import scan_rows  # noqa: E402
 
 
@@ -41,6 +45,18 @@ def make_ledger(root: Path, rows: int, tokens: int) -> None:
             line.update(input_ids=ids, loss_mask=mask, seq_len=tokens, tokens=tokens)
             line.update(layers=4, hidden=4096, dtype="BF16", bytes=16, t=1_700_000_000 + n)
             f.write(json.dumps(line, separators=(",", ":")) + "\n")
+
+
+def make_history(path: Path, days: int = 30) -> None:
+    """A line a minute for `days` days of eight datasets, as the runner writes them."""
+    h = history.History(path)
+    h.start(0, 1)
+    for i in range(days * 24 * 60):
+        st = JobStatus(state="running", updated_at=60.0 * i, tokens_per_s=1234.5, in_flight=64)
+        st.datasets = {
+            f"B{d}": DatasetStatus(done=i * d, completion_tokens=i * d * 500) for d in range(1, 9)
+        }
+        h.record(st)
 
 
 def timed(fn, repeat: int) -> float:
@@ -77,6 +93,9 @@ def main() -> None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"peak memory after the read-back:    {peak:,.0f} MiB")
         print(f"report scan (scan_rows):            {timed(report, a.repeat):.2f} s")
+        make_history(root / "history.jsonl")
+        rate = timed(lambda: history.active(root / "history.jsonl"), a.repeat)
+        print(f"30 days of history (history.active): {rate:.2f} s")
     finally:
         shutil.rmtree(root)
 
