@@ -32,6 +32,19 @@ class DatasetState(StrEnum):
     COMPLETE = "complete"
     INCOMPLETE = "incomplete"  # every prompt tried; the missing ones are in <DS>.errors.jsonl
 
+    @classmethod
+    def of(
+        cls, *, done, target, left, in_flight, failed, busy, budget_reached=False
+    ) -> DatasetState:
+        """A dataset's state in every stage: complete once its target is done (or its token budget
+        reached, nothing in flight); incomplete once nothing is left to ask and some of it failed;
+        running while it asks or has asked in this run (`busy`); else pending."""
+        if done >= target or (budget_reached and not in_flight):
+            return cls.COMPLETE
+        if not left and not in_flight and failed:
+            return cls.INCOMPLETE
+        return cls.RUNNING if in_flight or busy else cls.PENDING
+
 
 class ProcessState(StrEnum):
     """The watcher's view of one supervised process (server or runner)."""

@@ -54,11 +54,15 @@ class Stage:
         )
 
     def state(self) -> str:
-        if self.done >= self.target or (self.budget_reached() and not self.in_flight):
-            return DatasetState.COMPLETE
-        if not self.todo and not self.in_flight and self.failed:
-            return DatasetState.INCOMPLETE
-        return DatasetState.RUNNING if self.in_flight or self.new else DatasetState.PENDING
+        return DatasetState.of(
+            done=self.done,
+            target=self.target,
+            left=bool(self.todo),
+            in_flight=self.in_flight,
+            failed=self.failed,
+            busy=self.new,
+            budget_reached=self.budget_reached(),
+        )
 
 
 class DiskGuard:

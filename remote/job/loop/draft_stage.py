@@ -86,11 +86,14 @@ class Measured:
         idle = not self.todo and not self.in_flight
         if self.counted and self.target and not self.kept.counts.drafts and idle:
             return DatasetState.INCOMPLETE  # answered, and no draft counted: nothing measured
-        if len(self.done) >= self.target:
-            return DatasetState.COMPLETE
-        if not self.todo and not self.in_flight and self.failed:
-            return DatasetState.INCOMPLETE
-        return DatasetState.RUNNING if self.in_flight or self.new else DatasetState.PENDING
+        return DatasetState.of(
+            done=len(self.done),
+            target=self.target,
+            left=bool(self.todo),
+            in_flight=self.in_flight,
+            failed=self.failed,
+            busy=self.new,
+        )
 
     def status(self, now: float, started: float) -> DatasetStatus:
         return DatasetStatus(

@@ -148,15 +148,16 @@ class DatasetRun:
         self.prompts_changed = False
 
     def state(self) -> str:
-        if self.done_in_target >= self.target_n or (self.budget_reached() and not self.in_flight):
-            return DatasetState.COMPLETE
-        if self.in_flight or self.ledger.next_due_at() is not None:
-            return DatasetState.RUNNING
-        if self.next_pos >= self.target_n and self.failed:
-            return (
-                DatasetState.INCOMPLETE
-            )  # every prompt tried; the missing ones are in <DS>.errors.jsonl
-        return DatasetState.RUNNING if self.new_records else DatasetState.PENDING
+        due = self.ledger.next_due_at() is not None  # a retry waits its backoff: still running
+        return DatasetState.of(
+            done=self.done_in_target,
+            target=self.target_n,
+            left=self.next_pos < self.target_n or due,
+            in_flight=self.in_flight,
+            failed=self.failed,  # every prompt tried: the missing ones are in <DS>.errors.jsonl
+            busy=self.new_records or due,
+            budget_reached=self.budget_reached(),
+        )
 
 
 def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) -> DatasetRun:

@@ -34,3 +34,22 @@ def test_a_dataset_its_budget_ended_short_says_so():
     assert short.said_state == "budget reached"
     whole = DatasetStatus(DatasetState.COMPLETE, 300, 300, budget=700_000, budget_reached=True)
     assert whole.said_state == "complete"  # every prompt answered: nothing to explain
+
+
+def test_a_datasets_state_is_one_rule_for_every_stage():
+    S = DatasetState
+
+    def of(**kw):
+        base = dict(done=3, target=10, left=True, in_flight=0, failed=0, busy=False)
+        return S.of(**{**base, **kw})
+
+    assert of() == S.PENDING and of(busy=True) == S.RUNNING and of(in_flight=2) == S.RUNNING
+    assert of(done=10) == S.COMPLETE and of(budget_reached=True) == S.COMPLETE
+    assert of(budget_reached=True, in_flight=1) == S.RUNNING  # its answers in flight still count
+    assert (
+        of(left=False, failed=1) == S.INCOMPLETE
+        and of(left=False, failed=1, in_flight=1) == S.RUNNING
+    )
+    assert (
+        of(left=False, busy=True) == S.RUNNING
+    )  # nothing left, nothing failed: its last in writing
