@@ -134,8 +134,12 @@ def not_followed(paths: Paths, stage: str, why: str) -> None:
 
 
 def fail_job(paths: Paths, why: str) -> None:
-    """The job's verdict when the watcher gives up: `failed`, with the reason."""
+    """The job's verdict when the watcher gives up: `failed`, with the reason. A stage that had
+    finished before it (the draft, its baseline's server then given up on) is said finished too:
+    what failed is the stage that was to follow it."""
     st = JobStatus.read(paths.status) or JobStatus()
+    if st.state == JobState.FINISHED and st.follows:
+        why = f"the {st.stage} stage finished; the {st.follows} stage was not started: {why}"
     st.end(JobState.FAILED, why, time.time()).write(paths.status)
 
 

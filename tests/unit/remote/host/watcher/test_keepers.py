@@ -136,3 +136,23 @@ def test_a_start_that_fails_the_same_way_twice_is_not_tried_a_third_time(tmp_pat
     gone = "its process is gone"
     assert k._died(400.0, gone, [], at_start=False) is None  # deaths after running: the budget's
     assert k._died(500.0, gone, [], at_start=False) is None
+
+
+def test_a_give_up_after_the_draft_finished_says_the_draft_finished_and_its_baseline_failed(
+    tmp_path,
+):
+    from remote.common.caps import Caps
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    draft = Caps(stage="draft", baseline=True).to_dict()
+    JobStatus(state=JobState.FINISHED, stage="draft", caps=draft).write(paths.status)
+    keepers.fail_job(paths, "the server failed to start: CUDA out of memory")
+    st = JobStatus.read(paths.status)
+    assert st.state == JobState.FAILED and st.message == (
+        "the draft stage finished; the baseline stage was not started: "
+        "the server failed to start: CUDA out of memory"
+    )
+    JobStatus(state=JobState.RUNNING, stage="draft", caps=draft).write(paths.status)
+    keepers.fail_job(paths, "the runner died again")  # the draft's own runner: the draft failed
+    assert JobStatus.read(paths.status).message == "the runner died again"
