@@ -223,3 +223,20 @@ def test_settings_are_not_mixed_silently_and_token_ids_are_required(tmp_path):
     with pytest.raises(DeployToolError, match="no token ids.*return_token_ids: true"):
         export([a], tmp_path / "z.jsonl", fmt="speculators")
     assert not (tmp_path / "z.jsonl").exists()  # nothing half-written
+
+
+def test_what_is_left_out_is_counted_in_rows_whether_a_reply_or_a_whole_record_goes(tmp_path):
+    """A per-turn export makes a row of each reply: a record beyond the cap or seen on another host
+    leaves out its rows, counted as rows like a reply left out alone (one unit in the manifest)."""
+    meta = {"model": "m", "sampling": {}, "chat_template_kwargs": {}}
+
+    def convo(i: int) -> dict:  # two generated replies: two rows per turn
+        turns = [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}] * 2
+        return {"id": f"c{i}", "index": i, "finish_reason": "stop", "conversations": turns,
+                "turns": [{"finish_reason": "stop", "usage": {}}] * 2}  # fmt: skip
+
+    a = write_pulled(tmp_path / "h1", "C", [convo(0), convo(1), convo(2)], meta)
+    a.cap = 2  # c2 lies beyond the cap
+    b = write_pulled(tmp_path / "h2", "C", [convo(0)], meta)  # c0 again, from another host
+    r = export([a, b], tmp_path / "x.jsonl", fmt="specforge", per_turn=True)
+    assert r.rows == 4 and r.datasets["C"]["dropped"] == {"beyond_cap": 2, "duplicate": 2}

@@ -55,10 +55,13 @@ class DatasetTally:
     records: int = 0
     kept: int = 0
     rows: int = 0
-    dropped: dict = field(default_factory=dict)
+    dropped: dict = field(default_factory=dict)  # reason -> rows left out (a record's, all of them)
     releases: set = field(default_factory=set)
     first: int | None = None
     last: int | None = None
+
+    def left_out(self, why: str, rows: int = 1) -> None:
+        self.dropped[why] = self.dropped.get(why, 0) + rows
 
     def saw(self, rec: Record) -> None:
         self.records += 1
@@ -289,7 +292,7 @@ def _rows(rec: Record, fmt: str, drop, per_turn: bool, tally: DatasetTally) -> l
     for k, piece in enumerate(pieces(rec, per_reply)):
         why = drop_reason(piece, drop)
         if why:
-            tally.dropped[why] = tally.dropped.get(why, 0) + 1
+            tally.left_out(why)
         else:
             rows.append(ROWS[fmt](rec, piece, k if per_reply else None))
     return rows
@@ -303,12 +306,13 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
                 break  # a torn tail (a pull killed mid-line): the next pull completes it
             rec = Record.from_json(json.loads(raw))
             tally.saw(rec)
+            # a record left out whole counts the rows it would have made, as the other reasons do
+            whole = len(pieces(rec, per_turn or fmt in PER_REPLY))
             if "beyond_cap" in drop and not within(rec.index, s.cap):
-                tally.dropped["beyond_cap"] = tally.dropped.get("beyond_cap", 0) + 1
+                tally.left_out("beyond_cap", whole)
                 continue
-            if (s.dataset, rec.id) in seen:
-                # the same prompt recorded on two hosts: the first is kept
-                tally.dropped["duplicate"] = tally.dropped.get("duplicate", 0) + 1
+            if (s.dataset, rec.id) in seen:  # the same prompt recorded on two hosts: the first kept
+                tally.left_out("duplicate", whole)
                 continue
             seen.add((s.dataset, rec.id))
             try:
