@@ -274,6 +274,19 @@ def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
     return out
 
 
+DIM = "dim"  # a line for information: the one-line view leaves it out
+
+
+def extra_lines(st: JobStatus, now: float) -> list[tuple[str, str]]:
+    """What every view of the job says under its table, in order, each with its style: the
+    servers, the kept answers, the GPUs, the disk, hints, notices, the watcher's word."""
+    out = [(text, "red" if down else DIM) for text, down in endpoint_lines(st, now)]
+    out += [(text, style) for text, style in ((kept_line(st), DIM), (gpu_line(st), "")) if text]
+    out += [disk_line(st)] if disk_line(st) else []
+    out += [(text, "yellow") for text in hints(st) + notices(st)]
+    return out + recovery_lines(st)
+
+
 def totals(statuses: list[JobStatus]) -> tuple[int, float, int | None]:
     """Tokens, tokens/s and the ETA over every host (the ETA: the last host to finish)."""
     tok = sum(s.completion_tokens for s in statuses)
@@ -352,13 +365,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
     )
     line, bad = health(st, now)
     parts = [head, table, total, Text(line, style="red" if bad else "dim")]
-    parts += [Text(text, style="red" if down else "dim") for text, down in endpoint_lines(st, now)]
-    parts += [Text(line, style="dim") for line in (kept_line(st), gpu_line(st)) if line]
-    if disk_line(st):
-        parts.append(Text(disk_line(st)[0], style=disk_line(st)[1]))
-    parts += [Text(h, style="yellow") for h in hints(st)]
-    parts += [Text(n, style="yellow") for n in notices(st)]
-    parts += [Text(text, style=style) for text, style in recovery_lines(st)]
+    parts += [Text(text, style=style) for text, style in extra_lines(st, now)]
     if st.message:
         parts.append(Text(st.message, style="yellow"))
     if note:
@@ -419,13 +426,7 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
         ds += " rows"
         made = f"{fmt_tokens(st.completion_tokens)} tok in rows {st.samples_per_s:,.1f} rows/s"
     out = f"{stamp} {host}:{stage} {st.state} | {ds} | {made} ETA {eta} | {line}"
-    down = [text for text, bad in endpoint_lines(st, now) if bad]
-    disk = disk_line(st)
-    if disk and disk[1] != "dim":
-        down.append(disk[0])
-    if gpu_line(st):
-        down.append(gpu_line(st))
-    down += [text for text, style in recovery_lines(st) if style != "dim"]
+    said = [text for text, style in extra_lines(st, now) if style != DIM]
     if st.terminal and st.message:  # its verdict's words (what was left out, and why)
-        down.append(st.message)
-    return out + "".join(f" | {x}" for x in down + notices(st)) + (f" | {note}" if note else "")
+        said.append(st.message)
+    return out + "".join(f" | {x}" for x in said) + (f" | {note}" if note else "")

@@ -15,18 +15,7 @@ from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, MEASURES, f
 from remote.common.status import JobStatus
 
 from ..errors import DeployToolError
-from .progress import (
-    MEAN_NOTE,
-    disk_line,
-    endpoint_lines,
-    engine_said,
-    fmt_rate,
-    gpu_line,
-    hints,
-    notices,
-    recovery_lines,
-    shows_mean,
-)
+from .progress import DIM, MEAN_NOTE, engine_said, extra_lines, fmt_rate, shows_mean
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 from .typed import say
@@ -246,19 +235,8 @@ def status_screen(s: JobStatus, out: Console = console, now: float | None = None
         out.print(draft_table(s), markup=False)
     elif s.datasets:
         work_table(s, out, now)
-    for line, down in endpoint_lines(s, now):
-        out.print(f"  {line}", style="red" if down else None, markup=False)
-    if gpu_line(s):
-        out.print(f"  {gpu_line(s)}", markup=False)
-    if disk_line(s):
-        text, style = disk_line(s)
-        out.print(f"  {text}", style=None if style == "dim" else style, markup=False)
-    for hint in hints(s):
-        out.print(f"  {hint}", style="yellow", markup=False)
-    for note in notices(s):
-        out.print(f"  [yellow]{escape(note)}[/]")
-    for text, style in recovery_lines(s):
-        out.print(f"  {text}", style=None if style == "dim" else style, markup=False)
+    for text, style in extra_lines(s, now):
+        out.print(f"  {text}", style=None if style in (DIM, "") else style, markup=False)
     if s.strays:
         out.print(
             f"  [red]runner processes without a pid file: {s.strays} (restart or stop takes care of them)[/]"
