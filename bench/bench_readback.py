@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import resource
 import shutil
 import statistics
@@ -25,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from remote.common.records import ROWS, RowLine  # noqa: E402
 from remote.common.status import DatasetStatus, JobStatus  # noqa: E402
 from remote.job.hidden.store import HiddenStore  # noqa: E402
 from remote.job.store import history  # noqa: E402
@@ -38,13 +38,13 @@ def make_ledger(root: Path, rows: int, tokens: int) -> None:
     prompt = tokens // 4
     ids = list(range(1000, 1000 + tokens))
     mask = [0] * prompt + [1] * (tokens - prompt)
-    with open(root / "B1" / "rows.jsonl", "w") as f:
+    with open(root / "B1" / ROWS, "wb") as f:
         for n in range(rows):
             (files / f"hs_{n}.safetensors").write_bytes(b"\0" * 16)
-            line = {"n": n, "id": f"B1-{n}_gen0", "record": f"B1-{n}", "turn": 0}
-            line.update(input_ids=ids, loss_mask=mask, seq_len=tokens, tokens=tokens)
-            line.update(layers=4, hidden=4096, dtype="BF16", bytes=16, t=1_700_000_000 + n)
-            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+            line = RowLine(n=n, id=f"B1-{n}_gen0", record=f"B1-{n}", input_ids=ids, loss_mask=mask,
+                           seq_len=tokens, tokens=tokens, layers=4, hidden=4096, dtype="BF16",
+                           bytes=16, t=1_700_000_000 + n)  # fmt: skip
+            f.write(line.line())
 
 
 def make_history(path: Path, days: int = 30) -> None:

@@ -13,7 +13,8 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
                   the one check per kind of value the validator takes from there
         caps      the job's caps (run/caps.json) and the parsers of their flags and token counts
         status    status.json, typed (nested parts too)
-        records   the output record, typed (Record, Reply, Turn), and the file listing pull compares
+        records   the output record, typed (Record, Reply, Turn), a prompt's error line, a hidden-states
+                  row (RowLine), and the file listing pull compares
         state     the other files under run/, typed (pid files, control.json, supervise.json)
         codec     the one atomic write every replaced file goes through, the one decoder (tolerant
                   for files, strict for the wire), JSON lines read, a log line appended, a file lock

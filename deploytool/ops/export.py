@@ -286,10 +286,9 @@ def export(
     )
 
 
-def _rows(rec: Record, fmt: str, drop, per_turn: bool, tally: DatasetTally) -> list[dict]:
-    per_reply = per_turn or fmt in PER_REPLY
+def _rows(rec: Record, made: list, fmt: str, drop, per_reply: bool, tally) -> list[dict]:
     rows = []
-    for k, piece in enumerate(pieces(rec, per_reply)):
+    for k, piece in enumerate(made):
         why = drop_reason(piece, drop)
         if why:
             tally.left_out(why)
@@ -299,6 +298,7 @@ def _rows(rec: Record, fmt: str, drop, per_turn: bool, tally: DatasetTally) -> l
 
 
 def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
+    per_reply = per_turn or fmt in PER_REPLY
     with open(s.path, "rb") as src:
         for raw in src:
             advance(len(raw))
@@ -307,16 +307,16 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
             rec = Record.from_json(json.loads(raw))
             tally.saw(rec)
             # a record left out whole counts the rows it would have made, as the other reasons do
-            whole = len(pieces(rec, per_turn or fmt in PER_REPLY))
+            made = pieces(rec, per_reply)
             if "beyond_cap" in drop and not within(rec.index, s.cap):
-                tally.left_out("beyond_cap", whole)
+                tally.left_out("beyond_cap", len(made))
                 continue
             if (s.dataset, rec.id) in seen:  # the same prompt recorded on two hosts: the first kept
-                tally.left_out("duplicate", whole)
+                tally.left_out("duplicate", len(made))
                 continue
             seen.add((s.dataset, rec.id))
             try:
-                rows = _rows(rec, fmt, drop, per_turn, tally)
+                rows = _rows(rec, made, fmt, drop, per_reply, tally)
             except NoTokenIds:
                 raise DeployToolError(
                     f"{s.host}:{s.dataset}: record {rec.id} has no token ids: the speculators "

@@ -171,7 +171,10 @@ def restarts_table(events: list[RecoverEvent]) -> str:
         f"<tr><td>{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e.at))}</td>"
         f"<td>{html.escape(e.what)}</td>"
         f"<td>{gave_up if e.event == 'gave_up' else html.escape(e.event)}"
-        f"</td><td style='text-align:left'>{html.escape(e.why or '')}</td></tr>"
+        f"</td><td style='text-align:left'>{html.escape(e.why or '')}"
+        # a give-up: the last lines of the log that said why
+        + "".join(f'<br><span class="sub">{html.escape(x)}</span>' for x in (e.log or [])[-3:])
+        + "</td></tr>"
         for e in events
     )
     return (

@@ -80,10 +80,16 @@ def write_json(path: Path, data, mode: int = 0o644, sync: bool = True) -> None:
     write_atomic(path, json.dumps(data, indent=1) + "\n", mode, sync)
 
 
-def note_line(path, obj: dict) -> None:
+def json_line(obj) -> bytes:
+    """A record (or a dict) as one line of a JSON-lines file: compact, UTF-8, its unset fields left
+    out."""
+    return (json.dumps(plain(obj), ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def note_line(path, obj) -> None:
     """One JSON line appended to a log kept for people and reports (history, restarts), in one
     write: a full disk loses the line, never the job."""
-    line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    line = json_line(obj)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -108,6 +114,16 @@ def json_lines(path, whole: bool = False) -> Iterator[dict]:
                     yield obj
     except OSError:  # no file, or none this process may read: no lines
         return
+
+
+def typed_lines(path, cls, whole: bool = False) -> Iterator:
+    """Each line of a JSON-lines file read back as `cls`, in order; a line that is none (torn, or
+    one no release wrote) is left out."""
+    for obj in json_lines(path, whole):
+        try:
+            yield from_dict(cls, obj)
+        except TypeError:
+            continue
 
 
 def read_json(path) -> dict | None:
@@ -261,6 +277,10 @@ class Codec:
 
     def to_dict(self) -> dict:
         return plain(self, self.KEEP_NONE)
+
+    def line(self) -> bytes:
+        """As one line of a JSON-lines file."""
+        return json_line(self.to_dict())
 
 
 class Record(Codec):

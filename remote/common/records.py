@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from .codec import Codec, from_dict, json_lines
+from .codec import Codec, from_dict
 from .jobspec import Paths
 
 
@@ -145,45 +145,32 @@ class ErrorLine(Codec):
     attempts: int = 0
     time: int = 0
 
-    def encode(self) -> bytes:
-        return (json.dumps(self.to_dict(), ensure_ascii=False) + "\n").encode()
-
-
-def error_lines(path: Path) -> Iterator[ErrorLine]:
-    """A dataset's errors, in order (a line no release wrote, or torn by a kill, left out)."""
-    for entry in json_lines(path):
-        try:
-            yield from_dict(ErrorLine, entry)
-        except TypeError:
-            continue
-
 
 ROWS = "rows.jsonl"  # a dataset's ledger in the hidden-states stage
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RowLine(Codec):
     """One line of a dataset's rows.jsonl, fields in the file's order: row n, the reply it is, its
     exact tokens as speculators' trainer reads them, then what the check found of its hs_<n> file
     and when it counted. Read back without its tokens: they are nearly all of a line's bytes, and
-    nothing here reads them again."""
+    nothing here reads them again. A line must say what counting the row takes (its n, id, file's
+    size and shape, tokens); the rest has a default, so that a line another release wrote is never
+    taken for no row (the stage would make it, and every row after it, again)."""
 
     n: int
     id: str
-    record: str
-    turn: int
-    input_ids: list[int] | None  # None: read back
-    loss_mask: list[int] | None
-    seq_len: int
+    record: str = ""
+    turn: int = 0
+    input_ids: list[int] | None = None  # None: read back
+    loss_mask: list[int] | None = None
+    seq_len: int = 0
     tokens: int
     layers: int
     hidden: int
     dtype: str
     bytes: int
-    t: int | None = None  # when it counted: the report's rate (a line of an older release has none)
-
-    def encode(self) -> bytes:
-        return (json.dumps(self.to_dict(), separators=(",", ":")) + "\n").encode()
+    t: float | None = None  # when it counted (Unix seconds): the report's rate
 
     @classmethod
     def parse(cls, raw: bytes) -> RowLine:
@@ -219,15 +206,15 @@ def row_lines(ledger: Path) -> Iterator[tuple[RowLine, bytes]]:
     """A ledger's rows and their lines in order, up to the first line that is not a row's (the
     stage cuts the ledger there when it starts again)."""
     try:
-        f = open(ledger, "rb")
-    except FileNotFoundError:
+        with open(ledger, "rb") as f:
+            for raw in f:
+                try:
+                    row = RowLine.parse(raw)
+                except ValueError:
+                    return
+                yield row, raw
+    except OSError:  # no ledger, or none this process may read: no rows
         return
-    with f:
-        for raw in f:
-            try:
-                yield RowLine.parse(raw), raw
-            except ValueError:
-                return
 
 
 @dataclass

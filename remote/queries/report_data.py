@@ -5,7 +5,6 @@ the errors. One JSON answer; the page itself is made on the local side."""
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -13,10 +12,10 @@ from pathlib import Path
 
 from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
 from ..common.caps import GENERATE, within
-from ..common.codec import from_dict, json_lines
+from ..common.codec import typed_lines
 from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ..common.protocol import CtlReport
-from ..common.records import Record, error_lines
+from ..common.records import ErrorLine, Record
 from ..common.state import kept_caps
 from ..common.status import JobStatus
 from ..job.store import history
@@ -129,7 +128,7 @@ def histogram(values: list[int], top: int) -> Histogram:
 
 def errors(path: Path) -> tuple[int, list[str]]:
     n, last = 0, collections.deque(maxlen=LAST_ERRORS)
-    for e in error_lines(path):
+    for e in typed_lines(path, ErrorLine):
         n += 1
         last.append(f"{e.id}: {e.error[:200]}")
     return n, list(last)
@@ -168,10 +167,9 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
             last_errors=last,
         )
     lines = history.read(paths.history)
-    restarts = []  # the watcher's, kept across runs
-    for e in list(json_lines(paths.recover_log))[-MAX_RESTARTS:]:
-        with contextlib.suppress(TypeError):  # a line no release wrote
-            restarts.append(from_dict(RecoverEvent, e))
+    restarts = list(typed_lines(paths.recover_log, RecoverEvent))[
+        -MAX_RESTARTS:
+    ]  # kept across runs
     starts = [x.t for x in lines if x.start is not None]
     points, mean = throughput(made)
     stage, rows_made = stage_of(paths.hidden_states, names, st)

@@ -32,7 +32,7 @@ def scan_rows(folder: Path, made: collections.Counter) -> tuple[ReportStage, lis
         if got.layers is None:
             got.layers, got.hidden, got.dtype = row.layers, row.hidden, row.dtype
         if row.t is not None:
-            made[row.t] += row.tokens
+            made[int(row.t)] += row.tokens
     freed = {n: b for n, b in read_freed(folder).items() if n < got.rows}
     got.freed, got.freed_bytes = len(freed), sum(freed.values())
     return got, lengths

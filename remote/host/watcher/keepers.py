@@ -15,7 +15,7 @@ from typing import Callable
 
 from ...common import machine, metrics, procinfo
 from ...common.answers import RecoverEvent
-from ...common.codec import note_line, plain
+from ...common.codec import note_line
 from ...common.jobspec import Paths, ServerSpec
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
@@ -51,7 +51,7 @@ def _shape(cause: str, lines: list[str]) -> str:
 def record_event(
     paths: Paths, what: str, event: str, why: str | None, log: list[str] | None = None
 ):
-    note_line(paths.recover_log, plain(RecoverEvent(time.time(), what, event, why, log)))
+    note_line(paths.recover_log, RecoverEvent(time.time(), what, event, why, log))
 
 
 class Keeper:
@@ -129,8 +129,12 @@ def not_followed(paths: Paths, stage: str, why: str) -> None:
     if st is None or not st.follows:
         return
     st.caps = dict(st.caps, baseline=False)
-    st.message = "; ".join(filter(None, [st.message, f"the {stage} stage was not started: {why}"]))
+    st.message = "; ".join(filter(None, [st.message, _not_started(stage, why)]))
     st.write(paths.status)
+
+
+def _not_started(stage: str, why: str) -> str:
+    return f"the {stage} stage was not started: {why}"
 
 
 def fail_job(paths: Paths, why: str) -> None:
@@ -139,7 +143,7 @@ def fail_job(paths: Paths, why: str) -> None:
     what failed is the stage that was to follow it."""
     st = JobStatus.read(paths.status) or JobStatus()
     if st.state == JobState.FINISHED and st.follows:
-        why = f"the {st.stage} stage finished; the {st.follows} stage was not started: {why}"
+        why = f"the {st.stage} stage finished; {_not_started(st.follows, why)}"
     st.end(JobState.FAILED, why, time.time()).write(paths.status)
 
 

@@ -20,14 +20,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import json
 import os
 import shutil
 import time
+import typing
 from pathlib import Path
 
 from ...common.answers import HiddenFreed
-from ...common.codec import Codec, atomic_file, flocked, json_lines, write_atomic
+from ...common.codec import Codec, atomic_file, flocked, typed_lines, write_atomic
 from ...common.jobspec import Paths
 from ...common.protocol import CtlFree
 from ...common.records import ROWS, SHA256_DIFFERS, RowLine, TokenRow, file_sha256
@@ -44,10 +44,7 @@ class Freed(Codec):
 
     n: int
     bytes: int
-    sha256: str | None = None
-
-    def line(self) -> bytes:
-        return (json.dumps(self.to_dict()) + "\n").encode()
+    sha256: typing.Any = None  # for the record: never read back
 
 
 def _fsync_dir(path: Path) -> None:
@@ -153,9 +150,10 @@ class HiddenStore:
         dest = self.path(n)
         _move(source, dest)
         _fsync_dir(self.files)
-        line = RowLine(n, row.id, row.record, row.k, row.input_ids, row.loss_mask,
-                       len(row.input_ids), **dataclasses.asdict(facts), t=int(time.time()))  # fmt: skip
-        self._f.write(line.encode())
+        line = RowLine(n=n, id=row.id, record=row.record, turn=row.k, input_ids=row.input_ids,
+                       loss_mask=row.loss_mask, seq_len=len(row.input_ids),
+                       **dataclasses.asdict(facts), t=int(time.time()))  # fmt: skip
+        self._f.write(line.line())
         self._f.flush()
         os.fsync(self._f.fileno())
         self._count(line)
@@ -184,12 +182,7 @@ def locked(folder: Path):
 
 def read_freed(folder: Path) -> dict[int, int]:
     """freed.jsonl's rows (n -> bytes); a line torn by a kill is a row not freed."""
-    out = {}
-    for entry in json_lines(folder / FREED, whole=True):
-        with contextlib.suppress(TypeError):
-            line = Freed.from_dict(entry)
-            out[line.n] = line.bytes
-    return out
+    return {line.n: line.bytes for line in typed_lines(folder / FREED, Freed, whole=True)}
 
 
 def free_rows(root: Path, dataset: str, sums: dict[int, str]) -> tuple[int, int, int, dict]:

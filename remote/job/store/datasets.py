@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...common.codec import read_json, write_json
+from ...common.codec import read_json, typed_lines, write_json
 from ...common.jobspec import DatasetSpec, Paths
-from ...common.records import error_lines
+from ...common.records import ErrorLine
 from ...common.status import DatasetState
 from .conversation import Partials
 from .ledger import Ledger, PromptState
@@ -213,4 +213,4 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
 
 
 def error_ids(path: Path) -> set[str]:
-    return {e.id for e in error_lines(path)}
+    return {e.id for e in typed_lines(path, ErrorLine)}

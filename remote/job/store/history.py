@@ -7,11 +7,10 @@ hour), so a 30-day job stays a few MB. A runner start is a line of its own.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...common.codec import Codec, from_dict, json_lines, note_line
+from ...common.codec import Codec, note_line, typed_lines
 from .rates import IDLE_GAP_S, ActiveTime
 
 FULL_EVERY = 60  # lines between two full snapshots
@@ -37,7 +36,7 @@ class History:
         self.lines = 0
 
     def start(self, t: float, pid: int) -> None:
-        note_line(self.path, Line(round(t), start=pid).to_dict())
+        note_line(self.path, Line(round(t), start=pid))
         self.last, self.lines = {}, 0
 
     def record(self, st) -> None:
@@ -49,7 +48,7 @@ class History:
         line = Line(
             round(st.updated_at or 0), None, round(st.tokens_per_s, 1), st.in_flight, ds, up
         )
-        note_line(self.path, line.to_dict())
+        note_line(self.path, line)
         self.last = now
         self.lines += 1
 
@@ -57,15 +56,15 @@ class History:
 def read(path: Path) -> list[Line]:
     """Every line, with `ds` filled in (the changed-only lines completed from the ones before)."""
     out, cur = [], {}
-    for obj in json_lines(path):
-        with contextlib.suppress(TypeError):  # a line no release wrote
-            line = from_dict(Line, obj)
-            if line.start is not None:
-                cur = {}
-            else:
-                cur = dict(cur, **(line.ds or {}))
-                line.ds = dict(cur)
-            out.append(line)
+    for line in typed_lines(path, Line):
+        if line.start is not None:
+            cur = {}
+        elif all(isinstance(v, list) and len(v) == 2 for v in (line.ds or {}).values()):
+            cur = dict(cur, **(line.ds or {}))
+            line.ds = dict(cur)
+        else:
+            continue  # a line no release wrote: each dataset's [done, tokens]
+        out.append(line)
     return out
 
 

@@ -62,7 +62,7 @@ class RecordWriter:
         self._write_or_hold(write)
 
     def write_error(self, run: DatasetRun, p: Prompt, reason: str, attempts: int) -> None:
-        line = ErrorLine(p.id, run.spec.name, p.index, reason, attempts, int(time.time())).encode()
+        line = ErrorLine(p.id, run.spec.name, p.index, reason, attempts, int(time.time())).line()
 
         def write() -> None:
             run.err.append(line)

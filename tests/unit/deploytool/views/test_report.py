@@ -52,3 +52,17 @@ def test_drafts_side_by_side_with_the_speedup_over_the_baseline():
     assert "no draft (baseline)" in section and "100 tok/s" in section
     assert "<b>3.00</b> · 250 tok/s (×2.50 the baseline)" in section
     assert "None measured yet" in report.page(ReportAnswer()).split("<h2>Drafts measured</h2>")[1]
+
+
+def test_a_give_up_shows_the_last_lines_of_the_log_that_said_why():
+    from remote.common.answers import RecoverEvent
+
+    log = ["loading", "torch.OutOfMemoryError: CUDA out of memory <GPU 0>", "exit 1"]
+    page = report.restarts_table(
+        [
+            RecoverEvent(1.0, "server", "died", "exit 1"),
+            RecoverEvent(2.0, "server", "gave_up", "exit 1", ["first"] + log),
+        ]
+    )
+    assert "CUDA out of memory &lt;GPU 0&gt;" in page and "first" not in page
+    assert page.count('class="sub">') == 4  # the count of restarts, and three lines of the log

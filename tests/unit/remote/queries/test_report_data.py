@@ -100,7 +100,7 @@ def test_records_beyond_the_cap_are_counted_apart(tmp_path):
     assert made == {1_000: sum(range(10, 18))}
 
 
-def test_the_watchers_events_are_read_back_as_it_wrote_them_and_a_line_of_no_event_is_left_out(
+def test_the_watchers_events_are_read_back_as_it_wrote_them_and_a_line_no_release_wrote_is_left_out(
     tmp_path,
 ):
     from remote.common.jobspec import Paths

@@ -57,8 +57,8 @@ def test_the_rows_made_give_the_bytes_and_the_stages_status_what_is_left(tmp_pat
     outputs(paths, [record(0, 10, 30)])
     ledger = paths.hidden_states / "B1" / "rows.jsonl"
     ledger.parent.mkdir(parents=True)
-    row = RowLine(0, "B1-0_gen0", "B1-0", 0, [1] * 40, [1] * 40, 40, 40, 4, 2, "BF16", 4000)
-    ledger.write_bytes(row.encode() + b'{"n": 1, "tok')
+    row = RowLine(n=0, id="B1-0_gen0", tokens=40, layers=4, hidden=2, dtype="BF16", bytes=4000)
+    ledger.write_bytes(row.line() + b'{"n": 1, "tok')
     paths.ensure()
     JobStatus(stage="hidden-states", datasets={"B1": DatasetStatus(completion_tokens=40)}).write(
         paths.status

@@ -101,6 +101,27 @@ def test_a_line_out_of_order_or_twice_ends_the_ledger_there(tmp_path):
     assert again.count == 1 and any("out of order" in s for s in said)
 
 
+def test_a_line_another_release_wrote_counts_its_row_and_no_file_is_made_again(tmp_path):
+    """What counting a row takes is there (n, id, the file's size and shape, tokens); the rest is
+    missing, laid out otherwise or of another type: the row and every row after it stay counted."""
+    store = filled(tmp_path)
+    lines = (store.dir / ROWS).read_text().splitlines()
+    other = {k: v for k, v in json.loads(lines[1]).items() if k not in ("record", "seq_len")}
+    lines[1] = json.dumps(dict(other, t=1.5, turn=None, extra={"new": 1}), indent=None)
+    (store.dir / ROWS).write_text("\n".join(lines) + "\n")
+    again, said = reopened(tmp_path)
+    assert again.count == 3 and not said and store.path(2).exists()
+
+
+def test_a_rows_line_holds_every_fact_the_check_found_of_its_file():
+    import dataclasses
+
+    from remote.common.records import RowLine
+
+    facts = [f.name for f in dataclasses.fields(hsfile.Checked)]
+    assert set(facts) <= {f.name for f in dataclasses.fields(RowLine)}  # commit passes them all
+
+
 def sha(path) -> str:
     import hashlib
 
