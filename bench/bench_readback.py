@@ -16,13 +16,10 @@ import argparse
 import collections
 import resource
 import shutil
-import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import timed  # noqa: E402  (puts the repository on the path)
 
 from remote.common.records import ROWS, RowLine  # noqa: E402
 from remote.common.status import DatasetStatus, JobStatus  # noqa: E402
@@ -59,15 +56,6 @@ def make_history(path: Path, days: int = 30) -> None:
         h.record(st)
 
 
-def timed(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=20_000)
@@ -89,12 +77,12 @@ def main() -> None:
             assert got.rows == a.rows
 
         print(f"ledger: {a.rows:,} rows of {a.tokens:,} tokens, {size / (1 << 20):,.0f} MiB")
-        print(f"stage read-back (HiddenStore.open): {timed(read_back, a.repeat):.2f} s")
+        print(f"stage read-back (HiddenStore.open): {timed(read_back, a.repeat)[0]:.2f} s")
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"peak memory after the read-back:    {peak:,.0f} MiB")
-        print(f"report scan (scan_rows):            {timed(report, a.repeat):.2f} s")
+        print(f"report scan (scan_rows):            {timed(report, a.repeat)[0]:.2f} s")
         make_history(root / "history.jsonl")
-        rate = timed(lambda: history.active(root / "history.jsonl"), a.repeat)
+        rate = timed(lambda: history.active(root / "history.jsonl"), a.repeat)[0]
         print(f"30 days of history (history.active): {rate:.2f} s")
     finally:
         shutil.rmtree(root)
