@@ -47,9 +47,11 @@ def test_servers_up_torn_lines_and_no_file(tmp_path):
     ]
     History(path).record(st)
     with open(path, "a") as f:
+        f.write('{"t": 6, "ds": {"B1": 5}}\n')  # a line no release wrote: left out
         f.write('{"t": 6, "tps"')  # a crash mid-line
     lines = history.read(path)
     assert len(lines) == 1 and lines[0].up == "10"
+    assert "B1" in history.active(path)  # a runner's start reads it: the odd line does not stop it
     assert history.read(tmp_path / "none.jsonl") == []
 
 
