@@ -30,8 +30,14 @@ class Stage:
     def done(self) -> int:
         return sum(1 for rid in self.store.done if rid in self.in_target)
 
+    @property
+    def tokens(self) -> int:
+        """The tokens of the target's rows: a row made for a record now beyond a lowered cap stays
+        on disk, counted in neither the done rows nor the budget."""
+        return sum(n for rid, n in self.store.row_tokens.items() if rid in self.in_target)
+
     def budget_reached(self) -> bool:
-        return self.budget is not None and self.store.tokens >= self.budget
+        return self.budget is not None and self.tokens >= self.budget
 
     def status(self, now: float, started: float) -> DatasetStatus:
         """status.json's part for the dataset: rows where the answers have records."""
@@ -42,7 +48,7 @@ class Stage:
             target=self.target,
             records=count,
             prompts=self.target,
-            completion_tokens=tokens,
+            completion_tokens=self.tokens,
             mean_tokens=tokens / count if count else 0.0,
             errors=self.failed,
             failed_this_run=self.failed,

@@ -62,6 +62,7 @@ class HiddenStore:
         self.ledger = self.dir / ROWS
         self.log = log
         self.done: dict[str, int] = {}  # row id -> n
+        self.row_tokens: dict[str, int] = {}  # row id -> its tokens
         self.bytes = 0
         self.tokens = 0
         self.shape: tuple[int, int, str] | None = None  # layers, hidden size, dtype: every row's
@@ -161,6 +162,7 @@ class HiddenStore:
 
     def _count(self, row: RowLine) -> None:
         self.done[row.id] = row.n
+        self.row_tokens[row.id] = row.tokens
         self.bytes += row.bytes
         self.tokens += row.tokens
         if self.shape is None:

@@ -236,7 +236,7 @@ class HiddenStage(stage.Stage):
             in_flight=self.in_flight(),
             tokens_per_s=self.tokens_made.per_s(now, self.runner.started_at),
             samples_per_s=per_s,
-            completion_tokens=sum(st.store.tokens for st in self.stages.values()),
+            completion_tokens=sum(st.tokens for st in self.stages.values()),
             errors=sum(st.failed for st in self.stages.values()),
             retries=self.retries,
             eta_s=int(left / per_s) if per_s > 0 else None,

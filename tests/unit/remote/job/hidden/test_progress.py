@@ -11,6 +11,7 @@ from remote.job.hidden.progress import Stage, disk_refusal, fmt_bytes
 class Store:
     def __init__(self, done=(), tokens=0, bytes=0):
         self.done = {rid: n for n, rid in enumerate(done)}
+        self.row_tokens = {rid: tokens // len(done) for rid in done}
         self.tokens, self.bytes = tokens, bytes
 
 
@@ -24,8 +25,11 @@ def test_a_stage_counts_its_rows_in_target_and_knows_when_it_is_complete():
     st.failed = 2
     st.todo.clear()
     assert st.state() == DatasetState.INCOMPLETE
-    budgeted = Stage("B1", Store(tokens=50), rows(3), 40)
+    budgeted = Stage("B1", Store(done=["r0_gen0"], tokens=50), rows(3), 40)
     assert budgeted.budget_reached() and budgeted.state() == DatasetState.COMPLETE
+    # the cap lowered to r1: r0's row stays made, counted in neither its rows nor its budget
+    lowered = Stage("B1", Store(done=["r0_gen0"], tokens=50), rows(3)[1:2], 40)
+    assert (lowered.done, lowered.tokens, lowered.budget_reached()) == (0, 0, False)
 
 
 def test_the_rows_left_must_fit_the_free_space_with_the_margin():
