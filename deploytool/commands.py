@@ -365,7 +365,7 @@ def pull(host_spec: str | None, *, to="pulled", refetch=False, hidden=False, fre
     if refused:
         raise DeployToolError(
             f"local copies differ from the host's files ({', '.join(refused)}): "
-            "move them aside or pass --refetch to download them again"
+            "move them aside, or download them again: `invoke pull --refetch`"
         )
     return ExitCode.OK
 

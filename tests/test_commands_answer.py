@@ -202,3 +202,15 @@ def test_status_after_a_restart_with_nothing_to_do_gives_the_jobs_own_rate(tmp_p
     rate = row.split()[4]
     assert rate.endswith("*") and float(rate.rstrip("*k")) > 0, res.stdout
     assert "the job's mean over the time it ran" in res.stdout
+
+
+def test_a_local_copy_that_differs_names_the_command_that_fetches_it_again(tmp_path):
+    proj, root = _project(tmp_path)
+    for line in ("invoke deploy", "invoke restart --max-samples 2", "invoke tail", "invoke pull"):
+        assert run_in(proj, line).returncode == 0, line
+    mine = proj / "pulled" / "box" / "B1.jsonl"
+    mine.write_bytes(b"x" + mine.read_bytes()[1:])  # not the host's bytes any more
+    said = one_line_error(run_in(proj, "invoke export --format sharegpt"), 1)
+    assert said.endswith("move them aside, or download them again: `invoke pull --refetch`"), said
+    assert run_in(proj, "invoke pull --refetch").returncode == 0
+    assert run_in(proj, "invoke export --format sharegpt").returncode == 0

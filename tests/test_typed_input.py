@@ -109,6 +109,13 @@ def test_max_samples_below_one_is_one_message(config, n):
     )
 
 
+def test_a_token_budget_of_nothing_is_bad_input_not_a_job_stopped_at_once(config):
+    assert said(typed("invoke restart --max-tokens 0 --dry-run", config), 2) == (
+        "error: --max-tokens: expected a token count >= 1 (10M, 500k, 2500000), or `none` for no "
+        "budget, got '0'"
+    )
+
+
 @pytest.mark.parametrize(
     "value, got",
     [('""', "or `all`, got ''"), ("B1,,B2", "got 'B1,,B2'"), ("B1,", "got 'B1,'")],

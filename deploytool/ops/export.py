@@ -33,8 +33,8 @@ DROP_REASONS = {
     "assistant turn of a row",
     "role_order": "a message order SpecForge's parser cuts (e.g. a system message right before the "
     "answer), losing the reply",
-    "beyond_cap": "a record of a prompt past its dataset's cap (made before the cap was lowered): the "
-    "job's records are those of each dataset's first N prompts",
+    "beyond_cap": "a record of a prompt past its dataset's cap (made before the cap was lowered, or "
+    "in flight then): the job's records are those of each dataset's first N prompts",
 }
 # what makes records differ as training data (turns: last and all mix well in one file)
 SETTINGS = ("model", "sampling", "chat_template_kwargs", "extra_body")

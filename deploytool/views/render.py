@@ -207,7 +207,7 @@ def work_table(s: JobStatus, out: Console, now: float) -> None:
     beyond = [f"{n} {d.beyond:,}" for n, d in s.datasets.items() if d.beyond]
     if beyond:
         out.print(
-            f"  records beyond the cap (made before it was lowered: kept on the host, left out "
+            f"  records beyond the cap (made before it was lowered, or in flight then: kept on the host, left out "
             f"of these counts, of export and of the hidden states): {', '.join(beyond)}",
             markup=False,
         )

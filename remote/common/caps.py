@@ -146,6 +146,10 @@ def samples(text) -> int | str:
 def token_budget(text) -> int | str:
     if str(text).strip().lower() in ("none", CLEAR):
         return CLEAR
+    if parse_tokens(text) == 0:  # a budget spent before it starts: every dataset stops at once
+        raise ValueError(
+            f"expected a token count >= 1 (10M, 500k, 2500000), or `none` for no budget, got {text!r}"
+        )
     return parse_tokens(text)
 
 

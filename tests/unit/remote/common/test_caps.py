@@ -45,6 +45,9 @@ def test_samples_budgets_selections_and_stages():
     with pytest.raises(ValueError, match="expected a whole number"):
         c.samples("7k")
     assert c.token_budget("none") == c.CLEAR and c.token_budget("10M") == 10**7
+    for zero in ("0", "0k", 0):  # a budget spent before it starts would stop every dataset at once
+        with pytest.raises(ValueError, match="expected a token count >= 1 .* or `none`"):
+            c.token_budget(zero)
     assert c.selection("B2, B3") == ("B2", "B3") and c.selection("all") == c.CLEAR
     for bad in (",", "B1,,B2", "B1,", " "):  # an empty name is a name lost in typing
         with pytest.raises(ValueError, match="comma-separated"):
