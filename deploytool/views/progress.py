@@ -284,6 +284,13 @@ def extra_lines(st: JobStatus, now: float) -> list[tuple[str, str]]:
     out += [(text, style) for text, style in ((kept_line(st), DIM), (gpu_line(st), "")) if text]
     out += [disk_line(st)] if disk_line(st) else []
     out += [(text, "yellow") for text in hints(st) + notices(st)]
+    if st.draining and not st.terminal:
+        out.append(
+            (
+                f"draining: no new requests; the {st.in_flight} in flight finish, then it stops",
+                "yellow",
+            )
+        )
     return out + recovery_lines(st)
 
 

@@ -152,12 +152,13 @@ def stopping(
     if waited == 0:
         if not alive:
             return  # the answer says there was nothing to stop
-        how = "draining first, then SIGTERM" if drain else "SIGTERM"
-        out.print(
-            f"[bold]{host}[/]: stopping runner pid {st.runner.pid}: {how}; {flight} requests in "
-            f"flight get {grace:g}s to finish, then SIGKILL",
-            markup=True,
+        how = (
+            f"draining: no new requests, the {flight} in flight finish, then SIGTERM and {grace:g}s "
+            "more, then SIGKILL"
+            if drain
+            else f"SIGTERM; {flight} requests in flight get {grace:g}s to finish, then SIGKILL"
         )
+        out.print(f"[bold]{host}[/]: stopping runner pid {st.runner.pid}: {how}", markup=True)
         return
     if drain:
         left = "draining"

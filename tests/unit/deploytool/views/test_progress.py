@@ -93,3 +93,34 @@ def test_a_dataset_its_budget_ended_short_says_why_in_status_and_tail():
     row = next(line for line in buf.getvalue().splitlines() if line.split()[:1] == ["BIG"])
     assert "276/300" in row and "budget reached" in row and "complete" not in row
     assert "BIG 276/300 (budget reached)" in progress.plain_line("gpu1", st, 0)
+
+
+def test_every_view_says_a_job_is_draining_until_it_stops():
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.status import JobStatus
+
+    st = JobStatus(state="running", host="gpu1", in_flight=16, draining=True)
+    said = "draining: no new requests; the 16 in flight finish, then it stops"
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
+    assert said in buf.getvalue() and said in progress.plain_line("gpu1", st, 0)
+    st.state = "stopped"
+    assert "draining" not in progress.plain_line("gpu1", st, 0)
+
+
+def test_stop_drain_says_the_requests_in_flight_finish_before_the_grace_counts():
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views.render_restart import stopping
+    from remote.common.status import JobStatus, RunnerInfo
+
+    st = JobStatus(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=9))
+    buf = io.StringIO()
+    stopping("gpu1", st, 0.0, 5.0, True, Console(file=buf, width=200))
+    assert "the 16 in flight finish, then SIGTERM and 5s more, then SIGKILL" in buf.getvalue()
