@@ -13,6 +13,7 @@ from rich.text import Text
 from remote.common.caps import GENERATE, HIDDEN_STATES, MEASURES
 from remote.common.status import (
     BUDGET_REACHED,
+    NOT_RUN,
     STALE_AFTER,
     DatasetStatus,
     JobState,
@@ -353,9 +354,11 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
             bar,
             f"{d.done:,}/{target:,}{beyond_said(d.beyond)}",
             fmt_tokens(d.completion_tokens),
-            fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
+            "-"
+            if st.said_state(name) == NOT_RUN
+            else fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
             eta,
-            d.said_state + (f" · {draft_said(d)}" if st.stage in MEASURES else ""),
+            st.said_state(name) + (f" · {draft_said(d)}" if st.stage in MEASURES else ""),
         )
     head = Text.assemble(
         (f"{host}", "bold"),
@@ -422,7 +425,7 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
     ds = " ".join(
         f"{n} {d.done}/{d.target}{beyond_said(d.beyond)}"
         + (f" {draft_said(d)}" if st.stage in MEASURES else "")
-        + (f" ({BUDGET_REACHED})" if d.said_state == BUDGET_REACHED else "")
+        + (f" ({st.said_state(n)})" if st.said_state(n) in (BUDGET_REACHED, NOT_RUN) else "")
         for n, d in st.datasets.items()
     )
     line, _ = health(st, now)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, MEASURES, fmt_bytes
-from remote.common.status import JobStatus
+from remote.common.status import NOT_RUN, JobStatus
 
 from ..errors import DeployToolError
 from .progress import DIM, MEAN_NOTE, engine_said, extra_lines, fmt_rate, shows_mean
@@ -177,7 +177,7 @@ def draft_table(s: JobStatus) -> Table:
         t.add_row(
             name,
             f"{d.done:,}/{d.target:,}",
-            d.said_state,
+            s.said_state(name),
             "-" if length is None else f"{length:.2f}",
             c.by_position() if c else "-",
             fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
@@ -194,9 +194,9 @@ def work_table(s: JobStatus, out: Console, now: float) -> None:
         t.add_row(
             name,
             f"{d.done:,}/{d.target:,}",
-            d.said_state,
+            s.said_state(name),
             _tok(d.completion_tokens),
-            fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
+            "-" if s.said_state(name) == NOT_RUN else fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
             "-" if d.is_complete or s.terminal else _eta(d.eta_s),
             str(d.errors),
             *(() if rows else (str(d.finish_length),)),

@@ -60,6 +60,7 @@ class ProcessState(StrEnum):
 # state this one does not know, and reading it must not fail. Members compare equal to the strings.
 NEVER_RUN = "never run"
 BUDGET_REACHED = "budget reached"  # a dataset its token budget ended short of its target
+NOT_RUN = "not run"  # a dataset that --datasets leaves out
 STALE_AFTER = 30.0  # seconds without a status update before a reader asks whether the runner lives
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
@@ -387,6 +388,13 @@ class JobStatus(Record):
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+    def said_state(self, name: str) -> str:
+        """A dataset's state as a person is told it: one that --datasets leaves out is not run (its
+        target is none, which would read as complete)."""
+        if not Caps.from_dict(self.caps or {}).selected(name):
+            return NOT_RUN
+        return self.datasets[name].said_state
 
     @property
     def follows(self) -> str | None:

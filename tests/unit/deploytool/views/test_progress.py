@@ -124,3 +124,25 @@ def test_stop_drain_says_the_requests_in_flight_finish_before_the_grace_counts()
     buf = io.StringIO()
     stopping("gpu1", st, 0.0, 5.0, True, Console(file=buf, width=200))
     assert "the 16 in flight finish, then SIGTERM and 5s more, then SIGKILL" in buf.getvalue()
+
+
+def test_a_dataset_left_out_by_datasets_is_said_not_run_in_every_view():
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.caps import Caps
+    from remote.common.status import DatasetStatus, JobStatus
+
+    st = JobStatus(state="running", host="gpu1", caps=Caps(datasets=["B2"]).to_dict())
+    st.datasets = {  # B1: no target now; its rate is the mean of the runs that made it
+        "B1": DatasetStatus(state="complete", done=0, target=0, mean_tokens_per_s=734.0),
+        "B2": DatasetStatus(state="running", done=3, target=9, tokens_per_s=120.0),
+    }
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
+    b1 = next(line for line in buf.getvalue().splitlines() if line.strip().startswith("B1"))
+    assert "not run" in b1 and "complete" not in b1 and "734" not in b1, b1
+    assert "B1 0/0 (not run)" in progress.plain_line("gpu1", st, 0)
+    assert "B2 3/9 |" in progress.plain_line("gpu1", st, 0)
