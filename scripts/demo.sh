@@ -9,4 +9,5 @@ invoke restart --max-samples "${MAX_SAMPLES:-24}"
 invoke tail
 echo
 echo "records: .deploytool/local/data/outputs/B*.jsonl (each answer once; a second run has nothing left to do)"
-echo "more per dataset: MAX_SAMPLES=48 bash scripts/demo.sh; from empty: rm -r .deploytool/local/data/outputs first"
+echo "more per dataset: MAX_SAMPLES=48 bash scripts/demo.sh; from empty: .venv/bin/invoke stop && rm -r .deploytool/local first"
+echo "  (the local host's folder: its releases, records and logs, all made by deploytool)"
