@@ -3,6 +3,7 @@ and the stop's answers, and stop's lines while the host waits."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -40,7 +41,7 @@ def caps_table(
     planned: bool = False,
 ) -> None:
     """The job's caps, a row per dataset, what this command changed marked `was → now`. `planned`:
-    a dry run, whose done/target are the last run's (the new targets come at the start)."""
+    a dry run: the targets and states those caps would give the records there are now."""
     if not caps:
         return
     t = Table("dataset", "cap", "done", "target", "state", box=None, pad_edge=False)
@@ -49,7 +50,11 @@ def caps_table(
         cap = _cap(d.cap, d.selected)
         if d.changed:
             cap = f"[bold]{_cap(d.was, d.was_selected)} → {cap}[/]"
-        known = d.prompts > 0 and not planned
+        known = d.prompts > 0
+        if planned and known:
+            target = d.prompts if d.cap is None else min(d.cap, d.prompts)
+            state = "not run" if not d.selected else "complete" if d.done >= target else "pending"
+            d, known = dataclasses.replace(d, target=target, state=state), d.selected
         t.add_row(
             name,
             cap,
@@ -104,6 +109,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
             what += f", stage {r.was.stage} → {r.kept.stage}"
         if r.kept.follows():
             what += f", then {r.kept.follows()} (the watcher starts it)"
+        raised_targets(r, out)
         out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
         caps_table(r.caps, out, r.kept, r.was, planned=True)
         return

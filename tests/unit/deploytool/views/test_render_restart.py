@@ -68,3 +68,21 @@ def test_a_raised_target_says_how_many_prompts_the_file_lets_it_reach():
         "gpu: B1's target goes up (5 → 60 prompts: every prompt of the file)",
         "gpu: B2's target goes up (5 → 20 prompts)",
     ]
+
+
+def test_a_dry_run_shows_the_targets_and_states_its_caps_would_give_and_says_a_raise():
+    from remote.common.answers import RestartAnswer
+    from remote.common.caps import Caps
+
+    rows = {  # the last run's rows: every dataset complete at a cap of 10
+        "B1": CapRow(10, 10, "complete", prompts=40, cap=20, was=10),
+        "B2": CapRow(10, 10, "complete", prompts=40, cap=50, was=10),
+        "B3": CapRow(10, 10, "complete", prompts=40, cap=10, was=10, selected=False),
+    }
+    caps, was = Caps(20, {"B2": 50}, datasets=["B1", "B2"]), Caps(10)
+    answer = RestartAnswer(host="gpu", mode="start", dry_run=True, caps=rows, kept=caps, was=was)
+    text = printed(render_restart.restart_result, answer)
+    lines = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
+    assert lines["B1"][-2:] == ["20", "pending"] and lines["B2"][-2:] == ["40*", "pending"]
+    assert lines["B3"][-3:] == ["-", "not", "run"]
+    assert "gpu: B1's target goes up (10 → 20 prompts)" in text  # said as the restart says it
