@@ -431,7 +431,7 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
     line, _ = health(st, now)
     eta = fmt_duration(st.eta_s) if not st.terminal else "-"
     stage = f" {st.stage}" if st.stage != GENERATE else ""  # rows of hidden states, not answers
-    made = f"{fmt_tokens(st.completion_tokens)} tok {fmt_tokens(st.tokens_per_s)} tok/s"
+    made = f"{fmt_tokens(st.completion_tokens)} tok {fmt_rate(st.tokens_per_s, st.mean_tokens_per_s)} tok/s"
     if st.stage == HIDDEN_STATES:
         ds += " rows"
         made = f"{fmt_tokens(st.completion_tokens)} tok in rows {st.samples_per_s:,.1f} rows/s"

@@ -62,7 +62,7 @@ def why_not_keep(job) -> str | None:
     """Why unfinished answers' tokens are not kept (a restart asks them again from their first
     token), and what would keep them; None: they are kept."""
     if job.engine.kind != "openai":
-        return "the simulate engine is a stand-in without token ids"
+        return "the simulate engine is a stand-in that answers each prompt whole: it streams nothing to keep"
     if not job.extra_body.get("return_token_ids"):
         return "set job.extra_body.return_token_ids: true (vLLM) to keep them"
     if not job.engine.stream:
