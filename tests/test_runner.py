@@ -17,7 +17,7 @@ from remote.common.jobspec import Paths
 from remote.host.facts.intent import keep_caps
 from remote.job.store.outputs import encode_record, repair_tail, scan
 from remote.job.store.prompts import load_prompts
-from tests.conftest import REPO, outputs, records, runner_cmd, status, wait_for
+from tests.conftest import REPO, outputs, records, runner_cmd, status, wait_for, write_prompts
 from tests.helpers.runner_jobs import make_root, run
 
 
@@ -453,8 +453,10 @@ def test_sidecar_index_is_used_trimmed_and_rebuilt(tmp_path):
 
 def test_settings_changed_before_any_record_are_simply_recorded(tmp_path, openai_server):
     srv = openai_server()
-    root = make_root(tmp_path, {"B1": 4}, {"base_url": srv.url})
-    assert run(root, "--max-tokens", "0").returncode == 0  # meta written, no record yet
+    root = make_root(tmp_path, {"B1": 0}, {"base_url": srv.url})
+    assert run(root).returncode == 0  # meta written, no record yet: the file had no prompt
+    assert json.loads((outputs(root) / "B1.meta.json").read_text())["sampling"]["temperature"] == 1
+    write_prompts(root / "data" / "prompts" / "B1.jsonl", 4, "B1")
     job = json.loads((root / "job.json").read_text())
     job["sampling"]["temperature"] = 0.3
     (root / "job.json").write_text(json.dumps(job))
