@@ -314,8 +314,8 @@ def plan(
     tokens_per_s: str | None = None,
     apply: bool = False,
 ) -> int:
-    from .ops import control, planning
-    from .views import render, render_restart
+    from .ops import planning
+    from .views import render
 
     config = _config()
     target, rate = planning.parse_plan_args(tokens_per_dataset, tokens_per_s)
@@ -325,22 +325,11 @@ def plan(
         lambda conn: planning.plan_host(conn, target, rate, config.server_for(conn.name)),
         render.plan_result,
     )
-    if apply:
+    if apply:  # a restart as typed with these caps: said, checked and started as restart does
         for name, r in results.items():
             caps = [f"{ds}={row.cap}" for ds, row in r.datasets.items()]
-            flags = control.parse_run_flags(config, cap=caps)
             render.note(f"[bold]{name}[/]: applying caps {', '.join(caps)}")
-            _run(
-                config,
-                name,
-                lambda conn, flags=flags: control.restart(
-                    conn,
-                    flags,
-                    recover=config.recover_for(conn.name),
-                    keys=config.server_keys(conn.name),
-                ),
-                render_restart.restart_result,
-            )
+            restart(name, cap=caps)
     return ExitCode.OK
 
 

@@ -390,7 +390,8 @@ def test_plan_cli_and_apply_on_local_host(tmp_path):
     write_prompts(project / "data" / "prompts" / "B1.jsonl", 30)
     cfg = write_config(project, {"local": {"connect": "local", "remote_dir": ".host"}})
     base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
-    assert subprocess.run(base + ["deploy"], capture_output=True).returncode == 0
+    for line in (["deploy"], ["restart", "--max-samples", "3"], ["tail"]):
+        assert subprocess.run(base + line, capture_output=True).returncode == 0, line
     res = subprocess.run(
         base + ["plan", "--tokens-per-dataset", "15k", "--tokens-per-s", "1000", "--apply"],
         capture_output=True,
@@ -399,6 +400,7 @@ def test_plan_cli_and_apply_on_local_host(tmp_path):
     assert res.returncode == 0, res.stderr
     # 15,000 // 1,577
     assert "B1" in res.stdout and "9" in res.stdout and "applying caps B1=9" in res.stdout
+    assert "B1's target goes up (3 → 9 prompts)" in res.stdout  # said as a restart says it
     st = json.loads((project / ".host" / "run" / "status.json").read_text())
     assert st["datasets"]["B1"]["target"] == 9
     bad = subprocess.run(
