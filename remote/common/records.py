@@ -186,7 +186,7 @@ class RowLine(Codec):
 
     @staticmethod
     def _small(raw: bytes) -> dict:
-        """The fields either side of the tokens, as `encode` lays them out."""
+        """The fields either side of the tokens, as `line()` lays them out."""
         ids, facts = raw.find(b'"input_ids"'), raw.rfind(b'"seq_len"')
         if not 0 < ids < facts:
             raise ValueError("no tokens between the fields")

@@ -25,6 +25,7 @@ class Stage:
         self.failed = 0
         self.new = 0
         self.made = RateWindow()  # tokens of the rows made: the dataset's own rate
+        self._tokens = self._upto = 0  # the target's tokens in the store's first _upto rows
 
     @property
     def done(self) -> int:
@@ -33,8 +34,12 @@ class Stage:
     @property
     def tokens(self) -> int:
         """The tokens of the target's rows: a row made for a record now beyond a lowered cap stays
-        on disk, counted in neither the done rows nor the budget."""
-        return sum(n for rid, n in self.store.row_tokens.items() if rid in self.in_target)
+        on disk, counted in neither the done rows nor the budget. Added up as rows are counted:
+        it is asked before every row the stage starts."""
+        new = self.store.counted[self._upto :]
+        self._tokens += sum(n for rid, n in new if rid in self.in_target)
+        self._upto += len(new)
+        return self._tokens
 
     def budget_reached(self) -> bool:
         return self.budget is not None and self.tokens >= self.budget

@@ -62,7 +62,7 @@ class HiddenStore:
         self.ledger = self.dir / ROWS
         self.log = log
         self.done: dict[str, int] = {}  # row id -> n
-        self.row_tokens: dict[str, int] = {}  # row id -> its tokens
+        self.counted: list[tuple[str, int]] = []  # (row id, its tokens), in the ledger's order
         self.bytes = 0
         self.tokens = 0
         self.shape: tuple[int, int, str] | None = None  # layers, hidden size, dtype: every row's
@@ -162,7 +162,7 @@ class HiddenStore:
 
     def _count(self, row: RowLine) -> None:
         self.done[row.id] = row.n
-        self.row_tokens[row.id] = row.tokens
+        self.counted.append((row.id, row.tokens))
         self.bytes += row.bytes
         self.tokens += row.tokens
         if self.shape is None:

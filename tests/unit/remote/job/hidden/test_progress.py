@@ -11,7 +11,7 @@ from remote.job.hidden.progress import Stage, disk_refusal, fmt_bytes
 class Store:
     def __init__(self, done=(), tokens=0, bytes=0):
         self.done = {rid: n for n, rid in enumerate(done)}
-        self.row_tokens = {rid: tokens // len(done) for rid in done}
+        self.counted = [(rid, tokens // len(done)) for rid in done]
         self.tokens, self.bytes = tokens, bytes
 
 
@@ -30,6 +30,8 @@ def test_a_stage_counts_its_rows_in_target_and_knows_when_it_is_complete():
     # the cap lowered to r1: r0's row stays made, counted in neither its rows nor its budget
     lowered = Stage("B1", Store(done=["r0_gen0"], tokens=50), rows(3)[1:2], 40)
     assert (lowered.done, lowered.tokens, lowered.budget_reached()) == (0, 0, False)
+    lowered.store.counted.append(("r1_gen0", 45))  # its own row, counted since
+    assert lowered.tokens == 45 and lowered.budget_reached()
 
 
 def test_the_rows_left_must_fit_the_free_space_with_the_margin():
