@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.caps import GENERATE
-from remote.common.status import JobStatus
+from remote.common.status import NOT_RUN, JobStatus
 
 from .progress import fmt_tokens as _tok
 from .render import console, job_differs
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def _cap(n: int | None, selected: bool = True) -> str:
     if not selected:
-        return "not run"
+        return NOT_RUN
     return "all" if n is None else f"{n:,}"
 
 
@@ -53,7 +53,7 @@ def caps_table(
         known = d.prompts > 0
         if planned and known:
             target = d.prompts if d.cap is None else min(d.cap, d.prompts)
-            state = "not run" if not d.selected else "complete" if d.done >= target else "pending"
+            state = NOT_RUN if not d.selected else "complete" if d.done >= target else "pending"
             d, known = dataclasses.replace(d, target=target, state=state), d.selected
         t.add_row(
             name,
