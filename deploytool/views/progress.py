@@ -283,7 +283,7 @@ def extra_lines(st: JobStatus, now: float) -> list[tuple[str, str]]:
     servers, the kept answers, the GPUs, the disk, hints, notices, the watcher's word."""
     out = [(text, "red" if down else DIM) for text, down in endpoint_lines(st, now)]
     out += [(text, style) for text, style in ((kept_line(st), DIM), (gpu_line(st), "")) if text]
-    out += [disk_line(st)] if disk_line(st) else []
+    out += [disk] if (disk := disk_line(st)) else []
     out += [(text, "yellow") for text in hints(st) + notices(st)]
     if st.draining and not st.terminal:
         out.append(
@@ -293,6 +293,13 @@ def extra_lines(st: JobStatus, now: float) -> list[tuple[str, str]]:
             )
         )
     return out + recovery_lines(st)
+
+
+def dataset_rate(st: JobStatus, name: str) -> str:
+    """A dataset's tok/s as every view says it; none for one --datasets leaves out (its mean is
+    the earlier runs')."""
+    d = st.datasets[name]
+    return "-" if st.said_state(name) == NOT_RUN else fmt_rate(d.tokens_per_s, d.mean_tokens_per_s)
 
 
 def totals(statuses: list[JobStatus]) -> tuple[int, float, int | None]:
@@ -354,9 +361,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
             bar,
             f"{d.done:,}/{target:,}{beyond_said(d.beyond)}",
             fmt_tokens(d.completion_tokens),
-            "-"
-            if st.said_state(name) == NOT_RUN
-            else fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
+            dataset_rate(st, name),
             eta,
             st.said_state(name) + (f" · {draft_said(d)}" if st.stage in MEASURES else ""),
         )
@@ -425,7 +430,7 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
     ds = " ".join(
         f"{n} {d.done}/{d.target}{beyond_said(d.beyond)}"
         + (f" {draft_said(d)}" if st.stage in MEASURES else "")
-        + (f" ({st.said_state(n)})" if st.said_state(n) in (BUDGET_REACHED, NOT_RUN) else "")
+        + (f" ({said})" if (said := st.said_state(n)) in (BUDGET_REACHED, NOT_RUN) else "")
         for n, d in st.datasets.items()
     )
     line, _ = health(st, now)

@@ -12,10 +12,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, MEASURES, fmt_bytes
-from remote.common.status import NOT_RUN, JobStatus
+from remote.common.status import JobStatus
 
 from ..errors import DeployToolError
-from .progress import DIM, MEAN_NOTE, engine_said, extra_lines, fmt_rate, shows_mean
+from .progress import DIM, MEAN_NOTE, dataset_rate, engine_said, extra_lines, fmt_rate
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 from .typed import say
@@ -190,19 +190,20 @@ def work_table(s: JobStatus, out: Console, now: float) -> None:
     """The answers', or the hidden-states stage's rows', per dataset, and the totals."""
     rows = s.stage == HIDDEN_STATES  # rows of hidden states: no finish reason to count
     t = Table(*(STAGE_COLUMNS if rows else STATUS_COLUMNS), box=None)
+    rates = {name: dataset_rate(s, name) for name in s.datasets}
     for name, d in s.datasets.items():
         t.add_row(
             name,
             f"{d.done:,}/{d.target:,}",
             s.said_state(name),
             _tok(d.completion_tokens),
-            "-" if s.said_state(name) == NOT_RUN else fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
+            rates[name],
             "-" if d.is_complete or s.terminal else _eta(d.eta_s),
             str(d.errors),
             *(() if rows else (str(d.finish_length),)),
         )
     out.print(t)
-    if any(shows_mean(d.tokens_per_s, d.mean_tokens_per_s) for d in s.datasets.values()):
+    if any(rate.endswith("*") for rate in rates.values()):  # a mean shown for a rate
         out.print(f"  {MEAN_NOTE}", markup=False)
     beyond = [f"{n} {d.beyond:,}" for n, d in s.datasets.items() if d.beyond]
     if beyond:
