@@ -1,5 +1,6 @@
-"""status.json, the one typed definition: the runner writes it (atomically, every second); `ctl status`,
-tail, status and plan read it. Derived values are properties here, so no reader recomputes them.
+"""status.json, the one typed definition: the runner writes it (atomically, every second), and once it
+is gone only `JobStatus.settle` does, each verdict over the states it may follow; `ctl status`, tail,
+status and plan read it. Derived values are properties here, so no reader recomputes them.
 
 Readers ignore keys they do not know (a newer runner) and fill defaults for keys that are missing (an
 older one), so both sides of a deploy can read each other's files.
@@ -7,6 +8,7 @@ older one), so both sides of a deploy can read each other's files.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -428,6 +430,43 @@ class JobStatus(Record):
             if d.state == DatasetState.RUNNING:
                 d.state = state
         return self
+
+    @classmethod
+    def settle(cls, path, state: str, why: str, *, runner: int | None = None) -> bool:
+        """The one writer of the status file besides the runner, which writes its own while it
+        lives: a verdict said once it is gone, each only over the state it may follow.
+        - `stopped`: a stop had to kill `runner`; over that runner's status while it says running.
+        - `failed`: the watcher gave up; over anything but a finished job, whose verdict stays (a
+          server given up on after the job finished fails nothing). A finished stage that another
+          was to follow stays said finished: what failed is the next one.
+        - `finished`: the stage asked to follow a finished one was not started, and `why`.
+        Returns whether it wrote."""
+        st = cls.read(path)
+        nxt = st.follows if st is not None and st.state == JobState.FINISHED else None
+        if state == JobState.STOPPED:
+            if (
+                st is None
+                or st.pid != runner
+                or st.state not in (JobState.STARTING, JobState.RUNNING)
+            ):
+                return False
+            st.end(state, why, time.time())
+        elif state == JobState.FAILED:
+            st = st or cls()
+            if st.state == JobState.FINISHED and not nxt:
+                return False
+            if nxt:
+                why = f"the {st.stage} stage finished; the {nxt} stage was not started: {why}"
+            st.end(state, why, time.time())
+        elif state == JobState.FINISHED and nxt:
+            st.caps = dict(st.caps, baseline=False)
+            st.message = "; ".join(
+                filter(None, [st.message, f"the {nxt} stage was not started: {why}"])
+            )
+        else:
+            return False
+        st.write(path)
+        return True
 
     @property
     def new_records(self) -> int:

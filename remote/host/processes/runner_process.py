@@ -133,7 +133,9 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
     after = JobStatus.read(paths.status) or JobStatus()
     if killed and rec and rec.pid in killed:
         lost = after.in_flight or in_flight_before
-        _mark_stopped(paths, rec, f"killed after {grace:g}s grace")
+        JobStatus.settle(
+            paths.status, JobState.STOPPED, f"killed after {grace:g}s grace", runner=rec.pid
+        )
     else:
         lost = after.abandoned
     return StopAnswer(
@@ -144,12 +146,6 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
         was_running=True,
         drained=drained,
     )
-
-
-def _mark_stopped(paths: Paths, rec: RunnerRecord, why: str) -> None:
-    st = JobStatus.read(paths.status)
-    if st and st.pid == rec.pid and st.state in (JobState.STARTING, JobState.RUNNING):
-        st.end(JobState.STOPPED, why, time.time()).write(paths.status)
 
 
 # ------------------------------------------------------------------ starting

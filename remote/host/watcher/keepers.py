@@ -122,31 +122,6 @@ class Keeper:
         self.tell(f"{self.what}_restarted", msg)
 
 
-def not_followed(paths: Paths, stage: str, why: str) -> None:
-    """The finished job's status says the stage asked to follow it was not started, and why (so
-    no one waits for it)."""
-    st = JobStatus.read(paths.status)
-    if st is None or not st.follows:
-        return
-    st.caps = dict(st.caps, baseline=False)
-    st.message = "; ".join(filter(None, [st.message, _not_started(stage, why)]))
-    st.write(paths.status)
-
-
-def _not_started(stage: str, why: str) -> str:
-    return f"the {stage} stage was not started: {why}"
-
-
-def fail_job(paths: Paths, why: str) -> None:
-    """The job's verdict when the watcher gives up: `failed`, with the reason. A stage that had
-    finished before it (the draft, its baseline's server then given up on) is said finished too:
-    what failed is the stage that was to follow it."""
-    st = JobStatus.read(paths.status) or JobStatus()
-    if st.state == JobState.FINISHED and st.follows:
-        why = f"the {st.stage} stage finished; {_not_started(st.follows, why)}"
-    st.end(JobState.FAILED, why, time.time()).write(paths.status)
-
-
 # ------------------------------------------------------------------ the server
 
 
@@ -355,7 +330,7 @@ class ServerKeeper(Keeper):
         )
         server_process.wait_gpu_free(self.dead_pids, GPU_WAIT_S)
         runner_process.stop(self.paths, CtlStop(grace=10.0))
-        fail_job(self.paths, why)
+        JobStatus.settle(self.paths.status, JobState.FAILED, why)
         self.tell("failed", f"failed: {why}")
 
 
@@ -435,5 +410,5 @@ class RunnerKeeper(Keeper):
     def _give_up(self, why: str) -> None:
         why = f"the runner {why}"
         intent.change(self.paths, runner={"wanted": False, "why": why})
-        fail_job(self.paths, why)
+        JobStatus.settle(self.paths.status, JobState.FAILED, why)
         self.tell("failed", f"failed: {why}")

@@ -31,7 +31,7 @@ from ...common.state import (
     start_watcher,
     take_watcher_lock,
 )
-from ...common.status import ProcessState, Supervision
+from ...common.status import JobState, JobStatus, ProcessState, Supervision
 from ..facts import boot, intent, kill
 
 TICK_S = 0.5
@@ -168,7 +168,6 @@ class Watcher:
         anything typed meanwhile (a stop, a restart) wins, and the status then says so."""
         from ..processes import runner_process  # the watcher's loop only: status never pays
         from ..processes.extraction import stage_spec
-        from .keepers import not_followed
 
         nxt, data, caps = self.runner.then, intent.read(self.paths), kept_caps(self.paths)
         base, running = data.server.base, runner_process.managed_runner(self.paths)
@@ -189,7 +188,7 @@ class Watcher:
             if not running:  # a runner started meanwhile is the job's now: left as it is
                 if data.runner.wanted:
                     intent.change(self.paths, runner={"wanted": False, "why": why})
-                not_followed(self.paths, nxt, why)
+                JobStatus.settle(self.paths.status, JobState.FINISHED, why)
             return
         if caps.stage != nxt:
             intent.keep_caps(self.paths, dataclasses.replace(caps, stage=nxt, baseline=False))

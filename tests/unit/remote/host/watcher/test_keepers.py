@@ -147,12 +147,43 @@ def test_a_give_up_after_the_draft_finished_says_the_draft_finished_and_its_base
     paths.ensure()
     draft = Caps(stage="draft", baseline=True).to_dict()
     JobStatus(state=JobState.FINISHED, stage="draft", caps=draft).write(paths.status)
-    keepers.fail_job(paths, "the server failed to start: CUDA out of memory")
+    JobStatus.settle(
+        paths.status, JobState.FAILED, "the server failed to start: CUDA out of memory"
+    )
     st = JobStatus.read(paths.status)
     assert st.state == JobState.FAILED and st.message == (
         "the draft stage finished; the baseline stage was not started: "
         "the server failed to start: CUDA out of memory"
     )
     JobStatus(state=JobState.RUNNING, stage="draft", caps=draft).write(paths.status)
-    keepers.fail_job(paths, "the runner died again")  # the draft's own runner: the draft failed
+    JobStatus.settle(
+        paths.status, JobState.FAILED, "the runner died again"
+    )  # the draft's own runner: the draft failed
     assert JobStatus.read(paths.status).message == "the runner died again"
+
+
+def test_a_verdict_said_after_the_runner_is_gone_starts_only_where_it_may(tmp_path):
+    """The status file's one writer besides the runner: a finished job stays finished when its
+    server is given up on later; a stop's `stopped` is said over its own runner's running status
+    alone; a next stage not started is said over the finished stage that asked for it."""
+    from remote.common.caps import Caps
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    JobStatus(state=JobState.FINISHED, pid=7, message="").write(paths.status)
+    assert not JobStatus.settle(paths.status, JobState.FAILED, "the server died 5 times")
+    assert not JobStatus.settle(paths.status, JobState.STOPPED, "killed", runner=7)
+    assert not JobStatus.settle(paths.status, JobState.FINISHED, "no caps ask for a next stage")
+    assert JobStatus.read(paths.status).state == JobState.FINISHED
+    JobStatus(state=JobState.RUNNING, pid=7).write(paths.status)
+    assert not JobStatus.settle(paths.status, JobState.STOPPED, "killed", runner=8)  # another's
+    assert JobStatus.settle(paths.status, JobState.STOPPED, "killed after 5s grace", runner=7)
+    assert JobStatus.read(paths.status).state == JobState.STOPPED
+    assert JobStatus.settle(paths.status, JobState.FAILED, "the server died 5 times")
+    assert JobStatus.read(paths.status).message == "the server died 5 times"
+    draft = Caps(stage="draft", baseline=True).to_dict()
+    JobStatus(state=JobState.FINISHED, stage="draft", caps=draft, message="ok").write(paths.status)
+    assert JobStatus.settle(paths.status, JobState.FINISHED, "the job was stopped")
+    st = JobStatus.read(paths.status)
+    assert st.state == JobState.FINISHED and not st.follows
+    assert st.message == "ok; the baseline stage was not started: the job was stopped"
