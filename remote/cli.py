@@ -65,7 +65,7 @@ def watch(paths: Paths, req: P.Watch, argv: list[str]) -> int:
 def read_request(stdin) -> P.Request:
     """The request deploytool sent on stdin (wire.request_json), typed strictly."""
     try:
-        data = json.loads(stdin.read())
+        data = json.loads(stdin.readline())  # one line: a request may be answered again
         cls = P.BY_COMMAND[tuple(data["command"])]
         return from_wire(cls, data["request"])
     except (ValueError, KeyError, TypeError) as e:
@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         fn = handler(type(req))
         if type(req).answer is None:
             return fn(paths, req, argv)
+        while getattr(req, "again", False):  # a look each line, one process for all of them
+            print(json.dumps(envelope(fn(paths, req))), flush=True)
+            if not sys.stdin.readline():
+                return 0
         out = envelope(fn(paths, req))
         code = 0
     except HostFault as e:

@@ -17,8 +17,11 @@ from deploytool.ops.follow import HostWatch
 from deploytool.ops.pull import Pulled, pull_host
 from deploytool.views import progress
 from deploytool.views import tail as tail_view
+from remote.common import procinfo
 from remote.common.jobspec import JobSpec, Paths
+from remote.common.state import RunnerRecord
 from remote.common.status import JobStatus
+from remote.common.wire import PROTOCOL
 from remote.job.store.outputs import encode_record
 from remote.queries.target_caps import plan
 from tests.conftest import Sshd, base_job, outputs, ssh_host_entry, write_config, write_prompts
@@ -141,13 +144,26 @@ def test_multi_host_view_has_grand_total():
     assert "all hosts: 44.0M tokens · 6.4k tok/s · ETA 9h00m" in text
 
 
-def _local_host(tmp_path, status: dict | None):
+def _local_host(tmp_path, status: dict | None, *, deployed=True, runner=True):
+    """A `local` host, deployed, its status file `status`, and (`runner`) a live process as its
+    runner: this test's own, which the host finds by its pid file as it would the runner."""
     root = tmp_path / "host"
     (root / "run").mkdir(parents=True)
+    write_prompts(tmp_path / "data" / "prompts" / "B1.jsonl", 3)
+    cfg = write_config(tmp_path, {"local": {"connect": "local", "remote_dir": str(root)}})
+    if deployed:
+        with connect(cfg.hosts["local"], cfg) as conn:
+            deploy_host(conn, cfg)
     if status is not None:
         (root / "run" / "status.json").write_text(json.dumps(status))
-    cfg = write_config(tmp_path, {"local": {"connect": "local", "remote_dir": str(root)}})
+    if runner:
+        live_runner(Paths(root))
     return cfg, root
+
+
+def live_runner(paths: Paths) -> None:
+    pid = os.getpid()
+    RunnerRecord(pid=pid, start_time=procinfo.start_time(pid), token="t").write(paths.pidfile)
 
 
 class FakeClock:
@@ -225,14 +241,7 @@ def test_tail_once_and_live_render(tmp_path):
 
 def test_tail_notices_a_runner_killed_without_status(tmp_path):
     """status.json still says running, but nobody updates it: tail asks the host and ends."""
-    cfg, root = _local_host(tmp_path, None)
-    project = tmp_path / "p"
-    project.mkdir()
-    write_prompts(project / "data" / "prompts" / "B1.jsonl", 3)
-    cfg = write_config(project, {"local": {"connect": "local", "remote_dir": str(root)}})
-    with connect(cfg.hosts["local"], cfg) as conn:
-        deploy_host(conn, cfg)
-    (root / "run" / "status.json").write_text(json.dumps(spec_status(updated_at=NOW - 100)))
+    cfg, root = _local_host(tmp_path, spec_status(updated_at=NOW - 100), runner=False)
     buf = io.StringIO()
     rc = watch(
         cfg,
@@ -244,6 +253,67 @@ def test_tail_notices_a_runner_killed_without_status(tmp_path):
         max_seconds=5,
     )
     assert rc == 1 and "stopped" in buf.getvalue()
+
+
+def test_tail_sees_the_job_as_status_does_the_watcher_gone_included(tmp_path):
+    """One view: tail shows the host's own look at the watcher, as `invoke status` does (tail
+    reading the files itself could not tell a watcher that is gone)."""
+    from deploytool.ops.control import job_status
+    from remote.host.facts import intent
+
+    cfg, root = _local_host(tmp_path, spec_status(updated_at=NOW))
+    intent.change(Paths(root), runner={"wanted": True})  # no watcher runs
+    w = HostWatch(cfg.hosts["local"], cfg)
+    w.poll_status(NOW)
+    with connect(cfg.hosts["local"], cfg) as conn:
+        said = job_status(conn)
+    w.close()
+    assert w.status.supervision.note.startswith("unsupervised: the watcher is gone")
+    assert w.status.supervision == said.supervision and w.status.runner.alive
+
+
+def test_tail_of_a_host_running_the_release_before_says_to_deploy(tmp_path):
+    """A host of the release before reads a request to the end of its input: tail must not wait
+    on it for ever, and says what to do."""
+    cfg, root = _local_host(tmp_path, spec_status(updated_at=NOW))
+    rel = root / "current" / "remote"
+    cli, wire = rel / "cli.py", rel / "common" / "wire.py"
+    cli.write_text(cli.read_text().replace("stdin.readline()", "stdin.read()"))
+    wire.write_text(
+        wire.read_text().replace(f"PROTOCOL = {PROTOCOL}", f"PROTOCOL = {PROTOCOL - 1}")
+    )
+    buf = io.StringIO()
+    rc = watch(cfg, list(cfg.hosts.values()), live=False, out=Console(file=buf, width=300))
+    assert rc == 1 and "run `invoke deploy`" in buf.getvalue(), buf.getvalue()
+
+
+def test_tail_killed_with_9_leaves_nothing_running_on_the_host(tmp_path):
+    """tail's `ctl status` kept running on the host ends when tail is gone, kill -9 included."""
+    import signal
+    import subprocess
+
+    from tests.conftest import REPO, piped_env, wait_for
+    from tests.helpers.as_typed import INVOKE
+
+    cfg, root = _local_host(tmp_path, spec_status(updated_at=NOW))
+    env = dict(piped_env(), DEPLOYTOOL_CONFIG=str(tmp_path / "hosts.yaml"))
+    tail = subprocess.Popen([INVOKE, "tail"], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "running" in tail.stdout.readline()  # its first look was answered
+        asking = wait_for(
+            lambda: [p for p in procinfo.all_pids() if procinfo.ppid(p) == tail.pid],
+            what="tail's process on the host",
+        )
+        started = {p: procinfo.start_time(p) for p in asking}
+        tail.send_signal(signal.SIGKILL)
+        tail.wait()
+        wait_for(
+            lambda: all(procinfo.start_time(p) != t for p, t in started.items()),
+            what="the host's process gone",
+        )
+    finally:
+        tail.kill()
+        tail.wait()
 
 
 @pytest.fixture
@@ -264,10 +334,14 @@ def test_tail_survives_sshd_restart_and_log_lines_exactly_once(ssh_rig, own_sshd
     (host_dir / "run").mkdir(parents=True)
     (host_dir / "logs").mkdir()
     log = host_dir / "logs" / "runner.log"
-    (host_dir / "run" / "status.json").write_text(json.dumps(spec_status()))
+    write_prompts(tmp_path / "data" / "prompts" / "B1.jsonl", 3)
     cfg = write_config(
         tmp_path, {"gpu": ssh_host_entry(ssh_rig, host_dir, port=sshd.port, known_hosts=str(kh))}
     )
+    with connect(cfg.hosts["gpu"], cfg) as conn:
+        deploy_host(conn, cfg)
+    (host_dir / "run" / "status.json").write_text(json.dumps(spec_status()))
+    live_runner(Paths(host_dir))
     w = HostWatch(cfg.hosts["gpu"], cfg)
     seen: list[str] = []
     written: list[str] = []
@@ -481,7 +555,7 @@ def test_pull_repairs_a_local_copy_torn_by_a_killed_pull(pulled):
 
 
 def test_tail_without_any_run_says_so_and_ends_naming_the_next_command(tmp_path):
-    cfg, root = _local_host(tmp_path, None)
+    cfg, root = _local_host(tmp_path, None, deployed=False, runner=False)
 
     def tail() -> tuple[int, str]:
         buf = io.StringIO()
@@ -497,7 +571,7 @@ def test_tail_without_any_run_says_so_and_ends_naming_the_next_command(tmp_path)
 
     rc, said = tail()  # nothing deployed: a restart would only say to deploy
     assert rc == 1 and "nothing deployed" in said and "`invoke deploy` first" in said, said
-    (root / "current").mkdir(parents=True)
-    (root / "current" / "job.json").write_text("{}")  # deployed, never started
+    with connect(cfg.hosts["local"], cfg) as conn:
+        deploy_host(conn, cfg)  # deployed, never started
     rc, said = tail()
     assert rc == 1 and "no run/status.json yet" in said and "`invoke restart`" in said, said

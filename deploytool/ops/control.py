@@ -24,7 +24,7 @@ from remote.common.wire import (
 
 from ..config import Config
 from ..connectors import Connector
-from ..connectors.base import quote_path
+from ..connectors.base import Result, quote_path
 from ..errors import DeployToolError, ExitCode, RemoteError, UsageError
 
 if TYPE_CHECKING:  # types only: answers load with the commands that build them
@@ -47,26 +47,64 @@ def parse_run_flags(config: Config, **raw) -> RunArgs:
     return flags
 
 
-def call(conn: Connector, request: Request, timeout: float | None = None, started=None):
-    """Run `python -m remote --request` from the host's current release, the request as typed data
-    on its stdin; its typed answer, or a RemoteError with the host's fault (message, fix, log
-    lines). `started()` is called once the host has the command (it then runs to its end whatever
-    happens here)."""
+def _argv(conn: Connector) -> list[str]:
+    """`python -m remote --request`, run from the host's current release."""
     # nothing deployed (no remote_dir, or no release in it) is an exit code of its own, never a
     # shell's words read back from stderr
     gone = f"exit {ExitCode.NOT_DEPLOYED:d}"
     script = f"cd {quote_path(conn.remote_dir)} 2>/dev/null || {gone}; [ -d current ] || {gone}; "
     script += 'cd current && exec "$@"'
-    argv = ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", REQUEST_FLAG)]
+    return ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", REQUEST_FLAG)]
+
+
+def call(conn: Connector, request: Request, timeout: float | None = None, started=None):
+    """Run `python -m remote --request` from the host's current release, the request as typed data
+    on its stdin; its typed answer, or a RemoteError with the host's fault (message, fix, log
+    lines). `started()` is called once the host has the command (it then runs to its end whatever
+    happens here)."""
     data = request_json(request)
     if started is None:
-        res = conn.run(argv, timeout=timeout, stdin=data)
-    else:
-        proc = conn.start(argv)
-        proc.write(data)
-        proc.close_stdin()
-        started()
-        res = proc.finish()
+        return _answer(conn, request, conn.run(_argv(conn), timeout=timeout, stdin=data))
+    proc = conn.start(_argv(conn))
+    proc.write(data)
+    proc.close_stdin()
+    started()
+    return _answer(conn, request, proc.finish())
+
+
+class Asking:
+    """One request answered again at each `ask()` by one host process kept running (a line in, its
+    answer out): a look every second costs the host no Python started each time. The process ends
+    when its input closes: `close()`, or this side gone, a dropped connection included."""
+
+    def __init__(self, conn: Connector, request: Request):
+        self.conn, self.request, self.proc = conn, request, None
+
+    def ask(self):
+        if self.proc is None:
+            self.proc = self.conn.start(_argv(self.conn))
+            self.proc.write(request_json(self.request) + b"\n")
+        else:
+            self.proc.write(b"\n")
+        line = self.proc.readline()
+        if line.strip():
+            try:
+                return _answer(self.conn, self.request, Result(0, line, b""))
+            except DeployToolError:
+                self.close()  # a fault is the host's last word
+                raise
+        proc, self.proc = self.proc, None
+        return _answer(self.conn, self.request, proc.finish())  # how it ended: an error
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.close_stdin()
+            proc.finish()
+
+
+def _answer(conn: Connector, request: Request, res: Result):
+    """The typed answer on the last line of `res`, or a RemoteError that says why there is none."""
     if res.exit_code == ExitCode.NOT_DEPLOYED:
         raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")
     what = " ".join(request.command)

@@ -1,30 +1,31 @@
-"""tail's driver: status.json (and optionally runner.log) over one kept-open connection per host.
+"""tail's driver: the job as `invoke status` sees it (and optionally runner.log) over one kept-open
+connection per host.
 
-Reads only small files and new log bytes each second; reconnects with backoff when a connection
-drops, without losing its place in the log; Ctrl-C detaches and never touches the job. What each
-tick shows is the view's (views/tail.py).
+Asks the host's `ctl status`, kept running there, once a second, and reads only new log bytes;
+reconnects with backoff when a connection drops, without losing its place in the log; Ctrl-C
+detaches and never touches the job. What each tick shows is the view's (views/tail.py).
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
-from remote.common.recover import WatchState, watcher_alive
-from remote.common.status import STALE_AFTER, JobState, JobStatus
+from remote.common.protocol import CtlStatus
+from remote.common.status import NEVER_RUN, JobState, JobStatus
 
 from ..config import Config, HostConfig
 from ..connectors import Connector, connect
 from ..errors import ConnectError, DeployToolError, ExitCode
+from .control import Asking, job_status
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
 
 
 @dataclass
 class HostWatch:
-    """One host's connection, last snapshot and log position."""
+    """One host's connection, last view of the job and log position."""
 
     host: HostConfig
     config: Config | None
@@ -36,9 +37,7 @@ class HostWatch:
     log_offset: int | None = None
     log_head: bytes = b""
     log_partial: bytes = b""
-    checked_stale_at: float = 0.0
-    verdict: dict | None = None  # the host said this status file's runner is gone
-    watch_seen: tuple = (None, 0.0)  # watch.json's updated_at, and when (here) it last changed
+    asking: Asking | None = None  # `ctl status`, kept running on the host: a look a line
     connect_fn: Callable[[HostConfig, Config | None], Connector] = field(default=connect)
 
     @property
@@ -55,70 +54,34 @@ class HostWatch:
         delay = min(30.0, 0.5 * 2 ** (self.failures - 1))
         self.retry_at = now + delay
         self.note = f"connection lost ({e}); reconnecting in {delay:.0f}s"
+        self.asking = None  # its process ended with the connection
         if self.conn is not None:
             self.conn.close()
 
     def poll_status(self, now: float) -> None:
+        """The job as `invoke status` sees it: the host's own view (the runner and the watcher
+        looked up there), asked again each poll."""
         if now < self.retry_at:
             return
         try:
-            conn = self._conn()
-            raw = conn.read_file(f"{self.base}/run/status.json")
+            if self.asking is None:
+                # the first look asked once: a host of another release reads a request to the end
+                # of its input, and would wait for ever on one kept open; asked once, it says so
+                st = job_status(self._conn())
+                self.asking = Asking(self.conn, CtlStatus(again=True))
+            else:
+                st = self.asking.ask()
             if self.failures:
                 self.note = None
             self.failures = 0
-            if raw is None:
-                deployed = conn.read_file(f"{self.base}/current/job.json") is not None
-                self.note = (
-                    "no run/status.json yet: start the job with `invoke restart`"
-                    if deployed
-                    else f"nothing deployed in {self.base}: run `invoke deploy` first"
-                )
+            if st.state == NEVER_RUN:
+                self.note = "no run/status.json yet: start the job with `invoke restart`"
                 return
-            try:
-                # the watcher as last seen, until this poll reads it again (a read that fails
-                # must not make a job waiting on it look unwatched)
-                seen = self.status.supervision if self.status else None
-                self.status = replace(JobStatus.from_dict(json.loads(raw)), supervision=seen)
-            except (ValueError, TypeError):
-                return  # caught between write and rename on a host without atomic rename: next poll
-            upd = self.status.updated_at or 0
-            if self.verdict and self.verdict["updated_at"] == upd:
-                # still the dead runner's file
-                self.status = replace(self.status).end(**self.verdict["override"])
-            elif (
-                not self.status.terminal
-                and now - upd > STALE_AFTER
-                and now - self.checked_stale_at > STALE_AFTER
-            ):
-                # a runner killed with -9 never writes `stopped`: ask the host whether it is alive
-                from .control import job_status
-
-                self.checked_stale_at = now
-                live = job_status(conn)
-                if not (live.runner and live.runner.alive):
-                    override = {"state": live.state, "message": live.message}
-                    self.verdict = {"updated_at": upd, "override": override}
-                    self.status = replace(self.status).end(**override)
-            self._watcher(conn, now)
+            self.status, self.note = st, None
         except ConnectError as e:
             self._failed(e, now)
         except DeployToolError as e:
             self.note = str(e)
-
-    def _watcher(self, conn: Connector, now: float) -> None:
-        """The host's watcher, from run/watch.json (rewritten every half second while it works)."""
-        raw = conn.read_file(f"{self.base}/run/watch.json")
-        try:
-            ws = WatchState.from_dict(json.loads(raw)) if raw else None
-        except (ValueError, TypeError):
-            ws = None
-        if ws is None or self.status is None:
-            return
-        if ws.updated_at != self.watch_seen[0]:
-            self.watch_seen = (ws.updated_at, now)
-        live = watcher_alive(now - self.watch_seen[1])  # its file's age by this clock
-        self.status = replace(self.status, supervision=ws.view(ws.updated_at or 0.0, live))
 
     def poll_log(self, now: float) -> list[str]:
         """New complete lines of runner.log since the last call; none twice, none skipped."""
@@ -166,6 +129,11 @@ class HostWatch:
         return out
 
     def close(self) -> None:
+        if self.asking is not None:
+            try:
+                self.asking.close()
+            except DeployToolError:
+                pass  # the connection is gone: so is the process
         if self.conn is not None:
             self.conn.close()
 

@@ -253,6 +253,7 @@ class CtlStatus(Request):
     command: ClassVar = ("ctl", "status")
     answer: ClassVar = "JobStatus"
     help: ClassVar = "the job's status.json, with the runner, strays and supervision looked up"
+    again: bool = opt(False, "answer again for each line read on stdin, until it closes")
 
 
 @dataclass

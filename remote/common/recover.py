@@ -130,7 +130,7 @@ class WedgeClock:
 
 # watch.json is rewritten twice a second, and every second while the watcher waits inside a tick
 # (a runner it started coming up, a smoke test): a watcher whose file is older than this has
-# stopped or is wedged. The one rule of status and tail (tail, far from the process, has this alone)
+# stopped or is wedged (`ctl status`'s rule, which status and tail both show)
 WATCH_STALE_S = 10.0
 
 

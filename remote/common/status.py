@@ -63,7 +63,7 @@ class ProcessState(StrEnum):
 NEVER_RUN = "never run"
 BUDGET_REACHED = "budget reached"  # a dataset its token budget ended short of its target
 NOT_RUN = "not run"  # a dataset that --datasets leaves out
-STALE_AFTER = 30.0  # seconds without a status update before a reader asks whether the runner lives
+STALE_AFTER = 30.0  # seconds a live runner may go without a status update before a view says so
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .codec import from_dict, plain
 
-PROTOCOL = 6  # the envelope's version: a host of another release says so instead of misreading
+PROTOCOL = 7  # the envelope's version: a host of another release says so instead of misreading
 
 # ------------------------------------------------------------------ faults
 

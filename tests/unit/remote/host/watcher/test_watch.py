@@ -135,6 +135,31 @@ def test_a_live_watcher_that_stopped_writing_is_unsupervised_at_once_by_its_file
     assert watch.supervision(paths).supervised
 
 
+def test_a_recovery_is_shown_while_its_watcher_works_and_dropped_once_nobody_carries_it_on(
+    tmp_path,
+):
+    import time
+
+    from remote.common.recover import WatchState
+    from remote.common.status import ProcessWatch
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    intent.change(paths, server={"wanted": True})
+    me = os.getpid()  # stands in for the watcher's process
+    WatcherRecord(pid=me, start_time=procinfo.start_time(me), token="w", started_at=1.0).write(
+        paths.watcher_pid
+    )
+    now = time.time()
+    backoff = ProcessWatch(state="backoff", attempt=1, of=5, next_try_at=now + 12)
+    WatchState(pid=me, updated_at=now, server=backoff).write(paths.watch_state)
+    sup = watch.supervision(paths)
+    assert sup.supervised and sup.server.recovering and 10 < sup.server.next_try_in_s <= 12
+    WatchState(pid=me, updated_at=now - 60, server=backoff).write(paths.watch_state)  # wedged
+    sup = watch.supervision(paths)
+    assert not sup.supervised and not sup.server.recovering
+
+
 def test_the_stage_asked_to_follow_goes_step_by_step_and_a_watcher_started_again_goes_on(tmp_path):
     """The baseline after the draft: its caps kept, the server swapped for hosts.yaml's own spec,
     the runner started only once that server is ready; nothing when it is no longer wanted."""
