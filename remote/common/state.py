@@ -16,6 +16,7 @@ from .codec import Codec, Record
 from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
 from .protocol import RunArgs
 from .recover import RecoverSpec
+from .status import JobState, JobStatus
 
 # ------------------------------------------------------------------ the processes' records
 
@@ -212,6 +213,15 @@ def kept_caps(paths: Paths) -> Caps:
     dataset). Read by the runner and the watcher; written only through host/facts/intent.keep_caps
     (the host's start and restart commands, and the watcher starting a stage asked to follow)."""
     return Caps.read(paths.caps) or Caps()
+
+
+def job_now(paths: Paths) -> JobStatus:
+    """The job as it stands now, for every view of it (status, tail, report, plan): status.json,
+    and a runner gone without writing its verdict (killed with -9) said stopped, never running."""
+    st = JobStatus.read(paths.status) or JobStatus()
+    if st.state in (JobState.STARTING, JobState.RUNNING) and not RunnerRecord.live(paths.pidfile):
+        st.end(JobState.STOPPED, "the runner is gone without writing its status (killed?)")
+    return st
 
 
 # ------------------------------------------------------------------ what should run

@@ -16,8 +16,7 @@ from ..common.codec import typed_lines
 from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ..common.protocol import CtlReport
 from ..common.records import ErrorLine, Record
-from ..common.state import kept_caps
-from ..common.status import JobStatus
+from ..common.state import job_now, kept_caps
 from ..job.store import history
 from ..job.store.rates import IDLE_GAP_S, ActiveTime
 from .report_drafts import drafts_measured
@@ -138,7 +137,7 @@ MAX_RESTARTS = 200  # the page lists the newest
 
 
 def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
-    st = JobStatus.read(paths.status) or JobStatus()
+    st = job_now(paths)
     st.token = None
     try:
         job = JobSpec.load(release_dir() / JOB_FILE)

@@ -6,6 +6,7 @@ from ..common.answers import HostPlan, PlanRow
 from ..common.caps import GENERATE
 from ..common.jobspec import JobSpec, Paths
 from ..common.protocol import CtlPlan
+from ..common.state import job_now
 from ..common.status import JobState, JobStatus
 from ..common.wire import HostFault
 from ..job.store.outputs import load_existing
@@ -80,7 +81,7 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
     if req.tokens_per_dataset <= 0:
         raise HostFault("usage", "ctl plan: --tokens-per-dataset must be positive")
     job = JobSpec.load(release_dir() / JOB_FILE)
-    st = JobStatus.read(paths.status) or JobStatus()
+    st = job_now(paths)
     rows = plan(paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None)
     rate, basis = answer_rate(st)
     targets = {name: row["target"] for name, row in rows.items()}

@@ -9,16 +9,15 @@ import time
 
 from ...common.jobspec import JOB_FILE, Paths
 from ...common.protocol import CtlStatus
-from ...common.status import JobState, JobStatus, RunnerInfo
+from ...common.state import job_now
+from ...common.status import JobStatus, RunnerInfo
 from ..facts.strays import managed_runner, stray_runners
 from ..watcher import watch
 
 
 def job_status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
-    st = JobStatus.read(paths.status) or JobStatus()
+    st = job_now(paths)
     rec = managed_runner(paths)
-    if st.state in (JobState.STARTING, JobState.RUNNING) and not rec:
-        st.end(JobState.STOPPED, "the runner is gone without writing its status (killed?)")
     try:
         current = os.readlink(paths.root / "current")
     except OSError:

@@ -118,3 +118,24 @@ def test_the_watchers_events_are_read_back_as_it_wrote_them_and_a_line_no_releas
         ("runner", "died", "exit -9", None),
         ("server", "gave_up", "exit 1", ["CUDA out of memory"]),
     ]
+
+
+def test_a_runner_killed_without_its_verdict_is_reported_stopped_as_status_says_it(tmp_path):
+    """report and plan see the job as status does: a status file that still says running, its
+    runner gone, is a stopped job, not one running at its last rate."""
+    import os
+
+    from remote.common import procinfo
+    from remote.common.jobspec import Paths
+    from remote.common.state import RunnerRecord
+    from remote.common.status import JobStatus
+    from remote.queries.report_data import gather
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    JobStatus(state="running", pid=4242, tokens_per_s=900.0).write(paths.status)
+    got = gather(paths).status
+    assert got.state == "stopped" and "killed?" in got.message
+    me = os.getpid()  # a live runner: the file stands as it is
+    RunnerRecord(pid=me, start_time=procinfo.start_time(me), token="t").write(paths.pidfile)
+    assert gather(paths).status.state == "running"
