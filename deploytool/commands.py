@@ -273,7 +273,7 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
         def told(st, waited):
             render_restart.stopping(conn.name, st, waited, grace, drain)
 
-        return control.stop_told(conn, grace, drain, told=told)
+        return control.stop_told(conn, grace, drain, told)
 
     try:
         _run(config, host_spec, one, render_restart.stop_result)

@@ -4,6 +4,7 @@ here, decided and done on the host."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING
 
@@ -73,14 +74,21 @@ def call(conn: Connector, request: Request, timeout: float | None = None, starte
 
 
 class Asking:
-    """One request answered again at each `ask()` by one host process kept running (a line in, its
-    answer out): a look every second costs the host no Python started each time. The process ends
-    when its input closes: `close()`, or this side gone, a dropped connection included."""
+    """A request with `again` (`ctl status`) answered at each `ask()` by one host process kept
+    running (a line in, its answer out): a look every second costs the host no Python started each
+    time. The process ends when its input closes: `close()`, or this side gone, a dropped
+    connection included."""
 
     def __init__(self, conn: Connector, request: Request):
-        self.conn, self.request, self.proc = conn, request, None
+        self.conn, self.request, self.proc, self.asked = conn, request, None, False
 
     def ask(self):
+        if not self.asked:
+            # asked once first: a host of another release reads a request to the end of its
+            # input, and would wait for ever on one kept open; asked once, it says so
+            answer = call(self.conn, dataclasses.replace(self.request, again=False))
+            self.asked = True
+            return answer
         if self.proc is None:
             self.proc = self.conn.start(_argv(self.conn))
             self.proc.write(request_json(self.request) + b"\n")
@@ -170,21 +178,16 @@ def stop(conn: Connector, grace: float = GRACE_S, drain: bool = False, started=N
     return call(conn, CtlStop(grace=grace, drain=drain), started=started)
 
 
-def stop_told(
-    conn: Connector,
-    grace: float = GRACE_S,
-    drain: bool = False,
-    *,
-    told=lambda status, waited: None,
-    every: float = 1.0,
-) -> StopAnswer:
+def stop_told(conn: Connector, grace: float, drain: bool, told) -> StopAnswer:
     """`stop`, saying what it does while the host waits: `told(status, seconds waited)` once before
-    (status None where it could not be read) and then every `every` seconds until the answer."""
+    (status None where it could not be read) and then every second until the answer."""
     import threading
+
+    looks = Asking(conn, CtlStatus(again=True))
 
     def look():
         try:
-            return job_status(conn)
+            return looks.ask()
         except DeployToolError:
             return None
 
@@ -207,11 +210,17 @@ def stop_told(
     # once (this runs in a host's thread; the Ctrl-C is the main thread's), the host goes on alone
     sent.wait(30)
     told(first, 0.0)
-    while True:
-        worker.join(every)
-        if not worker.is_alive():
-            break
-        told(look(), time.monotonic() - t0)
+    try:
+        while True:
+            worker.join(1.0)
+            if not worker.is_alive():
+                break
+            told(look(), time.monotonic() - t0)
+    finally:
+        try:
+            looks.close()
+        except DeployToolError:
+            pass  # the connection is gone: so is the process
     if "error" in got:
         raise got["error"]
     return got["answer"]

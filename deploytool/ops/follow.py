@@ -18,7 +18,7 @@ from remote.common.status import NEVER_RUN, JobState, JobStatus
 from ..config import Config, HostConfig
 from ..connectors import Connector, connect
 from ..errors import ConnectError, DeployToolError, ExitCode
-from .control import Asking, job_status
+from .control import Asking
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
 
@@ -65,12 +65,8 @@ class HostWatch:
             return
         try:
             if self.asking is None:
-                # the first look asked once: a host of another release reads a request to the end
-                # of its input, and would wait for ever on one kept open; asked once, it says so
-                st = job_status(self._conn())
-                self.asking = Asking(self.conn, CtlStatus(again=True))
-            else:
-                st = self.asking.ask()
+                self.asking = Asking(self._conn(), CtlStatus(again=True))
+            st = self.asking.ask()
             if self.failures:
                 self.note = None
             self.failures = 0

@@ -185,7 +185,6 @@ class ReleasePlan:
     manifest: dict[str, str]  # path -> sha256 of the current release's files
     releases: list[str]
     prompts: dict[str, str | None]  # prompt file -> sha256 on the host
-    in_use: list[str]
     running_prompts: dict[str, int]  # prompt files a running runner has open -> its pid
 
 

@@ -30,7 +30,6 @@ from .keys import (
 JOB_FILE = "job.json"
 JOB_TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"  # the runner's token, inherited by anything it starts: stop finds them by it
 SERVER_TOKEN_ENV = "DEPLOYTOOL_SERVER_TOKEN"  # the inference server's, likewise
-RELEASE_MARKER = "MANIFEST.json"
 
 
 NOTIFY_EVENTS = (

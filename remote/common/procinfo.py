@@ -8,11 +8,12 @@ import subprocess
 from pathlib import Path
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def _stat_fields(pid: int, thread: str = "") -> list[str] | None:
+    """/proc's stat of a process (or of one of its threads) past its name; None: gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}{thread and f'/task/{thread}'}/stat") as f:
             data = f.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+    except OSError:
         return None
     # comm (field 2) may hold spaces and parentheses: split after the last ')'
     return data[data.rindex(")") + 2 :].split()
@@ -99,16 +100,7 @@ def thread_states(pid: int) -> list[str]:
         threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return []
-    return [s for s in (_thread_state(pid, t) for t in threads) if s is not None]
-
-
-def _thread_state(pid: int, tid: str) -> str | None:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rindex(")") + 2 :].split()[0]
+    return [f[0] for f in (_stat_fields(pid, t) for t in threads) if f]
 
 
 def cmdline(pid: int) -> list[str]:

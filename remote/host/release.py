@@ -128,15 +128,7 @@ def plan(root, args):
     cur = _current_id(root)
     manifest = _read_json(os.path.join(root, "releases", cur, MANIFEST), {}) if cur else {}
     rel_dir = os.path.join(root, "releases")
-    releases = (
-        sorted(
-            d
-            for d in os.listdir(rel_dir)
-            if not d.startswith(".") and os.path.isdir(os.path.join(rel_dir, d))
-        )
-        if os.path.isdir(rel_dir)
-        else []
-    )
+    releases = _releases(rel_dir) if os.path.isdir(rel_dir) else []
     prompts = {p: _prompt_hash(root, p) for p in args.get("prompts", [])}
     return {
         "root": os.path.abspath(root),
@@ -144,7 +136,6 @@ def plan(root, args):
         "manifest": manifest.get("files", {}),
         "releases": releases,
         "prompts": prompts,
-        "in_use": sorted(_in_use(root)),
         "running_prompts": _running_prompts(root),
     }
 

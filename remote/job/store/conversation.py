@@ -73,7 +73,6 @@ class Partials:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, lines)
         self.file = AppendFile(path)
-        self.unsaved = 0  # turns the disk had no room for (asked again after a restart)
 
     def answered(self, pid: str) -> int:
         """Turns of this conversation the sidecar holds."""
@@ -98,7 +97,7 @@ class Partials:
         try:
             self.file.append((line + "\n").encode())
         except DiskFull:
-            self.unsaved += 1  # kept in memory: only a restart would ask it again
+            pass  # kept in memory: only a restart would ask it again (no room on disk)
 
     def forget(self, pid: str) -> None:
         self.turns.pop(pid, None)
