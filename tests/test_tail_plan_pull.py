@@ -19,7 +19,7 @@ from deploytool.views import progress
 from deploytool.views import tail as tail_view
 from remote.common import procinfo
 from remote.common.jobspec import JobSpec, Paths
-from remote.common.state import RunnerRecord
+from remote.common.state import RunnerRecord, settle
 from remote.common.status import JobStatus
 from remote.common.wire import PROTOCOL
 from remote.job.store.outputs import encode_record
@@ -270,6 +270,43 @@ def test_tail_sees_the_job_as_status_does_the_watcher_gone_included(tmp_path):
     w.close()
     assert w.status.supervision.note.startswith("unsupervised: the watcher is gone")
     assert w.status.supervision == said.supervision and w.status.runner.alive
+
+
+def test_tail_follows_a_runner_the_watcher_starts_again_and_ends_at_its_give_up(tmp_path):
+    """A runner killed with -9 that a live watcher keeps is not the job's end: tail goes on
+    through the recovery, and ends (1) once the watcher gives up and the job is failed."""
+    import time
+
+    from remote.common.recover import WatchState
+    from remote.common.state import WatcherRecord
+    from remote.common.status import JobState, ProcessWatch
+    from remote.host.facts import intent
+
+    now = time.time()
+    cfg, root = _local_host(tmp_path, spec_status(updated_at=now), runner=False)  # killed
+    paths = Paths(root)
+    intent.change(paths, runner={"wanted": True})
+    me = os.getpid()  # stands in for the live watcher
+    WatcherRecord(pid=me, start_time=procinfo.start_time(me), token="w", started_at=now).write(
+        paths.watcher_pid
+    )
+    backoff = ProcessWatch(state="backoff", attempt=2, of=5, next_try_at=now + 10)
+    WatchState(pid=me, updated_at=now, ticked_at=now, runner=backoff).write(paths.watch_state)
+    clock, buf, looks = FakeClock(now), io.StringIO(), []
+
+    def sleep(s):
+        clock.sleep(s)
+        looks.append(s)
+        if len(looks) == 3:  # the watcher gives up
+            fatal = ProcessWatch(state="fatal", why="died again")
+            WatchState(pid=me, updated_at=time.time(), runner=fatal).write(paths.watch_state)
+            settle(paths, JobState.FAILED, "the runner died again")
+
+    out = Console(file=buf, width=300)
+    rc = watch(cfg, list(cfg.hosts.values()), live=False, out=out, clock=clock, sleep=sleep)
+    said = buf.getvalue().splitlines()
+    assert rc == 1 and len(looks) == 3, said
+    assert "stopped" in said[0] and "failed" in said[-1] and "the runner died again" in said[-1]
 
 
 def test_tail_of_a_host_running_the_release_before_says_to_deploy(tmp_path):

@@ -105,10 +105,11 @@ class Asking:
         return _answer(self.conn, self.request, proc.finish())  # how it ended: an error
 
     def close(self) -> None:
+        """Its input closed: the host process ends once its look in hand is answered, and no one
+        waits for that (a Ctrl-C detaches at once)."""
         proc, self.proc = self.proc, None
         if proc is not None:
             proc.close_stdin()
-            proc.finish()
 
 
 def _answer(conn: Connector, request: Request, res: Result):

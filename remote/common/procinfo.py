@@ -13,8 +13,8 @@ def _stat_fields(pid: int, thread: str = "") -> list[str] | None:
     try:
         with open(f"/proc/{pid}{thread and f'/task/{thread}'}/stat") as f:
             data = f.read()
-    except OSError:
-        return None
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None  # gone (any other error is not a sign of that)
     # comm (field 2) may hold spaces and parentheses: split after the last ')'
     return data[data.rindex(")") + 2 :].split()
 

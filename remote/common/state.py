@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from .codec import Codec, Record
 from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
 from .protocol import RunArgs
 from .recover import RecoverSpec
-from .status import JobState, JobStatus
+from .status import JobState, JobStatus, RunnerInfo
 
 # ------------------------------------------------------------------ the processes' records
 
@@ -216,12 +217,57 @@ def kept_caps(paths: Paths) -> Caps:
 
 
 def job_now(paths: Paths) -> JobStatus:
-    """The job as it stands now, for every view of it (status, tail, report, plan): status.json,
-    and a runner gone without writing its verdict (killed with -9) said stopped, never running."""
+    """The job as it stands now, for every view of it (status, tail, report, plan): status.json
+    with its runner looked up, and a runner gone without writing its verdict (killed with -9) said
+    stopped, never running."""
+    rec = RunnerRecord.live(paths.pidfile)  # first: a runner writes its verdict, then exits
     st = JobStatus.read(paths.status) or JobStatus()
-    if st.state in (JobState.STARTING, JobState.RUNNING) and not RunnerRecord.live(paths.pidfile):
+    if st.state in (JobState.STARTING, JobState.RUNNING) and not rec:
         st.end(JobState.STOPPED, "the runner is gone without writing its status (killed?)")
+    st.runner = RunnerInfo(
+        alive=rec is not None,
+        pid=rec.pid if rec else None,
+        release=rec.release if rec else None,
+        uptime_s=(time.time() - rec.started_at) if rec else None,
+    )
     return st
+
+
+def settle(paths: Paths, state: str, why: str, *, runner: int | None = None) -> bool:
+    """The one writer of status.json besides the runner, which writes its own while it lives: a
+    verdict said once it is gone, each only over the state it may follow, and never over the status
+    of a runner that lives (one a restart started meanwhile: the job is its).
+    - `stopped`: a stop had to kill `runner`; over that runner's status while it says running.
+    - `failed`: the watcher gave up; over anything but a finished job, whose verdict stays (a
+      server given up on after the job finished fails nothing). A finished stage that another was
+      to follow stays said finished: what failed is the next one.
+    - `finished`: the stage asked to follow a finished one was not started, and `why`.
+    Returns whether it wrote."""
+    st = JobStatus.read(paths.status)
+    live = RunnerRecord.live(paths.pidfile)
+    if st is not None and live is not None and st.pid == live.pid:
+        return False
+    nxt = st.follows if st is not None and st.state == JobState.FINISHED else None
+    if state == JobState.STOPPED:
+        if st is None or st.pid != runner or st.state not in (JobState.STARTING, JobState.RUNNING):
+            return False
+        st.end(state, why, time.time())
+    elif state == JobState.FAILED:
+        st = st or JobStatus()
+        if st.state == JobState.FINISHED and not nxt:
+            return False
+        if nxt:
+            why = f"the {st.stage} stage finished; the {nxt} stage was not started: {why}"
+        st.end(state, why, time.time())
+    elif state == JobState.FINISHED and nxt:
+        st.caps = dict(st.caps, baseline=False)
+        st.message = "; ".join(
+            filter(None, [st.message, f"the {nxt} stage was not started: {why}"])
+        )
+    else:
+        return False
+    st.write(paths.status)
+    return True
 
 
 # ------------------------------------------------------------------ what should run

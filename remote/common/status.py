@@ -1,5 +1,5 @@
 """status.json, the one typed definition: the runner writes it (atomically, every second), and once it
-is gone only `JobStatus.settle` does, each verdict over the states it may follow; `ctl status`, tail,
+is gone only `state.settle` does, each verdict over the states it may follow; `ctl status`, tail,
 status and plan read it. Derived values are properties here, so no reader recomputes them.
 
 Readers ignore keys they do not know (a newer runner) and fill defaults for keys that are missing (an
@@ -8,7 +8,6 @@ older one), so both sides of a deploy can read each other's files.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -282,6 +281,7 @@ class RunnerInfo(Codec):
 
 
 RECOVERING_STATES = frozenset({ProcessState.BACKOFF, ProcessState.STARTING})
+KEPT_STATES = RECOVERING_STATES | {ProcessState.WATCHING}  # a death is started again
 
 
 @dataclass
@@ -405,13 +405,18 @@ class JobStatus(Record):
 
     @property
     def over(self) -> bool:
-        """Nothing more will come of it, for one who waits on it: its verdict, and no stage asked
-        to follow it (the baseline after the draft) that the watcher, at work, is starting or has
+        """Nothing more will come of it, for one who waits on it: its verdict, and no runner gone
+        that the watcher, at work, keeps (it starts it again, or gives up: failed), and no stage
+        asked to follow it (the baseline after the draft) that the watcher is starting or has
         yet to look at (its last look came before the verdict)."""
-        if not self.terminal or self.state != JobState.FINISHED:
-            return self.terminal
+        if not self.terminal:
+            return False
         sup = self.supervision
-        if not self.follows or sup is None or not sup.supervised:
+        if sup is None or not sup.supervised:
+            return True
+        if self.state != JobState.FINISHED:
+            return not (sup.runner and sup.runner.state in KEPT_STATES)
+        if not self.follows:
             return True
         if sup.ticked_at is None:  # a watcher of an older release: it starts no next stage
             return True
@@ -430,43 +435,6 @@ class JobStatus(Record):
             if d.state == DatasetState.RUNNING:
                 d.state = state
         return self
-
-    @classmethod
-    def settle(cls, path, state: str, why: str, *, runner: int | None = None) -> bool:
-        """The one writer of the status file besides the runner, which writes its own while it
-        lives: a verdict said once it is gone, each only over the state it may follow.
-        - `stopped`: a stop had to kill `runner`; over that runner's status while it says running.
-        - `failed`: the watcher gave up; over anything but a finished job, whose verdict stays (a
-          server given up on after the job finished fails nothing). A finished stage that another
-          was to follow stays said finished: what failed is the next one.
-        - `finished`: the stage asked to follow a finished one was not started, and `why`.
-        Returns whether it wrote."""
-        st = cls.read(path)
-        nxt = st.follows if st is not None and st.state == JobState.FINISHED else None
-        if state == JobState.STOPPED:
-            if (
-                st is None
-                or st.pid != runner
-                or st.state not in (JobState.STARTING, JobState.RUNNING)
-            ):
-                return False
-            st.end(state, why, time.time())
-        elif state == JobState.FAILED:
-            st = st or cls()
-            if st.state == JobState.FINISHED and not nxt:
-                return False
-            if nxt:
-                why = f"the {st.stage} stage finished; the {nxt} stage was not started: {why}"
-            st.end(state, why, time.time())
-        elif state == JobState.FINISHED and nxt:
-            st.caps = dict(st.caps, baseline=False)
-            st.message = "; ".join(
-                filter(None, [st.message, f"the {nxt} stage was not started: {why}"])
-            )
-        else:
-            return False
-        st.write(path)
-        return True
 
     @property
     def new_records(self) -> int:

@@ -5,32 +5,24 @@ only what looking needs: nothing that starts or stops a process."""
 from __future__ import annotations
 
 import os
-import time
 
 from ...common.jobspec import JOB_FILE, Paths
 from ...common.protocol import CtlStatus
 from ...common.state import job_now
-from ...common.status import JobStatus, RunnerInfo
-from ..facts.strays import managed_runner, stray_runners
+from ...common.status import JobStatus
+from ..facts.strays import stray_runners
 from ..watcher import watch
 
 
 def job_status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
     st = job_now(paths)
-    rec = managed_runner(paths)
     try:
         current = os.readlink(paths.root / "current")
     except OSError:
         current = None
-    st.runner = RunnerInfo(
-        alive=rec is not None,
-        pid=rec.pid if rec else None,
-        release=rec.release if rec else None,
-        uptime_s=(time.time() - rec.started_at) if rec else None,
-    )
     st.current_release = current
     st.deployed_job = deployed_job(paths)
-    st.strays = stray_runners(paths, {rec.pid} if rec else set())
+    st.strays = stray_runners(paths, {st.runner.pid} if st.runner.alive else set())
     st.supervision = watch.supervision(paths)
     st.token = None
     return st

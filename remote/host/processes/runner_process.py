@@ -18,7 +18,7 @@ from ...common.answers import RestartAnswer, StopAnswer
 from ...common.caps import MEASURES, CapRow, Caps
 from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
-from ...common.state import ControlRequest, RunnerRecord, kept_caps, lock_held
+from ...common.state import ControlRequest, RunnerRecord, kept_caps, lock_held, settle
 from ...common.status import JobState, JobStatus, count_prompts, file_identity
 from ...common.wire import HostFault
 from ..facts import gpu, intent, kill
@@ -133,9 +133,7 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
     after = JobStatus.read(paths.status) or JobStatus()
     if killed and rec and rec.pid in killed:
         lost = after.in_flight or in_flight_before
-        JobStatus.settle(
-            paths.status, JobState.STOPPED, f"killed after {grace:g}s grace", runner=rec.pid
-        )
+        settle(paths, JobState.STOPPED, f"killed after {grace:g}s grace", runner=rec.pid)
     else:
         lost = after.abandoned
     return StopAnswer(

@@ -26,6 +26,7 @@ from ...common.state import (
     ServerWanted,
     Wanted,
     kept_caps,
+    settle,
 )
 from ...common.status import JobState, JobStatus, ProcessState, ProcessWatch
 from ...common.wire import HostFault
@@ -330,7 +331,7 @@ class ServerKeeper(Keeper):
         )
         server_process.wait_gpu_free(self.dead_pids, GPU_WAIT_S)
         runner_process.stop(self.paths, CtlStop(grace=10.0))
-        JobStatus.settle(self.paths.status, JobState.FAILED, why)
+        settle(self.paths, JobState.FAILED, why)
         self.tell("failed", f"failed: {why}")
 
 
@@ -410,5 +411,5 @@ class RunnerKeeper(Keeper):
     def _give_up(self, why: str) -> None:
         why = f"the runner {why}"
         intent.change(self.paths, runner={"wanted": False, "why": why})
-        JobStatus.settle(self.paths.status, JobState.FAILED, why)
+        settle(self.paths, JobState.FAILED, why)
         self.tell("failed", f"failed: {why}")

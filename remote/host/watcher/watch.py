@@ -28,10 +28,11 @@ from ...common.state import (
     WatcherRecord,
     kept_caps,
     lock_held,
+    settle,
     start_watcher,
     take_watcher_lock,
 )
-from ...common.status import JobState, JobStatus, ProcessState, Supervision
+from ...common.status import JobState, ProcessState, Supervision
 from ..facts import boot, intent, kill
 
 TICK_S = 0.5
@@ -188,7 +189,7 @@ class Watcher:
             if not running:  # a runner started meanwhile is the job's now: left as it is
                 if data.runner.wanted:
                     intent.change(self.paths, runner={"wanted": False, "why": why})
-                JobStatus.settle(self.paths.status, JobState.FINISHED, why)
+                settle(self.paths, JobState.FINISHED, why)
             return
         if caps.stage != nxt:
             intent.keep_caps(self.paths, dataclasses.replace(caps, stage=nxt, baseline=False))

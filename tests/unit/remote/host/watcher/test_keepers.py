@@ -12,7 +12,7 @@ from remote.common import procinfo
 from remote.common.codec import write_json
 from remote.common.jobspec import Paths
 from remote.common.recover import Observation, RecoverSpec
-from remote.common.state import RunnerWanted, ServerRecord, ServerWanted
+from remote.common.state import RunnerWanted, ServerRecord, ServerWanted, settle
 from remote.common.status import JobState, JobStatus, ProcessState
 from remote.host.facts import intent
 from remote.host.watcher import keepers
@@ -147,17 +147,15 @@ def test_a_give_up_after_the_draft_finished_says_the_draft_finished_and_its_base
     paths.ensure()
     draft = Caps(stage="draft", baseline=True).to_dict()
     JobStatus(state=JobState.FINISHED, stage="draft", caps=draft).write(paths.status)
-    JobStatus.settle(
-        paths.status, JobState.FAILED, "the server failed to start: CUDA out of memory"
-    )
+    settle(paths, JobState.FAILED, "the server failed to start: CUDA out of memory")
     st = JobStatus.read(paths.status)
     assert st.state == JobState.FAILED and st.message == (
         "the draft stage finished; the baseline stage was not started: "
         "the server failed to start: CUDA out of memory"
     )
     JobStatus(state=JobState.RUNNING, stage="draft", caps=draft).write(paths.status)
-    JobStatus.settle(
-        paths.status, JobState.FAILED, "the runner died again"
+    settle(
+        paths, JobState.FAILED, "the runner died again"
     )  # the draft's own runner: the draft failed
     assert JobStatus.read(paths.status).message == "the runner died again"
 
@@ -171,19 +169,29 @@ def test_a_verdict_said_after_the_runner_is_gone_starts_only_where_it_may(tmp_pa
     paths = Paths(tmp_path)
     paths.ensure()
     JobStatus(state=JobState.FINISHED, pid=7, message="").write(paths.status)
-    assert not JobStatus.settle(paths.status, JobState.FAILED, "the server died 5 times")
-    assert not JobStatus.settle(paths.status, JobState.STOPPED, "killed", runner=7)
-    assert not JobStatus.settle(paths.status, JobState.FINISHED, "no caps ask for a next stage")
+    assert not settle(paths, JobState.FAILED, "the server died 5 times")
+    assert not settle(paths, JobState.STOPPED, "killed", runner=7)
+    assert not settle(paths, JobState.FINISHED, "no caps ask for a next stage")
     assert JobStatus.read(paths.status).state == JobState.FINISHED
     JobStatus(state=JobState.RUNNING, pid=7).write(paths.status)
-    assert not JobStatus.settle(paths.status, JobState.STOPPED, "killed", runner=8)  # another's
-    assert JobStatus.settle(paths.status, JobState.STOPPED, "killed after 5s grace", runner=7)
+    assert not settle(paths, JobState.STOPPED, "killed", runner=8)  # another's
+    assert settle(paths, JobState.STOPPED, "killed after 5s grace", runner=7)
     assert JobStatus.read(paths.status).state == JobState.STOPPED
-    assert JobStatus.settle(paths.status, JobState.FAILED, "the server died 5 times")
+    assert settle(paths, JobState.FAILED, "the server died 5 times")
     assert JobStatus.read(paths.status).message == "the server died 5 times"
     draft = Caps(stage="draft", baseline=True).to_dict()
     JobStatus(state=JobState.FINISHED, stage="draft", caps=draft, message="ok").write(paths.status)
-    assert JobStatus.settle(paths.status, JobState.FINISHED, "the job was stopped")
+    assert settle(paths, JobState.FINISHED, "the job was stopped")
     st = JobStatus.read(paths.status)
     assert st.state == JobState.FINISHED and not st.follows
     assert st.message == "ok; the baseline stage was not started: the job was stopped"
+    import os
+
+    from remote.common import procinfo
+    from remote.common.state import RunnerRecord
+
+    me = os.getpid()  # a runner a restart started meanwhile: its status is its own
+    RunnerRecord(pid=me, start_time=procinfo.start_time(me), token="t").write(paths.pidfile)
+    JobStatus(state=JobState.STARTING, pid=me).write(paths.status)
+    assert not settle(paths, JobState.FAILED, "the server died 5 times")
+    assert JobStatus.read(paths.status).state == JobState.STARTING
