@@ -270,10 +270,9 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
         raise DeployToolError(f"--grace must be >= 0, got {grace}", ExitCode.BAD_INPUT)
 
     def one(conn):
-        def told(st, waited):
-            render_restart.stopping(conn.name, st, waited, grace, drain)
-
-        return control.stop_told(conn, grace, drain, told)
+        return control.stop_told(
+            conn, grace, drain, render_restart.Stopping(conn.name, grace, drain)
+        )
 
     try:
         _run(config, host_spec, one, render_restart.stop_result)

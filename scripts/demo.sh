@@ -9,5 +9,5 @@ invoke restart --max-samples "${MAX_SAMPLES:-24}"
 invoke tail
 echo
 echo "records: .deploytool/local/data/outputs/B*.jsonl (each answer once; a second run has nothing left to do)"
-echo "more per dataset: MAX_SAMPLES=48 bash scripts/demo.sh; from empty: .venv/bin/invoke stop && rm -r .deploytool/local first"
+echo "every prompt (32 per dataset): MAX_SAMPLES=32 bash scripts/demo.sh; from empty: .venv/bin/invoke stop && rm -r .deploytool/local first"
 echo "  (the local host's folder: its releases, records and logs, all made by deploytool)"

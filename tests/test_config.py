@@ -288,6 +288,11 @@ def test_cli_unknown_host_exits_2(tmp_path):
     assert "Traceback" not in res.stderr
 
 
+def test_a_host_named_twice_is_one_host(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD))
+    assert [h.name for h in cfg.select_hosts("local, local")] == ["local"]
+
+
 def test_host_flag_is_H_and_h_stays_help(tmp_path):
     p = write(tmp_path, GOOD)
     for ds in GOOD["job"]["datasets"].values():

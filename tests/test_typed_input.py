@@ -129,6 +129,13 @@ def test_an_empty_dataset_name_is_bad_input_never_every_dataset(config, value, g
         )
 
 
+def test_a_dataset_given_twice_is_bad_input_never_the_last_one_silently(config):
+    res = typed("invoke restart --cap B2=10 --cap B2=12 --dry-run", config)
+    assert said(res, 2) == "error: --cap gives B2 twice (B2=10 and B2=12): give each dataset once"
+    res = typed("invoke restart --datasets B2,B2 --dry-run", config)
+    assert said(res, 2) == "error: --datasets: B2 is named twice in 'B2,B2': give each dataset once"
+
+
 def test_hosts_names_no_server_for_a_job_of_the_built_in_engine(tmp_path):
     job = base_job(datasets=TWO, engine={"kind": "simulate"})
     cfg = write_config(

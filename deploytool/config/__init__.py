@@ -131,7 +131,9 @@ class Config:
         return self.hosts[name]
 
     def select_hosts(self, spec: str | None) -> list[HostConfig]:
-        names = [n.strip() for n in (spec or self.default_host).split(",") if n.strip()]
+        # a host named twice is one host: a command runs on it once
+        names = list(dict.fromkeys(n.strip() for n in (spec or self.default_host).split(",")))
+        names = [n for n in names if n]
         if not names:
             raise ConfigError("--host: no host named")
         return [self.host(n) for n in names]

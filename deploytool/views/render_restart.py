@@ -124,10 +124,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         if stopped and stopped.was_running:
             extra = f", strays {stopped.strays}" if stopped.strays else ""
             killed = f", SIGKILL {stopped.killed}" if stopped.killed else ""
-            out.print(
-                f"{host}: stopped pid(s) {stopped.stopped}{extra}{killed}; "
-                f"in-flight requests lost: {r.lost_in_flight}"
-            )
+            out.print(f"{host}: stopped pid(s) {stopped.stopped}{extra}{killed}; {cut_said(r)}")
         release = (r.release or "").rstrip("/").rsplit("/", 1)[-1]
         stage = ""
         if r.kept.stage != r.was.stage:  # said either way: the job now makes something else
@@ -144,36 +141,46 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
     caps_table(r.caps, out, r.kept, r.was)
 
 
-def stopping(
-    host: str,
-    st: JobStatus | None,
-    waited: float,
-    grace: float,
-    drain: bool,
-    out: Console = console,
-) -> None:
-    """While `stop` waits on the host: what it stops, then a line a second."""
-    alive = st is not None and st.runner is not None and st.runner.alive
-    flight = st.in_flight if st is not None else 0
-    if waited == 0:
-        if not alive:
-            return  # the answer says there was nothing to stop
-        how = (
-            f"draining: no new requests, the {flight} in flight finish, then SIGTERM and {grace:g}s "
-            "more, then SIGKILL"
-            if drain
-            else f"SIGTERM; {flight} requests in flight get {grace:g}s to finish, then SIGKILL"
-        )
-        out.print(f"[bold]{host}[/]: stopping runner pid {st.runner.pid}: {how}", markup=True)
-        return
-    if drain:
-        left = "draining"
-    else:
-        left = (
-            f"{max(0.0, grace - waited):.0f}s of grace left" if waited < grace else "SIGKILL next"
-        )
-    state = f"{flight} in flight" if alive else "runner gone, finishing up"
-    out.print(f"  {host}: waiting {waited:.0f}s: {state}, {left}", markup=False)
+class Stopping:
+    """What `stop` says while the host waits: what it stops, then how it goes, at the first second,
+    at each change of phase (the runner gone, the grace spent) and every SAY_EVERY_S between."""
+
+    SAY_EVERY_S = 5.0
+
+    def __init__(self, host: str, grace: float, drain: bool, out: Console = console):
+        self.host, self.grace, self.drain, self.out = host, grace, drain, out
+        self.said_at: float | None = None
+        self.phase = None
+
+    def __call__(self, st: JobStatus | None, waited: float) -> None:
+        alive = st is not None and st.runner is not None and st.runner.alive
+        flight = st.in_flight if st is not None else 0
+        if waited == 0:
+            if alive:  # else the answer says there was nothing to stop
+                how = self._how(flight)
+                self.out.print(f"[bold]{self.host}[/]: stopping runner pid {st.runner.pid}: {how}")
+            return
+        if self.drain:
+            left = "draining"
+        elif waited < self.grace:
+            left = f"{max(0.0, self.grace - waited):.0f}s of grace left"
+        else:
+            left = "SIGKILL next"
+        phase = (alive, left == "SIGKILL next")
+        due = self.said_at is None or waited - self.said_at >= self.SAY_EVERY_S
+        if not due and phase == self.phase:
+            return
+        self.said_at, self.phase = waited, phase
+        state = f"{flight} in flight" if alive else "runner gone, finishing up"
+        self.out.print(f"  {self.host}: waiting {waited:.0f}s: {state}, {left}", markup=False)
+
+    def _how(self, flight: int) -> str:
+        if self.drain:
+            return (
+                f"draining: no new requests, the {flight} in flight finish, then SIGTERM and "
+                f"{self.grace:g}s more, then SIGKILL"
+            )
+        return f"SIGTERM; {flight} requests in flight get {self.grace:g}s to finish, then SIGKILL"
 
 
 def stop_detached(hosts: str, out: Console = console) -> None:
@@ -190,6 +197,11 @@ def stop_result(r: StopAnswer, out: Console = console) -> None:
         out.print(f"[bold]{r.host}[/]: no runner was running")
         return
     killed = f"; SIGKILL after the grace period: {r.killed}" if r.killed else ""
-    out.print(
-        f"[bold]{r.host}[/]: stopped {r.stopped}{killed}; in-flight requests lost: {r.lost_in_flight}"
-    )
+    out.print(f"[bold]{r.host}[/]: stopped {r.stopped}{killed}; {cut_said(r)}")
+
+
+def cut_said(r) -> str:
+    """The requests a stop cut off in flight: not lost, asked again (or continued) at the next
+    start."""
+    n = r.lost_in_flight
+    return f"requests cut off in flight: {n}" + (" (the next start asks them again)" if n else "")

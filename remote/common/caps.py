@@ -126,6 +126,9 @@ def parse_dataset_list(text: str | None) -> list[str] | None:
         raise ValueError(f"expected dataset names, comma-separated (B2,B3), got {text!r}")
     for n in names:
         check_dataset_name(n)
+    twice = [n for i, n in enumerate(names) if n in names[:i]]
+    if twice:  # a name typed for another, mostly
+        raise ValueError(f"{twice[0]} is named twice in {text!r}: give each dataset once")
     return names
 
 

@@ -117,13 +117,41 @@ def test_stop_drain_says_the_requests_in_flight_finish_before_the_grace_counts()
 
     from rich.console import Console
 
-    from deploytool.views.render_restart import stopping
+    from deploytool.views.render_restart import Stopping
     from remote.common.status import JobStatus, RunnerInfo
 
     st = JobStatus(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=9))
     buf = io.StringIO()
-    stopping("gpu1", st, 0.0, 5.0, True, Console(file=buf, width=200))
+    Stopping("gpu1", 5.0, True, Console(file=buf, width=200))(st, 0.0)
     assert "the 16 in flight finish, then SIGTERM and 5s more, then SIGKILL" in buf.getvalue()
+
+
+def test_stop_says_how_it_goes_at_the_first_second_each_change_and_every_five_seconds():
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views.render_restart import Stopping
+    from remote.common.status import JobStatus, RunnerInfo
+
+    buf = io.StringIO()
+    told = Stopping("gpu1", 30.0, False, Console(file=buf, width=200))
+    running = JobStatus(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=9))
+    for second in range(0, 36):
+        told(running, float(second))
+    told(JobStatus(state="stopped", runner=RunnerInfo(alive=False)), 36.0)
+    said = [line.split(": ", 1)[1] for line in buf.getvalue().splitlines()[1:]]
+    assert said == [
+        "waiting 1s: 16 in flight, 29s of grace left",
+        "waiting 6s: 16 in flight, 24s of grace left",
+        "waiting 11s: 16 in flight, 19s of grace left",
+        "waiting 16s: 16 in flight, 14s of grace left",
+        "waiting 21s: 16 in flight, 9s of grace left",
+        "waiting 26s: 16 in flight, 4s of grace left",
+        "waiting 30s: 16 in flight, SIGKILL next",
+        "waiting 35s: 16 in flight, SIGKILL next",
+        "waiting 36s: runner gone, finishing up, SIGKILL next",
+    ]
 
 
 def test_a_dataset_left_out_by_datasets_is_said_not_run_in_every_view():

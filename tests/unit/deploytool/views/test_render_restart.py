@@ -86,3 +86,14 @@ def test_a_dry_run_shows_the_targets_and_states_its_caps_would_give_and_says_a_r
     assert lines["B1"][-2:] == ["20", "pending"] and lines["B2"][-2:] == ["40*", "pending"]
     assert lines["B3"][-3:] == ["-", "not", "run"]
     assert "gpu: B1's target goes up (10 → 20 prompts)" in text  # said as the restart says it
+
+
+def test_a_stop_says_its_cut_off_requests_are_asked_again_not_lost():
+    from remote.common.answers import StopAnswer
+
+    buf = io.StringIO()
+    r = StopAnswer(was_running=True, stopped=[7], lost_in_flight=14, host="gpu1")
+    render_restart.stop_result(r, Console(file=buf, width=200))
+    said = buf.getvalue()
+    assert "requests cut off in flight: 14 (the next start asks them again)" in said
+    assert "lost" not in said
