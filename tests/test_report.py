@@ -43,7 +43,8 @@ def test_report_is_one_self_contained_page(tmp_path, ssh_rig, openai_server):
         engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 4},
     )
     spec["sampling"]["max_tokens"] = 300
-    cfg = write_config(proj, {"gpu": ssh_host_entry(ssh_rig, host_dir)}, job=spec)
+    hosts = {"gpu": ssh_host_entry(ssh_rig, host_dir), "gpu2": ssh_host_entry(ssh_rig, host_dir)}
+    cfg = write_config(proj, hosts, job=spec)
     base = [sys.executable, "-m", "deploytool", "--config", str(cfg.path)]
     assert subprocess.run(base + ["deploy"], capture_output=True).returncode == 0
     assert (
@@ -80,6 +81,6 @@ def test_report_is_one_self_contained_page(tmp_path, ssh_rig, openai_server):
     assert "length" in words and "stop" in words  # finish_reason shares, from the outputs
     assert "15" in words  # the caps table
     bad = subprocess.run(
-        base + ["report", "--out", "x.html", "--host", "gpu,gpu"], capture_output=True, text=True
+        base + ["report", "--out", "x.html", "--host", "gpu,gpu2"], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "--out names one file" in bad.stderr

@@ -270,6 +270,10 @@ def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
                     "yellow",
                 )
             )
+    if st.watcher_restarts:
+        out.append(
+            (f"watcher started again {st.watcher_restarts}x by the runner (it was gone)", DIM)
+        )
     if sup.note:
         out.append((say(sup.note, st.host), "yellow" if not sup.supervised else "dim"))
     return out

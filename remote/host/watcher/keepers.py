@@ -15,7 +15,7 @@ from typing import Callable
 
 from ...common import machine, metrics, procinfo
 from ...common.answers import RecoverEvent
-from ...common.codec import note_line
+from ...common.codec import note_line, typed_lines
 from ...common.jobspec import Paths, ServerSpec
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
@@ -64,6 +64,11 @@ class Keeper:
         self.paths, self.spec, self.tell, self.log = paths, spec, tell, log
         self.seen = ProcessWatch(of=spec.max_restarts)  # what status shows of this process
         self.budget = Budget(spec)
+        # deaths since the last give-up count whoever saw them (the window drops the old ones): a
+        # watcher started again after a kill keeps its predecessor's budget, never a fresh one
+        events = [e for e in typed_lines(paths.recover_log, RecoverEvent) if e.what == self.what]
+        since = max((i + 1 for i, e in enumerate(events) if e.event == "gave_up"), default=0)
+        self.budget.restarts = [e.at for e in events[since:] if e.event == "died"]
         self.last_start_failure: str | None = None  # the last start's failure, numbers left out
         self.gave_up_at = 0.0
 

@@ -175,3 +175,12 @@ def test_a_dataset_left_out_by_datasets_is_said_not_run_in_every_view():
     assert "nothing made in the last minute" not in buf.getvalue()  # no starred mean is shown
     assert "B1 0/0 (not run)" in progress.plain_line("gpu1", st, 0)
     assert "B2 3/9 |" in progress.plain_line("gpu1", st, 0)
+
+
+def test_a_watcher_the_runner_started_again_is_said():
+    from deploytool.views import progress
+    from remote.common.status import JobStatus, Supervision
+
+    st = JobStatus(state="running", watcher_restarts=1, supervision=Supervision(supervised=True))
+    said = [text for text, _ in progress.extra_lines(st, 0.0)]
+    assert "watcher started again 1x by the runner (it was gone)" in said

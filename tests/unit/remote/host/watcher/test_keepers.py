@@ -195,3 +195,29 @@ def test_a_verdict_said_after_the_runner_is_gone_starts_only_where_it_may(tmp_pa
     JobStatus(state=JobState.STARTING, pid=me).write(paths.status)
     assert not settle(paths, JobState.FAILED, "the server died 5 times")
     assert JobStatus.read(paths.status).state == JobState.STARTING
+
+
+def test_a_watcher_started_again_keeps_the_restart_budget_its_predecessor_spent(tmp_path):
+    """A watcher killed and started again (by the runner) counts the deaths the window still
+    holds since the last give-up: a fresh budget would restart a crash loop for ever."""
+    import time
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    now = time.time()
+    for at, what, event in [
+        (now - 300, "runner", "died"),
+        (now - 290, "runner", "gave_up"),  # what came before a give-up is the old budget's
+        (now - 100, "runner", "died"),
+        (now - 90, "runner", "restarted"),
+        (now - 50, "runner", "died"),
+        (now - 40, "server", "died"),  # the other process's own
+    ]:
+        keepers.record_event(paths, what, event, "x")
+        lines = paths.recover_log.read_text().splitlines()
+        last = json.loads(lines[-1])
+        lines[-1] = json.dumps(dict(last, at=at))
+        paths.recover_log.write_text("\n".join(lines) + "\n")
+    k, *_ = keeper(tmp_path)
+    assert k.budget.attempt(now) == 3  # two deaths spent: this one is the third
+    assert keeper(tmp_path, window=60.0)[0].budget.attempt(now) == 2  # the window drops one
