@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ...common.jobspec import JobSpec
 from ...common.status import DatasetState, DatasetStatus, JobState
 from ..store.datasets import DatasetRun
+from ..store.rates import RATE_WINDOW
 
 
 def stalled(state: str, in_flight: int, last_completion: float, now: float, after: float) -> bool:
@@ -21,10 +22,12 @@ class Progress:
     tokens_per_s: float
     samples_per_s: float
     remaining_tokens: float
+    pace: float = 0.0  # tokens per second the ETAs are reckoned at (see `progress`)
 
     @property
     def eta_s(self) -> int | None:
-        return int(self.remaining_tokens / self.tokens_per_s) if self.tokens_per_s > 0 else None
+        pace = self.pace or self.tokens_per_s
+        return int(self.remaining_tokens / pace) if pace > 0 else None
 
     def line(self) -> str:
         """done/target, tokens, ETA: what a notification says about the job."""
@@ -72,9 +75,18 @@ def _row(run: DatasetRun, now: float, started: float) -> tuple[DatasetStatus, fl
     return row, tok_rate
 
 
-def progress(job: JobSpec, runs: dict[str, DatasetRun], now: float, started: float) -> Progress:
+def progress(
+    job: JobSpec,
+    runs: dict[str, DatasetRun],
+    now: float,
+    started: float,
+    mean: float | None = None,
+) -> Progress:
     """Per dataset, in job order: where it stands; and the rates and ETAs over the whole job (datasets
-    run one after another, so their ETAs accumulate)."""
+    run one after another, so their ETAs accumulate). A runner younger than the rate's window has
+    counted only the answers it finished, the first of them an answer's length after its start: its
+    ETAs are reckoned at the job's `mean` speed where that is the faster (the rate it shows is its
+    own)."""
     datasets: dict[str, DatasetStatus] = {}
     cum: dict[str, float] = {}
     tok_rate = sample_rate = remaining = 0.0
@@ -88,9 +100,11 @@ def progress(job: JobSpec, runs: dict[str, DatasetRun], now: float, started: flo
         sample_rate += row.samples_per_s
         remaining += row.remaining_tokens
         cum[spec.name] = remaining
+    young = now - started < RATE_WINDOW
+    pace = max(tok_rate, mean or 0.0) if young else tok_rate
     for name, d in datasets.items():
         if d.state == DatasetState.COMPLETE:
             d.eta_s = 0
-        elif tok_rate > 0:
-            d.eta_s = int(cum[name] / tok_rate)
-    return Progress(datasets, round(tok_rate, 1), round(sample_rate, 3), remaining)
+        elif pace > 0:
+            d.eta_s = int(cum[name] / pace)
+    return Progress(datasets, round(tok_rate, 1), round(sample_rate, 3), remaining, pace)

@@ -52,3 +52,18 @@ def test_stalled_only_while_running_with_requests_out():
     assert not stalled(JobState.RUNNING, 0, 0.0, 301.0, 300.0)
     assert not stalled(DatasetState.COMPLETE, 2, 0.0, 301.0, 300.0)
     assert Progress({}, 0.0, 0.0, 100.0).eta_s is None
+
+
+def test_a_young_runner_reckons_its_etas_at_the_jobs_mean_where_that_is_faster():
+    """Its first answers finish an answer's length after its start: the window's rate, its own
+    and shown as such, would say hours for minutes of work."""
+    b1 = dataset("B1", n=10)
+    finish(b1, 1, 100, now=9.0)
+    job = Job("B1")
+    young = progress(job, {"B1": b1}, now=10.0, started=0.0, mean=900.0)
+    assert young.tokens_per_s == 10.0 and young.datasets["B1"].eta_s == 1  # 900 tokens at 900/s
+    assert young.eta_s == 1
+    slow = progress(job, {"B1": b1}, now=10.0, started=0.0, mean=5.0)
+    assert slow.datasets["B1"].eta_s == 90  # its own rate, the faster
+    old = progress(job, {"B1": b1}, now=65.0, started=0.0, mean=900.0)
+    assert old.datasets["B1"].eta_s == int(900 / (100 / 60))  # past the window: its own rate
