@@ -382,7 +382,9 @@ class RunnerKeeper(Keeper):
             self.seen.state = ProcessState.IDLE
             return
         cause = (
-            f"the runner (pid {rec.pid}) died without being stopped (a signal, a crash, "
+            f"the runner (pid {rec.pid}) {st.message}"
+            if verdict == JobState.STOPPED  # its own word: a signal not of deploytool's
+            else f"the runner (pid {rec.pid}) died without being stopped (a signal, a crash, "
             "the OOM killer: see dmesg)"
         )
         why = self._died(now, cause, reason_lines(self.paths.log))

@@ -43,22 +43,29 @@ class StopState:
     def __init__(self):
         self.stopping = False
         self.draining = False
+        self.signal: str | None = None  # the first one that came
+        self.told = False  # a stop of deploytool's said so first (its grace, in control.json)
 
     @property
     def asked(self) -> bool:
         """No new requests."""
         return self.stopping or self.draining
 
-    def stop(self) -> bool:
+    def stop(self, signame: str = "a signal") -> bool:
         """Asked to stop; True when it was asked already (a second signal: stop now)."""
         again, self.stopping = self.stopping, True
+        self.signal = self.signal or signame
         return again
 
     def drain(self) -> None:
         self.draining = True
 
     def verdict(self) -> str:
-        return "stopped by signal" if self.stopping else "drained"
+        if not self.stopping:
+            return "drained"
+        if self.told:
+            return "stopped as asked (a stop or a restart)"
+        return f"stopped by {self.signal}, not by deploytool (someone's kill, a shutdown)"
 
 
 class Every:

@@ -99,6 +99,7 @@ class Runner:
         seq = self.control.seq
         if req.grace is not None:  # `stop --grace S` says how long in-flight work gets
             self.grace = max(0.0, float(req.grace))
+            self.stop.told = True
         if req.drain:
             self.stop.drain()
             n = self.stage.in_flight()
@@ -170,7 +171,7 @@ class Runner:
 
     def _on_signal(self, signame: str, stop_event: asyncio.Event) -> None:
         self.check_control()  # a stop writes its grace period there just before the signal
-        if self.stop.stop():
+        if self.stop.stop(signame):
             self.log(f"{signame} again: stopping now")
             self.grace = 0
         self.stage.stopping()

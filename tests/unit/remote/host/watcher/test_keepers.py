@@ -46,6 +46,21 @@ def test_a_runner_that_finished_by_itself_is_not_restarted(tmp_path):
     assert "finished by itself" in lines[-1]
 
 
+def test_a_runner_stopped_by_a_signal_not_of_deploytool_is_started_again_saying_so(
+    tmp_path, monkeypatch
+):
+    k, paths, _, _ = keeper(tmp_path)
+    monkeypatch.setattr(k, "_start", lambda now, want: None)
+    pid = dead_runner(paths, JobState.STOPPED)
+    st = JobStatus.read(paths.status)
+    st.message = "stopped by SIGTERM, not by deploytool (someone's kill, a shutdown)"
+    st.write(paths.status)
+    k.tick(100.0, RunnerWanted(wanted=True))
+    assert k.seen.last_cause == (
+        f"the runner (pid {pid}) stopped by SIGTERM, not by deploytool (someone's kill, a shutdown)"
+    )
+
+
 def test_a_runner_that_died_comes_back_at_once_then_after_a_doubling_backoff(tmp_path, monkeypatch):
     k, paths, told, lines = keeper(tmp_path, max_restarts=3)
     starts = []

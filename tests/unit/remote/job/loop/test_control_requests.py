@@ -10,8 +10,11 @@ def test_stop_and_drain():
     assert not s.asked
     s.drain()
     assert s.asked and s.draining and s.verdict() == "drained"
-    assert s.stop() is False and s.verdict() == "stopped by signal"
-    assert s.stop() is True  # a second signal: stop now
+    assert s.stop("SIGTERM") is False
+    assert s.verdict() == "stopped by SIGTERM, not by deploytool (someone's kill, a shutdown)"
+    assert s.stop("SIGINT") is True  # a second signal: stop now
+    s.told = True  # deploytool's stop wrote its grace first
+    assert s.verdict() == "stopped as asked (a stop or a restart)"
 
 
 def test_a_clock_is_due_at_once_then_once_per_period_and_never_catches_up():
