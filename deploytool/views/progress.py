@@ -33,7 +33,10 @@ def fmt_tokens(n) -> str:
     return f"{n:.0f}"
 
 
-MEAN_NOTE = "* nothing made in the last minute: the job's mean over the time it ran"
+MEAN_NOTE = (
+    "* this runner finished nothing in the last minute (or has just started): the job's mean over "
+    "the time it ran"
+)
 
 
 def shows_mean(now: float, mean: float | None) -> bool:
