@@ -309,6 +309,26 @@ def test_tail_follows_a_runner_the_watcher_starts_again_and_ends_at_its_give_up(
     assert "stopped" in said[0] and "failed" in said[-1] and "the runner died again" in said[-1]
 
 
+def test_a_look_whose_host_process_was_killed_says_so_and_the_next_starts_anew(tmp_path):
+    """kill -9 of the kept `ctl status` on the host: that look is an error, the next one works."""
+    import signal
+
+    from deploytool.errors import RemoteError
+    from deploytool.ops.control import Asking
+    from remote.common.protocol import CtlStatus
+
+    cfg, root = _local_host(tmp_path, spec_status(updated_at=NOW))
+    with connect(cfg.hosts["local"], cfg) as conn:
+        looks = Asking(conn, CtlStatus(again=True))
+        assert looks.ask().state == "running"  # asked once
+        assert looks.ask().state == "running"  # the kept process's first answer
+        os.kill(looks.proc.proc.pid, signal.SIGKILL)
+        with pytest.raises(RemoteError, match="failed"):
+            looks.ask()
+        assert looks.ask().state == "running" and looks.ask().state == "running"
+        looks.close()
+
+
 def test_tail_of_a_host_running_the_release_before_says_to_deploy(tmp_path):
     """A host of the release before reads a request to the end of its input: tail must not wait
     on it for ever, and says what to do."""

@@ -94,25 +94,29 @@ class Asking:
             answer = call(self.conn, dataclasses.replace(self.request, again=False))
             self.asked = True
             return answer
-        if self.proc is None:
-            self.proc = self.conn.start(_argv(self.conn))
-            self.proc.write(request_json(self.request) + b"\n")
-        else:
-            self.proc.write(b"\n")
-        line = self.proc.readline()
+        try:
+            if self.proc is None:
+                self.proc = self.conn.start(_argv(self.conn))
+                self.proc.write(request_json(self.request) + b"\n")
+            else:
+                self.proc.write(b"\n")
+            line = self.proc.readline()
+        except DeployToolError:  # a connection lost with it: the next look starts anew
+            self.proc, self.asked = None, False
+            raise
         if line.strip():
             try:
                 return _answer(self.conn, self.request, Result(0, line, b""))
             except DeployToolError:
                 self.close()  # a fault is the host's last word
                 raise
-        proc, self.proc = self.proc, None
+        proc, self.proc, self.asked = self.proc, None, False
         return _answer(self.conn, self.request, proc.finish())  # how it ended: an error
 
     def close(self) -> None:
         """Its input closed: the host process ends once its look in hand is answered, and no one
         waits for that (a Ctrl-C detaches at once)."""
-        proc, self.proc = self.proc, None
+        proc, self.proc, self.asked = self.proc, None, False
         if proc is not None:
             proc.close_stdin()
 
