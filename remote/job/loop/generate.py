@@ -209,7 +209,7 @@ class GenerateStage(stage.Stage):
 
     def progress_line(self) -> str:
         return progress(
-            self.job, self.runs, time.time(), self.runner.started_at, self.writer.active.per_s()
+            self.job, self.runs, time.time(), self.runner.started_at, self.writer.active
         ).line()
 
     def summary(self) -> str:

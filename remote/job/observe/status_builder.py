@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ...common.jobspec import JobSpec
 from ...common.status import DatasetState, DatasetStatus, JobState
 from ..store.datasets import DatasetRun
-from ..store.rates import RATE_WINDOW
+from ..store.rates import RATE_WINDOW, ActiveTime
 
 
 def stalled(state: str, in_flight: int, last_completion: float, now: float, after: float) -> bool:
@@ -80,13 +80,13 @@ def progress(
     runs: dict[str, DatasetRun],
     now: float,
     started: float,
-    mean: float | None = None,
+    ran: ActiveTime | None = None,
 ) -> Progress:
     """Per dataset, in job order: where it stands; and the rates and ETAs over the whole job (datasets
     run one after another, so their ETAs accumulate). A runner younger than the rate's window has
     counted only the answers it finished, the first of them an answer's length after its start: its
-    ETAs are reckoned at the job's `mean` speed where that is the faster (the rate it shows is its
-    own)."""
+    ETAs are reckoned at the job's mean speed where that is the faster, once the job has run (`ran`)
+    a minute or more to measure it (the rate it shows is its own)."""
     datasets: dict[str, DatasetStatus] = {}
     cum: dict[str, float] = {}
     tok_rate = sample_rate = remaining = 0.0
@@ -100,8 +100,8 @@ def progress(
         sample_rate += row.samples_per_s
         remaining += row.remaining_tokens
         cum[spec.name] = remaining
-    young = now - started < RATE_WINDOW
-    pace = max(tok_rate, mean or 0.0) if young else tok_rate
+    mean = ran.per_s() if ran is not None and ran.seconds >= RATE_WINDOW else None
+    pace = max(tok_rate, mean or 0.0) if now - started < RATE_WINDOW else tok_rate
     for name, d in datasets.items():
         if d.state == DatasetState.COMPLETE:
             d.eta_s = 0
