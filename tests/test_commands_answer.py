@@ -147,6 +147,8 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
     )
     first = proc.stdout.readline()
     assert first.startswith(f"box: stopping runner pid {pid}"), first
+    # every view says it: no new requests, and the grace those in flight got
+    wait_for(lambda: status(root).get("stopping") == 3600, what="status.json saying stopping")
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group gets it
     try:
         rest, _ = proc.communicate(timeout=120)

@@ -195,6 +195,7 @@ def hints(st: JobStatus) -> list[str]:
     more = (
         st.state == JobState.RUNNING
         and not st.draining
+        and st.stopping is None
         and any(not d.is_complete and d.done + d.in_flight < d.target for d in st.datasets.values())
     )
     for e in st.endpoints:
@@ -292,7 +293,15 @@ def extra_lines(st: JobStatus, now: float) -> list[tuple[str, str]]:
     out += [(text, style) for text, style in ((kept_line(st), DIM), (gpu_line(st), "")) if text]
     out += [disk] if (disk := disk_line(st)) else []
     out += [(text, "yellow") for text in hints(st) + notices(st)]
-    if st.draining and not st.terminal:
+    if st.stopping is not None and not st.terminal:
+        out.append(
+            (
+                f"stopping: no new requests; the {st.in_flight} in flight get {st.stopping:g}s "
+                "to finish, then SIGKILL",
+                "yellow",
+            )
+        )
+    elif st.draining and not st.terminal:
         out.append(
             (
                 f"draining: no new requests; the {st.in_flight} in flight finish, then it stops",

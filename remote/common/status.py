@@ -357,6 +357,7 @@ class JobStatus(Record):
     control_error: str | None = None
     reloaded: dict[str, Reload] = field(default_factory=dict)  # by the last re-cap
     draining: bool = False
+    stopping: float | None = None  # asked to stop: the grace in-flight requests got (seconds)
     abandoned: int = 0
     engine: EngineStatus = field(default_factory=EngineStatus)
     endpoints: list[EndpointStatus] = field(default_factory=list)

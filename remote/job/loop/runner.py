@@ -152,6 +152,7 @@ class Runner:
             control_seq=self.control.seq,
             control_error=self.control.error,
             draining=self.stop.draining,
+            stopping=self.grace if self.stop.stopping else None,
             abandoned=self.abandoned,
             notified=list(self.notifier.sent),
             watcher_restarts=self.watcher_guard.restarts,

@@ -112,6 +112,26 @@ def test_every_view_says_a_job_is_draining_until_it_stops():
     assert "draining" not in progress.plain_line("gpu1", st, 0)
 
 
+def test_every_view_says_a_job_is_stopping_in_its_grace_period():
+    """A SIGTERM (a stop, or someone's kill): no new requests, and the grace those in flight get;
+    it read `running` with nothing said until it stopped."""
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.status import JobStatus
+
+    st = JobStatus(state="running", host="gpu1", in_flight=16, stopping=30.0, draining=True)
+    said = "stopping: no new requests; the 16 in flight get 30s to finish, then SIGKILL"
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
+    assert said in buf.getvalue() and said in progress.plain_line("gpu1", st, 0)
+    assert "draining" not in buf.getvalue()  # the stop that came after the drain is what goes on
+    st.state = "stopped"
+    assert "stopping" not in progress.plain_line("gpu1", st, 0)
+
+
 def test_stop_drain_says_the_requests_in_flight_finish_before_the_grace_counts():
     import io
 
