@@ -173,7 +173,7 @@ class GenerateStage(stage.Stage):
     def status(self, now: float) -> dict:
         """What status.json says of the work, beside the runner's own fields."""
         runner, d, pool = self.runner, self.dispatcher, self.pool
-        p = progress(self.job, self.runs, now, runner.started_at, self.writer.active.per_s())
+        p = progress(self.job, self.runs, now, runner.started_at, self.writer.active)
         in_flight = self.in_flight()
         return dict(
             reloaded=self.scheduler.reloaded,
