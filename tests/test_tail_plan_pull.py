@@ -313,7 +313,7 @@ def test_a_look_whose_host_process_was_killed_says_so_and_the_next_starts_anew(t
     """kill -9 of the kept `ctl status` on the host: that look is an error, the next one works."""
     import signal
 
-    from deploytool.errors import RemoteError
+    from deploytool.errors import ConnectError, RemoteError
     from deploytool.ops.control import Asking
     from remote.common.protocol import CtlStatus
 
@@ -324,6 +324,18 @@ def test_a_look_whose_host_process_was_killed_says_so_and_the_next_starts_anew(t
         assert looks.ask().state == "running"  # the kept process's first answer
         os.kill(looks.proc.proc.pid, signal.SIGKILL)
         with pytest.raises(RemoteError, match="failed"):
+            looks.ask()
+        assert looks.ask().state == "running" and looks.ask().state == "running"
+        # the connection drops under a look: that look is an error, the next one starts anew
+        proc, write = looks.proc, looks.proc.write
+
+        def dropped(data):
+            proc.write = write
+            os.kill(proc.proc.pid, signal.SIGKILL)
+            raise ConnectError("connection to local lost: EOF")
+
+        proc.write = dropped
+        with pytest.raises(ConnectError):
             looks.ask()
         assert looks.ask().state == "running" and looks.ask().state == "running"
         looks.close()

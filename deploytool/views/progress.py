@@ -297,7 +297,7 @@ def extra_lines(st: JobStatus, now: float) -> list[tuple[str, str]]:
         out.append(
             (
                 f"stopping: no new requests; the {st.in_flight} in flight get {st.stopping:g}s "
-                "to finish, then SIGKILL",
+                "to finish, then are cut off (the next start asks them again)",
                 "yellow",
             )
         )

@@ -155,18 +155,21 @@ class Stopping:
     def __call__(self, st: JobStatus | None, waited: float) -> None:
         alive = st is not None and st.runner is not None and st.runner.alive
         flight = st.in_flight if st is not None else 0
+        if waited and st is None:
+            return  # a look that failed: no news, said at the next one
         if waited == 0:
             if alive:  # else the answer says there was nothing to stop
                 how = self._how(flight)
                 self.out.print(f"[bold]{self.host}[/]: stopping runner pid {st.runner.pid}: {how}")
             return
-        if self.drain:
-            left = "draining"
-        elif waited < self.grace:
-            left = f"{max(0.0, self.grace - waited):.0f}s of grace left"
+        if self.drain:  # its SIGTERM comes once the drain is done (or timed out)
+            sent = st.stopping is not None
+            left = f"SIGTERM sent, {self.grace:g}s of grace" if sent else "draining"
+            phase = (alive, sent)
         else:
-            left = "SIGKILL next"
-        phase = (alive, left == "SIGKILL next")
+            late = waited >= self.grace
+            left = "SIGKILL next" if late else f"{self.grace - waited:.0f}s of grace left"
+            phase = (alive, late)
         due = self.said_at is None or waited - self.said_at >= self.SAY_EVERY_S
         if not due and phase == self.phase:
             return

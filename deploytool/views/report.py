@@ -293,7 +293,7 @@ def _rate(data: ReportAnswer) -> str:
         return f"{fmt_tokens(mean)} tok/s on average while it ran" if mean else "no rate yet"
     if st.stage == HIDDEN_STATES:
         return f"hidden-states rows at {st.samples_per_s:,.1f} rows/s now"
-    if not st.tokens_per_s and mean:  # as status stars it: the runner finished nothing lately
+    if st.stage == GENERATE and not st.tokens_per_s and mean:  # as status stars it
         return f"{fmt_tokens(mean)} tok/s on average (nothing finished in the last minute)"
     return f"{fmt_tokens(st.tokens_per_s)} tok/s now"
 

@@ -64,13 +64,27 @@ class Keeper:
         self.paths, self.spec, self.tell, self.log = paths, spec, tell, log
         self.seen = ProcessWatch(of=spec.max_restarts)  # what status shows of this process
         self.budget = Budget(spec)
-        # deaths since the last give-up count whoever saw them (the window drops the old ones): a
-        # watcher started again after a kill keeps its predecessor's budget, never a fresh one
-        events = [e for e in typed_lines(paths.recover_log, RecoverEvent) if e.what == self.what]
-        since = max((i + 1 for i, e in enumerate(events) if e.event == "gave_up"), default=0)
-        self.budget.restarts = [e.at for e in events[since:] if e.event == "died"]
+        self.budget.restarts = self._restarts_so_far(paths)
         self.last_start_failure: str | None = None  # the last start's failure, numbers left out
         self.gave_up_at = 0.0
+
+    def _restarts_so_far(self, paths: Paths) -> list[float]:
+        """The restarts this process's budget has spent, whoever watched them: a watcher started
+        again after a kill goes on with its predecessor's, never a fresh one (the window drops the
+        old ones). Each death since a command last wanted it (a restart, as at first) and since the
+        last give-up began one; the last death, if nothing came after it, is counted again when
+        this keeper finds the process dead."""
+        since = intent.read(paths).part(self.what).changed_at or 0.0
+        events = [
+            e
+            for e in typed_lines(paths.recover_log, RecoverEvent)
+            if e.what == self.what and e.at > since
+        ]
+        after = max((i + 1 for i, e in enumerate(events) if e.event == "gave_up"), default=0)
+        events = events[after:]
+        if events and events[-1].event == "died":
+            events.pop()
+        return [e.at for e in events if e.event == "died"]
 
     def anew(self, want: Wanted) -> bool:
         """Given up on, then wanted again by a command (a restart typed since): watched from here

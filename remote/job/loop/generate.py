@@ -173,7 +173,7 @@ class GenerateStage(stage.Stage):
     def status(self, now: float) -> dict:
         """What status.json says of the work, beside the runner's own fields."""
         runner, d, pool = self.runner, self.dispatcher, self.pool
-        p = progress(self.job, self.runs, now, runner.started_at, self.writer.active)
+        p = self._progress(now)
         in_flight = self.in_flight()
         return dict(
             reloaded=self.scheduler.reloaded,
@@ -208,9 +208,13 @@ class GenerateStage(stage.Stage):
         )
 
     def progress_line(self) -> str:
+        return self._progress(time.time()).line()
+
+    def _progress(self, now: float):
+        w = self.writer
         return progress(
-            self.job, self.runs, time.time(), self.runner.started_at, self.writer.active
-        ).line()
+            self.job, self.runs, now, self.runner.started_at, w.active, w.first_completion
+        )
 
     def summary(self) -> str:
         return self.scheduler.summary()

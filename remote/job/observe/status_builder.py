@@ -81,12 +81,14 @@ def progress(
     now: float,
     started: float,
     ran: ActiveTime | None = None,
+    first: float | None = None,
 ) -> Progress:
     """Per dataset, in job order: where it stands; and the rates and ETAs over the whole job (datasets
-    run one after another, so their ETAs accumulate). A runner younger than the rate's window has
-    counted only the answers it finished, the first of them an answer's length after its start: its
-    ETAs are reckoned at the job's mean speed where that is the faster, once the job has run (`ran`)
-    a minute or more to measure it (the rate it shows is its own)."""
+    run one after another, so their ETAs accumulate). The rate counts finished answers, and a
+    runner's first (`first`: when; None: none yet) comes an answer's length after its start: until
+    its window has been full of answers, its ETAs are reckoned at the job's mean speed where that
+    is the faster, once the job has run (`ran`) a minute or more to measure it (the rate it shows
+    is its own)."""
     datasets: dict[str, DatasetStatus] = {}
     cum: dict[str, float] = {}
     tok_rate = sample_rate = remaining = 0.0
@@ -101,7 +103,8 @@ def progress(
         remaining += row.remaining_tokens
         cum[spec.name] = remaining
     mean = ran.per_s() if ran is not None and ran.seconds >= RATE_WINDOW else None
-    pace = max(tok_rate, mean or 0.0) if now - started < RATE_WINDOW else tok_rate
+    young = first is None or now - first < RATE_WINDOW
+    pace = max(tok_rate, mean or 0.0) if young else tok_rate
     for name, d in datasets.items():
         if d.state == DatasetState.COMPLETE:
             d.eta_s = 0

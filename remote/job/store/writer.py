@@ -25,6 +25,7 @@ class RecordWriter:
         self.bytes = RateWindow()  # bytes appended
         self.active = ActiveTime()  # the job's tokens and the seconds it made them in
         self.last_completion = time.time()
+        self.first_completion: float | None = None  # this runner's first record
         rel = release_dir()
         self.release = rel.name if rel.parent.name == "releases" else None  # deployed: its id
 
@@ -56,6 +57,7 @@ class RecordWriter:
             self.active.add(now, tokens)
             self.bytes.add(now, len(line))
             self.last_completion = now
+            self.first_completion = self.first_completion or now
             run.empty += empty
 
         run.ledger.answered(p.id)

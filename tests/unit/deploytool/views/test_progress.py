@@ -123,7 +123,10 @@ def test_every_view_says_a_job_is_stopping_in_its_grace_period():
     from remote.common.status import JobStatus
 
     st = JobStatus(state="running", host="gpu1", in_flight=16, stopping=30.0, draining=True)
-    said = "stopping: no new requests; the 16 in flight get 30s to finish, then SIGKILL"
+    said = (
+        "stopping: no new requests; the 16 in flight get 30s to finish, then are cut off (the "
+        "next start asks them again)"
+    )
     buf = io.StringIO()
     render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
     assert said in buf.getvalue() and said in progress.plain_line("gpu1", st, 0)
@@ -171,6 +174,18 @@ def test_stop_says_how_it_goes_at_the_first_second_each_change_and_every_five_se
         "waiting 30s: 16 in flight, SIGKILL next",
         "waiting 35s: 16 in flight, SIGKILL next",
         "waiting 36s: runner gone, finishing up, SIGKILL next",
+    ]
+    buf = io.StringIO()
+    told = Stopping("gpu1", 30.0, True, Console(file=buf, width=200))
+    draining = JobStatus(state="running", in_flight=3, runner=RunnerInfo(alive=True, pid=9))
+    told(draining, 1.0)
+    told(None, 2.0)  # a look that failed: no news
+    told(draining, 3.0)
+    told(JobStatus(state="running", in_flight=3, stopping=30.0, runner=draining.runner), 4.0)
+    said = [line.split(": ", 1)[1] for line in buf.getvalue().splitlines()]
+    assert said == [
+        "waiting 1s: 3 in flight, draining",
+        "waiting 4s: 3 in flight, SIGTERM sent, 30s of grace",  # the drain timed out
     ]
 
 

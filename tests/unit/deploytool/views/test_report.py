@@ -76,3 +76,5 @@ def test_a_running_job_whose_runner_finished_nothing_lately_gives_its_mean_as_st
     assert report._rate(data) == "507 tok/s on average (nothing finished in the last minute)"
     data.status.tokens_per_s = 900.0
     assert report._rate(data) == "900 tok/s now"
+    data.status.stage, data.status.tokens_per_s = "draft", 0.0  # the mean is the answers' stage's
+    assert report._rate(data) == "0 tok/s now"

@@ -213,26 +213,36 @@ def test_a_verdict_said_after_the_runner_is_gone_starts_only_where_it_may(tmp_pa
 
 
 def test_a_watcher_started_again_keeps_the_restart_budget_its_predecessor_spent(tmp_path):
-    """A watcher killed and started again (by the runner) counts the deaths the window still
-    holds since the last give-up: a fresh budget would restart a crash loop for ever."""
+    """A watcher killed and started again (by the runner) counts the restarts the window still
+    holds since the last give-up and since a command last wanted the process: a fresh budget
+    would restart a crash loop for ever. The last death, with no restart after it yet, is counted
+    again when the new keeper finds the process dead, not twice."""
     import time
 
     paths = Paths(tmp_path)
     paths.ensure()
     now = time.time()
-    for at, what, event in [
+
+    def events(*rows):
+        paths.recover_log.unlink(missing_ok=True)
+        for at, what, event in rows:
+            keepers.record_event(paths, what, event, "x")
+            lines = paths.recover_log.read_text().splitlines()
+            lines[-1] = json.dumps(dict(json.loads(lines[-1]), at=at))
+            paths.recover_log.write_text("\n".join(lines) + "\n")
+
+    events(
         (now - 300, "runner", "died"),
         (now - 290, "runner", "gave_up"),  # what came before a give-up is the old budget's
         (now - 100, "runner", "died"),
         (now - 90, "runner", "restarted"),
         (now - 50, "runner", "died"),
+        (now - 45, "runner", "restarted"),
         (now - 40, "server", "died"),  # the other process's own
-    ]:
-        keepers.record_event(paths, what, event, "x")
-        lines = paths.recover_log.read_text().splitlines()
-        last = json.loads(lines[-1])
-        lines[-1] = json.dumps(dict(last, at=at))
-        paths.recover_log.write_text("\n".join(lines) + "\n")
+        (now - 20, "runner", "died"),  # in its backoff when the watcher was killed
+    )
     k, *_ = keeper(tmp_path)
-    assert k.budget.attempt(now) == 3  # two deaths spent: this one is the third
+    assert k.budget.attempt(now) == 3  # two restarts spent: the next is the third
     assert keeper(tmp_path, window=60.0)[0].budget.attempt(now) == 2  # the window drops one
+    intent.change(paths, runner={"wanted": True})  # a restart typed since: as at first
+    assert keeper(tmp_path)[0].budget.attempt(time.time()) == 1

@@ -55,21 +55,28 @@ def test_stalled_only_while_running_with_requests_out():
 
 
 def test_a_young_runner_reckons_its_etas_at_the_jobs_mean_where_that_is_faster():
-    """Its first answers finish an answer's length after its start: the window's rate, its own
-    and shown as such, would say hours for minutes of work. A mean of less than a minute of work
-    (the first answers, finished together) says nothing yet."""
+    """The rate counts finished answers, the first an answer's length after the start: until the
+    window has been full of answers the rate, its own and shown as such, would say hours for
+    minutes of work (and jump at the minute's end). A mean of less than a minute of work (the
+    first answers, finished together) says nothing yet."""
     from remote.job.store.rates import ActiveTime
 
     b1 = dataset("B1", n=10)
-    finish(b1, 1, 100, now=9.0)
+    finish(b1, 1, 100, now=40.0)  # its first answer, 40 s after the start
     job = Job("B1")
     ran = ActiveTime(seconds=600.0, tokens=540_000)  # 900 tok/s over ten minutes of earlier runs
-    young = progress(job, {"B1": b1}, now=10.0, started=0.0, ran=ran)
-    assert young.tokens_per_s == 10.0 and young.datasets["B1"].eta_s == 1  # 900 tokens at 900/s
+
+    def eta(now, ran=ran, first=40.0):
+        return progress(job, {"B1": b1}, now=now, started=0.0, ran=ran, first=first)
+
+    young = eta(41.0)
+    assert young.tokens_per_s == 2.4 and young.datasets["B1"].eta_s == 1  # 900 tokens at 900/s
     assert young.eta_s == 1
-    slow = progress(job, {"B1": b1}, now=10.0, started=0.0, ran=ActiveTime(600.0, 3_000))
-    assert slow.datasets["B1"].eta_s == 90  # its own rate, the faster
-    burst = progress(job, {"B1": b1}, now=10.0, started=0.0, ran=ActiveTime(2.0, 24_000))
-    assert burst.datasets["B1"].eta_s == 90  # two seconds of a burst: no mean yet
-    old = progress(job, {"B1": b1}, now=65.0, started=0.0, ran=ran)
-    assert old.datasets["B1"].eta_s == int(900 / (100 / 60))  # past the window: its own rate
+    assert eta(61.0).datasets["B1"].eta_s == 1  # past the start's minute, not its answers'
+    assert eta(41.0, first=None).datasets["B1"].eta_s == 1  # nothing finished yet
+    slow = eta(41.0, ran=ActiveTime(600.0, 600))
+    assert slow.datasets["B1"].eta_s == int(900 / (100 / 41))  # its own rate, the faster
+    burst = eta(41.0, ran=ActiveTime(2.0, 24_000))
+    assert burst.datasets["B1"].eta_s == int(900 / (100 / 41))  # 2 s of a burst: no mean yet
+    old = eta(100.0)
+    assert old.datasets["B1"].eta_s == int(900 / (100 / 60))  # a window of answers: its own
