@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from common import Rig  # noqa: E402  (puts the repository on the path)
+from common import Rig, timed  # noqa: E402  (puts the repository on the path)
 
 from deploytool.connectors import connect  # noqa: E402
 from deploytool.ops.control import Asking, call  # noqa: E402
@@ -26,10 +25,6 @@ from deploytool.ops.deploy import deploy_host  # noqa: E402
 from remote.common.protocol import CtlStatus  # noqa: E402
 from remote.common.status import DatasetStatus, JobStatus  # noqa: E402
 from tests.conftest import write_config, write_prompts  # noqa: E402
-
-
-def ms(samples: list[float]) -> str:
-    return f"{statistics.median(samples) * 1000:.1f} ms"
 
 
 def main() -> None:
@@ -47,20 +42,14 @@ def main() -> None:
             st = JobStatus(state="running", updated_at=time.time())
             st.datasets = {f"B{i}": DatasetStatus(done=i, target=7000) for i in range(1, 9)}
             (host / "run" / "status.json").write_text(json.dumps(st.to_dict()))
-            asking, kept = Asking(conn, CtlStatus(again=True)), []
-            asking.ask()  # its start: once per tail
-            for _ in range(args.looks):
-                t = time.perf_counter()
-                asking.ask()
-                kept.append(time.perf_counter() - t)
+            asking = Asking(conn, CtlStatus(again=True))
+            asking.ask()  # asked once, then the kept process started: once per tail
+            asking.ask()
+            kept, _ = timed(asking.ask, args.looks)
             asking.close()
-            started = []
-            for _ in range(args.looks):
-                t = time.perf_counter()
-                call(conn, CtlStatus())
-                started.append(time.perf_counter() - t)
-        print(f"a look, ctl status kept running (tail):        {ms(kept)}")
-        print(f"a look, a Python started each time (status):    {ms(started)}")
+            started, _ = timed(lambda: call(conn, CtlStatus()), args.looks)
+        print(f"a look, ctl status kept running (tail):        {kept * 1000:.1f} ms")
+        print(f"a look, a Python started each time (status):    {started * 1000:.1f} ms")
     finally:
         rig.close()
 

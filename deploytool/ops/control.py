@@ -8,6 +8,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING
 
+from remote.common.caps import repeated
 from remote.common.flags import Request
 from remote.common.keys import suggest
 from remote.common.protocol import GRACE_S, CtlKeys, CtlRestart, CtlStatus, CtlStop, RunArgs
@@ -38,11 +39,9 @@ def parse_run_flags(config: Config, **raw) -> RunArgs:
         flags = RunArgs.from_text(**raw)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    capped = [name for name, _ in flags.cap]
-    twice = [n for i, n in enumerate(capped) if n in capped[:i]]
-    if twice:  # the last would win without a word
-        said = " and ".join(f"{n}={v}" for n, v in flags.cap if n == twice[0])
-        raise UsageError(f"--cap gives {twice[0]} twice ({said}): give each dataset once")
+    if twice := repeated(name for name, _ in flags.cap):  # the last would win without a word
+        said = " and ".join(f"{n}={v}" for n, v in flags.cap if n == twice)
+        raise UsageError(f"--cap gives {twice} twice ({said}): give each dataset once")
     known = config.job.dataset_names()
     unknown = [n for n in flags.named_datasets() if n not in known]
     if unknown:

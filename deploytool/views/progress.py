@@ -288,11 +288,20 @@ DIM = "dim"  # a line for information: the one-line view leaves it out
 
 def extra_lines(st: JobStatus, now: float) -> list[tuple[str, str]]:
     """What every view of the job says under its table, in order, each with its style: the
-    servers, the kept answers, the GPUs, the disk, hints, notices, the watcher's word."""
+    servers, the kept answers, the GPUs, the disk, hints, notices, strays, a stop or a drain, the
+    watcher's word."""
     out = [(text, "red" if down else DIM) for text, down in endpoint_lines(st, now)]
     out += [(text, style) for text, style in ((kept_line(st), DIM), (gpu_line(st), "")) if text]
     out += [disk] if (disk := disk_line(st)) else []
     out += [(text, "yellow") for text in hints(st) + notices(st)]
+    if st.strays:  # `ctl status` looks for them at every look: every view says it
+        out.append(
+            (
+                f"runner processes without a pid file: {st.strays} (restart or stop takes care "
+                "of them)",
+                "red",
+            )
+        )
     if st.stopping is not None and not st.terminal:
         out.append(
             (

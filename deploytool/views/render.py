@@ -238,10 +238,6 @@ def status_screen(s: JobStatus, out: Console = console, now: float | None = None
         work_table(s, out, now)
     for text, style in extra_lines(s, now):
         out.print(f"  {text}", style=None if style in (DIM, "") else style, markup=False)
-    if s.strays:
-        out.print(
-            f"  [red]runner processes without a pid file: {s.strays} (restart or stop takes care of them)[/]"
-        )
 
 
 def _release_id(path: str | None) -> str | None:

@@ -11,7 +11,7 @@ from remote.common.answers import Histogram, RecoverEvent, ReportAnswer, ReportD
 from remote.common.caps import GENERATE, HIDDEN_STATES, fmt_bytes
 from remote.common.status import JobState
 
-from .progress import beyond_said, fmt_duration, fmt_tokens
+from .progress import beyond_said, fmt_duration, fmt_tokens, shows_mean
 
 W, H, PAD = 640, 180, 36  # chart size and margin, in SVG units
 CSS = """
@@ -293,7 +293,7 @@ def _rate(data: ReportAnswer) -> str:
         return f"{fmt_tokens(mean)} tok/s on average while it ran" if mean else "no rate yet"
     if st.stage == HIDDEN_STATES:
         return f"hidden-states rows at {st.samples_per_s:,.1f} rows/s now"
-    if st.stage == GENERATE and not st.tokens_per_s and mean:  # as status stars it
+    if st.stage == GENERATE and shows_mean(st.tokens_per_s, mean):  # as status stars it
         return f"{fmt_tokens(mean)} tok/s on average (nothing finished in the last minute)"
     return f"{fmt_tokens(st.tokens_per_s)} tok/s now"
 

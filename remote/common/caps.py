@@ -118,6 +118,12 @@ def parse_cap(text: str) -> tuple[str, int]:
     return name.strip(), n
 
 
+def repeated(names) -> str | None:
+    """The first name given twice (a name typed for another, mostly), or None."""
+    names = list(names)
+    return next((n for i, n in enumerate(names) if n in names[:i]), None)
+
+
 def parse_dataset_list(text: str | None) -> list[str] | None:
     if text is None or text == "":
         return None
@@ -126,9 +132,8 @@ def parse_dataset_list(text: str | None) -> list[str] | None:
         raise ValueError(f"expected dataset names, comma-separated (B2,B3), got {text!r}")
     for n in names:
         check_dataset_name(n)
-    twice = [n for i, n in enumerate(names) if n in names[:i]]
-    if twice:  # a name typed for another, mostly
-        raise ValueError(f"{twice[0]} is named twice in {text!r}: give each dataset once")
+    if twice := repeated(names):
+        raise ValueError(f"{twice} is named twice in {text!r}: give each dataset once")
     return names
 
 

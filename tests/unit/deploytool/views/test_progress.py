@@ -219,3 +219,14 @@ def test_a_watcher_the_runner_started_again_is_said():
     st = JobStatus(state="running", watcher_restarts=1, supervision=Supervision(supervised=True))
     said = [text for text, _ in progress.extra_lines(st, 0.0)]
     assert "watcher started again 1x by the runner (it was gone)" in said
+
+
+def test_runners_without_a_pid_file_are_said_by_every_view():
+    """`ctl status` looks for them at each look, tail's included: status and tail both say so."""
+    from deploytool.views import progress
+    from remote.common.status import JobStatus
+
+    st = JobStatus(state="running", strays=[4242])
+    said = "runner processes without a pid file: [4242] (restart or stop takes care of them)"
+    assert (said, "red") in progress.extra_lines(st, 0.0)
+    assert said in progress.plain_line("gpu1", st, 0.0)
