@@ -1,6 +1,5 @@
-"""The job's caps (run/caps.json: what it runs, kept across restarts) and the small parsers of what a
-user types for them, token counts, dataset names, DS=N (standard library only; the local side
-imports them to check flags before any host is touched)."""
+"""The job's caps (run/caps.json, kept across restarts) and the parsers of what a user types for
+them (standard library only: the local side checks flags before any host is touched)."""
 
 from __future__ import annotations
 
@@ -13,17 +12,15 @@ CLEAR = "all"  # a cap flag's value that clears it: --max-samples all, --cap B3=
 GENERATE, HIDDEN_STATES, DRAFT, BASELINE = "generate", "hidden-states", "draft", "baseline"
 STAGES = (GENERATE, HIDDEN_STATES, DRAFT, BASELINE)
 MEASURES = (DRAFT, BASELINE)  # the stages that ask held-out prompts: with the draft, and without
-DISK_MARGIN = (
-    1.05  # the hidden states left, and 5% more, must fit the free space for the stage to go on
-)
+# the hidden states left, and 5% more, must fit the free space for the stage to go on
+DISK_MARGIN = 1.05
 
 
 @dataclass
 class Caps(Record):
     """What the job runs: each dataset's target is its first N prompts (None: all of them), a
-    response-token budget per dataset (None: none), the datasets selected (None: every one).
-    Kept on the host (run/caps.json): a restart without cap flags, typed on any machine or made by
-    the watcher, runs the same caps; a flag changes only what it names."""
+    response-token budget per dataset (None: none), the datasets selected (None: every one). A
+    restart without cap flags runs the same caps; a flag changes only what it names."""
 
     KEEP_NONE = True  # status.json and control.json readers look its keys up
 
@@ -66,10 +63,8 @@ class Caps(Record):
 
 
 def within(index: int | None, target: int | None) -> bool:
-    """Whether a record of prompt `index` is one of its dataset's at cap `target` (None: all): the
-    target is the first N prompts, so a record made before the cap was lowered stays on disk but
-    beyond it, left out of every count, the export and the hidden states (a record with no index
-    cannot be placed in the file's order)."""
+    """Whether a record of prompt `index` is within cap `target` (None: all). A record made before
+    the cap was lowered stays on disk, left out of every count, the export and the hidden states."""
     return target is None or (index is not None and index < target)
 
 
@@ -80,9 +75,7 @@ _SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000, "b": 1_000_000_
 
 def parse_tokens(text: str | int) -> int:
     """'10M' -> 10_000_000, '500k' -> 500_000, '2500000' -> 2_500_000."""
-    if isinstance(text, bool):
-        raise ValueError(f"expected a token count like 10M, 500k or 2500000, got {text!r}")
-    if isinstance(text, int):
+    if isinstance(text, int) and not isinstance(text, bool):  # str(True) is no count: said below
         if text < 0:
             raise ValueError(f"expected a non-negative token count, got {text}")
         return text
@@ -189,8 +182,7 @@ def stage(text) -> str:
 
 
 def fmt_bytes(n: float) -> str:
-    """A size as every command says it: 56.0 KiB, 4.2 TiB (powers of 1024, as df -h, nvidia-smi and
-    status's free space count)."""
+    """A size as every command says it: 56.0 KiB, 4.2 TiB (powers of 1024, as df -h counts)."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -200,7 +192,7 @@ def fmt_bytes(n: float) -> str:
 
 @dataclass
 class CapRow:
-    """One dataset's caps after a restart (or what a dry run would make them), and before it."""
+    """One dataset's caps after a restart (or a dry run), and before it."""
 
     done: int = 0
     target: int = 0

@@ -1,14 +1,10 @@
 """How the host's files are written and read back: one atomic write, one tolerant codec.
 
-A reader (tail over SSH, the watcher, a runner resuming after kill -9) must see a file whole: the
-old one or the new one, never a part. So every file that is replaced rather than appended to goes
-through `write_atomic`: a temp file beside it, written, fsynced, given its mode, renamed over it.
-
-Files outlive releases: a record read back keeps the fields this release knows and leaves out the
-ones a newer release added (`from_dict`); a missing field, or a null where the field takes none,
-takes its default. The wire between the two sides reads through the same decoder, strictly
-(wire.py): there a renamed field must fail at once. Standard library only, and nothing of this
-package: every other module of remote/common may use it, and deploytool too.
+A reader (tail, the watcher, a runner resuming after kill -9) must see a file whole, old or new, so
+every file that is replaced rather than appended to goes through `write_atomic`. Files outlive
+releases: a record read back leaves out fields a newer release added, and a missing one (or a null
+where the field takes none) takes its default. The wire reads through the same decoder, strictly
+(wire.py). Standard library only, and nothing of this package.
 """
 
 from __future__ import annotations
@@ -27,12 +23,10 @@ from typing import Iterable, Iterator
 
 @contextlib.contextmanager
 def atomic_file(path, mode: int = 0o644, sync: bool = True, text: bool = False):
-    """A file to write `path` through: it replaces `path` whole when the block ends, and on an error
-    (or kill -9) `path` is left as it was, with no temp file behind where Python could remove it.
+    """A file that replaces `path` whole when the block ends; on an error `path` is left as it was.
 
-    sync=False for a file rewritten every second that its writer makes again at once (status.json,
-    watch.json): it is still never seen in part, and a power loss costs the last second of it,
-    while an fsync under a busy disk could hold the runner's or the watcher's loop for seconds."""
+    sync=False for a file rewritten every second (status.json, watch.json): a power loss costs its
+    last second, while an fsync under a busy disk could hold the runner's or the watcher's loop."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -52,8 +46,8 @@ def atomic_file(path, mode: int = 0o644, sync: bool = True, text: bool = False):
 
 @contextlib.contextmanager
 def flocked(path, mode: int = 0o644):
-    """Held while the block runs: an exclusive lock on `path` (made if missing), which the kernel
-    releases when its holder dies, kill -9 included."""
+    """An exclusive lock on `path` (made if missing) while the block runs; the kernel releases it
+    when its holder dies, kill -9 included."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -67,13 +61,10 @@ def write_atomic(
     path: Path, data: bytes | str | Iterable[bytes], mode: int = 0o644, sync: bool = True
 ) -> None:
     """Replace `path` whole with `data` (a crash leaves the old file, at worst a temp file)."""
+    if isinstance(data, str):
+        data = data.encode()
     with atomic_file(path, mode, sync) as f:
-        if isinstance(data, str):
-            f.write(data.encode())
-        elif isinstance(data, bytes):
-            f.write(data)
-        else:
-            f.writelines(data)
+        f.writelines([data] if isinstance(data, bytes) else data)
 
 
 def write_json(path: Path, data, mode: int = 0o644, sync: bool = True) -> None:
@@ -81,28 +72,25 @@ def write_json(path: Path, data, mode: int = 0o644, sync: bool = True) -> None:
 
 
 def json_line(obj) -> bytes:
-    """A record (or a dict) as one line of a JSON-lines file: compact, UTF-8, its unset fields left
-    out."""
+    """A record (or a dict) as one compact UTF-8 JSON line, its unset fields left out."""
     return (json.dumps(plain(obj), ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
 def note_line(path, obj) -> None:
-    """One JSON line appended to a log kept for people and reports (history, restarts), in one
-    write: a full disk loses the line, never the job."""
+    """One JSON line appended to a log kept for reports, in one write: a full disk loses the line,
+    never the job."""
     line = json_line(obj)
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
         finally:
             os.close(fd)
-    except OSError:
-        pass
 
 
 def json_lines(path, whole: bool = False) -> Iterator[dict]:
-    """Each JSON object line of a file, in order. A line that is none is left out: torn by a kill
-    (or, `whole`, one without its newline yet)."""
+    """Each JSON object line of a file, in order; a line torn by a kill (or, `whole`, one without
+    its newline yet) is left out."""
     try:
         with open(path, "rb") as f:
             for raw in f:
@@ -117,8 +105,7 @@ def json_lines(path, whole: bool = False) -> Iterator[dict]:
 
 
 def typed_lines(path, cls, whole: bool = False) -> Iterator:
-    """Each line of a JSON-lines file read back as `cls`, in order; a line that is none (torn, or
-    one no release wrote) is left out."""
+    """Each line of a JSON-lines file read back as `cls`; a torn or foreign line is left out."""
     for obj in json_lines(path, whole):
         try:
             yield from_dict(cls, obj)
@@ -127,8 +114,7 @@ def typed_lines(path, cls, whole: bool = False) -> Iterator:
 
 
 def read_json(path) -> dict | None:
-    """A JSON object file, or None (missing, unreadable, not an object: a torn write of an older
-    release, or a file another program left)."""
+    """A JSON object file, or None (missing, unreadable, torn, or not an object)."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -155,7 +141,7 @@ def _as_is(value):
 @functools.cache
 def _decoder(hint, strict: bool) -> typing.Callable:
     """The function that reads a value (never None) back as `hint`, worked out once a type: a file
-    of 40,000 lines is read as 40,000 calls of it, not 40,000 walks of the type."""
+    of 40,000 lines is 40,000 calls of it, not 40,000 walks of the type."""
     if hint in (int, float, str, bool):
         return functools.partial(_scalar, hint)
     if hint is Path:
@@ -212,8 +198,7 @@ def _takes_none(hint) -> bool:
 
 @functools.cache
 def _fields_of(cls, strict: bool) -> tuple[dict[str, typing.Callable], frozenset]:
-    """(each field __init__ takes, with its decoder; the fields that take None) of a record type,
-    worked out once a process: the runner and the watcher read files every second."""
+    """A record type's init fields with their decoders, and those that take None: once a process."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     decoders = {n: _decoder(hints[n], strict) for n in names}
@@ -221,9 +206,9 @@ def _fields_of(cls, strict: bool) -> tuple[dict[str, typing.Callable], frozenset
 
 
 def from_dict(cls, data: dict, strict: bool = False):
-    """`cls` from a dict read back from a file: unknown fields left out, missing ones defaulted (and
-    a null where the field takes none: `"engine": null` is the default engine). `strict` (the
-    wire, where both sides are one release): every field present and no other, else TypeError."""
+    """`cls` from a dict read back from a file: unknown fields left out, missing ones (or a null
+    where the field takes none) defaulted. `strict` (the wire): every field present and no other,
+    else TypeError."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
     decoders, nullable = _fields_of(cls, strict)
@@ -247,9 +232,8 @@ def from_dict(cls, data: dict, strict: bool = False):
 
 
 def plain(value, keep_none: bool = False):
-    """A record as JSON, its unset (None) fields left out unless `keep_none`: a reader of an older
-    release tells a field by its presence (`"caps" in request`, `"stopped_at" not in record`), not
-    by its value."""
+    """A record as JSON, its None fields left out unless `keep_none`: a reader of an older release
+    tells a field by its presence, not by its value."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
             f.name: plain(v, keep_none)
@@ -266,8 +250,8 @@ def plain(value, keep_none: bool = False):
 
 
 class Codec:
-    """A dataclass as JSON: `to_dict()`, and `from_dict()` tolerant of what another release wrote.
-    KEEP_NONE: unset fields written as null (files whose readers look fields up by key)."""
+    """A dataclass as JSON, read back tolerant of another release. KEEP_NONE: None fields written
+    as null (for readers that look keys up)."""
 
     KEEP_NONE: typing.ClassVar[bool] = False
 
@@ -279,12 +263,11 @@ class Codec:
         return plain(self, self.KEEP_NONE)
 
     def line(self) -> bytes:
-        """As one line of a JSON-lines file."""
         return json_line(self.to_dict())
 
 
 class Record(Codec):
-    """A dataclass kept in a file: `read(path)` (None when there is none to read) and `write(path)`."""
+    """A dataclass kept in a file: `read(path)` (None when there is none) and `write(path)`."""
 
     MODE: typing.ClassVar[int] = 0o644
     SYNC: typing.ClassVar[bool] = True  # False for a file rewritten every second (write_atomic)

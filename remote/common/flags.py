@@ -14,8 +14,7 @@ from typing import ClassVar
 def opt(default, help: str, *, parse=None, show=str, metavar=None, json_arg=False, repeat=False):
     """A request's field: its one default, its help, how its flag's text is read and written;
     `repeat`: the flag may be given many times, the field holds a tuple of what each one parsed."""
-    meta = {"help": help, "parse": parse, "show": show, "metavar": metavar, "json": json_arg}
-    meta["repeat"] = repeat
+    meta = dict(help=help, parse=parse, show=show, metavar=metavar, json=json_arg, repeat=repeat)
     if isinstance(default, (list, dict)):
         return field(default_factory=type(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -80,15 +79,14 @@ class Request:
         hints = typing.get_type_hints(cls)
         for f in fields(cls):
             meta, tp = f.metadata, hints[f.name]
-            kw: dict = {"help": meta["help"], "dest": f.name}
+            # the dataclass holds the default, once
+            kw: dict = {"help": meta["help"], "dest": f.name, "default": argparse.SUPPRESS}
             if tp is bool:
                 kw["action"] = "store_true"
             else:
-                kw["type"] = _friendly(_argtype(meta, tp))
-                kw["metavar"] = meta["metavar"]
+                kw.update(type=_friendly(_argtype(meta, tp)), metavar=meta["metavar"])
                 if meta["repeat"]:
                     kw["action"] = "append"
-            kw["default"] = argparse.SUPPRESS  # the dataclass holds the default, once
             p.add_argument(_flag(f.name), **kw)
 
     @classmethod
@@ -98,9 +96,8 @@ class Request:
 
     @classmethod
     def from_text(cls, **raw):
-        """The request from the text of its flags as a user typed them (None: not given, the
-        default); ValueError names the flag. An empty text was typed (`--datasets ""`): its
-        parser answers it, never read as not given."""
+        """The request from the text of its flags as a user typed them (None: not given); ValueError
+        names the flag. An empty text was typed (`--datasets ""`): its parser answers it."""
         hints, out = typing.get_type_hints(cls), {}
         for f in fields(cls):
             v = raw.pop(f.name, None)

@@ -1,14 +1,11 @@
 """The one contract between deploytool and the host (standard library only).
 
 Every host command is a typed request (its flags, each default written once, here) and a typed
-answer (answers.py). The host prints one envelope, `{"protocol", "ok", "answer" | "fault"}`
-(wire.py); a fault is typed too: a code, the message, the fix, the log lines that show it.
-deploytool sends a request as data (`python -m remote --request`, its JSON on stdin: parsed once, on
-the laptop, and no secret on a command line); a person types it as a command line made from the same
-type (`Request.argv`, parsed back by `add_arguments`). Both ways, and the answer, are read back
-strictly (`from_wire`): a field renamed on one side is an error on the first call, never a default
-on screen. `REQUESTS` lists every command; remote/cli.py maps each to its handler.
-Models: vLLM's entrypoints/openai/protocol.py (requests as types), supervisor's xmlrpc faults.
+answer (answers.py), printed in wire.py's envelope. deploytool sends a request as JSON on stdin
+(`python -m remote --request`: no secret on a command line); a person types it as a command line
+made from the same type. Both ways, and the answer, are read back strictly (`from_wire`): a field
+renamed on one side is an error on the first call, never a default on screen. `REQUESTS` lists
+every command; remote/cli.py maps each to its handler.
 """
 
 from __future__ import annotations
@@ -44,13 +41,6 @@ def _grace():
         parse=_nonneg_float,
         show=lambda g: f"{g:g}",
     )
-
-
-def _datasets():
-    return opt(
-        None, "run only these datasets, comma-separated (B2,B3)",
-        parse=lambda t: tuple(parse_dataset_list(t)), show=",".join, metavar="B2,B3",
-    )  # fmt: skip
 
 
 def _recover():
@@ -91,9 +81,8 @@ _CAP_FLAGS = (*_TARGET_FLAGS, "eval_samples", "baseline", "stage")
 
 @dataclass
 class RunArgs(Request):
-    """The runner's flags (not a command of its own): `run`, `ctl start` and `ctl restart` take
-    them, and the watcher starts a runner again with them. The cap flags are a change to the job's
-    kept caps (`applied_to`): a flag not given keeps what the job has."""
+    """The runner's flags, which `run`, `ctl start` and `ctl restart` take. The cap flags are a
+    change to the job's kept caps (`applied_to`): a flag not given keeps what the job has."""
 
     max_samples: int | str | None = opt(
         None,
@@ -263,7 +252,10 @@ class CtlPlan(Request):
     help: ClassVar = "per-dataset caps that reach a response-token target"
     tokens_per_dataset: int = opt(0, "response-token target per dataset (10M, 500k)",
                                   parse=parse_tokens)  # fmt: skip
-    datasets: tuple[str, ...] | None = _datasets()
+    datasets: tuple[str, ...] | None = opt(
+        None, "run only these datasets, comma-separated (B2,B3)",
+        parse=lambda t: tuple(parse_dataset_list(t)), show=",".join, metavar="B2,B3",
+    )  # fmt: skip
     spec: ServerSpec = _spec()  # the model and layers the hidden-states stage would write
 
 
@@ -389,8 +381,7 @@ def _command_parser(cls: type[Request], p: argparse.ArgumentParser) -> argparse.
 
 
 def parser() -> argparse.ArgumentParser:
-    """`python -m remote ...`, made from the request types; each subcommand's `request` default
-    names its type, and an unknown subcommand is a usage fault."""
+    """`python -m remote ...`, made from the request types; an unknown subcommand is a usage fault."""
     top = _Parser(prog="python -m remote", description="deploytool's host side")
     groups: dict[str, argparse._SubParsersAction] = {}
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -408,8 +399,8 @@ def parser() -> argparse.ArgumentParser:
 
 def parse(argv: list[str]) -> tuple[Request, Path | None]:
     """The request a command line asks for, and its --root; HostFault("usage") when it is none.
-    Only the asked command's parser is made (`ctl status` is asked every few seconds); anything
-    else goes to the whole parser, which says what is wrong."""
+    Only the asked command's parser is made (`ctl status` is asked every few seconds); the whole
+    parser says what is wrong with anything else."""
     for n in (2, 1):
         cls = BY_COMMAND.get(tuple(argv[:n]))
         if cls is not None:
