@@ -46,9 +46,8 @@ NOTIFY_EVENTS = (
 )
 NOTIFY_DEFAULT = NOTIFY_EVENTS[:-1]  # engine_up only when asked for
 NOTIFY_TIMEOUT_S = 60.0  # a notify command still running after this is killed
-WATCH_TOKEN_ENV = (
-    "DEPLOYTOOL_WATCH_TOKEN"  # the watcher's: found by it and its start time, never a name
-)
+# the watcher's: found by it and its start time, never a name
+WATCH_TOKEN_ENV = "DEPLOYTOOL_WATCH_TOKEN"
 
 
 TURNS = ("last", "all")
@@ -82,12 +81,9 @@ ENGINE_KINDS = ("openai", "simulate")
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """job.engine, each key declared once (its default and its check): hosts.yaml's validation
-    builds it, the runner reads it back from job.json."""
+    """job.engine, each key declared once (its default and its check)."""
 
-    kind: str = setting(
-        "openai", choice(ENGINE_KINDS)
-    )  # openai (vLLM, any OpenAI server) | simulate
+    kind: str = setting("openai", choice(ENGINE_KINDS))  # openai (vLLM, any OpenAI server)
     base_url: str = setting("http://127.0.0.1:8000/v1", url)  # the first of base_urls
     # every server of the job; `concurrency` requests in flight on each
     base_urls: tuple[str, ...] = setting((), url_list)
@@ -98,9 +94,7 @@ class EngineSpec:
     max_retries: int = setting(8, int_in(0))
     retry_base: float = setting(1.0, number(0.0))  # first backoff in seconds; doubles, with jitter
     down_deadline: float = setting(1800.0, number(0.0))  # seconds every server may be unreachable
-    tokens_per_s: float = setting(
-        50_000.0, number(1.0)
-    )  # simulate only: aggregate generation speed
+    tokens_per_s: float = setting(50_000.0, number(1.0))  # simulate only: aggregate speed
     stall_minutes: float = setting(10.0, number(0.0))
     metrics_interval: float = setting(10.0, number(0.0))  # between /metrics and nvidia-smi samples
     stream: bool = setting(True, boolean)  # streamed: a request that stops making progress is seen
@@ -211,8 +205,7 @@ DRAFT_DEFAULTS = {"method": "eagle3", "num_speculative_tokens": 3, "eval_samples
 
 
 def draft_server(where: str, raw) -> dict:
-    """`server.draft`: the draft the draft stage measures (a folder on the host or a model id), vLLM's
-    method for it, the tokens it proposes a step, and the held-out prompts asked per dataset."""
+    """`server.draft`: the draft the draft stage measures (a folder on the host or a model id)."""
     got = fields_of(where, mapping(where, raw), DRAFT_KEYS)
     if got and "model" not in got:
         raise BadValue(f"{where}: needs model: the draft's folder on the host, or its model id")
@@ -222,7 +215,7 @@ def draft_server(where: str, raw) -> dict:
 @dataclass(frozen=True)
 class ServerSpec(Codec):
     """hosts.yaml `server:`, what `server start` runs (`COMMAND serve MODEL --port PORT ARGS...`),
-    with every default stated once: hosts.yaml's validation builds it, the host reads it back."""
+    with every default stated once."""
 
     command: str | None = setting(None, string)  # default: the `vllm` beside the host's python
     model: str = setting("default", string)
@@ -244,8 +237,7 @@ class ServerSpec(Codec):
 
     @property
     def listen_host(self) -> str:
-        """Where vLLM listens: its `--host`, else loopback only (server start adds --host 127.0.0.1:
-        vLLM alone would listen on every interface)."""
+        """Where vLLM listens: its `--host`, else loopback only (server start adds --host 127.0.0.1)."""
         return flag_value(self.args, "--host") or LOOPBACK
 
     @property
@@ -273,6 +265,9 @@ class ServerSpec(Codec):
         return self.headless or "--data-parallel-address" in self.args
 
 
+_MAPPINGS = ("sampling", "chat_template_kwargs", "extra_body", "notify")  # JobSpec's, kept as given
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """The job (hosts.yaml `job:`, job.json in a release): typed once for both sides."""
@@ -292,10 +287,7 @@ class JobSpec:
         return {
             "datasets": {d.name: d.to_dict() for d in self.datasets},
             "engine": self.engine.to_dict(),
-            "sampling": dict(self.sampling),
-            "chat_template_kwargs": dict(self.chat_template_kwargs),
-            "extra_body": dict(self.extra_body),
-            "notify": dict(self.notify),
+            **{k: dict(getattr(self, k)) for k in _MAPPINGS},
         }
 
     def file_bytes(self) -> bytes:
@@ -320,14 +312,8 @@ class JobSpec:
             )
             for k, v in raw["datasets"].items()
         )
-        return cls(
-            ds,
-            EngineSpec.from_dict(raw.get("engine") or {}),
-            dict(raw.get("sampling") or {}),
-            dict(raw.get("chat_template_kwargs") or {}),
-            dict(raw.get("extra_body") or {}),
-            dict(raw.get("notify") or {}),
-        )
+        engine = EngineSpec.from_dict(raw.get("engine") or {})
+        return cls(ds, engine, **{k: dict(raw.get(k) or {}) for k in _MAPPINGS})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "JobSpec":
@@ -343,9 +329,7 @@ def release_dir() -> Path:
 def default_root() -> Path:
     """<remote_dir> for a deployed release: <remote_dir>/releases/<id>/remote/ -> <remote_dir>."""
     rel = release_dir()
-    if rel.parent.name == "releases":
-        return rel.parent.parent
-    return Path.cwd()
+    return rel.parent.parent if rel.parent.name == "releases" else Path.cwd()
 
 
 class _Under:

@@ -1,6 +1,5 @@
-"""hosts.yaml's keys, each declared once: on the dataclass it fills, with its default and its check
-(`setting(default, check)`); the validator takes its table from there (`checks`), and
-docs/configuration.md is held to the same declaration by a test. One check per kind of value: each
+"""hosts.yaml's keys, each declared once on the dataclass it fills, with its default and its check
+(`setting(default, check)`): the validator and docs/configuration.md are held to it. Each check
 raises BadValue naming the key (`where`). Standard library only: the host reads these dataclasses.
 """
 
@@ -23,8 +22,7 @@ def setting(
     factory=None,
     required: bool = False,
 ):
-    """A dataclass field that is a hosts.yaml key: its default (none where `required`) and the
-    check its value passes."""
+    """A dataclass field that is a hosts.yaml key: its default (none where `required`), its check."""
     kw = {"default_factory": factory} if factory is not None else {"default": default}
     return dataclasses.field(metadata={"check": check}, **({} if required else kw))
 

@@ -15,19 +15,17 @@ _LINE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
-# the second: vLLM before v0.10
-KV_CACHE = (
-    "vllm:kv_cache_usage_perc",
-    "vllm:gpu_cache_usage_perc",
-)
+KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the second: before v0.10
 GENERATION = "vllm:generation_tokens_total"
 PROMPT = "vllm:prompt_tokens_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
 
-
-SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
-SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+# the speculative-decoding counters, and the DraftCounts field each adds to
+SPEC_COUNTS = {
+    "vllm:spec_decode_num_drafts_total": "drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "accepted",
+}
 SPEC_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 _POSITION = re.compile(r'position="(\d+)"')
 
@@ -38,12 +36,8 @@ def spec_decode(text: str) -> DraftCounts | None:
     got, seen, per = DraftCounts(), False, {}
     for name, labels, value in _series(text, "vllm:spec_decode"):
         seen = True
-        if name == SPEC_DRAFTS:
-            got.drafts += value
-        elif name == SPEC_DRAFT_TOKENS:
-            got.draft_tokens += value
-        elif name == SPEC_ACCEPTED:
-            got.accepted += value
+        if name in SPEC_COUNTS:
+            setattr(got, SPEC_COUNTS[name], getattr(got, SPEC_COUNTS[name]) + value)
         elif name == SPEC_PER_POSITION and (p := _POSITION.search(labels)):
             per[int(p.group(1))] = per.get(int(p.group(1)), 0.0) + value
     got.per_position = [per.get(i, 0.0) for i in range(max(per) + 1)] if per else []
@@ -108,8 +102,8 @@ def snapshot(text: str) -> dict:
 def between(
     snap: dict, now: float, last: tuple | None, before: ServerMetrics | None
 ) -> ServerMetrics:
-    """What status and server.status show for one server, from one /metrics snapshot (at `now`,
-    monotonic seconds) and the one before it (`last`: its time and snapshot)."""
+    """One server's ServerMetrics from a /metrics snapshot (at `now`, monotonic seconds) and the
+    one before it (`last`: its time and snapshot)."""
     prev_t, prev = last or (None, {})
     rate = new_preempt = None
     if prev_t is not None and None not in (

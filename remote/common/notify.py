@@ -6,6 +6,7 @@ happened: `engine_down` is never told after the `failed` it led to."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
@@ -42,10 +43,8 @@ class Notifier:
             DEPLOYTOOL_REMOTE_DIR=str(self.remote_dir),
         )
         argv = ["sh", "-c", self.command]
-        killer = shutil.which(
-            "timeout"
-        )  # coreutils: it ends the command even if the runner is gone by then
-        if killer:
+        # coreutils: it ends the command even if the runner is gone by then
+        if killer := shutil.which("timeout"):
             argv = [killer, "-k", "5", f"{self.timeout:g}", *argv]
         with self._done:
             self._pending += 1
@@ -83,10 +82,8 @@ class Notifier:
         try:
             out, _ = proc.communicate(timeout=self.timeout + 10)
         except subprocess.TimeoutExpired:
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(proc.pid, 9)
-            except OSError:
-                pass
             self.log(f"notify {event}: the command did not end within {self.timeout:g}s: killed")
             return
         if proc.returncode == 0:

@@ -52,8 +52,8 @@ def ppid(pid: int) -> int | None:
 
 
 def sid(pid: int) -> int | None:
-    """Session id. Linux keeps a pid number out of reuse while any live process still has it as its
-    session or group id, so a session outlives its leader as a safe name for what the leader started."""
+    """Session id: Linux keeps a pid out of reuse while a live process has it as its session, so a
+    session outlives its leader as a safe name for what the leader started."""
     f = _stat_fields(pid)
     return int(f[3]) if f else None
 
@@ -84,8 +84,8 @@ def session_members(session: int, since: int | None = None) -> list[int]:
 
 
 def alive(pid: int) -> bool:
-    """Running, or exiting with a thread still running: a process's first thread shows Z as soon as
-    it ends while its other threads still hold the process's open files (a lock among them)."""
+    """Running, or exiting with a thread still running: its first thread shows Z as soon as it ends,
+    while the others still hold the process's open files (a lock among them)."""
     s = state(pid)
     if s is None:
         return False
@@ -164,18 +164,12 @@ def why_lines(lines: list[str], n: int = 8) -> list[str]:
 
 
 def under(path: str | None, root: Path) -> bool:
-    if not path:
-        return False
-    try:
-        Path(path).resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
+    return bool(path) and Path(path).resolve().is_relative_to(root.resolve())
 
 
 def start_detached(argv: list[str], *, cwd, env: dict, log, pass_fds=()) -> subprocess.Popen:
-    """Start argv in a session of its own, no terminal, output to the open log file: it outlives the SSH
-    command that started it, which returns at once. `pass_fds`: the only open files it inherits."""
+    """Start argv in a session of its own, no terminal, output to the open log file: it outlives the
+    SSH command that started it. `pass_fds`: the only open files it inherits."""
     return subprocess.Popen(
         argv,
         cwd=cwd,

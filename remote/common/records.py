@@ -1,13 +1,9 @@
 """The job's outputs as both sides read them (standard library only).
 
-The record, typed: one line of `data/outputs/<DS>.jsonl` per finished prompt. The job builds it
-from `Reply`s (what the engine answered), export and report read it back with `Record.from_json`;
-docs/records.md lists its fields. A one-turn record keeps its reply's finish, usage and token ids
-at the top; a whole-conversation record (`turns: all`) keeps each reply's in `turns`, and its last
-one's at the top as well.
-
-The hidden-states stage's ledger, typed: one `RowLine` of `<DS>/rows.jsonl` per row made; the stage
-writes it, its read-back, the report, the plan and pull read it.
+`Record`: one line of `data/outputs/<DS>.jsonl` per finished prompt (docs/records.md lists its
+fields). A one-turn record keeps its reply's finish, usage and token ids at the top; a
+whole-conversation record (`turns: all`) keeps each reply's in `turns`, and its last one's at the
+top as well. `RowLine`: one line of the hidden-states stage's `<DS>/rows.jsonl` per row made.
 
 The pull protocol: the host lists its output files with a hash of the bytes just before what the
 local copy already has; both sides hash with the one function, so an appended file is told from a
@@ -27,8 +23,7 @@ from .jobspec import Paths
 
 @dataclass
 class Reply:
-    """One answer the target model made: the engine's, then the record's (and the sidecar's, for a
-    finished turn of an unfinished conversation)."""
+    """One answer the target model made, as the engine, the record and the sidecar hold it."""
 
     content: str | None
     reasoning_content: str | None
@@ -152,11 +147,10 @@ ROWS = "rows.jsonl"  # a dataset's ledger in the hidden-states stage
 @dataclass(kw_only=True)
 class RowLine(Codec):
     """One line of a dataset's rows.jsonl, fields in the file's order: row n, the reply it is, its
-    exact tokens as speculators' trainer reads them, then what the check found of its hs_<n> file
-    and when it counted. Read back without its tokens: they are nearly all of a line's bytes, and
-    nothing here reads them again. A line must say what counting the row takes (its n, id, file's
-    size and shape, tokens); the rest has a default, so that a line another release wrote is never
-    taken for no row (the stage would make it, and every row after it, again)."""
+    exact tokens as speculators' trainer reads them, then what the check found of its hs_<n> file.
+    Read back without its tokens (nearly all of a line's bytes). Only what counting the row takes
+    is required: a line another release wrote is never taken for no row (the stage would make it,
+    and every row after it, again)."""
 
     n: int
     id: str
@@ -370,15 +364,20 @@ def file_sha256(path: Path) -> str | None:
     return h.hexdigest()
 
 
+def _pull_entry(p: Path, local) -> dict:
+    """A file's size, and the hash before the end of the local copy (`local` bytes) where one is."""
+    entry = {"size": p.stat().st_size}
+    if isinstance(local, int) and 0 < local <= entry["size"]:
+        entry["prefix_sha256"] = prefix_hash(p, local)
+    return entry
+
+
 def hidden_ledgers(paths: Paths, have: dict) -> dict:
     """The hidden-states stage's ledgers (<DS>/rows.jsonl, append-only), for pull."""
     out = {}
     for p in sorted(paths.hidden_states.glob("*/" + ROWS)):
         name = f"{p.parent.name}/{p.name}"
-        size, local = p.stat().st_size, have.get(name)
-        out[name] = {"size": size}
-        if isinstance(local, int) and 0 < local <= size:
-            out[name]["prefix_sha256"] = prefix_hash(p, local)
+        out[name] = _pull_entry(p, have.get(name))
     return out
 
 
@@ -391,12 +390,8 @@ def output_files(paths: Paths, have: dict) -> dict:
             # .idx: the runner's own index, rebuilt from the outputs wherever they are;
             # .partial.jsonl: turns of unfinished conversations, rewritten at every start
             continue
-        size = p.stat().st_size
-        local = have.get(p.name)
-        entry = {"size": size}
-        if isinstance(local, int) and 0 < local <= size:
-            entry["prefix_sha256"] = prefix_hash(p, local)
-        if not p.name.endswith(".jsonl") and not p.name.endswith(".torn"):
+        entry = out[p.name] = _pull_entry(p, have.get(p.name))
+        if not p.name.endswith((".jsonl", ".torn")):
+            size = entry["size"]
             entry["sha256"] = prefix_hash(p, size) if size <= PREFIX_BLOCK else None
-        out[p.name] = entry
     return out
