@@ -237,7 +237,7 @@ class ServerSpec(Codec):
 
     @property
     def listen_host(self) -> str:
-        """Where vLLM listens: its `--host`, else loopback only (server start adds --host 127.0.0.1)."""
+        """Where vLLM listens: its `--host`, else loopback only (server start adds it)."""
         return flag_value(self.args, "--host") or LOOPBACK
 
     @property

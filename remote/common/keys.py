@@ -22,7 +22,7 @@ def setting(
     factory=None,
     required: bool = False,
 ):
-    """A dataclass field that is a hosts.yaml key: its default (none where `required`), its check."""
+    """A hosts.yaml key's dataclass field: its default (none where `required`) and its check."""
     kw = {"default_factory": factory} if factory is not None else {"default": default}
     return dataclasses.field(metadata={"check": check}, **({} if required else kw))
 

@@ -381,7 +381,7 @@ def _command_parser(cls: type[Request], p: argparse.ArgumentParser) -> argparse.
 
 
 def parser() -> argparse.ArgumentParser:
-    """`python -m remote ...`, made from the request types; an unknown subcommand is a usage fault."""
+    """`python -m remote ...`, made from the request types; an unknown command is a usage fault."""
     top = _Parser(prog="python -m remote", description="deploytool's host side")
     groups: dict[str, argparse._SubParsersAction] = {}
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)

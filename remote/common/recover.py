@@ -1,9 +1,6 @@
-"""Recovery without anybody at the keyboard: what hosts.yaml `recover:` says, and the watcher's rules.
-
-The rules are plain objects fed with observations and a clock, so each is unit-tested alone:
-`Budget` (supervisor's backoff and give-up: a growing delay, a bounded number of restarts in a
-window, then `fatal` instead of a loop) and `WedgeClock` (a vLLM that is alive, answers `/health`, and
-makes no progress). `WatchState` is run/watch.json, written by the watcher and read by `ctl status`.
+"""Recovery without anybody at the keyboard: hosts.yaml `recover:`, and the watcher's rules as plain
+objects fed with observations and a clock: `Budget` (supervisor's backoff and give-up) and
+`WedgeClock` (a vLLM that is alive and makes no progress). `WatchState` is run/watch.json.
 """
 
 from __future__ import annotations
@@ -41,12 +38,9 @@ class RecoverSpec(Codec):
 
 
 class Budget:
-    """Restarts of one process: when the next may happen, and when to give up.
-
-    `failed(now)` records a death (or a start that failed) and returns the delay before the next
-    start, or None when `max_restarts` restarts already happened within `window`: give up. As
-    supervisor does, a process that had been running (no restart within the window) is started
-    again at once; the backoff applies from the second restart on, doubling each time."""
+    """Restarts of one process: when the next may happen, and when to give up. As supervisor does,
+    a process that had been running (no restart within the window) is started again at once; the
+    backoff applies from the second restart on, doubling each time."""
 
     def __init__(self, spec: RecoverSpec):
         self.spec = spec
@@ -57,6 +51,7 @@ class Budget:
         return self.restarts
 
     def failed(self, now: float) -> float | None:
+        """A death (or a failed start): the delay before the next start, None to give up."""
         recent = self._recent(now)
         if len(recent) >= self.spec.max_restarts:
             return None
@@ -76,8 +71,8 @@ class Budget:
 
 @dataclass
 class Observation:
-    """One look at a ready server: its /metrics counters (None: /metrics did not answer), whether
-    /v1/models answered, and the runner's view of it."""
+    """One look at a ready server: its /metrics counters (None: no answer), /v1/models, and the
+    runner's view of it."""
 
     now: float
     generation_tokens: float | None = None
@@ -89,12 +84,10 @@ class Observation:
 
 
 class WedgeClock:
-    """Wedged: requests are inside the server and neither its generation nor its prompt token counter
-    has moved, and no stream has delivered a byte, for `after` seconds; or it has answered neither
-    /metrics nor /v1/models for that long. The clock starts at readiness, so loading never counts.
-
-    A busy, healthy engine moves a counter every scheduler step (a long prefill moves the prompt
-    counter, chunk by chunk); an idle one has nothing inside it, and idle time never counts."""
+    """Wedged: requests are inside the server and neither token counter has moved, and no stream has
+    delivered a byte, for `after` seconds; or it has answered neither /metrics nor /v1/models for
+    that long. The clock starts at readiness, so loading never counts. A busy, healthy engine moves
+    a counter every scheduler step (a long prefill, the prompt counter); idle time never counts."""
 
     def __init__(self, after: float, ready_at: float):
         self.after = after
@@ -128,22 +121,19 @@ class WedgeClock:
         return None
 
 
-# watch.json is rewritten twice a second, and every second while the watcher waits inside a tick
-# (a runner it started coming up, a smoke test): a watcher whose file is older than this has
-# stopped or is wedged (`ctl status`'s rule, which status and tail both show)
+# watch.json is rewritten at least every second, even while the watcher waits inside a tick: a
+# watcher whose file is older than this has stopped or is wedged
 WATCH_STALE_S = 10.0
 
 
 def watcher_alive(age_s: float | None) -> bool:
-    """Whether a watcher that showed life `age_s` seconds ago (watch.json rewritten, or the watcher
-    started) is at work; None: never."""
+    """Whether a watcher that showed life `age_s` seconds ago is at work; None: never."""
     return age_s is not None and age_s < WATCH_STALE_S
 
 
 @dataclass
 class WatchState(Record):
-    """run/watch.json: what the watcher is doing, for `ctl status`, the runner and report. Rewritten
-    every tick (not synced); unset fields written as null."""
+    """run/watch.json: what the watcher is doing, for `ctl status`, the runner and report."""
 
     KEEP_NONE = True
     SYNC = False

@@ -1,7 +1,6 @@
-"""The files under run/ that the runner, the watcher and the commands talk through, one typed record
-each with its reader and writer (codec.Record): the pid files, control.json, supervise.json; and
-the watcher's lock and start, which the commands and the runner share. status.json is
-status.JobStatus and watch.json recover.WatchState, on the same codec."""
+"""The files under run/ that the runner, the watcher and the commands talk through, one codec.Record
+each (status.json is status.JobStatus, watch.json recover.WatchState); and the watcher's lock and
+start, which the commands and the runner share."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ def _same_process(pid: int, start_time: int | None) -> bool:
 
 @dataclass
 class ProcessRecord(Record):
-    """A process we started, as its pid file records it. Found again by pid *and* start time (pids
+    """A process we started, as its pid file records it: found again by pid *and* start time (pids
     are reused) and by the token in its environment, never by name."""
 
     pid: int = 0
@@ -39,7 +38,6 @@ class ProcessRecord(Record):
     release: str | None = None  # the release it runs from
 
     def alive(self) -> bool:
-        """Still the process that wrote the record."""
         return _same_process(self.pid, self.start_time)
 
     @classmethod
@@ -102,8 +100,7 @@ class WatcherRecord(ProcessRecord):
 
 
 def lock_held(path: Path) -> bool:
-    """Some process holds the flock on `path` (the runner's, the watcher's: the kernel releases it
-    when that process dies, kill -9 included)."""
+    """Some process holds the flock on `path` (the kernel releases it when its holder dies)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
@@ -137,12 +134,11 @@ WATCH_LOCK_FD_ENV = "DEPLOYTOOL_WATCHER_LOCK_FD"
 
 def start_watcher(paths: Paths, python: str, release: Path, token: str | None = None):
     """`python -m remote watch` for this remote_dir, detached, from `release`, holding the watcher's
-    lock from before it runs: the commands start it, and the runner starts it again when it is gone.
-    None, and nothing started, when a watcher holds the lock already (alive, or starting). It carries
-    neither the job's nor the server's token (stopping them must not stop it); `token`: its own (else
-    it makes one)."""
-    env = {k: v for k, v in os.environ.items() if k not in (JOB_TOKEN_ENV, SERVER_TOKEN_ENV)}
-    env.pop(WATCH_TOKEN_ENV, None)
+    lock from before it runs; None, and nothing started, when a watcher holds it already. It
+    carries neither the job's nor the server's token (stopping them must not stop it); `token`: its
+    own (else it makes one)."""
+    tokens = (JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in tokens}
     env.update({"PYTHONUNBUFFERED": "1", **({WATCH_TOKEN_ENV: token} if token else {})})
     argv = [python, "-m", "remote", "watch", "--root", str(paths.root)]
     paths.ensure()
@@ -172,8 +168,8 @@ def take_watcher_lock(paths: Paths) -> int | None:
 
 @dataclass
 class ServerKeys(Record):
-    """run/keys.json: the API key of each server the runner talks to ({base url: key}), from
-    hosts.yaml (`server.env.VLLM_API_KEY` or `--api-key`); its owner's eyes only."""
+    """run/keys.json: the API key of each server the runner talks to ({base url: key}); its owner's
+    eyes only."""
 
     MODE = 0o600
 
@@ -182,9 +178,9 @@ class ServerKeys(Record):
 
 @dataclass
 class ImportsSeen(Record):
-    """run/imports.json: for each module the engine needs that this host's Python imported whole,
-    the file it loaded from ([python, path, mtime_ns, size]): a restart's check then only finds it
-    again, and imports it anew once that file changed."""
+    """run/imports.json: each engine module this host's Python imported whole, and the file it
+    loaded from ([python, path, mtime_ns, size]): a restart's check imports it anew only once that
+    file changed."""
 
     SYNC = False  # a cache: lost, the next check imports again
 
@@ -210,16 +206,14 @@ class ControlRequest(Record):
 
 
 def kept_caps(paths: Paths) -> Caps:
-    """The job's caps as the host keeps them (run/caps.json; none kept: every prompt of every
-    dataset). Read by the runner and the watcher; written only through host/facts/intent.keep_caps
-    (the host's start and restart commands, and the watcher starting a stage asked to follow)."""
+    """The job's caps as the host keeps them (none kept: every prompt of every dataset); written
+    only through host/facts/intent.keep_caps."""
     return Caps.read(paths.caps) or Caps()
 
 
 def job_now(paths: Paths) -> JobStatus:
-    """The job as it stands now, for every view of it (status, tail, report, plan): status.json
-    with its runner looked up, and a runner gone without writing its verdict (killed with -9) said
-    stopped, never running."""
+    """The job as every view shows it: status.json with its runner looked up, and a runner gone
+    without writing its verdict (killed with -9) said stopped, never running."""
     rec = RunnerRecord.live(paths.pidfile)  # first: a runner writes its verdict, then exits
     st = JobStatus.read(paths.status) or JobStatus()
     if st.state in (JobState.STARTING, JobState.RUNNING) and not rec:
@@ -298,8 +292,8 @@ class RunnerWanted(Wanted):
 
 @dataclass
 class Supervise(Record):
-    """run/supervise.json: what should be running, said by the commands, obeyed by the watcher.
-    It holds the server's environment (HF_TOKEN), so it is readable by its owner only."""
+    """run/supervise.json: what should be running, said by the commands, obeyed by the watcher (its
+    owner's eyes only: it holds the server's environment, HF_TOKEN)."""
 
     MODE = 0o600
 

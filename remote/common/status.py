@@ -1,15 +1,12 @@
-"""status.json, the one typed definition: the runner writes it (atomically, every second), and once it
-is gone only `state.settle` does, each verdict over the states it may follow; `ctl status`, tail,
-status and plan read it. Derived values are properties here, so no reader recomputes them.
-
-Readers ignore keys they do not know (a newer runner) and fill defaults for keys that are missing (an
-older one), so both sides of a deploy can read each other's files.
+"""status.json, the one typed definition: the runner writes it every second, and once it is gone
+only `state.settle` does. Derived values are properties here, so no reader recomputes them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import zip_longest
 
 from .caps import Caps
 from .codec import Codec, Record
@@ -37,9 +34,7 @@ class DatasetState(StrEnum):
     def of(
         cls, *, done, target, left, in_flight, failed, busy, budget_reached=False
     ) -> DatasetState:
-        """A dataset's state in every stage: complete once its target is done (or its token budget
-        reached, nothing in flight); incomplete once nothing is left to ask and some of it failed;
-        running while it asks or has asked in this run (`busy`); else pending."""
+        """A dataset's state in every stage; `busy`: it has asked in this run."""
         if done >= target or (budget_reached and not in_flight):
             return cls.COMPLETE
         if not left and not in_flight and failed:
@@ -75,7 +70,7 @@ class Reload(Codec):
 
 
 def file_identity(st) -> dict:
-    """A file version, as a dataset's `prompts_file` says the one in use (from an os.stat_result)."""
+    """A file version (from an os.stat_result), as a dataset's `prompts_file` says it."""
     return {
         "size": st.st_size,
         "mtime": st.st_mtime,
@@ -85,8 +80,8 @@ def file_identity(st) -> dict:
 
 
 def count_prompts(path) -> int:
-    """A prompt file's prompts: its non-blank lines (each is one, readable or not: the runner
-    records an unreadable one as an error, in its place)."""
+    """A prompt file's prompts: its non-blank lines, readable or not (the runner records an
+    unreadable one as an error)."""
     with open(path, "rb") as f:
         return sum(1 for line in f if line.strip())
 
@@ -103,7 +98,7 @@ class DraftCounts(Codec):
 
     def since(self, before: DraftCounts | None) -> DraftCounts:
         """What was counted after `before` (a sample of the same server); a counter lower than it
-        says the server started again from zero: then all of this life's counts."""
+        says the server started again: then all of this life's counts."""
         if before is None:
             return self
         pos = list(before.per_position) + [0.0] * len(self.per_position)
@@ -114,9 +109,8 @@ class DraftCounts(Codec):
         return DraftCounts(*(now - then for now, then in pairs[:3]), [a - b for a, b in pairs[3:]])
 
     def plus(self, other: DraftCounts) -> DraftCounts:
-        n = max(len(self.per_position), len(other.per_position))
-        pad = lambda xs: list(xs) + [0.0] * (n - len(xs))  # noqa: E731
-        pos = [a + b for a, b in zip(pad(self.per_position), pad(other.per_position))]
+        pairs = zip_longest(self.per_position, other.per_position, fillvalue=0.0)
+        pos = [a + b for a, b in pairs]
         return DraftCounts(
             self.drafts + other.drafts,
             self.draft_tokens + other.draft_tokens,
@@ -141,8 +135,7 @@ class DraftCounts(Codec):
 
 @dataclass
 class DraftKept(Record):
-    """<tag>/<DS>.counts.json: what the draft stage counted of a dataset so far, for the next
-    runner and for report."""
+    """<tag>/<DS>.counts.json: what the draft stage counted of a dataset so far."""
 
     held: str = ""  # a fingerprint of its held-out prompts' ids: the counts are of those
     counts: DraftCounts = field(default_factory=DraftCounts)
@@ -184,14 +177,14 @@ class DatasetStatus(Codec):
 
     @property
     def beyond(self) -> int:
-        """Records beyond the cap (made before it was lowered): kept, counted in none of the rest.
-        A dataset that does not run now (not in --datasets: no target) has none beyond a cap."""
+        """Records beyond the cap (made before it was lowered): kept, counted in none of the rest. A
+        dataset not in --datasets (no target) has none."""
         return max(0, self.records - self.done) if self.target else 0
 
     @property
     def said_state(self) -> str:
-        """Its state as a person is told it: a dataset its token budget ended short of its target
-        says so (`complete` alone would read as every prompt answered)."""
+        """Its state as a person is told it: short of its target by its token budget says so
+        (`complete` alone would read as every prompt answered)."""
         if self.budget_reached and self.done < self.target:
             return BUDGET_REACHED
         return self.state
@@ -246,14 +239,12 @@ class EndpointStatus(Codec):
     stuck: int = 0  # requests abandoned for no progress (and sent again)
     stuck_recent: int = 0  # of them, in the last 10 minutes
     answered_recent: int = 0  # answers in the last 10 minutes
-    last_token_at: float | None = (
-        None  # a stream from it last delivered bytes (the watcher reads it)
-    )
+    last_token_at: float | None = None  # a stream from it last delivered bytes (for the watcher)
 
     @property
     def degraded(self) -> bool:
-        """Answers some requests while others get stuck: a dead data-parallel rank behind it (the
-        head routes a share of requests to the rank, and those hang), or a server dropping requests."""
+        """Answers some requests while others get stuck: a dead data-parallel rank behind it (its
+        share of requests hang), or a server dropping requests."""
         return self.reachable and self.stuck_recent > 0 and self.answered_recent > 0
 
     def down_for(self, now: float) -> float | None:
@@ -313,9 +304,7 @@ class Supervision(Codec):
     server: ProcessWatch | None = None
     runner: ProcessWatch | None = None
     on_boot: bool = False
-    note: str | None = (
-        None  # e.g. "unsupervised: the watcher is gone; `invoke restart` brings it back"
-    )
+    note: str | None = None  # e.g. "unsupervised: the watcher is gone; `invoke restart` ..."
     ticked_at: float | None = None  # the watcher's last look at everything (host clock)
     next_stage: str | None = None  # the stage it is starting after the one that finished
 
@@ -337,9 +326,8 @@ class KeptStatus(Codec):
 
 @dataclass
 class JobStatus(Record):
-    """status.json: written by the runner every second (whole, not synced: it is made again at
-    once), completed by `ctl status` on the host and by deploytool. Unset fields are written as
-    null: readers look its keys up."""
+    """status.json: written by the runner every second, completed by `ctl status` on the host and by
+    deploytool."""
 
     KEEP_NONE = True
     SYNC = False
@@ -393,7 +381,7 @@ class JobStatus(Record):
         return self.state in TERMINAL
 
     def said_state(self, name: str) -> str:
-        """A dataset's state as a person is told it: one that --datasets leaves out is not run (its
+        """A dataset's state as a person is told it: one --datasets leaves out is not run (its
         target is none, which would read as complete)."""
         if not Caps.from_dict(self.caps or {}).selected(name):
             return NOT_RUN
@@ -406,10 +394,9 @@ class JobStatus(Record):
 
     @property
     def over(self) -> bool:
-        """Nothing more will come of it, for one who waits on it: its verdict, and no runner gone
-        that the watcher, at work, keeps (it starts it again, or gives up: failed), and no stage
-        asked to follow it (the baseline after the draft) that the watcher is starting or has
-        yet to look at (its last look came before the verdict)."""
+        """Nothing more will come of it: its verdict, and no runner gone that the watcher, at work,
+        keeps, and no stage asked to follow it that the watcher is starting or has yet to look at
+        (its last look came before the verdict)."""
         if not self.terminal:
             return False
         sup = self.supervision
@@ -424,9 +411,8 @@ class JobStatus(Record):
         return not sup.next_stage and sup.ticked_at > (self.updated_at or 0.0)
 
     def end(self, state: str, message: str, at: float | None = None) -> JobStatus:
-        """The job's verdict, set once for the whole status (whoever says it: the runner, a stop, the
-        watcher, a reader that found the runner gone): nothing is in flight or on its way any more,
-        and a dataset that was running is as the job is now. Its rates stay: they say how it went."""
+        """The job's verdict, whoever says it: nothing is in flight any more, and a dataset that was
+        running is as the job is now. Its rates stay: they say how it went."""
         self.state, self.message = state, message
         if at is not None:
             self.updated_at = at
