@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -111,8 +112,7 @@ class EngineSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "EngineSpec":
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
+        if unknown := set(d) - set(cls.__dataclass_fields__):
             raise ValueError(f"unknown job.engine keys {sorted(unknown)}")
         d = dict(d)
         if d.get("base_urls"):
@@ -332,61 +332,50 @@ def default_root() -> Path:
     return rel.parent.parent if rel.parent.name == "releases" else Path.cwd()
 
 
-class _Under:
+def _under(rel: str) -> functools.cached_property:
     """A path under the job's root, worked out on first use and then a plain attribute."""
-
-    def __init__(self, rel: str):
-        self.rel = rel
-
-    def __set_name__(self, owner, name: str) -> None:
-        self.name = name
-
-    def __get__(self, paths, owner=None):
-        if paths is None:
-            return self
-        at = paths.__dict__[self.name] = paths.root / self.rel
-        return at
+    return functools.cached_property(lambda paths: paths.root / rel)
 
 
 @dataclass(frozen=True)
 class Paths:
     root: Path
 
-    outputs = _Under("data/outputs")
+    outputs = _under("data/outputs")
     # the hidden-states stage's files: <DS>/rows.jsonl and <DS>/hidden_states/hs_<n>.safetensors
-    hidden_states = _Under("data/hidden_states")
+    hidden_states = _under("data/hidden_states")
     # where the server writes a row's file before the stage checks it and moves it in
-    hidden_incoming = _Under("data/hidden_states/.incoming")
+    hidden_incoming = _under("data/hidden_states/.incoming")
     # the draft stage's files, a folder per draft measured: <tag>/<DS>.jsonl (its answers to the
     # held-out prompts, never training data) and <tag>/<DS>.counts.json (what vLLM counted)
-    drafts = _Under("data/draft")
-    run = _Under("run")
-    logs = _Under("logs")
-    status = _Under("run/status.json")
-    pidfile = _Under("run/runner.pid")
-    lock = _Under("run/runner.lock")
-    control = _Under("run/control.json")
-    log = _Under("logs/runner.log")
-    server_pid = _Under("run/server.pid")
-    server_log = _Under("logs/server.log")
-    watcher_pid = _Under("run/watcher.pid")
-    watcher_log = _Under("logs/watcher.log")
+    drafts = _under("data/draft")
+    run = _under("run")
+    logs = _under("logs")
+    status = _under("run/status.json")
+    pidfile = _under("run/runner.pid")
+    lock = _under("run/runner.lock")
+    control = _under("run/control.json")
+    log = _under("logs/runner.log")
+    server_pid = _under("run/server.pid")
+    server_log = _under("logs/server.log")
+    watcher_pid = _under("run/watcher.pid")
+    watcher_log = _under("logs/watcher.log")
     # held by the one watcher for its life (released by the kernel on kill -9)
-    watcher_lock = _Under("run/watcher.lock")
-    watch_state = _Under("run/watch.json")  # what the watcher does now (WatchState)
+    watcher_lock = _under("run/watcher.lock")
+    watch_state = _under("run/watch.json")  # what the watcher does now (WatchState)
     # what should run: start and stop write it, the watcher reads it
-    supervise = _Under("run/supervise.json")
-    recover_log = _Under("run/recover.jsonl")  # a line per restart, kept across runs (for report)
+    supervise = _under("run/supervise.json")
+    recover_log = _under("run/recover.jsonl")  # a line per restart, kept across runs (for report)
     # a short line a minute, kept across restarts (for report)
-    history = _Under("run/history.jsonl")
+    history = _under("run/history.jsonl")
     # state.ImportsSeen: the engine's modules this host's Python imported whole, and from what
-    imports_seen = _Under("run/imports.json")
-    server_keys = _Under("run/keys.json")  # the API keys the runner sends, the owner's to read only
+    imports_seen = _under("run/imports.json")
+    server_keys = _under("run/keys.json")  # the API keys the runner sends, the owner's to read only
     # the prompt files' offset indexes (a cache: rebuilt when a prompt file changes)
-    prompt_index = _Under("run/prompt-index")
+    prompt_index = _under("run/prompt-index")
     # the tokens of unfinished answers, to continue them after a stop
-    kept = _Under("run/kept.jsonl")
-    caps = _Under("run/caps.json")  # the job's caps (Caps), as the last command or runner took them
+    kept = _under("run/kept.jsonl")
+    caps = _under("run/caps.json")  # the job's caps (Caps), as the last command or runner took them
 
     def output(self, ds: str) -> Path:
         return self.outputs / f"{ds}.jsonl"

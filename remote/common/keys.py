@@ -143,8 +143,7 @@ def url_list(where: str, v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not v:
         raise BadValue(f"{where}: expected a list of one or more URLs, got {show(v)}")
     urls = tuple(url(f"{where}[{i}]", u) for i, u in enumerate(v))
-    dup = next((u for u in urls if urls.count(u) > 1), None)
-    if dup:
+    if dup := next((u for u in urls if urls.count(u) > 1), None):
         raise BadValue(f"{where}: {dup} is listed twice")
     return urls
 

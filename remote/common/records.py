@@ -40,11 +40,7 @@ class Reply:
 
     def turn(self) -> Turn:
         return Turn(
-            self.finish_reason,
-            self.usage(),
-            self.prompt_token_ids,
-            self.token_ids,
-            self.continued,
+            self.finish_reason, self.usage(), self.prompt_token_ids, self.token_ids, self.continued
         )
 
     def message(self, thinking_key: str = "reasoning_content") -> dict:
