@@ -1,6 +1,5 @@
-"""What the host machine holds: nvidia-smi, read (every GPU's use, which the runner samples, and who
-holds GPU memory, which the host side checks before a start; None wherever the host has no
-nvidia-smi), and the served model's config.json as it lies on disk (its layers and hidden size)."""
+"""What the host machine holds: nvidia-smi, read (None wherever the host has none), and the served
+model's config.json as it lies on disk (its layers and hidden size)."""
 
 from __future__ import annotations
 
@@ -11,13 +10,9 @@ import subprocess
 from pathlib import Path
 
 
-def _nvidia_smi() -> str | None:
-    return os.environ.get("DEPLOYTOOL_NVIDIA_SMI") or shutil.which("nvidia-smi")
-
-
 def query(query: str, timeout: float) -> list[list[str]] | None:
     """nvidia-smi's CSV rows for one --query-*, split and stripped; None where there is no nvidia-smi."""
-    exe = _nvidia_smi()
+    exe = os.environ.get("DEPLOYTOOL_NVIDIA_SMI") or shutil.which("nvidia-smi")
     if not exe:
         return None
     try:

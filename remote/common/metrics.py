@@ -1,8 +1,6 @@
-"""vLLM's Prometheus `/metrics`, read into the few numbers a batch job needs.
-
-Each series carries `model_name` and `engine` labels; under data parallel there is one series per
-engine. Counts (running, waiting, tokens, preemptions) are summed over them; the KV-cache usage is a
-fraction per engine, so it is averaged (two engines at 50% are a cache half full, not a full one).
+"""vLLM's Prometheus `/metrics`, read into the few numbers a batch job needs. Under data parallel
+there is one series per engine: counts are summed over them, and the KV-cache usage, a fraction per
+engine, is averaged (two engines at 50% are a cache half full, not a full one).
 """
 
 from __future__ import annotations
