@@ -177,8 +177,7 @@ class ServerState:
 
 @dataclass
 class ReleasePlan:
-    """release.py's `session` first line: what the host has (release.py sends plain JSON: it
-    imports nothing of the package; these types read it, strictly, on the local side)."""
+    """release.py's `session` first line: what the host has (plain JSON, read strictly here)."""
 
     root: str
     current: str | None
@@ -208,8 +207,7 @@ class RolledBack:
 
 @dataclass
 class PreflightProblem:
-    """The host's python cannot import what the job's engine needs (host/preflight.py's
-    engine_problem, the `preflight` fault's detail)."""
+    """What the job's engine needs that the host's python cannot import (`preflight`'s detail)."""
 
     python: str
     engine: str
@@ -396,8 +394,7 @@ class DraftResult:
 
 @dataclass
 class ReportDraft:
-    """A draft the draft stage measured: what it is (hosts.yaml's server.draft, and its folder's
-    name) and its measure per dataset."""
+    """A draft the draft stage measured (hosts.yaml's server.draft), and its measure per dataset."""
 
     tag: str = ""
     model: str = ""

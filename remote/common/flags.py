@@ -1,6 +1,5 @@
 """What a host command's request is made of (standard library only): `Request`, whose dataclass
-fields are its flags, and `opt`, a field with its one default, its help, and how its flag's text is
-read and written. protocol.py declares the requests themselves."""
+fields are its flags, each made by `opt`. protocol.py declares the requests themselves."""
 
 from __future__ import annotations
 
