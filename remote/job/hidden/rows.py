@@ -15,10 +15,7 @@ from ...common.records import Record, TokenRow
 @dataclass
 class Rows:
     rows: list[TokenRow] = field(default_factory=list)
-    records: int = 0  # records read, in the cap or not
-    outside: int = 0  # records beyond the cap
     untokened: int = 0  # records kept without token ids (return_token_ids was off)
-    unreadable: int = 0  # lines that are no record (a torn last line the generation repairs)
 
 
 def rows_of(outputs: Path, target: int | None) -> Rows:
@@ -34,14 +31,11 @@ def rows_of(outputs: Path, target: int | None) -> Rows:
             try:
                 rec = Record.from_json(json.loads(raw))
             except (ValueError, KeyError, TypeError, AttributeError):
-                got.unreadable += 1
-                continue
+                continue  # a torn last line the generation repairs
             if rec.id in seen:
                 continue
             seen.add(rec.id)
-            got.records += 1
             if not within(rec.index, target):
-                got.outside += 1
                 continue
             rows = rec.token_rows()
             if not rows:

@@ -15,9 +15,9 @@ class AskAgain(Exception):
     """A try went wrong in a way a new try may mend (a file the server wrote bad)."""
 
 
-async def ask(stage, item: str, once: Callable[[int], Awaitable[None]], failed: Callable[[], None]):
+async def ask(stage, item: str, once: Callable[[int], Awaitable[None]], counts) -> None:
     """`once(tries)` asks for the item and keeps what comes back; `stage` has the job, the log and
-    its engine_error, fatal and retries; `failed()` counts the item failed."""
+    its engine_error, fatal and retries; an item failed is one more of `counts.failed`."""
     eng, tries = stage.job.engine, 0
     while True:
         try:
@@ -31,14 +31,14 @@ async def ask(stage, item: str, once: Callable[[int], Awaitable[None]], failed: 
             return
         except PermanentError as e:
             stage.engine_error = str(e)
-            failed()
+            counts.failed += 1
             stage.log(f"{item}: {e}: left for the next restart")
             return
         except EngineError as e:  # down, stuck, timed out: the watcher replaces a dead server
             stage.engine_error = str(e)
             stage.retries += 1
             if not isinstance(e, EngineDown) and tries >= eng.max_retries:
-                failed()
+                counts.failed += 1
                 stage.log(f"{item}: {e}: {tries} retries, left for the next restart")
                 return
         tries += 1

@@ -291,10 +291,7 @@ class DraftStage(stage.Stage):
             m.tokens += reply.completion_tokens
             m.made.add(time.time(), reply.completion_tokens)
 
-        def failed() -> None:
-            m.failed += 1
-
-        await ask(self, f"{m.name}: {p.id}", once, failed)
+        await ask(self, f"{m.name}: {p.id}", once, m)
 
     async def _measure(self, engine) -> None:
         """Dataset after dataset: its requests alone in the servers while it is counted."""
@@ -366,15 +363,9 @@ class DraftStage(stage.Stage):
 
     def status(self, now: float) -> dict:
         datasets = {n: m.status(now, self.runner.started_at) for n, m in self.sets.items()}
-        rate = sum(d.tokens_per_s for d in datasets.values())
-        return dict(
-            **self.runner.engine_said(self.urls, self.engine_error),
-            in_flight=self.in_flight(),
-            tokens_per_s=rate,
-            completion_tokens=sum(m.tokens for m in self.sets.values()),
-            errors=sum(m.failed for m in self.sets.values()),
-            retries=self.retries,
-            datasets=datasets,
+        return self.work_status(
+            datasets,
+            tokens_per_s=sum(d.tokens_per_s for d in datasets.values()),
             stage=BASELINE if self.baseline else DRAFT,
         )
 

@@ -19,7 +19,7 @@ from ...common.status import DiskStatus, JobState
 from ..engine.client import JobFault
 from ..hidden import hsfile
 from ..hidden.progress import DiskGuard, Stage
-from ..hidden.rows import rows_of
+from ..hidden.rows import Rows, rows_of
 from ..hidden.store import HiddenStore
 from ..store.outputs import disk_usage
 from ..store.rates import RateWindow
@@ -67,12 +67,10 @@ class HiddenStage(stage.Stage):
         self._clear_incoming()  # before it starts
         for spec in self.job.datasets:
             name = spec.name
-            target = self.caps.target(name) if self.caps.selected(name) else 0
             store = HiddenStore(self.paths.hidden_states, name, self.log).open()
-            got = rows_of(self.paths.output(name), target)
-            rows = got.rows if target != 0 else []
-            self.stages[name] = Stage(name, store, rows, self.caps.max_tokens)
-            self.untokened += got.untokened if target != 0 else 0
+            got = self._rows(name, self.caps)
+            self.stages[name] = Stage(name, store, got.rows, self.caps.max_tokens)
+            self.untokened += got.untokened
             if got.untokened:
                 self.log(
                     f"{name}: {got.untokened} records have no token ids (made without "
@@ -87,6 +85,10 @@ class HiddenStage(stage.Stage):
         # known before any request (the rows made, records without ids): refused at once, so the
         # start is seen to fail
         self.fatal = self.fatal or self.disk.refusal(self.stages.values())
+
+    def _rows(self, name: str, caps: Caps) -> Rows:
+        target = caps.target(name) if caps.selected(name) else 0
+        return rows_of(self.paths.output(name), target) if target != 0 else Rows()
 
     # ------------------------------------------------------------------ while it runs
 
@@ -153,10 +155,7 @@ class HiddenStage(stage.Stage):
             self.tokens_made.add(now, facts.tokens)
             st.made.add(now, facts.tokens)
 
-        def failed() -> None:
-            st.failed += 1
-
-        await ask(self, f"{st.name}: {row.id}", once, failed)
+        await ask(self, f"{st.name}: {row.id}", once, st)
 
     def _ours(self, path):
         """The server's file, only inside the stage's own folder: nothing outside it is ever moved
@@ -186,9 +185,7 @@ class HiddenStage(stage.Stage):
         if caps.stage != HIDDEN_STATES:
             raise ValueError("a change of stage restarts the runner (restart --hard)")
         for name, st in self.stages.items():
-            target = caps.target(name) if caps.selected(name) else 0
-            got = rows_of(self.paths.output(name), target).rows if target != 0 else []
-            fresh = Stage(name, st.store, got, caps.max_tokens)
+            fresh = Stage(name, st.store, self._rows(name, caps).rows, caps.max_tokens)
             fresh.failed, fresh.new, fresh.in_flight = st.failed, st.new, st.in_flight
             fresh.made = st.made
             fresh.todo = collections.deque(r for r in fresh.todo if r.id not in self.flying)
@@ -231,16 +228,11 @@ class HiddenStage(stage.Stage):
         datasets = {n: st.status(now, self.runner.started_at) for n, st in self.stages.items()}
         per_s = self.rows_made.per_s(now, self.runner.started_at)
         left = sum(max(0, d.target - d.done) for d in datasets.values())
-        return dict(
-            **self.runner.engine_said(self.urls, self.engine_error),
-            in_flight=self.in_flight(),
+        return self.work_status(
+            datasets,
             tokens_per_s=self.tokens_made.per_s(now, self.runner.started_at),
             samples_per_s=per_s,
-            completion_tokens=sum(st.tokens for st in self.stages.values()),
-            errors=sum(st.failed for st in self.stages.values()),
-            retries=self.retries,
             eta_s=int(left / per_s) if per_s > 0 else None,
-            datasets=datasets,
             stage=HIDDEN_STATES,
             disk=DiskStatus(disk["free_bytes"], disk["total_bytes"], self.disk.full),
         )
@@ -259,16 +251,11 @@ class HiddenStage(stage.Stage):
         return "; ".join(said)
 
     def ended(self) -> None:
-        if (
-            self.runner.state == JobState.FINISHED
-        ):  # and once every row is made: none is left behind
+        if self.runner.state == JobState.FINISHED:  # every row made: no file is left behind
             self._clear_incoming()
 
 
 def _remove(path) -> None:
-    if path is None:
-        return
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import platform
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from ...common.caps import BASELINE, DRAFT, GENERATE, HIDDEN_STATES, Caps
 from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
-from ...common.state import ControlRequest, ServerKeys, kept_caps
-from ...common.status import EngineStatus, JobState, JobStatus
+from ...common.state import ServerKeys, kept_caps
+from ...common.status import JobState, JobStatus
 from ...common.wire import ExitCode
 from ..engine.kinds import make_engine
 from ..observe.watcher_guard import WatcherGuard
@@ -69,33 +71,17 @@ class Runner:
         )
         self.stage: Stage = STAGES[caps.stage](self, caps, force)
 
-    def prepare(self) -> None:
-        self.stage.prepare()
-
     def open_engine(self):
-        """The job's engine, with the API key of each of its servers (kept on the host by restart):
-        `async with runner.open_engine() as engine`, for whichever stage."""
+        """The job's engine, with the API key of each of its servers (kept on the host by restart)."""
         keys = ServerKeys.read(self.paths.server_keys)
         return make_engine(self.job, keys.keys if keys else None)
 
-    def engine_said(self, urls: list[str], last_error: str | None) -> dict:
-        """status.json's engine and concurrency, for a stage that asks `urls` (its own error or
-        None: reachable)."""
-        eng = self.job.engine
-        return dict(
-            engine=EngineStatus(
-                kind=eng.kind,
-                model=self.model_name,
-                base_urls=list(urls),
-                reachable=last_error is None,
-                last_error=last_error,
-            ),
-            concurrency=eng.concurrency * max(1, len(urls)),
-        )
-
     # ------------------------------------------------------------------ while it runs
 
-    def _apply_control(self, req: ControlRequest) -> None:
+    def check_control(self) -> None:
+        req = self.control.poll()
+        if req is None:
+            return
         seq = self.control.seq
         if req.grace is not None:  # `stop --grace S` says how long in-flight work gets
             self.grace = max(0.0, float(req.grace))
@@ -114,11 +100,6 @@ class Runner:
                 self.log(f"control {seq}: refused: {e}")
         self.write_status()  # the caller waits for control_seq: answer now, not at the next tick
 
-    def check_control(self) -> None:
-        req = self.control.poll()
-        if req is not None:
-            self._apply_control(req)
-
     async def _housekeeping(self) -> None:
         status = Every(1.0)
         while True:
@@ -133,8 +114,6 @@ class Runner:
 
     def notify_message(self, what: str) -> str:
         """One line: where, what happened, and how far the work is."""
-        import platform
-
         return f"{platform.node()}:{self.paths.root}: {what}; {self.stage.progress_line()}"
 
     def status_now(self) -> JobStatus:
@@ -245,8 +224,6 @@ class Runner:
         try:
             code = asyncio.run(self._main())
         except Exception as e:  # a real bug: keep the traceback in the log, say so in status
-            import traceback
-
             self.log("crashed:\n" + traceback.format_exc())
             self.state, self.message = JobState.FAILED, f"runner crashed: {type(e).__name__}: {e}"
             code = ExitCode.FAILED
@@ -280,7 +257,7 @@ def main(paths: Paths, job_path: Path, *, grace: float, force: bool, argv: list[
     write_pidfile(paths, runner.token, argv)
     runner.write_status()  # `starting`, with this runner's pid and token
     try:
-        runner.prepare()
+        runner.stage.prepare()
     except BadInput as e:
         runner.state, runner.message = JobState.FAILED, str(e)
         runner.log(f"refused: {e}")

@@ -7,6 +7,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Awaitable
 
 from ...common.caps import Caps
+from ...common.status import EngineStatus
 
 
 class Stage:
@@ -65,3 +66,23 @@ class Stage:
 
     def ended(self) -> None:  # after the run, before the last status
         pass
+
+    def work_status(self, datasets: dict, **more) -> dict:
+        """status.json's fields of a stage that asks its `urls` for items, per dataset."""
+        eng, rows = self.job.engine, datasets.values()
+        return dict(
+            engine=EngineStatus(
+                kind=eng.kind,
+                model=self.runner.model_name,
+                base_urls=list(self.urls),
+                reachable=self.engine_error is None,
+                last_error=self.engine_error,
+            ),
+            concurrency=eng.concurrency * max(1, len(self.urls)),
+            in_flight=self.in_flight(),
+            completion_tokens=sum(d.completion_tokens for d in rows),
+            errors=sum(d.errors for d in rows),
+            retries=self.retries,
+            datasets=datasets,
+            **more,
+        )

@@ -20,15 +20,15 @@ def stage(max_retries=2):
 
 
 def run(st, errors: list) -> tuple[list[int], int]:
-    tries, failed = [], []
+    tries, counts = [], SimpleNamespace(failed=0)
 
     async def once(n: int) -> None:
         tries.append(n)
         if errors:
             raise errors.pop(0)
 
-    asyncio.run(ask(st, "B1: p0", once, lambda: failed.append(1)))
-    return tries, len(failed)
+    asyncio.run(ask(st, "B1: p0", once, counts))
+    return tries, counts.failed
 
 
 def test_each_answer_of_the_engine_has_its_one_way():

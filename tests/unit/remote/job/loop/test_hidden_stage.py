@@ -71,7 +71,7 @@ def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeyp
     paths = Paths(root)
     caps = Caps(caps={"B1": 4}, stage=HIDDEN_STATES)
     runner = Runner(paths, JobSpec.load(root / "job.json"), caps)
-    runner.prepare()
+    runner.stage.prepare()
     assert runner.run() == 0 and runner.state == JobState.FINISHED
     assert runner.stage.redone == 1 and runner.stage.retries == 1
     for ds, n in (("B1", 4), ("B2", 3)):
@@ -94,7 +94,7 @@ def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeyp
     # a second run has nothing to do: every row is counted, none asked again
     fake.asked.clear()
     again = Runner(paths, JobSpec.load(root / "job.json"), caps)
-    again.prepare()
+    again.stage.prepare()
     assert again.run() == 0 and fake.asked == []
 
 
@@ -103,7 +103,7 @@ def test_new_caps_live_change_the_rows_to_make_and_a_stage_change_is_refused(tmp
 
     root = answered_root(tmp_path, {"B1": 6}, {"kind": "simulate", "tokens_per_s": 1e6})
     runner = Runner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
-    runner.prepare()
+    runner.stage.prepare()
     assert runner.stage.stages["B1"].target == 6
     runner.stage.flying.add("B1-000000_gen0")  # in flight: not queued a second time
     runner.stage.recap(Caps(caps={"B1": 2}, stage=HIDDEN_STATES))
@@ -131,7 +131,7 @@ def test_a_stage_that_cannot_fit_the_disk_stops_after_its_first_row_and_then_at_
     def runner(free):
         r = Runner(Paths(root), spec, caps)
         r.stage.free_bytes = lambda: free
-        r.prepare()
+        r.stage.prepare()
         return r
 
     first = runner(free=10_000)  # a few rows' worth: the first row says what the rest needs
@@ -150,7 +150,7 @@ def test_a_forced_stage_pauses_before_the_disk_fills_and_goes_on_once_space_is_f
     free = [3000]  # less than a row needs once the first one says what a token takes
     r = Runner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES), force=True)
     r.stage.free_bytes = lambda: free[0]
-    r.prepare()
+    r.stage.prepare()
     seen = []
 
     def pull_free():  # what a person does once the stage says the disk is full
@@ -198,7 +198,7 @@ def test_a_file_outside_the_stages_folder_is_never_moved_and_the_job_says_the_fi
     theirs.mkdir()
     monkeypatch.setattr("remote.job.loop.runner.make_engine", lambda job, keys: Elsewhere(theirs))
     runner = Runner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
-    runner.prepare()
+    runner.stage.prepare()
     assert runner.run() == 1 and runner.state == JobState.FAILED
     assert "outside" in runner.message and "shared_storage_path" in runner.message
     assert len(list(theirs.iterdir())) >= 1  # left where the server put it
@@ -222,7 +222,7 @@ def test_a_finished_stage_leaves_no_file_of_a_request_cut_off(tmp_path, monkeypa
     monkeypatch.setattr("remote.job.loop.runner.make_engine", lambda job, keys: fake)
     paths = Paths(root)
     runner = Runner(paths, JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
-    runner.prepare()
+    runner.stage.prepare()
     assert runner.run() == 0 and runner.state == JobState.FINISHED
     assert runner.stage.stages["B1"].store.count == 3
     assert not list((paths.hidden_states / ".incoming").iterdir())  # the late file went too
