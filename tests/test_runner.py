@@ -15,8 +15,8 @@ import pytest
 from remote.common.caps import Caps
 from remote.common.jobspec import Paths
 from remote.host.facts.intent import keep_caps
-from remote.job.store.outputs import encode_record, repair_tail, scan
-from remote.job.store.prompts import load_prompts
+from remote.job.store.outputs import encode_record, load_existing, repair_tail
+from remote.job.store.prompts import PromptFile
 from tests.conftest import REPO, outputs, records, runner_cmd, status, wait_for, write_prompts
 from tests.helpers.runner_jobs import make_root, run
 
@@ -351,7 +351,9 @@ def test_prompt_formats(tmp_path):
         )
         + "\n"
     )
-    ps = load_prompts(p, "D")
+    pf = PromptFile(p, "D")
+    ps = [pf[i] for i in range(len(pf))]
+    pf.close()
     assert [x.id for x in ps[:4]] == ["D-000000", "D-000001", "x7", "D-000003"]
     assert ps[1].messages == [{"role": "user", "content": "b"}]  # the old answer is dropped
     assert ps[3].messages == [{"role": "user", "content": "d"}]
@@ -376,7 +378,7 @@ def test_scan_fast_path_matches_json_and_handles_foreign_lines(tmp_path):
                 )
             )
         f.write(b'{"usage": {"completion_tokens": 5}, "id": "hand-written"}\n')
-    ex = scan(p)
+    ex = load_existing(p, update_index=False)
     assert len(ex.ids) == 1001 and ex.tokens['B"7'] == 7 and ex.tokens["hand-written"] == 5
 
 

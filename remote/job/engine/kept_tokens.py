@@ -117,10 +117,10 @@ class KeptFile:
         self.path = path
         self.live: dict[str, Keeping] = {}
         self.ended: list[str] = []  # finished since the last append: an end line each
-        self.entries = _read(path)
+        self.entries = self.read(path)
         self.on_disk = set(self.entries)  # answers with lines in the file (an end line closes them)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._rewrite([_whole(key, k) for key, k in self.entries.items()])
+        write_atomic(path, [_whole(key, k) for key, k in self.entries.items()])
         self.file = AppendFile(path, durable=False)
         self.bytes = 0  # appended by this runner (the cost, in status and the benchmark)
         self.since_compact = 0
@@ -129,12 +129,31 @@ class KeptFile:
 
     @staticmethod
     def read(path: Path) -> dict[str, Kept]:
-        """What a start would find in the file (read only)."""
-        return _read(path)
-
-    def _rewrite(self, lines: list) -> None:
-        """The file replaced, whole and synced, by these lines."""
-        write_atomic(self.path, lines)
+        """The kept answers the file holds; an answer with a gap in its lines is left out (asked
+        again from its start)."""
+        entries: dict[str, Kept] = {}
+        for e in json_lines(path):  # a torn last line is none
+            try:
+                key, off = str(e["k"]), int(e.get("o", 0))
+            except (ValueError, KeyError, TypeError):
+                continue
+            if e.get("end"):
+                entries.pop(key, None)
+                continue
+            have = entries.get(key)
+            if "p" in e and off == 0:
+                have = entries[key] = Kept(e["s"], e["p"], parts=int(e.get("n", 0)))
+            elif have is None or off != len(have.ids) or e.get("s") != have.sig:
+                entries.pop(key, None)  # a gap: this answer is asked again from its start
+                continue
+            have.ids += e.get("t", [])
+            have.reasoning += e.get("r", "")
+            have.content += e.get("c", "")
+            have.thinking = e.get("th")
+            have.finish = e.get("f")
+            have.parts = int(e.get("n", have.parts))
+            have.url = e.get("u", have.url)
+        return entries
 
     def get(self, key: str, sig: str) -> Kept | None:
         k = self.entries.get(key)
@@ -189,7 +208,7 @@ class KeptFile:
                 continue
             lines.append(_whole(h.key, now))
             written[h] = (len(now.ids), len(h.asm.reasoning), len(h.asm.content))
-        self._rewrite(lines)
+        write_atomic(self.path, lines)
         self.file.close()
         self.file = AppendFile(self.path, durable=False)
         for h, w in written.items():
@@ -277,34 +296,6 @@ class KeptFile:
         return len(gone)
 
 
-def _read(path: Path) -> dict[str, Kept]:
-    """The kept answers the file holds; an answer with a gap in its lines is left out (asked again
-    from its start)."""
-    entries: dict[str, Kept] = {}
-    for e in json_lines(path):  # a torn last line is none
-        try:
-            key, off = str(e["k"]), int(e.get("o", 0))
-        except (ValueError, KeyError, TypeError):
-            continue
-        if e.get("end"):
-            entries.pop(key, None)
-            continue
-        have = entries.get(key)
-        if "p" in e and off == 0:
-            have = entries[key] = Kept(e["s"], e["p"], parts=int(e.get("n", 0)))
-        elif have is None or off != len(have.ids) or e.get("s") != have.sig:
-            entries.pop(key, None)  # a gap: this answer is asked again from its start
-            continue
-        have.ids += e.get("t", [])
-        have.reasoning += e.get("r", "")
-        have.content += e.get("c", "")
-        have.thinking = e.get("th")
-        have.finish = e.get("f")
-        have.parts = int(e.get("n", have.parts))
-        have.url = e.get("u", have.url)
-    return entries
-
-
 def _whole(key: str, k: Kept) -> bytes:
     """An answer's first line: all of it so far, with its prompt."""
     return _line(key, 0, k, k.ids, k.reasoning, k.content, first=True)
@@ -312,16 +303,8 @@ def _whole(key: str, k: Kept) -> bytes:
 
 def _line(key: str, off: int, k: Kept, ids, reasoning, content, first: bool = False) -> bytes:
     e = {"k": key, "o": off, "s": k.sig, "t": ids, "th": k.thinking}
-    if k.finish:
-        e["f"] = k.finish
-    if k.url:
-        e["u"] = k.url
-    if reasoning:
-        e["r"] = reasoning
-    if content:
-        e["c"] = content
-    if k.parts:
-        e["n"] = k.parts
+    extra = {"f": k.finish, "u": k.url, "r": reasoning, "c": content, "n": k.parts}
+    e.update((name, v) for name, v in extra.items() if v)
     if first:
         e["p"] = k.prompt_ids
     return json.dumps(e, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"

@@ -39,9 +39,6 @@ class Endpoint:
     recent_stuck: RateWindow = field(default_factory=lambda: RateWindow(STUCK_WINDOW))
     recent_answers: RateWindow = field(default_factory=lambda: RateWindow(STUCK_WINDOW))
 
-    def tokens_per_s(self, now: float, started: float) -> float:
-        return self.tokens.per_s(now, started)
-
     def degraded(self, now: float) -> bool:
         return self.status(now, now).degraded  # the rule lives in EndpointStatus
 
@@ -51,7 +48,7 @@ class Endpoint:
             reachable=self.reachable,
             in_flight=self.in_flight,
             concurrency=self.concurrency,
-            tokens_per_s=round(self.tokens_per_s(now, started), 1),
+            tokens_per_s=round(self.tokens.per_s(now, started), 1),
             requests=self.requests,
             errors=self.errors,
             down_since=self.down_since,
@@ -77,15 +74,8 @@ class Pool:
 
     def pick(self) -> Endpoint | None:
         """The reachable server with the fewest requests in flight and a free slot; None if none."""
-        best = None
-        for e in self.endpoints:
-            if (
-                e.reachable
-                and e.in_flight < e.concurrency
-                and (best is None or e.in_flight < best.in_flight)
-            ):
-                best = e
-        return best
+        free = [e for e in self.endpoints if e.reachable and e.in_flight < e.concurrency]
+        return min(free, key=lambda e: e.in_flight, default=None)
 
     def statuses(
         self, now: float, started: float, last_data_at: Callable[[str], float | None]

@@ -46,13 +46,8 @@ class Dispatcher:
         log: Callable[[str], None],
         stop: StopState | None = None,
     ):
-        self.engine, self.pool, self.scheduler, self.writer, self.log = (
-            engine,
-            pool,
-            scheduler,
-            writer,
-            log,
-        )
+        self.engine, self.pool, self.scheduler = engine, pool, scheduler
+        self.writer, self.log = writer, log
         self.max_retries = engine_cfg.max_retries
         self.max_requeues = max(16, 2 * self.max_retries)
         self.retry_base = engine_cfg.retry_base
@@ -257,9 +252,8 @@ class Dispatcher:
             self.log(f"{run.spec.name} {p.id}: not continued, asked again from its start: {why}")
 
     def _answered(self, run: DatasetRun, p: Prompt, turn: int | None) -> None:
-        if self.kept is None:
-            return
-        self.kept.end(self._key(run, p, turn))
+        if self.kept is not None:
+            self.kept.end(self._key(run, p, turn))
 
     def _down(self, ep: Endpoint, run: DatasetRun, p: Prompt, e: EngineDown) -> None:
         now = time.time()

@@ -35,7 +35,6 @@ class GenerateStage(stage.Stage):
         eng = job.engine
         self.concurrency = eng.concurrency  # per server
         self.stall_after = eng.stall_minutes * 60
-        self.abandoned = 0  # in-flight requests cut off by a stop (redone on resume)
         self.history = History(paths.history)
         self.writer = RecordWriter(log, self._disk_full)
         self.scheduler = Scheduler(paths, job, caps, self.fingerprint(), self.writer, log, force)
@@ -167,8 +166,7 @@ class GenerateStage(stage.Stage):
             self.scheduler.close()
 
     async def abandon(self) -> int:
-        self.abandoned = await self.dispatcher.abandon()
-        return self.abandoned
+        return await self.dispatcher.abandon()
 
     def status(self, now: float) -> dict:
         """What status.json says of the work, beside the runner's own fields."""

@@ -115,11 +115,9 @@ def _ids_tokens(found: list[tuple[bytes, bytes, bytes]]) -> tuple[list[str], lis
     return ids, list(map(int, raw_toks)), finishes
 
 
-def scan_range(
-    path: Path, start: int = 0, with_ends: bool = False
-) -> tuple[list[str], list[int], list[int], list[str]]:
-    """ids, completion tokens, each record's end offset (with_ends) and finish reasons of the
-    records from byte `start` on."""
+def scan_range(path: Path, start: int = 0) -> tuple[list[str], list[int], list[int], list[str]]:
+    """ids, completion tokens, each record's end offset and finish reasons of the records from byte
+    `start` on."""
     ids: list[str] = []
     toks: list[int] = []
     ends: list[int] = []
@@ -139,17 +137,11 @@ def scan_range(
             buf, rest = buf[:cut], buf[cut:]
             if buf:
                 n_lines = buf.count(b"\n")
-                b2 = b"\n" + buf
-                if with_ends:
-                    ms = list(_HEAD_RE.finditer(b2))
-                    found = [m.groups() for m in ms]
-                else:
-                    found = _HEAD_RE.findall(b2)
-                if len(found) == n_lines:
-                    i, t, fin = _ids_tokens(found)
-                    if with_ends:
-                        starts = [m.start() for m in ms]  # line k starts at buf[starts[k]]
-                        ends += [pos + e for e in starts[1:]] + [pos + len(buf)]
+                ms = list(_HEAD_RE.finditer(b"\n" + buf))
+                if len(ms) == n_lines:
+                    i, t, fin = _ids_tokens([m.groups() for m in ms])
+                    starts = [m.start() for m in ms]  # line k starts at buf[starts[k]]
+                    ends += [pos + e for e in starts[1:]] + [pos + len(buf)]
                 else:  # lines written by someone else: parse them one by one
                     i, t, fin, off = [], [], [], pos
                     for line in buf.splitlines(keepends=True):
@@ -167,13 +159,6 @@ def scan_range(
             if not data:
                 break
     return ids, toks, ends, finishes
-
-
-def scan(path: Path) -> Existing:
-    """ids, completion tokens and finish reasons of every record in an output file (after
-    repair_tail)."""
-    ids, toks, _, finishes = scan_range(path)
-    return Existing.of(ids, toks, finishes)
 
 
 # ------------------------------------------------------------------ the sidecar index
@@ -256,7 +241,7 @@ def load_existing(path: Path, log=None, update_index: bool = True) -> Existing:
             if log:
                 log(f"{path.name}: its index does not match it: rebuilding the index")
             ids, toks, ends, finishes, rewrite = [], [], [], [], True
-    t_ids, t_toks, t_ends, t_fin = scan_range(path, ends[-1] if ends else 0, with_ends=True)
+    t_ids, t_toks, t_ends, t_fin = scan_range(path, ends[-1] if ends else 0)
     if update_index and (rewrite or t_ids):
         if rewrite:
             entries = zip(ids, toks, ends, finishes)

@@ -207,12 +207,3 @@ class PromptFile:
 
     def close(self) -> None:
         self._f.close()
-
-
-def load_prompts(path, dataset: str) -> list[Prompt]:
-    """Every non-blank line in file order; unreadable lines are kept with a `problem` so they are reported."""
-    pf = PromptFile(path, dataset)
-    try:
-        return [pf[i] for i in range(len(pf))]
-    finally:
-        pf.close()
