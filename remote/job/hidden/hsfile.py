@@ -153,21 +153,17 @@ def _numpy():
     return numpy
 
 
-# a float is inf or NaN exactly where its exponent bits are all set
-_EXPONENT = {"BF16": ("<u2", 0x7F80), "F16": ("<u2", 0x7C00), "F32": ("<u4", 0x7F800000),
-             "F64": ("<u8", 0x7FF0000000000000)}  # fmt: skip
-
-
 def _non_finite_mapped(np, path: Path, offset: int, length: int, dtype: str) -> int | None:
     """The file mapped, not read: its pages are looked at where they lie, a chunk at a time."""
-    kind, mask = _EXPONENT[dtype]
+    width, masks = _FLOATS[dtype]
+    kind, mask = f"<u{width}", sum(m << 8 * pos for pos, m in masks)  # the exponent's bits
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size < offset + length:
             raise BadFile(f"{path.name}: torn inside its hidden states")
         if not length:
             return None
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            values = np.frombuffer(m, dtype=kind, count=length // dtype_bytes(dtype), offset=offset)
+            values = np.frombuffer(m, dtype=kind, count=length // width, offset=offset)
             step, want = _CHUNK // values.itemsize, np.array(mask, dtype=kind)
             try:
                 for i in range(0, len(values), step):
