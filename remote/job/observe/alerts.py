@@ -32,14 +32,12 @@ class AlertWatcher:
         engine_error: str | None,
     ) -> None:
         idle = now - last_completion
-        if stalled(state, in_flight, last_completion, now, self.stall_after):
-            if "stalled" not in self._active:
-                self._active.add("stalled")
-                self.log(f"stalled: nothing finished for {idle:.0f}s")
-                what = f"stalled: no answer finished for {idle:.0f}s"
-                self.notifier.send("stalled", self.message(what))
-        else:
-            self._active.discard("stalled")
+        if self._begins(
+            "stalled", stalled(state, in_flight, last_completion, now, self.stall_after)
+        ):
+            self.log(f"stalled: nothing finished for {idle:.0f}s")
+            what = f"stalled: no answer finished for {idle:.0f}s"
+            self.notifier.send("stalled", self.message(what))
         down = pool.all_down_since() if pool else None
         # a server restart is not worth a message: every server silent for a while is
         if down is not None and now - down >= min(60.0, self.down_deadline / 2):
@@ -53,12 +51,8 @@ class AlertWatcher:
         elif down is None and "engine_down" in self._active:
             self._active.discard("engine_down")
             self.notifier.send("engine_up", self.message("engine up: a server answers again"))
-        self._degraded(now, pool)
-
-    def _degraded(self, now: float, pool: Pool | None) -> None:
         bad = [e for e in (pool.endpoints if pool else ()) if e.degraded(now)]
-        if bad and "engine_degraded" not in self._active:
-            self._active.add("engine_degraded")
+        if self._begins("engine_degraded", bool(bad)):
             what = ", ".join(f"{e.url} ({e.recent_stuck.count(now)} stuck)" for e in bad)
             self.log(f"degraded: requests get stuck while others are answered: {what}")
             self.notifier.send(
@@ -68,5 +62,12 @@ class AlertWatcher:
                     "dead data-parallel rank; `invoke server.status` over the group names it"
                 ),
             )
-        elif not bad:
-            self._active.discard("engine_degraded")
+
+    def _begins(self, condition: str, now_true: bool) -> bool:
+        """Whether `condition` holds now and did not at the last check."""
+        if not now_true:
+            self._active.discard(condition)
+            return False
+        begins = condition not in self._active
+        self._active.add(condition)
+        return begins
