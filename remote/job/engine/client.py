@@ -196,11 +196,7 @@ class OpenAIEngine(Engine):
     async def probe(self, url: str) -> str | None:
         """None when the server answers HTTP at all (any status), else why not."""
         try:
-            async with self._session.get(
-                f"{url}/models",
-                timeout=self._aiohttp.ClientTimeout(total=10),
-                headers=self._auth(url),
-            ) as resp:
+            async with self._aside("GET", url, f"{url}/models", 10) as resp:
                 await resp.read()
             return None
         except asyncio.TimeoutError:
@@ -212,6 +208,11 @@ class OpenAIEngine(Engine):
         key = self.keys.get(url.rstrip("/"))
         return {"Authorization": f"Bearer {key}"} if key else {}
 
+    def _aside(self, method: str, url: str, where: str, seconds: float, **kw):
+        """A short request beside the answers to the server at `url`."""
+        timeout = self._aiohttp.ClientTimeout(total=seconds)
+        return self._session.request(method, where, timeout=timeout, headers=self._auth(url), **kw)
+
     def last_data_at(self, url: str) -> float | None:
         return self.watchdog.last_data_at(url) if self.stream else None
 
@@ -219,11 +220,7 @@ class OpenAIEngine(Engine):
         """The server's Prometheus text (vLLM serves /metrics beside /v1), or None."""
         root = url.removesuffix("/v1")
         try:
-            async with self._session.get(
-                f"{root}/metrics",
-                timeout=self._aiohttp.ClientTimeout(total=5),
-                headers=self._auth(url),
-            ) as resp:
+            async with self._aside("GET", url, f"{root}/metrics", 5) as resp:
                 return await resp.text() if resp.status == 200 else None
         except (asyncio.TimeoutError, self._aiohttp.ClientError, OSError):
             return None
@@ -238,12 +235,7 @@ class OpenAIEngine(Engine):
         root = url.removesuffix("/v1")
         body = {"model": self.model, "prompt": self.thinking_end, "add_special_tokens": False}
         try:
-            async with self._session.post(
-                f"{root}/tokenize",
-                json=body,
-                timeout=self._aiohttp.ClientTimeout(total=10),
-                headers=self._auth(url),
-            ) as resp:
+            async with self._aside("POST", url, f"{root}/tokenize", 10, json=body) as resp:
                 got = await resp.json(content_type=None) if resp.status == 200 else None
                 definite = resp.status < 500
         except (asyncio.TimeoutError, self._aiohttp.ClientError, OSError, ValueError):
