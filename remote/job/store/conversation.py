@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from ...common.codec import write_atomic
-from ...common.records import Record, Reply
+from ...common.records import Reply
 from .outputs import AppendFile, DiskFull
 from .prompts import Prompt
 
@@ -30,12 +30,6 @@ def request(p: Prompt, replies: list[Reply]) -> list:
         msgs += turn
         msgs.append(reply.message("reasoning"))
     return msgs + p.turns[len(replies)]
-
-
-def record(dataset: str, p: Prompt, replies: list[Reply], stopped: str | None = None) -> Record:
-    """One record for the conversation: `conversations` holds the asked turns with the regenerated
-    replies, `turns` each reply's finish, usage and token ids."""
-    return Record.conversation(dataset, p.id, p.index, p.turns, replies, stopped)
 
 
 def prompt_hash(p: Prompt) -> str:

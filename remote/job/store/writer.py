@@ -9,7 +9,6 @@ from typing import Callable
 from ...common.jobspec import release_dir
 from ...common.records import ErrorLine, Record, Reply
 from ...common.status import DiskStatus
-from . import conversation
 from .datasets import DatasetRun
 from .outputs import DiskFull, disk_usage, encode_record
 from .prompts import Prompt
@@ -37,7 +36,8 @@ class RecordWriter:
         self, run: DatasetRun, p: Prompt, replies: list[Reply], stopped: str | None = None
     ) -> None:
         """turns: all — one record for the whole conversation; its tokens are all turns' tokens."""
-        self._write(run, p, conversation.record(run.spec.name, p, replies, stopped))
+        rec = Record.conversation(run.spec.name, p.id, p.index, p.turns, replies, stopped)
+        self._write(run, p, rec)
 
     def _write(self, run: DatasetRun, p: Prompt, rec: Record) -> None:
         rec.release = self.release  # which code made it (the export's manifest lists them)

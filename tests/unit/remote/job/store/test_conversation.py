@@ -3,8 +3,8 @@ conversation, and the sidecar of finished turns survives a restart only for unch
 
 from __future__ import annotations
 
-from remote.common.records import Reply
-from remote.job.store.conversation import Partials, finished, record, request
+from remote.common.records import Record, Reply
+from remote.job.store.conversation import Partials, finished, request
 from remote.job.store.prompts import Prompt
 
 SYSTEM = {"role": "system", "content": "be brief"}
@@ -39,7 +39,8 @@ def test_finished_when_every_turn_is_answered_or_one_is_cut():
 def test_one_record_sums_the_turns_and_keeps_the_last_tokens():
     p = convo()
     last = reply("a1", finish="length", prompt_token_ids=[1, 2], token_ids=[3])
-    rec = record("MT", p, [reply("a0"), last], stopped="cut at max_tokens").to_json()
+    replies = [reply("a0"), last]
+    rec = Record.conversation("MT", p.id, p.index, p.turns, replies, "cut at max_tokens").to_json()
     assert rec["usage"] == {"prompt_tokens": 10, "completion_tokens": 14}
     assert (rec["turns_done"], rec["turns_total"], rec["finish_reason"]) == (2, 3, "length")
     assert rec["conversations"][2] == {
