@@ -1,8 +1,7 @@
 """The draft stage: how well a draft model does on the job's data, measured by vLLM's own counters.
 Each dataset's held-out prompts (those after its cap: no answer of theirs is training data) are
 answered by the job's server started with the draft (`server.draft`), one dataset at a time, so the
-deltas of the server's speculative-decoding counters over a dataset are that dataset's. The process
-around it is the runner's (runner.py), as for the other stages.
+deltas of the server's speculative-decoding counters over a dataset are that dataset's.
 
 Resumable: an answer counts once it is in <tag>/<DS>.jsonl (a kill's cut-off requests are asked
 again); <tag>/<DS>.counts.json keeps the dataset's counts and each server's sample they reach, and
@@ -333,11 +332,10 @@ class DraftStage(stage.Stage):
         raise ValueError("the draft stage's held-out prompts follow the caps: restart it (--hard)")
 
     def start_lines(self) -> list[str]:
-        lines = [f"caps: {self.caps.line()}; draft {self.tag}"]
-        lines += [
+        said = [
             f"{n}: {len(m.done)}/{m.target} held-out prompts answered" for n, m in self.sets.items()
         ]
-        return lines
+        return [f"caps: {self.caps.line()}; draft {self.tag}"] + said
 
     def in_flight(self) -> int:
         return sum(m.in_flight for m in self.sets.values())

@@ -1,8 +1,6 @@
 """The generation stage: every selected prompt through the engine, a continuous window of requests in
 flight. Resumable (records already written are skipped by id), capped (first N prompts per dataset,
-a token budget), durable (one complete line per record, fsync every second), re-cappable live. This
-module wires its pieces (each in a room of its own, see remote/__init__.py); the process around it
-is the runner's (runner.py)."""
+a token budget), durable (one complete line per record, fsync every second), re-cappable live."""
 
 from __future__ import annotations
 

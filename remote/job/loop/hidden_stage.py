@@ -1,9 +1,6 @@
 """The hidden-states stage: every reply the job kept, as its exact tokens, through the server once
-more for the target's hidden states, each file checked before it counts. The process around it is
-the runner's (runner.py), as for the generation: the same lock, pid file, log, status.json and
-control.json, so `stop`, `status`, `tail`, the watcher and a restart cover it as they cover the
-generation. Resumable by construction: a row counts once it is in its dataset's rows.jsonl, and a
-row a kill cut off is asked again."""
+more for the target's hidden states, each file checked before it counts. Resumable: a row counts
+once it is in its dataset's rows.jsonl, and a row a kill cut off is asked again."""
 
 from __future__ import annotations
 
@@ -193,10 +190,11 @@ class HiddenStage(stage.Stage):
         self.caps = caps
 
     def start_lines(self) -> list[str]:
-        lines = ["caps: " + self.caps.line()]
-        for name, st in self.stages.items():
-            lines.append(f"{name}: {st.done}/{st.target} rows have their hidden states")
-        return lines
+        said = [
+            f"{n}: {st.done}/{st.target} rows have their hidden states"
+            for n, st in self.stages.items()
+        ]
+        return ["caps: " + self.caps.line()] + said
 
     def in_flight(self) -> int:
         return sum(st.in_flight for st in self.stages.values())
