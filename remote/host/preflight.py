@@ -12,10 +12,7 @@ import json
 import subprocess
 import sys
 
-ENGINE_MODULES = {
-    "openai": ("aiohttp",),
-    "simulate": (),
-}  # what each engine imports beyond the stdlib
+ENGINE_MODULES = {"openai": ("aiohttp",), "simulate": ()}  # what each imports beyond the stdlib
 
 # A module is imported in full once: after that, while the file it loads from is the same (path,
 # mtime, size, in the same interpreter), finding it is enough. Importing aiohttp costs a third of
@@ -56,11 +53,6 @@ def probe_modules(modules, python: str = sys.executable, known: dict | None = No
     except (ValueError, IndexError, KeyError, TypeError):
         why = (res.stderr.strip().splitlines() or ["the import check failed"])[-1]
         return {m: why for m in modules}, {}
-
-
-def missing_modules(modules, python: str = sys.executable) -> dict[str, str]:
-    """{module: why} for each module `python` cannot import; empty when all import."""
-    return probe_modules(modules, python)[0]
 
 
 def engine_problem(kind: str, python: str = sys.executable, known: dict | None = None):
@@ -131,7 +123,7 @@ def main(argv: list[str]) -> int:
                 "node": platform.node(),
                 "version": sys.version.split()[0],
                 "executable": sys.executable,
-                "missing": missing_modules(ENGINE_MODULES.get(kind, ())),
+                "missing": probe_modules(ENGINE_MODULES.get(kind, ()))[0],
                 "model": model_message(wrong) if wrong else None,
             }
         )

@@ -34,12 +34,16 @@ def _read_json(path, default=None):
         return default
 
 
-def _write_json(path, data):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
+def _write_synced(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _write_json(path, data):
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    _write_synced(tmp, json.dumps(data, indent=1).encode())
     os.replace(tmp, path)
 
 
@@ -69,35 +73,31 @@ def _start_time(pid):
         return None
 
 
+def _live(root, pidfile):
+    """The pid file's record if its process still runs (same pid, same start time), else None."""
+    rec = _read_json(os.path.join(root, "run", pidfile), {}) or {}
+    pid = rec.get("pid")
+    if isinstance(pid, int) and _pid_alive(pid) and _start_time(pid) == rec.get("start_time"):
+        return rec
+    return None
+
+
 def _in_use(root):
     """Release ids a live runner, server or watcher runs from: never pruned (the watcher imports
     what it needs to restart them from its own release)."""
-    used = set()
-    for name in ("runner.pid", "server.pid", "watcher.pid"):
-        rec = _read_json(os.path.join(root, "run", name), {}) or {}
-        pid = rec.get("pid")
-        if isinstance(pid, int) and _pid_alive(pid) and _start_time(pid) == rec.get("start_time"):
-            rel = rec.get("release") or ""
-            used.add(os.path.basename(rel.rstrip("/")))
-    return used
+    recs = [_live(root, name) for name in ("runner.pid", "server.pid", "watcher.pid")]
+    return {os.path.basename((r.get("release") or "").rstrip("/")) for r in recs if r}
 
 
 def _running_prompts(root):
     """Prompt files (relative paths) a live runner has open, read from its status: replacing one changes
     nothing for it until `restart` reloads it."""
-    rec = _read_json(os.path.join(root, "run", "runner.pid"), {}) or {}
-    pid = rec.get("pid")
-    if not (isinstance(pid, int) and _pid_alive(pid) and _start_time(pid) == rec.get("start_time")):
-        return {}
+    rec = _live(root, "runner.pid")
     st = _read_json(os.path.join(root, "run", "status.json"), {}) or {}
-    if st.get("pid") != pid:
+    if rec is None or st.get("pid") != rec["pid"]:
         return {}
-    out = {}
-    for d in (st.get("datasets") or {}).values():
-        f = d.get("prompts_file") or {}
-        if f.get("path"):
-            out[f["path"]] = pid
-    return out
+    files = [d.get("prompts_file") or {} for d in (st.get("datasets") or {}).values()]
+    return {f["path"]: rec["pid"] for f in files if f.get("path")}
 
 
 def _prompt_hash(root, rel):
@@ -221,10 +221,7 @@ def _unpack(stream, root, tmp, prompts_allowed, prompt_tmps):
             else:
                 raise ValueError("unexpected upload member %r" % m.name)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
-            with open(dst, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            _write_synced(dst, data)
             os.chmod(dst, 0o644)
 
 
@@ -254,8 +251,7 @@ def apply(root, args, stream):
     root = os.path.expanduser(root)
     rid, files, base = args["id"], args["files"], args.get("base")
     rel_dir = os.path.join(root, "releases")
-    os.makedirs(rel_dir, exist_ok=True)
-    for d in ("data/prompts", "data/outputs", "run", "logs"):
+    for d in ("releases", "data/prompts", "data/outputs", "run", "logs"):
         os.makedirs(os.path.join(root, d), exist_ok=True)
     _clean_stale_tmp(rel_dir)
     final = os.path.join(rel_dir, rid)

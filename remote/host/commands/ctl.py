@@ -9,14 +9,14 @@ import os
 import signal
 
 from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, StopAnswer
-from ...common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
+from ...common.jobspec import Paths
 from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop
 from ...common.records import hidden_ledgers, output_files
 from ...common.state import ImportsSeen, ServerKeys, kept_caps
 from ...common.wire import HostFault
 from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
-from ..processes.runner_process import restart, start, stop
+from ..processes.runner_process import deployed_spec, restart, start, stop
 from . import supervised
 from .jobstate import deployed_job
 
@@ -24,11 +24,10 @@ from .jobstate import deployed_job
 def preflight(paths: Paths) -> None:
     """Refuse a start or restart, before anything is stopped, when this Python cannot run the engine
     or a server does not serve the job's model (every request would be a 404)."""
-    try:
-        engine = JobSpec.load(release_dir() / JOB_FILE).engine
-    except (OSError, ValueError, KeyError):
+    job = deployed_spec()
+    if job is None:
         return  # no readable job spec: the runner says so itself, with its log lines
-    kind = engine.kind
+    engine, kind = job.engine, job.engine.kind
     known = ImportsSeen.read(paths.imports_seen) or ImportsSeen()
     problem, seen = engine_problem(kind, known=known.modules)
     if problem:
@@ -57,27 +56,20 @@ def start_command(paths: Paths, req: CtlStart) -> RestartAnswer:
 
 
 def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
-    out = _restart(paths, req)
-    out.deployed_job = deployed_job(paths)  # what ran: the laptop says where hosts.yaml differs
-    return out
-
-
-def _restart(paths: Paths, req: CtlRestart) -> RestartAnswer:
     preflight(paths)
     with intent.locked(paths):
-        if req.dry_run:
-            return restart(paths, req)
         # before the runner is stopped: a start that fails leaves nothing for the watcher to bring back
         out = restart(
             paths,
             req,
             stopping=lambda: intent.change(paths, runner={"wanted": False, "why": "restarting"}),
         )
-        if out.mode == "unchanged":  # nothing to do: only hosts.yaml's `recover:` may be new
-            supervised.keep_recover(paths, req)
-        else:
-            supervised.want_runner(paths, req)
-    out.watcher = supervised.keep_watcher(paths)
+        if not req.dry_run:  # where nothing changes, only hosts.yaml's `recover:` may be new
+            keep = supervised.keep_recover if out.mode == "unchanged" else supervised.want_runner
+            keep(paths, req)
+    if not req.dry_run:
+        out.watcher = supervised.keep_watcher(paths)
+    out.deployed_job = deployed_job(paths)  # what ran: the laptop says where hosts.yaml differs
     return out
 
 

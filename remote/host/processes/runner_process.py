@@ -74,12 +74,17 @@ def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:
     return out
 
 
-def job_datasets(job: Path | None = None) -> list[str]:
-    """The datasets of `job` (a job spec; default: the current release's)."""
+def deployed_spec(job: Path | None = None) -> JobSpec | None:
+    """`job` (a job spec; default: the current release's), None where it cannot be read."""
     try:
-        return JobSpec.load(job or release_dir() / JOB_FILE).dataset_names()
+        return JobSpec.load(job or release_dir() / JOB_FILE)
     except (OSError, ValueError, KeyError):
-        return []
+        return None
+
+
+def job_datasets(job: Path | None = None) -> list[str]:
+    spec = deployed_spec(job)
+    return spec.dataset_names() if spec else []
 
 
 def caps_change(paths: Paths, flags: RunArgs, job: Path | None = None) -> tuple[Caps, Caps]:
@@ -103,42 +108,32 @@ def caps_change(paths: Paths, flags: RunArgs, job: Path | None = None) -> tuple[
 
 
 def stop(paths: Paths, req: CtlStop) -> StopAnswer:
-    grace, drain, drain_timeout = req.grace, req.drain, req.drain_timeout
     rec = managed_runner(paths)
-    exclude = set()
-    targets: dict[int, int | None] = {}
-    token = None
-    if rec:
-        targets[rec.pid] = rec.start_time
-        token = rec.token
-        exclude.add(rec.pid)
-    strays = stray_runners(paths, exclude)
-    for pid in strays:
-        targets[pid] = procinfo.start_time(pid)
+    targets: dict[int, int | None] = {rec.pid: rec.start_time} if rec else {}
+    token = rec.token if rec else None
+    strays = stray_runners(paths, set(targets))
+    targets.update({pid: procinfo.start_time(pid) for pid in strays})
     if not targets:
         return StopAnswer(was_running=False)
-    before = JobStatus.read(paths.status) or JobStatus()
-    in_flight_before = before.in_flight
+    in_flight_before = (JobStatus.read(paths.status) or JobStatus()).in_flight
     drained = False
-    if drain and rec:
+    if req.drain and rec:
         send_control(paths, token, drain=True)
-        drained = not kill.wait_gone({rec.pid: rec.start_time}, drain_timeout)
-    margin = 0.0
+        drained = not kill.wait_gone({rec.pid: rec.start_time}, req.drain_timeout)
     if rec:
         # the runner itself lets in-flight work finish for `grace`, then writes its final status;
         # our SIGKILL comes a little later, only for a runner that does not stop by itself
-        send_control(paths, token, grace=grace)
-        margin = 3.0
-    killed = kill.terminate(targets, grace + margin, JOB_TOKEN_ENV, token)
+        send_control(paths, token, grace=req.grace)
+    killed = kill.terminate(targets, req.grace + (3.0 if rec else 0.0), JOB_TOKEN_ENV, token)
     after = JobStatus.read(paths.status) or JobStatus()
-    if killed and rec and rec.pid in killed:
+    if rec and rec.pid in killed:
         lost = after.in_flight or in_flight_before
-        settle(paths, JobState.STOPPED, f"killed after {grace:g}s grace", runner=rec.pid)
+        settle(paths, JobState.STOPPED, f"killed after {req.grace:g}s grace", runner=rec.pid)
     else:
         lost = after.abandoned
     return StopAnswer(
         stopped=sorted(targets),
-        killed=sorted(set(killed)),
+        killed=killed,
         strays=strays,
         lost_in_flight=0 if drained else lost,
         was_running=True,
@@ -206,30 +201,21 @@ def _wait_running(paths: Paths, req: CtlStart, proc, token: str) -> JobStatus:
             JobState.FINISHED,
             JobState.STOPPED,
         ):
-            break
+            return st
         code = proc.poll()
-        if code is not None:
-            raise HostFault(
-                "start_failed",
-                f"the runner exited with code {code} during start-up",
-                log=procinfo.tail_lines(paths.log, 20),
+        if code is not None or time.monotonic() > deadline:
+            why = (
+                f"the runner exited with code {code} during start-up"
+                if code is not None
+                else f"the runner did not report running within {req.wait:g}s"
             )
-        if time.monotonic() > deadline:
-            raise HostFault(
-                "start_failed",
-                f"the runner did not report running within {req.wait:g}s",
-                log=procinfo.tail_lines(paths.log, 20),
-            )
+            raise HostFault("start_failed", why, log=procinfo.tail_lines(paths.log, 20))
         time.sleep(0.05)
-    return st
 
 
 def job_engine_port() -> int | None:
-    try:
-        job = JobSpec.load(release_dir() / JOB_FILE)
-    except (OSError, ValueError, KeyError):
-        return None
-    if job.engine.kind != "openai":
+    job = deployed_spec()
+    if job is None or job.engine.kind != "openai":
         return None
     from urllib.parse import urlparse
 
@@ -292,10 +278,11 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     # stage's held-out prompts, which follow the caps (the runner starts again on the new ones)
     live = same_release and not req.hard and caps.stage == was.stage
     live = live and (caps.stage not in MEASURES or caps == was)
-    if req.dry_run:
+    if req.dry_run or live:
         st = JobStatus.read(paths.status) or JobStatus()
         replaced = prompts_replaced(paths, st)
-        change = caps != was or bool(replaced)
+        change = caps != was or bool(replaced)  # no change on a running job touches nothing
+    if req.dry_run:
         mode = ("live" if change else "unchanged") if live else ("restart" if rec else "start")
         return RestartAnswer(
             mode=mode,
@@ -306,9 +293,6 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
             was=was,
         )
     if live:
-        st = JobStatus.read(paths.status) or JobStatus()
-        # a restart that changes nothing on a running job touches nothing
-        change = caps != was or bool(prompts_replaced(paths, st))
         if change:
             st = recap(paths, rec, caps, was)
         if st is not None:

@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from remote.host.preflight import (
     engine_problem,
-    missing_modules,
     model_message,
     model_problem,
     probe_modules,
@@ -19,12 +18,12 @@ from remote.host.preflight import (
 
 
 def test_a_module_the_python_cannot_import_is_named_with_why():
-    got = missing_modules(["json", "no_such_module_xyz"], python=sys.executable)
+    got = probe_modules(["json", "no_such_module_xyz"], python=sys.executable)[0]
     assert (
         list(got) == ["no_such_module_xyz"] and "ModuleNotFoundError" in got["no_such_module_xyz"]
     )
-    assert missing_modules([]) == {} and engine_problem("simulate") == (None, {})
-    broken = missing_modules(["json"], python="/bin/false")
+    assert probe_modules([])[0] == {} and engine_problem("simulate") == (None, {})
+    broken = probe_modules(["json"], python="/bin/false")[0]
     assert broken == {"json": "the import check failed"}
 
 
