@@ -166,9 +166,7 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
             last_errors=last,
         )
     lines = history.read(paths.history)
-    restarts = list(typed_lines(paths.recover_log, RecoverEvent))[
-        -MAX_RESTARTS:
-    ]  # kept across runs
+    restarts = list(typed_lines(paths.recover_log, RecoverEvent))[-MAX_RESTARTS:]  # across runs
     starts = [x.t for x in lines if x.start is not None]
     points, mean = throughput(made)
     stage, rows_made = stage_of(paths.hidden_states, names, st)

@@ -23,11 +23,9 @@ def scan_rows(folder: Path, made: collections.Counter) -> tuple[ReportStage, lis
     got, lengths = ReportStage(), []
     for row, raw in row_lines(folder / ROWS):
         got.trained += RowLine.trained(raw)
-        got.rows, got.tokens, got.bytes = (
-            got.rows + 1,
-            got.tokens + row.tokens,
-            got.bytes + row.bytes,
-        )
+        got.rows += 1
+        got.tokens += row.tokens
+        got.bytes += row.bytes
         lengths.append(row.tokens)
         if got.layers is None:
             got.layers, got.hidden, got.dtype = row.layers, row.hidden, row.dtype

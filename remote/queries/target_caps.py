@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..common.answers import HostPlan, PlanRow
 from ..common.caps import GENERATE
-from ..common.jobspec import JobSpec, Paths
+from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
 from ..common.protocol import CtlPlan
 from ..common.state import job_now
 from ..common.status import JobState, JobStatus
@@ -28,8 +28,7 @@ def plan(
     for ds in job.datasets:
         if datasets and ds.name not in datasets:
             continue
-        # read-only: the runner may be writing
-        ex = load_existing(paths.output(ds.name), update_index=False)
+        ex = load_existing(paths.output(ds.name), update_index=False)  # the runner may be writing
         records = len(ex.ids)
         measured = sum(ex.tokens.values()) / records if records else None
         if records >= MIN_MEASURED:
@@ -43,12 +42,11 @@ def plan(
             pf = PromptFile(prompt_path, ds.name, cache_dir=paths.prompt_index, turns=ds.turns)
             ids = pf.ids
             pf.close()
-        prompts = ids
         target = min(cap, len(ids)) if ids else cap
         done = sum(1 for pid in ids[:target] if pid in ex.ids) if ids else min(records, cap)
         todo = max(0, target - done)
         rows[ds.name] = {
-            "prompts": len(prompts),
+            "prompts": len(ids),
             "records": records,
             "mean_tokens": round(mean, 1),
             "source": source,
@@ -76,8 +74,6 @@ def answer_rate(st: JobStatus) -> tuple[float | None, str]:
 
 def answer(paths: Paths, req: CtlPlan) -> HostPlan:
     """`ctl plan`'s answer: per-dataset caps for a token budget, with the measured rate."""
-    from ..common.jobspec import JOB_FILE, release_dir
-
     if req.tokens_per_dataset <= 0:
         raise HostFault("usage", "ctl plan: --tokens-per-dataset must be positive")
     job = JobSpec.load(release_dir() / JOB_FILE)

@@ -17,8 +17,7 @@ def systemd_running() -> bool:
     return os.path.isdir("/run/systemd/system") and shutil.which("systemctl") is not None
 
 
-def why_not() -> str:
-    return "recover.on_boot is set, but this host does not run systemd"
+NO_SYSTEMD = "recover.on_boot is set, but this host does not run systemd"
 
 
 def unit_name(paths: Paths) -> str:
@@ -55,7 +54,7 @@ def installed(paths: Paths) -> bool:
 def install(paths: Paths, python: str) -> str | None:
     """Write and enable the unit; returns why not, or None when it is in place."""
     if not systemd_running():
-        return why_not()
+        return NO_SYSTEMD
     path = unit_path(paths)
     text = unit_text(paths, python)
     if not path.exists() or path.read_text() != text:

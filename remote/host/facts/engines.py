@@ -59,9 +59,9 @@ def gone(rec: ServerRecord) -> list[LeftoverProcess]:
 
 
 def processes(rec: ServerRecord) -> dict[int, int | None]:
-    """Every process of the server a pid file records (pid -> start time), whatever they call
-    themselves: its session (renamed engine processes hide the token) and every process carrying
-    its token (workers that left the session with setsid)."""
+    """Every process of the server a pid file records (pid -> start time): its session (renamed
+    engine processes hide the token) and every process carrying its token (workers that left the
+    session with setsid)."""
     found = {p: procinfo.start_time(p) for p in session(rec)}
     if rec.token:
         for p in kill.token_holders(SERVER_TOKEN_ENV, rec.token):
@@ -71,10 +71,9 @@ def processes(rec: ServerRecord) -> dict[int, int | None]:
 
 def leftovers(paths: Paths) -> list[LeftoverProcess]:
     """Processes of a server that died hard (kill -9, the OOM killer): vLLM's engine core and workers
-    outlive their API server, re-parented to init but still in its session, holding the GPUs. They
-    rename themselves (setproctitle), which clobbers /proc/PID/environ too, so neither a name nor the
-    token finds them: the session does, as the pid file recorded it. Workers that left the session
-    (setsid) but kept their environment are found by the server's token."""
+    outlive their API server, re-parented to init but still in its session (`processes`), holding
+    the GPUs. Their renaming (setproctitle) clobbers /proc/PID/environ too, so neither a name nor
+    the token finds them: the session does."""
     rec = ServerRecord.read(paths.server_pid)
     if rec is None or rec.pid <= 0 or rec.alive():
         return []

@@ -15,7 +15,6 @@ class GPUBusy(HostFault):
     def __init__(self, message: str, report: dict):
         fix = "stop them (or pass --force-gpu to start anyway)"
         super().__init__("gpu_busy", message, fix=fix, gpu=report)
-        self.report = report
 
 
 def listener_pids(port: int) -> set[int]:

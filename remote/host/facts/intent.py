@@ -1,15 +1,10 @@
 """What should be running, said by the commands, obeyed by the watcher: run/supervise.json (whether
-the server and the runner are wanted) and run/caps.json (the caps the runner runs).
+the server and the runner are wanted, and what it takes to start them again) and run/caps.json (the
+caps the runner runs).
 
-`restart` / `server.start` say "wanted" (with what it takes to start it again: the runner's flags,
-the server's spec), `stop` / `server.stop` say "not wanted" *before* they signal anything, and the
-watcher restarts only what is wanted. Both sides hold run/supervise.lock while they read-modify-write
-or act on it, so a stop never races a restart: once `stop` has said its word, nothing it stops comes
-back. The record is state.Supervise (readable by its owner only: it holds the server's environment).
-
-The job's caps have one writer, `keep_caps`, called by the commands that start the runner with a
-change the user named, and by the watcher when it starts the stage the user asked to follow
-(`--baseline`); the runner only reads them (state.kept_caps).
+`stop` says "not wanted" *before* it signals anything, and both sides hold run/supervise.lock while
+they read-modify-write or act on it: once `stop` has said its word, nothing it stops comes back. The
+record (state.Supervise) is its owner's only: it holds the server's environment.
 """
 
 from __future__ import annotations
@@ -44,8 +39,7 @@ def change(
     server: dict | None = None,
     runner: dict | None = None,
 ) -> Supervise:
-    """Change what is wanted (`server=dict(wanted=False, why="stopped")`) and the recover settings;
-    call it while holding `locked`."""
+    """Change what is wanted (`server=dict(wanted=False, why="stopped")`), holding `locked`."""
     data = read(paths)
     if recover is not None:
         data.recover = recover
@@ -59,6 +53,8 @@ def change(
 
 
 def keep_caps(paths: Paths, caps: Caps) -> None:
-    """The job's caps from now on (run/caps.json, replaced whole): the one place that writes them."""
+    """The job's caps from now on (run/caps.json, replaced whole): their one writer, called by the
+    commands that start the runner with a change the user named, and by the watcher to start the
+    stage the user asked to follow (`--baseline`); the runner only reads them (state.kept_caps)."""
     paths.ensure()
     caps.write(paths.caps)

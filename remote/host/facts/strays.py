@@ -50,8 +50,6 @@ def stray_runners(paths: Paths, exclude: set[int]) -> list[int]:
             continue
         cwd = procinfo.cwd(pid)
         root = _root_arg(argv, cwd)
-        if (root is not None and procinfo.under(str(root), paths.root)) or (
-            root is None and procinfo.under(cwd, paths.root)
-        ):
+        if procinfo.under(cwd if root is None else str(root), paths.root):
             found.append(pid)
     return found

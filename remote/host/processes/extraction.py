@@ -21,36 +21,8 @@ def stage_spec(spec: ServerSpec, stage: str, paths: Paths) -> ServerSpec:
     the draft stage's with its draft's speculative config (unless its args give one: the user's own
     config is kept as written); the answers' is `spec`."""
     if stage == DRAFT and flag_value(spec.args, "--speculative-config") is None:
-        d = spec.draft
-        if not d:
-            raise HostFault(
-                "server",
-                "the draft stage measures a draft, and hosts.yaml names none",
-                fix="set server.draft.model (a folder on the host or a model id) in hosts.yaml, "
-                "then deploy",
-            )
-        model = str(d["model"])
-        if model.startswith(
-            ("/", "~", "./", "../")
-        ):  # a folder, as the server (in remote_dir) sees it
-            folder = Path(model).expanduser()
-            folder = folder if folder.is_absolute() else paths.root / folder
-            if (
-                not folder.is_dir()
-            ):  # vLLM would take it for a model id to download, after the target
-                raise HostFault(
-                    "bad_config",
-                    f"server.draft.model {model}: no such folder on this host",
-                    fix="copy the draft there, or name a model id (org/name)",
-                )
-            model = str(folder)
-        speculative = {
-            "method": d["method"],
-            "model": model,
-            "num_speculative_tokens": d["num_speculative_tokens"],
-        }
-        args = (*spec.args, "--speculative-config", json.dumps(speculative))
-        return dataclasses.replace(spec, args=args)
+        args = ("--speculative-config", json.dumps(draft_config(spec, paths)))
+        return dataclasses.replace(spec, args=(*spec.args, *args))
     if stage != HIDDEN_STATES or extracts(spec.args):
         return spec
     hs = spec.hidden_states
@@ -70,6 +42,34 @@ def stage_spec(spec: ServerSpec, stage: str, paths: Paths) -> ServerSpec:
     args = (*spec.args, "--speculative-config", json.dumps(speculative))
     args += ("--kv-transfer-config", json.dumps(kv))
     return dataclasses.replace(spec, args=args)
+
+
+def draft_config(spec: ServerSpec, paths: Paths) -> dict:
+    """The speculative config of the draft hosts.yaml names."""
+    d = spec.draft
+    if not d:
+        raise HostFault(
+            "server",
+            "the draft stage measures a draft, and hosts.yaml names none",
+            fix="set server.draft.model (a folder on the host or a model id) in hosts.yaml, "
+            "then deploy",
+        )
+    model = str(d["model"])
+    if model.startswith(("/", "~", "./", "../")):  # a folder, as the server (in remote_dir) sees it
+        folder = Path(model).expanduser()
+        folder = folder if folder.is_absolute() else paths.root / folder
+        if not folder.is_dir():  # vLLM would take it for a model id to download, after the target
+            raise HostFault(
+                "bad_config",
+                f"server.draft.model {model}: no such folder on this host",
+                fix="copy the draft there, or name a model id (org/name)",
+            )
+        model = str(folder)
+    return {
+        "method": d["method"],
+        "model": model,
+        "num_speculative_tokens": d["num_speculative_tokens"],
+    }
 
 
 def default_layers(model: str) -> list[int]:

@@ -76,15 +76,8 @@ def build_argv(spec: ServerSpec) -> list[str]:
     """vLLM's command line; on loopback unless its args give --host (a --headless rank serves no
     HTTP, so it has nothing to bind)."""
     where = [] if spec.headless or flag_value(spec.args, "--host") else ["--host", LOOPBACK]
-    return [
-        resolve_command(spec),
-        "serve",
-        spec.model,
-        "--port",
-        str(spec.port),
-        *where,
-        *spec.args,
-    ]
+    cmd = [resolve_command(spec), "serve", spec.model, "--port", str(spec.port)]
+    return [*cmd, *where, *spec.args]
 
 
 def masked(env: dict) -> dict:

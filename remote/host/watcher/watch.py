@@ -103,7 +103,7 @@ def supervision(paths: Paths) -> Supervision:
             )
     elif rec and not ws.on_boot:
         sup.note = "a reboot needs `invoke restart`" + (
-            "" if not spec.on_boot else f" ({boot.why_not()})"
+            "" if not spec.on_boot else f" ({boot.NO_SYSTEMD})"
         )
     return sup
 

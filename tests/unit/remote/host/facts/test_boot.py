@@ -12,5 +12,5 @@ def test_on_boot_unit_and_why_not_without_systemd(tmp_path, monkeypatch):
     assert f"ExecStart=/opt/venv/bin/python -m remote watch --root {paths.root}\n" in text
     assert f"WorkingDirectory={paths.root}/current" in text and "[Install]" in text
     monkeypatch.setattr(boot, "systemd_running", lambda: False)
-    assert boot.install(paths, "/opt/venv/bin/python") == boot.why_not()
-    assert "does not run systemd" in boot.why_not() and not boot.installed(paths)
+    assert boot.install(paths, "/opt/venv/bin/python") == boot.NO_SYSTEMD
+    assert "does not run systemd" in boot.NO_SYSTEMD and not boot.installed(paths)

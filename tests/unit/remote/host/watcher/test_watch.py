@@ -37,7 +37,7 @@ def test_with_a_watcher_a_reboot_still_needs_a_restart_unless_on_boot(tmp_path, 
     assert watch.managed(paths).pid == me
     assert watch.supervision(paths).note == "a reboot needs `invoke restart`"
     intent.change(paths, recover=RecoverSpec(on_boot=True))
-    monkeypatch.setattr(watch.boot, "why_not", lambda: "this host does not run systemd")
+    monkeypatch.setattr(watch.boot, "NO_SYSTEMD", "this host does not run systemd")
     assert watch.supervision(paths).note.endswith("(this host does not run systemd)")
 
 
