@@ -28,17 +28,17 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
       hidden/   the hidden-states stage's files: hsfile (one file, checked before it counts), store
                 (a dataset's rows.jsonl and hs_<n> files, each row once through any kill), rows
                 (which rows of the kept records)
-      engine/   client (the OpenAI engine), stream (a streamed answer put back together; its watchdog), kept_tokens (the
-                tokens of unfinished answers, kept across a stop), continuation (resuming one),
-                pool (the servers), simulate (the stand-in), kinds (which of them a job gets)
+      engine/   client (the OpenAI engine), stream (a streamed answer put back together; its
+                watchdog), kept_tokens (the tokens of unfinished answers, kept across a stop),
+                continuation (resuming one), pool (the servers), simulate (the stand-in), kinds
+                (which of them a job gets)
       observe/  status_builder (pure), telemetry (/metrics, GPUs), alerts (stalled, engine_down ->
                 notify), watched (run/watch.json as the runner reads it)
       loop/     runner (the one process lifecycle, whichever stage), stage (the interface a stage
                 gives the runner, and what most stages share), generate (the generation stage),
                 hidden_stage (the hidden-states stage), draft_stage (a draft measured on held-out
-                prompts, and the baseline), scheduler
-                (caps, budgets, reload, which prompt next), dispatcher (the request window, one
-                request, retries, the job's own faults),
+                prompts, and the baseline), scheduler (caps, budgets, reload, which prompt next),
+                dispatcher (the request window, one request, retries, the job's own faults),
                 control_requests (run/control.json: live re-cap, drain, grace; the stop state),
                 own_process (the runner's lock, pid file and log)
     queries/  what the host is asked about the job's files: target_caps (`plan`), report_data,

@@ -179,13 +179,12 @@ def _prune(root, keep):
     cur = _current_id(root)
     protect = _in_use(root) | {cur}
     entries = _read_json(os.path.join(rel_dir, HISTORY), []) or []
-    hist = [h["id"] for h in entries]
     back = _back_from(entries, rel_dir, cur)
     if back:
         protect.add(back["id"])  # what rollback goes back to
     dirs = _releases(rel_dir)
     # most recently used first (history order), then by mtime for releases older than the history
-    order = {rid: i for i, rid in enumerate(hist)}
+    order = {h["id"]: i for i, h in enumerate(entries)}
     dirs.sort(
         key=lambda d: (order.get(d, -1), os.stat(os.path.join(rel_dir, d)).st_mtime), reverse=True
     )
@@ -257,7 +256,6 @@ def apply(root, args, stream):
     final = os.path.join(rel_dir, rid)
     tmp = os.path.join(rel_dir, ".tmp-%s-%d" % (rid, os.getpid()))
     os.makedirs(tmp)
-    placed_prompts = []
     prompt_tmps = []
     try:
         _unpack(stream, root, tmp, args.get("prompts", []), prompt_tmps)
@@ -266,9 +264,8 @@ def apply(root, args, stream):
             os.rename(tmp, final)
         else:
             shutil.rmtree(tmp)  # same content already on the host: reuse it
-        for part, target, rel in prompt_tmps:
+        for part, target, _ in prompt_tmps:
             os.replace(part, target)
-            placed_prompts.append(rel)
         previous = _current_id(root)
         _switch(root, rid)
     except BaseException:
@@ -278,7 +275,8 @@ def apply(root, args, stream):
                 os.unlink(part)
         raise
     removed = _prune(root, int(args.get("keep", 5)))
-    return {"current": rid, "previous": previous, "prompts": placed_prompts, "pruned": removed}
+    placed = [rel for _, _, rel in prompt_tmps]
+    return {"current": rid, "previous": previous, "prompts": placed, "pruned": removed}
 
 
 class BadRelease(ValueError):

@@ -50,14 +50,11 @@ class Scanned:
     beyond: int = 0  # records beyond the cap (made before it was lowered)
 
 
-def scan_outputs(
-    path: Path, target: int | None = None, made: collections.Counter | None = None
-) -> Scanned:
+def scan_outputs(path: Path, target: int | None, made: collections.Counter) -> Scanned:
     """Response lengths and finish_reason counts of the records in the cap `target` (heads only: no
     conversation is parsed); `made` gets each record's response tokens at the second it was
     written, every record's (the engine made them all)."""
     got = Scanned()
-    made = collections.Counter() if made is None else made
     try:
         with open(path, "rb") as f:
             for line in f:

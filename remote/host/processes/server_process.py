@@ -2,8 +2,7 @@
 `server` commands (server_commands) and the watcher both use; it records no intent.
 
 Started detached like the runner (own session, pid file with start time and a token, log in
-logs/server.log), so a job restart never reloads the weights. Readiness is asked for with `check`,
-which can wait for it on the host and watches the process too. Answers are one JSON object on stdout.
+logs/server.log), so a job restart never reloads the weights.
 """
 
 from __future__ import annotations

@@ -216,10 +216,8 @@ class ServerKeeper(Keeper):
 
     def tick(self, now: float, want: ServerWanted) -> None:
         if want.spec.data_parallel_member:
-            self.seen.state, self.seen.why = (
-                ProcessState.IDLE,
-                "a data-parallel group member: restart the group",
-            )
+            self.seen.state = ProcessState.IDLE
+            self.seen.why = "a data-parallel group member: restart the group"
             return
         if self.seen.state in (ProcessState.WATCHING, ProcessState.IDLE):
             self._watch(now, want)
@@ -309,12 +307,11 @@ class ServerKeeper(Keeper):
             self._dead(now, None, f"could not start: {e}", [str(e)], at_start=True)
 
     def _starting(self, now: float, want: ServerWanted) -> None:
-        spec = want.spec
         c = server_process.check(self.paths)
         rec = ServerRecord.read(self.paths.server_pid)
         if not c.alive:
             return self._dead(now, rec, "it died while loading", at_start=True)
-        timeout = float(spec.ready_timeout)
+        timeout = float(want.spec.ready_timeout)
         if not c.ready:
             if now - (self.started_at or now) > timeout:
                 why = f"not ready after {timeout:g}s (server.ready_timeout)"
@@ -324,7 +321,7 @@ class ServerKeeper(Keeper):
             return
         if not c.headless:
             try:
-                smoke(self.paths, spec.model)
+                smoke(self.paths, want.spec.model)
             except server_process.ServerError as e:  # the server's log says why: its lines
                 why = reason_lines(self.paths.server_log)
                 return self._dead(now, rec, f"the smoke test failed: {e}", why, at_start=True)
@@ -341,8 +338,7 @@ class ServerKeeper(Keeper):
 
     def _give_up(self, why: str, lines: list[str]) -> None:
         """Nothing is started again, nothing of the server stays on the GPUs, the job fails."""
-        # the first line that says why (a chain's root cause: vLLM's last line only points up at
-        # it) and the last two
+        # the first line that says why (a chain's root cause: vLLM's last points up at it), the last two
         said = list(dict.fromkeys(lines[:1] + lines[-2:]))
         why = f"the server {why}" + (": " + " | ".join(said) if said else "")
         intent.change(

@@ -222,9 +222,8 @@ class Watcher:
             write_json(self.paths.watch_state, self.written, s.MODE, s.SYNC)
 
     def heartbeat(self) -> None:
-        """While one tick waits long (a runner coming up, a smoke test), watch.json is rewritten
-        each second, what the loop last wrote with a new time: status and tail see a watcher at
-        work, not a stopped one. Not past LONGEST_TICK_S: a wedged loop is not hidden."""
+        """While one tick waits long (a runner coming up, a smoke test), `beat` each second: status
+        and tail see a watcher at work, not a stopped one."""
         while not self.stopping:
             time.sleep(HEARTBEAT_S)
             self.beat(time.time())
