@@ -94,8 +94,8 @@ def active_seconds(made: collections.Counter) -> float:
 def throughput(made: collections.Counter) -> tuple[list[list[float]], float | None]:
     """Response tokens per second over the job's life, measured from the records themselves (when
     each was written, and its tokens): (points [bin middle, tok/s], the mean tok/s over the time
-    it ran). A bin inside an idle gap is a null point: the chart leaves a gap there
-    instead of a line down to zero. A job of a few seconds still has a line."""
+    it ran). A bin inside an idle gap is a null point: the chart leaves a gap there instead of a
+    line down to zero. A job of a few seconds still has a line."""
     if not made:
         return [], None
     t0, t1 = min(made), max(made) + 1

@@ -13,13 +13,10 @@ from ..job.store.outputs import load_existing
 def drafts_measured(paths: Paths) -> list[ReportDraft]:
     """Every draft measured on this host, oldest first (by its draft.json)."""
     found = []
-    folders = (
-        [f for f in paths.drafts.iterdir() if (f / "draft.json").is_file()]
-        if paths.drafts.is_dir()
-        else []
-    )
-    for folder in sorted(folders, key=lambda f: (f / "draft.json").stat().st_mtime):
-        d = read_json(folder / "draft.json") or {}
+    metas = [m for m in paths.drafts.glob("*/draft.json") if m.is_file()]
+    for meta in sorted(metas, key=lambda m: m.stat().st_mtime):
+        folder = meta.parent
+        d = read_json(meta) or {}
         got = ReportDraft(
             tag=folder.name,
             model=str(d.get("model", "?")),

@@ -35,11 +35,8 @@ def _root_arg(argv: list[str], cwd: str | None) -> Path | None:
 
 
 def stray_runners(paths: Paths, exclude: set[int]) -> list[int]:
-    """Runners of this remote_dir without a valid pid file (started by hand, pid file lost).
-
-    Ours means: same user, a runner's command line, and a working directory (or --root) inside
-    this remote_dir. A process elsewhere whose command line merely mentions run_inference is not.
-    """
+    """Runners of this remote_dir without a valid pid file: same user, a runner's command line, and
+    a working directory (or --root) inside it; merely mentioning run_inference is not enough."""
     me = os.getuid()
     found = []
     for pid in procinfo.all_pids():

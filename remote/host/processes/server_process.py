@@ -215,13 +215,8 @@ def _look(paths: Paths) -> ServerChecked:
 def allowed_pids(paths: Paths, engine_port: int | None) -> set[int]:
     """Who may hold GPU memory: the managed server's processes (its token, its session: renamed engine
     processes carry no token) and whoever serves the engine's port, with all their descendants."""
-    allowed: set[int] = set()
     rec = managed(paths)
-    if rec:
-        if rec.token:
-            allowed |= set(kill.token_holders(SERVER_TOKEN_ENV, rec.token))
-        allowed |= set(engines.session(rec))
-        allowed.add(rec.pid)
+    allowed = {rec.pid, *engines.processes(rec)} if rec else set()
     listeners = gpu.listener_pids(engine_port) if engine_port else set()
     return procinfo.descendants(listeners | allowed)
 
