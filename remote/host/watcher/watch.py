@@ -102,9 +102,8 @@ def supervision(paths: Paths) -> Supervision:
                 "again); `invoke restart` brings it back"
             )
     elif rec and not ws.on_boot:
-        sup.note = "a reboot needs `invoke restart`" + (
-            "" if not spec.on_boot else f" ({boot.NO_SYSTEMD})"
-        )
+        why = f" ({boot.NO_SYSTEMD})" if spec.on_boot else ""
+        sup.note = f"a reboot needs `invoke restart`{why}"
     return sup
 
 
