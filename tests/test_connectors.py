@@ -54,12 +54,12 @@ def test_run_cwd_and_env(conn):
     assert Path(lines[0]).resolve() == Path(conn.remote_dir).resolve() and lines[1] == "b a r"
 
 
-def test_read_file_byte_identical_with_weird_names(conn):
+def test_read_range_byte_identical_with_weird_names(conn):
     data = bytes(range(256)) * 1024 + b"\n\r\x00end"
     remote_path = f"{conn.remote_dir}/sub dir/{WEIRD}"
     conn.run(["mkdir", "-p", f"{conn.remote_dir}/sub dir"])
     assert conn.run(["sh", "-c", 'cat > "$1"', "sh", remote_path], stdin=data).ok
-    assert conn.read_file(remote_path) == data
+    assert b"".join(conn.read_range(remote_path, 0, len(data))) == data
 
 
 def test_start_converses_over_one_session(conn):
@@ -88,10 +88,6 @@ def test_a_command_that_ends_before_reading_its_input_is_told_by_finish(conn):
     res = proc.finish()
     assert res.exit_code == 3 and res.err.strip() == "why it stopped"
     assert conn.run(["echo", "still here"]).out == "still here\n"
-
-
-def test_read_missing_file_is_none(conn):
-    assert conn.read_file(f"{conn.remote_dir}/nope") is None
 
 
 def test_shell_command_is_the_one_quoting_place():

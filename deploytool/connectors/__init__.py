@@ -1,4 +1,4 @@
-"""How to reach a host: one small interface (run, put, get, read_file), an SSH and a local implementation.
+"""How to reach a host: one small interface (run, start, read_range), an SSH and a local implementation.
 
 Nothing above this package imports paramiko or fabric.
 """

@@ -96,13 +96,11 @@ class RemoteProcess(ABC):
 
 
 class Connector(ABC):
-    """run / put / get / read_file on one host. `remote_dir` is the path to use in commands there."""
+    """run / start / read_range on one host. `remote_dir` is the path to use in commands there."""
 
     host: HostConfig
     remote_dir: str
-    round_trips: int = (
-        0  # commands and file operations sent to the host so far (benchmarks report it)
-    )
+    round_trips: int = 0  # commands and file operations sent to the host so far (benchmarks)
     # host keys trusted on first use by this connection (accept-new): said out loud
     accepted: typing.Sequence[str] = ()
 
@@ -127,10 +125,6 @@ class Connector(ABC):
         self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None
     ) -> RemoteProcess:
         """Start argv on the host and talk to it (one session for a whole exchange)."""
-
-    @abstractmethod
-    def read_file(self, remote_path: str, max_bytes: int = 1 << 20) -> bytes | None:
-        """A small file's bytes, or None when it does not exist."""
 
     @abstractmethod
     def read_range(self, remote_path: str, offset: int, length: int, chunk: int = 1 << 20):

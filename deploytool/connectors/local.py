@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 from ..config import HostConfig
@@ -17,24 +18,18 @@ class _LocalProcess(RemoteProcess):
         self.proc = proc
 
     def write(self, data: bytes) -> None:
-        try:
+        with suppress(BrokenPipeError):  # finish() reports how the command ended
             self.proc.stdin.write(data)
-        except BrokenPipeError:
-            pass  # finish() reports how the command ended
 
     def close_stdin(self) -> None:
         if self.proc.stdin is not None:
-            try:
+            with suppress(BrokenPipeError):
                 self.proc.stdin.close()
-            except BrokenPipeError:
-                pass
             self.proc.stdin = None  # communicate() must not flush it again
 
     def readline(self) -> bytes:
-        try:
+        with suppress(BrokenPipeError):
             self.proc.stdin.flush()
-        except BrokenPipeError:
-            pass
         return self.proc.stdout.readline()
 
     def finish(self) -> Result:
@@ -103,15 +98,6 @@ class LocalConnector(Connector):
         except OSError as e:
             raise RemoteError(f"cannot start {argv[0]}: {e.strerror}") from None
         return _LocalProcess(proc)
-
-    def read_file(self, remote_path, max_bytes=1 << 20):
-        try:
-            with open(self._path(remote_path), "rb") as f:
-                return f.read(max_bytes)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise RemoteError(f"cannot read {remote_path}: {e.strerror}") from None
 
     def read_range(self, remote_path, offset, length, chunk=1 << 20):
         try:

@@ -10,6 +10,7 @@ import select
 import socket
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import fabric
@@ -20,6 +21,8 @@ from paramiko.ssh_exception import NoValidConnectionsError
 from ..config import HostConfig
 from ..errors import ConnectError, RemoteError
 from .base import Connector, RemoteProcess, Result, read_chunks, shell_command
+
+LOST = (paramiko.SSHException, OSError, EOFError)  # what a dropped connection raises
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -61,7 +64,7 @@ class _SSHProcess(RemoteProcess):
     def _guard(self, fn, *args):
         try:
             return fn(*args)
-        except (paramiko.SSHException, OSError, EOFError) as e:
+        except LOST as e:
             raise self.owner._lost(e) from None
 
     def _ended(self) -> bool:
@@ -75,7 +78,7 @@ class _SSHProcess(RemoteProcess):
         try:
             fn(*args)
             return True
-        except (paramiko.SSHException, OSError, EOFError) as e:
+        except LOST as e:
             if not self._ended():
                 raise self.owner._lost(e) from None
             return False
@@ -93,10 +96,8 @@ class _SSHProcess(RemoteProcess):
 
     def finish(self) -> Result:
         if not self.chan.closed:
-            try:
+            with suppress(*LOST):
                 self.chan.shutdown_write()
-            except (paramiko.SSHException, OSError, EOFError):
-                pass
         out = self._guard(self.out.read)
         err = self._guard(self.err.read)
         code = self.chan.recv_exit_status()
@@ -211,27 +212,20 @@ class SSHConnector(Connector):
             conn = self._build(self.host)
             try:
                 conn.open()
-            except (paramiko.SSHException, OSError, EOFError) as e:
-                try:
+            except LOST as e:
+                with suppress(Exception):
                     conn.close()
-                except Exception:
-                    pass
                 raise self._translate(e) from None
             if self.host.keepalive:
                 conn.transport.set_keepalive(self.host.keepalive)
             self._conn, self._sftp = conn, None
             return conn
 
-    def open(self) -> None:
-        self._open()
-
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
-                try:
+                with suppress(Exception):
                     self._conn.close()
-                except Exception:
-                    pass
             self._conn, self._sftp = None, None
 
     # ------------------------------------------------------------------ operations
@@ -249,7 +243,7 @@ class SSHConnector(Connector):
             if self.host.forward_agent:
                 AgentRequestHandler(chan)
             chan.exec_command(shell_command(argv, cwd, env))
-        except (paramiko.SSHException, OSError, EOFError) as e:
+        except LOST as e:
             raise self._lost(e) from None
         return conn, chan
 
@@ -265,13 +259,11 @@ class SSHConnector(Connector):
                         reader = stdin.read if hasattr(stdin, "read") else io.BytesIO(stdin).read
                         for chunk in iter(lambda: reader(1 << 18), b""):
                             chan.sendall(chunk)
-                    except (OSError, EOFError, paramiko.SSHException):
+                    except LOST:
                         pass  # the main loop reports the broken channel
                     finally:
-                        try:
+                        with suppress(*LOST):
                             chan.shutdown_write()
-                        except (OSError, EOFError, paramiko.SSHException):
-                            pass
 
                 writer = threading.Thread(target=feed, daemon=True)
                 writer.start()
@@ -306,7 +298,7 @@ class SSHConnector(Connector):
             chan.close()
         except RemoteError:
             raise
-        except (paramiko.SSHException, OSError, EOFError) as e:
+        except LOST as e:
             raise self._lost(e) from None
         return Result(code, bytes(out), bytes(err))
 
@@ -326,16 +318,6 @@ class SSHConnector(Connector):
             return "."
         return path[2:] if path.startswith("~/") else path
 
-    def read_file(self, remote_path, max_bytes=1 << 20):
-        self.round_trips += 1
-        try:
-            with self._sftp_client().open(self._sftp_path(str(remote_path)), "rb") as f:
-                return f.read(max_bytes)
-        except FileNotFoundError:
-            return None
-        except (paramiko.SSHException, OSError, EOFError) as e:
-            raise self._lost(e) from None
-
     def read_range(self, remote_path, offset, length, chunk=1 << 20):
         self.round_trips += 1
         try:
@@ -348,5 +330,5 @@ class SSHConnector(Connector):
                 yield from read_chunks(f, end - offset, chunk)
         except FileNotFoundError:
             raise RemoteError(f"cannot read {remote_path}: no such file") from None
-        except (paramiko.SSHException, OSError, EOFError) as e:
+        except LOST as e:
             raise self._lost(e) from None

@@ -74,13 +74,11 @@ def test_a_started_command_is_talked_to_line_by_line(tmp_path):
         c.start(["/no/such/program"])
 
 
-def test_files_read_whole_or_in_ranges_and_a_missing_one_is_none(tmp_path):
+def test_files_read_in_ranges_and_a_missing_one_is_an_error(tmp_path):
     c = local(tmp_path)
     there = tmp_path / "host" / "deep" / "er" / "copy.bin"
     there.parent.mkdir(parents=True)
     there.write_bytes(bytes(range(256)) * 100)
-    assert c.read_file("host/deep/er/copy.bin", max_bytes=3) == bytes([0, 1, 2])
-    assert c.read_file("host/none") is None
     got = b"".join(c.read_range("host/deep/er/copy.bin", 250, 10, chunk=4))
     assert got == bytes([250, 251, 252, 253, 254, 255, 0, 1, 2, 3])
     with pytest.raises(RemoteError, match="cannot read"):

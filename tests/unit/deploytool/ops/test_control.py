@@ -36,7 +36,7 @@ class Host(Connector):
     def start(self, argv, *, cwd=None, env=None):
         raise NotImplementedError
 
-    read_file = read_range = start
+    read_range = start
 
 
 def answering(data, code=0, err=b"") -> Host:
