@@ -37,17 +37,8 @@ from .locate import CONFIG_ENV, find_config
 HOST_KEY_MODES = ("strict", "accept-new")
 CONNECT_KINDS = ("ssh", "local")
 SAMPLING_KEYS = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "seed",
-    "stop",
-    "n",
+    *("max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty"),
+    *("frequency_penalty", "repetition_penalty", "seed", "stop", "n"),
 )
 
 
@@ -148,13 +139,7 @@ DATASET_FIELDS = checks(DatasetSpec)
 ENGINE_FIELDS = checks(EngineSpec)
 SERVER_FIELDS = checks(ServerSpec)
 # what hosts.NAME.job may hold
-HOST_OVERRIDES = (
-    "engine",
-    "sampling",
-    "extra_body",
-    "notify",
-    "chat_template_kwargs",
-)
+HOST_OVERRIDES = ("engine", "sampling", "extra_body", "notify", "chat_template_kwargs")
 
 
 def _parse_host(name: str, defaults: dict, raw: Any) -> HostConfig:
@@ -164,9 +149,7 @@ def _parse_host(name: str, defaults: dict, raw: Any) -> HostConfig:
     values = dict(defaults)
     raw = mapping(where, raw)
     check_keys(where, raw, [*HOST_FIELDS, "job", "server", "recover"])
-    own = {
-        k: v for k, v in raw.items() if k not in ("job", "server", "recover")
-    }  # job/server/recover overrides: parsed apart
+    own = {k: v for k, v in raw.items() if k not in ("job", "server", "recover")}  # parsed apart
     values.update(fields_of(where, own, HOST_FIELDS))
     if values.get("connect", "ssh") == "ssh" and "host" not in values:
         values["host"] = name  # an ~/.ssh/config alias works as the entry's name
@@ -190,21 +173,13 @@ def _merge_job(name: str, top: dict, override: Any) -> dict:
     merged = dict(top)
     for key, value in override.items():
         value = mapping(f"{where}.{key}", value)
+        base = top.get(key) or {}
         if key == "engine":
             fields_of(f"{where}.engine", value, ENGINE_FIELDS)
-            if (
-                "base_url" in value or "base_urls" in value
-            ):  # a host's own server(s) replace the top-level ones
-                base = {
-                    k: v
-                    for k, v in (top.get("engine") or {}).items()
-                    if k not in ("base_url", "base_urls")
-                }
-            else:
-                base = dict(top.get("engine") or {})
-            merged["engine"] = dict(base, **value)
-        else:
-            merged[key] = dict(top.get(key) or {}, **value)
+            urls = ("base_url", "base_urls")
+            if any(k in value for k in urls):  # a host's own server(s) replace the top-level ones
+                base = {k: v for k, v in base.items() if k not in urls}
+        merged[key] = dict(base, **value)
     return merged
 
 
@@ -224,11 +199,7 @@ def _datasets(ds_raw: dict) -> list[DatasetSpec]:
 
 def _parse_job(raw: Any, where: str = "job") -> JobSpec:
     job = mapping("job", raw, optional=False)
-    check_keys(
-        "job",
-        job,
-        ("datasets", "engine", "sampling", "chat_template_kwargs", "extra_body", "notify"),
-    )
+    check_keys("job", job, ("datasets", *HOST_OVERRIDES))
     ds_raw = mapping("job.datasets", job.get("datasets"), optional=False)
     if not ds_raw:
         raise ConfigError("job.datasets: expected at least one dataset")

@@ -141,26 +141,9 @@ def hosts_table(
         out.print(f"[bold red]{host}[/]: {escape(why)}", soft_wrap=True)
 
 
-STATUS_COLUMNS = (
-    "dataset",
-    "done/target",
-    "state",
-    "tokens",
-    "tok/s",
-    "ETA",
-    "errors",
-    "length-cut",
-)
-STAGE_COLUMNS = ("dataset", "rows", "state", "tokens in rows", "tok/s", "ETA", "failed")
-DRAFT_COLUMNS = (
-    "dataset",
-    "answered",
-    "state",
-    "acceptance length",
-    "by position",
-    "tok/s",
-    "failed",
-)
+STATUS_COLS = ("dataset", "done/target", "state", "tokens", "tok/s", "ETA", "errors", "length-cut")
+STAGE_COLS = ("dataset", "rows", "state", "tokens in rows", "tok/s", "ETA", "failed")
+DRAFT_COLS = ("dataset", "answered", "state", "acceptance length", "by position", "tok/s", "failed")
 
 
 def job_differs(host: str | None) -> str:
@@ -170,7 +153,7 @@ def job_differs(host: str | None) -> str:
 
 def draft_table(s: JobStatus) -> Table:
     """The draft stage's measure per dataset, by vLLM's own counters."""
-    t = Table(*DRAFT_COLUMNS, box=None)
+    t = Table(*DRAFT_COLS, box=None)
     for name, d in s.datasets.items():
         c = d.draft
         length = c.mean_acceptance_length if c else None
@@ -189,7 +172,7 @@ def draft_table(s: JobStatus) -> Table:
 def work_table(s: JobStatus, out: Console, now: float) -> None:
     """The answers', or the hidden-states stage's rows', per dataset, and the totals."""
     rows = s.stage == HIDDEN_STATES  # rows of hidden states: no finish reason to count
-    t = Table(*(STAGE_COLUMNS if rows else STATUS_COLUMNS), box=None)
+    t = Table(*(STAGE_COLS if rows else STATUS_COLS), box=None)
     rates = {name: dataset_rate(s, name) for name in s.datasets}
     for name, d in s.datasets.items():
         t.add_row(
