@@ -18,8 +18,11 @@ HOST_HELP = "host name(s) from hosts.yaml, comma-separated (default: default_hos
 
 
 class HostTask(Task):
-    """`--host`/`-H` for the host flag; `-h` always stays help; no guessed one-letter flags
-    (`-a` for --max-tokens would surprise at 3 a.m.)."""
+    """`--host`/`-H` for the host flag, with its help; `-h` always stays help; no guessed one-letter
+    flags (`-a` for --max-tokens would surprise at 3 a.m.)."""
+
+    def __init__(self, *args, help=None, **kwargs):
+        super().__init__(*args, help={"host": HOST_HELP, **(help or {})}, **kwargs)
 
     def arg_opts(self, name, default, taken_names):
         opts = super().arg_opts(name, default, taken_names)
@@ -44,22 +47,24 @@ def _cli(fn):
     return wrapper
 
 
-@task(klass=HostTask, help={"host": HOST_HELP})
-@_cli
+def _task(**kwargs):
+    """One of our tasks: a HostTask whose expected failures are one line (_cli)."""
+    return lambda fn: task(klass=HostTask, **kwargs)(_cli(fn))
+
+
+@_task()
 def hosts(c, host=""):
     """List the configured hosts and check each one is reachable."""
     return commands.hosts(host or None)
 
 
-@task(klass=HostTask, help={"host": HOST_HELP, "dry_run": "show what would change, change nothing"})
-@_cli
+@_task(help={"dry_run": "show what would change, change nothing"})
 def deploy(c, host="", dry_run=False):
     """Sync remote/ and the job spec to the host as a new release; switch `current` atomically."""
     return commands.deploy(host or None, dry_run=dry_run)
 
 
-@task(klass=HostTask, help={"host": HOST_HELP, "to": "release id (default: the previous one)"})
-@_cli
+@_task(help={"to": "release id (default: the previous one)"})
 def rollback(c, host="", to=""):
     """Point `current` back to the previous release."""
     return commands.rollback(host or None, to=to or None)
@@ -70,11 +75,10 @@ RUN_FLAGS = (
     "baseline", "grace", "force", "force_gpu",
 )  # fmt: skip
 # the host's own words for its flags
-RUN_HELP = {"host": HOST_HELP, **helps(CtlRestart, *RUN_FLAGS, "hard", "drain", "dry_run")}
+RUN_HELP = helps(CtlRestart, *RUN_FLAGS, "hard", "drain", "dry_run")
 
 
-@task(
-    klass=HostTask,
+@_task(
     iterable=["cap"],
     help={
         **RUN_HELP,
@@ -82,7 +86,6 @@ RUN_HELP = {"host": HOST_HELP, **helps(CtlRestart, *RUN_FLAGS, "hard", "drain", 
         "unless --force)",
     },
 )
-@_cli
 def restart(
     c,
     host="",
@@ -106,65 +109,42 @@ def restart(
 
     The job keeps its caps on the host: a flag changes only what it names, and a restart without
     cap flags runs the caps the job had (`all`/`none` clear one, --reset-caps every one)."""
-    return commands.restart(
-        host or None,
-        hard=hard,
-        drain=drain,
-        dry_run=dry_run,
-        force_gpu=force_gpu,
-        with_server=not no_server,
-        max_samples=max_samples,
-        cap=cap or (),
-        max_tokens=max_tokens,
-        datasets=datasets,
-        reset_caps=reset_caps,
-        stage=stage,
-        eval_samples=eval_samples,
-        baseline=baseline,
-        grace=grace,
-        force=force,
-    )
+    flags = dict(locals())  # every flag as typed, by its name
+    del flags["c"], flags["host"], flags["no_server"]
+    return commands.restart(host or None, with_server=not no_server, **flags)
 
 
-@task(klass=HostTask, help={"host": HOST_HELP, **helps(CtlStop, "grace", "drain")})
-@_cli
+@_task(help=helps(CtlStop, "grace", "drain"))
 def stop(c, host="", grace=GRACE_S, drain=False):
     """Stop the job: SIGTERM, grace period, SIGKILL of the whole process tree."""
     return commands.stop(host or None, grace=grace, drain=drain)
 
 
-@task(klass=HostTask, help={"host": HOST_HELP, "json": "print the raw status as JSON"})
-@_cli
+@_task(help={"json": "print the raw status as JSON"})
 def status(c, host="", json=False):
     """One screen: job state, per-dataset done/target, tokens, rate, ETA, errors."""
     return commands.status(host or None, as_json=json)
 
 
-@task(
-    klass=HostTask,
+@_task(
     help={
-        "host": HOST_HELP,
         "once": "print one snapshot and exit",
         "log": "follow logs/runner.log instead of the progress view",
-    },
+    }
 )
-@_cli
 def tail(c, host="", once=False, log=False):
     """Live per-dataset progress until the run ends; Ctrl-C detaches and never stops the job."""
     return commands.tail(host or None, once=once, log=log)
 
 
-@task(
-    klass=HostTask,
+@_task(
     help={
-        "host": HOST_HELP,
         "tokens_per_dataset": "response-token target per dataset (10M, 500k)",
         "tokens_per_s": "throughput for the ETA when none is measured",
         "apply": "restart (live where possible) with these per-dataset caps (the job's other caps "
         "stay)",
-    },
+    }
 )
-@_cli
 def plan(c, tokens_per_dataset="", host="", tokens_per_s="", apply=False):
     """Per-dataset caps and ETA from measured (else estimated) mean response length."""
     if not tokens_per_dataset:  # a flag like every other task's: `plan --help` is help
@@ -181,27 +161,22 @@ def plan(c, tokens_per_dataset="", host="", tokens_per_s="", apply=False):
     )
 
 
-@task(
-    klass=HostTask,
+@_task(
     help={
-        "host": HOST_HELP,
         "to": "local folder (one subfolder per host)",
         "refetch": "download again any file whose local copy is not a prefix of the host's",
         "hidden-states": "also the hidden-states stage's rows and files (into TO/HOST/hidden_states/)",
         "free": "with --hidden-states: delete each file on the host once its copy here has the "
         "host's sha256 (the rows stay counted there)",
-    },
+    }
 )
-@_cli
 def pull(c, host="", to="pulled", refetch=False, hidden_states=False, free=False):
     """Copy data/outputs/ back, only what is new."""
     return commands.pull(host or None, to=to, refetch=refetch, hidden=hidden_states, free=free)
 
 
-@task(
-    klass=HostTask,
+@_task(
     help={
-        "host": HOST_HELP,
         "format": "specforge (default) | speculators (needs return_token_ids) | sharegpt",
         "out": "the training file to write (default: export-<format>.jsonl); "
         "its manifest is written beside it as <out>.manifest.json",
@@ -218,9 +193,8 @@ def pull(c, host="", to="pulled", refetch=False, hidden_states=False, free=False
         "mixed": "allow records made with different settings in one file",
         "pulled": "the local folder pull writes to (one subfolder per host)",
         "no-pull": "export what is already pulled, without asking the host for new records",
-    },
+    }
 )
-@_cli
 def export(
     c,
     host="",
@@ -236,47 +210,32 @@ def export(
     no_pull=False,
 ):
     """Pull the new records, then write one training file for SpecForge, speculators or ShareGPT."""
-    return commands.export(
-        host or None,
-        fmt=format,
-        out=out,
-        drop=drop,
-        keep=keep,
-        datasets=datasets,
-        per_turn=per_turn,
-        whole=whole,
-        mixed=mixed,
-        pulled=pulled,
-        no_pull=no_pull,
-    )
+    flags = dict(locals())  # every flag as typed, by its name
+    del flags["c"], flags["host"], flags["format"]
+    return commands.export(host or None, fmt=format, **flags)
 
 
-@task(
-    klass=HostTask,
+@_task(
     help={"host": HOST_HELP, "out": "the HTML file to write (default: report-<host>.html)"},
 )
-@_cli
 def report(c, host="", out=None):
     """One self-contained HTML page: tokens/s over time, response lengths, finish reasons, errors, caps."""
     return commands.report(host or None, out=out)
 
 
-@task(name="start", klass=HostTask, help={"host": HOST_HELP})
-@_cli
+@_task(name="start")
 def server_start(c, host=""):
     """Start the vLLM server from hosts.yaml `server:`, wait until it answers, smoke-test it."""
     return commands.server_start(host or None)
 
 
-@task(name="stop", klass=HostTask, help={"host": HOST_HELP, "grace": "seconds before SIGKILL"})
-@_cli
+@_task(name="stop", help={"grace": "seconds before SIGKILL"})
 def server_stop(c, host="", grace=GRACE_S):
     """Stop the vLLM server and every worker it left; wait for its GPU memory to be free."""
     return commands.server_stop(host or None, grace=grace)
 
 
-@task(name="status", klass=HostTask, help={"host": HOST_HELP})
-@_cli
+@_task(name="status")
 def server_status(c, host=""):
     """Server up/down, model, uptime, and running/waiting requests, KV cache, tokens/s from /metrics."""
     return commands.server_status(host or None)
