@@ -62,16 +62,9 @@ def hosts(host_spec: str | None) -> int:
     config = _config()
     # without --host: every configured host (a newcomer's second host must show up here)
     selected = config.select_hosts(host_spec or ",".join(config.hosts))
+    look = lambda conn: probe(conn, config.job_for(conn.name).engine)  # noqa: E731
     try:
-        results, failures = (
-            on_hosts(
-                config,
-                selected,
-                lambda conn: probe(conn, config.job_for(conn.name).engine),
-                render.trusted_key,
-            ),
-            {},
-        )
+        results, failures = on_hosts(config, selected, look, render.trusted_key), {}
     except MultiHostError as e:
         results, failures = e.results, e.failures
     rows, problems = [], []

@@ -54,13 +54,8 @@ class DeployResult:
 
     @property
     def changed(self) -> bool:
-        return bool(
-            self.added
-            or self.modified
-            or self.removed
-            or self.prompts
-            or self.release != self.previous
-        )
+        files = self.added or self.modified or self.removed or self.prompts
+        return bool(files) or self.release != self.previous
 
 
 def build_release(
@@ -70,11 +65,8 @@ def build_release(
     of the manifest."""
     files: dict[str, bytes] = {}
     for path in sorted(package_dir.rglob("*")):
-        if (
-            path.is_file()
-            and "__pycache__" not in path.parts
-            and path.suffix in (".py", ".json", ".txt")
-        ):
+        source = path.suffix in (".py", ".json", ".txt") and "__pycache__" not in path.parts
+        if source and path.is_file():
             files[f"remote/{path.relative_to(package_dir).as_posix()}"] = path.read_bytes()
     job = config.job_for(host) if host else config.job
     files[JOB_FILE] = job.file_bytes()
@@ -85,12 +77,8 @@ def build_release(
 
 def local_prompts(config: Config) -> dict[str, Path]:
     """Prompt files of the job that exist beside hosts.yaml (relative path on the host -> local file)."""
-    out = {}
-    for ds in config.job.datasets:
-        for rel in ds.files():
-            if (config.base_dir / rel).is_file():
-                out[rel] = config.base_dir / rel
-    return out
+    files = (rel for ds in config.job.datasets for rel in ds.files())
+    return {rel: config.base_dir / rel for rel in files if (config.base_dir / rel).is_file()}
 
 
 def release_helper(conn: Connector, cmd: str, args: dict, stdin=None) -> dict:
@@ -150,14 +138,8 @@ def deploy_host(
     result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(
         prompts[p].stat().st_size for p in send_prompts
     )
-    if dry_run or (rel.id == plan.current and not send_prompts):
-        proc.close_stdin()
-        res = proc.finish()
-        if not res.ok:
-            raise _helper_error(conn, "deploy", res)
-        if not dry_run:
-            result.bytes_sent = 0
-    else:
+    apply = not dry_run and (rel.id != plan.current or bool(send_prompts))
+    if apply:
         header = {
             "id": rel.id,
             "files": rel.manifest,
@@ -168,10 +150,15 @@ def deploy_host(
         _send(
             proc, header, [(f"release/{p}", rel.files[p]) for p in to_send], prompts, send_prompts
         )
-        res = proc.finish()
-        if not res.ok:
-            raise _helper_error(conn, "deploy", res)
+    else:
+        proc.close_stdin()
+    res = proc.finish()
+    if not res.ok:
+        raise _helper_error(conn, "deploy", res)
+    if apply:
         result.pruned = _read(ReleaseApplied, res.last_line()).pruned
+    elif not dry_run:
+        result.bytes_sent = 0
     result.seconds = time.monotonic() - t0
     result.round_trips = conn.round_trips
     return result
@@ -230,10 +217,8 @@ def _send(proc, header: dict, release_files, prompts: dict, send_prompts: list[s
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mode = 0o644
-    info.mtime = 0
+    info = tarfile.TarInfo(name)  # mtime 0, its default
+    info.size, info.mode = len(data), 0o644
     tar.addfile(info, io.BytesIO(data))
 
 

@@ -9,8 +9,7 @@ detaches and never touches the job. What each tick shows is the view's (views/ta
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 from remote.common.protocol import CtlStatus
 from remote.common.status import NEVER_RUN, JobState, JobStatus
@@ -38,7 +37,6 @@ class HostWatch:
     log_head: bytes = b""
     log_partial: bytes = b""
     asking: Asking | None = None  # `ctl status`, kept running on the host: a look a line
-    connect_fn: Callable[[HostConfig, Config | None], Connector] = field(default=connect)
 
     @property
     def base(self) -> str:
@@ -46,7 +44,7 @@ class HostWatch:
 
     def _conn(self) -> Connector:
         if self.conn is None:
-            self.conn = self.connect_fn(self.host, self.config)
+            self.conn = connect(self.host, self.config)
         return self.conn
 
     def _failed(self, e: Exception, now: float) -> None:
@@ -148,7 +146,6 @@ def watch(
     *,
     once: bool = False,
     log: bool = False,
-    interval: float = 1.0,
     out=None,
     clock=time.time,
     sleep=time.sleep,
@@ -189,7 +186,7 @@ def watch(
                     return code
                 if max_seconds is not None and clock() - started > max_seconds:
                     return ExitCode.OK
-                sleep(interval)
+                sleep(1.0)
     except KeyboardInterrupt:
         hint = "detached; the job keeps running (`invoke tail` to watch again, `invoke stop` to stop it)"
         names = ",".join(h.name for h in hosts)

@@ -138,10 +138,10 @@ def sync(conn, info: dict, have: dict, remote_dir: str, local_dir: Path, refetch
         mine = have.get(name, 0)
         if not _append_only(name):
             same = (
-                name in have and e.sha256 and e.sha256 == prefix_hash(local, mine) and mine == size
+                name in have and mine == size and e.sha256 and e.sha256 == prefix_hash(local, mine)
             )
             if same:
-                result.files[name] = Pulled("unchanged", 0)
+                result.files[name] = Pulled("unchanged")
             else:
                 result.files[name] = Pulled("fetched", fetch_whole(conn, remote, local, size)[0])
             continue
@@ -150,7 +150,7 @@ def sync(conn, info: dict, have: dict, remote_dir: str, local_dir: Path, refetch
             if not refetch:
                 result.refused.append(name)
                 result.files[name] = Pulled(
-                    "refused: local copy is not a prefix of the host's file", 0
+                    "refused: local copy is not a prefix of the host's file"
                 )
                 continue
             result.files[name] = Pulled("re-fetched", fetch_whole(conn, remote, local, size)[0])
@@ -162,4 +162,4 @@ def sync(conn, info: dict, have: dict, remote_dir: str, local_dir: Path, refetch
                 "appended" if mine else "fetched", _append_new(conn, remote, local, mine, size)
             )
         else:
-            result.files[name] = Pulled("unchanged", 0)
+            result.files[name] = Pulled("unchanged")

@@ -88,9 +88,7 @@ def _free(conn: Connector, folder: Path, sums: dict[int, str], out: HiddenPulled
         answer = call(conn, CtlFree(rows={ds: batch}))
         kept = answer.refused.get(ds, {})
         for n, why in kept.items():
-            if (
-                why == SHA256_DIFFERS
-            ):  # the copy here is not the host's file: made again by the next pull
+            if why == SHA256_DIFFERS:  # the copy here is not the host's: the next pull makes it
                 (folder / "hidden_states" / f"hs_{n}.safetensors").unlink(missing_ok=True)
                 why += ": the next pull fetches it again"
             out.refused.append(f"{ds} row {n}: {why}")
