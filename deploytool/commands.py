@@ -260,7 +260,7 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
 
     config = _config()
     if grace < 0:
-        raise DeployToolError(f"--grace must be >= 0, got {grace}", ExitCode.BAD_INPUT)
+        raise UsageError(f"--grace must be >= 0, got {grace}")
 
     def one(conn):
         return control.stop_told(
@@ -377,7 +377,7 @@ def export(
     if not no_pull:
         writable(pulled, "--pulled", folder=True)
     if per_turn and whole:
-        raise DeployToolError("--per-turn and --whole: choose one", ExitCode.BAD_INPUT)
+        raise UsageError("--per-turn and --whole: choose one")
     export_mod.effective_drop(fmt, per_turn, drop, keep)  # bad reasons: before anything is pulled
     wanted = export_mod.wanted_datasets(config, config.select_hosts(host_spec), datasets)
     if not no_pull:
@@ -408,9 +408,7 @@ def report(host_spec: str | None, *, out: str | None = None) -> int:
     config = _config()
     hosts = config.select_hosts(host_spec)
     if out is not None and len(hosts) > 1:
-        raise DeployToolError(
-            "--out names one file: give one --host, or leave --out out", ExitCode.BAD_INPUT
-        )
+        raise UsageError("--out names one file: give one --host, or leave --out out")
     targets = {
         h.name: writable(f"report-{h.name}.html" if out is None else out, "--out") for h in hosts
     }

@@ -19,7 +19,7 @@ from remote.common.keys import suggest
 from remote.common.records import Record
 
 from ..config import Config
-from ..errors import DeployToolError, ExitCode, UsageError
+from ..errors import UsageError
 from .formats import FORMATS, PER_REPLY, ROWS, NoTokenIds, Piece, pieces, specforge_cut
 from .pull import CAPS_FILE
 
@@ -66,10 +66,9 @@ class DatasetTally:
     def saw(self, rec: Record) -> None:
         self.records += 1
         self.releases.add(rec.release or "unknown")
-        t = rec.created
-        if t:
-            self.first = t if self.first is None else min(self.first, t)
-            self.last = t if self.last is None else max(self.last, t)
+        if t := rec.created:
+            self.first = min(self.first or t, t)
+            self.last = max(self.last or t, t)
 
 
 @dataclass
@@ -89,9 +88,8 @@ class ExportResult:
 
 def check_format(fmt: str) -> None:
     if fmt not in FORMATS:
-        raise DeployToolError(
-            f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}{suggest(fmt, FORMATS)}",
-            ExitCode.BAD_INPUT,
+        raise UsageError(
+            f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}{suggest(fmt, FORMATS)}"
         )
 
 
@@ -120,10 +118,9 @@ def check_settings(sources: list[Source], mixed: bool) -> None:
         return
     within = [f"{s.host}:{s.dataset}" for s in sources if s.meta.get("previous")]
     if within:
-        raise DeployToolError(
+        raise UsageError(
             f"{', '.join(within)}: records made under different settings in one dataset (resumed "
-            "with --force); pass --mixed to export them anyway (the manifest lists every setting)",
-            ExitCode.BAD_INPUT,
+            "with --force); pass --mixed to export them anyway (the manifest lists every setting)"
         )
     first = sources[0]
     for s in sources[1:]:
@@ -131,11 +128,10 @@ def check_settings(sources: list[Source], mixed: bool) -> None:
         diff = [k for k in SETTINGS if a[k] != b[k]]
         if diff:
             what = "; ".join(f"{k}: {json.dumps(a[k])} vs {json.dumps(b[k])}" for k in diff)
-            raise DeployToolError(
+            raise UsageError(
                 f"{first.host}:{first.dataset} and {s.host}:{s.dataset} were made with different "
                 f"settings ({what}): export them separately (--datasets), or pass --mixed to put "
-                "them in one file (the manifest lists each dataset's settings)",
-                ExitCode.BAD_INPUT,
+                "them in one file (the manifest lists each dataset's settings)"
             )
 
 
@@ -200,10 +196,9 @@ def parse_reasons(flag: str, value: str) -> set[str]:
     reasons = {r.strip() for r in value.split(",") if r.strip()}
     bad = sorted(reasons - set(DROP_REASONS))
     if bad:
-        raise DeployToolError(
+        raise UsageError(
             f"{flag}: unknown reason {', '.join(bad)}{suggest(bad[0], DROP_REASONS)}; known: "
-            f"{', '.join(DROP_REASONS)}",
-            ExitCode.BAD_INPUT,
+            f"{', '.join(DROP_REASONS)}"
         )
     return reasons
 
@@ -213,7 +208,7 @@ def effective_drop(fmt: str, per_turn: bool, drop: str = "", keep: str = "") -> 
     more, less = parse_reasons("--drop", drop), parse_reasons("--keep", keep)
     both = sorted(more & less)
     if both:
-        raise DeployToolError(f"--drop and --keep both name {', '.join(both)}", ExitCode.BAD_INPUT)
+        raise UsageError(f"--drop and --keep both name {', '.join(both)}")
     # the job's records are its caps': any format leaves out those beyond them
     base = default_drop(fmt, per_turn) | {"beyond_cap"}
     return tuple(r for r in DROP_REASONS if r in (base | more) - less)
@@ -250,10 +245,9 @@ def export(
     (`drop_flags`) over them."""
     check_format(fmt)
     if not sources:
-        raise DeployToolError(
+        raise UsageError(
             "no pulled records to export (nothing under the pulled folder for these hosts and "
-            "datasets)",
-            ExitCode.BAD_INPUT,
+            "datasets)"
         )
     check_settings(sources, mixed)
     if per_turn is None and "original_answers" in parse_reasons("--keep", drop_flags[1]):
@@ -274,12 +268,9 @@ def export(
     return ExportResult(
         out,
         manifest,
-        rows=sum(t.rows for t in tallies.values()),
-        kept=sum(t.kept for t in tallies.values()),
-        dropped=sum(sum(t.dropped.values()) for t in tallies.values()),
+        **body["totals"],
         datasets=body["datasets"],
         reads_as=body["reads_as"],
-        records=sum(t.records for t in tallies.values()),
         per_turn=per_turn,
         per_turn_why=why,
         keeps={r: KEEP_FLAG[r] for r in drop if r in KEEP_FLAG},
@@ -318,12 +309,11 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
             try:
                 rows = _rows(rec, made, fmt, drop, per_reply, tally)
             except NoTokenIds:
-                raise DeployToolError(
+                raise UsageError(
                     f"{s.host}:{s.dataset}: record {rec.id} has no token ids: the speculators "
                     "format trains on the exact tokens (input_ids, loss_mask), so the records must "
                     "be made with job.extra_body.return_token_ids: true; export these as "
-                    "specforge or sharegpt instead",
-                    ExitCode.BAD_INPUT,
+                    "specforge or sharegpt instead"
                 ) from None
             for row in rows:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -103,15 +103,16 @@ def health(st: JobStatus, now: float) -> tuple[str, bool]:
     return " · ".join(parts), bad
 
 
+def count(v: float | None) -> str:
+    """A gauge of vLLM's as a whole number, `?` where the server did not say."""
+    return "?" if v is None else f"{v:.0f}"
+
+
 def _metrics_text(m: ServerMetrics | None) -> str:
     if not m:
         return ""
-
-    def n(v):
-        return "?" if v is None else f"{v:.0f}"
-
     kv = "?" if m.kv_cache is None else f"{m.kv_cache:.0%}"
-    return f" · vLLM: running {n(m.running)}, waiting {n(m.waiting)}, KV cache {kv}"
+    return f" · vLLM: running {count(m.running)}, waiting {count(m.waiting)}, KV cache {kv}"
 
 
 def short_url(url: str) -> str:

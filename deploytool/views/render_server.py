@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from .progress import count
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 from .render import console
@@ -111,12 +112,8 @@ def server_status(r: ServerState, out: Console = console) -> None:
     if m:
         kv = f"{m.kv_cache:.0%}" if m.kv_cache is not None else "?"
         rate = _tok(m.generation_tokens_per_s) if m.generation_tokens_per_s is not None else "?"
-
-        def n(v):
-            return "?" if v is None else f"{v:.0f}"
-
         out.print(
-            f"  requests running {n(m.running)}, waiting {n(m.waiting)}; KV cache {kv}; "
+            f"  requests running {count(m.running)}, waiting {count(m.waiting)}; KV cache {kv}; "
             f"generation {rate} tok/s"
         )
 

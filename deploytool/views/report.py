@@ -97,19 +97,11 @@ def _text_w(text: str) -> float:
 
 
 def _label(x: float, text: str, placed: list) -> str:
-    """A line's label beside it, on the side where it fits, in the first row above the bars where
-    it overlaps no label already there (`placed`: (row, left, right) boxes, appended to)."""
+    """A line's label beside it, on the side where it fits, in the upper of two rows above the bars
+    unless it overlaps a label already there (`placed`: (row, left, right) boxes, appended to)."""
     w = _text_w(text)
     left, anchor = (x - 3 - w, "end") if x - 3 - w >= PAD + 2 else (x + 3, "start")
-    rows = (14, 26)
-    row = next(
-        (
-            r
-            for r in rows
-            if all(not (pr == r and left < b and a < left + w) for pr, a, b in placed)
-        ),
-        rows[-1],
-    )
+    row = 14 if not any(r == 14 and left < b and a < left + w for r, a, b in placed) else 26
     placed.append((row, left, left + w))
     tx = x - 3 if anchor == "end" else x + 3
     return f'<text x="{tx:.1f}" y="{row}" text-anchor="{anchor}">{html.escape(text)}</text>'
@@ -149,15 +141,13 @@ def finish_share(finish: dict) -> str:
     total = sum(finish.values())
     if not total:
         return "-"
+    most = sorted(finish.items(), key=lambda kv: -kv[1])
     parts = "".join(
         f'<span style="width:{n / total:.1%};background:{FINISH_COLORS.get(k, "#8e7cc3")}" '
         f'title="{html.escape(k)}: {n:,} ({n / total:.1%})"></span>'
-        for k, n in sorted(finish.items(), key=lambda kv: -kv[1])
+        for k, n in most
     )
-    words = ", ".join(
-        f"{html.escape(k)} {n / total:.1%}"
-        for k, n in sorted(finish.items(), key=lambda kv: -kv[1])
-    )
+    words = ", ".join(f"{html.escape(k)} {n / total:.1%}" for k, n in most)
     return f'<div class="share">{parts}</div><span class="sub">{words}</span>'
 
 
