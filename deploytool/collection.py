@@ -215,9 +215,7 @@ def export(
     return commands.export(host or None, fmt=format, **flags)
 
 
-@_task(
-    help={"host": HOST_HELP, "out": "the HTML file to write (default: report-<host>.html)"},
-)
+@_task(help={"out": "the HTML file to write (default: report-<host>.html)"})
 def report(c, host="", out=None):
     """One self-contained HTML page: tokens/s over time, response lengths, finish reasons, errors, caps."""
     return commands.report(host or None, out=out)

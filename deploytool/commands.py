@@ -116,12 +116,7 @@ def rollback(host_spec: str | None, *, to: str | None = None) -> int:
     from .views import render
 
     config = _config()
-    _run(
-        config,
-        host_spec,
-        lambda conn: deploy_mod.rollback_host(conn, to),
-        render.rollback_result,
-    )
+    _run(config, host_spec, lambda conn: deploy_mod.rollback_host(conn, to), render.rollback_result)
     return ExitCode.OK
 
 

@@ -41,11 +41,11 @@ def manages_engine(config: Config, host: str) -> bool:
     eng, server = config.job_for(host).engine, config.server_for(host)
     if eng.kind != "openai" or server.headless:
         return False
-    for u in eng.base_urls:
-        url = urlparse(u)
-        if url.hostname in ("127.0.0.1", "localhost", "::1") and (url.port or 80) == server.port:
-            return True
-    return False
+    urls = [urlparse(u) for u in eng.base_urls]
+    return any(
+        u.hostname in ("127.0.0.1", "localhost", "::1") and (u.port or 80) == server.port
+        for u in urls
+    )
 
 
 def start(
@@ -78,11 +78,8 @@ def start(
         started.ready_after_s, started.headless = clock() - t0, True
         return started
     smoke = call(conn, ServerSmoke(spec=spec))
-    started.ready_after_s, started.smoke, started.served_model = (
-        clock() - t0,
-        smoke.answer,
-        smoke.model,
-    )
+    started.ready_after_s = clock() - t0
+    started.smoke, started.served_model = smoke.answer, smoke.model
     return started
 
 

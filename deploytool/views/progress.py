@@ -241,46 +241,40 @@ def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
     if sup is None:
         return []
     out = []
+
+    def add(text: str, style: str) -> None:
+        out.append((text, style))
+
     if sup.next_stage and sup.supervised:
-        out.append(
-            (
-                f"the {sup.next_stage} stage next: the watcher starts the server again for it, "
-                "then its runner",
-                "cyan",
-            )
+        add(
+            f"the {sup.next_stage} stage next: the watcher starts the server again for it, "
+            "then its runner",
+            "cyan",
         )
     for what, w in (("server", sup.server), ("runner", sup.runner)):
         if w is None:
             continue
         if w.recovering and w.attempt == 0:  # a start for the next stage: after no death
             if not sup.next_stage:
-                out.append((f"{what}: {w.why}", "cyan"))
+                add(f"{what}: {w.why}", "cyan")
             continue
         if w.recovering:
-            when = (
-                f"next try in {fmt_duration(w.next_try_in_s)}"
-                if w.state == ProcessState.BACKOFF
-                else "starting it again"
-            )
-            out.append(
-                (f"RECOVERING {what}: {w.why}; attempt {w.attempt} of {w.of}, {when}", "bold red")
-            )
+            when = "starting it again"
+            if w.state == ProcessState.BACKOFF:
+                when = f"next try in {fmt_duration(w.next_try_in_s)}"
+            add(f"RECOVERING {what}: {w.why}; attempt {w.attempt} of {w.of}, {when}", "bold red")
         elif w.state == ProcessState.FATAL:
-            out.append((f"GAVE UP on the {what}: {w.why}", "bold red"))
-            out += [(f"    {line}", "red") for line in w.log[-3:]]
+            add(f"GAVE UP on the {what}: {w.why}", "bold red")
+            out.extend((f"    {line}", "red") for line in w.log[-3:])
         elif w.restarts:
-            out.append(
-                (
-                    f"{what} restarted {w.restarts}x by the watcher; last cause: {w.last_cause}",
-                    "yellow",
-                )
+            add(
+                f"{what} restarted {w.restarts}x by the watcher; last cause: {w.last_cause}",
+                "yellow",
             )
     if st.watcher_restarts:
-        out.append(
-            (f"watcher started again {st.watcher_restarts}x by the runner (it was gone)", DIM)
-        )
+        add(f"watcher started again {st.watcher_restarts}x by the runner (it was gone)", DIM)
     if sup.note:
-        out.append((say(sup.note, st.host), "yellow" if not sup.supervised else "dim"))
+        add(say(sup.note, st.host), "yellow" if not sup.supervised else "dim")
     return out
 
 
@@ -296,28 +290,14 @@ def extra_lines(st: JobStatus, now: float) -> list[tuple[str, str]]:
     out += [disk] if (disk := disk_line(st)) else []
     out += [(text, "yellow") for text in hints(st) + notices(st)]
     if st.strays:  # `ctl status` looks for them at every look: every view says it
-        out.append(
-            (
-                f"runner processes without a pid file: {st.strays} (restart or stop takes care "
-                "of them)",
-                "red",
-            )
-        )
+        strays = f"runner processes without a pid file: {st.strays}"
+        out.append((f"{strays} (restart or stop takes care of them)", "red"))
     if st.stopping is not None and not st.terminal:
-        out.append(
-            (
-                f"stopping: no new requests; the {st.in_flight} in flight get {st.stopping:g}s "
-                "to finish, then are cut off (the next start asks them again)",
-                "yellow",
-            )
-        )
+        cut = f"the {st.in_flight} in flight get {st.stopping:g}s to finish, then are cut off"
+        out.append((f"stopping: no new requests; {cut} (the next start asks them again)", "yellow"))
     elif st.draining and not st.terminal:
-        out.append(
-            (
-                f"draining: no new requests; the {st.in_flight} in flight finish, then it stops",
-                "yellow",
-            )
-        )
+        flight = f"the {st.in_flight} in flight"
+        out.append((f"draining: no new requests; {flight} finish, then it stops", "yellow"))
     return out + recovery_lines(st)
 
 
@@ -363,16 +343,13 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
         return Text(f"{host}: no status yet" + (f" ({note})" if note else ""), style="yellow")
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
     rows = st.stage == HIDDEN_STATES  # the stage counts rows of hidden states, not answers
-    for col, kw in (
-        ("dataset", {}),
-        ("", {"width": 24}),
-        ("rows" if rows else "done/target", {"justify": "right"}),
-        ("tokens in rows" if rows else "tokens", {"justify": "right"}),
-        ("tok/s", {"justify": "right"}),
-        ("ETA", {"justify": "right"}),
-        ("state", {}),
-    ):
-        table.add_column(col, **kw)
+    table.add_column("dataset")
+    table.add_column("", width=24)
+    for col in ("rows" if rows else "done/target", "tokens in rows" if rows else "tokens"):
+        table.add_column(col, justify="right")
+    table.add_column("tok/s", justify="right")
+    table.add_column("ETA", justify="right")
+    table.add_column("state")
     for name, d in st.datasets.items():
         target = max(d.target, 0)
         bar = ProgressBar(
