@@ -5,7 +5,10 @@ here, decided and done on the host."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from concurrent.futures import Future, wait
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from remote.common.caps import repeated
@@ -114,10 +117,11 @@ class Asking:
 
     def close(self) -> None:
         """Its input closed: the host process ends once its look in hand is answered, and no one
-        waits for that (a Ctrl-C detaches at once)."""
+        waits for that (a Ctrl-C detaches at once). A connection gone took the process with it."""
         proc, self.proc, self.asked = self.proc, None, False
         if proc is not None:
-            proc.close_stdin()
+            with suppress(DeployToolError):
+                proc.close_stdin()
 
 
 def _answer(conn: Connector, request: Request, res: Result):
@@ -190,8 +194,6 @@ def stop(conn: Connector, grace: float = GRACE_S, drain: bool = False, started=N
 def stop_told(conn: Connector, grace: float, drain: bool, told) -> StopAnswer:
     """`stop`, saying what it does while the host waits: `told(status, seconds waited)` once before
     (status None where it could not be read) and then every second until the answer."""
-    import threading
-
     looks = Asking(conn, CtlStatus(again=True))
 
     def look():
@@ -200,39 +202,37 @@ def stop_told(conn: Connector, grace: float, drain: bool, told) -> StopAnswer:
         except DeployToolError:
             return None
 
-    got: dict = {}
     sent = threading.Event()
-
-    def work():
-        try:
-            got["answer"] = stop(conn, grace, drain, started=sent.set)
-        except BaseException as e:  # handed to the caller's thread
-            got["error"] = e
-        finally:
-            sent.set()
-
     first = look()
-    worker = threading.Thread(target=work, name=f"stop {conn.name}", daemon=True)
     t0 = time.monotonic()
-    worker.start()
+    answer = in_thread(f"stop {conn.name}", stop, conn, grace, drain, sent.set)
+    answer.add_done_callback(lambda _: sent.set())
     # the host has the stop before anything is said: a Ctrl-C from the first line on detaches at
     # once (this runs in a host's thread; the Ctrl-C is the main thread's), the host goes on alone
     sent.wait(30)
     told(first, 0.0)
     try:
-        while True:
-            worker.join(1.0)
-            if not worker.is_alive():
-                break
+        while wait([answer], timeout=1.0).not_done:
             told(look(), time.monotonic() - t0)
     finally:
+        looks.close()
+    return answer.result()
+
+
+def in_thread(name: str, fn, *args) -> Future:
+    """fn(*args) in a daemon thread: a Ctrl-C (the main thread's) leaves at once, the host's work
+    goes on there without us (a pool's threads would be waited for at exit, as long as a stop's
+    grace period)."""
+    fut: Future = Future()
+
+    def work():
         try:
-            looks.close()
-        except DeployToolError:
-            pass  # the connection is gone: so is the process
-    if "error" in got:
-        raise got["error"]
-    return got["answer"]
+            fut.set_result(fn(*args))
+        except BaseException as e:  # handed to the caller's thread
+            fut.set_exception(e)
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return fut
 
 
 def job_status(conn: Connector, config: Config | None = None) -> JobStatus:

@@ -124,10 +124,7 @@ class HostWatch:
 
     def close(self) -> None:
         if self.asking is not None:
-            try:
-                self.asking.close()
-            except DeployToolError:
-                pass  # the connection is gone: so is the process
+            self.asking.close()
         if self.conn is not None:
             self.conn.close()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, TypeVar
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 from ..config import Config, HostConfig
 from ..connectors import Connector, connect
 from ..errors import DeployToolError, MultiHostError
+from .control import in_thread, preflight_message
 
 if TYPE_CHECKING:
     from remote.common.jobspec import EngineSpec
@@ -37,7 +37,7 @@ def on_hosts(
 
     results: dict[str, T] = {}
     failures: dict[str, DeployToolError] = {}
-    futures = {h.name: _in_thread(one, h) for h in hosts}
+    futures = {h.name: in_thread(f"host {h.name}", one, h) for h in hosts}
     wait_all(list(futures.values()))
     for name, fut in futures.items():
         try:
@@ -56,22 +56,6 @@ def wait_all(futures: list[Future], tick: float = 0.2) -> None:
         wait(futures, timeout=tick)
 
 
-def _in_thread(fn, *args) -> Future:
-    """fn(*args) in a daemon thread: a Ctrl-C (the main thread's) leaves at once, the host's work
-    goes on there without us (a pool's threads would be waited for at exit, as long as a stop's
-    grace period)."""
-    fut: Future = Future()
-
-    def work():
-        try:
-            fut.set_result(fn(*args))
-        except BaseException as e:  # handed to the caller's thread
-            fut.set_exception(e)
-
-    threading.Thread(target=work, name=f"host {args[0].name}", daemon=True).start()
-    return fut
-
-
 @dataclass
 class Probe:
     """`invoke hosts`' look at one host: usable or not, and the one line that says why."""
@@ -88,8 +72,6 @@ def probe(conn: Connector, engine: EngineSpec) -> Probe:
 
     from remote.common.answers import HostProbe, PreflightProblem
     from remote.common.wire import from_wire
-
-    from .control import preflight_message
 
     # sent as source, never imported here (deploytool imports only remote.common)
     source = (Path(__file__).resolve().parents[2] / "remote" / "host" / "preflight.py").read_text()
