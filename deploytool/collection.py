@@ -109,9 +109,24 @@ def restart(
 
     The job keeps its caps on the host: a flag changes only what it names, and a restart without
     cap flags runs the caps the job had (`all`/`none` clear one, --reset-caps every one)."""
-    flags = dict(locals())  # every flag as typed, by its name
-    del flags["c"], flags["host"], flags["no_server"]
-    return commands.restart(host or None, with_server=not no_server, **flags)
+    return commands.restart(
+        host or None,
+        hard=hard,
+        drain=drain,
+        dry_run=dry_run,
+        force_gpu=force_gpu,
+        with_server=not no_server,
+        max_samples=max_samples,
+        cap=cap or (),
+        max_tokens=max_tokens,
+        datasets=datasets,
+        reset_caps=reset_caps,
+        stage=stage,
+        eval_samples=eval_samples,
+        baseline=baseline,
+        grace=grace,
+        force=force,
+    )
 
 
 @_task(help=helps(CtlStop, "grace", "drain"))
@@ -210,9 +225,19 @@ def export(
     no_pull=False,
 ):
     """Pull the new records, then write one training file for SpecForge, speculators or ShareGPT."""
-    flags = dict(locals())  # every flag as typed, by its name
-    del flags["c"], flags["host"], flags["format"]
-    return commands.export(host or None, fmt=format, **flags)
+    return commands.export(
+        host or None,
+        fmt=format,
+        out=out,
+        drop=drop,
+        keep=keep,
+        datasets=datasets,
+        per_turn=per_turn,
+        whole=whole,
+        mixed=mixed,
+        pulled=pulled,
+        no_pull=no_pull,
+    )
 
 
 @_task(help={"out": "the HTML file to write (default: report-<host>.html)"})

@@ -326,6 +326,14 @@ def release_dir() -> Path:
     return Path(__file__).resolve().parent.parent.parent
 
 
+def deployed_spec(job: Path | None = None) -> JobSpec | None:
+    """`job` (a job spec; default: this release's), None where it cannot be read."""
+    try:
+        return JobSpec.load(job or release_dir() / JOB_FILE)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def default_root() -> Path:
     """<remote_dir> for a deployed release: <remote_dir>/releases/<id>/remote/ -> <remote_dir>."""
     rel = release_dir()

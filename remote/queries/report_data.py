@@ -13,7 +13,7 @@ from pathlib import Path
 from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
 from ..common.caps import GENERATE, within
 from ..common.codec import typed_lines
-from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
+from ..common.jobspec import Paths, deployed_spec
 from ..common.protocol import CtlReport
 from ..common.records import ErrorLine, Record
 from ..common.state import job_now, kept_caps
@@ -136,10 +136,7 @@ MAX_RESTARTS = 200  # the page lists the newest
 def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
     st = job_now(paths)
     st.token = None
-    try:
-        job = JobSpec.load(release_dir() / JOB_FILE)
-    except (OSError, ValueError, KeyError):
-        job = None
+    job = deployed_spec()
     max_tokens = int((job.sampling if job else {}).get("max_tokens") or 0) or None
     names = job.dataset_names() if job else list(st.datasets)
     datasets = {}

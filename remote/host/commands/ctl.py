@@ -9,14 +9,14 @@ import os
 import signal
 
 from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, StopAnswer
-from ...common.jobspec import Paths
+from ...common.jobspec import Paths, deployed_spec
 from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop
 from ...common.records import hidden_ledgers, output_files
 from ...common.state import ImportsSeen, ServerKeys, kept_caps
 from ...common.wire import HostFault
 from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
-from ..processes.runner_process import deployed_spec, restart, start, stop
+from ..processes.runner_process import restart, start, stop
 from . import supervised
 from .jobstate import deployed_job
 

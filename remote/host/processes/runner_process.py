@@ -16,7 +16,7 @@ from pathlib import Path
 from ...common import procinfo
 from ...common.answers import RestartAnswer, StopAnswer
 from ...common.caps import MEASURES, CapRow, Caps
-from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, JobSpec, Paths, release_dir
+from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, Paths, deployed_spec, release_dir
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
 from ...common.state import ControlRequest, RunnerRecord, kept_caps, lock_held, settle
 from ...common.status import JobState, JobStatus, count_prompts, file_identity
@@ -72,14 +72,6 @@ def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:
         except (KeyError, OSError):
             continue  # none known, or gone: the runner keeps reading the file it has open
     return out
-
-
-def deployed_spec(job: Path | None = None) -> JobSpec | None:
-    """`job` (a job spec; default: the current release's), None where it cannot be read."""
-    try:
-        return JobSpec.load(job or release_dir() / JOB_FILE)
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def job_datasets(job: Path | None = None) -> list[str]:
