@@ -37,9 +37,9 @@ from .locate import CONFIG_ENV, find_config
 HOST_KEY_MODES = ("strict", "accept-new")
 CONNECT_KINDS = ("ssh", "local")
 SAMPLING_KEYS = (
-    *("max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty"),
-    *("frequency_penalty", "repetition_penalty", "seed", "stop", "n"),
-)
+    "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+    "frequency_penalty", "repetition_penalty", "seed", "stop", "n",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,13 @@ DATASET_FIELDS = checks(DatasetSpec)
 ENGINE_FIELDS = checks(EngineSpec)
 SERVER_FIELDS = checks(ServerSpec)
 # what hosts.NAME.job may hold
-HOST_OVERRIDES = ("engine", "sampling", "extra_body", "notify", "chat_template_kwargs")
+HOST_OVERRIDES = (
+    "engine",
+    "sampling",
+    "extra_body",
+    "notify",
+    "chat_template_kwargs",
+)  # every job key but datasets
 
 
 def _parse_host(name: str, defaults: dict, raw: Any) -> HostConfig:

@@ -177,7 +177,8 @@ class ServerState:
 
 @dataclass
 class ReleasePlan:
-    """release.py's `session` first line: what the host has (plain JSON, read strictly here)."""
+    """release.py's `session` first line: what the host has (plain JSON: release.py imports
+    nothing of the package; read strictly here)."""
 
     root: str
     current: str | None

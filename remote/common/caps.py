@@ -64,7 +64,8 @@ class Caps(Record):
 
 def within(index: int | None, target: int | None) -> bool:
     """Whether a record of prompt `index` is within cap `target` (None: all). A record made before
-    the cap was lowered stays on disk, left out of every count, the export and the hidden states."""
+    the cap was lowered stays on disk, left out of every count, the export and the hidden states;
+    a record with no index cannot be placed in the file's order."""
     return target is None or (index is not None and index < target)
 
 

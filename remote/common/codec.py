@@ -23,10 +23,12 @@ from typing import Iterable, Iterator
 
 @contextlib.contextmanager
 def atomic_file(path, mode: int = 0o644, sync: bool = True, text: bool = False):
-    """A file that replaces `path` whole when the block ends; on an error `path` is left as it was.
+    """A file that replaces `path` whole when the block ends; on an error (or kill -9) `path` is left
+    as it was, with no temp file behind where Python could remove it.
 
-    sync=False for a file rewritten every second (status.json, watch.json): a power loss costs its
-    last second, while an fsync under a busy disk could hold the runner's or the watcher's loop."""
+    sync=False for a file rewritten every second (status.json, watch.json): still never seen in
+    part, a power loss costs its last second, while an fsync under a busy disk could hold the
+    runner's or the watcher's loop."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -237,7 +237,8 @@ class ServerSpec(Codec):
 
     @property
     def listen_host(self) -> str:
-        """Where vLLM listens: its `--host`, else loopback only (server start adds it)."""
+        """Where vLLM listens: its `--host`, else loopback only (server start adds --host 127.0.0.1:
+        vLLM alone would listen on every interface)."""
         return flag_value(self.args, "--host") or LOOPBACK
 
     @property

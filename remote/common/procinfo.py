@@ -52,8 +52,8 @@ def ppid(pid: int) -> int | None:
 
 
 def sid(pid: int) -> int | None:
-    """Session id: Linux keeps a pid out of reuse while a live process has it as its session, so a
-    session outlives its leader as a safe name for what the leader started."""
+    """Session id: Linux keeps a pid out of reuse while a live process has it as its session or
+    group id, so a session outlives its leader as a safe name for what the leader started."""
     f = _stat_fields(pid)
     return int(f[3]) if f else None
 

@@ -1,6 +1,7 @@
 """Recovery without anybody at the keyboard: hosts.yaml `recover:`, and the watcher's rules as plain
 objects fed with observations and a clock: `Budget` (supervisor's backoff and give-up) and
-`WedgeClock` (a vLLM that is alive and makes no progress). `WatchState` is run/watch.json.
+`WedgeClock` (a vLLM that is alive, answers /health, and makes no progress). `WatchState` is
+run/watch.json.
 """
 
 from __future__ import annotations

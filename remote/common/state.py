@@ -100,7 +100,8 @@ class WatcherRecord(ProcessRecord):
 
 
 def lock_held(path: Path) -> bool:
-    """Some process holds the flock on `path` (the kernel releases it when its holder dies)."""
+    """Some process holds the flock on `path` (the kernel releases it when its holder dies,
+    kill -9 included)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:

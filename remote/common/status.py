@@ -1,5 +1,7 @@
 """status.json, the one typed definition: the runner writes it every second, and once it is gone
 only `state.settle` does. Derived values are properties here, so no reader recomputes them.
+Readers ignore keys they do not know and default missing ones: both sides of a deploy read each
+other's files.
 """
 
 from __future__ import annotations
@@ -329,8 +331,8 @@ class JobStatus(Record):
     """status.json: written by the runner every second, completed by `ctl status` on the host and by
     deploytool."""
 
-    KEEP_NONE = True
-    SYNC = False
+    KEEP_NONE = True  # unset fields written as null: readers look its keys up
+    SYNC = False  # whole, not synced: it is made again at once
 
     state: str = NEVER_RUN
     message: str = ""

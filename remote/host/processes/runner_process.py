@@ -270,11 +270,10 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     # stage's held-out prompts, which follow the caps (the runner starts again on the new ones)
     live = same_release and not req.hard and caps.stage == was.stage
     live = live and (caps.stage not in MEASURES or caps == was)
-    if req.dry_run or live:
+    if req.dry_run:
         st = JobStatus.read(paths.status) or JobStatus()
         replaced = prompts_replaced(paths, st)
-        change = caps != was or bool(replaced)  # no change on a running job touches nothing
-    if req.dry_run:
+        change = caps != was or bool(replaced)
         mode = ("live" if change else "unchanged") if live else ("restart" if rec else "start")
         return RestartAnswer(
             mode=mode,
@@ -285,6 +284,9 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
             was=was,
         )
     if live:
+        st = JobStatus.read(paths.status) or JobStatus()
+        # a restart that changes nothing on a running job touches nothing
+        change = caps != was or bool(prompts_replaced(paths, st))
         if change:
             st = recap(paths, rec, caps, was)
         if st is not None:

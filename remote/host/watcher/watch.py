@@ -222,7 +222,8 @@ class Watcher:
 
     def heartbeat(self) -> None:
         """While one tick waits long (a runner coming up, a smoke test), `beat` each second: status
-        and tail see a watcher at work, not a stopped one."""
+        and tail see a watcher at work, not a stopped one (a wedged loop stays seen: `beat` stops
+        past LONGEST_TICK_S)."""
         while not self.stopping:
             time.sleep(HEARTBEAT_S)
             self.beat(time.time())
