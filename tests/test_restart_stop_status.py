@@ -434,3 +434,41 @@ def test_a_start_that_fails_leaves_the_caps_as_they_were(job):
     with pytest.raises(RemoteError, match="exited with code 2"):
         restart_unwatched(conn, flags(cfg, datasets="all"))
     assert (root / "run" / "caps.json").read_bytes() == caps  # a bare restart runs what it had
+
+
+def test_status_of_a_host_that_never_answers_says_so_in_one_line(tmp_path):
+    """A host whose `ctl status` never answers (hung there, or a network gone quiet): `invoke status`
+    says so after its deadline, in one line, and leaves nothing running there."""
+    from tests.conftest import wait_for, write_config, write_prompts
+    from tests.helpers.as_typed import typed
+
+    root = tmp_path / "host"
+    hang = tmp_path / "python-that-hangs"
+    hang.write_text(
+        f'#!/bin/sh\ncase " $* " in *" --request "*) exec sleep 600;; esac\nexec {sys.executable} "$@"\n'
+    )
+    hang.chmod(0o755)
+    write_prompts(tmp_path / "data" / "prompts" / "B1.jsonl", 3)
+    cfg = write_config(
+        tmp_path, {"local": {"connect": "local", "remote_dir": str(root), "python": str(hang)}}
+    )
+    with connect(cfg.hosts["local"], cfg) as conn:
+        deploy_host(conn, cfg)
+    res = typed("invoke status", cfg.path)
+    assert res.returncode == 1, res
+    said = (res.stdout + res.stderr).strip().splitlines()
+    assert said == [
+        f"error: `remote ctl status`: no answer for {control.LOOK_DEADLINE_S:.0f}s: the host or "
+        "the connection hangs"
+    ], said
+    wait_for(
+        lambda: (
+            not [
+                p
+                for p in procinfo.all_pids()
+                if procinfo.cmdline(p)[:2] == ["sleep", "600"]
+                and (procinfo.cwd(p) or "").startswith(str(root))
+            ]
+        ),
+        what="the hung command gone",
+    )
