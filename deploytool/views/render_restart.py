@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from remote.common.caps import GENERATE
+from remote.common.caps import GENERATE, MEASURES
 from remote.common.status import NOT_RUN, JobStatus
 
 from .progress import fmt_tokens as _tok
@@ -74,7 +74,11 @@ def caps_table(
             f"{n:,}" if n is not None else "server.draft's"
             for n in (was.eval_samples, kept.eval_samples)
         ]
-        out.print(f"  eval-samples [bold]{said[0]} → {said[1]}[/] (held-out prompts a dataset)")
+        # kept with the caps in any stage; only the measuring stages ask them
+        later = "" if kept.stage in MEASURES else "; the draft and baseline stages ask them"
+        out.print(
+            f"  eval-samples [bold]{said[0]} → {said[1]}[/] (held-out prompts a dataset{later})"
+        )
     if not any(d.changed for d in caps.values()) and (kept is None or kept == was):
         out.print("  caps unchanged (the job's own: flags change only what they name)")
     for cap, names in short.items():

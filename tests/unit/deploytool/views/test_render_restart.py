@@ -5,7 +5,7 @@ import io
 from rich.console import Console
 
 from deploytool.views import render_restart
-from remote.common.caps import CapRow
+from remote.common.caps import CapRow, Caps
 
 
 def printed(fn, *args) -> str:
@@ -53,6 +53,23 @@ def test_the_caps_table_marks_what_a_restart_changed():
     assert "caps unchanged" in printed(
         lambda out: render_restart.caps_table(same, out, Caps(4), Caps(4))
     )
+
+
+def test_eval_samples_typed_in_another_stage_says_which_stages_ask_them():
+    """--eval-samples is kept with the caps in any stage: typed while the answers are made, it is
+    said to be for the measuring stages, not left to look like a change that did nothing."""
+    rows = {"B1": CapRow(4, 4, "complete", prompts=16, cap=4, was=4)}
+    now = printed(lambda out: render_restart.caps_table(rows, out, Caps(eval_samples=30), Caps()))
+    assert (
+        "eval-samples server.draft's → 30 (held-out prompts a dataset; the draft and baseline "
+        "stages ask them)" in now
+    )
+    draft = printed(
+        lambda out: render_restart.caps_table(
+            rows, out, Caps(eval_samples=30, stage="draft"), Caps(stage="draft")
+        )
+    )
+    assert "eval-samples server.draft's → 30 (held-out prompts a dataset)" in draft
 
 
 def test_a_raised_target_says_how_many_prompts_the_file_lets_it_reach():
