@@ -141,8 +141,10 @@ def restart(
         _measure_possible(config, host_spec, run_flags)
 
     def one(conn):
-        if run_flags.may_raise() and not dry_run:
-            # a change that runs more than the job had is said before anything is done
+        # a change that runs more than the job had is said before anything is done; and one the
+        # host would refuse is refused before another stage's server is started for it
+        server_first = run_flags.stage and server_mod.manages_engine(config, conn.name)
+        if (run_flags.may_raise() or server_first) and not dry_run:
             ahead = control.restart(conn, run_flags, hard=hard, dry_run=True)
             ahead.host = conn.name
             render_restart.raised_targets(ahead)

@@ -268,3 +268,39 @@ def test_records_beyond_a_lowered_cap_are_counted_apart_wherever_the_count_appea
     page = tmp_path / "r.html"
     ok(f"invoke report --out {page}", config)
     assert "3 (+5 beyond the cap)" in page.read_text()
+
+
+def test_a_restart_the_new_runner_would_refuse_leaves_the_running_job_as_it_was(tmp_path):
+    """hosts.yaml's sampling edited and deployed while the job runs: a new runner would refuse to mix
+    the records' settings, so restart (a dry run too) refuses before the running runner is stopped,
+    in one line naming what changed; --force restarts with them mixed."""
+    config, root = _config(tmp_path, 400, 100, recover=False)  # outlasts the test
+    ok("invoke deploy", config)
+    try:
+        ok("invoke restart --max-samples 300", config)
+        wait_for(lambda: record_ids(root, "B1"), what="a record made")
+        pid = status(root)["pid"]
+        data = yaml.safe_load(config.read_text())
+        data["job"]["sampling"]["temperature"] = 0.7
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+        ok("invoke deploy", config)
+        run = root / "run"
+        before = {
+            f: (run / f).read_bytes() for f in ("caps.json", "control.json") if (run / f).exists()
+        }
+        for line in ("invoke restart", "invoke restart --cap B1=5", "invoke restart --dry-run"):
+            res = typed(line, config)
+            assert res.returncode == 2, res.stdout + res.stderr
+            lines = res.stderr.strip().splitlines()
+            assert len(lines) == 1, lines
+            assert lines[0].startswith(
+                "error: B1: its records were made with different sampling (sampling.temperature "
+                "None → 0.7): a new runner would refuse to mix them; nothing was stopped or started"
+            ), lines
+            assert "or restart with --force to mix them" in lines[0]
+            assert {f: (run / f).read_bytes() for f in before} == before
+            assert status(root)["pid"] == pid and status(root)["state"] == "running"
+        ok("invoke restart --force", config)
+        assert status(root)["pid"] != pid and status(root)["state"] == "running"
+    finally:
+        typed("invoke stop --grace 0", config)

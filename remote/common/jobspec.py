@@ -267,6 +267,29 @@ class ServerSpec(Codec):
 
 
 _MAPPINGS = ("sampling", "chat_template_kwargs", "extra_body", "notify")  # JobSpec's, kept as given
+# a setting a dataset's meta file predates reads as its empty value: adding one later is no change
+SETTING_ABSENT = {"extra_body": {}, "turns": "last"}
+
+
+def settings_changed(meta: dict, now: dict) -> dict[str, tuple]:
+    """The settings of `now` that differ from those a dataset's meta file says its records were
+    made with: {setting: (then, now)}."""
+    then = {k: meta.get(k, SETTING_ABSENT.get(k)) for k in now}
+    return {k: (then[k], now[k]) for k in now if then[k] != now[k]}
+
+
+def said_changes(changed: dict[str, tuple]) -> str:
+    """`sampling.temperature 1.0 → 0.7, turns last → all`: a mapping's changed keys one by one."""
+    out = []
+    for k, (then, now) in changed.items():
+        if isinstance(then, dict) and isinstance(now, dict):
+            keys = sorted(set(then) | set(now), key=str)
+            out += [
+                f"{k}.{s} {then.get(s)} → {now.get(s)}" for s in keys if then.get(s) != now.get(s)
+            ]
+        else:
+            out.append(f"{k} {then} → {now}")
+    return ", ".join(out)
 
 
 @dataclass(frozen=True)
@@ -282,6 +305,12 @@ class JobSpec:
 
     def dataset_names(self) -> list[str]:
         return [d.name for d in self.datasets]
+
+    def settings(self, spec: DatasetSpec) -> dict:
+        """What a dataset's records are made with, the model served aside, as its meta file (and
+        JSON) has it."""
+        made = {k: getattr(self, k) for k in ("sampling", "chat_template_kwargs", "extra_body")}
+        return json.loads(json.dumps(dict(made, turns=spec.turns)))
 
     def to_dict(self) -> dict:
         """The job spec as the runner reads it (job.json inside a release)."""

@@ -35,6 +35,7 @@ FAULTS = {
     "model": ExitCode.FAILED,  # a server does not serve the job's model
     "start_failed": ExitCode.FAILED,  # the runner or server exited or did not come up
     "refused": ExitCode.FAILED,  # the running runner refused the new caps
+    "settings": ExitCode.BAD_INPUT,  # the job's settings are not those its records were made with
     "server": ExitCode.FAILED,  # the server could not be started or asked
 }
 

@@ -15,8 +15,17 @@ from pathlib import Path
 
 from ...common import procinfo
 from ...common.answers import RestartAnswer, StopAnswer
-from ...common.caps import MEASURES, CapRow, Caps
-from ...common.jobspec import JOB_FILE, JOB_TOKEN_ENV, Paths, deployed_spec, release_dir
+from ...common.caps import GENERATE, MEASURES, CapRow, Caps
+from ...common.codec import read_json
+from ...common.jobspec import (
+    JOB_FILE,
+    JOB_TOKEN_ENV,
+    Paths,
+    deployed_spec,
+    release_dir,
+    said_changes,
+    settings_changed,
+)
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
 from ...common.state import ControlRequest, RunnerRecord, kept_caps, lock_held, settle
 from ...common.status import JobState, JobStatus, count_prompts, file_identity
@@ -72,6 +81,34 @@ def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:
         except (KeyError, OSError):
             continue  # none known, or gone: the runner keeps reading the file it has open
     return out
+
+
+def refuse_mixed_settings(paths: Paths, caps: Caps, force: bool, job: Path | None = None) -> None:
+    """What a new runner of the answers' stage refuses as it starts, refused before anything is
+    stopped or started: a dataset whose records were made with other settings than the job's now
+    (a hosts.yaml edited and deployed; the model served only the runner can check)."""
+    spec = deployed_spec(job)
+    if force or spec is None or caps.stage != GENERATE:
+        return
+    for ds in spec.datasets:
+        meta = read_json(paths.meta(ds.name))
+        changed = settings_changed(meta, spec.settings(ds)) if meta else {}
+        if changed and _has_records(paths.output(ds.name)):
+            raise HostFault(
+                "settings",
+                f"{ds.name}: its records were made with different {', '.join(changed)} "
+                f"({said_changes(changed)}): a new runner would refuse to mix them; nothing was "
+                "stopped or started",
+                fix="restore the settings in hosts.yaml and `invoke deploy`, move "
+                f"data/outputs/{ds.name}.jsonl aside, or restart with --force to mix them",
+            )
+
+
+def _has_records(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def job_datasets(job: Path | None = None) -> list[str]:
@@ -152,6 +189,7 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
         )
     rel = rel or release_dir()
     was, caps = caps_change(paths, req, rel / JOB_FILE)
+    refuse_mixed_settings(paths, caps, req.force, rel / JOB_FILE)
     gpu_report = gpu.check(
         server_process.allowed_pids(paths, job_engine_port()), force=req.force_gpu
     )
@@ -270,6 +308,8 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     # stage's held-out prompts, which follow the caps (the runner starts again on the new ones)
     live = same_release and not req.hard and caps.stage == was.stage
     live = live and (caps.stage not in MEASURES or caps == was)
+    if not live:  # what the new runner would refuse, before the running one is stopped
+        refuse_mixed_settings(paths, caps, req.force)
     if req.dry_run:
         st = JobStatus.read(paths.status) or JobStatus()
         replaced = prompts_replaced(paths, st)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...common.codec import read_json, typed_lines, write_json
-from ...common.jobspec import DatasetSpec, Paths
+from ...common.jobspec import DatasetSpec, Paths, said_changes, settings_changed
 from ...common.records import ErrorLine
 from ...common.status import DatasetState
 from .conversation import Partials
@@ -17,10 +17,8 @@ from .outputs import AppendFile, count_lines, load_existing, repair_tail
 from .prompts import Prompt, PromptFile
 from .rates import ActiveTime, RateWindow
 
+
 # a key a meta file predates reads as its empty value
-FINGERPRINT_ABSENT = {"extra_body": {}, "turns": "last"}
-
-
 class BadInput(Exception):
     pass
 
@@ -179,21 +177,21 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
     meta_path = paths.meta(spec.name)
     fp = json.loads(json.dumps(dict(fp, turns=spec.turns)))  # as it reads back from JSON
     meta = read_json(meta_path)
-    # a key the meta file predates reads as its empty value: adding a setting later is no change
-    old = {k: meta.get(k, FINGERPRINT_ABSENT.get(k)) for k in fp} if meta else None
-    if old is None:
+    changed = settings_changed(meta, fp) if meta else None
+    if changed is None:
         write_json(meta_path, fp)
-    elif old != fp:
+    elif changed:
         if existing.ids:
-            diff = ", ".join(k for k in fp if old.get(k) != fp[k])
+            diff = ", ".join(changed)
             if not force:
                 raise BadInput(
                     f"{spec.name}: {len(existing.ids)} records were made with different {diff} "
-                    f"({old}); resuming would mix settings in one dataset: restore the settings, "
-                    f"move {out_path.name} aside, or pass --force"
+                    f"({said_changes(changed)}); resuming would mix settings in one dataset: "
+                    f"restore the settings, move {out_path.name} aside, or pass --force"
                 )
             log(f"{spec.name}: --force: resuming with changed {diff}")
-            fp = dict(fp, previous=[old] + list(meta.get("previous", [])))
+            then = dict(fp, **{k: old for k, (old, _) in changed.items()})
+            fp = dict(fp, previous=[then] + list(meta.get("previous", [])))
         write_json(meta_path, fp)  # what the records from now on are made with
     prompts = PromptFile(path, spec.name, cache_dir=paths.prompt_index, turns=spec.turns)
     run = DatasetRun(
