@@ -37,10 +37,6 @@ class RemoteError(DeployToolError):
     """A command on the host failed."""
 
 
-class TimedOut(RemoteError):
-    """A command on the host gave no answer within its time."""
-
-
 class MultiHostError(DeployToolError):
     """Several hosts ran; some failed. Carries every host's result (fabric's GroupException idea)."""
 

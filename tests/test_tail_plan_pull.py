@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -25,15 +24,7 @@ from remote.common.status import JobStatus
 from remote.common.wire import PROTOCOL
 from remote.job.store.outputs import encode_record
 from remote.queries.target_caps import plan
-from tests.conftest import (
-    Sshd,
-    base_job,
-    outputs,
-    ssh_host_entry,
-    wait_for,
-    write_config,
-    write_prompts,
-)
+from tests.conftest import Sshd, base_job, outputs, ssh_host_entry, write_config, write_prompts
 
 
 def watch(config, hosts, *, once=False, log=False, live=True, out=None, **kw):
@@ -363,59 +354,6 @@ def test_tail_of_a_host_running_the_release_before_says_to_deploy(tmp_path):
     buf = io.StringIO()
     rc = watch(cfg, list(cfg.hosts.values()), live=False, out=Console(file=buf, width=300))
     assert rc == 1 and "run `invoke deploy`" in buf.getvalue(), buf.getvalue()
-
-
-def test_a_host_that_stops_answering_holds_up_neither_the_other_host_nor_tail(ssh_rig, tmp_path):
-    """Over a real sshd: one host's `ctl status` stops answering (here a cli that reads its input to
-    the end, so the kept process never answers its second look). The other host is looked at and
-    shown each second meanwhile; past the deadline tail says how long it has waited and closes that
-    connection, which ends the process on the host."""
-    import threading
-
-    from tests.conftest import WAIT_CEILING_S
-
-    cfg, root = _local_host(tmp_path, spec_status(updated_at=NOW))
-    stuck = tmp_path / "stuck"
-    (stuck / "run").mkdir(parents=True)
-    cfg = write_config(
-        tmp_path,
-        {
-            "ok": {"connect": "local", "remote_dir": str(root)},
-            "stuck": ssh_host_entry(ssh_rig, stuck),
-        },
-    )
-    with connect(cfg.hosts["stuck"], cfg) as conn:
-        deploy_host(conn, cfg)
-    (stuck / "run" / "status.json").write_text(json.dumps(spec_status(updated_at=NOW)))
-    live_runner(Paths(stuck))
-    cli = stuck / "current" / "remote" / "cli.py"
-    cli.write_text(cli.read_text().replace("stdin.readline()", "stdin.read()"))
-
-    buf, ended = io.StringIO(), threading.Event()
-
-    def sleep(s):
-        if "stuck: running" in buf.getvalue() and "no answer for" in buf.getvalue():
-            raise KeyboardInterrupt  # what was to be seen was seen: detach as a Ctrl-C does
-        time.sleep(s)
-
-    def tail():
-        watch(
-            cfg, list(cfg.hosts.values()), live=False, out=Console(file=buf, width=400), sleep=sleep
-        )
-        ended.set()
-
-    threading.Thread(target=tail, daemon=True).start()
-    assert ended.wait(WAIT_CEILING_S), buf.getvalue()
-    lines = buf.getvalue().splitlines()
-    said = next(i for i, line in enumerate(lines) if "no answer for" in line)
-    assert "stuck: running" in lines[said] and "the host or the connection hangs" in lines[said]
-    # while the stuck host's look waited, the other host was shown at every tick
-    assert sum(1 for line in lines[:said] if " ok: running" in line) >= 10
-
-    def on_stuck_host():
-        return [p for p in procinfo.all_pids() if (procinfo.cwd(p) or "").startswith(str(stuck))]
-
-    wait_for(lambda: not on_stuck_host(), what="the stuck host's process gone")
 
 
 def test_tail_killed_with_9_leaves_nothing_running_on_the_host(tmp_path):

@@ -9,7 +9,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from ..config import HostConfig
-from ..errors import RemoteError, TimedOut
+from ..errors import RemoteError
 from .base import Connector, RemoteProcess, Result, read_chunks
 
 
@@ -72,7 +72,7 @@ class LocalConnector(Connector):
         except NotADirectoryError as e:
             return Result(1, b"", f"cd {cwd}: {e.strerror}".encode())
         except subprocess.TimeoutExpired:
-            raise TimedOut(f"`{argv[0]} …` timed out after {timeout}s") from None
+            raise RemoteError(f"`{argv[0]} …` timed out after {timeout}s") from None
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     def _env(self, env):

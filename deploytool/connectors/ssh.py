@@ -19,7 +19,7 @@ from paramiko.agent import AgentRequestHandler
 from paramiko.ssh_exception import NoValidConnectionsError
 
 from ..config import HostConfig
-from ..errors import ConnectError, RemoteError, TimedOut
+from ..errors import ConnectError, RemoteError
 from .base import Connector, RemoteProcess, Result, read_chunks, shell_command
 
 LOST = (paramiko.SSHException, OSError, EOFError)  # what a dropped connection raises
@@ -288,7 +288,7 @@ class SSHConnector(Connector):
                     raise EOFError("channel closed without an exit status")
                 if deadline and time.monotonic() > deadline:
                     chan.close()
-                    raise TimedOut(f"`{argv[0]} …` timed out after {timeout}s")
+                    raise RemoteError(f"`{argv[0]} …` timed out after {timeout}s")
                 select.select([chan], [], [], 0.01)  # exit-status wakes no pipe: poll briefly
             code = chan.recv_exit_status()
             if code == -1 and not conn.transport.is_active():

@@ -30,7 +30,7 @@ from remote.common.wire import (
 from ..config import Config
 from ..connectors import Connector
 from ..connectors.base import Result, quote_path
-from ..errors import DeployToolError, ExitCode, RemoteError, TimedOut, UsageError
+from ..errors import DeployToolError, ExitCode, RemoteError, UsageError
 
 if TYPE_CHECKING:  # types only: answers load with the commands that build them
     from remote.common.answers import PreflightProblem, RestartAnswer, StopAnswer
@@ -65,15 +65,6 @@ def _argv(conn: Connector) -> list[str]:
     return ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", REQUEST_FLAG)]
 
 
-# a look at the job unanswered this long: the host or the connection hangs (a network gone quiet
-# holds a read for many minutes), and it is said rather than waited on
-LOOK_DEADLINE_S = 20.0
-
-
-def no_answer(waited: float) -> str:
-    return f"no answer for {waited:.0f}s: the host or the connection hangs"
-
-
 def call(conn: Connector, request: Request, timeout: float | None = None, started=None):
     """Run `python -m remote --request` from the host's current release, the request as typed data
     on its stdin; its typed answer, or a RemoteError with the host's fault (message, fix, log
@@ -81,12 +72,7 @@ def call(conn: Connector, request: Request, timeout: float | None = None, starte
     happens here)."""
     data = request_json(request)
     if started is None:
-        try:
-            res = conn.run(_argv(conn), timeout=timeout, stdin=data)
-        except TimedOut:
-            what = " ".join(request.command)
-            raise TimedOut(f"`remote {what}`: {no_answer(timeout)}") from None
-        return _answer(conn, request, res)
+        return _answer(conn, request, conn.run(_argv(conn), timeout=timeout, stdin=data))
     proc = conn.start(_argv(conn))
     proc.write(data)
     proc.close_stdin()
@@ -251,7 +237,7 @@ def in_thread(name: str, fn, *args) -> Future:
 
 def job_status(conn: Connector, config: Config | None = None) -> JobStatus:
     """The job's status; with `config`, whether its hosts.yaml's job is the one deployed."""
-    st = call(conn, CtlStatus(), timeout=LOOK_DEADLINE_S)
+    st = call(conn, CtlStatus())
     if config is not None:
         st.job_differs = differs(config, conn.name, st.deployed_job)
     return st

@@ -9,7 +9,6 @@ detaches and never touches the job. What each tick shows is the view's (views/ta
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, wait
 from dataclasses import dataclass
 
 from remote.common.protocol import CtlStatus
@@ -18,7 +17,7 @@ from remote.common.status import NEVER_RUN, JobState, JobStatus
 from ..config import Config, HostConfig
 from ..connectors import Connector, connect
 from ..errors import ConnectError, DeployToolError, ExitCode
-from .control import LOOK_DEADLINE_S, Asking, in_thread, no_answer
+from .control import Asking
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
 
@@ -38,8 +37,6 @@ class HostWatch:
     log_head: bytes = b""
     log_partial: bytes = b""
     asking: Asking | None = None  # `ctl status`, kept running on the host: a look a line
-    look: Future | None = None  # the look in flight, in a thread of its own
-    look_at: float = 0.0
 
     @property
     def base(self) -> str:
@@ -79,14 +76,6 @@ class HostWatch:
             self._failed(e, now)
         except DeployToolError as e:
             self.note = str(e)
-
-    def waited(self, now: float) -> None:
-        """The look in flight has had no answer for LOOK_DEADLINE_S: said, and its connection
-        closed, which ends the look with a lost connection and a reconnect."""
-        if now - self.look_at >= LOOK_DEADLINE_S:
-            self.note = no_answer(now - self.look_at)
-            if self.conn is not None:
-                self.conn.close()
 
     def poll_log(self, now: float) -> list[str]:
         """New complete lines of runner.log since the last call; none twice, none skipped."""
@@ -140,23 +129,6 @@ class HostWatch:
             self.conn.close()
 
 
-def look(watches: list[HostWatch], clock, wait_s: float) -> None:
-    """Each host's look in a thread of its own, waited for up to `wait_s`: a host that hangs holds
-    up neither the others nor the view, which says how long it has waited."""
-    for w in watches:
-        if w.look is None:
-            w.look_at = clock()
-            w.look = in_thread(f"look {w.host.name}", w.poll_status, w.look_at)
-    wait([w.look for w in watches], timeout=wait_s)
-    now = clock()
-    for w in watches:
-        if w.look.done():
-            fut, w.look = w.look, None
-            fut.result()  # a fault of this code, not the host's: raised here
-        else:
-            w.waited(now)
-
-
 def exit_code(statuses: list[JobStatus | None]) -> int | None:
     """None while any host still runs; then 0 if every job finished, else 1."""
     if any(s is None or not s.over for s in statuses):
@@ -184,7 +156,8 @@ def watch(
     started = clock()
     try:
         if not once and not log:
-            look(watches, clock, LOOK_DEADLINE_S)
+            for w in watches:
+                w.poll_status(clock())
             if all(w.status is None and not w.failures and w.note for w in watches):
                 # every host answered and none has ever run the job: nothing would ever end the watch
                 for w in watches:
@@ -194,11 +167,12 @@ def watch(
             while True:
                 now = clock()
                 if not log:
-                    look(watches, clock, LOOK_DEADLINE_S if once else 1.0)
-                    now = clock()
+                    for w in watches:
+                        w.poll_status(now)
                 view.show(watches, now)
                 if log:
-                    look(watches, clock, 1.0)
+                    for w in watches:
+                        w.poll_status(now)
                 code = exit_code([w.status for w in watches])
                 if once:  # answers as the live view does: a host with no job to show is a failure
                     if any(w.status is None for w in watches):
