@@ -174,7 +174,8 @@ def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
         [sys.executable, "-c", "import time; time.sleep(600)", "-m", "remote", "run"], cwd=decoy_dir
     )
     try:
-        assert control.job_status(conn).strays == [hand.pid]
+        # shown once past a start's seconds (a runner writes its pid file as it starts)
+        wait_for(lambda: control.job_status(conn).strays == [hand.pid], what="the stray shown")
         r = restart_unwatched(conn, flags(cfg, max_samples=50, grace=1))
         assert hand.pid in r.stopped.strays
         assert hand.wait(10) is not None

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 
+from ...common import procinfo
 from ...common.jobspec import JOB_FILE, Paths
 from ...common.protocol import CtlStatus
 from ...common.state import job_now
 from ...common.status import JobStatus
 from ..facts.strays import stray_runners
 from ..watcher import watch
+
+STARTING_S = 10.0
 
 
 def job_status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
@@ -22,7 +25,10 @@ def job_status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
         current = None
     st.current_release = current
     st.deployed_job = deployed_job(paths)
-    st.strays = stray_runners(paths, {st.runner.pid} if st.runner.alive else set())
+    strays = stray_runners(paths, {st.runner.pid} if st.runner.alive else set())
+    # a runner writes its pid file once it holds the lock, a second or so after its start: one
+    # younger than that is being started (by the watcher, a restart), not a stray to warn of
+    st.strays = [p for p in strays if (procinfo.age_s(p) or 0.0) >= STARTING_S]
     st.supervision = watch.supervision(paths)
     st.token = None
     return st

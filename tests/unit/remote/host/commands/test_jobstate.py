@@ -38,3 +38,18 @@ def test_a_live_runner_is_looked_up_and_its_state_kept(tmp_path):
     st = job_status(paths)
     assert st.state == JobState.RUNNING and st.runner.alive and st.runner.pid == me
     assert (st.runner.release, st.current_release) == ("r1", "releases/r1")
+
+
+def test_a_runner_being_started_is_no_stray_until_it_has_had_a_starts_seconds(
+    tmp_path, monkeypatch
+):
+    """A runner writes its pid file as it starts: one the watcher (or a restart) has just started
+    has none yet, and is not warned of as a stray; one that still has none later is."""
+    from remote.host.commands import jobstate
+
+    age = {"s": 1.0}
+    monkeypatch.setattr(jobstate, "stray_runners", lambda paths, exclude: [4242])
+    monkeypatch.setattr(jobstate.procinfo, "age_s", lambda pid: age["s"])
+    assert job_status(Paths(tmp_path)).strays == []
+    age["s"] = jobstate.STARTING_S
+    assert job_status(Paths(tmp_path)).strays == [4242]
