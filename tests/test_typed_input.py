@@ -156,3 +156,28 @@ def test_hosts_names_no_server_for_a_job_of_the_built_in_engine(tmp_path):
 )
 def test_a_mistyped_value_gets_a_did_you_mean_as_flags_and_keys_do(config, line, words):
     assert words in said(typed(line, config), 2)
+
+
+@pytest.mark.parametrize(
+    "line, want",
+    [
+        (
+            "invoke restart --cap B2=3,B3=4 --dry-run",
+            "error: --cap 'B2=3,B3=4': one DS=N a flag: --cap B2=3 --cap B3=4",
+        ),
+        (
+            "invoke plan --tokens-per-dataset 10M --tokens-per-s abc",
+            "error: --tokens-per-s: expected a token count like 10M, 500k or 2500000, got 'abc'",
+        ),
+        (
+            "invoke plan --tokens-per-dataset 10X",
+            "error: --tokens-per-dataset: expected a token count like 10M, 500k or 2500000, got "
+            "'10X'",
+        ),
+        ("invoke stop --grace -5", "error: --grace: must be >= 0, got -5.0"),
+    ],
+)
+def test_a_bad_value_names_its_flag_and_how_to_give_it(config, line, want):
+    """Each as a newcomer typed it: the flag named first (as every other flag's error), and a list
+    where one value is taken says how several are given."""
+    assert said(typed(line, config), 2) == want

@@ -13,11 +13,14 @@ from .control import call
 
 
 def parse_plan_args(tokens_per_dataset: str, tokens_per_s: str | None) -> tuple[int, float | None]:
-    try:
-        target = parse_tokens(tokens_per_dataset)
-        rate = float(parse_tokens(tokens_per_s)) if tokens_per_s else None
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    def parsed(flag: str, text: str) -> int:
+        try:
+            return parse_tokens(text)
+        except ValueError as e:
+            raise UsageError(f"{flag}: {e}") from None
+
+    target = parsed("--tokens-per-dataset", tokens_per_dataset)
+    rate = float(parsed("--tokens-per-s", tokens_per_s)) if tokens_per_s else None
     if target <= 0:
         raise UsageError("--tokens-per-dataset must be positive")
     if rate is not None and rate <= 0:
