@@ -51,10 +51,12 @@ def caps_table(
         if d.changed:
             cap = f"[bold]{_cap(d.was, d.was_selected)} → {cap}[/]"
         known = d.prompts > 0
-        if planned and known:
+        if not d.selected:  # no target: said as status says it, whatever its counts read
+            d, known = dataclasses.replace(d, state=NOT_RUN), False
+        elif planned and known:
             target = d.prompts if d.cap is None else min(d.cap, d.prompts)
-            state = NOT_RUN if not d.selected else "complete" if d.done >= target else "pending"
-            d, known = dataclasses.replace(d, target=target, state=state), d.selected
+            state = "complete" if d.done >= target else "pending"
+            d = dataclasses.replace(d, target=target, state=state)
         t.add_row(
             name,
             cap,

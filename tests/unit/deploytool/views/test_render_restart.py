@@ -105,6 +105,26 @@ def test_a_dry_run_shows_the_targets_and_states_its_caps_would_give_and_says_a_r
     assert "gpu: B1's target goes up (10 → 20 prompts)" in text  # said as the restart says it
 
 
+def test_a_dataset_left_out_reads_not_run_after_a_restart_as_in_a_dry_run_and_status():
+    """A live re-cap's rows come from the runner, which gives a dataset with no target 0 of 0,
+    complete: the table says `not run`, as its dry run and status do."""
+    from remote.common.answers import RestartAnswer
+
+    rows = {
+        "B1": CapRow(4, 4, "complete", prompts=16, cap=4, was=4),
+        "B3": CapRow(0, 0, "complete", prompts=16, cap=4, was=4, selected=False),
+    }
+    answer = RestartAnswer(
+        host="gpu", mode="live", pid=7, caps=rows, kept=Caps(4, datasets=["B1"]), was=Caps(4)
+    )
+    lines = {
+        line.split()[0]: line
+        for line in printed(render_restart.restart_result, answer).splitlines()
+    }
+    assert lines["B3"].split()[-4:] == ["0", "-", "not", "run"], lines["B3"]
+    assert "complete" not in lines["B3"] and "4 → not run" in lines["B3"]
+
+
 def test_a_stop_says_its_cut_off_requests_are_asked_again_not_lost():
     from remote.common.answers import StopAnswer
 
