@@ -40,7 +40,7 @@ def _cli(fn):
         except DeployToolError as e:
             for line in e.details:
                 print(f"  | {line}", file=sys.stderr)
-            raise Exit(f"error: {typed.say(str(e))}", int(e.code)) from None
+            raise Exit(f"error: {typed.say(str(e), e.host)}", int(e.code)) from None
         if code:
             raise Exit(code=int(code))
 

@@ -35,7 +35,9 @@ def _run(config, host_spec, fn, show):
         for name in e.results:
             show(e.results[name])
         if len(hosts) == 1:
-            raise next(iter(e.failures.values())) from None  # its own message and log lines
+            (err,) = e.failures.values()
+            err.host = hosts[0].name
+            raise err from None  # its own message and log lines
         render.failures(e.failures)
         raise DeployToolError(
             f"{len(e.failures)} of {len(hosts)} hosts failed: {', '.join(e.failures)}", e.code

@@ -12,6 +12,7 @@ class DeployToolError(Exception):
     """An expected failure: printed as one line, no traceback."""
 
     code: ExitCode = ExitCode.FAILED
+    host: str | None = None  # the one host it is about: the commands its hint names act on it
 
     def __init__(self, message: str, code: ExitCode | None = None, details=()):
         super().__init__(message)

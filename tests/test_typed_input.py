@@ -181,3 +181,18 @@ def test_a_bad_value_names_its_flag_and_how_to_give_it(config, line, want):
     """Each as a newcomer typed it: the flag named first (as every other flag's error), and a list
     where one value is taken says how several are given."""
     assert said(typed(line, config), 2) == want
+
+
+def test_a_hint_about_another_host_names_it_whether_one_host_failed_or_one_of_several(tmp_path):
+    """The command a failure's hint names acts on the host it is about: typed bare, it would act on
+    the default host (a newcomer deployed `local` again, not the host that lacked a release)."""
+    job = base_job(datasets=TWO)
+    hosts = {name: {"connect": "local", "remote_dir": str(tmp_path / name)} for name in ("a", "c")}
+    config = write_config(tmp_path, hosts, job).path
+    hint = f"`DEPLOYTOOL_CONFIG={shlex.quote(str(config))} invoke deploy --host c`"
+    assert said(typed("invoke status --host c", config), 1) == (
+        f"error: nothing deployed in {tmp_path / 'c'}: run {hint} first"
+    )
+    res = typed("invoke status --host a,c", config)
+    assert res.returncode == 1
+    assert f"c: FAILED: nothing deployed in {tmp_path / 'c'}: run {hint} first" in res.stdout

@@ -123,7 +123,7 @@ def deploy_result(r: DeployResult, out: Console = console) -> None:
 
 def failures(errs: dict[str, DeployToolError], out: Console = console) -> None:
     for host, e in errs.items():
-        out.print(f"[bold red]{host}[/]: FAILED: {escape(str(e))}")
+        out.print(f"[bold red]{host}[/]: FAILED: {escape(say(str(e), host))}")
         for line in e.details:
             out.print(f"  {host} | {line}", markup=False, highlight=False)
 
