@@ -306,7 +306,9 @@ def test_tail_follows_a_runner_the_watcher_starts_again_and_ends_at_its_give_up(
     rc = watch(cfg, list(cfg.hosts.values()), live=False, out=out, clock=clock, sleep=sleep)
     said = buf.getvalue().splitlines()
     assert rc == 1 and len(looks) == 3, said
-    assert "stopped" in said[0] and "failed" in said[-1] and "the runner died again" in said[-1]
+    # said as the watcher's work it is, not as an end (a newcomer read `stopped` as one to restart)
+    assert " recovering | " in said[0] and "RECOVERING runner" in said[0]
+    assert "failed" in said[-1] and "the runner died again" in said[-1]
 
 
 def test_a_look_whose_host_process_was_killed_says_so_and_the_next_starts_anew(tmp_path):

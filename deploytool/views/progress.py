@@ -14,6 +14,7 @@ from remote.common.caps import GENERATE, HIDDEN_STATES, MEASURES
 from remote.common.status import (
     BUDGET_REACHED,
     NOT_RUN,
+    RECOVERING,
     STALE_AFTER,
     DatasetStatus,
     JobState,
@@ -335,7 +336,12 @@ def kept_line(st: JobStatus) -> str | None:
     return text
 
 
-STATE_STYLE = {JobState.FINISHED: "green", JobState.FAILED: "red", JobState.STOPPED: "yellow"}
+STATE_STYLE = {
+    JobState.FINISHED: "green",
+    JobState.FAILED: "red",
+    JobState.STOPPED: "yellow",
+    RECOVERING: "yellow",
+}
 
 
 def host_view(host: str, st: JobStatus | None, now: float, note: str | None = None):
@@ -371,7 +377,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
     head = Text.assemble(
         (f"{host}", "bold"),
         ": ",
-        (("hidden states " if rows else "") + st.state, STATE_STYLE.get(st.state, "bold")),
+        (("hidden states " if rows else "") + st.said, STATE_STYLE.get(st.said, "bold")),
         f"  pid {st.pid or '?'}  in flight {st.in_flight}/{st.concurrency or '?'}",
     )
     speed = f" · {st.samples_per_s:,.1f} rows/s" if rows else ""
@@ -443,7 +449,7 @@ def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = N
     if st.stage == HIDDEN_STATES:
         ds += " rows"
         made = f"{fmt_tokens(st.completion_tokens)} tok in rows {st.samples_per_s:,.1f} rows/s"
-    out = f"{stamp} {host}:{stage} {st.state} | {ds} | {made} ETA {eta} | {line}"
+    out = f"{stamp} {host}:{stage} {st.said} | {ds} | {made} ETA {eta} | {line}"
     said = [text for text, style in extra_lines(st, now) if style != DIM]
     if st.terminal and st.message:  # its verdict's words (what was left out, and why)
         said.append(st.message)

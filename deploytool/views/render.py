@@ -210,7 +210,7 @@ def status_screen(s: JobStatus, out: Console = console, now: float | None = None
     r = s.runner
     alive = f" (pid {r.pid}, up {_eta(r.uptime_s)})" if r and r.alive else ""
     stage = f"stage {s.stage}: " if s.stage != GENERATE else ""
-    out.print(f"[bold]{s.host}[/]: {stage}{s.state}{alive}  {release_words(s)}", markup=True)
+    out.print(f"[bold]{s.host}[/]: {stage}{s.said}{alive}  {release_words(s)}", markup=True)
     if s.message:
         out.print(f"  {escape(say(s.message, s.host))}")
     if s.job_differs:

@@ -59,6 +59,7 @@ class ProcessState(StrEnum):
 NEVER_RUN = "never run"
 BUDGET_REACHED = "budget reached"  # a dataset its token budget ended short of its target
 NOT_RUN = "not run"  # a dataset that --datasets leaves out
+RECOVERING = "recovering"  # a job whose runner is gone and that the watcher starts again
 STALE_AFTER = 30.0  # seconds a live runner may go without a status update before a view says so
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
@@ -381,6 +382,14 @@ class JobStatus(Record):
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+    @property
+    def said(self) -> str:
+        """The job's state as a person is told it: a runner gone that the watcher, at work, starts
+        again is a job recovering (`stopped` alone would read as the end, a restart to type)."""
+        if self.terminal and self.state != JobState.FINISHED and not self.over:
+            return RECOVERING
+        return self.state
 
     def said_state(self, name: str) -> str:
         """A dataset's state as a person is told it: one --datasets leaves out is not run (its

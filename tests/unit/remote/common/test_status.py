@@ -53,3 +53,19 @@ def test_a_datasets_state_is_one_rule_for_every_stage():
     assert (
         of(left=False, busy=True) == S.RUNNING
     )  # nothing left, nothing failed: its last in writing
+
+
+def test_a_job_whose_runner_the_watcher_starts_again_is_said_recovering_not_stopped():
+    from remote.common.status import ProcessWatch, Supervision
+
+    def job(state, runner=None, supervised=True):
+        sup = Supervision(supervised=supervised, runner=runner)
+        return JobStatus(state=state, supervision=sup)
+
+    backoff = ProcessWatch(state="backoff", attempt=1, of=5)
+    assert job("stopped", backoff).said == "recovering"
+    assert job("failed", ProcessWatch(state="starting")).said == "recovering"
+    assert job("stopped", ProcessWatch(state="fatal")).said == "stopped"  # given up: the end
+    assert job("stopped", backoff, supervised=False).said == "stopped"  # no watcher to do it
+    assert job("running", backoff).said == "running" and job("finished").said == "finished"
+    assert JobStatus(state="stopped").said == "stopped"
