@@ -295,7 +295,7 @@ def test_a_restart_the_new_runner_would_refuse_leaves_the_running_job_as_it_was(
             assert len(lines) == 1, lines
             assert lines[0].startswith(
                 "error: B1: its records were made with different sampling (sampling.temperature "
-                "None → 0.7): a new runner would refuse to mix them; nothing was stopped or started"
+                "(unset) → 0.7): a new runner would refuse to mix them; nothing was stopped or started"
             ), lines
             assert "or restart with --force to mix them" in lines[0]
             assert {f: (run / f).read_bytes() for f in before} == before

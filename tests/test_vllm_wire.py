@@ -77,15 +77,15 @@ def test_extra_body_reaches_the_server_and_is_part_of_the_fingerprint(project, o
     meta = json.loads((outputs(host_dir) / "B1.meta.json").read_text())
     assert meta["extra_body"] == extra
 
-    # another extra_body is another run: resuming into the same outputs is refused, with the reason shown
+    # another extra_body is another run: resuming into the same outputs is refused, with the reason
+    # shown, before any runner is started (the host checks what the runner would refuse)
     cfg, _ = wire_job(project, {"base_url": srv.url}, extra_body={"return_token_ids": True})
     assert cli(cfg, "deploy").returncode == 0
     res = cli(cfg, "restart", "--max-samples", "10")
-    assert res.returncode == 1, res.stderr
-    assert "exited with code 2 during start-up" in res.stderr
-    # the runner's own reason
-    assert "different extra_body" in res.stderr and "--force" in res.stderr
-    assert "Traceback" not in res.stderr
+    assert res.returncode == 2, res.stderr
+    assert "different extra_body (extra_body.repetition_detection" in res.stderr
+    assert "nothing was stopped or started" in res.stderr and "--force" in res.stderr
+    assert "Traceback" not in res.stderr and "start-up" not in res.stderr
     assert len(records(host_dir, "B1")) == 5
 
 

@@ -271,25 +271,37 @@ _MAPPINGS = ("sampling", "chat_template_kwargs", "extra_body", "notify")  # JobS
 SETTING_ABSENT = {"extra_body": {}, "turns": "last"}
 
 
+def settings_then(meta: dict, now: dict) -> dict:
+    """The settings a dataset's meta file says its records were made with, each of `now`'s."""
+    return {k: meta.get(k, SETTING_ABSENT.get(k)) for k in now}
+
+
 def settings_changed(meta: dict, now: dict) -> dict[str, tuple]:
-    """The settings of `now` that differ from those a dataset's meta file says its records were
-    made with: {setting: (then, now)}."""
-    then = {k: meta.get(k, SETTING_ABSENT.get(k)) for k in now}
+    """The settings of `now` that differ from its records': {setting: (then, now)}."""
+    then = settings_then(meta, now)
     return {k: (then[k], now[k]) for k in now if then[k] != now[k]}
 
 
+_UNSET = object()
+
+
 def said_changes(changed: dict[str, tuple]) -> str:
-    """`sampling.temperature 1.0 → 0.7, turns last → all`: a mapping's changed keys one by one."""
+    """`sampling.temperature 1.0 → 0.7; turns "last" → "all"`: mappings down to the values that
+    changed, each value as JSON has it (`(unset)`: not given)."""
     out = []
-    for k, (then, now) in changed.items():
+
+    def walk(path: str, then, now) -> None:
         if isinstance(then, dict) and isinstance(now, dict):
-            keys = sorted(set(then) | set(now), key=str)
-            out += [
-                f"{k}.{s} {then.get(s)} → {now.get(s)}" for s in keys if then.get(s) != now.get(s)
-            ]
-        else:
-            out.append(f"{k} {then} → {now}")
-    return ", ".join(out)
+            for k in sorted(set(then) | set(now), key=str):
+                if then.get(k, _UNSET) != now.get(k, _UNSET):
+                    walk(f"{path}.{k}", then.get(k, _UNSET), now.get(k, _UNSET))
+            return
+        said = ["(unset)" if v is _UNSET or v is None else json.dumps(v) for v in (then, now)]
+        out.append(f"{path} {said[0]} → {said[1]}")
+
+    for k, (then, now) in changed.items():
+        walk(k, then, now)
+    return "; ".join(out)
 
 
 @dataclass(frozen=True)
@@ -306,11 +318,16 @@ class JobSpec:
     def dataset_names(self) -> list[str]:
         return [d.name for d in self.datasets]
 
+    @property
+    def model_name(self) -> str:
+        """The model the records say they were made by."""
+        return "simulated" if self.engine.kind == "simulate" else self.engine.model
+
     def settings(self, spec: DatasetSpec) -> dict:
-        """What a dataset's records are made with, the model served aside, as its meta file (and
-        JSON) has it."""
+        """What a dataset's records are made with, as its meta file (and JSON) has it: the runner
+        refuses to resume a dataset into other settings, and a restart refuses it first."""
         made = {k: getattr(self, k) for k in ("sampling", "chat_template_kwargs", "extra_body")}
-        return json.loads(json.dumps(dict(made, turns=spec.turns)))
+        return json.loads(json.dumps(dict(made, model=self.model_name, turns=spec.turns)))
 
     def to_dict(self) -> dict:
         """The job spec as the runner reads it (job.json inside a release)."""

@@ -133,7 +133,7 @@ def scheduler(*runs, caps: Caps | None = None) -> Scheduler:
     job = SimpleNamespace(
         datasets=[r.spec for r in runs], dataset_names=lambda: [r.spec.name for r in runs]
     )
-    s = Scheduler(None, job, caps or Caps(), {}, Writer(), lambda line: None)
+    s = Scheduler(None, job, caps or Caps(), Writer(), lambda line: None)
     s.runs = {r.spec.name: r for r in runs}
     return s
 

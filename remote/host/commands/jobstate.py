@@ -28,7 +28,7 @@ def job_status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
     strays = stray_runners(paths, {st.runner.pid} if st.runner.alive else set())
     # a runner writes its pid file once it holds the lock, a second or so after its start: one
     # younger than that is being started (by the watcher, a restart), not a stray to warn of
-    st.strays = [p for p in strays if (procinfo.age_s(p) or 0.0) >= STARTING_S]
+    st.strays = [p for p in strays if (age := procinfo.age_s(p)) is None or age >= STARTING_S]
     st.supervision = watch.supervision(paths)
     st.token = None
     return st

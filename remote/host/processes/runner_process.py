@@ -86,11 +86,13 @@ def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:
 def refuse_mixed_settings(paths: Paths, caps: Caps, force: bool, job: Path | None = None) -> None:
     """What a new runner of the answers' stage refuses as it starts, refused before anything is
     stopped or started: a dataset whose records were made with other settings than the job's now
-    (a hosts.yaml edited and deployed; the model served only the runner can check)."""
+    (a hosts.yaml edited and deployed)."""
     spec = deployed_spec(job)
     if force or spec is None or caps.stage != GENERATE:
         return
     for ds in spec.datasets:
+        if not caps.selected(ds.name):  # the runner opens none of its files
+            continue
         meta = read_json(paths.meta(ds.name))
         changed = settings_changed(meta, spec.settings(ds)) if meta else {}
         if changed and _has_records(paths.output(ds.name)):

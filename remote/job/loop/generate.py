@@ -35,7 +35,7 @@ class GenerateStage(stage.Stage):
         self.stall_after = eng.stall_minutes * 60
         self.history = History(paths.history)
         self.writer = RecordWriter(log, self._disk_full)
-        self.scheduler = Scheduler(paths, job, caps, self.fingerprint(), self.writer, log, force)
+        self.scheduler = Scheduler(paths, job, caps, self.writer, log, force)
         self.watch_view = WatchView(paths.watch_state, server_pid=paths.server_pid)
         self.alerts = AlertWatcher(
             runner.notifier, log, self.stall_after, eng.down_deadline, runner.notify_message
@@ -58,14 +58,6 @@ class GenerateStage(stage.Stage):
     @property
     def fatal(self) -> str | None:
         return self.dispatcher.fatal if self.dispatcher else None
-
-    def fingerprint(self) -> dict:
-        return {
-            "model": self.runner.model_name,
-            "sampling": self.job.sampling,
-            "chat_template_kwargs": self.job.chat_template_kwargs,
-            "extra_body": self.job.extra_body,
-        }
 
     def _disk_full(self, why: str) -> None:
         msg = f"disk full ({why}): answers wait, no new requests"

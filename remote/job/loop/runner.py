@@ -55,8 +55,7 @@ class Runner:
     ):
         self.paths, self.job, self.grace = paths, job, grace
         self.log = Log(paths.log, echo)
-        eng = job.engine
-        self.model_name = "simulated" if eng.kind == "simulate" else eng.model
+        self.model_name = job.model_name
         self.state, self.message = JobState.STARTING, ""
         self.started_at = time.time()
         self.token = os.environ.get(JOB_TOKEN_ENV) or os.urandom(8).hex()

@@ -21,13 +21,12 @@ class Scheduler:
         paths: Paths,
         job: JobSpec,
         caps: Caps,
-        fingerprint: dict,
         writer: RecordWriter,
         log: Callable[[str], None],
         force: bool = False,
     ):
         self.paths, self.job, self.caps = paths, job, caps
-        self.fingerprint, self.writer, self.log, self.force = fingerprint, writer, log, force
+        self.writer, self.log, self.force = writer, log, force
         self.runs: dict[str, DatasetRun] = {}
         self.reloaded: dict[str, Reload] = {}  # prompt files reloaded by the last re-cap
         self.before: dict[str, ActiveTime] = {}  # what the runners before this one made, and when
@@ -84,7 +83,8 @@ class Scheduler:
         try:  # open what is newly selected first: a failure changes nothing
             for spec in self.job.datasets:
                 if caps.selected(spec.name) and spec.name not in self.runs:
-                    run = open_dataset(self.paths, spec, self.fingerprint, self.force, self.log)
+                    settings = self.job.settings(spec)
+                    run = open_dataset(self.paths, spec, settings, self.force, self.log)
                     if run.done:  # a rate over the job's whole life, not this runner's alone
                         run.active = run.active.plus(self.before.get(spec.name, ActiveTime()))
                     self.runs[spec.name] = run

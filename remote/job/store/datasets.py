@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...common.codec import read_json, typed_lines, write_json
-from ...common.jobspec import DatasetSpec, Paths, said_changes, settings_changed
+from ...common.jobspec import DatasetSpec, Paths, said_changes, settings_changed, settings_then
 from ...common.records import ErrorLine
 from ...common.status import DatasetState
 from .conversation import Partials
@@ -18,7 +18,6 @@ from .prompts import Prompt, PromptFile
 from .rates import ActiveTime, RateWindow
 
 
-# a key a meta file predates reads as its empty value
 class BadInput(Exception):
     pass
 
@@ -160,7 +159,7 @@ class DatasetRun:
 
 def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) -> DatasetRun:
     """Repair the outputs' torn tails, read which ids exist, check the settings they were made with
-    (`fp`, the fingerprint) and open the files the run appends to."""
+    (`fp`: JobSpec.settings) and open the files the run appends to."""
     path = paths.root / spec.prompts
     if not path.exists():
         raise BadInput(
@@ -190,8 +189,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
                     f"restore the settings, move {out_path.name} aside, or pass --force"
                 )
             log(f"{spec.name}: --force: resuming with changed {diff}")
-            then = dict(fp, **{k: old for k, (old, _) in changed.items()})
-            fp = dict(fp, previous=[then] + list(meta.get("previous", [])))
+            fp = dict(fp, previous=[settings_then(meta, fp)] + list(meta.get("previous", [])))
         write_json(meta_path, fp)  # what the records from now on are made with
     prompts = PromptFile(path, spec.name, cache_dir=paths.prompt_index, turns=spec.turns)
     run = DatasetRun(

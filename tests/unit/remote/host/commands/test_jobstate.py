@@ -53,3 +53,5 @@ def test_a_runner_being_started_is_no_stray_until_it_has_had_a_starts_seconds(
     assert job_status(Paths(tmp_path)).strays == []
     age["s"] = jobstate.STARTING_S
     assert job_status(Paths(tmp_path)).strays == [4242]
+    age["s"] = None  # an age that cannot be read hides no stray
+    assert job_status(Paths(tmp_path)).strays == [4242]

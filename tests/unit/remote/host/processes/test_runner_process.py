@@ -153,3 +153,59 @@ def test_a_re_cap_waits_for_a_slow_runner_and_gives_up_on_one_that_goes_on_witho
     done.set()
     t.join()
     assert kept_caps(paths) == Caps(max_samples=5)  # not taken: the caps are as they were
+
+
+def test_a_restart_refuses_first_what_the_new_runner_would_refuse_and_nothing_more(tmp_path):
+    """The host's check and the runner's are one comparison (JobSpec.settings): a changed model or
+    sampling of a dataset with records is refused, unless --force; a dataset the caps leave out,
+    one with no records yet, and the other stages are not the runner's to refuse."""
+    import json
+
+    import pytest
+
+    from remote.common.jobspec import JobSpec
+    from remote.common.wire import HostFault
+    from remote.host.processes.runner_process import refuse_mixed_settings
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    job = {
+        "datasets": {n: {"prompts": f"data/{n}.jsonl"} for n in ("B1", "B2")},
+        "engine": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m2"},
+        "sampling": {"temperature": 0.7},
+    }
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps(job))
+    spec = JobSpec.load(job_file)
+    made = spec.settings(spec.datasets[0])
+    for name in ("B1", "B2"):  # B1 made by model m1; B2 as the job says
+        then = dict(made, model="m1") if name == "B1" else made
+        paths.meta(name).write_text(json.dumps(then))
+        paths.output(name).write_text('{"id": "x"}\n')
+
+    with pytest.raises(HostFault) as e:
+        refuse_mixed_settings(paths, Caps(), False, job_file)
+    assert e.value.fault.code == "settings"
+    assert e.value.fault.message.startswith(
+        'B1: its records were made with different model (model "m1" → "m2")'
+    )
+    refuse_mixed_settings(paths, Caps(), True, job_file)  # --force mixes them
+    refuse_mixed_settings(paths, Caps(datasets=["B2"]), False, job_file)  # B1 is not run
+    refuse_mixed_settings(paths, Caps(stage="hidden-states"), False, job_file)
+    paths.output("B1").write_text("")  # no record made yet: the runner records the new settings
+    refuse_mixed_settings(paths, Caps(), False, job_file)
+
+
+def test_what_changed_is_said_down_to_each_value_as_json_has_it():
+    from remote.common.jobspec import said_changes, settings_changed
+
+    then = {"sampling": {"temperature": 1.0, "top_p": None}, "turns": "last", "extra_body": {}}
+    now = {
+        "sampling": {"temperature": "0.7", "top_p": 0.9},
+        "turns": "all",
+        "extra_body": {"rd": {"min_count": 4}},
+    }
+    assert said_changes(settings_changed(then, now)) == (
+        'sampling.temperature 1.0 → "0.7"; sampling.top_p (unset) → 0.9; turns "last" → "all"; '
+        'extra_body.rd (unset) → {"min_count": 4}'
+    )
