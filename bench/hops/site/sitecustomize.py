@@ -93,8 +93,8 @@ def _install(out):
                 rc["frame"] = frame
             return
         if event == "call":
-            if code.co_name == "_apply_control":
-                rc["recap"] = bool(getattr(frame.f_locals.get("req"), "recap", False))
+            if code.co_name == "recap" and name.endswith("Stage.recap"):  # it took recap=True
+                rc["recap"] = True
             if rc["hit"]:
                 rc["tail"].add(frame, name)
                 return
