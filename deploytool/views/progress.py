@@ -267,11 +267,8 @@ def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
         elif w.state == ProcessState.FATAL:
             add(f"GAVE UP on the {what}: {w.why}", "bold red")
             out.extend((f"    {line}", "red") for line in w.log[-3:])
-        elif w.restarts:
-            add(
-                f"{what} restarted {w.restarts}x by the watcher; last cause: {w.last_cause}",
-                "yellow",
-            )
+        elif w.restarts:  # done and over: said where the job is shown whole, not on each line
+            add(f"{what} restarted {w.restarts}x by the watcher; last cause: {w.last_cause}", DIM)
     if st.watcher_restarts:
         add(f"watcher started again {st.watcher_restarts}x by the runner (it was gone)", DIM)
     if sup.note:

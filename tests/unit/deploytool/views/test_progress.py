@@ -35,6 +35,7 @@ def test_status_and_tail_say_recovering_gave_up_and_unsupervised():
     assert (
         "RECOVERING server" in line and "reboot" not in line
     )  # tail's plain line: only what matters
+    assert "restarted 1x" not in line  # a recovery over: not repeated on every line
     st.supervision = Supervision(
         enabled=True,
         server=ProcessWatch(
