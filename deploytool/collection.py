@@ -252,7 +252,7 @@ def server_start(c, host=""):
     return commands.server_start(host or None)
 
 
-@_task(name="stop", help={"grace": "seconds before SIGKILL"})
+@_task(name="stop", help={"grace": f"seconds before SIGKILL (default {GRACE_S:g})"})
 def server_stop(c, host="", grace=GRACE_S):
     """Stop the vLLM server and every worker it left; wait for its GPU memory to be free."""
     return commands.server_stop(host or None, grace=grace)

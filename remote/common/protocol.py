@@ -37,7 +37,7 @@ GPU_WAIT_S = 120.0
 def _grace():
     return opt(
         GRACE_S,
-        "seconds in-flight requests get to finish after SIGTERM before SIGKILL",
+        f"seconds in-flight requests get to finish after SIGTERM before SIGKILL (default {GRACE_S:g})",
         parse=_nonneg_float,
         show=lambda g: f"{g:g}",
     )
