@@ -86,12 +86,20 @@ class DatasetRun:
     def budget_reached(self) -> bool:
         return self.budget is not None and self.tokens_in_target >= self.budget
 
+    def budget_spoken_for(self) -> bool:
+        """No new request once the answers in flight would reach the budget at the dataset's mean
+        length: they then end near it, not a window of answers past it (256 of 8k tokens each is
+        2M tokens); one that ends it short lets the next go."""
+        if self.budget is None:
+            return False
+        return self.tokens_in_target + len(self.in_flight) * self.mean_tokens >= self.budget
+
     def due_now(self, now: float) -> bool:
         due = self.ledger.next_due_at()
         return due is not None and due <= now
 
     def next_prompt(self, now: float) -> Prompt | None:
-        if self.budget_reached():
+        if self.budget_spoken_for():
             return None
         while (p := self.ledger.due(now)) is not None:
             if p.index < self.target_n:  # a re-cap may have lowered the target
