@@ -208,10 +208,12 @@ def _measure_possible(config, host_spec: str | None, flags) -> None:
         elif flag_value(spec.args, "--speculative-config") is not None:
             why = "server.args gives a --speculative-config of its own: every server has a draft"
         if why:
-            raise UsageError(
+            e = UsageError(
                 f"--baseline on {h.name}: {why}; measure the draft, then `invoke restart --stage "
                 "baseline`"
             )
+            e.host = h.name  # the command it names acts on this host
+            raise e
 
 
 def server_start(host_spec: str | None) -> int:

@@ -103,7 +103,7 @@ def parse_cap(text: str) -> tuple[str, int]:
     if not sep:
         raise ValueError(f"--cap expects DS=N, got {text!r}")
     check_dataset_name(name.strip())
-    if "," in value:  # a list where one is taken: say how several are given
+    if "=" in value.partition(",")[2]:  # a list where one is taken: say how several are given
         raise ValueError(f"--cap {text!r}: one DS=N a flag: --cap B2=3 --cap B3=4")
     try:
         n = int(value.strip())

@@ -54,6 +54,10 @@ WATCH_TOKEN_ENV = "DEPLOYTOOL_WATCH_TOKEN"
 TURNS = ("last", "all")
 
 
+# fewer records than this, and a dataset's measured mean response length is noise: est_tokens
+MIN_MEASURED = 50
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
     """hosts.yaml `job.datasets.NAME`, each key declared once (its default and its check)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..common.answers import HostPlan, PlanRow
 from ..common.caps import GENERATE
-from ..common.jobspec import JOB_FILE, JobSpec, Paths, release_dir
+from ..common.jobspec import JOB_FILE, MIN_MEASURED, JobSpec, Paths, release_dir
 from ..common.protocol import CtlPlan
 from ..common.state import job_now
 from ..common.status import JobState, JobStatus
@@ -12,8 +12,6 @@ from ..common.wire import HostFault
 from ..job.store.outputs import load_existing
 from ..job.store.prompts import PromptFile
 from .stage_bytes import stage_bytes
-
-MIN_MEASURED = 50  # fewer records than this: the mean is noise, use est_tokens
 
 
 def cap_for(tokens_per_dataset: int, mean_tokens: float) -> int:

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...common.codec import read_json, typed_lines, write_json
-from ...common.jobspec import DatasetSpec, Paths, said_changes, settings_changed, settings_then
+from ...common.jobspec import (
+    MIN_MEASURED,
+    DatasetSpec,
+    Paths,
+    said_changes,
+    settings_changed,
+    settings_then,
+)
 from ...common.records import ErrorLine
 from ...common.status import DatasetState
 from .conversation import Partials
@@ -88,11 +95,15 @@ class DatasetRun:
 
     def budget_spoken_for(self) -> bool:
         """No new request once the answers in flight would reach the budget at the dataset's mean
-        length: they then end near it, not a window of answers past it (256 of 8k tokens each is
-        2M tokens); one that ends it short lets the next go."""
+        length: not a window of answers past it (256 of 8k tokens each is 2M tokens); one that ends
+        it short lets the next go. Short answers end first, so a young mean is too low: until it
+        is measured, est_tokens is its floor."""
         if self.budget is None:
             return False
-        return self.tokens_in_target + len(self.in_flight) * self.mean_tokens >= self.budget
+        mean = self.mean_tokens
+        if len(self.tokens_of) < MIN_MEASURED:
+            mean = max(mean, self.spec.est_tokens)
+        return self.tokens_in_target + len(self.in_flight) * mean >= self.budget
 
     def due_now(self, now: float) -> bool:
         due = self.ledger.next_due_at()

@@ -81,3 +81,14 @@ def test_sizes_are_said_in_one_unit_system_powers_of_1024():
     assert [c.fmt_bytes(n) for n in (999, 57_300, 4.6e12, 2e15)] == [
         "999 B", "56.0 KiB", "4.2 TiB", "1819.0 TiB",
     ]  # fmt: skip
+
+
+def test_a_cap_list_is_told_how_several_are_given_and_a_separator_is_no_list():
+    import pytest
+
+    from remote.common.caps import parse_cap
+
+    with pytest.raises(ValueError, match="one DS=N a flag: --cap B2=3 --cap B3=4"):
+        parse_cap("B2=3,B3=4")
+    with pytest.raises(ValueError, match="N must be a whole number"):
+        parse_cap("B2=3,000")

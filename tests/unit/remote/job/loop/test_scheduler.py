@@ -78,15 +78,16 @@ def test_a_deselected_dataset_sends_nothing_more():
 def test_a_token_budget_sends_no_more_than_the_answers_in_flight_would_need_to_reach_it():
     """A budget of 1,000 tokens at a mean of 300 a record: four in flight would reach it, so a
     fifth is not sent (a window of 256 would have run 76k past it); an answer that ends short lets
-    the next one go, and the budget reached ends the dataset."""
+    the next one go, one, not a window (short answers end first: a young mean is floored at
+    est_tokens), and the budget reached ends the dataset."""
     b1 = dataset("B1", 20, est_tokens=300)
     s = scheduler(b1)
     s.apply_caps(Caps(max_tokens=1000))
     sent = take(s, 10)
     assert len(sent) == 4 and s.has_work()  # 0 + 4 × 300 ≥ 1,000: the fifth waits
     b1.ledger.answered(sent[0])
-    b1.record_done(b1.prompts[b1.prompts.ids.index(sent[0])], 200)  # a short one
-    assert len(take(s, 10)) == 1  # 200 + 3 × (mean 200) < 1,000: room for one more
+    b1.record_done(b1.prompts[b1.prompts.ids.index(sent[0])], 10)  # a short one first
+    assert len(take(s, 10)) == 1  # 10 + 3 × 300 < 1,000 ≤ 10 + 4 × 300: one more
     for pid in sorted(b1.in_flight):
         b1.ledger.answered(pid)
         b1.record_done(b1.prompts[b1.prompts.ids.index(pid)], 300)
