@@ -107,8 +107,10 @@ def refuse_mixed_settings(paths: Paths, caps: Caps, force: bool, job: Path | Non
 
 
 def _has_records(path: Path) -> bool:
+    """A whole line in it: a torn one alone (a kill mid-write) the runner cuts, and has none."""
     try:
-        return path.stat().st_size > 0
+        with open(path, "rb") as f:
+            return any(b"\n" in chunk for chunk in iter(lambda: f.read(1 << 16), b""))
     except OSError:
         return False
 

@@ -194,6 +194,8 @@ def test_a_restart_refuses_first_what_the_new_runner_would_refuse_and_nothing_mo
     refuse_mixed_settings(paths, Caps(stage="hidden-states"), False, job_file)
     paths.output("B1").write_text("")  # no record made yet: the runner records the new settings
     refuse_mixed_settings(paths, Caps(), False, job_file)
+    paths.output("B1").write_text('{"id": "x", "torn')  # a kill mid-write: the runner cuts it
+    refuse_mixed_settings(paths, Caps(), False, job_file)
 
 
 def test_what_changed_is_said_down_to_each_value_as_json_has_it():
