@@ -153,9 +153,9 @@ class WatchState(Record):
     def view(self, now: float, live: bool) -> Supervision:
         """What status and tail show; `now` on the host's clock, `live`: the watcher still works."""
         for w in (self.server, self.runner):
-            w.next_try_in_s = None if w.next_try_at is None else max(0.0, w.next_try_at - now)
             if not live and w.recovering:
-                w.state = ProcessState.IDLE  # a recovery nobody carries on any more
+                w.move(ProcessState.IDLE)  # a recovery nobody carries on any more: no next try
+            w.next_try_in_s = None if w.next_try_at is None else max(0.0, w.next_try_at - now)
         return Supervision(
             enabled=True,
             supervised=live,

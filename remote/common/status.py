@@ -277,6 +277,21 @@ class RunnerInfo(Codec):
 RECOVERING_STATES = frozenset({ProcessState.BACKOFF, ProcessState.STARTING})
 KEPT_STATES = RECOVERING_STATES | {ProcessState.WATCHING}  # a death is started again
 
+_P = ProcessState
+# where a supervised process's state may go (staying is always allowed). `fatal` has no way out: a
+# command that wants the process again starts a new watch of it, its restart budget whole
+PROCESS_MOVES = {
+    _P.IDLE: {_P.WATCHING, _P.STARTING, _P.BACKOFF, _P.FATAL},
+    _P.WATCHING: {_P.IDLE, _P.STARTING, _P.BACKOFF, _P.FATAL},
+    _P.BACKOFF: {_P.IDLE, _P.WATCHING, _P.STARTING, _P.FATAL},
+    _P.STARTING: {_P.IDLE, _P.WATCHING, _P.BACKOFF, _P.FATAL},
+    _P.FATAL: set(),
+}
+
+
+class ProcessStateError(AssertionError):
+    """A move the watcher's rules do not allow: a bug in the watcher, never something the host did."""
+
 
 @dataclass
 class ProcessWatch(Codec):
@@ -295,6 +310,20 @@ class ProcessWatch(Codec):
     @property
     def recovering(self) -> bool:
         return self.state in RECOVERING_STATES
+
+    def move(self, to: str, **fields) -> None:
+        """The one way its state changes, checked against where it starts (as a prompt's in its
+        ledger); a time to try again belongs to a backoff only."""
+        # a state of another release's watcher, read from its file, may go anywhere
+        if to != self.state and to not in PROCESS_MOVES.get(self.state, set(_P)):
+            raise ProcessStateError(f"{self.state} -> {to}")
+        self.state = to
+        if to != _P.BACKOFF:
+            self.next_try_at = None
+        for name, value in fields.items():
+            if name not in self.__dataclass_fields__:
+                raise TypeError(f"ProcessWatch has no field {name}")
+            setattr(self, name, value)
 
 
 @dataclass

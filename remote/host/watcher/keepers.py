@@ -2,8 +2,9 @@
 wait out the backoff, start again, and give up past the budget.
 
 One state per process (status.ProcessState: idle, watching, backoff, starting, fatal), moved only
-here. A start is not waited for: the server loads for minutes, so `starting` is checked tick by tick
-and the runner is watched meanwhile.
+here and only through ProcessWatch.move, which checks where each move starts. A start is not waited
+for: the server loads for minutes, so `starting` is checked tick by tick and the runner is watched
+meanwhile.
 """
 
 from __future__ import annotations
@@ -109,8 +110,8 @@ class Keeper:
         self.last_start_failure = shape
         delay = None if again else self.budget.failed(now)
         if delay is None:
-            self.seen.state, self.seen.why, self.seen.log = ProcessState.FATAL, cause, lines
-            self.seen.next_try_at, self.gave_up_at = None, now
+            self.seen.move(ProcessState.FATAL, why=cause, log=lines)
+            self.gave_up_at = now
             record_event(self.paths, self.what, "gave_up", cause, lines)
             why = (
                 f"failed to start the same way twice in a row; gave up: {cause}"
@@ -120,8 +121,12 @@ class Keeper:
             )
             self.log(f"{self.what}: {why}")
             return why
-        self.seen.state, self.seen.why = ProcessState.BACKOFF, cause
-        self.seen.attempt, self.seen.next_try_at = self.budget.attempt(now), now + delay
+        self.seen.move(
+            ProcessState.BACKOFF,
+            why=cause,
+            attempt=self.budget.attempt(now),
+            next_try_at=now + delay,
+        )
         self.log(
             f"{self.what}: {cause}; restart {self.seen.attempt} of {self.spec.max_restarts} in "
             f"{delay:g}s"
@@ -129,7 +134,7 @@ class Keeper:
         return None
 
     def _restarted(self, now: float, extra: str = "") -> None:
-        self.seen.state, self.seen.next_try_at = ProcessState.WATCHING, None
+        self.seen.move(ProcessState.WATCHING)
         self.last_start_failure = None  # a start that worked: the next failure is news again
         self.seen.restarts += 1
         msg = (
@@ -202,7 +207,8 @@ class ServerKeeper(Keeper):
         written once it runs: a watcher killed before then swaps it again."""
         server_process.stop(self.paths, ServerStop())
         self.clock, self.swapping = None, True
-        self.seen.state, self.seen.why, self.started_at = ProcessState.STARTING, why, now
+        self.seen.move(ProcessState.STARTING, why=why)
+        self.started_at = now
         try:
             server_process.start(self.paths, spec, by="watcher")
         except server_process.ServerError as e:
@@ -216,8 +222,7 @@ class ServerKeeper(Keeper):
 
     def tick(self, now: float, want: ServerWanted) -> None:
         if want.spec.data_parallel_member:
-            self.seen.state = ProcessState.IDLE
-            self.seen.why = "a data-parallel group member: restart the group"
+            self.seen.move(ProcessState.IDLE, why="a data-parallel group member: restart the group")
             return
         if self.seen.state in (ProcessState.WATCHING, ProcessState.IDLE):
             self._watch(now, want)
@@ -236,9 +241,9 @@ class ServerKeeper(Keeper):
             # `server.start` at the keyboard failed and said so there: not ours to retry
             self.log("server: died during a start-up the user ran; not restarted")
             intent.change(self.paths, server={"wanted": False, "why": "start-up failed"})
-            self.seen.state = ProcessState.IDLE
+            self.seen.move(ProcessState.IDLE)
             return
-        self.seen.state = ProcessState.WATCHING
+        self.seen.move(ProcessState.WATCHING)
         if not alive:
             return self._dead(now, rec, GONE)
         if not rec.ready_at:
@@ -290,7 +295,7 @@ class ServerKeeper(Keeper):
 
     def _start(self, now: float, want: ServerWanted) -> None:
         if server_process.managed(self.paths):  # started meanwhile (`server.start` at the keyboard)
-            self.seen.state, self.seen.next_try_at = ProcessState.WATCHING, None
+            self.seen.move(ProcessState.WATCHING)
             return
         held = self._gpu_held()
         if held and now < self.gpu_deadline:
@@ -300,7 +305,8 @@ class ServerKeeper(Keeper):
                 f"server: GPU memory still held by {held} after {GPU_WAIT_S:g}s; starting anyway"
             )
         self.seen.attempt = self.budget.restarting(now)
-        self.seen.state, self.started_at = ProcessState.STARTING, now
+        self.seen.move(ProcessState.STARTING)
+        self.started_at = now
         try:
             server_process.start(self.paths, want.spec, by="watcher")
         except server_process.ServerError as e:
@@ -331,7 +337,8 @@ class ServerKeeper(Keeper):
         self.ready_seq += 1
         took = f"ready in {now - (self.started_at or now):.0f}s"
         if self.swapping:
-            self.swapping, self.seen.state, self.seen.why = False, ProcessState.WATCHING, None
+            self.swapping = False
+            self.seen.move(ProcessState.WATCHING, why=None)
             self.log(f"server started for the next stage: {took}")
             return
         self._restarted(now, f"; {took}")
@@ -379,7 +386,8 @@ class RunnerKeeper(Keeper):
         # what its caps ask to follow (a watcher started again may find the next stage's kept)
         follows = st.follows if verdict == JobState.FINISHED else None
         if rec.alive():
-            self.seen.state, self.pending = ProcessState.WATCHING, follows
+            self.seen.move(ProcessState.WATCHING)
+            self.pending = follows
             return
         self.pending = None
         if follows:  # the draft measured, the baseline asked for: the watcher starts it
@@ -389,7 +397,7 @@ class RunnerKeeper(Keeper):
             # its own verdict: a finished job, or a fault restarting cannot mend
             intent.change(self.paths, runner={"wanted": False, "why": f"the runner {st.state}"})
             self.log(f"runner: {st.state} by itself ({st.message or 'no message'}); not restarted")
-            self.seen.state = ProcessState.IDLE
+            self.seen.move(ProcessState.IDLE)
             return
         cause = (
             f"the runner (pid {rec.pid}) {st.message}"
@@ -404,7 +412,7 @@ class RunnerKeeper(Keeper):
     def _start(self, now: float, want: RunnerWanted, next_stage: bool = False) -> None:
         """Start it again after a death, or (`next_stage`) for the stage that follows."""
         if runner_process.managed_runner(self.paths):  # started meanwhile (`invoke restart`)
-            self.seen.state, self.seen.next_try_at = ProcessState.WATCHING, None
+            self.seen.move(ProcessState.WATCHING)
             return
         if not next_stage:
             self.seen.attempt = self.budget.restarting(now)

@@ -154,7 +154,7 @@ class Watcher:
                         keeper.seen.state != ProcessState.FATAL and data.part(keeper.what).wanted
                     )
                 elif keeper.seen.state != ProcessState.FATAL:
-                    keeper.seen.state = ProcessState.IDLE
+                    keeper.seen.move(ProcessState.IDLE)
             if self.runner.then:
                 self._next_stage(now)
             self.write_state(now)

@@ -69,3 +69,25 @@ def test_a_job_whose_runner_the_watcher_starts_again_is_said_recovering_not_stop
     assert job("stopped", backoff, supervised=False).said == "stopped"  # no watcher to do it
     assert job("running", backoff).said == "running" and job("finished").said == "finished"
     assert JobStatus(state="stopped").said == "stopped"
+
+
+def test_a_process_given_up_on_stays_so_until_a_new_watch():
+    import pytest
+
+    from remote.common.status import ProcessState, ProcessStateError, ProcessWatch
+
+    w = ProcessWatch()
+    w.move(ProcessState.BACKOFF, why="died", next_try_at=5.0)
+    assert (w.state, w.why, w.next_try_at) == ("backoff", "died", 5.0)
+    w.move(ProcessState.STARTING)
+    assert w.next_try_at is None  # a time to try again belongs to a backoff only
+    w.move(ProcessState.FATAL, why="gave up")
+    for to in (ProcessState.WATCHING, ProcessState.IDLE, ProcessState.BACKOFF):
+        with pytest.raises(ProcessStateError, match=f"fatal -> {to}"):
+            w.move(to)
+    assert w.state == "fatal"
+    with pytest.raises(TypeError, match="no field wy"):
+        ProcessWatch().move(ProcessState.IDLE, wy="typo")
+    unknown = ProcessWatch(state="paused")  # another release's word, read from its file
+    unknown.move(ProcessState.IDLE)
+    assert unknown.state == "idle"
