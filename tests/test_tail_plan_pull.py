@@ -20,7 +20,7 @@ from deploytool.views import tail as tail_view
 from remote.common import procinfo
 from remote.common.jobspec import JobSpec, Paths
 from remote.common.state import RunnerRecord, settle
-from remote.common.status import JobStatus
+from remote.common.status import JobView
 from remote.common.wire import PROTOCOL
 from remote.job.store.outputs import encode_record
 from remote.queries.target_caps import plan
@@ -91,8 +91,8 @@ def spec_status(**over) -> dict:
     return st
 
 
-def typed(**over) -> JobStatus:
-    return JobStatus.from_dict(spec_status(**over))
+def typed(**over) -> JobView:
+    return JobView.from_dict(spec_status(**over))
 
 
 def render(obj, width=100) -> str:

@@ -16,7 +16,7 @@ from remote.common.flags import Request
 from remote.common.keys import suggest
 from remote.common.protocol import GRACE_S, CtlKeys, CtlRestart, CtlStatus, CtlStop, RunArgs
 from remote.common.recover import RecoverSpec
-from remote.common.status import JobStatus
+from remote.common.status import JobView
 from remote.common.wire import (
     FAULTS,
     REQUEST_FLAG,
@@ -235,7 +235,7 @@ def in_thread(name: str, fn, *args) -> Future:
     return fut
 
 
-def job_status(conn: Connector, config: Config | None = None) -> JobStatus:
+def job_status(conn: Connector, config: Config | None = None) -> JobView:
     """The job's status; with `config`, whether its hosts.yaml's job is the one deployed."""
     st = call(conn, CtlStatus())
     if config is not None:

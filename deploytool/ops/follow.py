@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from remote.common.protocol import CtlStatus
-from remote.common.status import NEVER_RUN, JobState, JobStatus
+from remote.common.status import NEVER_RUN, JobState, JobView
 
 from ..config import Config, HostConfig
 from ..connectors import Connector, connect
@@ -29,7 +29,7 @@ class HostWatch:
     host: HostConfig
     config: Config | None
     conn: Connector | None = None
-    status: JobStatus | None = None
+    status: JobView | None = None
     note: str | None = None
     failures: int = 0
     retry_at: float = 0.0
@@ -129,7 +129,7 @@ class HostWatch:
             self.conn.close()
 
 
-def exit_code(statuses: list[JobStatus | None]) -> int | None:
+def exit_code(statuses: list[JobView | None]) -> int | None:
     """None while any host still runs; then 0 if every job finished, else 1."""
     if any(s is None or not s.over for s in statuses):
         return None

@@ -18,7 +18,7 @@ from remote.common.status import (
     STALE_AFTER,
     DatasetStatus,
     JobState,
-    JobStatus,
+    JobView,
     ProcessState,
     ServerMetrics,
 )
@@ -62,7 +62,7 @@ def fmt_duration(seconds) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def engine_said(st: JobStatus, now: float) -> tuple[str, bool]:
+def engine_said(st: JobView, now: float) -> tuple[str, bool]:
     """What the runner saw of its engine, and whether it needs attention. Once the job has ended
     no runner looks at it: what it saw last is no answer about now."""
     eng = st.engine
@@ -74,7 +74,7 @@ def engine_said(st: JobStatus, now: float) -> tuple[str, bool]:
     return f"ENGINE UNREACHABLE for {fmt_duration(down)}: {eng.last_error or '?'}", True
 
 
-def health(st: JobStatus, now: float) -> tuple[str, bool]:
+def health(st: JobView, now: float) -> tuple[str, bool]:
     """The health line, and whether anything in it needs attention."""
     engine, bad = engine_said(st, now)
     parts = [engine]
@@ -122,7 +122,7 @@ def short_url(url: str) -> str:
     return url.removesuffix("/v1")
 
 
-def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:
+def endpoint_lines(st: JobView, now: float) -> list[tuple[str, bool]]:
     """One line per server (when there are several, one is down, or a server reports /metrics), and
     whether it needs attention."""
     show = len(st.endpoints) > 1 or any(
@@ -149,7 +149,7 @@ def endpoint_lines(st: JobStatus, now: float) -> list[tuple[str, bool]]:
     return out
 
 
-def gpu_line(st: JobStatus) -> str | None:
+def gpu_line(st: JobView) -> str | None:
     """Every GPU of the host on one line: utilisation each, memory in total."""
     if not st.gpus:
         return None
@@ -159,7 +159,7 @@ def gpu_line(st: JobStatus) -> str | None:
     return f"GPUs {len(st.gpus)}: util % {util} · memory {used:,.0f}/{total:,.0f} GiB"
 
 
-def disk_line(st: JobStatus) -> tuple[str, str] | None:
+def disk_line(st: JobView) -> tuple[str, str] | None:
     """(text, style) for the outputs' disk: full, filling within ~6 hours, or just how much is free."""
     d = st.disk
     if d.free_bytes is None:
@@ -191,7 +191,7 @@ def disk_line(st: JobStatus) -> tuple[str, str] | None:
     )
 
 
-def hints(st: JobStatus) -> list[str]:
+def hints(st: JobView) -> list[str]:
     """Plain advice from the servers' own view: idle batch room, or preemption."""
     out = []
     more = (
@@ -226,7 +226,7 @@ def hints(st: JobStatus) -> list[str]:
     return out
 
 
-def notices(st: JobStatus) -> list[str]:
+def notices(st: JobView) -> list[str]:
     """Things the user should act on that are not failures: prompt files replaced under a running job."""
     changed = [n for n, d in st.datasets.items() if d.prompts_changed]
     if changed and not st.terminal:
@@ -235,7 +235,7 @@ def notices(st: JobStatus) -> list[str]:
     return []
 
 
-def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
+def recovery_lines(st: JobView) -> list[tuple[str, str]]:
     """The watcher's word: a recovery under way, a give-up, restarts done, an unsupervised job.
     (text, style) pairs."""
     sup = st.supervision
@@ -279,7 +279,7 @@ def recovery_lines(st: JobStatus) -> list[tuple[str, str]]:
 DIM = "dim"  # a line for information: the one-line view leaves it out
 
 
-def extra_lines(st: JobStatus, now: float) -> list[tuple[str, str]]:
+def extra_lines(st: JobView, now: float) -> list[tuple[str, str]]:
     """What every view of the job says under its table, in order, each with its style: the
     servers, the kept answers, the GPUs, the disk, hints, notices, strays, a stop or a drain, the
     watcher's word."""
@@ -299,14 +299,14 @@ def extra_lines(st: JobStatus, now: float) -> list[tuple[str, str]]:
     return out + recovery_lines(st)
 
 
-def dataset_rate(st: JobStatus, name: str) -> str:
+def dataset_rate(st: JobView, name: str) -> str:
     """A dataset's tok/s as every view says it; none for one --datasets leaves out (its mean is
     the earlier runs')."""
     d = st.datasets[name]
     return "-" if st.said_state(name) == NOT_RUN else fmt_rate(d.tokens_per_s, d.mean_tokens_per_s)
 
 
-def totals(statuses: list[JobStatus]) -> tuple[int, float, int | None]:
+def totals(statuses: list[JobView]) -> tuple[int, float, int | None]:
     """Tokens, tokens/s and the ETA over every host (the ETA: the last host to finish)."""
     tok = sum(s.completion_tokens for s in statuses)
     rate = sum(s.tokens_per_s or 0 for s in statuses)
@@ -314,7 +314,7 @@ def totals(statuses: list[JobStatus]) -> tuple[int, float, int | None]:
     return tok, rate, max(etas) if etas and None not in etas else (None if etas else 0)
 
 
-def kept_line(st: JobStatus) -> str | None:
+def kept_line(st: JobView) -> str | None:
     """The unfinished answers' tokens kept for a restart, and what continuing them saved."""
     k = st.kept
     if not k.on:
@@ -341,7 +341,7 @@ STATE_STYLE = {
 }
 
 
-def host_view(host: str, st: JobStatus | None, now: float, note: str | None = None):
+def host_view(host: str, st: JobView | None, now: float, note: str | None = None):
     if st is None:
         return Text(f"{host}: no status yet" + (f" ({note})" if note else ""), style="yellow")
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
@@ -395,7 +395,7 @@ def host_view(host: str, st: JobStatus | None, now: float, note: str | None = No
 
 
 def view(
-    snapshots: dict[str, JobStatus | None], notes: dict[str, str | None], now: float | None = None
+    snapshots: dict[str, JobView | None], notes: dict[str, str | None], now: float | None = None
 ):
     now = time.time() if now is None else now
     parts = [host_view(h, st, now, notes.get(h)) for h, st in snapshots.items()]
@@ -429,7 +429,7 @@ def beyond_said(n: int) -> str:
     return f" +{n:,} beyond the cap" if n else ""
 
 
-def plain_line(host: str, st: JobStatus | None, now: float, note: str | None = None) -> str:
+def plain_line(host: str, st: JobView | None, now: float, note: str | None = None) -> str:
     stamp = time.strftime("%H:%M:%S", time.localtime(now))
     if st is None:
         return f"{stamp} {host}: no status yet" + (f" ({note})" if note else "")

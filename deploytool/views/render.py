@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, MEASURES, fmt_bytes
-from remote.common.status import JobStatus
+from remote.common.status import JobView
 
 from ..errors import DeployToolError
 from .progress import DIM, MEAN_NOTE, dataset_rate, engine_said, extra_lines, fmt_rate
@@ -151,7 +151,7 @@ def job_differs(host: str | None) -> str:
     return say("hosts.yaml's job is not the one deployed: `invoke deploy` sends it", host)
 
 
-def draft_table(s: JobStatus) -> Table:
+def draft_table(s: JobView) -> Table:
     """The draft stage's measure per dataset, by vLLM's own counters."""
     t = Table(*DRAFT_COLS, box=None)
     for name, d in s.datasets.items():
@@ -169,7 +169,7 @@ def draft_table(s: JobStatus) -> Table:
     return t
 
 
-def work_table(s: JobStatus, out: Console, now: float) -> None:
+def work_table(s: JobView, out: Console, now: float) -> None:
     """The answers', or the hidden-states stage's rows', per dataset, and the totals."""
     rows = s.stage == HIDDEN_STATES  # rows of hidden states: no finish reason to count
     t = Table(*(STAGE_COLS if rows else STATUS_COLS), box=None)
@@ -205,7 +205,7 @@ def work_table(s: JobStatus, out: Console, now: float) -> None:
     )
 
 
-def status_screen(s: JobStatus, out: Console = console, now: float | None = None) -> None:
+def status_screen(s: JobView, out: Console = console, now: float | None = None) -> None:
     now = time.time() if now is None else now
     r = s.runner
     alive = f" (pid {r.pid}, up {_eta(r.uptime_s)})" if r and r.alive else ""
@@ -227,7 +227,7 @@ def _release_id(path: str | None) -> str | None:
     return path.rstrip("/").rsplit("/", 1)[-1] if path else None
 
 
-def release_words(s: JobStatus) -> str:
+def release_words(s: JobView) -> str:
     """The release that runs (or ran last), and the deployed one where it is another."""
     deployed = _release_id(s.current_release)
     runs = _release_id(s.runner.release if s.runner and s.runner.alive else None)

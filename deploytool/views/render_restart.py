@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.caps import GENERATE, MEASURES
-from remote.common.status import NOT_RUN, JobStatus
+from remote.common.status import NOT_RUN, JobView
 
 from .progress import fmt_tokens as _tok
 from .render import console, job_differs
@@ -158,7 +158,7 @@ class Stopping:
         self.said_at: float | None = None
         self.phase = None
 
-    def __call__(self, st: JobStatus | None, waited: float) -> None:
+    def __call__(self, st: JobView | None, waited: float) -> None:
         alive = st is not None and st.runner is not None and st.runner.alive
         flight = st.in_flight if st is not None else 0
         if waited and st is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .caps import DRAFT, GENERATE, HIDDEN_STATES, CapRow, Caps
-from .status import DraftCounts, JobStatus, Reload, ServerMetrics
+from .status import DraftCounts, JobView, Reload, ServerMetrics
 
 
 @dataclass
@@ -410,7 +410,7 @@ class ReportAnswer:
     """`ctl report`: what the page draws, gathered in one pass over the outputs."""
 
     host: str = ""
-    status: JobStatus = field(default_factory=JobStatus)
+    status: JobView = field(default_factory=JobView)
     max_tokens: int | None = None
     datasets: dict[str, ReportDataset] = field(default_factory=dict)
     history: ReportHistory = field(default_factory=ReportHistory)

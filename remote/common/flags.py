@@ -47,10 +47,10 @@ class Request:
 
     @classmethod
     def answer_type(cls) -> type:
-        if cls.answer == "JobStatus":
-            from .status import JobStatus
+        if cls.answer == "JobView":
+            from .status import JobView
 
-            return JobStatus
+            return JobView
         from . import answers
 
         return getattr(answers, cls.answer)

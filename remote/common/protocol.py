@@ -240,7 +240,7 @@ class CtlStop(Request):
 @dataclass
 class CtlStatus(Request):
     command: ClassVar = ("ctl", "status")
-    answer: ClassVar = "JobStatus"
+    answer: ClassVar = "JobView"
     help: ClassVar = "the job's status.json, with the runner, strays and supervision looked up"
     again: bool = opt(False, "answer again for each line read on stdin, until it closes")
 

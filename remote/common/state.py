@@ -16,7 +16,7 @@ from .codec import Codec, Record
 from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
 from .protocol import RunArgs
 from .recover import RecoverSpec
-from .status import JobState, JobStatus, RunnerInfo
+from .status import JobState, JobStatus, JobView, RunnerInfo
 
 # ------------------------------------------------------------------ the processes' records
 
@@ -212,11 +212,11 @@ def kept_caps(paths: Paths) -> Caps:
     return Caps.read(paths.caps) or Caps()
 
 
-def job_now(paths: Paths) -> JobStatus:
+def job_now(paths: Paths) -> JobView:
     """The job as every view shows it: status.json with its runner looked up, and a runner gone
     without writing its verdict (killed with -9) said stopped, never running."""
     rec = RunnerRecord.live(paths.pidfile)  # first: a runner writes its verdict, then exits
-    st = JobStatus.read(paths.status) or JobStatus()
+    st = JobView(**vars(JobStatus.read(paths.status) or JobStatus()))
     if st.state in (JobState.STARTING, JobState.RUNNING) and not rec:
         st.end(JobState.STOPPED, "the runner is gone without writing its status (killed?)")
     st.runner = RunnerInfo(

@@ -358,8 +358,8 @@ class KeptStatus(Codec):
 
 @dataclass
 class JobStatus(Record):
-    """status.json: written by the runner every second, completed by `ctl status` on the host and by
-    deploytool."""
+    """status.json: written by the runner every second (once it is gone, only by `state.settle`).
+    What is looked up beside it is JobView's, never this file's."""
 
     KEEP_NONE = True  # unset fields written as null: readers look its keys up
     SYNC = False  # whole, not synced: it is made again at once
@@ -399,56 +399,15 @@ class JobStatus(Record):
     kept: KeptStatus = field(default_factory=KeptStatus)
     watcher_restarts: int = 0  # a dead watcher started again by this runner
     stage: str = "generate"  # generate: answers; hidden-states: the target's hidden states of them
-    # filled in by `ctl status` on the host, and by deploytool
-    runner: RunnerInfo | None = None
-    current_release: str | None = None
-    strays: list = field(default_factory=list)
-    supervision: Supervision | None = None  # the watcher's view (ctl status)
-    host: str | None = None
-    deployed_job: str | None = None  # the sha256 of current/job.json (ctl status)
-    job_differs: bool = False  # hosts.yaml's job is not the deployed one (deploytool)
 
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
 
     @property
-    def said(self) -> str:
-        """The job's state as a person is told it: a runner gone that the watcher, at work, starts
-        again is a job recovering (`stopped` alone would read as the end, a restart to type)."""
-        if self.terminal and self.state != JobState.FINISHED and not self.over:
-            return RECOVERING
-        return self.state
-
-    def said_state(self, name: str) -> str:
-        """A dataset's state as a person is told it: one --datasets leaves out is not run (its
-        target is none, which would read as complete)."""
-        if not Caps.from_dict(self.caps or {}).selected(name):
-            return NOT_RUN
-        return self.datasets[name].said_state
-
-    @property
     def follows(self) -> str | None:
         """The stage its caps ask to follow it once finished (the baseline after the draft)."""
         return Caps.from_dict(self.caps or {}).follows()
-
-    @property
-    def over(self) -> bool:
-        """Nothing more will come of it: its verdict, and no runner gone that the watcher, at work,
-        keeps, and no stage asked to follow it that the watcher is starting or has yet to look at
-        (its last look came before the verdict)."""
-        if not self.terminal:
-            return False
-        sup = self.supervision
-        if sup is None or not sup.supervised:
-            return True
-        if self.state != JobState.FINISHED:
-            return not (sup.runner and sup.runner.state in KEPT_STATES)
-        if not self.follows:
-            return True
-        if sup.ticked_at is None:  # a watcher of an older release: it starts no next stage
-            return True
-        return not sup.next_stage and sup.ticked_at > (self.updated_at or 0.0)
 
     def end(self, state: str, message: str, at: float | None = None) -> JobStatus:
         """The job's verdict, whoever says it: nothing is in flight any more, and a dataset that was
@@ -474,3 +433,51 @@ class JobStatus(Record):
     @property
     def records(self) -> int:
         return sum(d.records for d in self.datasets.values())
+
+
+@dataclass
+class JobView(JobStatus):
+    """The job as `ctl status` answers it and every view shows it: status.json, with what the host
+    looks up beside it (the runner, strays, the watcher) and what deploytool adds (its host, whether
+    hosts.yaml differs). Made for each look; never written."""
+
+    runner: RunnerInfo | None = None
+    current_release: str | None = None
+    strays: list = field(default_factory=list)
+    supervision: Supervision | None = None  # the watcher's view
+    host: str | None = None
+    deployed_job: str | None = None  # the sha256 of current/job.json
+    job_differs: bool = False  # hosts.yaml's job is not the deployed one (deploytool)
+
+    @property
+    def said(self) -> str:
+        """The job's state as a person is told it: a runner gone that the watcher, at work, starts
+        again is a job recovering (`stopped` alone would read as the end, a restart to type)."""
+        if self.terminal and self.state != JobState.FINISHED and not self.over:
+            return RECOVERING
+        return self.state
+
+    def said_state(self, name: str) -> str:
+        """A dataset's state as a person is told it: one --datasets leaves out is not run (its
+        target is none, which would read as complete)."""
+        if not Caps.from_dict(self.caps or {}).selected(name):
+            return NOT_RUN
+        return self.datasets[name].said_state
+
+    @property
+    def over(self) -> bool:
+        """Nothing more will come of it: its verdict, and no runner gone that the watcher, at work,
+        keeps, and no stage asked to follow it that the watcher is starting or has yet to look at
+        (its last look came before the verdict)."""
+        if not self.terminal:
+            return False
+        sup = self.supervision
+        if sup is None or not sup.supervised:
+            return True
+        if self.state != JobState.FINISHED:
+            return not (sup.runner and sup.runner.state in KEPT_STATES)
+        if not self.follows:
+            return True
+        if sup.ticked_at is None:  # a watcher of an older release: it starts no next stage
+            return True
+        return not sup.next_stage and sup.ticked_at > (self.updated_at or 0.0)

@@ -10,14 +10,14 @@ from ...common import procinfo
 from ...common.jobspec import JOB_FILE, Paths
 from ...common.protocol import CtlStatus
 from ...common.state import job_now
-from ...common.status import JobStatus
+from ...common.status import JobView
 from ..facts.strays import stray_runners
 from ..watcher import watch
 
 STARTING_S = 10.0
 
 
-def job_status(paths: Paths, req: CtlStatus | None = None) -> JobStatus:
+def job_status(paths: Paths, req: CtlStatus | None = None) -> JobView:
     st = job_now(paths)
     try:
         current = os.readlink(paths.root / "current")

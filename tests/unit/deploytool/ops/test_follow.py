@@ -6,12 +6,12 @@ from __future__ import annotations
 def test_tail_waits_past_a_finished_draft_whose_baseline_the_watcher_starts():
     from deploytool.ops.follow import exit_code
     from remote.common.caps import Caps
-    from remote.common.status import JobStatus, Supervision
+    from remote.common.status import JobView, Supervision
 
     def draft(state="finished", baseline=True, supervised=True, ticked=5.0, nxt=None):
         caps = Caps(stage="draft", baseline=baseline).to_dict()
         sup = Supervision(supervised=supervised, ticked_at=ticked, next_stage=nxt)
-        return JobStatus(state=state, caps=caps, updated_at=10.0, supervision=sup)
+        return JobView(state=state, caps=caps, updated_at=10.0, supervision=sup)
 
     assert exit_code([draft()]) is None  # the watcher has not looked since the verdict
     assert exit_code([draft(ticked=11.0, nxt="baseline")]) is None  # it is starting it

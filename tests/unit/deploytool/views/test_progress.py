@@ -11,9 +11,9 @@ def test_status_and_tail_say_recovering_gave_up_and_unsupervised():
     from rich.console import Console
 
     from deploytool.views import progress, render
-    from remote.common.status import JobStatus, Supervision
+    from remote.common.status import JobView, Supervision
 
-    st = JobStatus(state="running", host="gpu1")
+    st = JobView(state="running", host="gpu1")
     st.supervision = Supervision(
         enabled=True,
         supervised=True,
@@ -54,9 +54,9 @@ def test_the_hidden_states_stage_is_shown_in_rows_without_a_finish_reason():
     from rich.console import Console
 
     from deploytool.views import progress, render
-    from remote.common.status import DatasetStatus, DiskStatus, JobStatus
+    from remote.common.status import DatasetStatus, DiskStatus, JobView
 
-    st = JobStatus(state="running", host="gpu1", stage="hidden-states", samples_per_s=12.5)
+    st = JobView(state="running", host="gpu1", stage="hidden-states", samples_per_s=12.5)
     st.datasets = {
         "B1": DatasetStatus(
             state="running", done=3, target=4, records=3, completion_tokens=360, finish_length=3
@@ -85,10 +85,10 @@ def test_a_dataset_its_budget_ended_short_says_why_in_status_and_tail():
     from rich.console import Console
 
     from deploytool.views import progress, render
-    from remote.common.status import DatasetStatus, JobStatus
+    from remote.common.status import DatasetStatus, JobView
 
     big = DatasetStatus("complete", 276, 300, budget=700_000, budget_reached=True)
-    st = JobStatus(state="finished", host="gpu1", datasets={"BIG": big})
+    st = JobView(state="finished", host="gpu1", datasets={"BIG": big})
     buf = io.StringIO()
     render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
     row = next(line for line in buf.getvalue().splitlines() if line.split()[:1] == ["BIG"])
@@ -102,9 +102,9 @@ def test_every_view_says_a_job_is_draining_until_it_stops():
     from rich.console import Console
 
     from deploytool.views import progress, render
-    from remote.common.status import JobStatus
+    from remote.common.status import JobView
 
-    st = JobStatus(state="running", host="gpu1", in_flight=16, draining=True)
+    st = JobView(state="running", host="gpu1", in_flight=16, draining=True)
     said = "draining: no new requests; the 16 in flight finish, then it stops"
     buf = io.StringIO()
     render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
@@ -121,9 +121,9 @@ def test_every_view_says_a_job_is_stopping_in_its_grace_period():
     from rich.console import Console
 
     from deploytool.views import progress, render
-    from remote.common.status import JobStatus
+    from remote.common.status import JobView
 
-    st = JobStatus(state="running", host="gpu1", in_flight=16, stopping=30.0, draining=True)
+    st = JobView(state="running", host="gpu1", in_flight=16, stopping=30.0, draining=True)
     said = (
         "stopping: no new requests; the 16 in flight get 30s to finish, then are cut off (the "
         "next start asks them again)"
@@ -142,9 +142,9 @@ def test_stop_drain_says_the_requests_in_flight_finish_before_the_grace_counts()
     from rich.console import Console
 
     from deploytool.views.render_restart import Stopping
-    from remote.common.status import JobStatus, RunnerInfo
+    from remote.common.status import JobView, RunnerInfo
 
-    st = JobStatus(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=9))
+    st = JobView(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=9))
     buf = io.StringIO()
     Stopping("gpu1", 5.0, True, Console(file=buf, width=200))(st, 0.0)
     assert "the 16 in flight finish, then SIGTERM and 5s more, then SIGKILL" in buf.getvalue()
@@ -156,14 +156,14 @@ def test_stop_says_how_it_goes_at_the_first_second_each_change_and_every_five_se
     from rich.console import Console
 
     from deploytool.views.render_restart import Stopping
-    from remote.common.status import JobStatus, RunnerInfo
+    from remote.common.status import JobView, RunnerInfo
 
     buf = io.StringIO()
     told = Stopping("gpu1", 30.0, False, Console(file=buf, width=200))
-    running = JobStatus(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=9))
+    running = JobView(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=9))
     for second in range(0, 36):
         told(running, float(second))
-    told(JobStatus(state="stopped", runner=RunnerInfo(alive=False)), 36.0)
+    told(JobView(state="stopped", runner=RunnerInfo(alive=False)), 36.0)
     said = [line.split(": ", 1)[1] for line in buf.getvalue().splitlines()[1:]]
     assert said == [
         "waiting 1s: 16 in flight, 29s of grace left",
@@ -178,11 +178,11 @@ def test_stop_says_how_it_goes_at_the_first_second_each_change_and_every_five_se
     ]
     buf = io.StringIO()
     told = Stopping("gpu1", 30.0, True, Console(file=buf, width=200))
-    draining = JobStatus(state="running", in_flight=3, runner=RunnerInfo(alive=True, pid=9))
+    draining = JobView(state="running", in_flight=3, runner=RunnerInfo(alive=True, pid=9))
     told(draining, 1.0)
     told(None, 2.0)  # a look that failed: no news
     told(draining, 3.0)
-    told(JobStatus(state="running", in_flight=3, stopping=30.0, runner=draining.runner), 4.0)
+    told(JobView(state="running", in_flight=3, stopping=30.0, runner=draining.runner), 4.0)
     said = [line.split(": ", 1)[1] for line in buf.getvalue().splitlines()]
     assert said == [
         "waiting 1s: 3 in flight, draining",
@@ -197,9 +197,9 @@ def test_a_dataset_left_out_by_datasets_is_said_not_run_in_every_view():
 
     from deploytool.views import progress, render
     from remote.common.caps import Caps
-    from remote.common.status import DatasetStatus, JobStatus
+    from remote.common.status import DatasetStatus, JobView
 
-    st = JobStatus(state="running", host="gpu1", caps=Caps(datasets=["B2"]).to_dict())
+    st = JobView(state="running", host="gpu1", caps=Caps(datasets=["B2"]).to_dict())
     st.datasets = {  # B1: no target now; its rate is the mean of the runs that made it
         "B1": DatasetStatus(state="complete", done=0, target=0, mean_tokens_per_s=734.0),
         "B2": DatasetStatus(state="running", done=3, target=9, tokens_per_s=120.0),
@@ -215,9 +215,9 @@ def test_a_dataset_left_out_by_datasets_is_said_not_run_in_every_view():
 
 def test_a_watcher_the_runner_started_again_is_said():
     from deploytool.views import progress
-    from remote.common.status import JobStatus, Supervision
+    from remote.common.status import JobView, Supervision
 
-    st = JobStatus(state="running", watcher_restarts=1, supervision=Supervision(supervised=True))
+    st = JobView(state="running", watcher_restarts=1, supervision=Supervision(supervised=True))
     said = [text for text, _ in progress.extra_lines(st, 0.0)]
     assert "watcher started again 1x by the runner (it was gone)" in said
 
@@ -225,9 +225,9 @@ def test_a_watcher_the_runner_started_again_is_said():
 def test_runners_without_a_pid_file_are_said_by_every_view():
     """`ctl status` looks for them at each look, tail's included: status and tail both say so."""
     from deploytool.views import progress
-    from remote.common.status import JobStatus
+    from remote.common.status import JobView
 
-    st = JobStatus(state="running", strays=[4242])
+    st = JobView(state="running", strays=[4242])
     said = "runner processes without a pid file: [4242] (restart or stop takes care of them)"
     assert (said, "red") in progress.extra_lines(st, 0.0)
     assert said in progress.plain_line("gpu1", st, 0.0)

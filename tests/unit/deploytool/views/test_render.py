@@ -29,9 +29,9 @@ def test_the_loading_line_quotes_vllm_without_its_prefix_and_cut_at_a_word():
 
 
 def test_status_names_the_release_that_runs_and_the_deployed_one_when_it_differs():
-    from remote.common.status import JobStatus, RunnerInfo
+    from remote.common.status import JobView, RunnerInfo
 
-    st = JobStatus(state="running", host="gpu1", release="/h/releases/4ccbed604b97")
+    st = JobView(state="running", host="gpu1", release="/h/releases/4ccbed604b97")
     st.current_release = "releases/e3e4372be5de"
     st.runner = RunnerInfo(alive=True, pid=4225, release="/h/releases/4ccbed604b97")
     text = printed(render.status_screen, st)

@@ -70,9 +70,9 @@ def test_a_give_up_shows_the_last_lines_of_the_log_that_said_why():
 
 def test_a_running_job_whose_runner_finished_nothing_lately_gives_its_mean_as_status_does():
     from remote.common.answers import ReportAnswer, ReportHistory
-    from remote.common.status import JobStatus
+    from remote.common.status import JobView
 
-    data = ReportAnswer(status=JobStatus(state="running"), history=ReportHistory(mean_tps=507.0))
+    data = ReportAnswer(status=JobView(state="running"), history=ReportHistory(mean_tps=507.0))
     assert report._rate(data) == "507 tok/s on average (nothing finished in the last minute)"
     data.status.tokens_per_s = 900.0
     assert report._rate(data) == "900 tok/s now"

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from deploytool.config import HostConfig
 from deploytool.views import tail
-from remote.common.status import DatasetStatus, JobStatus
+from remote.common.status import DatasetStatus, JobView
 
 
 @dataclass
@@ -18,7 +18,7 @@ class Watch:
     """A host's watch as the driver holds it (ops/follow.HostWatch's fields the views read)."""
 
     name: str
-    status: JobStatus | None = None
+    status: JobView | None = None
     note: str | None = None
     failures: int = 0
     log: list = field(default_factory=list)
@@ -37,8 +37,8 @@ def console(terminal: bool) -> tuple[Console, io.StringIO]:
     return Console(file=buf, width=200, force_terminal=terminal, highlight=False), buf
 
 
-def running(done: int) -> JobStatus:
-    return JobStatus(state="running", datasets={"B1": DatasetStatus(done=done, target=24)})
+def running(done: int) -> JobView:
+    return JobView(state="running", datasets={"B1": DatasetStatus(done=done, target=24)})
 
 
 def test_the_flags_choose_the_view():

@@ -56,11 +56,11 @@ def test_a_datasets_state_is_one_rule_for_every_stage():
 
 
 def test_a_job_whose_runner_the_watcher_starts_again_is_said_recovering_not_stopped():
-    from remote.common.status import ProcessWatch, Supervision
+    from remote.common.status import JobView, ProcessWatch, Supervision
 
     def job(state, runner=None, supervised=True):
         sup = Supervision(supervised=supervised, runner=runner)
-        return JobStatus(state=state, supervision=sup)
+        return JobView(state=state, supervision=sup)
 
     backoff = ProcessWatch(state="backoff", attempt=1, of=5)
     assert job("stopped", backoff).said == "recovering"
@@ -68,7 +68,7 @@ def test_a_job_whose_runner_the_watcher_starts_again_is_said_recovering_not_stop
     assert job("stopped", ProcessWatch(state="fatal")).said == "stopped"  # given up: the end
     assert job("stopped", backoff, supervised=False).said == "stopped"  # no watcher to do it
     assert job("running", backoff).said == "running" and job("finished").said == "finished"
-    assert JobStatus(state="stopped").said == "stopped"
+    assert JobView(state="stopped").said == "stopped"
 
 
 def test_a_process_given_up_on_stays_so_until_a_new_watch():
@@ -91,3 +91,16 @@ def test_a_process_given_up_on_stays_so_until_a_new_watch():
     unknown = ProcessWatch(state="paused")  # another release's word, read from its file
     unknown.move(ProcessState.IDLE)
     assert unknown.state == "idle"
+
+
+def test_status_json_holds_the_runners_words_and_a_look_adds_the_rest(tmp_path):
+    import json
+
+    from remote.common.status import JobView, Supervision
+
+    path = tmp_path / "status.json"
+    JobStatus(state="running", pid=7).write(path)
+    looked_up = {"runner", "current_release", "strays", "supervision", "host", "deployed_job"}
+    assert not looked_up & set(json.loads(path.read_text()))  # the file is the runner's only
+    view = JobView(**vars(JobStatus.read(path)), supervision=Supervision(supervised=True))
+    assert (view.state, view.pid, view.supervision.supervised) == ("running", 7, True)
