@@ -143,20 +143,27 @@ def restart(
         _measure_possible(config, host_spec, run_flags)
 
     def one(conn):
-        # a change that runs more than the job had is said before anything is done; and one the
-        # host would refuse is refused before another stage's server is started for it
-        server_first = run_flags.stage and server_mod.manages_engine(config, conn.name)
-        if (run_flags.may_raise() or server_first) and not dry_run:
-            ahead = control.restart(conn, run_flags, hard=hard, dry_run=True)
-            ahead.host = conn.name
-            render_restart.raised_targets(ahead)
+        asked = []
+
+        def ahead():
+            """What the host would do, asked once before anything is done: a change that runs
+            more than the job had is said first, and one the host would refuse is refused before
+            a server is started (or started again for another stage) for it."""
+            if not asked:
+                asked.append(control.restart(conn, run_flags, hard=hard, dry_run=True))
+                asked[0].host = conn.name
+                render_restart.raised_targets(asked[0])
+
         if not dry_run:
+            if run_flags.may_raise():
+                ahead()
             server_mod.up_for_restart(
                 conn,
                 config,
                 run_flags,
                 with_server=with_server,
                 drain=drain,
+                ahead=ahead,
                 note=render.note,
                 progress=render.plain_note,
                 stopped=render_server.server_stopped,

@@ -287,6 +287,21 @@ def test_restart_starts_the_server_first_then_the_runner_uses_it(host, tmp_path)
     assert json.loads(out.read_text().splitlines()[0])["model"] == "kimi"
 
 
+def test_a_restart_the_host_refuses_starts_no_server_for_it(host, tmp_path):
+    """The host's word comes before the server is started: a model loads for minutes, and a
+    restart refused after that would leave a server up that nobody asked for."""
+    cfg, conn = host()
+    made = outputs(tmp_path / "host")  # B1's records, made at another temperature than the job's
+    made.mkdir(parents=True, exist_ok=True)
+    (made / "B1.jsonl").write_text(json.dumps({"id": "B1-0"}) + "\n")
+    (made / "B1.meta.json").write_text(json.dumps({"sampling": {"temperature": 0.7}}))
+    res = cli(cfg, "restart")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "B1: its records were made with different sampling" in res.stderr
+    assert "starting it first" not in res.stdout
+    assert not server.server_state(conn).up
+
+
 def test_a_job_waiting_for_its_server_goes_on_as_soon_as_server_start_has_it_up(host, tmp_path):
     """A runner whose server is down waits between looks, each twice as long as the one before (up
     to a minute); `server.start` on its host is news it acts on at once. Here its first wait (500 to

@@ -151,13 +151,15 @@ def up_for_restart(
     *,
     with_server,
     drain=False,
+    ahead=lambda: None,
     note,
     progress,
     stopped,
     started,
 ) -> None:
     """Before a restart: the job's own server up, and started for the stage the restart runs (a
-    server started for the other stage is restarted); `--no-server` leaves it as it is."""
+    server started for the other stage is restarted); `--no-server` leaves it as it is. `ahead()`
+    is called before any server is stopped or started: the host's word on the restart itself."""
     if not manages_engine(config, conn.name):
         return
     spec, state = config.server_for(conn.name), server_state(conn, quick=True)
@@ -171,6 +173,7 @@ def up_for_restart(
     if wrong:
         if planned is None:  # every check that can refuse the new server, before the old stops
             call(conn, ServerStart(spec=spec, stage=flags.stage, dry_run=True))
+        ahead()
         note(f"{conn.name}: the server {wrong}: restarting it (the model loads again)")
         # the runner first: none of its requests goes to (or is counted by) a server made for
         # another stage, and it never ends failed for a server taken from under it
@@ -187,6 +190,7 @@ def up_for_restart(
     if not with_server:
         return
     if not wrong:
+        ahead()
         note(f"{conn.name}: the engine's server is down: starting it first")
     recover = config.recover_for(conn.name)
     try:
