@@ -88,9 +88,8 @@ def _by_folder(paths: list[str]) -> str:
 def deploy_result(r: DeployResult, out: Console = console) -> None:
     verb = "would deploy" if r.dry_run else "deployed"
     if not r.changed:
-        out.print(
-            f"[bold]{r.host}[/]: nothing changed (release {r.release} is current); 0 bytes of file data sent"
-        )
+        sent = "nothing to send" if r.dry_run else "0 bytes of file data sent"
+        out.print(f"[bold]{r.host}[/]: nothing changed (release {r.release} is current); {sent}")
         return
     if r.release == r.previous:  # the code and the job as they were: only prompt files went
         out.print(f"[bold]{r.host}[/]: release {r.release} kept; {verb} prompt files")
@@ -116,9 +115,11 @@ def deploy_result(r: DeployResult, out: Console = console) -> None:
             f"  [yellow]{will} {files}, in use by the running job (pid {pid})[/]: it keeps reading the "
             f"file it opened; {escape(hint)} (records already written still count)"
         )
-    sent = "would send" if r.dry_run else "sent"
+    if r.dry_run:  # nothing went: a time would read as a send
+        out.print(f"  would send {fmt_bytes(r.bytes_sent)}; nothing sent (--dry-run)")
+        return
     extra = f"; pruned {', '.join(r.pruned)}" if r.pruned else ""
-    out.print(f"  {sent} {fmt_bytes(r.bytes_sent)} in {r.seconds:.2f}s{extra}")
+    out.print(f"  sent {fmt_bytes(r.bytes_sent)} in {r.seconds:.2f}s{extra}")
 
 
 def failures(errs: dict[str, DeployToolError], out: Console = console) -> None:

@@ -65,3 +65,18 @@ def test_plans_disk_line_says_what_the_stage_writes_beside_the_free_space():
         StageBytes(tokens=5, basis="not known until the stage makes its first row", sampled=1)
     )
     assert "return_token_ids: true" in line(StageBytes())
+
+
+def test_a_dry_run_deploy_says_what_it_would_send_and_no_send_time():
+    """A dry run sends nothing: `would send 1.0 KiB in 0.03s` read as a send that took time."""
+    from deploytool.ops.deploy import DeployResult
+
+    dry = DeployResult("gpu", "abc", None, added=["job.json"], bytes_sent=1024, seconds=0.03)
+    dry.dry_run = True
+    said = printed(render.deploy_result, dry)
+    assert said.splitlines()[-1] == "  would send 1.0 KiB; nothing sent (--dry-run)"
+    assert "0.03s" not in said
+    dry.added, dry.previous = [], "abc"  # the host has it all: still no word of a send
+    assert "nothing to send" in printed(render.deploy_result, dry)
+    real = DeployResult("gpu", "abc", None, added=["job.json"], bytes_sent=1024, seconds=0.03)
+    assert printed(render.deploy_result, real).splitlines()[-1] == "  sent 1.0 KiB in 0.03s"
