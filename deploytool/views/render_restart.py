@@ -91,13 +91,27 @@ def caps_table(
 
 
 def raised_targets(r: RestartAnswer, out: Console = console) -> None:
-    """Before a restart that runs more than the job had: say which datasets grow."""
+    """Before a restart that runs more than the job had: which datasets grow, in one line (a line
+    each buried the rest under eight alike); datasets that grow alike are named together."""
+    alike: dict[tuple[str, bool], list[str]] = {}  # (was → now, the whole file) -> names
     for name, d in r.caps.items():
         if d.raised:
             whole = d.prompts > 0 and (d.cap is None or d.cap >= d.prompts)
-            more = f"{_cap(d.was, d.was_selected)} → {_cap(d.prompts if whole else d.cap)} prompts"
-            more += ": every prompt of the file" if whole else ""
-            out.print(f"[yellow]{r.host}: {name}'s target goes up ({more})[/]")
+            more = f"{_cap(d.was, d.was_selected)} → {_cap(d.prompts if whole else d.cap)}"
+            alike.setdefault((more, whole), []).append(name)
+    if not alike:
+        return
+    said = [
+        f"{', '.join(names)} ({more} prompts"
+        + (f": every prompt of {'the file' if len(names) == 1 else 'each file'})" if whole else ")")
+        for (more, whole), names in alike.items()
+    ]
+    if len(said) == 1 and len(next(iter(alike.values()))) == 1:  # one dataset: said as before
+        name, _, more = said[0].partition(" ")
+        said = f"{name}'s target goes up {more}"
+    else:
+        said = "targets go up: " + "; ".join(said)
+    out.print(f"[yellow]{r.host}: {said}[/]")
 
 
 def restart_result(r: RestartAnswer, out: Console = console) -> None:

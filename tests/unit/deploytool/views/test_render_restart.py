@@ -82,9 +82,22 @@ def test_a_raised_target_says_how_many_prompts_the_file_lets_it_reach():
     }
     text = printed(render_restart.raised_targets, RestartAnswer(host="gpu", caps=rows))
     assert text.splitlines() == [
-        "gpu: B1's target goes up (5 → 60 prompts: every prompt of the file)",
-        "gpu: B2's target goes up (5 → 20 prompts)",
+        "gpu: targets go up: B1 (5 → 60 prompts: every prompt of the file); B2 (5 → 20 prompts)"
     ]
+
+
+def test_raised_targets_are_one_line_naming_each_dataset_alike_ones_together():
+    """Eight datasets raised alike were eight lines before anything was done; one is said as it
+    always was."""
+    from remote.common.answers import RestartAnswer
+
+    rows = {f"B{i}": CapRow(4, 4, "complete", prompts=32, cap=24, was=4) for i in range(1, 9)}
+    rows["B3"] = CapRow(4, 4, "complete", prompts=32, cap=4, was=4)  # unchanged: not named
+    text = printed(render_restart.raised_targets, RestartAnswer(host="gpu", caps=rows))
+    assert text.splitlines() == ["gpu: targets go up: B1, B2, B4, B5, B6, B7, B8 (4 → 24 prompts)"]
+    one = {"B2": CapRow(4, 4, "complete", prompts=32, cap=6, was=4)}
+    text = printed(render_restart.raised_targets, RestartAnswer(host="gpu", caps=one))
+    assert text.splitlines() == ["gpu: B2's target goes up (4 → 6 prompts)"]
 
 
 def test_a_dry_run_shows_the_targets_and_states_its_caps_would_give_and_says_a_raise():
@@ -102,7 +115,9 @@ def test_a_dry_run_shows_the_targets_and_states_its_caps_would_give_and_says_a_r
     lines = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
     assert lines["B1"][-2:] == ["20", "pending"] and lines["B2"][-2:] == ["40*", "pending"]
     assert lines["B3"][-3:] == ["-", "not", "run"]
-    assert "gpu: B1's target goes up (10 → 20 prompts)" in text  # said as the restart says it
+    assert (
+        "gpu: targets go up: B1 (10 → 20 prompts); B2 (10 → 40 prompts" in text
+    )  # as restart says it
 
 
 def test_a_dataset_left_out_reads_not_run_after_a_restart_as_in_a_dry_run_and_status():
