@@ -94,7 +94,20 @@ def check_format(fmt: str) -> None:
 
 
 def find_sources(pulled: Path, hosts: dict[str, list[str]]) -> list[Source]:
-    """hosts: host -> the dataset names to export from it."""
+    """hosts: host -> the dataset names to export from it, each in its job's order. The sources
+    come dataset by dataset in that order (one only a later host's job has goes after the name
+    before it there), each dataset's hosts in their order: the rows, the manifest and the screen
+    follow the job, not the hosts (and the first host's record of a prompt is still the one kept)."""
+    merged: list[str] = []
+    for names in hosts.values():
+        at = 0
+        for ds in names:
+            if ds in merged:
+                at = merged.index(ds) + 1
+            else:
+                merged.insert(at, ds)
+                at += 1
+    order = {ds: i for i, ds in enumerate(merged)}
     found = []
     for host, names in hosts.items():
         caps = Caps.read(pulled / host / CAPS_FILE)
@@ -105,7 +118,7 @@ def find_sources(pulled: Path, hosts: dict[str, list[str]]) -> list[Source]:
                 meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
                 cap = caps.target(ds) if caps else None
                 found.append(Source(host, ds, path, meta, cap, caps is not None))
-    return found
+    return sorted(found, key=lambda s: order[s.dataset])  # stable: hosts in order within one
 
 
 def _settings(meta: dict) -> dict:
@@ -382,5 +395,5 @@ def wanted_datasets(config: Config, hosts, datasets: str | None) -> dict[str, li
             raise UsageError(
                 f"--datasets: {h.name} has no dataset {', '.join(unknown)}; it has {', '.join(names)}"
             )
-        wanted[h.name] = asked
+        wanted[h.name] = [d for d in names if d in asked]  # the job's order, not as typed
     return wanted

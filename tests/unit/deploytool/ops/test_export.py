@@ -85,3 +85,28 @@ def test_sources_are_the_pulled_files_with_their_settings(tmp_path):
         ("gpu1", "B1", {"model": "kimi"}),
         ("gpu2", "B1", {}),
     ]
+
+
+def test_datasets_come_in_the_jobs_order_whatever_the_hosts_or_the_typed_order(tmp_path):
+    """`--datasets B5,B2` listed B5 first, and two hosts' files came host by host (gpu1's B1, B2,
+    then gpu2's B1, B2): the screen, the manifest and the rows follow the job's order."""
+    from types import SimpleNamespace
+
+    job = SimpleNamespace(dataset_names=lambda: ["B1", "B2", "B5", "B7"])
+    config = SimpleNamespace(job_for=lambda name: job)
+    hosts = [SimpleNamespace(name="gpu1"), SimpleNamespace(name="gpu2")]
+    wanted = ex.wanted_datasets(config, hosts, "B5,B2")
+    assert wanted == {"gpu1": ["B2", "B5"], "gpu2": ["B2", "B5"]}
+    for host in ("gpu1", "gpu2"):
+        for ds in ("B2", "B5"):
+            source(tmp_path, host, ds)
+    found = ex.find_sources(tmp_path, wanted)
+    assert [(s.dataset, s.host) for s in found] == [
+        ("B2", "gpu1"),
+        ("B2", "gpu2"),
+        ("B5", "gpu1"),
+        ("B5", "gpu2"),
+    ]
+    # a dataset only a later host's job has goes where that job puts it
+    later = ex.find_sources(tmp_path, {"gpu1": ["B5"], "gpu2": ["B2", "B5"]})
+    assert [(s.dataset, s.host) for s in later] == [("B2", "gpu2"), ("B5", "gpu1"), ("B5", "gpu2")]
