@@ -135,7 +135,8 @@ class DatasetRun:
             self.next_pos += 1
         return self.next_pos < self.target_n
 
-    def record_done(self, p: Prompt, tokens: int, cut: bool = False) -> None:
+    def record_done(self, p: Prompt, tokens: int, cut: bool = False) -> bool:
+        """Whether the record is in the target (counted in done, tokens and the budget)."""
         self.ledger.recorded(p.id)
         self.tokens_of[p.id] = tokens
         self.tokens_every += tokens
@@ -143,10 +144,12 @@ class DatasetRun:
             self.cut.add(p.id)
         self.new_records += 1
         index = self.reindexed.pop(p.id, p.index)
-        if 0 <= index < self.target_n:
-            self.done_in_target += 1
-            self.tokens_in_target += tokens
-            self.finish_length += cut
+        if not 0 <= index < self.target_n:
+            return False
+        self.done_in_target += 1
+        self.tokens_in_target += tokens
+        self.finish_length += cut
+        return True
 
     def reload(self, new: PromptFile) -> None:
         """Use `new` from now on. Requests in flight (or answered, waiting for the disk) keep the

@@ -48,13 +48,14 @@ class RecordWriter:
 
         def write() -> None:
             run.out.append(line, p.id, tokens, str(rec.finish_reason or "null"))
-            run.record_done(p, tokens, cut)
+            counted = run.record_done(p, tokens, cut)
             if run.partials is not None:
                 run.partials.forget(p.id)
             now = time.time()
-            run.tokens.add(now, tokens)
-            run.active.add(now, tokens)
-            self.active.add(now, tokens)
+            if counted:  # a rate of the tokens the row counts: none of a record beyond the cap
+                run.tokens.add(now, tokens)
+                run.active.add(now, tokens)
+                self.active.add(now, tokens)
             self.bytes.add(now, len(line))
             self.last_completion = now
             self.first_completion = self.first_completion or now

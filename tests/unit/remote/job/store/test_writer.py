@@ -62,3 +62,26 @@ def test_a_later_line_waits_behind_an_earlier_held_one():
     assert run.out.lines == [] and len(w.unwritten) == 2
     w.flush()
     assert [k for _, k, *_ in run.out.lines] == [first, second]
+
+
+def test_a_record_beyond_the_cap_moves_neither_the_rows_tokens_nor_its_rate():
+    """A cap lowered live under answers in flight: their records land beyond it. The row counted
+    none of their tokens and yet its rate counted them all (`tokens 0`, `tok/s 285`)."""
+    import time
+
+    from remote.job.observe.status_builder import _row
+
+    w, _, _ = writer()
+    run = dataset("B1", 4)
+    started = time.time()
+    for i in (1, 2, 3):
+        run.ledger.send(run.prompts[i].id)
+    run.set_target(1, None)
+    for i in (1, 2, 3):
+        w.write_record(run, run.prompts[i], completion(95))
+    row, _ = _row(run, time.time(), started)
+    assert (row.completion_tokens, row.tokens_per_s, row.records) == (0, 0, 3)
+    assert row.mean_tokens_per_s is None and w.active.tokens == 0
+    answer(w, run, 0, tokens=95)  # the one in the target: counted in both
+    row, _ = _row(run, time.time(), started)
+    assert row.completion_tokens == 95 and row.tokens_per_s > 0 and w.active.tokens == 95
