@@ -132,58 +132,73 @@ def restart(
     with_server=True,
     **flags,
 ) -> int:
+    from functools import partial
+
     from .ops import control
-    from .ops import server as server_mod
-    from .views import render, render_restart, render_server
+    from .views import render_restart
 
     config = _config()
     # bad flags: exit 2 before any host is touched
     run_flags = control.parse_run_flags(config, **flags)
     if run_flags.stage in MEASURES:
         _measure_possible(config, host_spec, run_flags)
-
-    def one(conn):
-        asked = []
-
-        def ahead():
-            """What the host would do, asked once before anything is done: a change that runs
-            more than the job had is said first, and one the host would refuse is refused before
-            a server is started (or started again for another stage) for it."""
-            if not asked:
-                asked.append(control.restart(conn, run_flags, hard=hard, dry_run=True))
-                asked[0].host = conn.name
-                render_restart.raised_targets(asked[0])
-
-        if not dry_run:
-            if run_flags.may_raise():
-                ahead()
-            server_mod.up_for_restart(
-                conn,
-                config,
-                run_flags,
-                with_server=with_server,
-                drain=drain,
-                ahead=ahead,
-                note=render.note,
-                progress=render.plain_note,
-                stopped=render_server.server_stopped,
-                started=render_server.server_started,
-            )
-        answer = control.restart(
-            conn,
-            run_flags,
-            hard=hard,
-            drain=drain,
-            dry_run=dry_run,
-            force_gpu=force_gpu,
-            recover=config.recover_for(conn.name),
-            keys=config.server_keys(conn.name),
-        )
-        answer.job_differs = control.differs(config, conn.name, answer.deployed_job)
-        return answer
-
+    one = partial(
+        _restart_host,
+        config=config,
+        flags=run_flags,
+        hard=hard,
+        drain=drain,
+        dry_run=dry_run,
+        force_gpu=force_gpu,
+        with_server=with_server,
+    )
     _run(config, host_spec, one, render_restart.restart_result)
     return ExitCode.OK
+
+
+def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_server):
+    from functools import cache
+
+    from .ops import control
+    from .ops import server as server_mod
+    from .views import render, render_restart, render_server
+
+    @cache
+    def ahead() -> None:
+        """The host's word, asked once before anything is done: a raised target is said first,
+        and a refusal comes before a server is started (or started again) for the restart."""
+        said = control.restart(conn, flags, hard=hard, dry_run=True)
+        said.host = conn.name
+        render_restart.raised_targets(said)
+
+    if not dry_run:
+        if flags.may_raise():
+            ahead()
+        server_mod.up_for_restart(
+            conn,
+            config,
+            flags,
+            with_server=with_server,
+            drain=drain,
+            ahead=ahead,
+            note=render.note,
+            progress=render.plain_note,
+            stopped=render_server.server_stopped,
+            started=render_server.server_started,
+        )
+    answer = control.restart(
+        conn,
+        flags,
+        hard=hard,
+        drain=drain,
+        dry_run=dry_run,
+        force_gpu=force_gpu,
+        recover=config.recover_for(conn.name),
+        keys=config.server_keys(conn.name),
+        told=None if dry_run else render_restart.Restarting(conn.name, flags.grace, drain),
+    )
+    answer.job_differs = control.differs(config, conn.name, answer.deployed_job)
+    return answer
 
 
 def _measure_possible(config, host_spec: str | None, flags) -> None:

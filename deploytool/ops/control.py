@@ -173,18 +173,20 @@ def restart(
     force_gpu=False,
     recover: RecoverSpec | None = None,
     keys: dict[str, str] | None = None,
+    told=None,
 ) -> RestartAnswer:
     """`keys`: the API keys of the job's servers (Config.server_keys), stored on the host for the
-    runner before it starts; sent on stdin, never on a command line."""
+    runner before it starts; sent on stdin, never on a command line. `told`: as `told_while`'s,
+    while the host works (a runner it stops first is said as `stop` says it)."""
     if keys and not dry_run:
         call(conn, CtlKeys(keys=keys))
     rec = recover.to_dict() if recover is not None else None
-    return call(
-        conn,
-        CtlRestart(
-            **vars(flags), recover=rec, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu
-        ),
+    req = CtlRestart(
+        **vars(flags), recover=rec, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu
     )
+    if told is None:
+        return call(conn, req)
+    return told_while(conn, told, lambda sent: call(conn, req, started=sent), look_first=False)
 
 
 def stop(conn: Connector, grace: float = GRACE_S, drain: bool = False, started=None) -> StopAnswer:
@@ -192,8 +194,15 @@ def stop(conn: Connector, grace: float = GRACE_S, drain: bool = False, started=N
 
 
 def stop_told(conn: Connector, grace: float, drain: bool, told) -> StopAnswer:
-    """`stop`, saying what it does while the host waits: `told(status, seconds waited)` once before
-    (status None where it could not be read) and then every second until the answer."""
+    """`stop`, saying what it does while the host waits (see `told_while`)."""
+    return told_while(conn, told, lambda sent: stop(conn, grace, drain, sent))
+
+
+def told_while(conn: Connector, told, act, look_first: bool = True):
+    """`act(sent)` (a host command that calls `sent()` once the host has it), saying what the job
+    does while the host works: `told(status, seconds waited)` once before (status None where it
+    could not be read; not `look_first`: no look before) and then every second until the answer
+    (one within the first second: no look at all)."""
     looks = Asking(conn, CtlStatus(again=True))
 
     def look():
@@ -203,14 +212,15 @@ def stop_told(conn: Connector, grace: float, drain: bool, told) -> StopAnswer:
             return None
 
     sent = threading.Event()
-    first = look()
+    first = look() if look_first else None
     t0 = time.monotonic()
-    answer = in_thread(f"stop {conn.name}", stop, conn, grace, drain, sent.set)
+    answer = in_thread(f"told {conn.name}", act, sent.set)
     answer.add_done_callback(lambda _: sent.set())
     # the host has the stop before anything is said: a Ctrl-C from the first line on detaches at
     # once (this runs in a host's thread; the Ctrl-C is the main thread's), the host goes on alone
     sent.wait(30)
-    told(first, 0.0)
+    if look_first:
+        told(first, 0.0)
     try:
         while wait([answer], timeout=1.0).not_done:
             told(look(), time.monotonic() - t0)

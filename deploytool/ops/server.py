@@ -170,27 +170,26 @@ def up_for_restart(
         planned = call(conn, ServerStart(spec=spec, stage=DRAFT, dry_run=True))
         if flag_value(planned.argv, "--speculative-config") != state.speculative:
             wrong = "runs another draft than hosts.yaml's server.draft"
-    if wrong:
-        if planned is None:  # every check that can refuse the new server, before the old stops
-            call(conn, ServerStart(spec=spec, stage=flags.stage, dry_run=True))
-        ahead()
-        note(f"{conn.name}: the server {wrong}: restarting it (the model loads again)")
-        # the runner first: none of its requests goes to (or is counted by) a server made for
-        # another stage, and it never ends failed for a server taken from under it
-        stop_runner(conn, grace=flags.grace, drain=drain)  # --drain: its requests finish first
-        stopped(stop(conn))
-    elif state.up:
+    if not wrong and state.up:
         return
-    if not with_server and not flags.force:
+    if not with_server:  # and it is down (`wrong` is only looked for where it may start one)
+        if flags.force:
+            return
         raise RemoteError(
             "the job's vLLM server is down and --no-server keeps it down: the runner would "
             "wait at 0 tokens; nothing was started. `invoke server.start` first (or "
             "`invoke restart` without --no-server), or add --force to start the runner anyway"
         )
-    if not with_server:
-        return
-    if not wrong:
-        ahead()
+    if wrong and planned is None:  # what can refuse the new server, before the old one stops
+        call(conn, ServerStart(spec=spec, stage=flags.stage, dry_run=True))
+    ahead()
+    if wrong:
+        note(f"{conn.name}: the server {wrong}: restarting it (the model loads again)")
+        # the runner first: none of its requests goes to (or is counted by) a server made for
+        # another stage, and it never ends failed for a server taken from under it
+        stop_runner(conn, grace=flags.grace, drain=drain)  # --drain: its requests finish first
+        stopped(stop(conn))
+    else:
         note(f"{conn.name}: the engine's server is down: starting it first")
     recover = config.recover_for(conn.name)
     try:

@@ -206,6 +206,38 @@ class Stopping:
         return f"SIGTERM; {flight} requests in flight get {self.grace:g}s to finish, then SIGKILL"
 
 
+class Restarting(Stopping):
+    """What a restart says while the host stops the runner that ran, as `stop` says it: from the
+    first look that finds it asked to stop (a live re-cap, or a start, says nothing) until it is
+    gone, said once (the restart's own answer follows)."""
+
+    def __init__(self, host: str, grace: float, drain: bool, out: Console = console):
+        super().__init__(host, grace, drain, out)
+        self.old: int | None = None  # the runner seen stopping
+        self.since = 0.0
+        self.gone = False
+
+    def __call__(self, st: JobView | None, waited: float) -> None:
+        if st is None or self.gone:
+            return
+        r = st.runner
+        ours = r is not None and r.alive and (self.old is None or r.pid == self.old)
+        if self.old is None:
+            if ours and (st.stopping is not None or st.draining):
+                self.old, self.since = r.pid, waited
+                super().__call__(st, 0.0)
+            return
+        if not ours:
+            self.gone = True
+            self.out.print(
+                f"  {self.host}: waiting {waited - self.since:.0f}s: runner pid {self.old} gone, "
+                "starting the new one",
+                markup=False,
+            )
+            return
+        super().__call__(st, waited - self.since)
+
+
 def stop_detached(hosts: str, out: Console = console) -> None:
     out.print(
         say(

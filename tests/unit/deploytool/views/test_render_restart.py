@@ -149,3 +149,31 @@ def test_a_stop_says_its_cut_off_requests_are_asked_again_not_lost():
     said = buf.getvalue()
     assert "requests cut off in flight: 14 (the next start asks them again)" in said
     assert "lost" not in said
+
+
+def test_a_restart_says_the_old_runners_stop_as_stop_does_and_nothing_of_a_live_recap():
+    from remote.common.status import JobView, RunnerInfo
+
+    buf = io.StringIO()
+    told = render_restart.Restarting("gpu1", 30.0, True, Console(file=buf, width=200))
+    old = RunnerInfo(alive=True, pid=9)
+    told(JobView(state="running", in_flight=16, runner=old), 1.0)  # not asked to stop yet
+    told(JobView(state="running", in_flight=16, draining=True, runner=old), 2.0)
+    told(JobView(state="running", in_flight=5, draining=True, runner=old), 3.0)
+    new = JobView(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=12))
+    for second in (4.0, 5.0, 9.0):
+        told(new, second)  # the restart's own runner: not the one stopped, said once
+    assert buf.getvalue().splitlines() == [
+        "gpu1: stopping runner pid 9: draining: no new requests, the 16 in flight finish, then "
+        "SIGTERM and 30s more, then SIGKILL",
+        "  gpu1: waiting 1s: 5 in flight, draining",
+        "  gpu1: waiting 2s: runner pid 9 gone, starting the new one",
+    ]
+    quiet = io.StringIO()  # a live re-cap, then a start where none ran: nothing to say meanwhile
+    told = render_restart.Restarting("gpu1", 30.0, False, Console(file=quiet, width=200))
+    for second in (1.0, 2.0, 6.0):
+        told(JobView(state="running", in_flight=16, runner=old), second)
+    told = render_restart.Restarting("gpu1", 30.0, False, Console(file=quiet, width=200))
+    told(JobView(state="stopped", runner=RunnerInfo(alive=False)), 1.0)
+    told(new, 2.0)
+    assert quiet.getvalue() == ""
