@@ -314,6 +314,24 @@ def test_runner_killed_9_is_restarted_and_a_finished_job_is_not(rig):
     )
 
 
+def test_a_stop_says_it_stopped_the_runner_the_watcher_started_after_someone_elses_signal(rig):
+    r = rig()
+    r.start()
+    r.wait_records(4)
+    old = r.pid("runner.pid")["pid"]
+    os.kill(old, signal.SIGTERM)  # someone's, a preemption's: not deploytool's
+    restarted(r, "runner")
+    new = r.pid("runner.pid")["pid"]
+    out = control.stop(r.conn, grace=0)
+    assert out.stopped == [new]
+    assert out.found == (
+        f"the watcher had started it again after: the runner (pid {old}) stopped by SIGTERM, "
+        "not by deploytool (someone's kill, a shutdown)"
+    )
+    again = control.stop(r.conn, grace=0)
+    assert not again.was_running and again.found.startswith(f"the last one, pid {new}: ")
+
+
 def test_a_runners_first_death_is_restarted_at_once_its_third_after_a_backoff(rig):
     # the rule's arithmetic is Budget's (unit-tested with a fake clock); here: the watcher applies
     # it to a runner killed three times, and no new runner starts before its decided time

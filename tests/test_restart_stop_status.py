@@ -435,3 +435,23 @@ def test_a_start_that_fails_leaves_the_caps_as_they_were(job):
     with pytest.raises(RemoteError, match="exited with code 2"):
         restart_unwatched(conn, flags(cfg, datasets="all"))
     assert (root / "run" / "caps.json").read_bytes() == caps  # a bare restart runs what it had
+
+
+def test_a_stop_that_finds_the_runner_stopping_by_someone_elses_signal_keeps_their_word(job):
+    """`kill -TERM` by hand, then `invoke stop` during its grace: the end was the signal's, and
+    status and stop say so, never 'stopped as asked'."""
+    cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
+    job["srv"].latency = 600  # in flight all along: the runner is still stopping when stop comes
+    r = restart_unwatched(conn, flags(cfg, max_samples=100))
+    wait_for(lambda: status(root)["in_flight"] > 0, what="requests in flight")
+    os.kill(r.pid, signal.SIGTERM)
+    wait_for(lambda: status(root).get("signalled") == "SIGTERM", what="the runner stopping")
+    out = control.stop(conn, grace=5)
+    assert out.stopped == [r.pid]
+    assert out.found == "it was stopping already, after a SIGTERM not of deploytool's"
+    st = status(root)
+    assert st["state"] == "stopped"
+    assert st["message"] == "stopped by SIGTERM, not by deploytool (someone's kill, a shutdown)"
+    again = control.stop(conn, grace=0)
+    assert not again.was_running
+    assert again.found == f"the last one, pid {r.pid}: {st['message']}"

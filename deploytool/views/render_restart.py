@@ -144,7 +144,10 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         if stopped and stopped.was_running:
             extra = f", strays {stopped.strays}" if stopped.strays else ""
             killed = f", SIGKILL {stopped.killed}" if stopped.killed else ""
-            out.print(f"{host}: stopped pid(s) {stopped.stopped}{extra}{killed}; {cut_said(r)}")
+            found = f"; {escape(stopped.found)}" if stopped.found else ""
+            out.print(
+                f"{host}: stopped pid(s) {stopped.stopped}{extra}{killed}{found}; {cut_said(r)}"
+            )
         release = (r.release or "").rstrip("/").rsplit("/", 1)[-1]
         stage = ""
         if r.kept.stage != r.was.stage:  # said either way: the job now makes something else
@@ -179,7 +182,7 @@ class Stopping:
             return  # a look that failed: no news, said at the next one
         if waited == 0:
             if alive:  # else the answer says there was nothing to stop
-                how = self._how(flight)
+                how = self._how(flight, st.signalled)
                 self.out.print(f"[bold]{self.host}[/]: stopping runner pid {st.runner.pid}: {how}")
             return
         if self.drain:  # its SIGTERM comes once the drain is done (or timed out)
@@ -197,7 +200,12 @@ class Stopping:
         state = f"{flight} in flight" if alive else "runner gone, finishing up"
         self.out.print(f"  {self.host}: waiting {waited:.0f}s: {state}, {left}", markup=False)
 
-    def _how(self, flight: int) -> str:
+    def _how(self, flight: int, signalled: str | None = None) -> str:
+        if signalled:  # the runner takes a second signal as "now"
+            return (
+                f"stopping already, after a {signalled} not of deploytool's; SIGTERM again cuts "
+                f"off the {flight} requests in flight now"
+            )
         if self.drain:
             return (
                 f"draining: no new requests, the {flight} in flight finish, then SIGTERM and "
@@ -248,11 +256,12 @@ def stop_detached(hosts: str, out: Console = console) -> None:
 
 
 def stop_result(r: StopAnswer, out: Console = console) -> None:
+    found = f"; {escape(r.found)}" if r.found else ""
     if not r.was_running:
-        out.print(f"[bold]{r.host}[/]: no runner was running")
+        out.print(f"[bold]{r.host}[/]: no runner was running{found}")
         return
     killed = f"; SIGKILL after the grace period: {r.killed}" if r.killed else ""
-    out.print(f"[bold]{r.host}[/]: stopped {r.stopped}{killed}; {cut_said(r)}")
+    out.print(f"[bold]{r.host}[/]: stopped {r.stopped}{killed}{found}; {cut_said(r)}")
 
 
 def cut_said(r) -> str:

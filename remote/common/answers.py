@@ -56,6 +56,9 @@ class StopAnswer:
     lost_in_flight: int = 0  # requests cut off (redone on resume)
     drained: bool = False
     watcher: WatcherInfo | None = None
+    # what it found, where not the runner a command started, running as asked: the last runner's
+    # end (none running), one the watcher started again, or one a signal not of ours was stopping
+    found: str | None = None
 
 
 @dataclass

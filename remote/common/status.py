@@ -378,6 +378,7 @@ class JobStatus(Record):
     reloaded: dict[str, Reload] = field(default_factory=dict)  # by the last re-cap
     draining: bool = False
     stopping: float | None = None  # asked to stop: the grace in-flight requests got (seconds)
+    signalled: str | None = None  # the signal, not of deploytool's, that began the stop
     abandoned: int = 0
     engine: EngineStatus = field(default_factory=EngineStatus)
     endpoints: list[EndpointStatus] = field(default_factory=list)

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from ...common import procinfo
-from ...common.answers import RestartAnswer, StopAnswer
+from ...common.answers import RecoverEvent, RestartAnswer, StopAnswer
 from ...common.caps import GENERATE, MEASURES, CapRow, Caps
-from ...common.codec import read_json
+from ...common.codec import read_json, typed_lines
 from ...common.jobspec import (
     JOB_FILE,
     JOB_TOKEN_ENV,
@@ -27,7 +27,14 @@ from ...common.jobspec import (
     settings_changed,
 )
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
-from ...common.state import ControlRequest, RunnerRecord, kept_caps, lock_held, settle
+from ...common.state import (
+    ControlRequest,
+    RunnerRecord,
+    job_now,
+    kept_caps,
+    lock_held,
+    settle,
+)
 from ...common.status import JobState, JobStatus, count_prompts, file_identity
 from ...common.wire import HostFault
 from ..facts import gpu, intent, kill
@@ -140,15 +147,38 @@ def caps_change(paths: Paths, flags: RunArgs, job: Path | None = None) -> tuple[
 # ------------------------------------------------------------------ stopping
 
 
+def found_runner(paths: Paths, rec: RunnerRecord | None, st: JobStatus) -> str | None:
+    """What a stop finds, where it is not the runner a command started, running as asked: said
+    so, or the user takes the end for their stop's."""
+    if rec is None:
+        ended = job_now(paths)
+        if ended.pid is None or not ended.terminal:
+            return None
+        how = ended.message if ended.state == JobState.STOPPED else ended.state
+        if ended.state != JobState.STOPPED and ended.message:
+            how += f": {ended.message}"
+        return f"the last one, pid {ended.pid}: {how or ended.state}"
+    if st.pid == rec.pid and st.signalled:
+        return f"it was stopping already, after a {st.signalled} not of deploytool's"
+    after = [
+        e.why
+        for e in typed_lines(paths.recover_log, RecoverEvent)
+        if e.what == "runner" and e.event == "restarted" and e.at >= rec.started_at
+    ]
+    return f"the watcher had started it again after: {after[-1]}" if after else None
+
+
 def stop(paths: Paths, req: CtlStop) -> StopAnswer:
     rec = managed_runner(paths)
     targets: dict[int, int | None] = {rec.pid: rec.start_time} if rec else {}
     token = rec.token if rec else None
     strays = stray_runners(paths, set(targets))
     targets.update({pid: procinfo.start_time(pid) for pid in strays})
+    before = JobStatus.read(paths.status) or JobStatus()
+    found = found_runner(paths, rec, before)
     if not targets:
-        return StopAnswer(was_running=False)
-    in_flight_before = (JobStatus.read(paths.status) or JobStatus()).in_flight
+        return StopAnswer(was_running=False, found=found)
+    in_flight_before = before.in_flight
     drained = False
     if req.drain and rec:
         send_control(paths, token, drain=True)
@@ -171,6 +201,7 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
         lost_in_flight=0 if drained else lost,
         was_running=True,
         drained=drained,
+        found=found,
     )
 
 

@@ -84,7 +84,7 @@ class Runner:
         seq = self.control.seq
         if req.grace is not None:  # `stop --grace S` says how long in-flight work gets
             self.grace = max(0.0, float(req.grace))
-            self.stop.told = True
+            self.stop.tell()
         if req.drain:
             self.stop.drain()
             n = self.stage.in_flight()
@@ -131,6 +131,7 @@ class Runner:
             control_error=self.control.error,
             draining=self.stop.draining,
             stopping=self.grace if self.stop.stopping else None,
+            signalled=self.stop.foreign,
             abandoned=self.abandoned,
             notified=list(self.notifier.sent),
             watcher_restarts=self.watcher_guard.restarts,

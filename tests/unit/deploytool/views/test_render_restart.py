@@ -151,6 +151,29 @@ def test_a_stop_says_its_cut_off_requests_are_asked_again_not_lost():
     assert "lost" not in said
 
 
+def test_a_stop_says_what_it_found_in_its_one_line():
+    from remote.common.answers import StopAnswer
+
+    found = (
+        "the last one, pid 41: stopped by SIGTERM, not by deploytool (someone's kill, a shutdown)"
+    )
+    said = printed(render_restart.stop_result, StopAnswer(host="gpu1", found=found))
+    assert said == f"gpu1: no runner was running; {found}\n"
+    found = "the watcher had started it again after: the runner (pid 41) stopped by SIGTERM"
+    r = StopAnswer(host="gpu1", was_running=True, stopped=[52], found=found)
+    said = printed(render_restart.stop_result, r)
+    assert said == f"gpu1: stopped [52]; {found}; requests cut off in flight: 0\n"
+    from remote.common.status import JobView, RunnerInfo
+
+    buf = io.StringIO()  # a second SIGTERM is "now" to the runner: no grace is promised
+    told = render_restart.Stopping("gpu1", 30.0, False, Console(file=buf, width=200))
+    told(JobView(state="running", in_flight=3, signalled="SIGTERM", runner=RunnerInfo(True, 9)), 0)
+    assert buf.getvalue() == (
+        "gpu1: stopping runner pid 9: stopping already, after a SIGTERM not of deploytool's; "
+        "SIGTERM again cuts off the 3 requests in flight now\n"
+    )
+
+
 def test_a_restart_says_the_old_runners_stop_as_stop_does_and_nothing_of_a_live_recap():
     from remote.common.status import JobView, RunnerInfo
 

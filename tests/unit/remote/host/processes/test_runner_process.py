@@ -211,3 +211,36 @@ def test_what_changed_is_said_down_to_each_value_as_json_has_it():
         'sampling.temperature 1.0 → "0.7"; sampling.top_p (unset) → 0.9; turns "last" → "all"; '
         'extra_body.rd (unset) → {"min_count": 4}'
     )
+
+
+def test_a_stop_says_what_it_found_where_not_the_runner_a_command_started(tmp_path):
+    """Found nothing: the last runner's end (someone's signal, a kill -9); found the watcher's
+    runner: the death it was started again after; found one stopping: the signal not ours."""
+    import time
+
+    from remote.common import procinfo
+    from remote.common.answers import RecoverEvent
+    from remote.common.codec import note_line
+    from remote.common.state import RunnerRecord
+    from remote.host.processes.runner_process import found_runner
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    foreign = "stopped by SIGTERM, not by deploytool (someone's kill, a shutdown)"
+    JobStatus(state="stopped", pid=41, message=foreign).write(paths.status)
+    assert found_runner(paths, None, JobStatus()) == f"the last one, pid 41: {foreign}"
+    JobStatus(state="running", pid=41).write(paths.status)  # gone without its verdict
+    said = found_runner(paths, None, JobStatus())
+    assert said == "the last one, pid 41: the runner is gone without writing its status (killed?)"
+    me = os.getpid()
+    rec = RunnerRecord(pid=me, start_time=procinfo.start_time(me), started_at=time.time())
+    died = f"the runner (pid 41) {foreign}"
+    note_line(paths.recover_log, RecoverEvent(rec.started_at - 60, "runner", "restarted", "old"))
+    assert found_runner(paths, rec, JobStatus()) is None  # a command started this one
+    note_line(paths.recover_log, RecoverEvent(rec.started_at + 0.1, "runner", "restarted", died))
+    assert (
+        found_runner(paths, rec, JobStatus()) == f"the watcher had started it again after: {died}"
+    )
+    stopping = JobStatus(state="running", pid=me, signalled="SIGTERM")
+    said = found_runner(paths, rec, stopping)
+    assert said == "it was stopping already, after a SIGTERM not of deploytool's"
