@@ -55,12 +55,14 @@ def caps_table(
             d, known = dataclasses.replace(d, state=NOT_RUN), False
         elif planned and known:
             target = d.prompts if d.cap is None else min(d.cap, d.prompts)
-            state = "complete" if d.done >= target else "pending"
+            most = d.done if d.done_most is None else d.done_most
+            state = "complete" if d.done >= target else "pending" if most < target else "?"
             d = dataclasses.replace(d, target=target, state=state)
+        done = f"{d.done:,}" + (f"–{d.done_most:,}" if d.done_most is not None else "")
         t.add_row(
             name,
             cap,
-            f"{d.done:,}" if d.prompts else "-",
+            done if d.prompts else "-",
             (f"{d.target:,}" + ("*" if d.short_of_cap else "")) if known else "-",
             d.state or "-",
         )
@@ -83,6 +85,17 @@ def caps_table(
         )
     if not any(d.changed for d in caps.values()) and (kept is None or kept == was):
         out.print("  caps unchanged (the job's own: flags change only what they name)")
+    _footnotes(caps, short, out)
+
+
+def _footnotes(caps: dict[str, CapRow], short: dict, out: Console) -> None:
+    """What the table's marks mean: a done said as a range, a cap beyond its file (`*`)."""
+    ranged = [n for n, d in caps.items() if d.done_most is not None]
+    if ranged:
+        out.print(
+            f"  {', '.join(ranged)}: done a range: the status cannot tell how many of the records "
+            "fall in the new target; the runner counts them as it starts"
+        )
     for cap, names in short.items():
         out.print(
             f"  * {', '.join(names)}: fewer prompts than the cap of {cap:,}: "

@@ -201,6 +201,9 @@ class CapRow:
     target: int = 0
     state: str = ""
     prompts: int = 0  # prompts in the dataset's file (0: not known yet, a dry run before any run)
+    # a dry run that moves a target over records the status cannot place: done is at least `done`,
+    # at most this (None: `done` is exact)
+    done_most: int | None = None
     cap: int | None = None  # the cap it runs with (None: every prompt)
     was: int | None = None  # the cap before this command
     selected: bool = True
@@ -222,6 +225,18 @@ class CapRow:
             and (self.cap is None or self.cap > self.was)
             and (self.prompts == 0 or self.was < self.prompts)
         )
+
+    def moved(self, target: int, records: int) -> None:
+        """Its target moved from the status's (`done` of its `target`, `records` in all) to
+        `target`: the records in the new one, exact where the counts tell (every prompt of the old
+        target done, or none beyond it), else the least and the most they may be."""
+        beyond = records - self.done  # beyond the old target: past its end
+        if target <= self.target:
+            least, most = max(0, self.done - (self.target - target)), min(self.done, target)
+        else:
+            least, most = self.done, self.done + min(beyond, target - self.target)
+        self.target, self.done = target, least
+        self.done_most = most if most != least else None
 
     @property
     def short_of_cap(self) -> bool:

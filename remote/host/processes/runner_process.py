@@ -57,8 +57,9 @@ def caps_summary(
 ) -> dict[str, CapRow]:
     """Per dataset (the runner's, then any other of the job's `names`): where it stands, its cap
     now and before. A dataset the status does not know yet (a dry run), or knows in another stage
-    (rows of hidden states are no answers), has its counts at 0: not known. `replaced`: the
-    prompts of the files a live re-cap will reload (a dry run says those, not the old file's)."""
+    (rows of hidden states are no answers), has its counts at 0: not known. `replaced` (a dry
+    run's, where a file will be reloaded: {} where none): the answers' targets as the caps and
+    files will make them, the records counted in them as far as the status tells."""
     rows = {}
     same_stage = st.stage == caps.stage
     for n in list(st.datasets) + [n for n in names if n not in st.datasets]:
@@ -69,7 +70,11 @@ def caps_summary(
             row.done, row.target, row.state, row.prompts = d.done, d.target, d.state, d.prompts
         if replaced and n in replaced:
             row.prompts = replaced[n]
-            row.target = replaced[n] if cap is None else min(cap, replaced[n])
+        target = row.prompts if cap is None else min(cap, row.prompts)
+        if replaced is not None and selected and row.prompts and target != row.target:
+            if d is not None and caps.stage == GENERATE:  # answers: what records are made of
+                row.moved(target, d.records)
+            row.target = target
         rows[n] = row
     return rows
 

@@ -151,6 +151,20 @@ def test_a_stop_says_its_cut_off_requests_are_asked_again_not_lost():
     assert "lost" not in said
 
 
+def test_a_dry_run_under_a_moved_target_says_the_done_the_runner_will_count():
+    rows = {
+        "B1": CapRow(done=5, target=5, prompts=32, cap=5, was=20),
+        "B2": CapRow(done=5, done_most=20, target=20, prompts=32, cap=20, was=5),
+    }
+    buf = io.StringIO()
+    render_restart.caps_table(rows, Console(file=buf, width=200), Caps(), Caps(), planned=True)
+    said = buf.getvalue()
+    lines = {ln.split()[0]: ln.split() for ln in said.splitlines() if ln.startswith("B")}
+    assert lines["B1"][-3:] == ["5", "5", "complete"]
+    assert lines["B2"][-3:] == ["5–20", "20", "?"]
+    assert "B2: done a range: the status cannot tell how many" in said
+
+
 def test_a_stop_says_what_it_found_in_its_one_line():
     from remote.common.answers import StopAnswer
 

@@ -244,3 +244,23 @@ def test_a_stop_says_what_it_found_where_not_the_runner_a_command_started(tmp_pa
     stopping = JobStatus(state="running", pid=me, signalled="SIGTERM")
     said = found_runner(paths, rec, stopping)
     assert said == "it was stopping already, after a SIGTERM not of deploytool's"
+
+
+def test_a_dry_runs_done_under_a_moved_target_is_what_the_runner_will_count():
+    """20 of 20 done, cap lowered to 5: 5 done, as the real restart says (not 20 of 5); a cap raised
+    again over records beyond it: as many as the counts tell, a range where they cannot."""
+    st = JobStatus(state="finished")
+    st.datasets = {
+        "B1": DatasetStatus(state="complete", done=20, target=20, records=20, prompts=32)
+    }
+    row = caps_summary(st, Caps(caps={"B1": 5}), Caps(max_samples=20), (), {})["B1"]
+    assert (row.done, row.done_most, row.target) == (5, None, 5)
+    st.datasets["B1"] = DatasetStatus(state="complete", done=5, target=5, records=20, prompts=32)
+    row = caps_summary(st, Caps(caps={"B1": 20}), Caps(caps={"B1": 5}), (), {})["B1"]
+    assert (row.done, row.done_most, row.target) == (5, 20, 20)
+    st.datasets["B1"] = DatasetStatus(state="complete", done=5, target=5, records=5, prompts=32)
+    row = caps_summary(st, Caps(caps={"B1": 20}), Caps(caps={"B1": 5}), (), {})["B1"]
+    assert (row.done, row.done_most, row.target) == (5, None, 20)  # none beyond: exact
+    st.datasets["B1"] = DatasetStatus(state="running", done=12, target=20, records=12, prompts=32)
+    row = caps_summary(st, Caps(caps={"B1": 5}), Caps(max_samples=20), (), {})["B1"]
+    assert (row.done, row.done_most, row.target) == (0, 5, 5)  # which 12 of the 20: not known
