@@ -377,11 +377,25 @@ def hidden_ledgers(paths: Paths, have: dict) -> dict:
     return out
 
 
-def output_files(paths: Paths, have: dict) -> dict:
+def in_job_order(names, datasets: list[str]) -> list[str]:
+    """File names in the job's dataset order (a dataset's files, `<DS>.…`, by name), then those no
+    dataset of the job names, by name: B2 before B10, as hosts.yaml has them."""
+    rank = {ds: i for i, ds in enumerate(datasets)}
+
+    def key(name: str):
+        ds = max((d for d in rank if name.startswith(d + ".")), key=len, default=None)
+        return (rank[ds] if ds is not None else len(rank), name)
+
+    return sorted(names, key=key)
+
+
+def output_files(paths: Paths, have: dict, datasets: list[str] = ()) -> dict:
+    """The output files to pull, in the order of the job's `datasets`."""
     out = {}
     if not paths.outputs.is_dir():
         return out
-    for p in sorted(paths.outputs.iterdir()):
+    found = {p.name: p for p in paths.outputs.iterdir()}
+    for p in (found[n] for n in in_job_order(found, list(datasets))):
         if not p.is_file() or p.name.startswith(".") or p.name.endswith((".idx", ".partial.jsonl")):
             # .idx: the runner's own index, rebuilt from the outputs wherever they are;
             # .partial.jsonl: turns of unfinished conversations, rewritten at every start

@@ -92,5 +92,9 @@ def keys_command(paths: Paths, req: CtlKeys) -> KeysStored:
 
 
 def files_command(paths: Paths, req: CtlFiles) -> FilesAnswer:
-    found = (hidden_ledgers if req.hidden else output_files)(paths, req.have)
+    if req.hidden:
+        found = hidden_ledgers(paths, req.have)
+    else:
+        job = deployed_spec()
+        found = output_files(paths, req.have, job.dataset_names() if job else [])
     return FilesAnswer({name: FileInfo(**e) for name, e in found.items()}, kept_caps(paths))

@@ -135,3 +135,28 @@ def test_the_records_page_lists_an_error_lines_fields_and_a_line_reads_back():
     line = ErrorLine("B1-000004", "B1", 4, "gave up after 8 attempts: 500", 8, 1_700_000_000)
     assert re.findall(r"`(\w+)`", said) == list(line.to_dict())
     assert json.loads(line.line()) == line.to_dict()
+
+
+def test_the_files_to_pull_come_in_the_jobs_dataset_order_not_by_name(tmp_path):
+    """B10 after B2 (by name it came after B1), a job of Z, A in its own order; files no dataset
+    of the job names come last, by name."""
+    from remote.common.jobspec import Paths
+    from remote.common.records import output_files
+
+    paths = Paths(tmp_path)
+    paths.outputs.mkdir(parents=True)
+    for name in ("B10.jsonl", "B2.jsonl", "B1.jsonl", "B1.meta.json", "B10.errors.jsonl"):
+        (paths.outputs / name).write_text("{}\n")
+    (paths.outputs / "old.jsonl").write_text("{}\n")
+    (paths.outputs / "B1.jsonl.idx").write_text("")  # never pulled
+    assert list(output_files(paths, {}, ["B1", "B2", "B10"])) == [
+        "B1.jsonl",
+        "B1.meta.json",
+        "B2.jsonl",
+        "B10.errors.jsonl",
+        "B10.jsonl",
+        "old.jsonl",
+    ]
+    said = list(output_files(paths, {}, ["B10", "B2"]))
+    assert said[:3] == ["B10.errors.jsonl", "B10.jsonl", "B2.jsonl"]
+    assert said[3:] == ["B1.jsonl", "B1.meta.json", "old.jsonl"]
