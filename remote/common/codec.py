@@ -79,9 +79,13 @@ def json_line(obj) -> bytes:
 
 
 def note_line(path, obj) -> None:
-    """One JSON line appended to a log kept for reports, in one write: a full disk loses the line,
-    never the job."""
-    line = json_line(obj)
+    """One JSON line appended to a log kept for reports (see append_line)."""
+    append_line(path, json_line(obj))
+
+
+def append_line(path, line: bytes) -> None:
+    """One line appended in one write (a writer beside it never splits it): a full disk loses the
+    line, never the job."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -16,7 +16,7 @@ from typing import Callable
 
 from ...common import machine, metrics, procinfo
 from ...common.answers import RecoverEvent
-from ...common.codec import note_line, typed_lines
+from ...common.codec import append_line, note_line, typed_lines
 from ...common.jobspec import Paths, ServerSpec
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
@@ -62,7 +62,7 @@ class Keeper:
     what = "?"
 
     def __init__(self, paths: Paths, spec: RecoverSpec, tell: Tell, log: Callable[[str], None]):
-        self.paths, self.spec, self.tell, self.log = paths, spec, tell, log
+        self.paths, self.spec, self.tell, self.watcher_log = paths, spec, tell, log
         self.seen = ProcessWatch(of=spec.max_restarts)  # what status shows of this process
         self.budget = Budget(spec)
         self.budget.restarts = self._restarts_so_far(paths)
@@ -86,6 +86,13 @@ class Keeper:
         if events and events[-1].event == "died":
             events.pop()
         return [e.at for e in events if e.event == "died"]
+
+    def log(self, msg: str) -> None:
+        """Said in the watcher's log and in the runner's: one who reads that (or follows it with
+        `tail --log`) sees why a runner ended and another began, and what became of its server."""
+        self.watcher_log(msg)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        append_line(self.paths.log, f"{stamp} [watcher] {msg}\n".encode(errors="replace"))
 
     def anew(self, want: Wanted) -> bool:
         """Given up on, then wanted again by a command (a restart typed since): watched from here

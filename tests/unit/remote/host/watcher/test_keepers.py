@@ -246,3 +246,19 @@ def test_a_watcher_started_again_keeps_the_restart_budget_its_predecessor_spent(
     assert keeper(tmp_path, window=60.0)[0].budget.attempt(now) == 2  # the window drops one
     intent.change(paths, runner={"wanted": True})  # a restart typed since: as at first
     assert keeper(tmp_path)[0].budget.attempt(time.time()) == 1
+
+
+def test_what_the_watcher_does_about_a_runner_is_said_in_the_runners_log_too(tmp_path, monkeypatch):
+    """One following runner.log (`tail --log`) sees why a runner ended and another began."""
+    k, paths, _, lines = keeper(tmp_path)
+    monkeypatch.setattr(k, "_start", lambda now, want: k._restarted(now))
+    paths.ensure()
+    paths.log.write_bytes(b"2026-12-05 10:00:00 runner start pid 1\n")
+    pid = dead_runner(paths, JobState.RUNNING)
+    k.tick(100.0, RunnerWanted(wanted=True))
+    said = paths.log.read_text().splitlines()
+    assert said[0] == "2026-12-05 10:00:00 runner start pid 1"  # the runner's own lines stay
+    watcher = [line.split(" ", 2)[2] for line in said[1:]]
+    assert watcher == [f"[watcher] {line}" for line in lines] and len(watcher) == 2
+    assert f"runner: the runner (pid {pid}) died" in watcher[0]
+    assert watcher[1].startswith("[watcher] runner restarted (attempt 1 of 5) after:")
