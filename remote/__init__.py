@@ -13,6 +13,7 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
                   the one check per kind of value the validator takes from there
         caps      the job's caps (run/caps.json) and the parsers of their flags and token counts
         status    status.json, typed (nested parts too)
+        speed     the job's tokens per second as every command says it
         records   the output record, typed (Record, Reply, Turn), a prompt's error line, a hidden-states
                   row (RowLine), and the file listing pull compares
         state     the other files under run/, typed (pid files, control.json, supervise.json)

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from remote.common.caps import GENERATE, HIDDEN_STATES, MEASURES
+from remote.common.speed import MEAN_SAID, rate_said
 from remote.common.status import (
     BUDGET_REACHED,
     NOT_RUN,
@@ -35,20 +36,17 @@ def fmt_tokens(n) -> str:
 
 
 MEAN_NOTE = (
-    "* this runner finished nothing in the last minute (or has just started): the job's mean over "
-    "the time it ran"
+    f"* {MEAN_SAID}, every runner's (on a dataset's row, that dataset's): shown once the job has "
+    "ended, or while its runner finished nothing in the last minute (or has just started)"
 )
 
 
-def shows_mean(now: float, mean: float | None) -> bool:
-    """Nothing came in the last minute and the job has a mean to show instead."""
-    return not now and bool(mean)
-
-
-def fmt_rate(now: float, mean: float | None) -> str:
-    """Tokens per second: the last minute's, or (starred, see MEAN_NOTE) the job's mean when
-    nothing came in that minute."""
-    return f"{fmt_tokens(mean)}*" if shows_mean(now, mean) else fmt_tokens(now)
+def fmt_rate(st: JobView, row: DatasetStatus | None = None) -> str:
+    """The job's tokens per second (or a dataset's: `row`) as `rate_said` says it, a mean starred
+    (see MEAN_NOTE); "-": none."""
+    of = st if row is None else row
+    rate, mean = rate_said(st.state, of.tokens_per_s, of.mean_tokens_per_s)
+    return "-" if rate is None else fmt_tokens(rate) + ("*" if mean else "")
 
 
 def fmt_duration(seconds) -> str:
@@ -303,13 +301,15 @@ def dataset_rate(st: JobView, name: str) -> str:
     """A dataset's tok/s as every view says it; none for one --datasets leaves out (its mean is
     the earlier runs')."""
     d = st.datasets[name]
-    return "-" if st.said_state(name) == NOT_RUN else fmt_rate(d.tokens_per_s, d.mean_tokens_per_s)
+    return "-" if st.said_state(name) == NOT_RUN else fmt_rate(st, d)
 
 
-def totals(statuses: list[JobView]) -> tuple[int, float, int | None]:
-    """Tokens, tokens/s and the ETA over every host (the ETA: the last host to finish)."""
+def totals(statuses: list[JobView]) -> tuple[int, str, int | None]:
+    """Tokens, tokens/s (each host's as its own line says it; starred where one is a mean) and the
+    ETA over every host (the ETA: the last host to finish)."""
     tok = sum(s.completion_tokens for s in statuses)
-    rate = sum(s.tokens_per_s or 0 for s in statuses)
+    said = [rate_said(s.state, s.tokens_per_s, s.mean_tokens_per_s) for s in statuses]
+    rate = fmt_tokens(sum(r or 0 for r, _ in said)) + ("*" if any(m for _, m in said) else "")
     etas = [s.eta_s for s in statuses if not s.terminal]
     return tok, rate, max(etas) if etas and None not in etas else (None if etas else 0)
 
@@ -369,7 +369,7 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
             fmt_tokens(d.completion_tokens),
             dataset_rate(st, name),
             eta,
-            st.said_state(name) + (f" · {draft_said(d)}" if st.stage in MEASURES else ""),
+            st.said_state(name) + (f" · {draft_said(st, d)}" if st.stage in MEASURES else ""),
         )
     head = Text.assemble(
         (f"{host}", "bold"),
@@ -380,7 +380,7 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
     speed = f" · {st.samples_per_s:,.1f} rows/s" if rows else ""
     total = Text(
         f"total {fmt_tokens(st.completion_tokens)} tokens{' in rows' if rows else ''} · "
-        f"{fmt_rate(st.tokens_per_s, st.mean_tokens_per_s)} tok/s{speed}"
+        f"{fmt_rate(st)} tok/s{speed}"
         f" · ETA {fmt_duration(st.eta_s) if not st.terminal else '-'}"
         f" · elapsed {fmt_duration(now - st.started_at) if st.started_at else '?'}"
     )
@@ -404,20 +404,19 @@ def view(
         tok, rate, eta = totals(present)
         parts.append(
             Text(
-                f"all hosts: {fmt_tokens(tok)} tokens · {fmt_tokens(rate)} tok/s · "
-                f"ETA {fmt_duration(eta)}",
+                f"all hosts: {fmt_tokens(tok)} tokens · {rate} tok/s · ETA {fmt_duration(eta)}",
                 style="bold",
             )
         )
     return Group(*parts)
 
 
-def draft_said(d: DatasetStatus) -> str:
+def draft_said(st: JobView, d: DatasetStatus) -> str:
     """What the draft stage measured on a dataset: vLLM's mean acceptance length and the share of
     drafts accepted at each position."""
     c = d.draft
     if c is None:  # the baseline's: no draft
-        return f"no draft, {fmt_rate(d.tokens_per_s, d.mean_tokens_per_s)} tok/s"
+        return f"no draft, {fmt_rate(st, d)} tok/s"
     if c.mean_acceptance_length is None:
         return "acceptance length -"
     rates = c.by_position()
@@ -435,14 +434,14 @@ def plain_line(host: str, st: JobView | None, now: float, note: str | None = Non
         return f"{stamp} {host}: no status yet" + (f" ({note})" if note else "")
     ds = " ".join(
         f"{n} {d.done}/{d.target}{beyond_said(d.beyond)}"
-        + (f" {draft_said(d)}" if st.stage in MEASURES else "")
+        + (f" {draft_said(st, d)}" if st.stage in MEASURES else "")
         + (f" ({said})" if (said := st.said_state(n)) in (BUDGET_REACHED, NOT_RUN) else "")
         for n, d in st.datasets.items()
     )
     line, _ = health(st, now)
     eta = fmt_duration(st.eta_s) if not st.terminal else "-"
     stage = f" {st.stage}" if st.stage != GENERATE else ""  # rows of hidden states, not answers
-    made = f"{fmt_tokens(st.completion_tokens)} tok {fmt_rate(st.tokens_per_s, st.mean_tokens_per_s)} tok/s"
+    made = f"{fmt_tokens(st.completion_tokens)} tok {fmt_rate(st)} tok/s"
     if st.stage == HIDDEN_STATES:
         ds += " rows"
         made = f"{fmt_tokens(st.completion_tokens)} tok in rows {st.samples_per_s:,.1f} rows/s"

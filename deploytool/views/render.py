@@ -164,7 +164,7 @@ def draft_table(s: JobView) -> Table:
             s.said_state(name),
             "-" if length is None else f"{length:.2f}",
             c.by_position() if c else "-",
-            fmt_rate(d.tokens_per_s, d.mean_tokens_per_s),
+            fmt_rate(s, d),
             str(d.errors),
         )
     return t
@@ -187,7 +187,8 @@ def work_table(s: JobView, out: Console, now: float) -> None:
             *(() if rows else (str(d.finish_length),)),
         )
     out.print(t)
-    if any(rate.endswith("*") for rate in rates.values()):  # a mean shown for a rate
+    total = fmt_rate(s)
+    if any(rate.endswith("*") for rate in [total, *rates.values()]):  # a mean shown for a rate
         out.print(f"  {MEAN_NOTE}", markup=False)
     beyond = [f"{n} {d.beyond:,}" for n, d in s.datasets.items() if d.beyond]
     if beyond:
@@ -198,7 +199,7 @@ def work_table(s: JobView, out: Console, now: float) -> None:
         )
     out.print(
         f"  total {_tok(s.completion_tokens)} tokens{' in rows' if rows else ''}, "
-        f"{fmt_rate(s.tokens_per_s, s.mean_tokens_per_s)} tok/s, "
+        f"{total} tok/s, "
         f"ETA {'-' if s.terminal else _eta(s.eta_s)}; {engine_said(s, now)[0]}; "
         f"errors {s.errors}"
         f"{'; STALLED' if s.stalled else ''}",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from remote.common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportStage
 from remote.common.caps import GENERATE, HIDDEN_STATES, fmt_bytes
-from remote.common.status import JobState
+from remote.common.speed import MEAN_SAID, rate_said
 
-from .progress import beyond_said, fmt_duration, fmt_tokens, shows_mean
+from .progress import beyond_said, fmt_duration, fmt_tokens
 
 W, H, PAD = 640, 180, 36  # chart size and margin, in SVG units
 CSS = """
@@ -278,14 +278,18 @@ counted: the stage never makes it again.</p>
 
 
 def _rate(data: ReportAnswer) -> str:
-    st, mean = data.status, data.history.mean_tps
-    if st.terminal or st.state == JobState.STARTING:  # "now" is a rate of a job that runs
-        return f"{fmt_tokens(mean)} tok/s on average while it ran" if mean else "no rate yet"
-    if st.stage == HIDDEN_STATES:
+    """The answers' rate as status says it (`rate_said`); in another stage, the answers' mean from
+    their records' times (status.json holds that stage's rates)."""
+    st = data.status
+    if st.stage == HIDDEN_STATES and not st.terminal:
         return f"hidden-states rows at {st.samples_per_s:,.1f} rows/s now"
-    if st.stage == GENERATE and shows_mean(st.tokens_per_s, mean):  # as status stars it
-        return f"{fmt_tokens(mean)} tok/s on average (nothing finished in the last minute)"
-    return f"{fmt_tokens(st.tokens_per_s)} tok/s now"
+    if st.stage != GENERATE:
+        mean = data.history.mean_tps
+        return f"answers made at {fmt_tokens(mean)} tok/s on average" if mean else "no rate yet"
+    rate, mean = rate_said(st.state, st.tokens_per_s, st.mean_tokens_per_s)
+    if rate is None:
+        return "no rate yet"
+    return f"{fmt_tokens(rate)} tok/s, " + (MEAN_SAID if mean else "the last minute's")
 
 
 def records_said(records: int, beyond: int) -> str:

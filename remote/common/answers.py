@@ -311,7 +311,7 @@ class HostPlan:
 
     datasets: dict[str, PlanRow] = field(default_factory=dict)
     tokens_per_s: float | None = None
-    rate_basis: str = ""  # what the rate is: the last minute's, or the job's mean while it ran
+    rate_basis: str = ""  # what the rate is: the last minute's, or speed.MEAN_SAID
     state: str = ""
     stage: StageBytes | None = None
 

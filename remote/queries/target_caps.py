@@ -6,8 +6,9 @@ from ..common.answers import HostPlan, PlanRow
 from ..common.caps import GENERATE
 from ..common.jobspec import JOB_FILE, MIN_MEASURED, JobSpec, Paths, release_dir
 from ..common.protocol import CtlPlan
+from ..common.speed import MEAN_SAID, rate_said
 from ..common.state import job_now
-from ..common.status import JobState, JobStatus
+from ..common.status import JobStatus
 from ..common.wire import HostFault
 from ..job.store.outputs import load_existing
 from ..job.store.prompts import PromptFile
@@ -59,15 +60,14 @@ def plan(
 
 
 def answer_rate(st: JobStatus) -> tuple[float | None, str]:
-    """The answers' rate and what it is (the hidden-states stage's rate is of rows): the last
-    minute's while the job runs, else its mean over the time it made tokens."""
+    """The answers' rate as status says it (`rate_said`), and what it is (the hidden-states
+    stage's rate is of rows)."""
     if st.stage != GENERATE:
         return None, ""
-    if st.state == JobState.RUNNING and st.tokens_per_s:
-        return st.tokens_per_s, "measured (last minute)"
-    if st.mean_tokens_per_s:
-        return st.mean_tokens_per_s, "the job's mean while it ran"
-    return None, ""
+    rate, mean = rate_said(st.state, st.tokens_per_s, st.mean_tokens_per_s)
+    if not rate:
+        return None, ""
+    return rate, MEAN_SAID if mean else "measured (last minute)"
 
 
 def answer(paths: Paths, req: CtlPlan) -> HostPlan:

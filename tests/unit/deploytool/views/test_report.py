@@ -72,9 +72,35 @@ def test_a_running_job_whose_runner_finished_nothing_lately_gives_its_mean_as_st
     from remote.common.answers import ReportAnswer, ReportHistory
     from remote.common.status import JobView
 
-    data = ReportAnswer(status=JobView(state="running"), history=ReportHistory(mean_tps=507.0))
-    assert report._rate(data) == "507 tok/s on average (nothing finished in the last minute)"
+    st = JobView(state="running", mean_tokens_per_s=507.0)
+    data = ReportAnswer(status=st, history=ReportHistory(mean_tps=490.0))
+    assert report._rate(data) == "507 tok/s, the job's mean over the time it ran"
     data.status.tokens_per_s = 900.0
-    assert report._rate(data) == "900 tok/s now"
-    data.status.stage, data.status.tokens_per_s = "draft", 0.0  # the mean is the answers' stage's
-    assert report._rate(data) == "0 tok/s now"
+    assert report._rate(data) == "900 tok/s, the last minute's"
+    data.status.stage = "draft"  # status holds the draft's rates: the answers' from their records
+    assert report._rate(data) == "answers made at 490 tok/s on average"
+
+
+def test_a_finished_job_has_one_rate_in_status_plan_and_report():
+    """status.json of a job that ended keeps its last minute's rate: status printed it unstarred
+    (beside starred rows), plan the runner's mean, report a mean of the records' times."""
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import render
+    from remote.common.answers import ReportAnswer, ReportHistory
+    from remote.common.status import DatasetStatus, JobView
+    from remote.queries.target_caps import answer_rate
+
+    row = DatasetStatus(state="complete", done=4, target=4, tokens_per_s=0.0, mean_tokens_per_s=9e3)
+    st = JobView(
+        state="finished", tokens_per_s=17_700.0, mean_tokens_per_s=18_000.0, datasets={"B1": row}
+    )
+    buf = io.StringIO()
+    render.status_screen(st, out=Console(file=buf, width=300, highlight=False), now=0.0)
+    total = next(x for x in buf.getvalue().splitlines() if x.strip().startswith("total"))
+    assert "18.0k* tok/s" in total and "9.0k*" in buf.getvalue()
+    assert answer_rate(st) == (18_000.0, "the job's mean over the time it ran")
+    data = ReportAnswer(status=st, history=ReportHistory(mean_tps=17_100.0))
+    assert report._rate(data) == "18.0k tok/s, the job's mean over the time it ran"
