@@ -37,7 +37,7 @@ def fmt_tokens(n) -> str:
 
 MEAN_NOTE = (
     f"* {MEAN_SAID}, every runner's (on a dataset's row, that dataset's): shown once the job has "
-    "ended, or while its runner finished nothing in the last minute (or has just started)"
+    "ended, or while its runner has not a minute of its own answers yet or finished nothing in the last one"
 )
 
 

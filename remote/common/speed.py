@@ -11,8 +11,9 @@ MEAN_SAID = "the job's mean over the time it ran"  # what a starred rate is, whe
 
 def rate_said(state: str, last_minute: float, mean: float | None) -> tuple[float | None, bool]:
     """(tokens per second, whether it is the mean), for the job or one dataset's row. The last
-    minute's is a rate of a runner at work: once the job has ended it says only how its end went.
-    None: nothing to say."""
+    minute's is a rate of a runner at work: once the job has ended it says only how its end went,
+    and a runner writes 0 until it has a minute of its own answers (its first comes an answer's
+    length after its start). None: nothing to say."""
     if state == JobState.RUNNING and last_minute:
         return last_minute, False
     if mean:

@@ -19,7 +19,7 @@ def stalled(state: str, in_flight: int, last_completion: float, now: float, afte
 @dataclass
 class Progress:
     datasets: dict[str, DatasetStatus]
-    tokens_per_s: float
+    tokens_per_s: float  # 0 while the runner is young (see `progress`)
     samples_per_s: float
     remaining_tokens: float
     pace: float = 0.0  # tokens per second the ETAs are reckoned at (see `progress`)
@@ -86,9 +86,9 @@ def progress(
     """Per dataset, in job order: where it stands; and the rates and ETAs over the whole job (datasets
     run one after another, so their ETAs accumulate). The rate counts finished answers, and a
     runner's first (`first`: when; None: none yet) comes an answer's length after its start: until
-    its window has been full of answers, its ETAs are reckoned at the job's mean speed where that
-    is the faster, once the job has run (`ran`) a minute or more to measure it (the rate it shows
-    is its own)."""
+    its window has been full of answers its rate is young (a fraction of its speed): where the job
+    has a mean (`ran`: every runner's) it is written as 0, so the views show the mean instead
+    (`speed.rate_said`), and the ETAs are reckoned at the mean where that is the faster."""
     datasets: dict[str, DatasetStatus] = {}
     cum: dict[str, float] = {}
     tok_rate = sample_rate = remaining = 0.0
@@ -102,12 +102,15 @@ def progress(
         sample_rate += row.samples_per_s
         remaining += row.remaining_tokens
         cum[spec.name] = remaining
-    mean = ran.per_s() if ran is not None and ran.seconds >= RATE_WINDOW else None
-    young = first is None or now - first < RATE_WINDOW
-    pace = max(tok_rate, mean or 0.0) if young else tok_rate
+    mean = ran.per_s() if ran else None
+    young = (first is None or now - first < RATE_WINDOW) and bool(mean)
+    pace = max(tok_rate, mean) if young else tok_rate
     for name, d in datasets.items():
+        if young:
+            d.tokens_per_s = 0.0
         if d.state == DatasetState.COMPLETE:
             d.eta_s = 0
         elif pace > 0:
             d.eta_s = int(cum[name] / pace)
-    return Progress(datasets, round(tok_rate, 1), round(sample_rate, 3), remaining, pace)
+    shown = 0.0 if young else round(tok_rate, 1)
+    return Progress(datasets, shown, round(sample_rate, 3), remaining, pace)

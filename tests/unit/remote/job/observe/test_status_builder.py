@@ -25,17 +25,17 @@ def finish(run, k: int, tokens: int, now: float) -> None:
 
 def test_each_dataset_in_job_order_and_the_etas_accumulate():
     b1, b2 = dataset("B1", n=10), dataset("B2", n=10)
-    finish(b1, 5, 200, now=5.0)
-    p = progress(Job("B1", "B2"), {"B2": b2, "B1": b1}, now=10.0, started=0.0)
+    finish(b1, 5, 1200, now=65.0)
+    p = progress(Job("B1", "B2"), {"B2": b2, "B1": b1}, now=70.0, started=0.0, first=5.0)
     assert list(p.datasets) == ["B1", "B2"]
     one, two = p.datasets["B1"], p.datasets["B2"]
-    assert (one.done, one.target, one.mean_tokens, one.state) == (5, 10, 200.0, JobState.RUNNING)
+    assert (one.done, one.target, one.mean_tokens, one.state) == (5, 10, 1200.0, JobState.RUNNING)
     assert (
-        one.remaining_tokens == 5 * 200 and two.remaining_tokens == 10 * 100
+        one.remaining_tokens == 5 * 1200 and two.remaining_tokens == 10 * 100
     )  # est until measured
-    assert p.tokens_per_s == 100.0  # 1000 tokens over the run's 10 s
-    assert (one.eta_s, two.eta_s) == (10, 20)  # B2 starts after B1: its ETA counts B1 in
-    assert p.line() == "done 5/20, 1,000 tokens, ETA 0h00m"
+    assert p.tokens_per_s == 100.0 == one.tokens_per_s  # 6000 tokens over the last minute
+    assert (one.eta_s, two.eta_s) == (60, 70)  # B2 starts after B1: its ETA counts B1 in
+    assert p.line() == "done 5/20, 6,000 tokens, ETA 0h01m"
 
 
 def test_a_complete_dataset_has_nothing_left_and_a_budget_caps_what_remains():
@@ -54,11 +54,12 @@ def test_stalled_only_while_running_with_requests_out():
     assert Progress({}, 0.0, 0.0, 100.0).eta_s is None
 
 
-def test_a_young_runner_reckons_its_etas_at_the_jobs_mean_where_that_is_faster():
+def test_a_young_runner_writes_no_rate_and_reckons_its_etas_at_the_jobs_mean_where_faster():
     """The rate counts finished answers, the first an answer's length after the start: until the
-    window has been full of answers the rate, its own and shown as such, would say hours for
-    minutes of work (and jump at the minute's end). A mean of less than a minute of work (the
-    first answers, finished together) says nothing yet."""
+    window has been full of answers the rate would say a fraction of the speed (155 tok/s after a
+    restart of a job that made 1.2k) and its ETAs hours for minutes of work. It is written as 0, so
+    the views show the job's mean, starred; the ETAs take that mean, whatever time it was measured
+    over (the job's earlier runs), where it is the faster."""
     from remote.job.store.rates import ActiveTime
 
     b1 = dataset("B1", n=10)
@@ -70,13 +71,18 @@ def test_a_young_runner_reckons_its_etas_at_the_jobs_mean_where_that_is_faster()
         return progress(job, {"B1": b1}, now=now, started=0.0, ran=ran, first=first)
 
     young = eta(41.0)
-    assert young.tokens_per_s == 2.4 and young.datasets["B1"].eta_s == 1  # 900 tokens at 900/s
-    assert young.eta_s == 1
+    assert young.tokens_per_s == 0.0 == young.datasets["B1"].tokens_per_s  # 2.4 of its own
+    assert young.datasets["B1"].eta_s == 1 and young.eta_s == 1  # 900 tokens at 900/s
     assert eta(61.0).datasets["B1"].eta_s == 1  # past the start's minute, not its answers'
     assert eta(41.0, first=None).datasets["B1"].eta_s == 1  # nothing finished yet
     slow = eta(41.0, ran=ActiveTime(600.0, 600))
     assert slow.datasets["B1"].eta_s == int(900 / (100 / 41))  # its own rate, the faster
-    burst = eta(41.0, ran=ActiveTime(2.0, 24_000))
-    assert burst.datasets["B1"].eta_s == int(900 / (100 / 41))  # 2 s of a burst: no mean yet
+    short = eta(
+        1.0, ran=ActiveTime(30.0, 27_000), first=None
+    )  # a first run of 30 s, then a restart
+    assert short.eta_s == 1  # no "ETA ?" beside the mean the views show
+    new = eta(41.0, ran=ActiveTime())  # a new job's first answer: no mean to show instead
+    assert new.tokens_per_s == 2.4 and new.eta_s == int(900 / (100 / 41))
     old = eta(100.0)
-    assert old.datasets["B1"].eta_s == int(900 / (100 / 60))  # a window of answers: its own
+    assert old.tokens_per_s == 1.7 == old.datasets["B1"].tokens_per_s  # a window of answers
+    assert old.datasets["B1"].eta_s == int(900 / (100 / 60))  # its own
