@@ -15,7 +15,15 @@ import sys
 from .common import protocol as P
 from .common.flags import Request
 from .common.jobspec import JOB_FILE, Paths, default_root, release_dir
-from .common.wire import FAULTS, REQUEST_FLAG, HostFault, envelope, fault_envelope, from_wire
+from .common.wire import (
+    FAULTS,
+    PROTOCOL,
+    REQUEST_FLAG,
+    HostFault,
+    envelope,
+    fault_envelope,
+    from_wire,
+)
 
 # request type -> "module:function", imported only when called (`ctl status` stays quick)
 HANDLERS: dict[type[Request], str] = {
@@ -66,9 +74,17 @@ def read_request(stdin) -> P.Request:
     """The request deploytool sent on stdin (wire.request_json), typed strictly."""
     try:
         data = json.loads(stdin.readline())  # one line: a request may be answered again
+        got = data.get("protocol", "7 or older")
+        if got != PROTOCOL:  # its fields may mean another thing here: nothing is done
+            raise HostFault(
+                "usage",
+                f"a request of protocol {got}; this host's release speaks {PROTOCOL}: nothing was "
+                "done",
+                fix="`invoke deploy` from the deploytool you use, or use the one that deployed",
+            )
         cls = P.BY_COMMAND[tuple(data["command"])]
         return from_wire(cls, data["request"])
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise HostFault("usage", f"{REQUEST_FLAG}: not a request of this release ({e})") from None
 
 

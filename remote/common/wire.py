@@ -10,7 +10,9 @@ from typing import Any
 
 from .codec import from_dict, plain
 
-PROTOCOL = 7  # the envelope's version: a host of another release says so instead of misreading
+# the version of requests and answers: a change to a field of either is a new one. A host refuses a
+# request of another before doing anything; deploytool says so of an answer of another
+PROTOCOL = 8
 
 # ------------------------------------------------------------------ faults
 
@@ -77,13 +79,19 @@ REQUEST_FLAG = "--request"  # `python -m remote --request`: the request comes as
 def request_json(request) -> bytes:
     """A request as deploytool sends it: its command and its typed fields, on stdin (never on a
     command line, where a process list would show a key or a token)."""
-    return json.dumps({"command": list(request.command), "request": to_wire(request)}).encode()
+    data = {"protocol": PROTOCOL, "command": list(request.command), "request": to_wire(request)}
+    return json.dumps(data).encode()
 
 
 def read_envelope(data: dict, answer_type: type):
     """The typed answer, or the Fault; ProtocolError when it speaks another contract."""
     if not isinstance(data, dict) or data.get("protocol") != PROTOCOL:
         got = data.get("protocol", 1) if isinstance(data, dict) else "none"
+        if isinstance(got, int) and got > PROTOCOL:
+            raise ProtocolError(
+                f"the host runs a newer release (protocol {got}) than this deploytool "
+                f"({PROTOCOL}): update this checkout, or `invoke deploy` to put its release there"
+            )
         raise ProtocolError(
             f"the host's release speaks protocol {got}, this deploytool {PROTOCOL}: run "
             "`invoke deploy` to bring the host up to date"

@@ -306,3 +306,35 @@ def test_a_value_of_another_type_on_the_wire_is_refused_naming_its_field():
     wire["was_running"] = "yes"
     with pytest.raises(ProtocolError, match=r"StopAnswer.was_running: expected bool, got 'yes'"):
         from_wire(StopAnswer, wire)
+
+
+def test_a_request_of_another_protocol_is_refused_before_anything_is_done():
+    """A field may mean another thing in another release: an old deploytool's restart (its
+    requests carry no number) or a newer one's is refused, not acted on and then misread."""
+    import io
+    import json
+
+    from remote import cli
+    from remote.common.wire import PROTOCOL, HostFault, request_json
+
+    data = json.loads(request_json(P.CtlStop(grace=1.0)))
+    for got in (None, PROTOCOL - 1, PROTOCOL + 1):
+        sent = {k: v for k, v in data.items() if k != "protocol"}
+        if got is not None:
+            sent["protocol"] = got
+        with pytest.raises(HostFault) as e:
+            cli.read_request(io.StringIO(json.dumps(sent)))
+        assert e.value.fault.code == "usage"
+        said = "7 or older" if got is None else str(got)
+        assert f"a request of protocol {said}; this host's release speaks {PROTOCOL}" in str(
+            e.value
+        )
+
+
+def test_an_answer_of_a_newer_host_says_to_update_this_side():
+    from remote.common.wire import PROTOCOL, ProtocolError, read_envelope
+
+    with pytest.raises(ProtocolError, match="newer release .*update this checkout"):
+        read_envelope({"protocol": PROTOCOL + 1, "ok": True, "answer": {}}, dict)
+    with pytest.raises(ProtocolError, match="run `invoke deploy`"):
+        read_envelope({"protocol": PROTOCOL - 1, "ok": True, "answer": {}}, dict)
