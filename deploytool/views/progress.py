@@ -305,10 +305,12 @@ def dataset_rate(st: JobView, name: str) -> str:
 
 
 def totals(statuses: list[JobView]) -> tuple[int, str, int | None]:
-    """Tokens, tokens/s (each host's as its own line says it; starred where one is a mean) and the
-    ETA over every host (the ETA: the last host to finish)."""
+    """Tokens, tokens/s (each host's as its own line says it; starred where one is a mean; of the
+    hosts still at work, an ended one making none, else of every host) and the ETA over every host
+    (the ETA: the last host to finish)."""
     tok = sum(s.completion_tokens for s in statuses)
-    said = [rate_said(s.state, s.tokens_per_s, s.mean_tokens_per_s) for s in statuses]
+    working = [s for s in statuses if not s.terminal] or statuses
+    said = [rate_said(s.state, s.tokens_per_s, s.mean_tokens_per_s) for s in working]
     rate = fmt_tokens(sum(r or 0 for r, _ in said)) + ("*" if any(m for _, m in said) else "")
     etas = [s.eta_s for s in statuses if not s.terminal]
     return tok, rate, max(etas) if etas and None not in etas else (None if etas else 0)

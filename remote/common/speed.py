@@ -18,4 +18,4 @@ def rate_said(state: str, last_minute: float, mean: float | None) -> tuple[float
         return last_minute, False
     if mean:
         return mean, True
-    return (last_minute, False) if state == JobState.RUNNING else (None, False)
+    return None, False  # nothing made yet, or a dataset just begun in a young runner: not measured

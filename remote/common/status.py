@@ -163,7 +163,7 @@ class DatasetStatus(Codec):
     new_records: int = 0  # written by this runner
     finish_length: int = 0  # of the records in the target: cut at max_tokens
     empty: int = 0  # of this runner's records: no answer text
-    tokens_per_s: float = 0.0  # the last minute
+    tokens_per_s: float = 0.0  # the last minute; 0 while the runner is young (speed.rate_said)
     samples_per_s: float = 0.0
     mean_tokens_per_s: float | None = None  # over the time the job made tokens, every runner's
     budget: int | None = None
@@ -384,7 +384,7 @@ class JobStatus(Record):
     endpoints: list[EndpointStatus] = field(default_factory=list)
     concurrency: int = 0  # requests kept in flight, over every server
     in_flight: int = 0
-    tokens_per_s: float = 0.0
+    tokens_per_s: float = 0.0  # the last minute; 0 while the runner is young (speed.rate_said)
     samples_per_s: float = 0.0
     mean_tokens_per_s: float | None = None
     completion_tokens: int = 0
@@ -449,6 +449,9 @@ class JobView(JobStatus):
     host: str | None = None
     deployed_job: str | None = None  # the sha256 of current/job.json
     job_differs: bool = False  # hosts.yaml's job is not the deployed one (deploytool)
+
+    def write(self, path) -> None:
+        raise TypeError("a JobView is made for each look, never written: status.json is JobStatus")
 
     @property
     def said(self) -> str:

@@ -231,3 +231,17 @@ def test_runners_without_a_pid_file_are_said_by_every_view():
     said = "runner processes without a pid file: [4242] (restart or stop takes care of them)"
     assert (said, "red") in progress.extra_lines(st, 0.0)
     assert said in progress.plain_line("gpu1", st, 0.0)
+
+
+def test_a_rate_not_measured_yet_is_a_dash_and_an_ended_host_adds_none_to_the_speed_now():
+    from deploytool.views.progress import fmt_rate, totals
+    from remote.common.status import DatasetStatus, JobView
+
+    # a young runner writes 0 where the job has a mean; a dataset just begun has none of its own
+    young = JobView(state="running", tokens_per_s=0.0, mean_tokens_per_s=900.0)
+    begun = DatasetStatus("running", 1, 10, tokens_per_s=0.0, mean_tokens_per_s=None)
+    assert fmt_rate(young) == "900*" and fmt_rate(young, begun) == "-"  # not "0"
+    ended = JobView(state="finished", mean_tokens_per_s=5000.0, completion_tokens=10)
+    working = JobView(state="running", tokens_per_s=1000.0, completion_tokens=5, eta_s=60)
+    assert totals([ended, working]) == (15, "1.0k", 60)  # the speed now: the ended host's none
+    assert totals([ended, JobView(state="stopped", mean_tokens_per_s=1000.0)])[1] == "6.0k*"
