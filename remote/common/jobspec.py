@@ -29,6 +29,9 @@ from .keys import (
 )
 
 JOB_FILE = "job.json"
+# marks the watcher's lines in runner.log (a death, a restart): a reader of the runner's own words
+# for why it ended leaves them out
+WATCHER_MARK = "[watcher]"
 JOB_TOKEN_ENV = "DEPLOYTOOL_JOB_TOKEN"  # the runner's token, inherited by anything it starts: stop finds them by it
 SERVER_TOKEN_ENV = "DEPLOYTOOL_SERVER_TOKEN"  # the inference server's, likewise
 

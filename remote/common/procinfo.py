@@ -143,15 +143,17 @@ def all_pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
-def tail_lines(path, n: int, window: int = 256 * 1024) -> list[str]:
-    """The last n lines of a (log) file, reading at most `window` bytes from its end."""
+def tail_lines(path, n: int, window: int = 256 * 1024, without: str | None = None) -> list[str]:
+    """The last n lines of a (log) file (those holding `without` left out), reading at most
+    `window` bytes from its end."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
             f.seek(max(0, f.tell() - window))
-            return f.read().decode(errors="replace").splitlines()[-n:]
+            lines = f.read().decode(errors="replace").splitlines()
     except FileNotFoundError:
         return []
+    return [line for line in lines if without is None or without not in line][-n:]
 
 
 _WHY_LINE = re.compile(r"error|exception|traceback|killed|fatal|illegal|out of memory|xid", re.I)

@@ -20,6 +20,7 @@ from ...common.codec import read_json, typed_lines
 from ...common.jobspec import (
     JOB_FILE,
     JOB_TOKEN_ENV,
+    WATCHER_MARK,
     Paths,
     deployed_spec,
     release_dir,
@@ -279,7 +280,9 @@ def _wait_running(paths: Paths, req: CtlStart, proc, token: str) -> JobStatus:
                 if code is not None
                 else f"the runner did not report running within {req.wait:g}s"
             )
-            raise HostFault("start_failed", why, log=procinfo.tail_lines(paths.log, 20))
+            raise HostFault(
+                "start_failed", why, log=procinfo.tail_lines(paths.log, 20, without=WATCHER_MARK)
+            )
         time.sleep(0.05)
 
 
@@ -334,7 +337,7 @@ def recap(paths: Paths, rec: RunnerRecord, caps: Caps, was: Caps) -> JobStatus |
         "refused",
         "the running runner did not take the new caps (see logs/runner.log)",
         fix="use --hard to restart it",
-        log=procinfo.tail_lines(paths.log, 20),
+        log=procinfo.tail_lines(paths.log, 20, without=WATCHER_MARK),
     )
 
 

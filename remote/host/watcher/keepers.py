@@ -17,7 +17,7 @@ from typing import Callable
 from ...common import machine, metrics, procinfo
 from ...common.answers import RecoverEvent
 from ...common.codec import append_line, note_line, typed_lines
-from ...common.jobspec import Paths, ServerSpec
+from ...common.jobspec import WATCHER_MARK, Paths, ServerSpec
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
 from ...common.state import (
@@ -41,8 +41,9 @@ Tell = Callable[[str, str], None]  # (notify event, what happened)
 
 
 def reason_lines(path, n: int = 8) -> list[str]:
-    """The lines of a log that say why it died: its errors, else its last lines."""
-    return procinfo.why_lines(procinfo.tail_lines(path, 200), n)
+    """The lines of a log that say why it died: its errors, else its last lines (the watcher's own
+    in runner.log are not its words)."""
+    return procinfo.why_lines(procinfo.tail_lines(path, 200, without=WATCHER_MARK), n)
 
 
 def _shape(cause: str, lines: list[str]) -> str:
@@ -92,7 +93,7 @@ class Keeper:
         `tail --log`) sees why a runner ended and another began, and what became of its server."""
         self.watcher_log(msg)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        append_line(self.paths.log, f"{stamp} [watcher] {msg}\n".encode(errors="replace"))
+        append_line(self.paths.log, f"{stamp} {WATCHER_MARK} {msg}\n".encode(errors="replace"))
 
     def anew(self, want: Wanted) -> bool:
         """Given up on, then wanted again by a command (a restart typed since): watched from here

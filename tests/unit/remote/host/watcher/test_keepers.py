@@ -262,3 +262,16 @@ def test_what_the_watcher_does_about_a_runner_is_said_in_the_runners_log_too(tmp
     assert watcher == [f"[watcher] {line}" for line in lines] and len(watcher) == 2
     assert f"runner: the runner (pid {pid}) died" in watcher[0]
     assert watcher[1].startswith("[watcher] runner restarted (attempt 1 of 5) after:")
+
+
+def test_why_a_runner_died_is_never_the_watchers_own_line_in_its_log(tmp_path):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    paths.log.write_text(
+        "2026-12-05 10:00:00 runner start pid 1\n"
+        "2026-12-05 10:00:01 RuntimeError: the runner's own error\n"
+        "2026-12-05 10:05:00 [watcher] server: the smoke test failed: HTTP Error 500\n"
+    )
+    assert keepers.reason_lines(paths.log) == [
+        "2026-12-05 10:00:01 RuntimeError: the runner's own error"
+    ]
