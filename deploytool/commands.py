@@ -152,7 +152,11 @@ def restart(
         force_gpu=force_gpu,
         with_server=with_server,
     )
-    _run(config, host_spec, one, render_restart.restart_result)
+    try:
+        _run(config, host_spec, one, render_restart.restart_result)
+    except KeyboardInterrupt:
+        render_restart.restart_detached(host_spec or config.default_host)
+        return ExitCode.FAILED
     return ExitCode.OK
 
 

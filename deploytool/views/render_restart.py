@@ -94,7 +94,7 @@ def _footnotes(caps: dict[str, CapRow], short: dict, out: Console) -> None:
     if ranged:
         out.print(
             f"  {', '.join(ranged)}: done a range: the status cannot tell how many of the records "
-            "fall in the new target; the runner counts them as it starts"
+            "fall in the new target; the runner counts them as it takes it"
         )
     for cap, names in short.items():
         out.print(
@@ -263,6 +263,17 @@ def stop_detached(hosts: str, out: Console = console) -> None:
     out.print(
         say(
             "detached: the host goes on stopping the job (`invoke status` shows when it has)", hosts
+        ),
+        markup=False,
+    )
+
+
+def restart_detached(hosts: str, out: Console = console) -> None:
+    out.print(
+        say(
+            "detached: what the host was asked it goes on doing (a restart begun ends on its own; "
+            "`invoke status` shows where the job is)",
+            hosts,
         ),
         markup=False,
     )
