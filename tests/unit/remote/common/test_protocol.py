@@ -338,3 +338,41 @@ def test_an_answer_of_a_newer_host_says_to_update_this_side():
         read_envelope({"protocol": PROTOCOL + 1, "ok": True, "answer": {}}, dict)
     with pytest.raises(ProtocolError, match="run `invoke deploy`"):
         read_envelope({"protocol": PROTOCOL - 1, "ok": True, "answer": {}}, dict)
+
+
+def _wire_shape() -> str:
+    """Every request, answer and fault type's fields, named and typed, as one text."""
+    import dataclasses
+    import typing
+
+    from remote.common.wire import Fault
+
+    seen: dict = {}
+
+    def walk(cls):
+        if not dataclasses.is_dataclass(cls) or cls in seen:
+            return
+        seen[cls] = [(f.name, str(f.type)) for f in dataclasses.fields(cls)]
+        for hint in typing.get_type_hints(cls).values():
+            for t in [hint, *typing.get_args(hint)]:
+                for u in [t, *typing.get_args(t)]:
+                    walk(u)
+
+    for req in P.REQUESTS:
+        walk(req)
+        if req.answer:
+            walk(req.answer_type())
+    walk(Fault)
+    return "\n".join(f"{c.__module__}.{c.__qualname__} {fs}" for c, fs in seen.items())
+
+
+def test_the_wires_shape_is_pinned_to_its_protocol_number():
+    """A field added to a request or an answer is a new protocol: the two sides of a deploy must
+    refuse each other, not misread. Changed the wire? Bump PROTOCOL, and pin both here anew."""
+    import hashlib
+
+    from remote.common.wire import PROTOCOL
+
+    lines = sorted(_wire_shape().splitlines())
+    shape = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    assert (PROTOCOL, shape) == (8, "a8e9a9603bf20f5f"), "\n".join(lines)
