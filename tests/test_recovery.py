@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from deploytool.config import load_config
 from deploytool.connectors import connect
 from deploytool.ops import control, server
 from deploytool.ops.deploy import deploy_host
@@ -330,6 +331,27 @@ def test_a_stop_says_it_stopped_the_runner_the_watcher_started_after_someone_els
     )
     again = control.stop(r.conn, grace=0)
     assert not again.was_running and again.found.startswith(f"the last one, pid {new}: ")
+
+
+def test_a_runner_killed_after_a_deploy_comes_back_from_the_release_it_ran(rig):
+    """A hosts.yaml edited and deployed changes nothing until a restart is typed: its sampling
+    is one the records refuse, and a runner brought back from it would fail to start, the job dead
+    at its first crash."""
+    import yaml
+
+    r = rig()
+    r.start()
+    r.wait_records(4)
+    old = r.pid("runner.pid")
+    data = yaml.safe_load(r.cfg.path.read_text())
+    data["job"]["sampling"]["temperature"] = 0.7
+    r.cfg.path.write_text(yaml.safe_dump(data, sort_keys=False))
+    deploy_host(r.conn, load_config(r.cfg.path))
+    assert (r.root / "current").resolve() != Path(old["release"]).resolve()
+    os.kill(old["pid"], signal.SIGKILL)
+    restarted(r, "runner")
+    assert r.pid("runner.pid")["release"] == old["release"]
+    r.finished()  # every prompt once: the runner brought back did start
 
 
 def test_a_runners_first_death_is_restarted_at_once_its_third_after_a_backoff(rig):

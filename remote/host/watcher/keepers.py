@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 import signal
 import time
+from pathlib import Path
 from typing import Callable
 
 from ...common import machine, metrics, procinfo
 from ...common.answers import RecoverEvent
 from ...common.codec import append_line, note_line, typed_lines
-from ...common.jobspec import WATCHER_MARK, Paths, ServerSpec
+from ...common.jobspec import JOB_FILE, WATCHER_MARK, Paths, ServerSpec
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
 from ...common.state import (
@@ -426,7 +427,7 @@ class RunnerKeeper(Keeper):
             self.seen.attempt = self.budget.restarting(now)
         try:  # a start that fails is counted and said, never a crash
             req = CtlStart(**vars(want.flags.own_flags()), wait=START_WAIT_S)
-            runner_process.start(self.paths, req, rel=(self.paths.root / "current").resolve())
+            runner_process.start(self.paths, req, rel=self._release())
         except HostFault as e:
             why = self._died(now, f"could not start: {e}", e.fault.log, at_start=True)
             if why:
@@ -436,6 +437,16 @@ class RunnerKeeper(Keeper):
             self.log(f"runner started for the {kept_caps(self.paths).stage} stage")
         else:
             self._restarted(now)
+
+    def _release(self) -> Path:
+        """The release the runner ran, still there: a deploy since changes nothing until a restart
+        is typed (its job.json may hold settings the records refuse: a runner brought back from it
+        would fail to start, and the job would die at its first crash). `current` where none ran."""
+        rec = RunnerRecord.read(self.paths.pidfile)
+        ran = Path(rec.release) if rec is not None and rec.release else None
+        if ran is not None and (ran / JOB_FILE).is_file():
+            return ran
+        return (self.paths.root / "current").resolve()
 
     def start_next(self, now: float, want: RunnerWanted) -> None:
         self.then = None
