@@ -47,6 +47,19 @@ def _run(config, host_spec, fn, show):
     return results
 
 
+def _run_to_end(config, host_spec, fn, show, doing: str) -> int:
+    """`_run`, where a Ctrl-C leaves each host going on with what it was asked (a stop or a restart
+    begun is seen through there): said so, exit 1."""
+    from .views import render_restart
+
+    try:
+        _run(config, host_spec, fn, show)
+    except KeyboardInterrupt:
+        render_restart.detached(host_spec or config.default_host, doing)
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
 def listens(spec, engine: str = "openai") -> str:
     """What `server.start` would listen on, and whether it asks for a key (none for a job whose
     engine is the built-in stand-in: no server answers it)."""
@@ -152,12 +165,11 @@ def restart(
         force_gpu=force_gpu,
         with_server=with_server,
     )
-    try:
-        _run(config, host_spec, one, render_restart.restart_result)
-    except KeyboardInterrupt:
-        render_restart.restart_detached(host_spec or config.default_host)
-        return ExitCode.FAILED
-    return ExitCode.OK
+    doing = (
+        "with what it was asked (a restart begun ends on its own; `invoke status` shows where "
+        "the job is)"
+    )
+    return _run_to_end(config, host_spec, one, render_restart.restart_result, doing)
 
 
 def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_server):
@@ -294,12 +306,8 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
             conn, grace, drain, render_restart.Stopping(conn.name, grace, drain)
         )
 
-    try:
-        _run(config, host_spec, one, render_restart.stop_result)
-    except KeyboardInterrupt:
-        render_restart.stop_detached(host_spec or config.default_host)
-        return ExitCode.FAILED
-    return ExitCode.OK
+    doing = "stopping the job (`invoke status` shows when it has)"
+    return _run_to_end(config, host_spec, one, render_restart.stop_result, doing)
 
 
 def status(host_spec: str | None, *, as_json: bool = False) -> int:

@@ -165,6 +165,58 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
     assert status(root)["state"] == "stopped", log.read_text()[-3000:]
 
 
+def test_a_restart_says_the_runner_it_stops_and_ctrl_c_leaves_the_host_restarting(
+    tmp_path, openai_server
+):
+    import os
+    import signal
+
+    from tests.conftest import status, wait_for
+
+    srv = openai_server()
+    srv.hold_after = 0  # no answer ever comes: the old runner waits out its grace
+    proj, root = _project(
+        tmp_path,
+        engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 2},
+    )
+    assert run_in(proj, "invoke deploy").returncode == 0
+    assert run_in(proj, "invoke restart").returncode == 0
+    pid = status(root)["pid"]
+    proc = subprocess.Popen(
+        [INVOKE, "restart", "--hard", "--grace", "3600"],
+        cwd=proj,
+        env=dict(piped_env(), PYTHONFAULTHANDLER="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=ctrl_c_as_typed,
+    )
+    try:
+        said = []
+        while not any(f"box: stopping runner pid {pid}: SIGTERM" in line for line in said):
+            line = proc.stdout.readline()
+            assert line, said  # it ended without saying what it stops
+            said.append(line)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group gets it
+        rest, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 1, rest
+        assert "detached: the host goes on with what it was asked" in rest, rest
+        assert "Traceback" not in rest, rest
+        srv.hold_after = None  # the answers in flight come: the old runner's grace ends
+        wait_for(
+            lambda: (
+                status(root).get("pid") not in (None, pid)
+                and status(root)["state"] in ("running", "finished")  # 4 prompts: it may end
+            ),
+            timeout=60,
+            what="the host's restart seen through without us",
+        )
+    finally:
+        proc.kill()
+        run_in(proj, "invoke stop --grace 0")
+
+
 def test_pull_and_export_with_nothing_deployed_leave_no_empty_folder(tmp_path):
     proj, _ = _project(tmp_path)
     for line in ("invoke pull", "invoke export"):

@@ -259,24 +259,9 @@ class Restarting(Stopping):
         super().__call__(st, waited - self.since)
 
 
-def stop_detached(hosts: str, out: Console = console) -> None:
-    out.print(
-        say(
-            "detached: the host goes on stopping the job (`invoke status` shows when it has)", hosts
-        ),
-        markup=False,
-    )
-
-
-def restart_detached(hosts: str, out: Console = console) -> None:
-    out.print(
-        say(
-            "detached: what the host was asked it goes on doing (a restart begun ends on its own; "
-            "`invoke status` shows where the job is)",
-            hosts,
-        ),
-        markup=False,
-    )
+def detached(hosts: str, doing: str, out: Console = console) -> None:
+    """After a Ctrl-C: what the hosts go on doing without us."""
+    out.print(say(f"detached: the host goes on {doing}", hosts), markup=False)
 
 
 def stop_result(r: StopAnswer, out: Console = console) -> None:
