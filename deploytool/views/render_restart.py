@@ -114,16 +114,20 @@ def raised_targets(r: RestartAnswer, out: Console = console) -> None:
             alike.setdefault((more, whole), []).append(name)
     if not alike:
         return
-    said = [
-        f"{', '.join(names)} ({more} prompts"
-        + (f": every prompt of {'the file' if len(names) == 1 else 'each file'})" if whole else ")")
-        for (more, whole), names in alike.items()
-    ]
-    if len(said) == 1 and len(next(iter(alike.values()))) == 1:  # one dataset: said as before
-        name, _, more = said[0].partition(" ")
-        said = f"{name}'s target goes up {more}"
+
+    def how(more: str, whole: bool, n: int) -> str:
+        return f"({more} prompts" + (
+            f": every prompt of {'the file' if n == 1 else 'each file'})" if whole else ")"
+        )
+
+    groups = list(alike.items())
+    if len(groups) == 1 and len(groups[0][1]) == 1:  # one dataset: said as before
+        (more, whole), (name,) = groups[0]
+        said = f"{name}'s target goes up {how(more, whole, 1)}"
     else:
-        said = "targets go up: " + "; ".join(said)
+        said = "targets go up: " + "; ".join(
+            f"{', '.join(names)} {how(more, whole, len(names))}" for (more, whole), names in groups
+        )
     out.print(f"[yellow]{r.host}: {said}[/]")
 
 
