@@ -43,6 +43,33 @@ def run_in(cwd, line: str) -> subprocess.CompletedProcess:
     )
 
 
+def _held_job(tmp_path, openai_server) -> tuple:
+    """A deployed job whose server never answers (until `srv.hold_after = None`): a runner asked
+    to stop waits out its grace, however slow the machine. (srv, project, host root)."""
+    srv = openai_server()
+    srv.hold_after = 0
+    proj, root = _project(
+        tmp_path,
+        engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 2},
+    )
+    assert run_in(proj, "invoke deploy").returncode == 0
+    return srv, proj, root
+
+
+def _at_a_terminal(proj, *args: str) -> subprocess.Popen:
+    """The venv's invoke as a terminal's foreground job, so a Ctrl-C reaches it as typed."""
+    return subprocess.Popen(
+        [INVOKE, *args],
+        cwd=proj,
+        env=dict(piped_env(), PYTHONFAULTHANDLER="1"),  # a hang says where: SIGABRT
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group
+        preexec_fn=ctrl_c_as_typed,
+    )
+
+
 def one_line_error(res, code: int) -> str:
     assert res.returncode == code, res.stdout + res.stderr
     lines = res.stderr.strip().splitlines()
@@ -114,13 +141,7 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
     from remote.common import procinfo
     from tests.conftest import status, wait_for
 
-    srv = openai_server()
-    srv.hold_after = 0  # no answer ever comes: the grace runs out, however slow the machine
-    proj, root = _project(
-        tmp_path,
-        engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 2},
-    )
-    assert run_in(proj, "invoke deploy").returncode == 0
+    srv, proj, root = _held_job(tmp_path, openai_server)
     assert run_in(proj, "invoke restart").returncode == 0
     pid = status(root)["pid"]
     res = run_in(proj, "invoke stop --grace 2")
@@ -135,16 +156,7 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
 
     assert run_in(proj, "invoke restart").returncode == 0
     pid = status(root)["pid"]
-    proc = subprocess.Popen(
-        [INVOKE, "stop", "--grace", "3600"],  # it cannot end before the Ctrl-C, however slow
-        cwd=proj,
-        env=dict(piped_env(), PYTHONFAULTHANDLER="1"),  # a hang says where: SIGABRT below
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group, as a terminal's foreground job
-        preexec_fn=ctrl_c_as_typed,
-    )
+    proc = _at_a_terminal(proj, "stop", "--grace", "3600")  # it cannot end before the Ctrl-C
     first = proc.stdout.readline()
     assert first.startswith(f"box: stopping runner pid {pid}"), first
     # every view says it: no new requests, and the grace those in flight got
@@ -173,25 +185,10 @@ def test_a_restart_says_the_runner_it_stops_and_ctrl_c_leaves_the_host_restartin
 
     from tests.conftest import status, wait_for
 
-    srv = openai_server()
-    srv.hold_after = 0  # no answer ever comes: the old runner waits out its grace
-    proj, root = _project(
-        tmp_path,
-        engine={"kind": "openai", "base_url": srv.url, "model": "test-model", "concurrency": 2},
-    )
-    assert run_in(proj, "invoke deploy").returncode == 0
+    srv, proj, root = _held_job(tmp_path, openai_server)  # the old runner waits out its grace
     assert run_in(proj, "invoke restart").returncode == 0
     pid = status(root)["pid"]
-    proc = subprocess.Popen(
-        [INVOKE, "restart", "--hard", "--grace", "3600"],
-        cwd=proj,
-        env=dict(piped_env(), PYTHONFAULTHANDLER="1"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group, as a terminal's foreground job
-        preexec_fn=ctrl_c_as_typed,
-    )
+    proc = _at_a_terminal(proj, "restart", "--hard", "--grace", "3600")
     try:
         said = []
         while not any(f"box: stopping runner pid {pid}: SIGTERM" in line for line in said):
