@@ -173,35 +173,18 @@ def restart(
 
 
 def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_server):
-    from functools import cache
-
+    """One request; where the job's server must be started (again) for the stage, the host sees
+    the rest through alone (the model's load included) and this follows it."""
     from .ops import control
     from .ops import server as server_mod
     from .views import render, render_restart, render_server
 
-    @cache
-    def ahead() -> None:
-        """The host's word, asked once before anything is done: a raised target is said first,
-        and a refusal comes before a server is started (or started again) for the restart."""
+    if not dry_run and flags.may_raise():
+        # a raised target said before the host acts: the host's word, asked once first
         said = control.restart(conn, flags, hard=hard, dry_run=True)
         said.host = conn.name
         render_restart.raised_targets(said)
-
-    if not dry_run:
-        if flags.may_raise():
-            ahead()
-        server_mod.up_for_restart(
-            conn,
-            config,
-            flags,
-            with_server=with_server,
-            drain=drain,
-            ahead=ahead,
-            note=render.note,
-            progress=render.plain_note,
-            stopped=render_server.server_stopped,
-            started=render_server.server_started,
-        )
+    managed = server_mod.manages_engine(config, conn.name)
     answer = control.restart(
         conn,
         flags,
@@ -211,8 +194,20 @@ def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_
         force_gpu=force_gpu,
         recover=config.recover_for(conn.name),
         keys=config.server_keys(conn.name),
+        server=config.server_for(conn.name) if managed else None,
+        keep_server=not with_server,
         told=None if dry_run else render_restart.Restarting(conn.name, flags.grace, drain),
     )
+    if answer.mode == "switching":
+        answer = server_mod.follow_switch(
+            conn,
+            answer,
+            note=render.note,
+            progress=render.plain_note,
+            told=render_restart.Restarting(conn.name, flags.grace, drain),
+            stopped=render_server.server_stopped,
+            started=render_server.server_started,
+        )
     answer.job_differs = control.differs(config, conn.name, answer.deployed_job)
     return answer
 

@@ -48,9 +48,11 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
       facts/      kill, gpu, strays (finding runners), engines (a server's engine processes),
                   intent (run/supervise.json: what should run), boot (recover.on_boot's systemd unit)
       processes/  runner_process (start, stop, re-cap the runner), server_process (start, check,
-                  stop vLLM), smoke: the mechanism the watcher and the commands share
+                  stop vLLM), smoke, stage_switch (the server started again for a restart's stage,
+                  carried out whole by a detached process): the mechanism the watcher and the
+                  commands share
       watcher/    keepers (its per-process decisions), watch (the watcher process)
-      commands/   ctl (start/restart/stop/files), server_commands (start/smoke/stop): record intent,
+      commands/   ctl (start/restart/stop/files, the swap's process), server_commands (start/smoke/stop): record intent,
                   then keep a watcher (supervised); jobstate (`ctl status`, only looks)
       release.py, preflight.py  sent by deploytool as source: they import nothing of this package
 

@@ -31,6 +31,7 @@ HANDLERS: dict[type[Request], str] = {
     P.Watch: "remote.cli:watch",
     P.CtlStart: "remote.host.commands.ctl:start_command",
     P.CtlRestart: "remote.host.commands.ctl:restart_command",
+    P.CtlSwitch: "remote.host.commands.ctl:switch_command",
     P.CtlStop: "remote.host.commands.ctl:stop_command",
     P.CtlStatus: "remote.host.commands.jobstate:job_status",
     P.CtlFiles: "remote.host.commands.ctl:files_command",

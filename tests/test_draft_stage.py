@@ -10,14 +10,15 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import threading
 
 import yaml
 
 from remote.common.jobspec import Paths, flag_value
 from remote.common.state import ServerRecord
-from tests.conftest import free_port, records, status, wait_for, write_prompts
-from tests.helpers.as_typed import ok, typed
+from tests.conftest import REPO, free_port, piped_env, records, status, wait_for, write_prompts
+from tests.helpers.as_typed import INVOKE, ok, typed
 from tests.helpers.stand_ins import fake_vllm
 
 
@@ -343,6 +344,46 @@ def test_a_stop_while_the_baseline_server_loads_ends_the_wait_and_says_why(tmp_p
         go.touch()
         typed("invoke stop", config)
         typed("invoke server.stop", config)
+
+
+def test_the_laptop_killed_while_the_drafts_server_loads_leaves_the_host_to_finish_it(tmp_path):
+    """`restart --stage draft` asks once: the host stops the runner and the server, starts the
+    server with the draft and starts the stage's runner once it has loaded, whoever waits. The
+    laptop's command (its whole process group) is killed -9 mid-load; the draft is measured all
+    the same, and the next look says how the swap ended."""
+    gate = tmp_path / "servers-may-load"
+    config, root = drafted_job(tmp_path, draft_of(3), server_args=["--fake-load-until", str(gate)])
+    gate.touch()
+    with stopped_after(config):
+        trained(config)
+        gate.unlink()  # the next server loads until the test says
+        laptop = subprocess.Popen(
+            [INVOKE, "restart", "--stage", "draft"],
+            cwd=REPO,
+            env=dict(piped_env(), DEPLOYTOOL_CONFIG=str(config)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: all of it killed, as a lid closed
+        )
+        switch = Paths(root).switch
+        wait_for(
+            lambda: switch.exists() and json.loads(switch.read_text())["step"] == "loading",
+            timeout=60,
+            what="the draft's server loading",
+        )
+        os.killpg(laptop.pid, signal.SIGKILL)
+        laptop.wait()
+        assert "loading" in ok("invoke status", config)  # the host waits for the model alone
+        gate.touch()
+        said = ok("invoke tail", config)
+        assert "draft finished" in said, said
+        assert json.loads(switch.read_text())["step"] == "done"
+        got = results(root)
+        c = got["B1"]["counts"]
+        assert 1 + c["accepted"] / c["drafts"] == 4  # B1's: 3 of 3 accepted
+        assert len((got["folder"] / "B1.jsonl").read_text().splitlines()) == 3
+        argv = ServerRecord.live(Paths(root).server_pid).argv
+        assert flag_value(argv, "--speculative-config") is not None
 
 
 def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp_path):

@@ -27,7 +27,7 @@ from remote.common.wire import (
     request_json,
 )
 
-from ..config import Config
+from ..config import Config, ServerSpec
 from ..connectors import Connector
 from ..connectors.base import Result, quote_path
 from ..errors import DeployToolError, ExitCode, RemoteError, UsageError
@@ -86,8 +86,10 @@ class Asking:
     time. The process ends when its input closes: `close()`, or this side gone, a dropped
     connection included."""
 
-    def __init__(self, conn: Connector, request: Request):
-        self.conn, self.request, self.proc, self.asked = conn, request, None, False
+    def __init__(self, conn: Connector, request: Request, asked: bool = False):
+        """`asked`: the host has just answered another request of this release (its protocol is
+        known): the first look is the kept process's already."""
+        self.conn, self.request, self.proc, self.asked = conn, request, None, asked
 
     def ask(self):
         if not self.asked:
@@ -173,16 +175,27 @@ def restart(
     force_gpu=False,
     recover: RecoverSpec | None = None,
     keys: dict[str, str] | None = None,
+    server: ServerSpec | None = None,
+    keep_server=False,
     told=None,
 ) -> RestartAnswer:
     """`keys`: the API keys of the job's servers (Config.server_keys), stored on the host for the
-    runner before it starts; sent on stdin, never on a command line. `told`: as `told_while`'s,
-    while the host works (a runner it stops first is said as `stop` says it)."""
+    runner before it starts; sent on stdin, never on a command line. `server`: hosts.yaml's, where
+    the job's engine is that server (the host starts it, or again for the stage, first: the answer
+    is then `switching`, and the host goes on alone); `keep_server`: never (--no-server). `told`:
+    as `told_while`'s, while the host works (a runner it stops first is said as `stop` says it)."""
     if keys and not dry_run:
         call(conn, CtlKeys(keys=keys))
     rec = recover.to_dict() if recover is not None else None
     req = CtlRestart(
-        **vars(flags), recover=rec, hard=hard, drain=drain, dry_run=dry_run, force_gpu=force_gpu
+        **vars(flags),
+        recover=rec,
+        hard=hard,
+        drain=drain,
+        dry_run=dry_run,
+        force_gpu=force_gpu,
+        server=server,
+        keep_server=keep_server,
     )
     if told is None:
         return call(conn, req)

@@ -8,11 +8,9 @@ from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlparse
 
 from remote.common import procinfo
-from remote.common.caps import DRAFT, HIDDEN_STATES
-from remote.common.jobspec import extracts, flag_value
 from remote.common.protocol import (
     GRACE_S,
-    RunArgs,
+    CtlStatus,
     ServerCheck,
     ServerSmoke,
     ServerStart,
@@ -20,16 +18,18 @@ from remote.common.protocol import (
     ServerStop,
 )
 from remote.common.recover import RecoverSpec
+from remote.common.status import SwitchStep
+from remote.common.wire import from_wire
 
 from ..config import Config, ServerSpec
 from ..connectors import Connector
 from ..errors import RemoteError
-from .control import call
-from .control import stop as stop_runner
+from .control import Asking, call
 
 if TYPE_CHECKING:  # types only: answers load with the commands that build them
-    from remote.common.answers import ServerStarted, ServerState, ServerStopped
+    from remote.common.answers import RestartAnswer, ServerStarted, ServerState, ServerStopped
 
+LOAD_NOTE_S = 15.0  # a model's load said this often while a restart waits for it
 HEADLESS_SETTLE_S = 5.0  # a headless worker alive this long got past its start-up checks
 # a loading server is waited for on the host, in looks of up to this long: one SSH command for
 # each, not one every poll, and its readiness seen within a quarter of a second
@@ -144,86 +144,89 @@ def log_gist(line: str) -> str:
     return text[:GIST_CHARS].rsplit(" ", 1)[0] + " …"
 
 
-def up_for_restart(
+def follow_switch(
     conn: Connector,
-    config: Config,
-    flags: RunArgs,
+    begun: RestartAnswer,
     *,
-    with_server,
-    drain=False,
-    ahead=lambda: None,
     note,
     progress,
+    told,
     stopped,
     started,
-) -> None:
-    """Before a restart: the job's own server up, and started for the stage the restart runs (a
-    server started for the other stage is restarted); `--no-server` leaves it as it is. `ahead()`
-    is called before any server is stopped or started: the host's word on the restart itself."""
-    if not manages_engine(config, conn.name):
-        return
-    spec, state = config.server_for(conn.name), server_state(conn, quick=True)
-    wrong = with_server and wrong_for_stage(spec, flags.stage, state)
-    planned = None  # the server the stage would get: every check that can refuse it has run
-    if with_server and not wrong and flags.stage == DRAFT and state.drafts:
-        # the draft measured is hosts.yaml's: a server running another one is started again
-        planned = call(conn, ServerStart(spec=spec, stage=DRAFT, dry_run=True))
-        if flag_value(planned.argv, "--speculative-config") != state.speculative:
-            wrong = "runs another draft than hosts.yaml's server.draft"
-    if not wrong and state.up:
-        return
-    if not with_server:  # and it is down (`wrong` is only looked for where it may start one)
-        if flags.force:
-            return
-        raise RemoteError(
-            "the job's vLLM server is down and --no-server keeps it down: the runner would "
-            "wait at 0 tokens; nothing was started. `invoke server.start` first (or "
-            "`invoke restart` without --no-server), or add --force to start the runner anyway"
-        )
-    if wrong and planned is None:  # what can refuse the new server, before the old one stops
-        call(conn, ServerStart(spec=spec, stage=flags.stage, dry_run=True))
-    ahead()
-    if wrong:
-        note(f"{conn.name}: the server {wrong}: restarting it (the model loads again)")
-        # the runner first: none of its requests goes to (or is counted by) a server made for
-        # another stage, and it never ends failed for a server taken from under it
-        stop_runner(conn, grace=flags.grace, drain=drain)  # --drain: its requests finish first
-        stopped(stop(conn))
-    else:
-        note(f"{conn.name}: the engine's server is down: starting it first")
-    recover = config.recover_for(conn.name)
+    every: float = 1.0,
+    sleep=time.sleep,
+    clock=time.monotonic,
+) -> RestartAnswer:
+    """Follow the server swap the host carries out for a restart (`begun`: its answer, mode
+    `switching`) until its runner has started: what it does said as it goes (the runner stopped
+    through `told`, the old server's stop, the model's load every 15 s, the new server), then the
+    restart's own answer. One kept look (`ctl status --again`) whatever the load takes; a Ctrl-C or
+    this process gone leaves the host going on alone."""
+    from remote.common.answers import RestartAnswer, ServerStarted, ServerStopped
+
+    sw = begun.switch
+    why = (
+        f"the server {sw.why}: restarting it (the model loads again)"
+        if sw.why
+        else ("the engine's server is down: starting it first")
+    )
+    note(f"{conn.name}: {why}")
+    looks = Asking(conn, CtlStatus(again=True), asked=True)
+    t0, loading_since, said_at, said_stop = clock(), None, None, False
     try:
-        started(start(conn, spec, progress=progress, recover=recover, stage=flags.stage))
-    except RemoteError as e:
-        if not wrong:
-            raise
-        # the server that ran is stopped by now: say so, and the way back to it
+        while True:
+            view = looks.ask()
+            now = view.switch and view.switch.find(sw.token)
+            if now is None:
+                raise RemoteError(
+                    f"the server swap for the {sw.stage} stage was replaced by another command's: "
+                    "`invoke status` shows where the job is"
+                )
+            if now.step == SwitchStep.STOPPING_RUNNER:
+                told(view, clock() - t0)
+            if now.server_stopped and not said_stop:
+                said_stop = True
+                stopped(_hosted(ServerStopped, now.server_stopped, conn.name))
+            if now.step == SwitchStep.LOADING:
+                loading_since = loading_since or clock()
+                if said_at is None or clock() - said_at >= LOAD_NOTE_S:
+                    said_at = clock()
+                    progress(_loading(conn.name, now, clock() - loading_since))
+            if now.step == SwitchStep.DONE:
+                if now.server_started:
+                    started(_hosted(ServerStarted, now.server_started, conn.name))
+                return _hosted(RestartAnswer, now.answer, conn.name)
+            _unless_ended_badly(now)
+            sleep(every)
+    finally:
+        looks.close()
+
+
+def _loading(host: str, now, waited: float) -> str:
+    gist = log_gist(now.log_line or "")
+    return f"{host}: loading {now.model}: {waited:.0f}s of up to {now.ready_timeout:g}s" + (
+        f" · {gist}" if gist else ""
+    )
+
+
+def _unless_ended_badly(now) -> None:
+    """A swap that failed, or whose process is gone (the watcher takes that up: not the laptop)."""
+    if now.step == SwitchStep.FAILED:
+        fix = f": {now.fix}" if now.fix else ""
+        raise RemoteError(f"{now.error}{fix}", details=now.log)
+    if not now.alive and now.step != SwitchStep.BEGUN:
         raise RemoteError(
-            f"{e}; the server that ran before is stopped: `invoke restart --stage "
-            f"{state.serves}` starts it again",
-            e.code,
-            e.details,
-        ) from None
+            f"the host's process carrying out the server swap for the {now.stage} stage is gone "
+            f"(at: {now.step}); the watcher takes it up again where it runs: `invoke status` shows "
+            "where the job is"
+        )
 
 
-def wrong_for_stage(spec: ServerSpec, stage: str | None, state: ServerState) -> str | None:
-    """Why the running server cannot serve `stage` as it was started (None: it can, or no stage
-    was asked): the hidden-states stage needs vLLM's extraction config, the draft stage its draft,
-    the answers neither (a file for every answer; a draft measured in the training data's answers);
-    a speculative config of the user's own in server.args is theirs to keep."""
-    if stage is None or not state.up:
-        return None
-    if not extracts(spec.args):
-        if stage == HIDDEN_STATES and not state.extracts:
-            return "runs without the extraction config the hidden-states stage needs"
-        if stage != HIDDEN_STATES and state.extracts:
-            return "runs with the hidden-states extraction config (a file for every answer)"
-    if flag_value(spec.args, "--speculative-config") is None:
-        if stage == DRAFT and not state.drafts:
-            return "runs without the draft the draft stage measures"
-        if stage != DRAFT and state.drafts:
-            return "runs with the draft stage's draft"
-    return None
+def _hosted(cls, data: dict, host: str):
+    """An answer the host kept in its wire form (run/switch.json), typed, with its host."""
+    answer = from_wire(cls, data)
+    answer.host = host
+    return answer
 
 
 def stop(conn: Connector, grace: float = GRACE_S) -> ServerStopped:

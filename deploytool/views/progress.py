@@ -17,11 +17,13 @@ from remote.common.status import (
     NOT_RUN,
     RECOVERING,
     STALE_AFTER,
+    SWITCHING,
     DatasetStatus,
     JobState,
     JobView,
     ProcessState,
     ServerMetrics,
+    SwitchStep,
 )
 
 from .typed import say
@@ -294,7 +296,28 @@ def extra_lines(st: JobView, now: float) -> list[tuple[str, str]]:
     elif st.draining and not st.terminal:
         flight = f"the {st.in_flight} in flight"
         out.append((f"draining: no new requests; {flight} finish, then it stops", "yellow"))
-    return out + recovery_lines(st)
+    return out + switch_lines(st, now) + recovery_lines(st)
+
+
+def switch_lines(st: JobView, now: float) -> list[tuple[str, str]]:
+    """The server swap for a stage, as the host carries it out: under way, or how it failed."""
+    sw = st.switch
+    if sw is None or sw.step == SwitchStep.DONE:
+        return []
+    if sw.step == SwitchStep.FAILED:
+        if not st.terminal or (st.updated_at or 0.0) > sw.step_at:
+            return []  # a runner started since: the job moved on
+        return [(f"the server for the {sw.stage} stage: {sw.error}", "red")]
+    if not sw.alive:
+        return [(f"the server swap for the {sw.stage} stage was cut off at: {sw.step}", "red")]
+    step = str(sw.step)
+    if sw.step == SwitchStep.LOADING:
+        step = (
+            f"{sw.model} loading, {fmt_duration(now - sw.step_at)} of up to {sw.ready_timeout:g}s"
+        )
+    why = f"the server {sw.why}" if sw.why else "the server was down"
+    line = f"switching to the {sw.stage} stage ({why}): {step}; its runner starts once it answers"
+    return [(line, "cyan")]
 
 
 def dataset_rate(st: JobView, name: str) -> str:
@@ -340,6 +363,7 @@ STATE_STYLE = {
     JobState.FAILED: "red",
     JobState.STOPPED: "yellow",
     RECOVERING: "yellow",
+    SWITCHING: "yellow",
 }
 
 

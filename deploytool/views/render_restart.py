@@ -146,6 +146,9 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
             what += f", stage {r.was.stage} → {r.kept.stage}"
         if r.kept.follows():
             what += f", then {r.kept.follows()} (the watcher starts it)"
+        if r.switch is not None:  # the host would see it through alone, the model's load included
+            why = f"the server {r.switch.why}" if r.switch.why else "the server is down"
+            what = f"start the server for the {r.switch.stage} stage first ({why}), then " + what
         raised_targets(r, out)
         out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
         caps_table(r.caps, out, r.kept, r.was, planned=True)

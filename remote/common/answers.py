@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .caps import DRAFT, GENERATE, HIDDEN_STATES, CapRow, Caps
-from .status import DraftCounts, JobView, Reload, ServerMetrics
+from .status import DraftCounts, JobView, Reload, ServerMetrics, SwitchView
 
 
 @dataclass
@@ -67,6 +67,7 @@ class RestartAnswer:
 
     host: str = ""
     # live (caps applied to the running runner) | unchanged (it runs them already) | restart | start
+    # | switching (the host starts the server again for the stage, then the runner: `switch`)
     mode: str = "start"
     dry_run: bool = False
     pid: int | None = None
@@ -84,6 +85,7 @@ class RestartAnswer:
     watcher: WatcherInfo | None = None
     deployed_job: str | None = None  # the sha256 of the job the current release holds
     job_differs: bool = False  # hosts.yaml's job is not that one (deploytool)
+    switch: SwitchView | None = None  # the server swap begun (a dry run: the one it would need)
 
 
 @dataclass

@@ -437,6 +437,10 @@ class Paths:
     prompt_index = _under("run/prompt-index")
     # the tokens of unfinished answers, to continue them after a stop
     kept = _under("run/kept.jsonl")
+    switch = _under(
+        "run/switch.json"
+    )  # a restart's server swap, carried out on the host (StageSwitch)
+    switch_lock = _under("run/switch.lock")
     caps = _under("run/caps.json")  # the job's caps (Caps), as the last command or runner took them
 
     def output(self, ds: str) -> Path:

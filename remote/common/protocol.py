@@ -225,6 +225,27 @@ class CtlRestart(CtlStart):
     drain: bool = _drain("before restarting")
     drain_timeout: float = _drain_timeout()
     dry_run: bool = opt(False, "say what would happen, change nothing")
+    server: ServerSpec | None = opt(
+        None,
+        "JSON of hosts.yaml `server:`, where the job's engine is that server: started first where "
+        "it is down, started again where it runs for another stage (the host sees it through "
+        "alone, the model's load included)",
+        parse=_server_spec,
+        show=lambda spec: json.dumps(spec.to_dict()),
+        metavar="JSON",
+    )
+    keep_server: bool = opt(
+        False, "with --server: never start it (a server down is refused unless --force)"
+    )
+
+
+@dataclass
+class CtlSwitch(Request):
+    command: ClassVar = ("ctl", "switch")
+    help: ClassVar = (
+        "carry out the server swap run/switch.json holds, then start the runner (started detached "
+        "by `ctl restart` and by the watcher)"
+    )
 
 
 @dataclass
@@ -358,7 +379,7 @@ class Watch(Request):
 
 
 REQUESTS: tuple[type[Request], ...] = (
-    RunJob, CtlStart, CtlRestart, CtlStop, CtlStatus, CtlPlan, CtlReport, CtlFiles, CtlFree, CtlKeys,
+    RunJob, CtlStart, CtlRestart, CtlSwitch, CtlStop, CtlStatus, CtlPlan, CtlReport, CtlFiles, CtlFree, CtlKeys,
     ServerStart, ServerCheck, ServerSmoke, ServerStop, ServerStatus, Watch,
 )  # fmt: skip
 

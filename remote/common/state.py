@@ -14,9 +14,9 @@ from . import procinfo
 from .caps import Caps
 from .codec import Codec, Record
 from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
-from .protocol import RunArgs
+from .protocol import CtlRestart, RunArgs
 from .recover import RecoverSpec
-from .status import JobState, JobStatus, JobView, RunnerInfo
+from .status import JobState, JobStatus, JobView, RunnerInfo, SwitchView
 
 # ------------------------------------------------------------------ the processes' records
 
@@ -87,6 +87,32 @@ class ServerRecord(ProcessRecord):
     @property
     def session(self) -> int:
         return self.sid or self.pid  # pid files before `sid` was kept: a session leader
+
+
+@dataclass
+class StageSwitch(SwitchView, Record):
+    """run/switch.json: a server swap for a restart's stage (SwitchView), with what its process
+    needs to carry it out or take it up again (its owner's eyes only: the server's environment)."""
+
+    MODE = 0o600
+
+    request: CtlRestart = field(default_factory=CtlRestart)  # the restart, its runner's part
+    spec: ServerSpec = field(default_factory=ServerSpec)  # the server the stage gets
+    base: ServerSpec = field(default_factory=ServerSpec)  # hosts.yaml's, no stage's flags added
+    restart_server: bool = False  # a server up for another stage: the runner and it stop first
+    serves_before: str | None = None  # the stage that server ran for (the way back to it)
+    release: str | None = None  # the release the process and the runner run from
+    pid: int = 0  # the process carrying it out (pid + start time, never a name)
+    start_time: int | None = None
+    tries: int = 0  # processes begun for it: one killed is taken up again by the watcher, once
+
+    def carried(self) -> bool:
+        """Its process still the one that took it."""
+        return _same_process(self.pid, self.start_time)
+
+    def view(self) -> SwitchView:
+        shown = {f: getattr(self, f) for f in SwitchView.__dataclass_fields__}
+        return SwitchView(**shown | {"alive": self.carried()})
 
 
 @dataclass

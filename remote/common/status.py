@@ -60,6 +60,7 @@ NEVER_RUN = "never run"
 BUDGET_REACHED = "budget reached"  # a dataset its token budget ended short of its target
 NOT_RUN = "not run"  # a dataset that --datasets leaves out
 RECOVERING = "recovering"  # a job whose runner is gone and that the watcher starts again
+SWITCHING = "switching"  # a job whose server the host starts again for the next stage's runner
 STALE_AFTER = 30.0  # seconds a live runner may go without a status update before a view says so
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
@@ -264,6 +265,60 @@ class EngineStatus(Codec):
     last_error: str | None = None
 
 
+class SwitchStep(StrEnum):
+    """Where a server swap for a restart's stage stands (run/switch.json), in the order it goes."""
+
+    BEGUN = "begun"
+    STOPPING_RUNNER = "stopping the runner"
+    STOPPING_SERVER = "stopping the server"
+    LOADING = "loading"
+    STARTING_RUNNER = "starting the runner"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass
+class SwitchView(Codec):
+    """A restart whose stage needs the job's server started (again) with other flags, carried out
+    whole on the host by one detached process, from the stop of the runner to the start of the new
+    one: nothing on the laptop's side (a lid closed during the model's load) can leave it half
+    done. The watcher's chain to a stage that follows (the baseline) is the same swap. What every
+    view shows of it, and how it ended: the answers as their wire form."""
+
+    token: str = ""  # which swap: a laptop follows its own
+    stage: str = ""
+    why: str | None = None  # why the server is started again (None: it was down)
+    by: str = "user"  # or "watcher": a stage asked to follow the one that finished
+    step: SwitchStep = SwitchStep.BEGUN
+    begun_at: float = 0.0
+    step_at: float = 0.0
+    model: str = ""
+    ready_timeout: float = 0.0
+    log_line: str | None = None  # the server log's last line while it loads
+    alive: bool = True  # its process (looked up for each view)
+    server_stopped: dict | None = None  # answers.ServerStopped, once the old server is stopped
+    server_started: dict | None = None  # answers.ServerStarted, once the new one answers
+    answer: dict | None = None  # answers.RestartAnswer, once the runner has started
+    error: str | None = None  # why it failed
+    fix: str = ""
+    log: list[str] = field(default_factory=list)
+    # the swap that ended just before this one began, as it ended (the watcher's baseline may begin
+    # before the laptop that asked for the draft's has read how its own ended)
+    before: dict | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.step in (SwitchStep.DONE, SwitchStep.FAILED)
+
+    def find(self, token: str) -> SwitchView | None:
+        """This swap or the one before it, by its token."""
+        if self.token == token:
+            return self
+        if self.before and self.before.get("token") == token:
+            return SwitchView.from_dict(self.before)
+        return None
+
+
 @dataclass
 class RunnerInfo(Codec):
     """Added by `ctl status` on the host: is the pid file's process still the runner that wrote it."""
@@ -449,6 +504,7 @@ class JobView(JobStatus):
     host: str | None = None
     deployed_job: str | None = None  # the sha256 of current/job.json
     job_differs: bool = False  # hosts.yaml's job is not the deployed one (deploytool)
+    switch: SwitchView | None = None  # the last server swap for a stage, as the host carries it out
 
     def write(self, path) -> None:
         raise TypeError("a JobView is made for each look, never written: status.json is JobStatus")
@@ -457,9 +513,17 @@ class JobView(JobStatus):
     def said(self) -> str:
         """The job's state as a person is told it: a runner gone that the watcher, at work, starts
         again is a job recovering (`stopped` alone would read as the end, a restart to type)."""
+        if self.switching:
+            return SWITCHING
         if self.terminal and self.state != JobState.FINISHED and not self.over:
             return RECOVERING
         return self.state
+
+    @property
+    def switching(self) -> bool:
+        """A server swap for a stage under way: the runner of that stage comes once it has loaded."""
+        sw = self.switch
+        return sw is not None and not sw.ended and sw.alive
 
     def said_state(self, name: str) -> str:
         """A dataset's state as a person is told it: one --datasets leaves out is not run (its
@@ -473,7 +537,7 @@ class JobView(JobStatus):
         """Nothing more will come of it: its verdict, and no runner gone that the watcher, at work,
         keeps, and no stage asked to follow it that the watcher is starting or has yet to look at
         (its last look came before the verdict)."""
-        if not self.terminal:
+        if not self.terminal or self.switching:
             return False
         sup = self.supervision
         if sup is None or not sup.supervised:

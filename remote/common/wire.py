@@ -12,7 +12,7 @@ from .codec import from_dict, plain
 
 # the version of requests and answers: a change to a field of either is a new one. A host refuses a
 # request of another before doing anything; deploytool says so of an answer of another
-PROTOCOL = 8
+PROTOCOL = 9
 
 # ------------------------------------------------------------------ faults
 
@@ -39,6 +39,7 @@ FAULTS = {
     "refused": ExitCode.FAILED,  # the running runner refused the new caps
     "settings": ExitCode.BAD_INPUT,  # the job's settings are not those its records were made with
     "server": ExitCode.FAILED,  # the server could not be started or asked
+    "cancelled": ExitCode.FAILED,  # a stop typed meanwhile ended it
 }
 
 

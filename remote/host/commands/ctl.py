@@ -5,17 +5,21 @@ runner_process, which the watcher uses too. (`ctl status` is jobstate.job_status
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 
+from ...common import procinfo
 from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, StopAnswer
 from ...common.jobspec import Paths, deployed_spec
-from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop
+from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop, CtlSwitch
 from ...common.records import hidden_ledgers, output_files
-from ...common.state import ImportsSeen, ServerKeys, kept_caps
+from ...common.state import ImportsSeen, ServerKeys, kept_caps, try_lock
+from ...common.status import SwitchStep
 from ...common.wire import HostFault
 from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
+from ..processes import stage_switch
 from ..processes.runner_process import restart, start, stop
 from . import supervised
 from .jobstate import deployed_job
@@ -48,6 +52,7 @@ def preflight(paths: Paths) -> None:
 
 def start_command(paths: Paths, req: CtlStart) -> RestartAnswer:
     preflight(paths)
+    stage_switch.refuse_during(paths)
     with intent.locked(paths):  # the watcher acts between commands, never during one
         out = start(paths, req)
         supervised.want_runner(paths, req)
@@ -56,8 +61,27 @@ def start_command(paths: Paths, req: CtlStart) -> RestartAnswer:
 
 
 def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
+    """A restart, answered at once where it needs the job's server started (again) for its stage:
+    the host then carries the rest out alone (`switch_command`), and the laptop follows it."""
     preflight(paths)
+    stage_switch.refuse_during(paths)
+    sw = stage_switch.needed(paths, req)
+    if sw is None:
+        return _restart(paths, req)
+    # what the new runner would refuse, refused before anything is stopped; its caps said first
+    out = _restart(paths, dataclasses.replace(req, dry_run=True))
+    out.switch = sw.view()
+    if not req.dry_run:
+        out.switch = stage_switch.begin(paths, sw, by="user").view()
+        out.mode, out.dry_run = "switching", False
+    return out
+
+
+def _restart(paths: Paths, req: CtlRestart, unless=lambda: None) -> RestartAnswer:
+    """The runner's part of a restart. `unless()`: raises where it must not start after all (a
+    stop typed while the swap before it loaded the model), checked while the intent is held."""
     with intent.locked(paths):
+        unless()
         # before the runner is stopped: a start that fails leaves nothing for the watcher to bring back
         out = restart(
             paths,
@@ -71,6 +95,42 @@ def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
         out.watcher = supervised.keep_watcher(paths)
     out.deployed_job = deployed_job(paths)  # what ran: the laptop says where hosts.yaml differs
     return out
+
+
+def switch_command(paths: Paths, req: CtlSwitch, argv) -> int:
+    """The detached process that carries out the swap run/switch.json holds: the server for the
+    stage, then the runner as the restart asked. Its own session: no SSH session's end, no Ctrl-C
+    and no laptop reaches it."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    paths.ensure()
+    if try_lock(paths.switch_lock) is None:
+        print("another process carries the swap out", flush=True)
+        return 1
+    sw = stage_switch.current(paths)
+    if sw is None:
+        return 0
+    sw.pid, sw.start_time = os.getpid(), procinfo.start_time(os.getpid())
+    sw.write(paths.switch)
+
+    def say(msg: str) -> None:
+        stage_switch.say(paths, f"switch: {msg}")
+
+    say(f"the {sw.stage} stage: {sw.why or 'the server is down'}: starting it for the stage")
+    supervised.keep_watcher(paths)  # to take this swap up again if this process is killed
+    try:
+        stage_switch.server_part(paths, sw)
+        supervised.keep_watcher(paths)  # the server is wanted: kept before its runner starts
+        stage_switch.move(paths, sw, SwitchStep.STARTING_RUNNER)
+        out = _restart(paths, sw.request, lambda: stage_switch.check_cancelled(paths, sw))
+    except HostFault as e:
+        say(f"the {sw.stage} stage not started: {e.fault.message}")
+        stage_switch.given_up(paths, sw, e.fault)
+        stage_switch.end(paths, sw, fault=e.fault)
+        return 0
+    say(f"runner pid {out.pid} started for the {sw.stage} stage")
+    stage_switch.end(paths, sw, answer=out)
+    return 0
 
 
 def stop_command(paths: Paths, req: CtlStop) -> StopAnswer:

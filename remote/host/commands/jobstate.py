@@ -9,7 +9,7 @@ import os
 from ...common import procinfo
 from ...common.jobspec import JOB_FILE, Paths
 from ...common.protocol import CtlStatus
-from ...common.state import job_now
+from ...common.state import StageSwitch, job_now
 from ...common.status import JobView
 from ..facts.strays import stray_runners
 from ..watcher import watch
@@ -30,6 +30,8 @@ def job_status(paths: Paths, req: CtlStatus | None = None) -> JobView:
     # younger than that is being started (by the watcher, a restart), not a stray to warn of
     st.strays = [p for p in strays if (age := procinfo.age_s(p)) is None or age >= STARTING_S]
     st.supervision = watch.supervision(paths)
+    sw = StageSwitch.read(paths.switch)
+    st.switch = sw.view() if sw is not None else None
     st.token = None
     return st
 

@@ -10,6 +10,7 @@ from ...common.jobspec import Paths
 from ...common.protocol import CtlStart
 from ...common.recover import RecoverSpec
 from ..facts import intent
+from ..processes import stage_switch
 from ..watcher import watch
 
 
@@ -43,9 +44,10 @@ def stop_wanted(paths: Paths, what: str, stop):
 
 
 def keep_watcher(paths: Paths) -> WatcherInfo | None:
-    """A watcher while something is wanted; none once nothing is (it would exit by itself)."""
+    """A watcher while something is wanted or a server swap is under way (it takes one whose process
+    was killed up again); none once nothing is (it would exit by itself)."""
     data = intent.read(paths)
-    wanted = data.server.wanted or data.runner.wanted
+    wanted = data.server.wanted or data.runner.wanted or stage_switch.current(paths) is not None
     if not wanted or not data.recover_spec.enabled:
         watch.stop(paths)
         return None

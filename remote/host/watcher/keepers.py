@@ -18,8 +18,8 @@ from typing import Callable
 from ...common import machine, metrics, procinfo
 from ...common.answers import RecoverEvent
 from ...common.codec import append_line, note_line, typed_lines
-from ...common.jobspec import JOB_FILE, WATCHER_MARK, Paths, ServerSpec
-from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop, ServerStop
+from ...common.jobspec import JOB_FILE, WATCHER_MARK, Paths
+from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
 from ...common.state import (
     RunnerRecord,
@@ -208,22 +208,7 @@ class ServerKeeper(Keeper):
         self.gpu_deadline = 0.0
         self.started_at: float | None = None
         self.ready_seq = 0
-        self.swapping = False  # started again for the next stage: its start is no restart
-
-    def swap(self, now: float, spec: ServerSpec, why: str) -> None:
-        """The server stopped and started as `spec`, the stage that follows' (no death: none of
-        the budget spent); ready when its smoke test passes, as after a restart. The intent is
-        written once it runs: a watcher killed before then swaps it again."""
-        server_process.stop(self.paths, ServerStop())
-        self.clock, self.swapping = None, True
-        self.seen.move(ProcessState.STARTING, why=why)
-        self.started_at = now
-        try:
-            server_process.start(self.paths, spec, by="watcher")
-        except server_process.ServerError as e:
-            intent.change(self.paths, server={"wanted": True, "spec": spec})  # what to retry
-            return self._dead(now, None, f"could not start: {e}", [str(e)], at_start=True)
-        intent.change(self.paths, server={"wanted": True, "spec": spec})
+        self.swapping = False  # started for a stage by the host's swap: its start is no restart
 
     @property
     def look_every(self) -> float:
@@ -427,7 +412,7 @@ class RunnerKeeper(Keeper):
             self.seen.attempt = self.budget.restarting(now)
         try:  # a start that fails is counted and said, never a crash
             req = CtlStart(**vars(want.flags.own_flags()), wait=START_WAIT_S)
-            runner_process.start(self.paths, req, rel=self._release())
+            runner_process.start(self.paths, req, rel=self.release())
         except HostFault as e:
             why = self._died(now, f"could not start: {e}", e.fault.log, at_start=True)
             if why:
@@ -438,7 +423,7 @@ class RunnerKeeper(Keeper):
         else:
             self._restarted(now)
 
-    def _release(self) -> Path:
+    def release(self) -> Path:
         """The release the runner ran, still there: a deploy since changes nothing until a restart
         is typed (its job.json may hold settings the records refuse: a runner brought back from it
         would fail to start, and the job would die at its first crash). `current` where none ran."""

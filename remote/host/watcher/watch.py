@@ -21,10 +21,10 @@ from ...common import procinfo
 from ...common.codec import write_json
 from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
+from ...common.protocol import CtlRestart
 from ...common.recover import WatchState, watcher_alive
 from ...common.state import (
     RunnerRecord,
-    ServerRecord,
     WatcherRecord,
     kept_caps,
     lock_held,
@@ -33,6 +33,7 @@ from ...common.state import (
     take_watcher_lock,
 )
 from ...common.status import JobState, ProcessState, Supervision
+from ...common.wire import Fault, HostFault
 from ..facts import boot, intent, kill
 
 TICK_S = 0.5
@@ -144,6 +145,13 @@ class Watcher:
             self._settings(data.recover_spec)
             if not self.spec.enabled:
                 return False  # `recover: false` since: a restart said so
+            from ..processes import stage_switch  # the watcher's loop only: status never pays
+
+            sw = stage_switch.current(self.paths)
+            if sw is not None:
+                self._switching(now, sw)
+                self.write_state(now, sw)
+                return True
             alive = False
             for keeper in (self.server, self.runner):
                 if data.watched(keeper.what):
@@ -157,17 +165,42 @@ class Watcher:
                     keeper.seen.move(ProcessState.IDLE)
             if self.runner.then:
                 self._next_stage(now)
+                alive |= stage_switch.current(self.paths) is not None  # begun: watched from here
             self.write_state(now)
             return alive
 
+    def _switching(self, now: float, sw) -> None:
+        """A server swap under way is a command's (the host carries it out in a process of its
+        own): nothing is kept meanwhile (its runner stopped, its server stopped and loading are no
+        deaths, and its start spends none of the budget). One whose process was killed is taken up
+        again, once; then it is given up, said in the status."""
+        from ..processes import stage_switch
+
+        if self.server.seen.state != ProcessState.FATAL and not self.server.swapping:
+            self.server.seen.move(ProcessState.STARTING, why=f"started for the {sw.stage} stage")
+            self.server.clock, self.server.swapping, self.server.started_at = None, True, now
+        self.runner.then = None
+        if sw.carried() or lock_held(self.paths.switch_lock):
+            return
+        if not sw.pid and now - sw.step_at < stage_switch.TAKE_S:
+            return  # its process is starting
+        if sw.tries >= stage_switch.TRIES:
+            fault = Fault("start_failed", f"its process was killed {sw.tries} times, at: {sw.step}")
+            self.log(f"the server swap for the {sw.stage} stage given up: {fault.message}")
+            stage_switch.given_up(self.paths, sw, fault, held=True)
+            stage_switch.end(self.paths, sw, fault=fault)
+            return
+        self.log(f"the server swap for the {sw.stage} stage: its process is gone; taken up again")
+        stage_switch.begin(self.paths, sw, sw.by, Path(sw.release) if sw.release else None)
+
     def _next_stage(self, now: float) -> None:
         """The stage asked to follow the one that finished (the baseline after the draft): its
-        caps kept, the server started again for it, then its runner once the server is ready
-        (a runner waiting for a loading model would count the load in its speed). Each step is
-        looked at again every tick, so a watcher started again between two goes on from there;
-        anything typed meanwhile (a stop, a restart) wins, and the status then says so."""
-        from ..processes import runner_process  # the watcher's loop only: status never pays
-        from ..processes.extraction import stage_spec
+        caps kept, then the server swap a typed restart of that stage would make (the server
+        started again for it, then its runner once it answers: a runner waiting for a loading
+        model would count the load in its speed), begun here and carried out by the host's own
+        process. A watcher started again between two steps goes on from there; anything typed
+        meanwhile (a stop, a restart) wins, and the status then says so."""
+        from ..processes import runner_process, stage_switch  # the watcher's loop only
 
         nxt, data, caps = self.runner.then, intent.read(self.paths), kept_caps(self.paths)
         base, running = data.server.base, runner_process.managed_runner(self.paths)
@@ -193,14 +226,22 @@ class Watcher:
         if caps.stage != nxt:
             intent.keep_caps(self.paths, dataclasses.replace(caps, stage=nxt, baseline=False))
             self.log(f"the {caps.stage} stage finished: the {nxt} stage next, its server first")
-        want = stage_spec(base, nxt, self.paths)
-        if data.server.spec != want:
-            self.server.swap(now, want, f"started again for the {nxt} stage")
+        own = data.runner.flags
+        req = CtlRestart(grace=own.grace, force=own.force, stage=nxt, server=base)
+        try:
+            sw = stage_switch.needed(self.paths, req)
+        except HostFault as e:  # the stage's server cannot be made (its draft's folder gone)
+            self.runner.then = None
+            why = f"{e.fault.message}: {e.fault.fix}" if e.fault.fix else e.fault.message
+            self.log(f"the {nxt} stage not started: {why}")
+            intent.change(self.paths, runner={"wanted": False, "why": why})
+            settle(self.paths, JobState.FAILED, why)
             return
-        rec = ServerRecord.read(self.paths.server_pid)
-        ready = rec is not None and rec.alive() and rec.ready_at and not self.server.swapping
-        if ready and self.server.seen.state == ProcessState.WATCHING:
+        if sw is None:  # the server serves the stage as it runs (the user's own flags)
             self.runner.start_next(now, data.runner)
+            return
+        self.runner.then = None
+        stage_switch.begin(self.paths, sw, by="watcher", rel=self.runner.release())
 
     def _settings(self, spec) -> None:
         """The latest `recover:` (a restart may change it); the restarts counted so far stay."""
@@ -211,11 +252,12 @@ class Watcher:
                 keeper.spec = keeper.budget.spec = spec
                 keeper.seen.of = spec.max_restarts
 
-    def write_state(self, now: float) -> None:
+    def write_state(self, now: float, sw=None) -> None:
         s = self.state
         s.updated_at, s.server, s.runner = now, self.server.seen, self.runner.seen
         s.server_ready_seq = self.server.ready_seq
-        s.ticked_at, s.next_stage = now, self.runner.then or self.runner.pending
+        swapped = sw.stage if sw is not None and sw.by == "watcher" else None
+        s.ticked_at, s.next_stage = now, self.runner.then or self.runner.pending or swapped
         with self.writing:  # twice a second; a copy the heartbeat may write again
             self.written = s.to_dict()
             write_json(self.paths.watch_state, self.written, s.MODE, s.SYNC)

@@ -160,16 +160,22 @@ def test_a_recovery_is_shown_while_its_watcher_works_and_dropped_once_nobody_car
     assert not sup.supervised and not sup.server.recovering
 
 
-def test_the_stage_asked_to_follow_goes_step_by_step_and_a_watcher_started_again_goes_on(tmp_path):
-    """The baseline after the draft: its caps kept, the server swapped for hosts.yaml's own spec,
-    the runner started only once that server is ready; nothing when it is no longer wanted."""
+def test_the_stage_asked_to_follow_begins_the_hosts_swap_and_nothing_is_kept_while_it_runs(
+    tmp_path, monkeypatch
+):
+    """The baseline after the draft: its caps kept, then the very swap a typed restart of that
+    stage makes (hosts.yaml's own server, no --speculative-config), begun by the watcher and
+    carried out by the host's own process; while that runs, nothing is kept (the server stopped
+    and loading is no death); one whose process is gone is taken up again, then given up."""
     import dataclasses
     import time
 
+    from remote.common.answers import ServerState
     from remote.common.caps import Caps
-    from remote.common.jobspec import ServerSpec
-    from remote.common.state import ServerRecord, kept_caps
-    from remote.common.status import ProcessState
+    from remote.common.jobspec import ServerSpec, flag_value
+    from remote.common.state import StageSwitch, kept_caps
+    from remote.common.status import JobStatus, ProcessState, SwitchStep
+    from remote.host.processes import server_process, stage_switch
     from remote.host.processes.extraction import stage_spec
 
     paths = Paths(tmp_path)
@@ -177,51 +183,67 @@ def test_the_stage_asked_to_follow_goes_step_by_step_and_a_watcher_started_again
     plain = ServerSpec(model="m", draft={"model": "d", "method": "eagle3"})
     plain = dataclasses.replace(plain, draft=dict(plain.draft, num_speculative_tokens=3))
     drafting = stage_spec(plain, "draft", paths)
+    said = flag_value(drafting.args, "--speculative-config")
+    up = ServerState(up=True, ready=True, speculative=said)
+    monkeypatch.setattr(server_process, "server_state", lambda paths, req=None: up)
+    begun = []
+
+    def begin(paths, sw, by, rel=None):  # recorded, as the real one records it, no process
+        sw.by = by
+        begun.append((sw, by))
+        return sw
+
+    monkeypatch.setattr(stage_switch, "begin", begin)
     intent.keep_caps(paths, Caps(max_samples=4, stage="draft", baseline=True))
     intent.change(
-        paths,
-        runner={"wanted": True},
-        server={"wanted": True, "spec": drafting, "base": plain},
+        paths, runner={"wanted": True}, server={"wanted": True, "spec": drafting, "base": plain}
     )
-    done = []
-
-    def watcher() -> watch.Watcher:
-        w = watch.Watcher(paths)
-        w.server.swap = lambda now, spec, why: (
-            done.append(("swap", spec)) or intent.change(paths, server={"spec": spec})
-        )
-        w.runner.start_next = lambda now, want: done.append(("runner",))
-        w.runner.then = "baseline"
-        return w
-
-    w = watcher()
+    w = watch.Watcher(paths)
+    w.runner.then = "baseline"
     w._next_stage(time.time())
     assert kept_caps(paths) == Caps(max_samples=4, stage="baseline")
-    assert done == [("swap", plain)]  # hosts.yaml's own server: no --speculative-config
-    w._next_stage(time.time())
-    assert done == [("swap", plain)]  # not ready yet: no runner
+    ((sw, by),) = begun
+    assert (sw.stage, by, sw.spec, sw.restart_server) == ("baseline", "watcher", plain, True)
+    assert sw.why == "runs with the draft stage's draft" and w.runner.then is None
+    # the swap under way, its process alive (this one stands in): nothing kept, the next stage said
     me = os.getpid()
-    rec = ServerRecord(pid=me, start_time=procinfo.start_time(me), ready_at=time.time())
-    rec.write(paths.server_pid)
-    w = watcher()  # the watcher started again: it goes on where the last one was
-    w.server.seen.state = ProcessState.WATCHING
-    w._next_stage(time.time())
-    assert done == [("swap", plain), ("runner",)]
-    # the caps changed by a restart typed meanwhile: it wins, and the finished job's status says
-    # the baseline will not come (nobody waits for it); nothing started, the runner not wanted
-    from remote.common.status import JobStatus
-
-    done.clear()
+    sw.pid, sw.start_time, sw.step = me, procinfo.start_time(me), SwitchStep.LOADING
+    sw.write(paths.switch)
+    assert w.tick(time.time()) is True
+    state = __import__("json").loads(paths.watch_state.read_text())
+    assert state["next_stage"] == "baseline" and state["server"]["state"] == "starting"
+    assert w.server.swapping and not begun[1:]
+    # its process gone: taken up again once, then given up with the step it was at
+    sw.pid, sw.start_time, sw.step_at = 0, None, time.time() - stage_switch.TAKE_S - 1
+    sw.write(paths.switch)
+    w.tick(time.time())
+    assert len(begun) == 2
+    sw.tries = stage_switch.TRIES
+    sw.write(paths.switch)
     JobStatus(state="finished", caps=Caps(stage="draft", baseline=True).to_dict()).write(
         paths.status
     )
+    w.tick(time.time())
+    ended = StageSwitch.read(paths.switch)
+    assert ended.step == SwitchStep.FAILED and "killed 2 times, at: loading" in ended.error
+    assert "the baseline stage was not started" in JobStatus.read(paths.status).message
+    # the caps changed by a restart typed meanwhile: it wins, and the finished job's status says
+    # the baseline will not come (nobody waits for it); nothing begun, the runner not wanted
+    begun.clear()
+    JobStatus(state="finished", caps=Caps(stage="draft", baseline=True).to_dict()).write(
+        paths.status
+    )
+    assert not intent.read(paths).server.wanted  # died loading: not started again in a loop
+    intent.change(paths, runner={"wanted": True}, server={"wanted": True})
     intent.keep_caps(paths, Caps(stage="generate"))
-    w = watcher()
+    w = watch.Watcher(paths)
+    w.runner.then = "baseline"
     w._next_stage(time.time())
-    assert done == [] and w.runner.then is None and not intent.read(paths).runner.wanted
+    assert begun == [] and w.runner.then is None and not intent.read(paths).runner.wanted
     st = JobStatus.read(paths.status)
     assert "the baseline stage was not started: the caps were changed" in st.message
     assert st.caps["baseline"] is False
+    assert w.server.seen.state != ProcessState.FATAL
 
 
 def test_a_runner_given_up_on_and_started_again_by_a_restart_is_watched_anew(tmp_path):

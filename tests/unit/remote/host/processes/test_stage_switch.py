@@ -1,0 +1,125 @@
+"""The server swap's decisions, piece by piece: which stage a running server cannot serve, whether a
+restart needs a swap (the server's state through a stand-in), a stop typed since it began, the swap
+before kept for the laptop that still follows it, and a give-up from inside the watcher's lock. The
+swap carried out for real (a detached process, a fake vLLM, kills): test_draft_stage."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from remote.common.answers import ServerState
+from remote.common.jobspec import Paths, ServerSpec
+from remote.common.protocol import CtlRestart
+from remote.common.state import StageSwitch
+from remote.common.status import SwitchStep
+from remote.common.wire import Fault, HostFault
+from remote.host.facts import intent
+from remote.host.processes import server_process, stage_switch
+from remote.host.processes.stage_switch import wrong_for_stage
+
+DRAFTED = ServerSpec(
+    model="m", draft={"model": "d", "method": "eagle3", "num_speculative_tokens": 3}
+)
+
+
+def test_a_server_serves_a_stage_only_with_that_stages_flags():
+    plain = ServerSpec(model="m")
+    assert wrong_for_stage(plain, None, extracting=True, drafting=False) is None  # no stage asked
+    assert wrong_for_stage(plain, "generate", False, False) is None
+    assert "without the extraction config" in wrong_for_stage(plain, "hidden-states", False, False)
+    assert "with the hidden-states extraction" in wrong_for_stage(plain, "generate", True, False)
+    assert "without the draft" in wrong_for_stage(plain, "draft", False, False)
+    assert "with the draft stage's draft" in wrong_for_stage(plain, "baseline", False, True)
+    assert wrong_for_stage(plain, "draft", False, True) is None
+    # a speculative config of the user's own in server.args is theirs: no stage changes it
+    own = ServerSpec(model="m", args=("--speculative-config", "{}"))
+    assert wrong_for_stage(own, "baseline", False, True) is None
+
+
+def _serving(monkeypatch, state: ServerState) -> None:
+    monkeypatch.setattr(server_process, "server_state", lambda paths, req=None: state)
+
+
+def test_a_restart_needs_a_swap_only_where_the_server_cannot_serve_its_stage(tmp_path, monkeypatch):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    _serving(monkeypatch, ServerState(up=True, ready=True))
+    assert stage_switch.needed(paths, CtlRestart(stage="draft")) is None  # not the restart's server
+    assert stage_switch.needed(paths, CtlRestart(stage="generate", server=DRAFTED)) is None
+    sw = stage_switch.needed(paths, CtlRestart(stage="draft", server=DRAFTED))
+    assert (sw.stage, sw.restart_server, sw.serves_before) == ("draft", True, "generate")
+    assert sw.why == "runs without the draft the draft stage measures"
+    assert "--speculative-config" in sw.spec.args and sw.base == DRAFTED
+    # down: started for the stage, nothing to stop first
+    _serving(monkeypatch, ServerState(up=False))
+    sw = stage_switch.needed(paths, CtlRestart(stage="generate", server=DRAFTED))
+    assert (sw.why, sw.restart_server, sw.spec) == (None, False, DRAFTED)
+    # --no-server keeps a down server down: refused, unless --force
+    with pytest.raises(HostFault, match="--no-server keeps it down"):
+        stage_switch.needed(paths, CtlRestart(server=DRAFTED, keep_server=True))
+    assert (
+        stage_switch.needed(paths, CtlRestart(server=DRAFTED, keep_server=True, force=True)) is None
+    )
+
+
+def test_a_stop_typed_after_the_swap_began_ends_it_and_one_typed_before_does_not(tmp_path):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    intent.change(paths, server={"wanted": False, "why": "stopped"})
+    sw = StageSwitch(stage="draft", begun_at=time.time() + 1)  # began after that stop
+    stage_switch.check_cancelled(paths, sw)
+    sw.begun_at = 0.0
+    with pytest.raises(HostFault, match="the draft stage was not started: the server was stopped"):
+        stage_switch.check_cancelled(paths, sw)
+    intent.change(paths, server={"wanted": True}, runner={"wanted": False, "why": "restarting"})
+    assert stage_switch.cancelled(paths, sw) is None  # a restart's own stop is no stop typed
+
+
+def test_the_swap_before_is_kept_for_the_laptop_that_still_follows_it(tmp_path, monkeypatch):
+    """The watcher's baseline swap may begin before the laptop that asked for the draft's has read
+    its end: found by its token in the new record's `before`."""
+    paths = Paths(tmp_path)
+    paths.ensure()
+
+    class Taken:  # the detached process, as far as begin sees it: it records its pid
+        pid = 4242
+
+        def poll(self):
+            return None
+
+    def start_detached(argv, **kw):
+        rec = StageSwitch.read(paths.switch)
+        rec.pid = Taken.pid
+        rec.write(paths.switch)
+        return Taken()
+
+    monkeypatch.setattr(stage_switch.procinfo, "start_detached", start_detached)
+    first = stage_switch.begin(paths, StageSwitch(stage="draft"), by="user", rel=tmp_path)
+    stage_switch.end(paths, first, answer=None)
+    second = stage_switch.begin(paths, StageSwitch(stage="baseline"), by="watcher", rel=tmp_path)
+    assert second.token != first.token and second.tries == 1
+    view = second.view()
+    assert view.find(second.token) is view
+    found = view.find(first.token)
+    assert (found.stage, found.step, found.before) == ("draft", SwitchStep.DONE, None)
+    assert view.find("no-such-token") is None
+
+
+def test_a_swap_given_up_from_inside_the_watchers_lock_does_not_wait_for_it(tmp_path, monkeypatch):
+    """A server that died loading is no longer wanted (not started again in a loop); the watcher
+    holds the intent's lock when it gives up: that same lock is not taken twice."""
+    paths = Paths(tmp_path)
+    paths.ensure()
+    monkeypatch.setattr(server_process, "managed", lambda paths: None)
+    intent.change(paths, server={"wanted": True})
+    sw = StageSwitch(stage="baseline", by="user", step=SwitchStep.LOADING)
+    with intent.locked(paths):
+        stage_switch.given_up(paths, sw, Fault("start_failed", "died"), held=True)
+    assert intent.read(paths).server.wanted is False
+    stopped = dataclasses.replace(sw, step=SwitchStep.STOPPING_SERVER)
+    intent.change(paths, server={"wanted": True})
+    stage_switch.given_up(paths, stopped, Fault("start_failed", "died"))
+    assert intent.read(paths).server.wanted is True  # not loading: the watcher keeps it
