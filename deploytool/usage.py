@@ -91,9 +91,52 @@ def _bad_value(e: ValueError) -> str:
     return f"{where}{_flag(machine.flag.name)}: expected {kind}, got {value!r}"
 
 
+def _one_dash_flag(program: Program, binary: str) -> str | None:
+    """The line for a task's long flag typed with one dash (`-max-samples`), else None.
+
+    invoke reads such a word as a cluster of one-letter flags (`-m -a -x …`), so its failure names
+    only a letter (`restart has no flag -m`), or `--`, or none at all: `-cap`'s `-c` is its own
+    --collection. The words are looked at before it parses them, with the task each belongs to.
+    """
+    if program.collection is None:
+        return None
+    contexts = {}
+    for context in program.collection.to_contexts():
+        for name in (context.name, *context.aliases):
+            contexts[name] = context
+    context, a_value = None, False
+    for word in program.core.unparsed:
+        if word == "--":
+            return None
+        if a_value:  # `--grace -50`: the flag's value, whatever it begins with
+            a_value = False
+            continue
+        if word in contexts:
+            context = contexts[word]
+            continue
+        if context is None or not word.startswith("-") or len(word) <= 2:
+            continue
+        name = word.partition("=")[0]
+        if name in context.flags:  # `in` and `[]`, not `.get`: they see `-H` for --host too
+            a_value = context.flags[name].takes_value and "=" not in word
+            continue
+        short = word[:2]
+        if word.startswith("--") or (short in context.flags and context.flags[short].takes_value):
+            continue  # `-Hgpu1` is -H with its value, as invoke reads it
+        flags = [f for f in context.flags if f.startswith("--")]
+        return (
+            f"{context.name} has no flag {name}{_suggest('-' + name, flags)}; "
+            f"`{binary} {context.name} --help` lists them"
+        )
+    return None
+
+
 def parse_tasks(program: Program, parse) -> None:
     """Run invoke's task parsing; a failure is an Exit with the one line and status 2."""
     binary = program.called_as or program.binary or "invoke"
+    one_dash = _one_dash_flag(program, binary)
+    if one_dash:
+        raise Exit(f"error: {one_dash}", ExitCode.BAD_INPUT)
     try:
         parse()
     except ParseError as e:

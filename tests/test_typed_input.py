@@ -159,6 +159,38 @@ def test_a_mistyped_value_gets_a_did_you_mean_as_flags_and_keys_do(config, line,
 
 
 @pytest.mark.parametrize(
+    "line, flag, meant",
+    [
+        ("invoke restart -max-samples 40", "restart has no flag -max-samples", "--max-samples"),
+        ("invoke restart -max-samples=40", "restart has no flag -max-samples", "--max-samples"),
+        ("invoke restart -dry-run", "restart has no flag -dry-run", "--dry-run"),
+        ("invoke restart -host box", "restart has no flag -host", "--host"),
+        ("invoke restart -cap B2=3", "restart has no flag -cap", "--cap"),
+        ("invoke stop -grace 3", "stop has no flag -grace", "--grace"),
+        ("invoke tail -log", "tail has no flag -log", "--log"),
+        ("invoke export -pulled out", "export has no flag -pulled", "--pulled"),
+    ],
+)
+def test_a_long_flag_typed_with_one_dash_is_named_whole_with_its_two_dash_spelling(
+    config, line, flag, meant
+):
+    """invoke reads `-max-samples` as `-m -a -x …`: it answered `restart has no flag -m` (or `--`,
+    or took `-cap`'s `-c` as its own --collection)."""
+    task = flag.split()[0]
+    want = f"error: {flag} (did you mean {meant}?); `invoke {task} --help` lists them"
+    assert said(typed(line, config), 2) == want
+
+
+def test_a_value_that_begins_with_a_dash_and_a_short_flag_with_its_value_are_read_as_before(config):
+    assert said(typed("invoke stop --grace -50", config), 2) == (
+        "error: --grace: must be >= 0, got -50.0"
+    )
+    by_letter = said(typed("invoke status -Hbox", config), 1)
+    assert by_letter == said(typed("invoke status --host box", config), 1)
+    assert "nothing deployed" in by_letter
+
+
+@pytest.mark.parametrize(
     "line, want",
     [
         (
