@@ -395,24 +395,39 @@ def export(
     pulled: str = "pulled",
     no_pull: bool = False,
 ) -> int:
+    import os
+    import shlex
     from pathlib import Path
 
     from .ops import export as export_mod
-    from .ops.out_paths import writable
+    from .ops.out_paths import folder_to_read, writable
     from .views import render
 
     config = _config()
     export_mod.check_format(fmt)  # before anything is pulled
     target = writable(f"export-{fmt}.jsonl" if out is None else out, "--out")
+    folder = os.path.abspath(pulled) if pulled else pulled
+    on = f" --host {host_spec}" if host_spec else ""
+    pull_first = f"(`invoke pull{on} --to {shlex.quote(folder)}`), or leave out --no-pull"
     if not no_pull:
         writable(pulled, "--pulled", folder=True)
     if per_turn and whole:
         raise UsageError("--per-turn and --whole: choose one")
     export_mod.effective_drop(fmt, per_turn, drop, keep)  # bad reasons: before anything is pulled
     wanted = export_mod.wanted_datasets(config, config.select_hosts(host_spec), datasets)
-    if not no_pull:
+    if no_pull:
+        folder_to_read(pulled, "--pulled", f"pull into it first {pull_first}")
+    else:
         pull(",".join(wanted), to=pulled)  # the new bytes first
     sources = export_mod.find_sources(Path(pulled), wanted)
+    if not sources:
+        of = ", ".join(f"{h}'s {', '.join(names)}" for h, names in wanted.items())
+        if no_pull:
+            raise UsageError(f"no pulled records of {of} in {folder}: pull them first {pull_first}")
+        raise UsageError(
+            f"no records of {of} on the host yet (pulled into {folder}): "
+            f"`invoke status{on}` says what the job has done"
+        )
     with render.bytes_progress(sum(s.path.stat().st_size for s in sources), "export") as step:
         result = export_mod.export(
             sources,

@@ -101,6 +101,27 @@ def test_a_folder_that_takes_no_new_files_is_refused(config):
     assert line.startswith("error: --to /proc/nope: cannot write in /proc"), line
 
 
+def test_export_from_a_pulled_folder_with_nothing_to_read_names_the_folder_and_the_pull(
+    config, tmp_path
+):
+    """It answered 'no pulled records to export (nothing under the pulled folder …)' whatever the
+    folder, even one that is not there."""
+    pull = f"DEPLOYTOOL_CONFIG={shlex.quote(str(config))} invoke pull --to"
+    missing = tmp_path / "nonexistent"
+    assert said(typed(f"invoke export --no-pull --pulled {missing}", config), 2) == (
+        f"error: --pulled {missing}: no such folder: pull into it first (`{pull} {missing}`), "
+        "or leave out --no-pull"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "box").mkdir()
+    assert said(typed(f"invoke export --no-pull --pulled {empty} --datasets B2", config), 2) == (
+        f"error: no pulled records of box's B2 in {empty}: pull them first (`{pull} {empty}`), "
+        "or leave out --no-pull"
+    )
+    assert not missing.exists()
+
+
 @pytest.mark.parametrize("n", ["-1", "0"])
 def test_max_samples_below_one_is_one_message(config, n):
     assert said(typed(f"invoke restart --max-samples {n} --dry-run", config), 2) == (

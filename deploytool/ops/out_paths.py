@@ -1,6 +1,6 @@
 """Where a command writes here (report/export --out, pull --to, export --pulled), checked before
 anything is asked of a host: a path that cannot be written is one line and exit 2, never a traceback
-after the work is done.
+after the work is done. The same for a folder only read (export --no-pull --pulled).
 
 One rule for every such flag: the folder it goes in must exist already (a parent that is not there is
 far likelier a typo than a wish for new folders, so none is made) and must take new entries. --out
@@ -40,4 +40,16 @@ def writable(path: str | os.PathLike, flag: str, *, folder: bool = False) -> Pat
     except OSError as e:
         why = "" if e.errno == errno.ENOENT else f" ({e.strerror})"
         raise UsageError(f"{flag} {path}: cannot write in {where}{why}") from None
+    return p
+
+
+def folder_to_read(path: str | os.PathLike, flag: str, fix: str) -> Path:
+    """`path`, given as `flag`, once it is a folder; UsageError (exit 2) naming it, with `fix` where
+    it is not there at all."""
+    if not os.fspath(path):
+        raise UsageError(f"{flag}: needs a path, got ''")
+    p = Path(path)
+    if not p.is_dir():
+        why = f"{p} is a file, not a folder" if p.exists() else f"no such folder: {fix}"
+        raise UsageError(f"{flag} {path}: {why}")
     return p

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from deploytool.errors import ExitCode, UsageError
-from deploytool.ops.out_paths import writable
+from deploytool.ops.out_paths import folder_to_read, writable
 
 
 def refused(path, flag="--out", **kw) -> str:
@@ -52,3 +52,20 @@ def test_a_folder_that_takes_no_new_entry_and_an_empty_value(tmp_path):
         "--to /proc/nope: cannot write in /proc"
     )
     assert refused("", "--out") == "--out: needs a path, got ''"
+
+
+def test_a_folder_only_read_is_named_with_the_fix_where_missing_and_said_a_file_where_one(tmp_path):
+    assert folder_to_read(tmp_path, "--pulled", "pull first") == tmp_path
+    for path, why in (
+        (tmp_path / "gone", "no such folder: pull first"),
+        (tmp_path / "f", f"{tmp_path / 'f'} is a file, not a folder"),
+        ("", None),
+    ):
+        if path == tmp_path / "f":
+            path.write_text("")
+        with pytest.raises(UsageError) as e:
+            folder_to_read(path, "--pulled", "pull first")
+        assert e.value.code == ExitCode.BAD_INPUT
+        assert str(e.value) == (
+            f"--pulled {path}: {why}" if why else "--pulled: needs a path, got ''"
+        )
