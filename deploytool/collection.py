@@ -144,7 +144,7 @@ def status(c, host="", json=False):
 @_task(
     help={
         "once": "print one snapshot and exit",
-        "log": "follow logs/runner.log instead of the progress view",
+        "log": "logs/runner.log instead of the progress view: its last 20 lines, then each new one",
     }
 )
 def tail(c, host="", once=False, log=False):

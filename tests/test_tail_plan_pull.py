@@ -387,6 +387,38 @@ def test_tail_killed_with_9_leaves_nothing_running_on_the_host(tmp_path):
         tail.wait()
 
 
+def test_tail_log_starts_at_the_logs_last_lines_then_follows_every_new_one(tmp_path):
+    """`invoke tail --log` after a day printed runner.log from its first line: a flood."""
+    from tests.helpers.as_typed import ok
+
+    cfg, root = _local_host(tmp_path, spec_status(state="finished"))
+    (root / "logs").mkdir(exist_ok=True)
+    log = root / "logs" / "runner.log"
+    written = [f"2026-11-30 12:00:00 line {i} " + "x" * 300 for i in range(5000)]  # past a window
+    log.write_text("".join(line + "\n" for line in written))
+    last = written[-follow.TAIL_LINES :]
+    assert ok("invoke tail --log", cfg.path).splitlines() == last  # the job has ended: it stops
+
+    w = HostWatch(cfg.hosts["local"], cfg)
+    assert w.poll_log(NOW) == last
+    more = [f"2026-11-30 12:00:01 more {i}" for i in range(3 * follow.TAIL_LINES)]
+    with open(log, "a") as f:
+        f.write("".join(line + "\n" for line in more))
+    assert w.poll_log(NOW + 1) == more  # following: every new line, not only the last ones
+    w.close()
+
+
+def test_tail_log_reads_a_log_that_appears_while_it_watches_from_its_first_line(tmp_path):
+    cfg, root = _local_host(tmp_path, spec_status())
+    w = HostWatch(cfg.hosts["local"], cfg)
+    assert w.poll_log(NOW) == []  # no log yet
+    (root / "logs").mkdir(exist_ok=True)
+    written = [f"line {i}" for i in range(2 * follow.TAIL_LINES)]
+    (root / "logs" / "runner.log").write_text("".join(line + "\n" for line in written))
+    assert w.poll_log(NOW + 1) == written  # all of it: none was shown before
+    w.close()
+
+
 @pytest.fixture
 def own_sshd(ssh_rig, tmp_path):
     """An sshd of this test's own, so it can be restarted mid-tail."""

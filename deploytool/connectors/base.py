@@ -130,6 +130,10 @@ class Connector(ABC):
     def read_range(self, remote_path: str, offset: int, length: int, chunk: int = 1 << 20):
         """Yield the bytes of remote_path[offset:offset+length] in chunks (for incremental pull)."""
 
+    @abstractmethod
+    def size(self, remote_path: str) -> int:
+        """remote_path's length in bytes (where a log's last lines begin)."""
+
     def close(self) -> None:  # noqa: B027 - optional
         pass
 

@@ -99,6 +99,12 @@ class LocalConnector(Connector):
             raise RemoteError(f"cannot start {argv[0]}: {e.strerror}") from None
         return _LocalProcess(proc)
 
+    def size(self, remote_path):
+        try:
+            return self._path(remote_path).stat().st_size
+        except OSError as e:
+            raise RemoteError(f"cannot read {remote_path}: {e.strerror}") from None
+
     def read_range(self, remote_path, offset, length, chunk=1 << 20):
         try:
             f = open(self._path(remote_path), "rb")

@@ -318,6 +318,15 @@ class SSHConnector(Connector):
             return "."
         return path[2:] if path.startswith("~/") else path
 
+    def size(self, remote_path):
+        self.round_trips += 1
+        try:
+            return self._sftp_client().stat(self._sftp_path(str(remote_path))).st_size
+        except FileNotFoundError:
+            raise RemoteError(f"cannot read {remote_path}: no such file") from None
+        except LOST as e:
+            raise self._lost(e) from None
+
     def read_range(self, remote_path, offset, length, chunk=1 << 20):
         self.round_trips += 1
         try:

@@ -1,7 +1,8 @@
 """tail's driver: the job as `invoke status` sees it (and optionally runner.log) over one kept-open
 connection per host.
 
-Asks the host's `ctl status`, kept running there, once a second, and reads only new log bytes;
+Asks the host's `ctl status`, kept running there, once a second, and reads only new log bytes,
+from the log's last lines on as `tail -f` does (a job's log of days is no screen's start);
 reconnects with backoff when a connection drops, without losing its place in the log; Ctrl-C
 detaches and never touches the job. What each tick shows is the view's (views/tail.py).
 """
@@ -20,6 +21,8 @@ from ..errors import ConnectError, DeployToolError, ExitCode
 from .control import Asking
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
+TAIL_LINES = 20  # of the log already written, shown first
+TAIL_BYTES = 64 << 10  # looked back for them: a log of long lines shows fewer, never a flood
 
 
 @dataclass
@@ -78,7 +81,8 @@ class HostWatch:
             self.note = str(e)
 
     def poll_log(self, now: float) -> list[str]:
-        """New complete lines of runner.log since the last call; none twice, none skipped."""
+        """runner.log's last lines at the first call, then its new complete lines since the last
+        one; none twice, none skipped."""
         if now < self.retry_at:
             return []
         path = f"{self.base}/logs/runner.log"
@@ -87,7 +91,8 @@ class HostWatch:
             lines: list[str] = []
             head = b"".join(conn.read_range(path, 0, SIGNATURE))
             if self.log_offset is None:
-                self.log_offset, self.log_head = 0, head
+                self.log_head = head
+                lines += self._last_lines(conn, path)
             elif self.log_head and head[: len(self.log_head)] != self.log_head:
                 # rotated: finish the old file (renamed to .1) from our offset, then the new one from 0
                 try:
@@ -110,7 +115,17 @@ class HostWatch:
             self._failed(e, now)
             return []
         except DeployToolError:
-            return []  # no log yet
+            if self.log_offset is None:  # no log yet: one that appears is new, shown whole
+                self.log_offset = 0
+            return []
+
+    def _last_lines(self, conn: Connector, path: str) -> list[str]:
+        """The log's last TAIL_LINES complete lines; the offset put after what was read."""
+        size = conn.size(path)
+        start = max(0, size - TAIL_BYTES)
+        self.log_offset = start
+        lines = self._take(b"".join(conn.read_range(path, start, size - start)))
+        return (lines[1:] if start else lines)[-TAIL_LINES:]  # a window's first line is cut
 
     def _take(self, data: bytes, final: bool = False) -> list[str]:
         self.log_offset += len(data)

@@ -36,7 +36,7 @@ class Host(Connector):
     def start(self, argv, *, cwd=None, env=None):
         raise NotImplementedError
 
-    read_range = start
+    read_range = size = start
 
 
 def answering(data, code=0, err=b"") -> Host:
