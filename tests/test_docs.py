@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from deploytool.config import HostConfig, ServerSpec
 from deploytool.config.extras import RECOVER_FIELDS
 from remote.common.jobspec import NOTIFY_DEFAULT, NOTIFY_TIMEOUT_S, DatasetSpec, EngineSpec
 from remote.common.recover import RecoverSpec
-from tests.conftest import REPO
+from tests.conftest import REPO, piped_env
+from tests.helpers.as_typed import INVOKE
 
 DOCS = REPO / "docs"
 CONFIG_PAGE = DOCS / "configuration.md"
@@ -120,6 +122,24 @@ def test_the_readme_is_a_front_page():
     assert "invoke restart --max-samples" in text and "invoke tail" in text
     for page in ("configuration", "leave-alone", "several-hosts", "training-file"):
         assert f"docs/{page}.md" in text
+
+
+def test_the_readme_says_how_to_type_invoke_after_the_demo_and_what_it_says_elsewhere(tmp_path):
+    """After the demo a newcomer's `invoke status` was `command not found`: the demo puts the venv's
+    bin on its own PATH only, and the README never said how to."""
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert "`. .venv/bin/activate`" in text and "`.venv/bin/invoke status`" in text
+    env = {k: v for k, v in piped_env().items() if k != "DEPLOYTOOL_CONFIG"}
+    elsewhere = subprocess.run(
+        [INVOKE, "status"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert elsewhere.returncode != 0 and f"`{elsewhere.stderr.strip()}`" in text
+    deploytool = str(Path(INVOKE).with_name("deploytool"))
+    anywhere = subprocess.run(
+        [deploytool, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert anywhere.returncode == 0 and "Usage: deploytool" in anywhere.stdout
+    assert "`.venv/bin/deploytool" in text
 
 
 def anchor(heading: str) -> str:
