@@ -169,6 +169,8 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
         raise AssertionError("Ctrl-C did not detach:\n" + proc.communicate()[0][-6000:]) from None
     assert proc.returncode == 1, rest
     assert "detached: the host goes on stopping the job" in rest and "Traceback" not in rest, rest
+    head = run_in(proj, "invoke status").stdout.splitlines()[0]
+    assert head.startswith(f"box: stopping (pid {pid}"), head  # it read `running`, in its grace
     log = root / "logs" / "runner.log"
     told = "SIGTERM: no new requests"  # this runner's, after the first one's
     wait_for(lambda: log.read_text().count(told) == 2, what="the runner told to stop")

@@ -18,6 +18,7 @@ from remote.common.status import (
     RECOVERING,
     STALE_AFTER,
     SWITCHING,
+    STOPPING,
     DatasetStatus,
     JobState,
     JobView,
@@ -364,6 +365,7 @@ STATE_STYLE = {
     JobState.STOPPED: "yellow",
     RECOVERING: "yellow",
     SWITCHING: "yellow",
+    STOPPING: "yellow",
 }
 
 

@@ -61,6 +61,7 @@ BUDGET_REACHED = "budget reached"  # a dataset its token budget ended short of i
 NOT_RUN = "not run"  # a dataset that --datasets leaves out
 RECOVERING = "recovering"  # a job whose runner is gone and that the watcher starts again
 SWITCHING = "switching"  # a job whose server the host starts again for the next stage's runner
+STOPPING = "stopping"  # a runner in a stop's grace: its file still says running
 STALE_AFTER = 30.0  # seconds a live runner may go without a status update before a view says so
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
@@ -512,11 +513,15 @@ class JobView(JobStatus):
     @property
     def said(self) -> str:
         """The job's state as a person is told it: a runner gone that the watcher, at work, starts
-        again is a job recovering (`stopped` alone would read as the end, a restart to type)."""
+        again is a job recovering (`stopped` alone would read as the end, a restart to type); a
+        runner in a stop's grace is stopping (it writes `running` until its verdict, and `running`
+        with an ETA reads as a job that goes on)."""
         if self.switching:
             return SWITCHING
         if self.terminal and self.state != JobState.FINISHED and not self.over:
             return RECOVERING
+        if self.stopping is not None and not self.terminal:
+            return STOPPING
         return self.state
 
     @property

@@ -136,6 +136,29 @@ def test_every_view_says_a_job_is_stopping_in_its_grace_period():
     assert "stopping" not in progress.plain_line("gpu1", st, 0)
 
 
+def test_a_job_in_its_stop_grace_is_stopping_in_the_first_line_of_every_view():
+    """A stop's grace (answers in flight): status's first line and tail's line began `running`,
+    only the lines under them said it was stopping."""
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.status import JobView, RunnerInfo
+
+    runner = RunnerInfo(alive=True, pid=9, uptime_s=60)
+    st = JobView(state="running", host="gpu1", in_flight=16, stopping=30.0, eta_s=77, runner=runner)
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
+    assert buf.getvalue().splitlines()[0].startswith("gpu1: stopping (pid 9, up 1m00s)")
+    assert progress.plain_line("gpu1", st, 0).split(" | ")[0].endswith(" gpu1: stopping")
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(progress.host_view("gpu1", st, 0))
+    assert buf.getvalue().startswith("gpu1: stopping  pid")
+    st.state = "stopped"  # its verdict: the stop is over
+    assert progress.plain_line("gpu1", st, 0).split(" | ")[0].endswith(" gpu1: stopped")
+
+
 def test_stop_drain_says_the_requests_in_flight_finish_before_the_grace_counts():
     import io
 
