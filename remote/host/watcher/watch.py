@@ -103,8 +103,19 @@ def supervision(paths: Paths) -> Supervision:
                 "again); `invoke restart` brings it back"
             )
     elif rec and not ws.on_boot:
-        why = f" ({boot.NO_SYSTEMD})" if spec.on_boot else ""
-        sup.note = f"a reboot needs `invoke restart`{why}"
+        # the setting that would spare that restart is named, and whether it can work here
+        said, systemd = "a reboot needs `invoke restart`", boot.systemd_running()
+        if spec.on_boot and not systemd:
+            sup.note = f"{said} ({boot.NO_SYSTEMD})"
+        elif spec.on_boot:
+            unit = "its systemd unit is not in place yet: `invoke restart` installs it"
+            sup.note = f"{said} (recover.on_boot is set, but {unit})"
+        elif not systemd:
+            unit = "which would bring the job back by itself, needs systemd"
+            sup.note = f"{said} (recover.on_boot, {unit}, which this host does not run)"
+        else:
+            unit = "(then `invoke restart` once) a systemd unit brings the job back by itself"
+            sup.note = f"{said}; with recover.on_boot: true in hosts.yaml {unit}"
     return sup
 
 

@@ -35,10 +35,36 @@ def test_with_a_watcher_a_reboot_still_needs_a_restart_unless_on_boot(tmp_path, 
     me = os.getpid()  # stands in for the watcher's process: its record names a live process
     WatcherRecord(pid=me, start_time=procinfo.start_time(me), token="w").write(paths.watcher_pid)
     assert watch.managed(paths).pid == me
-    assert watch.supervision(paths).note == "a reboot needs `invoke restart`"
+    monkeypatch.setattr(watch.boot, "systemd_running", lambda: False)
+    assert watch.supervision(paths).note.startswith("a reboot needs `invoke restart`")
     intent.change(paths, recover=RecoverSpec(on_boot=True))
     monkeypatch.setattr(watch.boot, "NO_SYSTEMD", "this host does not run systemd")
     assert watch.supervision(paths).note.endswith("(this host does not run systemd)")
+
+
+def test_the_reboot_note_names_the_setting_that_would_bring_the_job_back(tmp_path, monkeypatch):
+    """It said `a reboot needs invoke restart` on every screen, recover.on_boot unnamed."""
+    paths = Paths(tmp_path)
+    paths.ensure()
+    intent.change(paths, runner={"wanted": True})
+    me = os.getpid()  # stands in for the watcher's process: its record names a live process
+    WatcherRecord(pid=me, start_time=procinfo.start_time(me), token="w").write(paths.watcher_pid)
+    monkeypatch.setattr(watch.boot, "systemd_running", lambda: True)
+    assert watch.supervision(paths).note == (
+        "a reboot needs `invoke restart`; with recover.on_boot: true in hosts.yaml (then `invoke "
+        "restart` once) a systemd unit brings the job back by itself"
+    )
+    monkeypatch.setattr(watch.boot, "systemd_running", lambda: False)
+    assert watch.supervision(paths).note == (
+        "a reboot needs `invoke restart` (recover.on_boot, which would bring the job back by "
+        "itself, needs systemd, which this host does not run)"
+    )
+    intent.change(paths, recover=RecoverSpec(on_boot=True))
+    monkeypatch.setattr(watch.boot, "systemd_running", lambda: True)  # the unit not in place yet
+    assert watch.supervision(paths).note == (
+        "a reboot needs `invoke restart` (recover.on_boot is set, but its systemd unit is not in "
+        "place yet: `invoke restart` installs it)"
+    )
 
 
 def test_the_watcher_starts_from_its_release_with_nothing_installed(tmp_path):
