@@ -254,9 +254,18 @@ def server_start(host_spec: str | None) -> int:
     from .views import render, render_server
 
     config = _config()
+    # a host whose job is the built-in engine has nothing to start (as `hosts` says): said, not
+    # asked of the host, where vLLM is not there to find; nothing to do is no failure of the user's
+    names = [h.name for h in config.select_hosts(host_spec)]
+    simulated = [n for n in names if config.job_for(n).engine.kind == "simulate"]
+    for name in simulated:
+        render_server.needs_none(name, "no server to start")
+    served = [n for n in names if n not in simulated]
+    if not served:
+        return ExitCode.OK
     _run(
         config,
-        host_spec,
+        ",".join(served),
         lambda conn: server_mod.start(
             conn,
             config.server_for(conn.name),
@@ -283,7 +292,14 @@ def server_status(host_spec: str | None) -> int:
     from .views import render_server
 
     config = _config()
-    results = _run(config, host_spec, server_mod.server_state, render_server.server_status)
+    # the host is asked all the same: a server someone left up there still holds its GPUs
+    simulated = {
+        h.name
+        for h in config.select_hosts(host_spec)
+        if config.job_for(h.name).engine.kind == "simulate"
+    }
+    show = lambda r: render_server.server_status(r, simulated=r.host in simulated)  # noqa: E731
+    results = _run(config, host_spec, server_mod.server_state, show)
     render_server.group_problems(problems(config, results))
     return ExitCode.OK
 

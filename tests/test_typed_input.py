@@ -167,6 +167,30 @@ def test_hosts_names_no_server_for_a_job_of_the_built_in_engine(tmp_path):
     assert "none (engine simulate)" in row and "8000" not in row, res.stdout
 
 
+def test_the_server_commands_say_a_job_of_the_built_in_engine_needs_no_server(tmp_path):
+    """server.status said `server down` and server.start `no vllm beside …/python3`, where `invoke
+    hosts` says the host has no server: both say so in one line, and nothing to start is no
+    failure (exit 0); the host is left as it was."""
+    from tests.conftest import write_prompts
+
+    job = base_job(datasets=TWO, engine={"kind": "simulate"})
+    cfg = write_config(
+        tmp_path, {"box": {"connect": "local", "remote_dir": str(tmp_path / "h")}}, job
+    )
+    for ds in TWO:
+        write_prompts(tmp_path / "data" / "prompts" / f"{ds}.jsonl", 2, ds)
+    assert typed("invoke deploy", cfg.path).returncode == 0
+    needs = "this host's job uses the built-in simulated engine (job.engine.kind: simulate)"
+    assert (
+        said(typed("invoke server.status", cfg.path), 0)
+        == f"box: no server: {needs}, which needs none"
+    )
+    assert said(typed("invoke server.start", cfg.path), 0) == (
+        f"box: no server to start: {needs}, which needs none"
+    )
+    assert not (tmp_path / "h" / "run" / "server.pid").exists()  # nothing was started
+
+
 @pytest.mark.parametrize(
     "line, words",
     [

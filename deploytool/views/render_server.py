@@ -81,8 +81,19 @@ def server_stopped(r: ServerStopped, out: Console = console) -> None:
     out.print(line)
 
 
-def server_status(r: ServerState, out: Console = console) -> None:
+SIMULATED = "this host's job uses the built-in simulated engine (job.engine.kind: simulate)"
+
+
+def needs_none(host: str, said: str, out: Console = console) -> None:
+    """A host whose job's engine is the built-in stand-in: no server, as `invoke hosts` says."""
+    out.print(f"[bold]{host}[/]: {said}: {SIMULATED}, which needs none")
+
+
+def server_status(r: ServerState, out: Console = console, *, simulated: bool = False) -> None:
     if not r.up:
+        if not r.leftovers and simulated:  # a server of its own would be said as any other
+            needs_none(r.host, "no server", out)
+            return
         if not r.leftovers:
             died = " (it died: nobody stopped it; see logs/server.log)" if r.died else ""
             out.print(f"[bold]{r.host}[/]: server down{died}")
