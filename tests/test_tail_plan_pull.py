@@ -586,6 +586,38 @@ def test_plan_cli_and_apply_on_local_host(tmp_path):
     assert bad.returncode == 2 and "token count" in bad.stderr
 
 
+def test_plan_counts_the_records_in_its_target_and_says_the_estimate_each_row_used(tmp_path):
+    """32 records of B1 (a job capped at 12 after all were made): plan read 'records 30' where
+    status read 12/12, and used est_tokens 8,000 over the 6,432 measured, saying 'estimate'."""
+    from tests.helpers.as_typed import ok
+
+    project = tmp_path / "p"
+    write_prompts(project / "data" / "prompts" / "B1.jsonl", 32, "B1")
+    write_prompts(project / "data" / "prompts" / "B2.jsonl", 60, "B2")
+    job = base_job(
+        datasets={
+            "B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 8000},
+            "B2": {"prompts": "data/prompts/B2.jsonl", "est_tokens": 100},
+        }
+    )
+    cfg = write_config(
+        project, {"box": {"connect": "local", "remote_dir": str(tmp_path / "h")}}, job
+    )
+    ok("invoke deploy", cfg.path)
+    _records(outputs(tmp_path / "h") / "B1.jsonl", "B1", 32, 6432)
+    _records(outputs(tmp_path / "h") / "B2.jsonl", "B2", 50, 300)
+    said = ok("invoke plan --tokens-per-dataset 96k --tokens-per-s 1000", cfg.path)
+    rows = {
+        line.split()[0]: line for line in said.splitlines() if line.split()[:1] in (["B1"], ["B2"])
+    }
+    b1 = " ".join(rows["B1"].split())
+    assert b1.startswith(
+        "B1 12/12 +20 beyond the cap 8,000 est_tokens (32 records, mean 6,432: "
+    ), b1
+    b2 = " ".join(rows["B2"].split())
+    assert b2.startswith("B2 50/60 300 measured mean of 50 records 320* 10 "), b2
+
+
 # ------------------------------------------------------------------ pull
 
 

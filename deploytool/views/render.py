@@ -15,7 +15,15 @@ from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, MEASURES, f
 from remote.common.status import JobView
 
 from ..errors import DeployToolError
-from .progress import DIM, MEAN_NOTE, dataset_rate, engine_said, extra_lines, fmt_rate
+from .progress import (
+    DIM,
+    MEAN_NOTE,
+    beyond_said,
+    dataset_rate,
+    engine_said,
+    extra_lines,
+    fmt_rate,
+)
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
 from .typed import say
@@ -248,23 +256,26 @@ def plan_result(r: PlanAnswer, out: Console = console) -> None:
         f"[bold]{r.host}[/]: caps for {_tok(r.tokens_per_dataset)} response tokens per dataset"
     )
     t = Table(
-        "dataset", "records", "mean tok", "basis", "cap", "to do", "tokens to do", "ETA", box=None
+        "dataset", "done", "tok/record", "from", "cap", "to do", "tokens to do", "ETA", box=None
     )
+    beyond = {n: max(0, d.records - d.done) for n, d in r.datasets.items()}
     for name, d in r.datasets.items():
         t.add_row(
             name,
-            f"{d.records:,}",
+            f"{d.done:,}/{d.target:,}{beyond_said(beyond[name])}",  # the records as status counts
             f"{d.mean_tokens:,.0f}",
-            "measured" if d.measured else "estimate",
+            d.source,
             f"{d.cap:,}" + ("*" if d.fewer_prompts_than_cap else ""),
             f"{d.todo:,}",
             _tok(d.tokens_todo),
             _eta(d.eta_s),
         )
     out.print(t)
-    out.print(
-        "  basis: measured mean of the records on the host (50 or more), else est_tokens from hosts.yaml"
-    )
+    if any(beyond.values()):
+        out.print(
+            "  beyond the cap: records of prompts past these caps (kept on the host, counted in "
+            "neither done nor to do; the measured mean counts them)"
+        )
     if any(d.fewer_prompts_than_cap for d in r.datasets.values()):
         out.print(
             "  * the dataset has fewer prompts than the cap: its target is every prompt it has"

@@ -270,7 +270,9 @@ class PlanRow:
     prompts: int = 0
     records: int = 0
     mean_tokens: float = 0.0
-    source: str = ""  # measured over N records | est_tokens (only N records)
+    source: str = (
+        ""  # the per-record estimate used, in words: measured mean of N records | est_tokens (…)
+    )
     cap: int = 0
     target: int = 0  # the cap, or every prompt where there are fewer
     done: int = 0

@@ -31,9 +31,12 @@ def plan(
         records = len(ex.ids)
         measured = sum(ex.tokens.values()) / records if records else None
         if records >= MIN_MEASURED:
-            mean, source = measured, f"measured over {records:,} records"
-        else:
-            mean, source = float(ds.est_tokens), f"est_tokens (only {records} records)"
+            mean, source = measured, f"measured mean of {records:,} records"
+        else:  # the mean it passed over is said: a plan that differs from it reads as a bug
+            mean, source = float(ds.est_tokens), "est_tokens (no records yet)"
+            if records:
+                young = f"{records:,} records, mean {measured:,.0f}: {MIN_MEASURED} needed"
+                source = f"est_tokens ({young} to use it)"
         cap = cap_for(tokens_per_dataset, mean)
         prompt_path = paths.root / ds.prompts
         ids = []
