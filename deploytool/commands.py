@@ -199,7 +199,7 @@ def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_
         told=None if dry_run else render_restart.Restarting(conn.name, flags.grace, drain),
     )
     if answer.mode == "switching":
-        answer = server_mod.follow_switch(
+        answer = server_mod.follow_restart(
             conn,
             answer,
             note=render.note,

@@ -91,6 +91,18 @@ def _bad_value(e: ValueError) -> str:
     return f"{where}{_flag(machine.flag.name)}: expected {kind}, got {value!r}"
 
 
+def _contexts(collection) -> list:
+    """The tasks' parser contexts, their help left in place: invoke's to_contexts consumes each
+    task's help dict, and invoke builds them again to parse (`--help` would then show none)."""
+    tasks = [collection[name] for name in collection.task_names]
+    kept = [(t, dict(t.help)) for t in tasks]
+    try:
+        return collection.to_contexts(ignore_unknown_help=True)
+    finally:
+        for t, help_ in kept:
+            t.help = help_
+
+
 def _one_dash_flag(program: Program, binary: str) -> str | None:
     """The line for a task's long flag typed with one dash (`-max-samples`), else None.
 
@@ -101,7 +113,7 @@ def _one_dash_flag(program: Program, binary: str) -> str | None:
     if program.collection is None:
         return None
     contexts = {}
-    for context in program.collection.to_contexts():
+    for context in _contexts(program.collection):
         for name in (context.name, *context.aliases):
             contexts[name] = context
     context, a_value = None, False

@@ -7,33 +7,21 @@ import time
 from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlparse
 
-from remote.common import procinfo
-from remote.common.protocol import (
-    GRACE_S,
-    CtlStatus,
-    ServerCheck,
-    ServerSmoke,
-    ServerStart,
-    ServerStatus,
-    ServerStop,
-)
+from remote.common.protocol import GRACE_S, CtlStatus, ServerStart, ServerStatus, ServerStop
 from remote.common.recover import RecoverSpec
-from remote.common.status import SwitchStep
-from remote.common.wire import from_wire
+from remote.common.status import SwitchStep, SwitchView
+from remote.common.wire import FAULTS, from_wire
 
 from ..config import Config, ServerSpec
 from ..connectors import Connector
-from ..errors import RemoteError
+from ..errors import DeployToolError, RemoteError
 from .control import Asking, call
 
 if TYPE_CHECKING:  # types only: answers load with the commands that build them
     from remote.common.answers import RestartAnswer, ServerStarted, ServerState, ServerStopped
 
-LOAD_NOTE_S = 15.0  # a model's load said this often while a restart waits for it
-HEADLESS_SETTLE_S = 5.0  # a headless worker alive this long got past its start-up checks
-# a loading server is waited for on the host, in looks of up to this long: one SSH command for
-# each, not one every poll, and its readiness seen within a quarter of a second
-CHECK_WAIT_S = 15.0
+LOAD_NOTE_S = 15.0  # a model's load said this often while the host waits for it
+LOST_LOOKS = 5  # looks in a row that found no host before following a swap gives up (it goes on)
 
 
 def manages_engine(config: Config, host: str) -> bool:
@@ -52,81 +40,36 @@ def start(
     conn: Connector,
     spec: ServerSpec,
     *,
-    poll: float = 2.0,
+    poll: float = 1.0,
     progress: Callable[[str], None] = lambda s: None,
     clock=time.monotonic,
     sleep=time.sleep,
     recover: RecoverSpec | None = None,
     stage: str | None = None,
 ) -> ServerStarted:
-    """Start it and wait until it answers; `stage`: the one it serves (None: the job's kept one)."""
+    """Start it; `stage`: the one it serves (None: the job's kept one). The host waits for its load
+    and smoke test (a start already under way, the watcher's, too) and this follows that wait, so
+    that what follows finds a server that answers."""
+    from remote.common.answers import ServerStarted
+
     rec = recover.to_dict() if recover is not None else None
     started = call(conn, ServerStart(spec=spec, recover=rec, stage=stage))
+    if started.switch is None:  # up and answering already
+        return started
     if started.already:
-        if call(conn, ServerCheck()).ready:
-            return started
-        # a start in progress (the watcher's, after a death, or another terminal's): wait for it
-        # as for our own, so that what follows finds a server that answers
         who = "the watcher" if started.by == "watcher" else "another server.start"
         progress(
             f"{conn.name}: the server is starting (pid {started.pid}, started by {who} "
             f"{started.up_s or 0:.0f}s ago): waiting for it"
         )
         started.waited = True
-    t0 = clock()
-    if _wait_ready(conn, spec, t0, poll, progress, clock, sleep):
-        started.ready_after_s, started.headless = clock() - t0, True
-        return started
-    smoke = call(conn, ServerSmoke(spec=spec))
-    started.ready_after_s = clock() - t0
-    started.smoke, started.served_model = smoke.answer, smoke.model
+    done = follow_switch(
+        conn, started.switch, progress=progress, every=poll, sleep=sleep, clock=clock
+    )
+    ready = _hosted(ServerStarted, done.server_started, conn.name)
+    started.ready_after_s, started.headless = ready.ready_after_s, ready.headless
+    started.smoke, started.served_model, started.switch = ready.smoke, ready.served_model, None
     return started
-
-
-def _wait_ready(conn: Connector, spec: ServerSpec, t0, poll, progress, clock, sleep) -> bool:
-    """Until the server answers (False) or, headless, has been alive a while (True)."""
-
-    def note(elapsed: float, log: list[str]) -> float:
-        said = log_gist((log or [""])[-1])
-        progress(
-            f"{conn.name}: loading {spec.model}: {elapsed:.0f}s of up to {spec.ready_timeout}s"
-            + (f" · {said}" if said else "")
-        )
-        return clock()
-
-    last_note = note(0.0, []) if not spec.headless else 0.0  # at once, not after the first look
-    while True:
-        left = spec.ready_timeout - (clock() - t0)
-        # a headless worker has nothing to answer: it is looked at every poll until it settles
-        wait = 0.0 if spec.headless else max(0.0, min(CHECK_WAIT_S, left))
-        c = call(conn, ServerCheck(wait_s=wait))
-        if c.ready and not spec.headless:
-            return False
-        if c.ready and c.elapsed_s >= HEADLESS_SETTLE_S:
-            # a data-parallel worker serves no HTTP: alive for a while is ready; the head is what answers
-            return True
-        elapsed = clock() - t0
-        if not c.alive:
-            # this start's lines only: the log holds every start, each after its `==== ` line
-            starts = [i for i, line in enumerate(c.log) if line.startswith("==== ")]
-            this = c.log[starts[-1] + 1 :] if starts else c.log
-            why = log_gist((procinfo.why_lines(this, 1) or [""])[-1])
-            raise RemoteError(
-                f"the server died during start-up after {elapsed:.0f}s"
-                + (f": {why}" if why else "")
-                + " (logs/server.log)",
-                details=c.log,
-            )
-        if elapsed > spec.ready_timeout:
-            raise RemoteError(
-                f"the server is not ready after {spec.ready_timeout}s (server.ready_timeout); it is "
-                "still running: `invoke server.status` to watch, `invoke server.stop` to give up",
-                details=c.log,
-            )
-        if clock() - last_note >= 15 or not last_note:
-            last_note = note(elapsed, c.log)
-        if not wait:
-            sleep(poll)
 
 
 # vLLM's log prefix: `(APIServer pid=4242) INFO 12-02 00:45:21 [api_server.py:1234] `
@@ -146,36 +89,37 @@ def log_gist(line: str) -> str:
 
 def follow_switch(
     conn: Connector,
-    begun: RestartAnswer,
+    sw: SwitchView,
     *,
-    note,
     progress,
-    told,
-    stopped,
-    started,
+    told=lambda view, waited: None,
+    stopped=lambda answer: None,
     every: float = 1.0,
     sleep=time.sleep,
     clock=time.monotonic,
-) -> RestartAnswer:
-    """Follow the server swap the host carries out for a restart (`begun`: its answer, mode
-    `switching`) until its runner has started: what it does said as it goes (the runner stopped
-    through `told`, the old server's stop, the model's load every 15 s, the new server), then the
-    restart's own answer. One kept look (`ctl status --again`) whatever the load takes; a Ctrl-C or
-    this process gone leaves the host going on alone."""
-    from remote.common.answers import RestartAnswer, ServerStarted, ServerStopped
+) -> SwitchView:
+    """Follow a server swap the host carries out (`sw`: as begun) until it is done, saying what it
+    does as it goes (a runner it stops through `told`, the old server's stop through `stopped`, the
+    model's load every 15 s); its view as it ended. One kept look (`ctl status --again`) whatever
+    the load takes; a Ctrl-C or this process gone leaves the host going on alone."""
+    from remote.common.answers import ServerStopped
 
-    sw = begun.switch
-    why = (
-        f"the server {sw.why}: restarting it (the model loads again)"
-        if sw.why
-        else ("the engine's server is down: starting it first")
-    )
-    note(f"{conn.name}: {why}")
     looks = Asking(conn, CtlStatus(again=True), asked=True)
-    t0, loading_since, said_at, said_stop = clock(), None, None, False
+    t0, loading_since, said_at, said_stop, lost = clock(), None, None, False, 0
     try:
         while True:
-            view = looks.ask()
+            try:
+                view = looks.ask()
+            except DeployToolError as e:  # a link lost a moment: the host goes on, looked at anew
+                lost += 1
+                if lost >= LOST_LOOKS:
+                    raise RemoteError(
+                        f"{e}; the host goes on with the swap alone: `invoke status` shows where "
+                        "it is"
+                    ) from None
+                sleep(every)
+                continue
+            lost = 0
             now = view.switch and view.switch.find(sw.token)
             if now is None:
                 raise RemoteError(
@@ -193,13 +137,31 @@ def follow_switch(
                     said_at = clock()
                     progress(_loading(conn.name, now, clock() - loading_since))
             if now.step == SwitchStep.DONE:
-                if now.server_started:
-                    started(_hosted(ServerStarted, now.server_started, conn.name))
-                return _hosted(RestartAnswer, now.answer, conn.name)
+                return now
             _unless_ended_badly(now)
             sleep(every)
     finally:
         looks.close()
+
+
+def follow_restart(
+    conn: Connector, begun: RestartAnswer, *, note, started, **said
+) -> RestartAnswer:
+    """A restart the host goes on with alone (`begun`: its answer, `switching`): followed until its
+    runner has started; the restart's own answer."""
+    from remote.common.answers import RestartAnswer, ServerStarted
+
+    sw = begun.switch
+    why = (
+        f"the server {sw.why}: restarting it (the model loads again)"
+        if sw.why
+        else "the engine's server is down: starting it first"
+    )
+    note(f"{conn.name}: {why}")
+    done = follow_switch(conn, sw, **said)
+    if done.server_started:
+        started(_hosted(ServerStarted, done.server_started, conn.name))
+    return _hosted(RestartAnswer, done.answer, conn.name)
 
 
 def _loading(host: str, now, waited: float) -> str:
@@ -213,7 +175,7 @@ def _unless_ended_badly(now) -> None:
     """A swap that failed, or whose process is gone (the watcher takes that up: not the laptop)."""
     if now.step == SwitchStep.FAILED:
         fix = f": {now.fix}" if now.fix else ""
-        raise RemoteError(f"{now.error}{fix}", details=now.log)
+        raise RemoteError(f"{now.error}{fix}", FAULTS.get(now.code), details=now.log)
     if not now.alive and now.step != SwitchStep.BEGUN:
         raise RemoteError(
             f"the host's process carrying out the server swap for the {now.stage} stage is gone "

@@ -112,11 +112,12 @@ class ServerStarted:
     argv: list[str] = field(default_factory=list)
     env: dict = field(default_factory=dict)  # secret-looking values masked
     removed: list[LeftoverProcess] = field(default_factory=list)  # a dead server's, removed first
-    ready_after_s: float | None = None  # filled in locally, once `check` says ready
+    ready_after_s: float | None = None  # once it answers (its load waited for on the host)
     smoke: str | None = None  # the smoke test's answer
     served_model: str | None = None  # the name the smoke test asked for (GET /v1/models)
     headless: bool = False
     watcher: WatcherInfo | None = None
+    switch: SwitchView | None = None  # its load waited for on the host (ready already: None)
 
 
 @dataclass

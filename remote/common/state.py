@@ -97,6 +97,7 @@ class StageSwitch(SwitchView, Record):
     MODE = 0o600
 
     request: CtlRestart = field(default_factory=CtlRestart)  # the restart, its runner's part
+    runner: bool = True  # the restart's runner started at its end (a server.start: none)
     spec: ServerSpec = field(default_factory=ServerSpec)  # the server the stage gets
     base: ServerSpec = field(default_factory=ServerSpec)  # hosts.yaml's, no stage's flags added
     restart_server: bool = False  # a server up for another stage: the runner and it stop first

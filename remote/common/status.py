@@ -301,6 +301,7 @@ class SwitchView(Codec):
     server_started: dict | None = None  # answers.ServerStarted, once the new one answers
     answer: dict | None = None  # answers.RestartAnswer, once the runner has started
     error: str | None = None  # why it failed
+    code: str = ""  # its fault's code (wire.FAULTS: the exit status it gives)
     fix: str = ""
     log: list[str] = field(default_factory=list)
     # the swap that ended just before this one began, as it ended (the watcher's baseline may begin

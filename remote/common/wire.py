@@ -40,6 +40,8 @@ FAULTS = {
     "settings": ExitCode.BAD_INPUT,  # the job's settings are not those its records were made with
     "server": ExitCode.FAILED,  # the server could not be started or asked
     "cancelled": ExitCode.FAILED,  # a stop typed meanwhile ended it
+    "replaced": ExitCode.FAILED,  # a server swap whose process was gone, ended by a command typed
+    "bug": ExitCode.FAILED,  # an exception of ours, said where it would otherwise be lost
 }
 
 

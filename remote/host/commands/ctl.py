@@ -16,7 +16,7 @@ from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop,
 from ...common.records import hidden_ledgers, output_files
 from ...common.state import ImportsSeen, ServerKeys, kept_caps, try_lock
 from ...common.status import SwitchStep
-from ...common.wire import HostFault
+from ...common.wire import Fault, HostFault
 from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
 from ..processes import stage_switch
@@ -52,7 +52,7 @@ def preflight(paths: Paths) -> None:
 
 def start_command(paths: Paths, req: CtlStart) -> RestartAnswer:
     preflight(paths)
-    stage_switch.refuse_during(paths)
+    stage_switch.refuse_during(paths, "start")
     with intent.locked(paths):  # the watcher acts between commands, never during one
         out = start(paths, req)
         supervised.want_runner(paths, req)
@@ -64,7 +64,7 @@ def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
     """A restart, answered at once where it needs the job's server started (again) for its stage:
     the host then carries the rest out alone (`switch_command`), and the laptop follows it."""
     preflight(paths)
-    stage_switch.refuse_during(paths)
+    stage_switch.refuse_during(paths, "restart")
     sw = stage_switch.needed(paths, req)
     if sw is None:
         return _restart(paths, req)
@@ -72,7 +72,9 @@ def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
     out = _restart(paths, dataclasses.replace(req, dry_run=True))
     out.switch = sw.view()
     if not req.dry_run:
-        out.switch = stage_switch.begin(paths, sw, by="user").view()
+        with intent.locked(paths):  # one swap at a time: the watcher's (a baseline) or this one
+            stage_switch.refuse_during(paths, "restart")
+            out.switch = stage_switch.begin(paths, sw, by="user").view()
         out.mode, out.dry_run = "switching", False
     return out
 
@@ -116,18 +118,29 @@ def switch_command(paths: Paths, req: CtlSwitch, argv) -> int:
     def say(msg: str) -> None:
         stage_switch.say(paths, f"switch: {msg}")
 
-    say(f"the {sw.stage} stage: {sw.why or 'the server is down'}: starting it for the stage")
+    if sw.runner:
+        say(f"the {sw.stage} stage: {sw.why or 'the server is down'}: starting it for the stage")
+    else:
+        say(f"server.start: {sw.model}'s load waited for on the host")
     supervised.keep_watcher(paths)  # to take this swap up again if this process is killed
     try:
         stage_switch.server_part(paths, sw)
         supervised.keep_watcher(paths)  # the server is wanted: kept before its runner starts
+        if not sw.runner:  # a server.start: the server answering is its end
+            stage_switch.end(paths, sw)
+            return 0
+        job = deployed_spec()
+        wrong = job and model_problem(job.engine.to_dict(), job.engine.urls(), dict(os.environ))
+        if wrong:  # every request of the runner would be a 404
+            raise HostFault("model", model_message(wrong), model=wrong)
         stage_switch.move(paths, sw, SwitchStep.STARTING_RUNNER)
         out = _restart(paths, sw.request, lambda: stage_switch.check_cancelled(paths, sw))
-    except HostFault as e:
-        say(f"the {sw.stage} stage not started: {e.fault.message}")
-        stage_switch.given_up(paths, sw, e.fault)
-        stage_switch.end(paths, sw, fault=e.fault)
-        return 0
+    except Exception as e:  # noqa: BLE001 - a bug too ends the swap, said, never half done
+        fault = e.fault if isinstance(e, HostFault) else Fault("bug", f"{type(e).__name__}: {e}")
+        say(f"the {sw.stage} stage not started: {fault.message}")
+        stage_switch.given_up(paths, sw, fault)
+        stage_switch.end(paths, sw, fault=fault)
+        return 0 if isinstance(e, HostFault) else 1
     say(f"runner pid {out.pid} started for the {sw.stage} stage")
     stage_switch.end(paths, sw, answer=out)
     return 0

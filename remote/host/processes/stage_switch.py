@@ -35,7 +35,7 @@ from ...common.jobspec import (
 )
 from ...common.protocol import CtlRestart, CtlStop, ServerCheck, ServerStatus, ServerStop
 from ...common.recover import RecoverSpec
-from ...common.state import StageSwitch, kept_caps, settle
+from ...common.state import StageSwitch, kept_caps, lock_held, settle
 from ...common.status import JobState, SwitchStep
 from ...common.wire import Fault, HostFault, to_wire
 from ..facts import engines, intent
@@ -120,17 +120,22 @@ def current(paths: Paths) -> StageSwitch | None:
     return sw if sw is not None and not sw.ended else None
 
 
-def refuse_during(paths: Paths) -> None:
-    """A start or restart typed while a swap is carried out would race it for the server and the
-    runner: refused, with how to follow it or end it."""
+def refuse_during(paths: Paths, typed: str) -> None:
+    """A start, restart or server.start (`typed`) while a swap is carried out would race it for the
+    server and the runner: refused, with how to follow it or end it. A swap whose process is gone
+    is ended here, the command typed since wins (the watcher would take it up over it)."""
     sw = current(paths)
-    if sw is not None and sw.carried():
+    if sw is None:
+        return
+    starting = not sw.pid and time.time() - sw.step_at < TAKE_S
+    if sw.carried() or starting or lock_held(paths.switch_lock):
         raise HostFault(
             "busy",
             f"the server is being started again for the {sw.stage} stage ({sw.step}, pid "
-            f"{sw.pid}): its runner starts once the model has loaded",
+            f"{sw.pid or 'starting'}): its runner starts once the model has loaded",
             fix="`invoke tail` to follow it; `invoke stop` ends it",
         )
+    end(paths, sw, fault=Fault("replaced", f"its process was gone: `{typed}` typed since"))
 
 
 def begin(paths: Paths, sw: StageSwitch, by: str, rel: Path | None = None) -> StageSwitch:
@@ -158,11 +163,15 @@ def begin(paths: Paths, sw: StageSwitch, by: str, rel: Path | None = None) -> St
         if proc.poll() is not None:
             break
         time.sleep(0.02)
-    raise HostFault(
+    fault = Fault(
         "start_failed",
         "the process that starts the server for the stage did not start",
         log=procinfo.tail_lines(paths.watcher_log, 20),
     )
+    if proc.poll() is None:  # too slow to start: never to take the swap up after it was given up
+        proc.kill()
+    end(paths, sw, fault=fault)
+    raise HostFault(fault.code, fault.message, log=fault.log)
 
 
 def move(paths: Paths, sw: StageSwitch, step: SwitchStep, **fields) -> None:
@@ -181,7 +190,7 @@ def end(paths: Paths, sw: StageSwitch, answer=None, fault: Fault | None = None) 
             f"; the server that ran before is stopped: `invoke restart --stage {sw.serves_before}` "
             "starts it again"
         )
-    move(paths, sw, SwitchStep.FAILED, error=message, fix=fault.fix, log=fault.log)
+    move(paths, sw, SwitchStep.FAILED, error=message, code=fault.code, fix=fault.fix, log=fault.log)
 
 
 def given_up(paths: Paths, sw: StageSwitch, fault: Fault, *, held: bool = False) -> None:
@@ -208,7 +217,10 @@ def say(paths: Paths, msg: str) -> None:
 def cancelled(paths: Paths, sw: StageSwitch) -> str | None:
     """A stop typed since the swap began: the job's (`ctl stop`) or the server's (`server stop`)."""
     data = intent.read(paths)
-    for what, part in (("job", data.runner), ("server", data.server)):
+    parts = (
+        (("job", data.runner), ("server", data.server)) if sw.runner else (("server", data.server),)
+    )
+    for what, part in parts:
         if not part.wanted and part.why == "stopped" and (part.changed_at or 0.0) > sw.begun_at:
             return f"the {what} was stopped"
     return None
@@ -226,7 +238,8 @@ def server_part(paths: Paths, sw: StageSwitch) -> None:
     each step done already is passed (a server loading for the stage is waited for, not started
     again)."""
     req = sw.request
-    if sw.restart_server and sw.step in (SwitchStep.BEGUN, SwitchStep.STOPPING_RUNNER):
+    running = sw.runner and runner_process.managed_runner(paths) is not None
+    if (sw.restart_server or running) and sw.step in (SwitchStep.BEGUN, SwitchStep.STOPPING_RUNNER):
         move(paths, sw, SwitchStep.STOPPING_RUNNER)
         with intent.locked(paths):
             check_cancelled(paths, sw)
@@ -236,24 +249,16 @@ def server_part(paths: Paths, sw: StageSwitch) -> None:
         # another stage, and it never ends failed for a server taken from under it
         runner_process.stop(paths, CtlStop(req.grace, req.drain, req.drain_timeout))
     ours = ours_running(paths, sw.spec)
-    if sw.restart_server and not ours and sw.step != SwitchStep.LOADING:
+    if sw.restart_server and not ours:
         move(paths, sw, SwitchStep.STOPPING_SERVER)
-        check_cancelled(paths, sw)
+        with intent.locked(paths):  # not the watcher's to start again, should the swap fail
+            check_cancelled(paths, sw)
+            intent.change(
+                paths, server={"wanted": False, "why": f"switching to the {sw.stage} stage"}
+            )
         stopped = server_process.stop(paths, ServerStop(grace=req.grace))
         sw.server_stopped = to_wire(stopped)
-    started = None
-    if not ours:
-        with intent.locked(paths):
-            check_cancelled(paths, sw)
-            started = server_process.start(paths, sw.spec, by=sw.by)
-            recover = RecoverSpec.from_dict(req.recover) if req.recover is not None else None
-            intent.change(
-                paths, recover=recover, server={"wanted": True, "spec": sw.spec, "base": sw.base}
-            )
-        say(
-            paths,
-            f"switch: server pid {started.pid} started for the {sw.stage} stage: {sw.model} loads",
-        )
+    started = None if ours or not sw.runner else _start(paths, sw)  # a server.start: its own
     move(paths, sw, SwitchStep.LOADING)
     rec = server_process.managed(paths)
     t0 = rec.started_at if rec is not None and rec.started_at else time.time()
@@ -279,6 +284,32 @@ def server_part(paths: Paths, sw: StageSwitch) -> None:
     )
 
 
+def _start(paths: Paths, sw: StageSwitch):
+    """The stage's server started, and wanted from here (the watcher keeps it with its flags)."""
+    if extracts(sw.spec.args):  # where vLLM's connector writes: there before it loads
+        paths.hidden_incoming.mkdir(parents=True, exist_ok=True)
+    with intent.locked(paths):
+        check_cancelled(paths, sw)
+        started = server_process.start(paths, sw.spec, by=sw.by)
+        if started.already:  # not ours (ours is waited for, not started): never taken for it
+            raise HostFault(
+                "busy",
+                f"another server (pid {started.pid}, by {started.by}) was started meanwhile, "
+                f"with flags other than the {sw.stage} stage's",
+                fix="`invoke server.stop`, then the restart again",
+            )
+        req = sw.request
+        recover = RecoverSpec.from_dict(req.recover) if req.recover is not None else None
+        intent.change(
+            paths, recover=recover, server={"wanted": True, "spec": sw.spec, "base": sw.base}
+        )
+    say(
+        paths,
+        f"switch: server pid {started.pid} started for the {sw.stage} stage: {sw.model} loads",
+    )
+    return started
+
+
 def ours_running(paths: Paths, spec: ServerSpec) -> bool:
     """The managed server is alive and was started as `spec` (a swap taken up after its server was
     started: waited for, not started again)."""
@@ -286,7 +317,7 @@ def ours_running(paths: Paths, spec: ServerSpec) -> bool:
     return rec is not None and rec.argv == masked_args(server_process.build_argv(spec))
 
 
-def wait_ready(paths: Paths, sw: StageSwitch, t0: float) -> bool:
+def wait_ready(paths: Paths, sw: StageSwitch, t0: float, clock=time.time, sleep=time.sleep) -> bool:
     """Until the server answers (False) or, a headless worker, has been alive a while (True)."""
     while True:
         c = server_process.check(paths, ServerCheck(wait_s=LOOK_S))
@@ -295,7 +326,9 @@ def wait_ready(paths: Paths, sw: StageSwitch, t0: float) -> bool:
             return False
         if c.ready and c.elapsed_s >= engines.SETTLED_S:
             return True
-        elapsed = time.time() - t0
+        if c.ready:  # a headless worker answers nothing: looked at again until it has settled
+            sleep(LOOK_S)
+        elapsed = clock() - t0
         if not c.alive:
             # this start's lines only: the log holds every start, each after its `==== ` line
             lines = procinfo.tail_lines(paths.server_log, 30)

@@ -1,7 +1,7 @@
 """The watcher: `python -m remote watch`, one per remote_dir, detached, needing no SSH session.
 
-Started by `ctl start/restart` and `server start` when something is wanted and `recover:` allows
-it; it exits by itself once nothing is wanted (after `stop` and `server.stop`, or a finished job).
+Started by `ctl start/restart`, `server start` and a server swap's process (`ctl switch`) when
+something is wanted or a swap is under way, and `recover:` allows it; it exits by itself once nothing is wanted (after `stop` and `server.stop`, or a finished job).
 Found like the runner (run/watcher.pid: pid + start time + token), never by name. Killing it never
 touches the job: `ctl status` then says the job is unsupervised, and `restart` brings it back.
 """
@@ -25,6 +25,7 @@ from ...common.protocol import CtlRestart
 from ...common.recover import WatchState, watcher_alive
 from ...common.state import (
     RunnerRecord,
+    StageSwitch,
     WatcherRecord,
     kept_caps,
     lock_held,
@@ -32,7 +33,7 @@ from ...common.state import (
     start_watcher,
     take_watcher_lock,
 )
-from ...common.status import JobState, ProcessState, Supervision
+from ...common.status import JobState, ProcessState, Supervision, SwitchStep
 from ...common.wire import Fault, HostFault
 from ..facts import boot, intent, kill
 
@@ -54,7 +55,10 @@ def ensure(paths: Paths, python: str = sys.executable) -> WatcherRecord | None:
     data = intent.read(paths)
     if rec or not data.recover_spec.enabled:
         return rec
-    if not any(data.watched(w) for w in ("server", "runner")):
+    from ..processes import stage_switch  # a swap under way is watched too (taken up if killed)
+
+    watched = any(data.watched(w) for w in ("server", "runner"))
+    if not watched and stage_switch.current(paths) is None:
         return None
     proc = start_watcher(paths, python, release_dir(), secrets.token_hex(12))
 
@@ -163,6 +167,8 @@ class Watcher:
                 self._switching(now, sw)
                 self.write_state(now, sw)
                 return True
+            if self.server.swapping:
+                self._swapped()
             alive = False
             for keeper in (self.server, self.runner):
                 if data.watched(keeper.what):
@@ -203,6 +209,20 @@ class Watcher:
             return
         self.log(f"the server swap for the {sw.stage} stage: its process is gone; taken up again")
         stage_switch.begin(self.paths, sw, sw.by, Path(sw.release) if sw.release else None)
+
+    def _swapped(self) -> None:
+        """The swap ended: its server (ready and smoke tested by the swap's process) is watched as
+        any other from here; one that failed the stage a watcher began says so as a failure."""
+        from ..processes import server_process
+
+        self.server.swapping, self.server.started_at, self.server.clock = False, None, None
+        if self.server.seen.state != ProcessState.FATAL:
+            up = server_process.managed(self.paths) is not None
+            self.server.seen.move(ProcessState.WATCHING if up else ProcessState.IDLE, why=None)
+        sw = StageSwitch.read(self.paths.switch)
+        failed = sw is not None and sw.step == SwitchStep.FAILED and sw.code != "cancelled"
+        if failed and sw.by == "watcher":
+            self.tell("failed", f"the {sw.stage} stage was not started: {sw.error}")
 
     def _next_stage(self, now: float) -> None:
         """The stage asked to follow the one that finished (the baseline after the draft): its

@@ -123,3 +123,81 @@ def test_a_swap_given_up_from_inside_the_watchers_lock_does_not_wait_for_it(tmp_
     intent.change(paths, server={"wanted": True})
     stage_switch.given_up(paths, stopped, Fault("start_failed", "died"))
     assert intent.read(paths).server.wanted is True  # not loading: the watcher keeps it
+
+
+class Loading:
+    """server_process.check from a script of looks; each look of a server alive and loading
+    waits its wait_s on the injected clock, as the host's does."""
+
+    def __init__(self, looks):
+        self.looks, self.now = list(looks), 1000.0
+
+    def check(self, paths, req):
+        look = self.looks.pop(0)
+        if look.alive and not look.ready:
+            self.now += req.wait_s
+        return look
+
+    def sleep(self, s):
+        self.now += s
+
+
+def test_the_load_is_waited_for_until_the_server_answers_or_a_headless_one_settles(
+    tmp_path, monkeypatch
+):
+    from remote.common.answers import ServerChecked
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    loading = ServerChecked(alive=True, log=["Loading weights"])
+    host = Loading([loading] * 3 + [ServerChecked(alive=True, ready=True)])
+    monkeypatch.setattr(server_process, "check", host.check)
+    sw = StageSwitch(stage="generate", model="tiny", ready_timeout=1800, begun_at=time.time())
+    assert stage_switch.wait_ready(paths, sw, 1000.0, lambda: host.now, host.sleep) is False
+    assert host.now == 1000.0 + 3 * stage_switch.LOOK_S and host.looks == []
+    assert StageSwitch.read(paths.switch).log_line == "Loading weights"  # what each view shows
+    # a headless worker serves nothing: alive a while is ready, looked at once a LOOK_S meanwhile
+    early = ServerChecked(alive=True, ready=True, headless=True, elapsed_s=1.0)
+    settled = ServerChecked(alive=True, ready=True, headless=True, elapsed_s=5.0)
+    host = Loading([early, early, settled])
+    monkeypatch.setattr(server_process, "check", host.check)
+    assert stage_switch.wait_ready(paths, sw, 1000.0, lambda: host.now, host.sleep) is True
+    assert host.now == 1000.0 + 2 * stage_switch.LOOK_S
+
+
+def test_a_load_past_ready_timeout_is_given_up_with_the_server_left_running(tmp_path, monkeypatch):
+    from remote.common.answers import ServerChecked
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    loading = ServerChecked(alive=True, log=["Loading weights"])
+    host = Loading([loading] * 100)
+    monkeypatch.setattr(server_process, "check", host.check)
+    sw = StageSwitch(stage="generate", model="tiny", ready_timeout=40, begun_at=time.time())
+    with pytest.raises(HostFault) as e:
+        stage_switch.wait_ready(paths, sw, 1000.0, lambda: host.now, host.sleep)
+    fault = e.value.fault
+    assert fault.message.startswith("the server is not ready after 40s (server.ready_timeout)")
+    assert "`invoke server.stop` to give up" in fault.fix and fault.log == ["Loading weights"]
+    assert host.now == 1000.0 + 41 * stage_switch.LOOK_S
+
+
+def test_a_death_during_start_up_is_said_by_this_starts_own_lines(tmp_path, monkeypatch):
+    from remote.common.answers import ServerChecked
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    log = ["==== 10:00 starting: vllm serve a", "ValueError: an earlier start's error"]
+    log += ["==== 10:05 starting: vllm serve b", "ERROR [core.py] ValueError: vocab size differs"]
+    paths.server_log.write_text("\n".join(log) + "\n")
+    loading = ServerChecked(alive=True)
+    host = Loading([loading, loading, ServerChecked(alive=False)])
+    monkeypatch.setattr(server_process, "check", host.check)
+    sw = StageSwitch(stage="draft", model="tiny", ready_timeout=1800, begun_at=time.time())
+    with pytest.raises(HostFault) as e:
+        stage_switch.wait_ready(paths, sw, 1000.0, lambda: host.now, host.sleep)
+    assert e.value.fault.message == (
+        "the server died during start-up after 2s: ERROR [core.py] ValueError: vocab size "
+        "differs (logs/server.log)"
+    )
+    assert e.value.fault.log == log[-1:]
