@@ -270,36 +270,57 @@ def test_records_beyond_a_lowered_cap_are_counted_apart_wherever_the_count_appea
     assert "3 (+5 beyond the cap)" in page.read_text()
 
 
-def test_a_restart_the_new_runner_would_refuse_leaves_the_running_job_as_it_was(tmp_path):
-    """hosts.yaml's sampling edited and deployed while the job runs: a new runner would refuse to mix
-    the records' settings, so restart (a dry run too) refuses before the running runner is stopped,
-    in one line naming what changed; --force restarts with them mixed."""
-    config, root = _config(tmp_path, 400, 100, recover=False)  # outlasts the test
+def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_would_mix(
+    tmp_path,
+):
+    """hosts.yaml's sampling edited and deployed while the job runs: deploy says so at once, naming
+    every dataset with records and what changed, with the ways out; a restart (a dry run too) that
+    would start a new runner refuses before the running one is stopped, naming them all in one
+    line; a change of caps alone goes to the running runner live (it keeps the records' settings);
+    --force restarts with them mixed."""
+    config, root = _config(tmp_path, 400, 100_000, recover=False)
+    ok("invoke deploy", config)
+    ok("invoke restart --max-samples 2", config)  # records in every dataset
+    finish(config)
+    data = yaml.safe_load(config.read_text())
+    data["job"]["engine"]["tokens_per_s"] = 100  # outlasts the test: no setting of the records'
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
     ok("invoke deploy", config)
     try:
         ok("invoke restart --max-samples 300", config)
-        wait_for(lambda: record_ids(root, "B1"), what="a record made")
+        wait_for(lambda: status(root)["in_flight"], what="answers in flight")
         pid = status(root)["pid"]
-        data = yaml.safe_load(config.read_text())
         data["job"]["sampling"]["temperature"] = 0.7
         config.write_text(yaml.safe_dump(data, sort_keys=False))
-        ok("invoke deploy", config)
+        said = ok("invoke deploy", config)
+        assert (
+            "settings differ from the records': B1, B2, B3: their records were made with "
+            "different sampling (sampling.temperature (unset) → 0.7)"
+        ) in said, said
+        assert "deploy the old settings back" in said and "invoke rollback`" in said
+        assert "invoke restart --force` to mix them" in said
         run = root / "run"
         before = {
             f: (run / f).read_bytes() for f in ("caps.json", "control.json") if (run / f).exists()
         }
-        for line in ("invoke restart", "invoke restart --cap B1=5", "invoke restart --dry-run"):
+        for line in ("invoke restart", "invoke restart --dry-run", "invoke restart --hard"):
             res = typed(line, config)
             assert res.returncode == 2, res.stdout + res.stderr
             lines = res.stderr.strip().splitlines()
             assert len(lines) == 1, lines
             assert lines[0].startswith(
-                "error: B1: its records were made with different sampling (sampling.temperature "
-                "(unset) → 0.7): a new runner would refuse to mix them; nothing was stopped or started"
+                "error: B1, B2, B3: their records were made with different sampling "
+                "(sampling.temperature (unset) → 0.7): a new runner would refuse to mix them; "
+                "nothing was stopped or started"
             ), lines
             assert "or restart with --force to mix them" in lines[0]
             assert {f: (run / f).read_bytes() for f in before} == before
             assert status(root)["pid"] == pid and status(root)["state"] == "running"
+        said = ok("invoke restart --cap B1=5", config)  # caps alone: the running runner takes them
+        assert f"re-capped live: runner pid {pid} kept running" in said, said
+        assert "the deployed release is not started" in said
+        assert kept(root)["caps"]["B1"] == 5
+        assert status(root)["pid"] == pid and status(root)["state"] == "running"
         ok("invoke restart --force", config)
         assert status(root)["pid"] != pid and status(root)["state"] == "running"
     finally:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote.common.answers import ReleaseApplied, ReleasePlan, RolledBack
-from remote.common.jobspec import JOB_FILE
+from remote.common.jobspec import JOB_FILE, settings_changed
 from remote.common.records import file_sha256
 from remote.common.wire import from_wire
 
@@ -51,6 +51,9 @@ class DeployResult:
     round_trips: int = 0
     # prompt file replaced -> pid of the runner using it
     prompts_in_use: dict[str, int] = field(default_factory=dict)
+    # dataset -> {setting: (then, now)}: its records were made with other settings than the
+    # deployed job's (a restart is refused until they agree, or --force mixes them)
+    settings_differ: dict[str, dict[str, tuple]] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -132,6 +135,7 @@ def deploy_host(
         p for p, local in prompts.items() if plan.prompts.get(p) != file_sha256(local)
     )
     running = plan.running_prompts
+    result.settings_differ = _settings_differ(config.job_for(conn.name), plan.made_with)
     result.prompts_in_use = {p: running[p] for p in send_prompts if p in running}
     # the host already has this exact release (e.g. after a rollback): only the switch is needed
     to_send = [] if rel.id in plan.releases else result.added + result.modified
@@ -164,6 +168,17 @@ def deploy_host(
     return result
 
 
+def _settings_differ(job, made_with: dict[str, dict]) -> dict[str, dict[str, tuple]]:
+    """Every dataset whose records were made with other settings than `job`'s, and what differs."""
+    out = {}
+    for ds in job.datasets:
+        meta = made_with.get(ds.name)
+        changed = settings_changed(meta, job.settings(ds)) if meta else {}
+        if changed:
+            out[ds.name] = changed
+    return out
+
+
 def _session(conn: Connector, config: Config, local: dict[str, Path]):
     """The helper started, and what the host has (ReleasePlan). Every dataset's prompt file must be
     beside hosts.yaml or on the host: else the runner would refuse at its start, so it is said now,
@@ -171,7 +186,8 @@ def _session(conn: Connector, config: Config, local: dict[str, Path]):
     job = config.job_for(conn.name)
     proc = conn.start(_helper_argv(conn, "session"))
     asked = sorted({f for ds in job.datasets for f in ds.files()})  # which the host has
-    proc.write((json.dumps({"prompts": asked}) + "\n").encode())
+    ask = {"prompts": asked, "datasets": job.dataset_names()}
+    proc.write((json.dumps(ask) + "\n").encode())
     line = proc.readline()
     if not line.strip():
         raise _helper_error(conn, "deploy", proc.finish())

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, MEASURES, fmt_bytes
+from remote.common.jobspec import said_per_dataset
 from remote.common.status import JobView
 
 from ..errors import DeployToolError
@@ -123,11 +124,32 @@ def deploy_result(r: DeployResult, out: Console = console) -> None:
             f"  [yellow]{will} {files}, in use by the running job (pid {pid})[/]: it keeps reading the "
             f"file it opened; {escape(hint)} (records already written still count)"
         )
+    if r.settings_differ:
+        settings_differ(r, out)
     if r.dry_run:  # nothing went: a time would read as a send
         out.print(f"  would send {fmt_bytes(r.bytes_sent)}; nothing sent (--dry-run)")
         return
     extra = f"; pruned {', '.join(r.pruned)}" if r.pruned else ""
     out.print(f"  sent {fmt_bytes(r.bytes_sent)} in {r.seconds:.2f}s{extra}")
+
+
+def settings_differ(r: DeployResult, out: Console = console) -> None:
+    """Said at the deploy that makes it so (the user's choice, so deployed all the same), not first
+    at the restart it would refuse: every dataset affected, what changed, and the ways out."""
+    would = "would differ" if r.dry_run else "differ"
+    out.print(
+        f"  [yellow]settings {would} from the records': "
+        f"{escape(said_per_dataset(r.settings_differ))}[/]"
+    )
+    ways = say(
+        "a runner running goes on with those (a restart of caps alone re-caps it live); a new one "
+        "is refused until they agree: deploy the old settings back (restore them in hosts.yaml and "
+        "`invoke deploy`, or `invoke rollback`), or `invoke restart --force` to mix them (it stops "
+        "the job; each dataset resumes with the new settings after its records, its "
+        "<DS>.meta.json keeping the old ones, and `invoke export` asks for --mixed)",
+        r.host,
+    )
+    out.print(f"  {escape(ways)}")
 
 
 def failures(errs: dict[str, DeployToolError], out: Console = console) -> None:

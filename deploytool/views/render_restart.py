@@ -131,6 +131,19 @@ def raised_targets(r: RestartAnswer, out: Console = console) -> None:
     out.print(f"[yellow]{r.host}: {said}[/]")
 
 
+def held_back(r: RestartAnswer, out: Console = console) -> None:
+    """A re-cap given to the running runner because the deployed release would mix settings."""
+    if not r.held_back:
+        return
+    fix = say(
+        "the running runner goes on with the settings they were made with; deploy those again "
+        "(or `invoke rollback`), or `invoke restart --force` to start the deployed release and "
+        "mix them",
+        r.host,
+    )
+    out.print(f"  [yellow]{escape(r.held_back)}[/]: {escape(fix)}")
+
+
 def restart_result(r: RestartAnswer, out: Console = console) -> None:
     host = f"[bold]{r.host}[/]"
     if r.job_differs:  # before anything else: what ran is the deployed job, not the one edited
@@ -151,6 +164,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
             what = f"start the server for the {r.switch.stage} stage first ({why}), then " + what
         raised_targets(r, out)
         out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
+        held_back(r, out)
         caps_table(r.caps, out, r.kept, r.was, planned=True)
         return
     if r.mode == "unchanged":
@@ -159,6 +173,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         out.print(f"{host}: re-capped live: runner pid {r.pid} kept running, no request lost")
         for name, change in r.reloaded.items():
             out.print(f"  {name}: prompts {change.before:,} → {change.after:,}, reloaded")
+        held_back(r, out)
     else:
         stopped = r.stopped
         if stopped and stopped.was_running:

@@ -86,6 +86,9 @@ class RestartAnswer:
     deployed_job: str | None = None  # the sha256 of the job the current release holds
     job_differs: bool = False  # hosts.yaml's job is not that one (deploytool)
     switch: SwitchView | None = None  # the server swap begun (a dry run: the one it would need)
+    # live: why the deployed release was not started instead (settings the records were not made
+    # with); the running runner, of the release before, took the caps
+    held_back: str | None = None
 
 
 @dataclass
@@ -192,6 +195,9 @@ class ReleasePlan:
     releases: list[str]
     prompts: dict[str, str | None]  # prompt file -> sha256 on the host
     running_prompts: dict[str, int]  # prompt files a running runner has open -> its pid
+    # datasets with records (or answers in flight) -> the settings their meta file says they were
+    # made with
+    made_with: dict[str, dict]
 
 
 @dataclass

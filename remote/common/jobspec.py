@@ -311,6 +311,20 @@ def said_changes(changed: dict[str, tuple]) -> str:
     return "; ".join(out)
 
 
+def said_per_dataset(changed: dict[str, dict[str, tuple]]) -> str:
+    """Every dataset named, those with the same change together (an edit of the job's sampling
+    touches them all alike): `B1, B2: their records were made with different sampling
+    (sampling.temperature 1.0 → 0.7)`; `; ` between groups."""
+    groups: dict[tuple, list[str]] = {}
+    for ds, ch in changed.items():
+        groups.setdefault((", ".join(ch), said_changes(ch)), []).append(ds)
+    return "; ".join(
+        f"{', '.join(names)}: {'its' if len(names) == 1 else 'their'} records were made with "
+        f"different {keys} ({said})"
+        for (keys, said), names in groups.items()
+    )
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """The job (hosts.yaml `job:`, job.json in a release): typed once for both sides."""

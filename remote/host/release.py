@@ -100,6 +100,32 @@ def _running_prompts(root):
     return {f["path"]: rec["pid"] for f in files if f.get("path")}
 
 
+def _has_records(path):
+    """A whole line in it (a torn one alone is cut by the runner: no record)."""
+    try:
+        with open(path, "rb") as f:
+            return any(b"\n" in chunk for chunk in iter(lambda: f.read(1 << 16), b""))
+    except OSError:
+        return False
+
+
+def _made_with(root, names):
+    """Per dataset of `names` with records (or answers in flight, which a stop's grace may still
+    write), the settings its meta file says they were made with: deploy compares the job's."""
+    rec = _live(root, "runner.pid")
+    st = _read_json(os.path.join(root, "run", "status.json"), {}) or {}
+    mine = rec is not None and st.get("pid") == rec["pid"]
+    flying = {n for n, d in (st.get("datasets") or {}).items() if mine and d.get("in_flight")}
+    out = {}
+    for name in names:
+        outputs = os.path.join(root, "data", "outputs")
+        meta = _read_json(os.path.join(outputs, name + ".meta.json"))
+        made = name in flying or _has_records(os.path.join(outputs, name + ".jsonl"))
+        if isinstance(meta, dict) and made:
+            out[name] = meta
+    return out
+
+
 def _prompt_hash(root, rel):
     """sha256 of a prompt file, cached by (size, mtime) so big files are not re-read on every deploy."""
     path = os.path.join(root, rel)
@@ -137,6 +163,7 @@ def plan(root, args):
         "releases": releases,
         "prompts": prompts,
         "running_prompts": _running_prompts(root),
+        "made_with": _made_with(root, args.get("datasets", [])),
     }
 
 

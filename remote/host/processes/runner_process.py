@@ -24,7 +24,7 @@ from ...common.jobspec import (
     Paths,
     deployed_spec,
     release_dir,
-    said_changes,
+    said_per_dataset,
     settings_changed,
 )
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
@@ -96,27 +96,42 @@ def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:
     return out
 
 
-def refuse_mixed_settings(paths: Paths, caps: Caps, force: bool, job: Path | None = None) -> None:
-    """What a new runner of the answers' stage refuses as it starts, refused before anything is
-    stopped or started: a dataset whose records were made with other settings than the job's now
-    (a hosts.yaml edited and deployed)."""
+def mixed_settings(
+    paths: Paths, caps: Caps, job: Path | None = None, answering: frozenset = frozenset()
+) -> dict[str, dict[str, tuple]]:
+    """Every dataset a new runner of the answers' stage would refuse to open: {name: what changed},
+    its records made with other settings than the job's now (a hosts.yaml edited and deployed).
+    `answering`: those the running runner has answers in flight for, whose records its stop's grace
+    may still write."""
     spec = deployed_spec(job)
-    if force or spec is None or caps.stage != GENERATE:
-        return
+    if spec is None or caps.stage != GENERATE:
+        return {}
+    out = {}
     for ds in spec.datasets:
         if not caps.selected(ds.name):  # the runner opens none of its files
             continue
         meta = read_json(paths.meta(ds.name))
         changed = settings_changed(meta, spec.settings(ds)) if meta else {}
-        if changed and _has_records(paths.output(ds.name)):
-            raise HostFault(
-                "settings",
-                f"{ds.name}: its records were made with different {', '.join(changed)} "
-                f"({said_changes(changed)}): a new runner would refuse to mix them; nothing was "
-                "stopped or started",
-                fix="restore the settings in hosts.yaml and `invoke deploy`, move "
-                f"data/outputs/{ds.name}.jsonl aside, or restart with --force to mix them",
-            )
+        if changed and (ds.name in answering or _has_records(paths.output(ds.name))):
+            out[ds.name] = changed
+    return out
+
+
+def refuse_mixed_settings(
+    paths: Paths, caps: Caps, force: bool, job: Path | None = None, answering=frozenset()
+) -> None:
+    """What a new runner refuses as it starts, refused before anything is stopped or started,
+    naming every dataset it would refuse (the first alone would hide the rest until the next try)."""
+    mixed = {} if force else mixed_settings(paths, caps, job, answering)
+    if mixed:
+        raise HostFault(
+            "settings",
+            f"{said_per_dataset(mixed)}: a new runner would refuse to mix them; nothing was "
+            "stopped or started",
+            fix="deploy the settings they were made with again (restore them in hosts.yaml and "
+            "`invoke deploy`, or `invoke rollback`), move their data/outputs/<DS>.jsonl aside, "
+            "or restart with --force to mix them (the runner resumes them with the new settings)",
+        )
 
 
 def _has_records(path: Path) -> bool:
@@ -341,6 +356,21 @@ def recap(paths: Paths, rec: RunnerRecord, caps: Caps, was: Caps) -> JobStatus |
     )
 
 
+def _answering(st: JobStatus, rec: RunnerRecord | None) -> frozenset:
+    """The datasets the running runner has answers in flight for (its status, if it is its)."""
+    if rec is None or st.pid != rec.pid:
+        return frozenset()
+    return frozenset(n for n, d in st.datasets.items() if d.in_flight)
+
+
+def _recap_instead(rec: RunnerRecord | None, req: CtlRestart, caps: Caps, was: Caps) -> bool:
+    """A change of caps alone, for a runner running (of another release: a deploy since) what a new
+    one would refuse to start with: given to that runner live instead. A bare restart, --hard, or
+    one of another stage asks for a new runner, and is refused."""
+    same_stage = caps.stage == was.stage and caps.stage not in MEASURES
+    return rec is not None and caps != was and same_stage and not req.hard
+
+
 def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnswer:
     """A live re-cap where the running runner can take it (nothing, where nothing changes);
     otherwise `stopping()`, the runner stopped and a new one started."""
@@ -351,10 +381,18 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     # stage's held-out prompts, which follow the caps (the runner starts again on the new ones)
     live = same_release and not req.hard and caps.stage == was.stage
     live = live and (caps.stage not in MEASURES or caps == was)
+    st = JobStatus.read(paths.status) or JobStatus()
+    held = None
     if not live:  # what the new runner would refuse, before the running one is stopped
-        refuse_mixed_settings(paths, caps, req.force)
+        answering = _answering(st, rec)
+        mixed = {} if req.force else mixed_settings(paths, caps, answering=answering)
+        if mixed and _recap_instead(rec, req, caps, was):
+            # the running runner keeps making records with the settings they were made with: a
+            # caps change is safe to give it live, where a restart would have to mix them
+            live, held = True, f"{said_per_dataset(mixed)}: the deployed release is not started"
+        else:
+            refuse_mixed_settings(paths, caps, req.force, answering=answering)
     if req.dry_run:
-        st = JobStatus.read(paths.status) or JobStatus()
         replaced = prompts_replaced(paths, st)
         change = caps != was or bool(replaced)
         mode = ("live" if change else "unchanged") if live else ("restart" if rec else "start")
@@ -365,9 +403,9 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
             caps=caps_summary(st, caps, was, job_datasets(), replaced),
             kept=caps,
             was=was,
+            held_back=held,
         )
     if live:
-        st = JobStatus.read(paths.status) or JobStatus()
         # a restart that changes nothing on a running job touches nothing
         change = caps != was or bool(prompts_replaced(paths, st))
         if change:
@@ -381,7 +419,10 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
                 reloaded=st.reloaded if change else {},
                 kept=caps,
                 was=was,
+                held_back=held,
             )
+        if held:  # it ended meanwhile: a start would mix the settings
+            refuse_mixed_settings(paths, caps, req.force)
         # the runner ended meanwhile (finished, or killed and not yet brought back): a start
     stopping()
     stopped = stop(paths, CtlStop(req.grace, req.drain, req.drain_timeout))

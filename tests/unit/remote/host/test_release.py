@@ -108,3 +108,16 @@ def test_prompt_files_go_only_where_the_job_names_them(tmp_path):
     with pytest.raises(ValueError, match="names a prompt file the job does not"):
         release.apply(root, dict(args, id="r2"), upload({"prompts/data/other.jsonl": data}))
     assert not (tmp_path / "data/other.jsonl").exists()
+
+
+def test_the_plan_says_what_the_records_of_each_dataset_were_made_with(tmp_path):
+    """Deploy compares the job's settings with these: a dataset with records (a torn line alone is
+    none) or, for the live runner, answers in flight."""
+    outputs = tmp_path / "data" / "outputs"
+    outputs.mkdir(parents=True)
+    for name, lines in (("B1", '{"id": "a"}\n'), ("B2", '{"id": "a", "to'), ("B3", None)):
+        (outputs / f"{name}.meta.json").write_text('{"sampling": {"temperature": 1.0}}')
+        if lines is not None:
+            (outputs / f"{name}.jsonl").write_text(lines)
+    plan = release.plan(str(tmp_path), {"datasets": ["B1", "B2", "B3", "B4"]})
+    assert plan["made_with"] == {"B1": {"sampling": {"temperature": 1.0}}}

@@ -196,6 +196,45 @@ def test_a_restart_refuses_first_what_the_new_runner_would_refuse_and_nothing_mo
     refuse_mixed_settings(paths, Caps(), False, job_file)
     paths.output("B1").write_text('{"id": "x", "torn')  # a kill mid-write: the runner cuts it
     refuse_mixed_settings(paths, Caps(), False, job_file)
+    # answers in flight for it: the running runner's stop may write their records in its grace
+    with pytest.raises(HostFault, match="^B1: its records"):
+        refuse_mixed_settings(paths, Caps(), False, job_file, answering=frozenset({"B1"}))
+
+
+def test_a_refusal_names_every_dataset_it_would_mix_those_changed_alike_together(tmp_path):
+    import json
+
+    import pytest
+
+    from remote.common.jobspec import JobSpec
+    from remote.common.wire import HostFault
+    from remote.host.processes.runner_process import refuse_mixed_settings
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    names = ("B1", "B2", "B3", "B4")
+    job = {
+        "datasets": {n: {"prompts": f"data/{n}.jsonl"} for n in names},
+        "engine": {"kind": "simulate"},
+        "sampling": {"temperature": 0.7},
+    }
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps(job))
+    spec = JobSpec.load(job_file)
+    for n in names:
+        then = dict(spec.settings(spec.datasets[0]), sampling={"temperature": 1.0})
+        if n == "B3":
+            then = dict(then, model="m1")
+        paths.meta(n).write_text(json.dumps(then))
+        paths.output(n).write_text('{"id": "x"}\n' if n != "B4" else "")
+    with pytest.raises(HostFault) as e:
+        refuse_mixed_settings(paths, Caps(), False, job_file)
+    assert e.value.fault.message == (
+        "B1, B2: their records were made with different sampling (sampling.temperature 1.0 → "
+        "0.7); B3: its records were made with different sampling, model (sampling.temperature "
+        '1.0 → 0.7; model "m1" → "simulated"): a new runner would refuse to mix them; nothing was '
+        "stopped or started"
+    )
 
 
 def test_what_changed_is_said_down_to_each_value_as_json_has_it():
