@@ -240,6 +240,31 @@ def test_rollback_names_what_it_can_go_to_and_goes_further_back_each_time(tmp_pa
     assert (root / "current").resolve().name == ids[2]
 
 
+def test_rollback_goes_to_the_release_that_ran_past_edits_that_never_did_and_says_the_change(
+    tmp_path,
+):
+    proj, root = _project(tmp_path, sampling={"temperature": 1.0})
+    for line in ("invoke deploy", "invoke restart", "invoke tail"):
+        assert run_in(proj, line).returncode == 0, line
+    ran = (root / "current").resolve().name
+    for temp in (0.7, 0.8):  # two edits, each refused at its restart: neither ran
+        _project(tmp_path, sampling={"temperature": temp})
+        assert run_in(proj, "invoke deploy").returncode == 0
+        assert "B1: its records were made with different sampling" in one_line_error(
+            run_in(proj, "invoke restart"), 2
+        )
+    left = (root / "current").resolve().name
+    res = run_in(proj, "invoke rollback")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (root / "current").resolve().name == ran
+    assert res.stdout.splitlines() == [
+        f"box: current -> {ran} (was {left}, from which no runner ran): the last release a "
+        "runner ran from",
+        "  job.json: sampling.temperature 0.8 → 1.0",
+    ]
+    assert run_in(proj, "invoke restart").returncode == 0  # the records' settings again
+
+
 @pytest.mark.slow
 def test_status_after_a_restart_with_nothing_to_do_gives_the_jobs_own_rate(tmp_path):
     proj, root = _project(tmp_path)

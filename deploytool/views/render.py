@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, MEASURES, fmt_bytes
-from remote.common.jobspec import said_per_dataset
+from remote.common.jobspec import said_changes, said_per_dataset
 from remote.common.status import JobView
 
 from ..errors import DeployToolError
@@ -77,8 +77,27 @@ def status_json(results: dict) -> None:
     print(json.dumps({name: st.to_dict() for name, st in results.items()}, indent=1))
 
 
+ROLLED_TO = {
+    "ran": "the last release a runner ran from",
+    "deployed": "the release deployed before it (no runner ran from an earlier one)",
+    "named": "as --to named",
+}
+
+
 def rollback_result(r: RolledBack, out: Console = console) -> None:
-    out.print(f"[bold]{r.host}[/]: current -> {r.current} (was {r.previous})")
+    """Which release it went to and why, and what its job differs in from the one it left: a
+    rollback that lands somewhere unexpected is seen at once."""
+    left = "" if r.previous_ran or not r.previous else ", from which no runner ran"
+    out.print(
+        f"[bold]{r.host}[/]: current -> {r.current} (was {r.previous}{left}): {ROLLED_TO[r.why]}"
+    )
+    keys = sorted(set(r.job) | set(r.previous_job))
+    changed = {k: (r.previous_job.get(k), r.job.get(k)) for k in keys}
+    changed = {k: v for k, v in changed.items() if v[0] != v[1]}
+    if changed:
+        out.print(f"  job.json: {escape(said_changes(changed))}")
+    elif r.job and r.current != r.previous:
+        out.print("  job.json the same: only the code of remote/ differs")
 
 
 LIST_AT_MOST = 12  # files a deploy lists one by one

@@ -216,6 +216,11 @@ class RolledBack:
     current: str
     previous: str | None
     host: str = ""
+    # ran: the last release a runner ran from | deployed: the one before (none ran) | named: --to
+    why: str = "named"
+    previous_ran: bool = False  # a runner ran from the release it left
+    job: dict = field(default_factory=dict)  # job.json of the release it went to
+    previous_job: dict = field(default_factory=dict)  # and of the one it left
 
 
 @dataclass

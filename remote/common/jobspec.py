@@ -441,6 +441,9 @@ class Paths:
     watch_state = _under("run/watch.json")  # what the watcher does now (WatchState)
     # what should run: start and stop write it, the watcher reads it
     supervise = _under("run/supervise.json")
+    # a line per release a runner ran from (a new one only where it differs from the last), kept
+    # across runs: rollback goes back along it (remote/host/release.py reads it as plain JSON)
+    ran = _under("run/ran.jsonl")
     recover_log = _under("run/recover.jsonl")  # a line per restart, kept across runs (for report)
     # a short line a minute, kept across restarts (for report)
     history = _under("run/history.jsonl")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import procinfo
 from .caps import Caps
-from .codec import Codec, Record
+from .codec import Codec, Record, note_line, typed_lines
 from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
 from .protocol import CtlRestart, RunArgs
 from .recover import RecoverSpec
@@ -45,6 +45,23 @@ class ProcessRecord(Record):
         """The record if its process is still the one that wrote it, else None."""
         rec = cls.read(path)
         return rec if rec is not None and rec.alive() else None
+
+
+@dataclass
+class RanFrom(Codec):
+    """A line of run/ran.jsonl: at `t`, a runner was ready to run (its datasets opened, their
+    settings accepted) from `release` (its id)."""
+
+    t: float = 0.0
+    release: str = ""
+
+
+def note_ran(paths: Paths, release: Path) -> None:
+    """Say that a runner runs from `release`, unless the last line says it already (the file stays
+    a few lines however often the watcher starts it again)."""
+    lines = list(typed_lines(paths.ran, RanFrom))
+    if not lines or lines[-1].release != release.name:
+        note_line(paths.ran, RanFrom(time.time(), release.name))
 
 
 @dataclass

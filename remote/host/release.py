@@ -209,6 +209,9 @@ def _prune(root, keep):
     back = _back_from(entries, rel_dir, cur)
     if back:
         protect.add(back["id"])  # what rollback goes back to
+    ran, _ = _last_ran(rel_dir, cur, entries, _ran(root))
+    if ran:
+        protect.add(ran)  # likewise, where a runner ran
     dirs = _releases(rel_dir)
     # most recently used first (history order), then by mtime for releases older than the history
     order = {h["id"]: i for i, h in enumerate(entries)}
@@ -355,20 +358,84 @@ def _back_from(hist, rel_dir, cur):
     return None
 
 
+def _ran(root):
+    """The releases runners ran from, oldest first (run/ran.jsonl, which the runner writes once
+    its checks pass). A runner of a release older than that file: its pid file's release, where its
+    status says it got past starting."""
+    ran = []
+    try:
+        with open(os.path.join(root, "run", "ran.jsonl"), "rb") as f:
+            for line in f:
+                try:
+                    rid = json.loads(line).get("release")
+                except (ValueError, AttributeError):
+                    continue  # a line torn by a kill
+                if isinstance(rid, str) and rid:
+                    ran.append(rid)
+    except OSError:
+        pass
+    rec = _read_json(os.path.join(root, "run", "runner.pid"), {}) or {}
+    st = _read_json(os.path.join(root, "run", "status.json"), {}) or {}
+    rid = os.path.basename((rec.get("release") or "").rstrip("/"))
+    got_past = st.get("pid") == rec.get("pid") and st.get("state") not in (
+        None,
+        "starting",
+        "failed",
+    )
+    if not ran and rid and got_past:
+        ran.append(rid)
+    return ran
+
+
+def _last_ran(rel_dir, cur, hist, ran):
+    """The last release a runner ran from, other than `cur` and still on the host, and where it
+    stands in `ran`. After a rollback along `ran` (no runner since), from where that one stopped, so
+    a second rollback goes further back."""
+    last = hist[-1] if hist else {}
+    end = len(ran)
+    if last.get("id") == cur and last.get("ran_len") == len(ran):
+        end = last.get("ran_at", end)
+    for i in range(end - 1, -1, -1):
+        if ran[i] != cur and os.path.isdir(os.path.join(rel_dir, ran[i])):
+            return ran[i], i
+    return None, None
+
+
+def _job(rel_dir, rid):
+    return _read_json(os.path.join(rel_dir, rid or "", "job.json"), {}) if rid else {}
+
+
 def rollback(root, args):
+    """To the last release a runner ran from (one deployed and refused never ran: going there
+    would only repeat it), or, where none did, to the one deployed before; `to` names one."""
     root = os.path.expanduser(root)
     rel_dir = os.path.join(root, "releases")
     cur = _current_id(root)
     hist = _read_json(os.path.join(rel_dir, HISTORY), []) or []
+    ran = _ran(root)
+    how = {}
     if args.get("to"):
-        target, to_time = _named(rel_dir, args["to"], cur), None
+        target, why = _named(rel_dir, args["to"], cur), "named"
     else:
-        h = _back_from(hist, rel_dir, cur)
-        if h is None:
-            raise ValueError("no earlier release on the host to roll back to")
-        target, to_time = h["id"], h.get("time")
-    _switch(root, target, {"at": to_time} if to_time is not None else None)
-    return {"current": target, "previous": cur}
+        target, at = _last_ran(rel_dir, cur, hist, ran)
+        # linked as any rollback is (`at`: where it was last switched to), so that the fallback
+        # below goes on from it, never forth again to the release just left
+        where = [h.get("time") for h in hist if h.get("id") == target]
+        why, how = "ran", {"ran_at": at, "ran_len": len(ran), "at": where[-1] if where else None}
+        if target is None:
+            h = _back_from(hist, rel_dir, cur)
+            if h is None:
+                raise ValueError("no earlier release on the host to roll back to")
+            target, why, how = h["id"], "deployed", {"at": h.get("time")}
+    _switch(root, target, how)
+    return {
+        "current": target,
+        "previous": cur,
+        "why": why,
+        "previous_ran": cur in ran,
+        "job": _job(rel_dir, target),
+        "previous_job": _job(rel_dir, cur),
+    }
 
 
 def session(root, stdin, stdout):

@@ -21,7 +21,7 @@ from ...common.caps import BASELINE, DRAFT, GENERATE, HIDDEN_STATES, Caps
 from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
-from ...common.state import ServerKeys, kept_caps
+from ...common.state import ServerKeys, kept_caps, note_ran
 from ...common.status import JobState, JobStatus
 from ...common.wire import ExitCode
 from ..engine.kinds import make_engine
@@ -264,6 +264,7 @@ def main(paths: Paths, job_path: Path, *, grace: float, force: bool, argv: list[
         runner.write_status()
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    note_ran(paths, release_dir())  # past its checks: a release that ran, for rollback
     code = runner.run()
     os.close(lock_fd)
     return code

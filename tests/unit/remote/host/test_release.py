@@ -46,7 +46,8 @@ def test_only_what_changed_is_sent_the_rest_is_linked_and_current_switches(tmp_p
     assert (tmp_path / "current/remote/b.py").read_bytes() == b2
     plan = release.plan(root, {})
     assert (plan["current"], plan["releases"], plan["manifest"]) == ("r2", ["r1", "r2"], second)
-    assert release.rollback(root, {}) == {"current": "r1", "previous": "r2"}
+    out = release.rollback(root, {})
+    assert (out["current"], out["previous"], out["why"]) == ("r1", "r2", "deployed")  # none ran
     with pytest.raises(release.BadRelease, match="no release 'r9' on the host; its releases: r1 "):
         release.rollback(root, {"to": "r9"})
 
@@ -121,3 +122,54 @@ def test_the_plan_says_what_the_records_of_each_dataset_were_made_with(tmp_path)
             (outputs / f"{name}.jsonl").write_text(lines)
     plan = release.plan(str(tmp_path), {"datasets": ["B1", "B2", "B3", "B4"]})
     assert plan["made_with"] == {"B1": {"sampling": {"temperature": 1.0}}}
+
+
+def ran(root: str, rid: str) -> None:
+    """A runner got past its checks in release `rid` (as the runner notes it)."""
+    from pathlib import Path
+
+    from remote.common.jobspec import Paths
+    from remote.common.state import note_ran
+
+    paths = Paths(Path(root))
+    paths.ensure()
+    note_ran(paths, Path(root) / "releases" / rid)
+
+
+def test_rollback_goes_to_the_last_release_a_runner_ran_from_not_one_never_run(tmp_path):
+    root = str(tmp_path)
+    deployed(root, "aa1")
+    ran(root, "aa1")
+    deployed(root, "bb2")
+    ran(root, "bb2")
+    ran(root, "bb2")  # the watcher's restart: no new line
+    assert (tmp_path / "run" / "ran.jsonl").read_text().count("\n") == 2
+    deployed(root, "cc3")  # refused at its restart: never ran
+    deployed(root, "dd4")
+    out = release.rollback(root, {})
+    assert (out["current"], out["why"], out["previous_ran"]) == ("bb2", "ran", False)
+    out = release.rollback(root, {})  # one further back along what ran, not forth to dd4
+    assert (out["current"], out["previous_ran"]) == ("aa1", True)
+    with pytest.raises(ValueError, match="no earlier release"):
+        release.rollback(root, {})
+    assert release.rollback(root, {"to": "dd"})["why"] == "named"
+
+
+def test_rollback_says_what_the_two_jobs_differ_in_and_knows_a_runner_older_than_its_notes(
+    tmp_path,
+):
+    root = str(tmp_path)
+    jobs = {}
+    for rid, temp in (("aa1", 1.0), ("bb2", 0.7)):
+        job = b'{"sampling": {"temperature": %s}}' % str(temp).encode()
+        release.apply(
+            root, {"id": rid, "files": {"job.json": digest(job)}}, upload({"release/job.json": job})
+        )
+        jobs[rid] = {"sampling": {"temperature": temp}}
+    run = tmp_path / "run"  # aa1's runner, of a release that wrote no ran.jsonl
+    (run / "runner.pid").write_text(f'{{"pid": 7, "release": "{tmp_path}/releases/aa1"}}')
+    (run / "status.json").write_text('{"pid": 7, "state": "running"}')
+    deployed(root, "cc3")
+    out = release.rollback(root, {})
+    assert out["current"] == "aa1" and out["why"] == "ran"
+    assert (out["job"], out["previous_job"]) == (jobs["aa1"], {})
