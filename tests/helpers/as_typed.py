@@ -32,3 +32,18 @@ def ok(line: str, config: Path, timeout: float = 120) -> str:
     assert res.returncode == 0, f"`{line}` exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
     assert "Traceback" not in res.stderr, res.stderr
     return res.stdout
+
+
+def started(line: str, config: Path, cwd: Path = REPO) -> subprocess.Popen:
+    """`typed`, left running (a `tail` that a test watches line by line): stdout piped, text."""
+    args = shlex.split(line)
+    assert args[0] == "invoke"
+    env = dict(piped_env(), DEPLOYTOOL_CONFIG=str(config))
+    return subprocess.Popen(
+        [INVOKE, *args[1:]],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
