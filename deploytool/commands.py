@@ -23,8 +23,9 @@ def _config():
     return config
 
 
-def _run(config, host_spec, fn, show):
-    """on_hosts + render every host's result, failures included, then re-raise one error for all."""
+def _run(config, host_spec, fn, show, outcome=None):
+    """on_hosts + render every host's result, failures included, then re-raise one error for all.
+    `outcome(results, failures)`: said after the failures, where several hosts ran."""
     from .ops.hosts import on_hosts
     from .views import render
 
@@ -39,6 +40,8 @@ def _run(config, host_spec, fn, show):
             err.host = hosts[0].name
             raise err from None  # its own message and log lines
         render.failures(e.failures)
+        if outcome is not None:
+            outcome(e.results, e.failures)
         raise DeployToolError(
             f"{len(e.failures)} of {len(hosts)} hosts failed: {', '.join(e.failures)}", e.code
         ) from None
@@ -47,13 +50,13 @@ def _run(config, host_spec, fn, show):
     return results
 
 
-def _run_to_end(config, host_spec, fn, show, doing: str) -> int:
+def _run_to_end(config, host_spec, fn, show, doing: str, outcome=None) -> int:
     """`_run`, where a Ctrl-C leaves each host going on with what it was asked (a stop or a restart
     begun is seen through there): said so, exit 1."""
     from .views import render_restart
 
     try:
-        _run(config, host_spec, fn, show)
+        _run(config, host_spec, fn, show, outcome)
     except KeyboardInterrupt:
         render_restart.detached(host_spec or config.default_host, doing)
         return ExitCode.FAILED
@@ -148,7 +151,7 @@ def restart(
     from functools import partial
 
     from .ops import control
-    from .views import render_restart
+    from .views import render, render_restart
 
     config = _config()
     # bad flags: exit 2 before any host is touched
@@ -161,30 +164,59 @@ def restart(
         flags=run_flags,
         hard=hard,
         drain=drain,
-        dry_run=dry_run,
         force_gpu=force_gpu,
         with_server=with_server,
     )
+    asked = {}
+    if not dry_run and len(config.select_hosts(host_spec)) > 1:
+        # every host asked first, nothing changed: one that would refuse leaves them all as they are
+        try:
+            asked = _all_would_accept(config, host_spec, partial(one, dry_run=True))
+        except KeyboardInterrupt:  # only asked so far: nothing to see through
+            render.note("interrupted before any host was touched")
+            return ExitCode.FAILED
     doing = (
         "with what it was asked (a restart begun ends on its own; `invoke status` shows where "
         "the job is)"
     )
-    return _run_to_end(config, host_spec, one, render_restart.restart_result, doing)
+    act = partial(one, dry_run=dry_run, asked=asked)
+    outcome = render_restart.restart_outcome
+    return _run_to_end(config, host_spec, act, render_restart.restart_result, doing, outcome)
 
 
-def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_server):
+def _all_would_accept(config, host_spec, dry) -> dict:
+    """Every host's dry run (what it would do, refused where it would refuse), at once; one line
+    naming each host that would refuse, and why, before any host is touched."""
+    from .ops.hosts import on_hosts
+    from .views import render
+
+    hosts = config.select_hosts(host_spec)
+    try:
+        return on_hosts(config, hosts, dry, render.trusted_key)
+    except MultiHostError as e:
+        why = "; ".join(f"{name} would refuse: {err}" for name, err in e.failures.items())
+        names = ", ".join(h.name for h in hosts)
+        err = DeployToolError(f"restart refused, no host touched ({names}): {why}", e.code)
+        err.details = e.details
+        if len(e.failures) == 1:
+            err.host = next(iter(e.failures))  # a command its fix names acts on that host
+        raise err from None
+
+
+def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_server, asked=None):
     """One request; where the job's server must be started (again) for the stage, the host sees
-    the rest through alone (the model's load included) and this follows it."""
+    the rest through alone (the model's load included) and this follows it. `asked`: each host's
+    dry run, where every host was asked first."""
     from .ops import control
     from .ops import server as server_mod
     from .views import render, render_restart, render_server
 
+    managed = server_mod.manages_engine(config, conn.name)
     if not dry_run and flags.may_raise():
         # a raised target said before the host acts: the host's word, asked once first
-        said = control.restart(conn, flags, hard=hard, dry_run=True)
+        said = (asked or {}).get(conn.name) or control.restart(conn, flags, hard=hard, dry_run=True)
         said.host = conn.name
         render_restart.raised_targets(said)
-    managed = server_mod.manages_engine(config, conn.name)
     answer = control.restart(
         conn,
         flags,

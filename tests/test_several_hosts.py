@@ -8,7 +8,9 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.conftest import status, wait_for, write_config, write_prompts
+import yaml
+
+from tests.conftest import base_job, status, wait_for, write_config, write_prompts
 from tests.helpers.as_typed import ok, started, typed
 from tests.helpers.stand_ins import ServerProcess
 
@@ -121,3 +123,67 @@ def test_tail_goes_on_with_the_others_while_one_host_does_not_answer(tmp_path):
         typed("invoke stop --host a,b --grace 0", cfg)
         for s in srvs.values():
             s.stop()
+
+
+def two_simulated_hosts(tmp_path: Path, datasets=("B1",), **b_extra) -> Path:
+    proj = tmp_path / "p"
+    for ds in datasets:
+        write_prompts(proj / "data" / "prompts" / f"{ds}.jsonl", 4, ds)
+    job = base_job(
+        {ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 10} for ds in datasets}
+    )
+    job["engine"]["tokens_per_s"] = 1  # slow: the job still runs when the test looks
+    hosts = {h: {"connect": "local", "remote_dir": str(tmp_path / h)} for h in ("a", "b")}
+    hosts["b"] |= b_extra
+    return write_config(proj, hosts, job=job).path
+
+
+def test_a_restart_one_host_would_refuse_touches_no_host(tmp_path):
+    cfg = two_simulated_hosts(tmp_path)
+    ok("invoke deploy --host b", cfg)  # b's job has B1 only
+    data = yaml.safe_load(cfg.read_text())
+    write_prompts(cfg.parent / "data" / "prompts" / "B2.jsonl", 4, "B2")
+    data["job"]["datasets"]["B2"] = {"prompts": "data/prompts/B2.jsonl", "est_tokens": 10}
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    ok("invoke deploy --host a", cfg)  # a's has B1 and B2
+    try:
+        res = typed("invoke restart --host a,b --cap B2=2", cfg)
+        assert res.returncode != 0
+        said = [line for line in res.stderr.splitlines() if line.strip()]
+        assert len(said) == 1 and said[0].startswith(
+            "error: restart refused, no host touched (a, b): b would refuse: "
+        ), res.stdout + res.stderr
+        assert "B2" in said[0] and "started runner" not in res.stdout
+        assert not (tmp_path / "a" / "run" / "runner.pid").exists()  # a was not started
+        assert not (tmp_path / "a" / "run" / "status.json").exists()
+    finally:
+        typed("invoke stop --host a,b --grace 0", cfg)
+
+
+def test_a_restart_that_fails_on_one_host_while_acting_says_which_changed(tmp_path):
+    import signal
+    import subprocess
+
+    # b's GPUs are held by a process that is not its server: only a real start looks
+    hog = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir(parents=True, exist_ok=True)
+    smi.write_text(f"#!/bin/sh\necho '{hog.pid}, 40960'\n")
+    smi.chmod(0o755)
+    python = tmp_path / "bin" / "busy-gpu-python"
+    python.write_text(f'#!/bin/sh\nDEPLOYTOOL_NVIDIA_SMI={smi} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    cfg = two_simulated_hosts(tmp_path, python=str(python))
+    try:
+        ok("invoke deploy --host a,b", cfg)
+        res = typed("invoke restart --host a,b --max-samples 4", cfg)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "a: started runner pid" in res.stdout and "b: FAILED: GPU memory" in res.stdout
+        assert "restart: changed: a; failed: b (" in res.stdout, res.stdout
+        assert "1 of 2 hosts failed: b" in res.stderr
+        assert (tmp_path / "a" / "run" / "runner.pid").exists()
+        assert not (tmp_path / "b" / "run" / "runner.pid").exists()
+    finally:
+        typed("invoke stop --host a,b --grace 0", cfg)
+        hog.send_signal(signal.SIGKILL)
+        hog.wait()

@@ -199,6 +199,22 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
     caps_table(r.caps, out, r.kept, r.was)
 
 
+def restart_outcome(results: dict, failures: dict, out: Console = console) -> None:
+    """After a restart that failed on some of its hosts: which it changed and which not, in one
+    line (each host's own line above says what it did)."""
+    changed = [h for h, r in results.items() if r.mode != "unchanged"]
+    same = [h for h, r in results.items() if r.mode == "unchanged"]
+    parts = [f"changed: {', '.join(changed) or 'none'}"]
+    if same:
+        parts.append(f"untouched: {', '.join(same)} (they ran these caps already)")
+    failed = ",".join(failures)
+    parts.append(
+        f"failed: {', '.join(failures)} (its FAILED line says how far it got; "
+        f"`invoke status --host {failed}` shows its job now)"
+    )
+    out.print(escape(say("restart: " + "; ".join(parts), failed)), highlight=False)
+
+
 class Stopping:
     """What `stop` says while the host waits: what it stops, then how it goes, at the first second,
     at each change of phase (the runner gone, the grace spent) and every SAY_EVERY_S between."""
