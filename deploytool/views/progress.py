@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from remote.common.caps import GENERATE, HIDDEN_STATES, MEASURES
-from remote.common.speed import MEAN_SAID, rate_said
+from remote.common.speed import MEAN_NOTE, rate_said, row_rate_said
 from remote.common.status import (
     BUDGET_REACHED,
     NOT_RUN,
@@ -38,17 +38,13 @@ def fmt_tokens(n) -> str:
     return f"{n:.0f}"
 
 
-MEAN_NOTE = (
-    f"* {MEAN_SAID}, every runner's (on a dataset's row, that dataset's): shown once the job has "
-    "ended, or while its runner has not a minute of its own answers yet or finished nothing in the last one"
-)
-
-
 def fmt_rate(st: JobView, row: DatasetStatus | None = None) -> str:
-    """The job's tokens per second (or a dataset's: `row`) as `rate_said` says it, a mean starred
+    """The job's tokens per second (or a dataset's: `row`) as `speed` says it, a mean starred
     (see MEAN_NOTE); "-": none."""
-    of = st if row is None else row
-    rate, mean = rate_said(st.state, of.tokens_per_s, of.mean_tokens_per_s)
+    if row is None:
+        rate, mean = rate_said(st.state, st.tokens_per_s, st.mean_tokens_per_s)
+    else:
+        rate, mean = row_rate_said(st.state, row.tokens_per_s, row.mean_tokens_per_s)
     return "-" if rate is None else fmt_tokens(rate) + ("*" if mean else "")
 
 
@@ -414,6 +410,8 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
     )
     line, bad = health(st, now)
     parts = [head, table, total, Text(line, style="red" if bad else "dim")]
+    if "*" in total.plain or any("*" in dataset_rate(st, n) for n in st.datasets):
+        parts.append(Text(MEAN_NOTE, style="dim"))  # what a starred rate is, as status says
     parts += [Text(text, style=style) for text, style in extra_lines(st, now)]
     if st.message:
         parts.append(Text(st.message, style="yellow"))

@@ -1,21 +1,39 @@
-"""The job's tokens per second, said one way by status, tail, plan and report: a runner's last
-minute while it runs and has one, else the job's mean over the time its runners made tokens (the
-same fields of status.json, so the commands give one figure for one job)."""
+"""Tokens per second, said one way by status, tail, plan and report (the same fields of
+status.json, so the commands give one figure for one job). A mean is a count of tokens over the
+time their answers were being made (requests in flight: the runner's `rates.ActiveTime`, every
+runner's). The job's: a runner's last minute while it runs and has one, else its mean. A dataset's
+row: its mean, always (fixed once it is complete), so a row never moves while nothing happens."""
 
 from __future__ import annotations
 
 from .status import JobState
 
-MEAN_SAID = "the job's mean over the time it ran"  # what a starred rate is, wherever it is said
+MEAN_SAID = "the job's mean over the time its answers were being made"  # the job's starred rate
+# what a starred rate is, wherever one is shown, and why the rows do not add up to the total
+MEAN_NOTE = (
+    "* tokens over the time their answers were being made, every runner's: a dataset's always (fixed "
+    "once it is complete), the job's once it has ended or while its runner has not a minute of its "
+    "own answers yet or finished nothing in the last one (else its last minute's). Each row is that "
+    "dataset's own speed, not a share of the total: datasets are made side by side (at a hand-over, "
+    "or several at once) on the same server, so the rows add up to more than the job's"
+)
 
 
 def rate_said(state: str, last_minute: float, mean: float | None) -> tuple[float | None, bool]:
-    """(tokens per second, whether it is the mean), for the job or one dataset's row. The last
-    minute's is a rate of a runner at work: once the job has ended it says only how its end went,
-    and a runner writes 0 until it has a minute of its own answers (its first comes an answer's
-    length after its start). None: nothing to say."""
+    """(tokens per second, whether it is the mean), for the job. The last minute's is a rate of a
+    runner at work: once the job has ended it says only how its end went, and a runner writes 0
+    until it has a minute of its own answers (its first comes an answer's length after its start).
+    None: nothing to say."""
     if state == JobState.RUNNING and last_minute:
         return last_minute, False
     if mean:
         return mean, True
     return None, False  # nothing made yet, or a dataset just begun in a young runner: not measured
+
+
+def row_rate_said(state: str, last_minute: float, mean: float | None) -> tuple[float | None, bool]:
+    """A dataset's row: its mean where its stage keeps one (the answers and the draft stage do);
+    the last minute's only in one that does not (the hidden-states stage's rows)."""
+    if mean:
+        return mean, True
+    return rate_said(state, last_minute, None)

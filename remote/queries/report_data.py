@@ -18,7 +18,7 @@ from ..common.protocol import CtlReport
 from ..common.records import ErrorLine, Record
 from ..common.state import job_now, kept_caps
 from ..job.store import history
-from ..job.store.rates import IDLE_GAP_S, ActiveTime
+from ..job.store.rates import IDLE_GAP_S
 from .report_drafts import drafts_measured
 from .report_stage import stage_of
 
@@ -85,10 +85,8 @@ def scan_outputs(path: Path, target: int | None, made: collections.Counter) -> S
 def active_seconds(made: collections.Counter) -> float:
     """The seconds the job was making records: the span, less every gap of IDLE_GAP_S or more
     between two records (a job stopped overnight, a restart with nothing to do)."""
-    ran = ActiveTime()  # the rule status's job rate follows too
-    for t in sorted(made):
-        ran.add(t, 0)
-    return 1.0 + ran.seconds
+    times = sorted(made)  # the records' write times: all the report's files hold of the past
+    return 1.0 + sum(b - a for a, b in zip(times, times[1:]) if b - a < IDLE_GAP_S)
 
 
 def throughput(made: collections.Counter) -> tuple[list[list[float]], float | None]:

@@ -17,6 +17,7 @@ from remote.job.store.datasets import DatasetRun
 from remote.job.store.ledger import Ledger
 from remote.job.store.outputs import DiskFull
 from remote.job.store.prompts import Prompt
+from remote.job.store.rates import ActiveTime
 
 
 class Prompts:
@@ -85,6 +86,7 @@ class Writer:
     errors: list = field(default_factory=list)  # (dataset, id, reason)
     unwritten: list = field(default_factory=list)
     disk_full: bool = False
+    active: ActiveTime = field(default_factory=ActiveTime)  # the job's time answers were being made
 
     def write_record(self, run, p, c) -> None:
         run.ledger.answered(p.id)

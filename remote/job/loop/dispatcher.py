@@ -102,6 +102,8 @@ class Dispatcher:
                 run, p = nxt
                 ep = self._made_on(run, p) or ep
                 run.ledger.send(p.id)
+                run.active.sent(now)  # the time its answers are being made, the job's too
+                self.writer.active.sent(now)
                 ep.in_flight += 1
                 t = asyncio.ensure_future(self._process(ep, run, p))
                 self.tasks.add(t)
@@ -170,6 +172,9 @@ class Dispatcher:
                 self.writer.write_conversation(run, p, replies)
         finally:
             ep.in_flight -= 1
+            now = time.time()
+            run.active.ended(now)
+            self.writer.active.ended(now)
             run.ledger.settle(p)  # cancelled or crashed: queued again, never lost
 
     async def _ask(self, ep: Endpoint, run: DatasetRun, p: Prompt, replies: list | None):

@@ -19,6 +19,7 @@ from ..observe.telemetry import Telemetry
 from ..observe.watched import WatchView
 from ..store.datasets import BadInput, DatasetRun
 from ..store.history import History
+from ..store.rates import ActiveTime
 from ..store.writer import RecordWriter
 from . import stage
 from .control_requests import Every
@@ -115,7 +116,7 @@ class GenerateStage(stage.Stage):
         if self.clocks["disk"].due() and self.writer.unwritten:
             self.writer.flush()
         if self.clocks["history"].due() and self.runner.state == JobState.RUNNING:
-            self.history.record(self.runner.status_now())
+            self.history.record(self.runner.status_now(), self.made())
 
     def stopping(self) -> None:
         d = self.dispatcher
@@ -180,7 +181,7 @@ class GenerateStage(stage.Stage):
             in_flight=in_flight,
             tokens_per_s=p.tokens_per_s,
             samples_per_s=p.samples_per_s,
-            mean_tokens_per_s=self.writer.active.per_s(),
+            mean_tokens_per_s=self.writer.active.per_s(now),
             completion_tokens=sum(x.completion_tokens for x in p.datasets.values()),
             errors=sum(x.errors for x in p.datasets.values()),
             retries=d.retries if d else 0,
@@ -194,6 +195,11 @@ class GenerateStage(stage.Stage):
             disk=self.writer.disk(self.paths.outputs, now, runner.started_at),
             kept=continuation.kept_status(d, self.kept_why_not),
         )
+
+    def made(self) -> dict[str, ActiveTime]:
+        """Each dataset's tokens and the time they were being made in, and the job's (""): what the
+        next runner's rates start from."""
+        return {**{n: r.active for n, r in self.runs.items()}, "": self.writer.active}
 
     def progress_line(self) -> str:
         return self._progress(time.time()).line()
@@ -217,7 +223,7 @@ class GenerateStage(stage.Stage):
 
     def ended(self) -> None:
         # its last minute counts in the job's rate too
-        self.history.record(self.runner.status_now())
+        self.history.record(self.runner.status_now(), self.made())
         if self.writer.unwritten:
             n = len(self.writer.unwritten)
             self.log(f"{n} answers still waiting for disk space are dropped: redone on resume")

@@ -65,7 +65,7 @@ def _row(run: DatasetRun, now: float, started: float) -> tuple[DatasetStatus, fl
         empty=run.empty,
         tokens_per_s=round(tok_rate, 1),
         samples_per_s=round(run.tokens.per_s(now, started, run.tokens.count(now)), 3),
-        mean_tokens_per_s=run.active.per_s(),
+        mean_tokens_per_s=run.active.per_s(now),
         budget=run.budget,
         budget_reached=run.budget_reached(),
         remaining_tokens=int(rem_tok),
@@ -102,7 +102,7 @@ def progress(
         sample_rate += row.samples_per_s
         remaining += row.remaining_tokens
         cum[spec.name] = remaining
-    mean = ran.per_s() if ran else None
+    mean = ran.per_s(now) if ran else None
     young = (first is None or now - first < RATE_WINDOW) and bool(mean)
     pace = max(tok_rate, mean) if young else tok_rate
     for name, d in datasets.items():

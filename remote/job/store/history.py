@@ -1,7 +1,8 @@
 """run/history.jsonl: one short line a minute, kept across restarts, for `invoke report`.
 
 A line holds the time, tokens/s, requests in flight, which servers were up, and per dataset [done,
-tokens] only where they changed since the line before (all of them on a run's first line and every
+tokens] and [seconds its answers were being made, their tokens] (every runner's, `rates.ActiveTime`)
+only where they changed since the line before (all of them on a run's first line and every
 hour), so a 30-day job stays a few MB. A runner start is a line of its own.
 """
 
@@ -19,7 +20,9 @@ FULL_EVERY = 60  # lines between two full snapshots
 @dataclass
 class Line(Codec):
     """At `t` (Unix seconds): a runner's start (its pid); or the job's tokens/s, requests in
-    flight, [done, tokens] of each dataset and which servers were up ("10": the first of two)."""
+    flight, [done, tokens] of each dataset, which servers were up ("10": the first of two) and
+    `made`: [seconds, tokens] of each dataset's ActiveTime ("": the job's), what the next runner
+    starts from."""
 
     t: int
     start: int | None = None
@@ -27,29 +30,34 @@ class Line(Codec):
     fl: int | None = None
     ds: dict[str, list[int]] | None = None
     up: str | None = None
+    made: dict[str, list[float]] | None = None
 
 
 class History:
     def __init__(self, path: Path):
         self.path = path
         self.last: dict[str, list[int]] = {}
+        self.last_made: dict[str, list[float]] = {}
         self.lines = 0
 
     def start(self, t: float, pid: int) -> None:
         note_line(self.path, Line(round(t), start=pid))
-        self.last, self.lines = {}, 0
+        self.last, self.last_made, self.lines = {}, {}, 0
 
-    def record(self, st) -> None:
-        """One line from a JobStatus."""
+    def record(self, st, made: dict[str, ActiveTime] | None = None) -> None:
+        """One line from a JobStatus, and the ActiveTime of each dataset and the job ("")."""
         now = {n: [d.done, d.completion_tokens] for n, d in st.datasets.items()}
+        t = st.updated_at or 0
+        made_now = {n: [round(a.seconds_at(t), 3), a.tokens] for n, a in (made or {}).items()}
         full = self.lines % FULL_EVERY == 0
         ds = now if full else {n: v for n, v in now.items() if self.last.get(n) != v}
-        up = "".join("1" if e.reachable else "0" for e in st.endpoints) or None
-        line = Line(
-            round(st.updated_at or 0), None, round(st.tokens_per_s, 1), st.in_flight, ds, up
+        mine = (
+            made_now if full else {n: v for n, v in made_now.items() if self.last_made.get(n) != v}
         )
+        up = "".join("1" if e.reachable else "0" for e in st.endpoints) or None
+        line = Line(round(t), None, round(st.tokens_per_s, 1), st.in_flight, ds, up, mine or None)
         note_line(self.path, line)
-        self.last = now
+        self.last, self.last_made = now, made_now
         self.lines += 1
 
 
@@ -70,11 +78,16 @@ def read(path: Path) -> list[Line]:
 
 def active(path: Path) -> dict[str, ActiveTime]:
     """Per dataset (and "" for the whole job), the tokens the runners so far made and the seconds
-    they made them in: between two lines of one runner, less than IDLE_GAP_S apart, where the
-    tokens grew."""
+    they made them in: the last `made` written (each runner starts from the one before it, so it
+    holds every runner's). Lines of a release that wrote none: between two lines of one runner,
+    less than IDLE_GAP_S apart, where the tokens grew (a minute's granularity)."""
     out: dict[str, ActiveTime] = {}
+    made: dict[str, ActiveTime] = {}
     prev_t, prev = None, {}
     for line in read(path):
+        for name, v in (line.made or {}).items():
+            if isinstance(v, list) and len(v) == 2:
+                made[name] = ActiveTime(float(v[0]), int(v[1]))
         if line.start is not None:
             prev_t, prev = None, {}
             continue
@@ -87,4 +100,4 @@ def active(path: Path) -> dict[str, ActiveTime]:
                 a.seconds += line.t - prev_t
                 a.tokens += grew
         prev_t, prev = line.t, now
-    return out
+    return {**out, **made}

@@ -54,8 +54,8 @@ class RecordWriter:
             now = time.time()
             if counted:  # a rate of the tokens the row counts: none of a record beyond the cap
                 run.tokens.add(now, tokens)
-                run.active.add(now, tokens)
-                self.active.add(now, tokens)
+                run.active.add(tokens)  # its time: the dispatcher's, from each send
+                self.active.add(tokens)
             self.bytes.add(now, len(line))
             self.last_completion = now
             self.first_completion = self.first_completion or now

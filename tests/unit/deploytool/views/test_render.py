@@ -80,3 +80,35 @@ def test_a_dry_run_deploy_says_what_it_would_send_and_no_send_time():
     assert "nothing to send" in printed(render.deploy_result, dry)
     real = DeployResult("gpu", "abc", None, added=["job.json"], bytes_sent=1024, seconds=0.03)
     assert printed(render.deploy_result, real).splitlines()[-1] == "  sent 1.0 KiB in 0.03s"
+
+
+def test_a_complete_datasets_rate_is_its_mean_and_the_legend_says_why_rows_exceed_the_total():
+    """status and tail: B1 complete beside B2 running read B1's share of the last minute (then a
+    mean once it aged out), and eight rows summed to three times the total, unsaid."""
+    import io
+
+    from deploytool.views import progress, render
+    from remote.common.status import DatasetStatus, JobView
+
+    st = JobView(state="running", host="gpu1", tokens_per_s=3_000.0, mean_tokens_per_s=2_900.0)
+    st.datasets = {
+        "B1": DatasetStatus(
+            state="complete", done=12, target=12, tokens_per_s=337.0, mean_tokens_per_s=3_300.0
+        ),
+        "B2": DatasetStatus(
+            state="running", done=3, target=12, tokens_per_s=2_663.0, mean_tokens_per_s=2_800.0
+        ),
+    }
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=400, highlight=False), now=0)
+    rows = {
+        x.split()[0]: x.split()[4]
+        for x in buf.getvalue().splitlines()
+        if x.strip()[:2] in ("B1", "B2")
+    }
+    assert rows == {"B1": "3.3k*", "B2": "2.8k*"}, buf.getvalue()
+    assert "add up to more than the job's" in buf.getvalue()
+    assert "total 0 tokens, 3.0k tok/s" in buf.getvalue()  # the job's last minute, while it runs
+    tail = io.StringIO()
+    Console(file=tail, width=400, highlight=False).print(progress.view({"gpu1": st}, {}, now=0))
+    assert "3.3k*" in tail.getvalue() and "add up to more than the job's" in tail.getvalue()

@@ -74,7 +74,9 @@ def test_a_running_job_whose_runner_finished_nothing_lately_gives_its_mean_as_st
 
     st = JobView(state="running", mean_tokens_per_s=507.0)
     data = ReportAnswer(status=st, history=ReportHistory(mean_tps=490.0))
-    assert report._rate(data) == "507 tok/s, the job's mean over the time it ran"
+    assert (
+        report._rate(data) == "507 tok/s, the job's mean over the time its answers were being made"
+    )
     data.status.tokens_per_s = 900.0
     assert report._rate(data) == "900 tok/s, the last minute's"
     data.status.stage = "draft"  # status holds the draft's rates: the answers' from their records
@@ -101,6 +103,9 @@ def test_a_finished_job_has_one_rate_in_status_plan_and_report():
     render.status_screen(st, out=Console(file=buf, width=300, highlight=False), now=0.0)
     total = next(x for x in buf.getvalue().splitlines() if x.strip().startswith("total"))
     assert "18.0k* tok/s" in total and "9.0k*" in buf.getvalue()
-    assert answer_rate(st) == (18_000.0, "the job's mean over the time it ran")
+    assert answer_rate(st) == (18_000.0, "the job's mean over the time its answers were being made")
     data = ReportAnswer(status=st, history=ReportHistory(mean_tps=17_100.0))
-    assert report._rate(data) == "18.0k tok/s, the job's mean over the time it ran"
+    assert (
+        report._rate(data)
+        == "18.0k tok/s, the job's mean over the time its answers were being made"
+    )

@@ -64,7 +64,7 @@ def test_plan_rates_the_answers_while_the_job_runs_and_by_its_mean_after():
     running = JobStatus(state="running", tokens_per_s=900.0, mean_tokens_per_s=800.0)
     assert answer_rate(running) == (900.0, "measured (last minute)")
     done = JobStatus(state="finished", tokens_per_s=0.0, mean_tokens_per_s=800.0)
-    assert answer_rate(done) == (800.0, "the job's mean over the time it ran")
+    assert answer_rate(done) == (800.0, "the job's mean over the time its answers were being made")
     assert answer_rate(JobStatus(state="finished")) == (None, "")  # nothing made long enough
     stage = JobStatus(state="running", stage="hidden-states", tokens_per_s=5e5)
     assert answer_rate(stage) == (None, "")  # tokens of rows, not answers

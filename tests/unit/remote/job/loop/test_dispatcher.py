@@ -128,3 +128,19 @@ def test_every_server_down_past_the_deadline_fails_the_job():
     run(d)
     assert d.fatal and d.fatal.startswith("engine unreachable") and "refused" in d.fatal
     assert runs[0].ledger.state("B1-0") == "queued"  # never lost
+
+
+def test_each_request_is_timed_from_its_send_to_its_end_however_it_ends():
+    """A rate's time is the time its answers were being made: every send opens a span its end
+    closes, retried, moved to another server or filed, so a dataset with nothing in flight (a
+    complete one) has a time that no longer grows."""
+    script = {
+        "B1-0": [TransientError("503")],
+        "B1-1": [EngineDown("refused")],
+        "B2-0": [TransientError("x")] * 3,
+    }
+    d, runs = dispatcher(script, urls=("http://a", "http://b"), max_retries=2)
+    run(d)
+    for a in (*(r.active for r in runs), d.writer.active):
+        assert a.flying == 0 and a.since is None and a.seconds >= 0
+    assert d.writer.active.seconds <= sum(r.active.seconds for r in runs)  # side by side: once

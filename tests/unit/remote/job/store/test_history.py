@@ -55,7 +55,7 @@ def test_servers_up_torn_lines_and_no_file(tmp_path):
     assert history.read(tmp_path / "none.jsonl") == []
 
 
-def test_the_time_the_runners_made_tokens_in_leaves_out_idle_gaps_and_restarts(tmp_path):
+def test_lines_of_a_release_that_wrote_no_made_count_a_minute_where_tokens_grew(tmp_path):
     path = tmp_path / "history.jsonl"
     h = History(path)
     h.start(0.0, pid=1)
@@ -66,6 +66,33 @@ def test_the_time_the_runners_made_tokens_in_leaves_out_idle_gaps_and_restarts(t
     h.start(4000.0, pid=2)  # an hour later, a runner with nothing to do
     h.record(status(4000.0, B1=(9, 900), B2=(2, 60)))
     h.record(status(4060.0, B1=(9, 900), B2=(2, 60)))
-    got = {n: (a.seconds, a.tokens, a.per_s()) for n, a in history.active(path).items()}
+    got = {n: (a.seconds, a.tokens, a.per_s(0.0)) for n, a in history.active(path).items()}
     assert got == {"B1": (90.0, 900, 10.0), "B2": (30.0, 30, 1.0), "": (90.0, 930, 10.3)}
     assert history.active(tmp_path / "none.jsonl") == {}
+
+
+def test_the_next_runner_starts_from_the_last_made_so_a_complete_dataset_keeps_its_rate(tmp_path):
+    """B1 complete (20,230 tokens made in 1.93 s of requests in flight) read 10.5k where it ran, and
+    after a restart the history's minute between two lines made it 413: now the runner writes its
+    time and the next starts from it, to the millisecond."""
+    from remote.job.store.rates import ActiveTime
+
+    path = tmp_path / "history.jsonl"
+    h = History(path)
+    h.start(0.0, pid=1)
+    b1, job = ActiveTime(), ActiveTime()
+    for a in (b1, job):
+        a.sent(10.0)
+        a.add(20_230)
+        a.ended(11.93)
+    h.record(status(60.0, B1=(12, 20_230)), {"B1": b1, "": job})
+    h.record(status(70.0, B1=(12, 20_230)), {"B1": b1, "": job})  # unchanged: not written again
+    assert '"made"' not in path.read_text().splitlines()[-1]
+    h.start(100.0, pid=2)
+    before = history.active(path)
+    assert before["B1"].per_s(0.0) == b1.per_s(500.0) == round(20_230 / 1.93, 1)
+    again = ActiveTime().plus(before["B1"])  # the second runner: B1 has nothing to do
+    h.record(status(160.0, B1=(12, 20_230), B2=(3, 900)), {"B1": again, "": job})
+    h.start(200.0, pid=3)  # a third runner only of B2: B1's last `made` carries over
+    h.record(status(260.0, B2=(3, 900)), {"": job})
+    assert history.active(path)["B1"].per_s(0.0) == round(20_230 / 1.93, 1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remote.job.store.rates import IDLE_GAP_S, ActiveTime, RateWindow
+from remote.job.store.rates import ActiveTime, RateWindow
 
 
 def test_only_the_last_minute_counts_and_reading_changes_nothing():
@@ -26,11 +26,22 @@ def test_per_second_over_the_window_or_the_run_while_it_is_younger():
     assert w.per_s(100.0, started=0.0, amount=120) == 2.0  # a given amount, over the full window
 
 
-def test_active_time_counts_the_seconds_tokens_were_made_in_not_the_idle_gaps():
+def test_active_time_is_the_time_its_requests_were_in_flight_from_each_send():
+    """A dataset's 12 answers sent together at t=100 and written at t=106..107 were being made
+    for 7 s: timed from the send (the gap between its first and last record, 1 s, read as seven
+    times its speed), and the hours with nothing in flight left out."""
     a = ActiveTime(seconds=100.0, tokens=1000)  # what the runners before made
-    for t, n in ((5000.0, 10), (5010.0, 10), (5020.0, 10), (5020.0 + IDLE_GAP_S, 10)):
-        a.add(t, n)
-    assert (a.seconds, a.tokens) == (120.0, 1040)
-    assert a.per_s() == round(1040 / 120, 1)
-    assert ActiveTime().per_s() is None and ActiveTime(0.5, 9).per_s() is None  # too short to say
-    assert ActiveTime(1, 2).plus(ActiveTime(3, 4)).per_s() == 1.5
+    for _ in range(12):
+        a.sent(100.0)
+    assert a.seconds_at(100.5) == 100.5  # the open span counts while it runs
+    for i in range(12):
+        a.add(100)
+        a.ended(106.0 + i / 11)
+    assert (a.seconds, a.tokens) == (107.0, 2200)
+    assert a.per_s(107.0) == round(2200 / 107, 1)
+    assert a.per_s(107.0 + 5 * 3600) == a.per_s(107.0)  # nothing in flight: it does not move
+    a.sent(20_000.0)  # sent again hours later: the gap is no time of its
+    a.ended(20_002.0)
+    assert a.seconds == 109.0
+    assert ActiveTime().per_s(0.0) is None and ActiveTime(0.5, 9).per_s(0.0) is None  # too short
+    assert ActiveTime(1, 2).plus(ActiveTime(3, 4)).per_s(0.0) == 1.5
