@@ -401,10 +401,9 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
         (("hidden states " if rows else "") + st.said, STATE_STYLE.get(st.said, "bold")),
         f"  pid {st.pid or '?'}  in flight {st.in_flight}/{st.concurrency or '?'}",
     )
-    speed = f" · {st.samples_per_s:,.1f} rows/s" if rows else ""
-    total = Text(
+    total = Text(  # the hidden-states stage's rate too in tok/s, the unit status says it in
         f"total {fmt_tokens(st.completion_tokens)} tokens{' in rows' if rows else ''} · "
-        f"{fmt_rate(st)} tok/s{speed}"
+        f"{fmt_rate(st)} tok/s"
         f" · ETA {fmt_duration(st.eta_s) if not st.terminal else '-'}"
         f" · elapsed {fmt_duration(now - st.started_at) if st.started_at else '?'}"
     )
@@ -470,7 +469,7 @@ def plain_line(host: str, st: JobView | None, now: float, note: str | None = Non
     made = f"{fmt_tokens(st.completion_tokens)} tok {fmt_rate(st)} tok/s"
     if st.stage == HIDDEN_STATES:
         ds += " rows"
-        made = f"{fmt_tokens(st.completion_tokens)} tok in rows {st.samples_per_s:,.1f} rows/s"
+        made = f"{fmt_tokens(st.completion_tokens)} tok in rows {fmt_rate(st)} tok/s"  # as status
     out = f"{stamp} {host}:{stage} {st.said} | {ds} | {made} ETA {eta} | {line}"
     said = [text for text, style in extra_lines(st, now) if style != DIM]
     if st.terminal and st.message:  # its verdict's words (what was left out, and why)

@@ -18,6 +18,7 @@ from ..hidden import hsfile
 from ..hidden.progress import DiskGuard, Stage
 from ..hidden.rows import Rows, rows_of
 from ..hidden.store import HiddenStore
+from ..observe.status_builder import set_etas
 from ..store.outputs import disk_usage
 from ..store.rates import RateWindow
 from . import stage
@@ -225,12 +226,13 @@ class HiddenStage(stage.Stage):
         disk = disk_usage(self.paths.hidden_states)
         datasets = {n: st.status(now, self.runner.started_at) for n, st in self.stages.items()}
         per_s = self.rows_made.per_s(now, self.runner.started_at)
-        left = sum(max(0, d.target - d.done) for d in datasets.values())
+        left = {n: max(0, d.target - d.done) for n, d in datasets.items()}
+        set_etas(datasets, left, per_s)  # a dataset's ETA where the job's is, at its pace
         return self.work_status(
             datasets,
             tokens_per_s=self.tokens_made.per_s(now, self.runner.started_at),
             samples_per_s=per_s,
-            eta_s=int(left / per_s) if per_s > 0 else None,
+            eta_s=int(sum(left.values()) / per_s) if per_s > 0 else None,
             stage=HIDDEN_STATES,
             disk=DiskStatus(disk["free_bytes"], disk["total_bytes"], self.disk.full),
         )

@@ -39,6 +39,19 @@ class Progress:
         return f"done {done:,}/{target:,}, {tokens:,} tokens, ETA {when}"
 
 
+def set_etas(datasets: dict[str, DatasetStatus], left: dict[str, float], pace: float) -> None:
+    """Each dataset's ETA, in job order (datasets are made one after another, so they accumulate;
+    the last one's is the job's): given wherever the job's is (a pace), none where it is not;
+    `left` and `pace` in one unit (tokens, or the hidden-states stage's rows)."""
+    cum = 0.0
+    for name, d in datasets.items():
+        cum += left.get(name, 0)
+        if d.state == DatasetState.COMPLETE:
+            d.eta_s = 0
+        elif pace > 0:
+            d.eta_s = int(cum / pace)
+
+
 def _row(run: DatasetRun, now: float, started: float) -> tuple[DatasetStatus, float]:
     spec = run.spec
     tok_rate = run.tokens.per_s(now, started)
@@ -90,7 +103,6 @@ def progress(
     has a mean (`ran`: every runner's) it is written as 0, so the views show the mean instead
     (`speed.rate_said`), and the ETAs are reckoned at the mean where that is the faster."""
     datasets: dict[str, DatasetStatus] = {}
-    cum: dict[str, float] = {}
     tok_rate = sample_rate = remaining = 0.0
     for spec in job.datasets:
         run = runs.get(spec.name)
@@ -101,16 +113,11 @@ def progress(
         tok_rate += rate
         sample_rate += row.samples_per_s
         remaining += row.remaining_tokens
-        cum[spec.name] = remaining
     mean = ran.per_s(now) if ran else None
     young = (first is None or now - first < RATE_WINDOW) and bool(mean)
     pace = max(tok_rate, mean) if young else tok_rate
-    for name, d in datasets.items():
-        if young:
-            d.tokens_per_s = 0.0
-        if d.state == DatasetState.COMPLETE:
-            d.eta_s = 0
-        elif pace > 0:
-            d.eta_s = int(cum[name] / pace)
+    for d in datasets.values() if young else ():
+        d.tokens_per_s = 0.0
+    set_etas(datasets, {n: d.remaining_tokens for n, d in datasets.items()}, pace)
     shown = 0.0 if young else round(tok_rate, 1)
     return Progress(datasets, shown, round(sample_rate, 3), remaining, pace)

@@ -56,7 +56,13 @@ def test_the_hidden_states_stage_is_shown_in_rows_without_a_finish_reason():
     from deploytool.views import progress, render
     from remote.common.status import DatasetStatus, DiskStatus, JobView
 
-    st = JobView(state="running", host="gpu1", stage="hidden-states", samples_per_s=12.5)
+    st = JobView(
+        state="running",
+        host="gpu1",
+        stage="hidden-states",
+        samples_per_s=11.5,
+        tokens_per_s=26_300.0,
+    )
     st.datasets = {
         "B1": DatasetStatus(
             state="running", done=3, target=4, records=3, completion_tokens=360, finish_length=3
@@ -65,7 +71,8 @@ def test_the_hidden_states_stage_is_shown_in_rows_without_a_finish_reason():
     st.completion_tokens = 360
     st.disk = DiskStatus(free_bytes=1 << 30, total_bytes=1 << 40, full=True)
     line = progress.plain_line("gpu1", st, 0)
-    assert "gpu1: hidden-states running | B1 3/4 rows | 360 tok in rows 12.5 rows/s" in line
+    # tail said 11.5 rows/s where status said 26.3k tok/s: one figure, in status's unit
+    assert "gpu1: hidden-states running | B1 3/4 rows | 360 tok in rows 26.3k tok/s" in line
     assert "finish=length" not in line
     assert "DISK FULL: no new rows until there is space (1.0 GiB free now)" in line
     assert "pull --hidden-states --free" in line
@@ -73,10 +80,11 @@ def test_the_hidden_states_stage_is_shown_in_rows_without_a_finish_reason():
     render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
     text = buf.getvalue()
     assert "tokens in rows" in text and "failed" in text and "length-cut" not in text
-    assert "total 360 tokens in rows" in text
+    assert "total 360 tokens in rows, 26.3k tok/s" in text
     buf = io.StringIO()
     Console(file=buf, width=200).print(progress.host_view("gpu1", st, 0))
-    assert "hidden states running" in buf.getvalue() and "12.5 rows/s" in buf.getvalue()
+    assert "hidden states running" in buf.getvalue() and "26.3k tok/s" in buf.getvalue()
+    assert "rows/s" not in buf.getvalue() + line
 
 
 def test_a_dataset_its_budget_ended_short_says_why_in_status_and_tail():

@@ -226,3 +226,19 @@ def test_a_finished_stage_leaves_no_file_of_a_request_cut_off(tmp_path, monkeypa
     assert runner.run() == 0 and runner.state == JobState.FINISHED
     assert runner.stage.stages["B1"].store.count == 3
     assert not list((paths.hidden_states / ".incoming").iterdir())  # the late file went too
+
+
+def test_each_datasets_eta_is_given_where_the_jobs_is_at_the_same_pace(tmp_path):
+    """status gave `?` for each dataset beside a total ETA of 0m09s: now each dataset's, in job
+    order, the last one's the job's; none of them while the job has none."""
+    root = answered_root(tmp_path, {"B1": 4, "B2": 6}, {"kind": "simulate", "tokens_per_s": 1e6})
+    runner = Runner(Paths(root), JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
+    runner.stage.prepare()
+    runner.started_at = 0.0
+    before = runner.stage.status(100.0)
+    assert before["eta_s"] is None and {d.eta_s for d in before["datasets"].values()} == {None}
+    for t in range(5):  # 5 rows made in the last minute: 1 row each 12 s
+        runner.stage.rows_made.add(50.0 + t, 1)
+    st = runner.stage.status(100.0)
+    assert st["eta_s"] == int(10 / (5 / 60))
+    assert [d.eta_s for d in st["datasets"].values()] == [int(4 / (5 / 60)), st["eta_s"]]
