@@ -1,9 +1,10 @@
 """The watcher: `python -m remote watch`, one per remote_dir, detached, needing no SSH session.
 
 Started by `ctl start/restart`, `server start` and a server swap's process (`ctl switch`) when
-something is wanted or a swap is under way, and `recover:` allows it; it exits by itself once nothing is wanted (after `stop` and `server.stop`, or a finished job).
-Found like the runner (run/watcher.pid: pid + start time + token), never by name. Killing it never
-touches the job: `ctl status` then says the job is unsupervised, and `restart` brings it back.
+something is wanted or a swap is under way, and `recover:` allows it; it exits by itself once
+nothing is wanted (after `stop` and `server.stop`, or a finished job). Found like the runner
+(run/watcher.pid: pid + start time + token), never by name. Killing it never touches the job:
+`ctl status` then says the job is unsupervised, and `restart` brings it back.
 """
 
 from __future__ import annotations
