@@ -91,7 +91,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="deploytool-hostcmds-"))
     gate = tmp / "servers-may-load"
     gate.touch()
-    cfg, root = drafted_job(tmp, draft_of(3), delay=0.5, server_args=["--fake-load-until", str(gate)])
+    cfg, root = drafted_job(
+        tmp, draft_of(3), delay=0.5, server_args=["--fake-load-until", str(gate)]
+    )
     data = yaml.safe_load(cfg.read_text())
     data["hosts"]["box"] = rig.host_entry(root)
     cfg.write_text(yaml.safe_dump(data, sort_keys=False))
