@@ -135,13 +135,14 @@ def test_a_keyed_server_refuses_requests_without_it_and_the_job_sending_it_finis
         shown.append(res.stdout + res.stderr)
     leaks = [i for i, text in enumerate(shown) if KEY in text]
     assert not leaks, [shown[i] for i in leaks]
-    # on the host: only the two files that must hold it, both the owner's only
+    # on the host: only the files that must hold it (the server swap's record, which starts the
+    # server with it, among them), each the owner's only
     holding = sorted(
         str(p.relative_to(host_dir))
         for p in Path(host_dir).rglob("*")
         if p.is_file() and KEY.encode() in p.read_bytes()
     )
-    assert holding == ["run/keys.json", "run/supervise.json"], holding
+    assert holding == ["run/keys.json", "run/supervise.json", "run/switch.json"], holding
     for name in holding:
         assert (host_dir / name).stat().st_mode & 0o077 == 0
     wait_for(lambda: listening_addresses(port) == set(), 10, what="the server gone")

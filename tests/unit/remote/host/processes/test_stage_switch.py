@@ -201,3 +201,54 @@ def test_a_death_during_start_up_is_said_by_this_starts_own_lines(tmp_path, monk
         "differs (logs/server.log)"
     )
     assert e.value.fault.log == log[-1:]
+
+
+def test_a_command_typed_while_a_swap_runs_is_refused_and_one_whose_process_is_gone_is_ended(
+    tmp_path,
+):
+    """One swap at a time: busy while its process runs or is starting; one whose process is gone
+    is ended by the command typed since (the watcher would otherwise take it up over it)."""
+    import os
+
+    from remote.common import procinfo
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    me = os.getpid()
+    sw = StageSwitch(stage="draft", token="t1", step=SwitchStep.LOADING, step_at=time.time())
+    sw.pid, sw.start_time = me, procinfo.start_time(me)  # this process stands in: alive
+    sw.write(paths.switch)
+    with pytest.raises(HostFault, match="being started again for the draft stage"):
+        stage_switch.refuse_during(paths, "restart")
+    sw.pid, sw.start_time = 0, None  # begun, its process not yet holding it
+    sw.write(paths.switch)
+    with pytest.raises(HostFault, match="pid starting"):
+        stage_switch.refuse_during(paths, "start")
+    sw.pid, sw.start_time = 2**22 + 12345, 1  # its process gone
+    sw.write(paths.switch)
+    stage_switch.refuse_during(paths, "server.start")
+    ended = StageSwitch.read(paths.switch)
+    assert ended.step == SwitchStep.FAILED and ended.code == "replaced"
+    assert "`server.start` typed since" in ended.error and stage_switch.current(paths) is None
+
+
+def test_a_swap_whose_process_never_starts_is_ended_not_left_to_be_taken_up(tmp_path, monkeypatch):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    killed = []
+
+    class Slow:  # a process that never records itself
+        pid = 4243
+
+        def poll(self):
+            return None
+
+        def kill(self):
+            killed.append(self.pid)
+
+    monkeypatch.setattr(stage_switch.procinfo, "start_detached", lambda argv, **kw: Slow())
+    monkeypatch.setattr(stage_switch, "TAKE_S", 0.05)
+    with pytest.raises(HostFault, match="did not start"):
+        stage_switch.begin(paths, StageSwitch(stage="draft"), by="user", rel=tmp_path)
+    assert killed == [4243] and stage_switch.current(paths) is None
+    assert StageSwitch.read(paths.switch).step == SwitchStep.FAILED

@@ -272,6 +272,35 @@ def test_the_stage_asked_to_follow_begins_the_hosts_swap_and_nothing_is_kept_whi
     assert w.server.seen.state != ProcessState.FATAL
 
 
+def test_once_a_swap_ends_its_server_is_watched_anew_and_a_failed_baseline_is_told(tmp_path):
+    """The swap's process waited for the server and smoke-tested it: the watcher does neither again
+    (no second smoke test while the stage measures, no load counted from the swap's begin); a
+    baseline the watcher began that failed is told as a failure, one a stop ended is not."""
+    import time
+
+    from remote.common.state import StageSwitch
+    from remote.common.status import ProcessState, SwitchStep
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    told = []
+    for code in ("start_failed", "cancelled"):
+        w = watch.Watcher(paths)
+        w.tell = lambda event, what: told.append((event, what))
+        w.server.seen.move(ProcessState.STARTING, why="started for the baseline stage")
+        w.server.swapping, w.server.started_at = True, time.time() - 10_000
+        sw = StageSwitch(stage="baseline", by="watcher", token=code, step=SwitchStep.FAILED)
+        sw.error, sw.code = "the server died during start-up after 3s", code
+        sw.write(paths.switch)
+        w.tick(time.time())
+        assert not w.server.swapping and w.server.started_at is None
+        assert w.server.seen.state == ProcessState.IDLE  # no server: nothing of its load kept
+        assert len(told) == 1  # the failure told; the stop's end not
+    assert told == [
+        ("failed", "the baseline stage was not started: the server died during start-up after 3s")
+    ]
+
+
 def test_a_runner_given_up_on_and_started_again_by_a_restart_is_watched_anew(tmp_path):
     """The watcher gave up on the runner but goes on watching the server; a restart typed after
     that wants the runner again: this watcher keeps it from then on, with a whole restart budget."""
