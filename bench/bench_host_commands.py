@@ -28,6 +28,7 @@ COUNTED = os.environ.get("BENCH_COUNT_TO")
 
 def _count_in_this_process(out: str) -> None:
     """Every host command of this laptop process, appended to `out` (one JSON line each)."""
+    from deploytool.connectors import local, ssh  # noqa: F401 (the connectors, to be counted)
     from deploytool.connectors.base import Connector
 
     def said(kind, argv, stdin=None):
