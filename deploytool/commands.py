@@ -6,7 +6,7 @@ should not pay for rich tables, tarfile or paramiko it never touches.
 
 from __future__ import annotations
 
-from remote.common.caps import DRAFT, MEASURES
+from remote.common.caps import DRAFT, GENERATE, MEASURES
 from remote.common.protocol import GRACE_S
 
 from .config import load_config
@@ -179,6 +179,8 @@ def restart(
         "with what it was asked (a restart begun ends on its own; `invoke status` shows where "
         "the job is)"
     )
+    if run_flags.stage not in (None, GENERATE):  # the way back, where a stage was asked for
+        doing += f"; `invoke restart --stage {GENERATE}` takes it back to the answers"
     act = partial(one, dry_run=dry_run, asked=asked)
     outcome = render_restart.restart_outcome
     return _run_to_end(config, host_spec, act, render_restart.restart_result, doing, outcome)

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 
+import pytest
 import yaml
 
 from remote.common.jobspec import Paths, flag_value
@@ -298,11 +299,15 @@ def test_a_stop_while_the_baseline_server_loads_ends_the_wait_and_says_why(tmp_p
         typed("invoke server.stop", config)
 
 
-def test_the_laptop_killed_while_the_drafts_server_loads_leaves_the_host_to_finish_it(tmp_path):
+@pytest.mark.parametrize("gone_by", [signal.SIGKILL, signal.SIGINT])
+def test_the_laptop_gone_while_the_drafts_server_loads_leaves_the_host_to_finish_it(
+    tmp_path, gone_by
+):
     """`restart --stage draft` asks once: the host stops the runner and the server, starts the
     server with the draft and starts the stage's runner once it has loaded, whoever waits. The
-    laptop's command (its whole process group) is killed -9 mid-load; the draft is measured all
-    the same, and the next look says how the swap ended."""
+    laptop's command (its whole process group) is killed -9 mid-load, or Ctrl-C'd (then it says
+    the host goes on, and the way back); the draft is measured all the same, and the next look
+    says how the swap ended."""
     gate = tmp_path / "servers-may-load"
     config, root = drafted_job(tmp_path, draft_of(3), server_args=["--fake-load-until", str(gate)])
     gate.touch()
@@ -315,7 +320,8 @@ def test_the_laptop_killed_while_the_drafts_server_loads_leaves_the_host_to_fini
             env=dict(piped_env(), DEPLOYTOOL_CONFIG=str(config)),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: all of it killed, as a lid closed
+            text=True,
+            start_new_session=True,  # its own process group: all of it gone, as a lid closed
         )
         switch = Paths(root).switch
         wait_for(
@@ -323,8 +329,12 @@ def test_the_laptop_killed_while_the_drafts_server_loads_leaves_the_host_to_fini
             timeout=60,
             what="the draft's server loading",
         )
-        os.killpg(laptop.pid, signal.SIGKILL)
-        laptop.wait()
+        os.killpg(laptop.pid, gone_by)
+        said, _ = laptop.communicate(timeout=120)
+        if gone_by == signal.SIGINT:
+            assert laptop.returncode == 1 and "Traceback" not in said, said
+            assert "detached: the host goes on with what it was asked" in said, said
+            assert "invoke restart --stage generate` takes it back to the answers" in said, said
         assert "loading" in ok("invoke status", config)  # the host waits for the model alone
         gate.touch()
         said = ok("invoke tail", config)
