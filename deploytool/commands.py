@@ -258,7 +258,11 @@ def _measure_possible(config, host_spec: str | None, flags) -> None:
         rec, spec = config.recover_for(h.name), config.server_for(h.name)
         why = None
         if config.job_for(h.name).engine.kind == "simulate":
-            why = "the built-in simulated engine has no draft: the stage needs vLLM"
+            what = "to measure" if flags.stage == DRAFT else "to measure a baseline against"
+            why = (
+                f"the built-in simulated engine has no draft {what}: the stage needs vLLM, the "
+                "job's own server (hosts.yaml job.engine.kind: openai and server:; docs/draft.md)"
+            )
         elif not manages_engine(config, h.name):
             why = (
                 "it measures the job's own vLLM server, started by deploytool: hosts.yaml "

@@ -231,9 +231,12 @@ def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_pat
         # the simulated engine has no draft to measure: one line, nothing touched
         sim = dict(data, job=dict(data["job"], engine={"kind": "simulate"}))
         config.write_text(yaml.safe_dump(sim, sort_keys=False))
-        res = typed("invoke restart --stage draft --dry-run", config)
-        assert res.returncode == 2 and "simulated engine has no draft" in res.stderr, res.stderr
-        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+        for stage, said in (("draft", "to measure"), ("baseline", "to measure a baseline against")):
+            res = typed(f"invoke restart --stage {stage} --dry-run", config)
+            assert res.returncode == 2, res.stderr
+            assert f"simulated engine has no draft {said}: the stage needs vLLM" in res.stderr
+            assert "job.engine.kind: openai and server:" in res.stderr  # what to do
+            assert len(res.stderr.strip().splitlines()) == 1, res.stderr
         config.write_text(yaml.safe_dump(data, sort_keys=False))
         assert status(root)["stage"] == "generate"  # each refused before anything was touched
         said = ok("invoke restart --stage draft --baseline --dry-run", config)
