@@ -103,12 +103,14 @@ def _contexts(collection) -> list:
             t.help = help_
 
 
-def _one_dash_flag(program: Program, binary: str) -> str | None:
-    """The line for a task's long flag typed with one dash (`-max-samples`), else None.
+def _misread_flag(program: Program, binary: str) -> str | None:
+    """The line for a flag invoke would misread, else None: a task's long flag typed with one dash
+    (`-max-samples`), or a flag given many times (`--cap`) with no value.
 
-    invoke reads such a word as a cluster of one-letter flags (`-m -a -x …`), so its failure names
+    invoke reads the first as a cluster of one-letter flags (`-m -a -x …`), so its failure names
     only a letter (`restart has no flag -m`), or `--`, or none at all: `-cap`'s `-c` is its own
-    --collection. The words are looked at before it parses them, with the task each belongs to.
+    --collection; the second it drops without a word. The words are looked at before it parses
+    them, with the task each belongs to.
     """
     if program.collection is None:
         return None
@@ -116,10 +118,15 @@ def _one_dash_flag(program: Program, binary: str) -> str | None:
     for context in _contexts(program.collection):
         for name in (context.name, *context.aliases):
             contexts[name] = context
-    context, a_value = None, False
+    context, a_value, listed = None, False, None
     for word in program.core.unparsed:
         if word == "--":
             return None
+        if listed and (word in contexts or word.partition("=")[0] in context.flags):
+            # a flag given many times (`--cap`) takes no next flag for its value, where invoke
+            # then drops it silently: the command would run as if it were not typed
+            return f"{context.name} {listed}: needs a value"
+        listed = None
         if a_value:  # `--grace -50`: the flag's value, whatever it begins with
             a_value = False
             continue
@@ -130,7 +137,9 @@ def _one_dash_flag(program: Program, binary: str) -> str | None:
             continue
         name = word.partition("=")[0]
         if name in context.flags:  # `in` and `[]`, not `.get`: they see `-H` for --host too
-            a_value = context.flags[name].takes_value and "=" not in word
+            flag = context.flags[name]
+            a_value = flag.takes_value and "=" not in word
+            listed = name if a_value and flag.kind is list else None
             continue
         short = word[:2]
         if word.startswith("--") or (short in context.flags and context.flags[short].takes_value):
@@ -140,15 +149,15 @@ def _one_dash_flag(program: Program, binary: str) -> str | None:
             f"{context.name} has no flag {name}{_suggest('-' + name, flags)}; "
             f"`{binary} {context.name} --help` lists them"
         )
-    return None
+    return f"{context.name} {listed}: needs a value" if listed else None
 
 
 def parse_tasks(program: Program, parse) -> None:
     """Run invoke's task parsing; a failure is an Exit with the one line and status 2."""
     binary = program.called_as or program.binary or "invoke"
-    one_dash = _one_dash_flag(program, binary)
-    if one_dash:
-        raise Exit(f"error: {one_dash}", ExitCode.BAD_INPUT)
+    misread = _misread_flag(program, binary)
+    if misread:
+        raise Exit(f"error: {misread}", ExitCode.BAD_INPUT)
     try:
         parse()
     except ParseError as e:

@@ -292,7 +292,8 @@ def test_a_stop_while_the_baseline_server_loads_ends_the_wait_and_says_why(tmp_p
         )
         shown = ok("invoke status", config)
         assert "the baseline stage next" in shown and "RECOVERING" not in shown, shown
-        ok("invoke stop", config)
+        stopped = ok("invoke stop", config)
+        assert "the server swap for the baseline stage ends (it was at: " in stopped, stopped
         said = ok("invoke tail", config)  # ends: nothing will follow any more
         assert "the baseline stage was not started: the job was stopped" in said, said
         assert status(root)["stage"] == "draft"  # the draft's verdict, kept

@@ -226,6 +226,20 @@ def test_a_long_flag_typed_with_one_dash_is_named_whole_with_its_two_dash_spelli
     assert said(typed(line, config), 2) == want
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "invoke restart --cap",
+        "invoke restart --cap --dry-run",
+        "invoke restart --dry-run --cap --max-samples 5",
+    ],
+)
+def test_a_flag_given_many_times_with_no_value_is_refused_not_dropped(config, line):
+    """invoke dropped a `--cap` with no value without a word: the restart then ran (a stopped job
+    started again) as if it were not typed."""
+    assert said(typed(line, config), 2) == "error: restart --cap: needs a value"
+
+
 def test_a_value_that_begins_with_a_dash_and_a_short_flag_with_its_value_are_read_as_before(config):
     assert said(typed("invoke stop --grace -50", config), 2) == (
         "error: --grace: must be >= 0, got -50.0"

@@ -151,7 +151,14 @@ def stop_command(paths: Paths, req: CtlStop) -> StopAnswer:
     # dropped SSH session must not leave the runner half stopped
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    return supervised.stop_wanted(paths, "runner", lambda: stop(paths, req))
+    out = supervised.stop_wanted(paths, "runner", lambda: stop(paths, req))
+    sw = stage_switch.current(paths)
+    if sw is not None and sw.runner:  # it sees the stop at its next look: no runner starts
+        ended = f"the server swap for the {sw.stage} stage ends (it was at: {sw.step})"
+        if sw.step == SwitchStep.LOADING:
+            ended += "; its server goes on loading: `invoke server.stop` stops it"
+        out.found = f"{out.found}; {ended}" if out.found else ended
+    return out
 
 
 def keys_command(paths: Paths, req: CtlKeys) -> KeysStored:
