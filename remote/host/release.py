@@ -335,7 +335,7 @@ def _named(rel_dir, to, cur):
     raise BadRelease("no release %r on the host; its releases: %s" % (to, listed))
 
 
-def _back_from(hist, rel_dir, cur):
+def _back_from(hist, rel_dir, cur, newer=()):
     """The release that ran before the one that runs. History entries are linked: each to the one
     that was current when it was switched to (`before`), a rollback to the entry it went back to
     (`at`), so a second rollback goes one further back instead of returning where the first came
@@ -352,7 +352,7 @@ def _back_from(hist, rel_dir, cur):
     while i is not None and i not in seen:
         seen.add(i)
         i = resolve(prev(i))
-        if i is not None and hist[i]["id"] != cur:
+        if i is not None and hist[i]["id"] not in (cur, *newer):
             if os.path.isdir(os.path.join(rel_dir, hist[i]["id"])):
                 return hist[i]
     return None
@@ -423,7 +423,10 @@ def rollback(root, args):
         where = [h.get("time") for h in hist if h.get("id") == target]
         why, how = "ran", {"ran_at": at, "ran_len": len(ran), "at": where[-1] if where else None}
         if target is None:
-            h = _back_from(hist, rel_dir, cur)
+            # never forth to a release a runner ran from after this one (ids recur: a release
+            # deployed again is the same one, its history entry newer than the one it replaced)
+            after = max((i for i, r in enumerate(ran) if r == cur), default=len(ran))
+            h = _back_from(hist, rel_dir, cur, newer=set(ran[after + 1 :]))
             if h is None:
                 raise ValueError("no earlier release on the host to roll back to")
             target, why, how = h["id"], "deployed", {"at": h.get("time")}

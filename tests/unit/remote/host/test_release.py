@@ -155,6 +155,21 @@ def test_rollback_goes_to_the_last_release_a_runner_ran_from_not_one_never_run(t
     assert release.rollback(root, {"to": "dd"})["why"] == "named"
 
 
+def test_a_second_rollback_never_goes_forth_to_a_release_that_ran_after(tmp_path):
+    """A release deployed again is the same id with a newer history entry: once what ran is walked
+    back to its start, the release deployed before that entry may be one that ran later."""
+    root = str(tmp_path)
+    deployed(root, "aa1")  # temperature 1.0
+    ran(root, "aa1")
+    deployed(root, "bb2")  # 0.7: refused at its restart
+    deployed(root, "aa1")  # 1.0 deployed back: the same release
+    deployed(root, "bb2")  # 0.7 again, restarted with --force
+    ran(root, "bb2")
+    assert release.rollback(root, {})["current"] == "aa1"  # what ran before
+    with pytest.raises(ValueError, match="no earlier release"):  # bb2 is later, not earlier
+        release.rollback(root, {})
+
+
 def test_rollback_says_what_the_two_jobs_differ_in_and_knows_a_runner_older_than_its_notes(
     tmp_path,
 ):
