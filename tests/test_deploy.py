@@ -97,6 +97,22 @@ def test_dry_run_changes_nothing(env):
     r = deploy(env, dry_run=True)
     assert r.dry_run and r.added and r.bytes_sent > 0
     assert not (env["host_dir"] / "current").exists()
+    # on a host that has the job: not a byte written, the prompts' hash cache included (a prompt
+    # file touched since is hashed again, and that hash is not kept)
+    deploy(env)
+    prompts = env["host_dir"] / "data" / "prompts" / "B1.jsonl"
+    os.utime(prompts, ns=(prompts.stat().st_atime_ns, prompts.stat().st_mtime_ns + 10**9))
+
+    def files():
+        return {
+            str(p): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in env["host_dir"].rglob("*")
+            if p.is_file() and not p.is_symlink()
+        }
+
+    before = files()
+    assert deploy(env, dry_run=True).dry_run
+    assert files() == before
 
 
 def test_rollback_and_redeploy(env):

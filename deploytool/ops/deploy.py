@@ -123,7 +123,7 @@ def deploy_host(
     t0 = time.monotonic()
     rel = release or build_release(config, host=conn.name)
     prompts = local_prompts(config)
-    proc, plan = _session(conn, config, prompts)
+    proc, plan = _session(conn, config, prompts, dry_run)
     remote_files = plan.manifest
     result = DeployResult(host=conn.name, release=rel.id, previous=plan.current, dry_run=dry_run)
     result.added = sorted(p for p in rel.manifest if p not in remote_files)
@@ -179,14 +179,14 @@ def _settings_differ(job, made_with: dict[str, dict]) -> dict[str, dict[str, tup
     return out
 
 
-def _session(conn: Connector, config: Config, local: dict[str, Path]):
+def _session(conn: Connector, config: Config, local: dict[str, Path], dry_run: bool = False):
     """The helper started, and what the host has (ReleasePlan). Every dataset's prompt file must be
     beside hosts.yaml or on the host: else the runner would refuse at its start, so it is said now,
     before anything is sent."""
     job = config.job_for(conn.name)
     proc = conn.start(_helper_argv(conn, "session"))
     asked = sorted({f for ds in job.datasets for f in ds.files()})  # which the host has
-    ask = {"prompts": asked, "datasets": job.dataset_names()}
+    ask = {"prompts": asked, "datasets": job.dataset_names(), "dry_run": dry_run}
     proc.write((json.dumps(ask) + "\n").encode())
     line = proc.readline()
     if not line.strip():

@@ -126,8 +126,9 @@ def _made_with(root, names):
     return out
 
 
-def _prompt_hash(root, rel):
-    """sha256 of a prompt file, cached by (size, mtime) so big files are not re-read on every deploy."""
+def _prompt_hash(root, rel, keep=True):
+    """sha256 of a prompt file, cached by (size, mtime) so big files are not re-read on every deploy
+    (`keep`: False for a dry run, which writes nothing on the host, its cache included)."""
     path = os.path.join(root, rel)
     try:
         st = os.stat(path)
@@ -142,7 +143,8 @@ def _prompt_hash(root, rel):
     digest = sha256_file(path)
     cache[rel] = {"key": key, "sha256": digest}
     try:
-        _write_json(cache_path, cache)
+        if keep:
+            _write_json(cache_path, cache)
     except OSError:
         pass
     return digest
@@ -155,7 +157,8 @@ def plan(root, args):
     manifest = _read_json(os.path.join(root, "releases", cur, MANIFEST), {}) if cur else {}
     rel_dir = os.path.join(root, "releases")
     releases = _releases(rel_dir) if os.path.isdir(rel_dir) else []
-    prompts = {p: _prompt_hash(root, p) for p in args.get("prompts", [])}
+    keep = not args.get("dry_run")
+    prompts = {p: _prompt_hash(root, p, keep) for p in args.get("prompts", [])}
     return {
         "root": os.path.abspath(root),
         "current": cur,
