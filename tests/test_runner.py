@@ -205,6 +205,9 @@ def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
     assert len(ids(root, "B1")) == 2 and status(root)["state"] == "failed"
     assert run(root, "--force").returncode == 0
     assert len(ids(root, "B1")) == 2  # by hand too, the job keeps its caps
+    # no record made with the new settings: the dataset is still what its records were made with
+    meta = json.loads((outputs(root) / "B1.meta.json").read_text())
+    assert meta["sampling"]["temperature"] == 1.0 and "previous" not in meta
     assert run(root, "--force", "--max-samples", "all").returncode == 0
     assert len(ids(root, "B1")) == 6
     meta = json.loads((outputs(root) / "B1.meta.json").read_text())

@@ -58,6 +58,15 @@ class DatasetRun:
     reindexed: dict[str, int] = field(default_factory=dict)
     prompts_changed: bool = False  # the file on disk is newer than the one in use
     partials: Partials | None = None  # turns: all — finished turns of unrecorded conversations
+    # --force over other settings: <DS>.meta.json as it becomes with the first record made with the
+    # new ones (a dataset that gets none stays as its records were made, never read as mixed)
+    meta_then: tuple[Path, dict] | None = None
+
+    def first_record(self) -> None:
+        """Before the run's first record is appended: the settings it is made with kept first."""
+        if self.meta_then is not None:
+            write_json(*self.meta_then)
+            self.meta_then = None
 
     @property
     def done(self):
@@ -199,6 +208,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
     fp = json.loads(json.dumps(dict(fp, turns=spec.turns)))  # as it reads back from JSON
     meta = read_json(meta_path)
     changed = settings_changed(meta, fp) if meta else None
+    forced = None
     if changed is None:
         write_json(meta_path, fp)
     elif changed:
@@ -212,7 +222,9 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
                 )
             log(f"{spec.name}: --force: resuming with changed {diff}")
             fp = dict(fp, previous=[settings_then(meta, fp)] + list(meta.get("previous", [])))
-        write_json(meta_path, fp)  # what the records from now on are made with
+            forced = (meta_path, fp)
+        else:
+            write_json(meta_path, fp)  # no records yet: what they will be made with
     prompts = PromptFile(path, spec.name, cache_dir=paths.prompt_index, turns=spec.turns)
     run = DatasetRun(
         spec,
@@ -227,6 +239,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
     )
     if spec.turns == "all":
         run.partials = Partials(paths.partial(spec.name), existing.ids)
+    run.meta_then = forced
     return run
 
 
