@@ -299,6 +299,9 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
         ) in said, said
         assert "deploy the old settings back" in said and "invoke rollback`" in said
         assert "invoke restart --force` to mix them" in said
+        shown = " ".join(ok("invoke status", config).split())  # the way status points works
+        assert "whose settings differ from those B1, B2, B3's records were made with" in shown
+        assert "`invoke restart` to run it" not in shown, shown
         run = root / "run"
         before = {
             f: (run / f).read_bytes() for f in ("caps.json", "control.json") if (run / f).exists()

@@ -288,7 +288,17 @@ def release_words(s: JobView) -> str:
     verb = "runs" if runs else "ran"
     if deployed is None:
         return f"{verb} release {ran}"
-    hint = escape(say(f"deployed {deployed}: `invoke restart` to run it", s.host))
+    if s.settings_differ:  # its restart would be refused: the ways that are not
+        names = ", ".join(s.settings_differ)
+        hint = escape(
+            say(
+                f"deployed {deployed}, whose settings differ from those {names}'s records were "
+                "made with: `invoke rollback`, or `invoke restart --force` to mix them",
+                s.host,
+            )
+        )
+    else:
+        hint = escape(say(f"deployed {deployed}: `invoke restart` to run it", s.host))
     return f"{verb} release {ran}; [yellow]{hint}[/]"
 
 

@@ -507,6 +507,9 @@ class JobView(JobStatus):
     deployed_job: str | None = None  # the sha256 of current/job.json
     job_differs: bool = False  # hosts.yaml's job is not the deployed one (deploytool)
     switch: SwitchView | None = None  # the last server swap for a stage, as the host carries it out
+    # datasets whose records were made with other settings than the deployed job's (a new runner
+    # of it is refused until they agree, or --force mixes them)
+    settings_differ: list[str] = field(default_factory=list)
 
     def write(self, path) -> None:
         raise TypeError("a JobView is made for each look, never written: status.json is JobStatus")
