@@ -105,12 +105,14 @@ def _contexts(collection) -> list:
 
 def _misread_flag(program: Program, binary: str) -> str | None:
     """The line for a flag invoke would misread, else None: a task's long flag typed with one dash
-    (`-max-samples`), or a flag given many times (`--cap`) with no value.
+    (`-max-samples`), a flag given many times (`--cap`) with no value, or a flag of one value given
+    twice.
 
     invoke reads the first as a cluster of one-letter flags (`-m -a -x …`), so its failure names
     only a letter (`restart has no flag -m`), or `--`, or none at all: `-cap`'s `-c` is its own
-    --collection; the second it drops without a word. The words are looked at before it parses
-    them, with the task each belongs to.
+    --collection; the second it drops without a word; the third's second value it calls an argument
+    the task does not take. The words are looked at before it parses them, with the task each
+    belongs to.
     """
     if program.collection is None:
         return None
@@ -118,7 +120,7 @@ def _misread_flag(program: Program, binary: str) -> str | None:
     for context in _contexts(program.collection):
         for name in (context.name, *context.aliases):
             contexts[name] = context
-    context, a_value, listed = None, False, None
+    context, a_value, listed, seen = None, False, None, []
     for word in program.core.unparsed:
         if word == "--":
             return None
@@ -131,18 +133,25 @@ def _misread_flag(program: Program, binary: str) -> str | None:
             a_value = False
             continue
         if word in contexts:
-            context = contexts[word]
+            context, seen = contexts[word], []
             continue
-        if context is None or not word.startswith("-") or len(word) <= 2:
+        if context is None or not word.startswith("-"):
             continue
         name = word.partition("=")[0]
         if name in context.flags:  # `in` and `[]`, not `.get`: they see `-H` for --host too
             flag = context.flags[name]
+            if flag.takes_value and flag.kind is not list and any(f is flag for f in seen):
+                return f"{context.name} {name}: given twice (it takes one value)"
+            seen.append(flag)
             a_value = flag.takes_value and "=" not in word
             listed = name if a_value and flag.kind is list else None
             continue
         short = word[:2]
-        if word.startswith("--") or (short in context.flags and context.flags[short].takes_value):
+        if (
+            len(word) <= 2
+            or word.startswith("--")
+            or (short in context.flags and context.flags[short].takes_value)
+        ):
             continue  # `-Hgpu1` is -H with its value, as invoke reads it
         flags = [f for f in context.flags if f.startswith("--")]
         return (

@@ -240,6 +240,20 @@ def test_a_flag_given_many_times_with_no_value_is_refused_not_dropped(config, li
     assert said(typed(line, config), 2) == "error: restart --cap: needs a value"
 
 
+@pytest.mark.parametrize(
+    "line, flag",
+    [
+        ("invoke restart --max-samples 20 --max-samples 30", "--max-samples"),
+        ("invoke restart -H box --host box", "--host"),
+    ],
+)
+def test_a_flag_of_one_value_given_twice_is_said_so(config, line, flag):
+    """It answered `restart takes no argument '30' (a value goes after its flag)`."""
+    assert (
+        said(typed(line, config), 2) == f"error: restart {flag}: given twice (it takes one value)"
+    )
+
+
 def test_a_value_that_begins_with_a_dash_and_a_short_flag_with_its_value_are_read_as_before(config):
     assert said(typed("invoke stop --grace -50", config), 2) == (
         "error: --grace: must be >= 0, got -50.0"
