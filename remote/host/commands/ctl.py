@@ -64,7 +64,7 @@ def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
     """A restart, answered at once where it needs the job's server started (again) for its stage:
     the host then carries the rest out alone (`switch_command`), and the laptop follows it."""
     preflight(paths)
-    stage_switch.refuse_during(paths, "restart")
+    stage_switch.refuse_during(paths, "restart", req.dry_run)
     sw = stage_switch.needed(paths, req)
     if sw is None:
         return _restart(paths, req)

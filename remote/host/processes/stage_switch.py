@@ -120,10 +120,11 @@ def current(paths: Paths) -> StageSwitch | None:
     return sw if sw is not None and not sw.ended else None
 
 
-def refuse_during(paths: Paths, typed: str) -> None:
+def refuse_during(paths: Paths, typed: str, dry_run: bool = False) -> None:
     """A start, restart or server.start (`typed`) while a swap is carried out would race it for the
     server and the runner: refused, with how to follow it or end it. A swap whose process is gone
-    is ended here, the command typed since wins (the watcher would take it up over it)."""
+    is ended here, the command typed since wins (the watcher would take it up over it); a dry run
+    leaves it as it is."""
     sw = current(paths)
     if sw is None:
         return
@@ -135,7 +136,8 @@ def refuse_during(paths: Paths, typed: str) -> None:
             f"{sw.pid or 'starting'}): its runner starts once the model has loaded",
             fix="`invoke tail` to follow it; `invoke stop` ends it",
         )
-    end(paths, sw, fault=Fault("replaced", f"its process was gone: `{typed}` typed since"))
+    if not dry_run:
+        end(paths, sw, fault=Fault("replaced", f"its process was gone: `{typed}` typed since"))
 
 
 def begin(paths: Paths, sw: StageSwitch, by: str, rel: Path | None = None) -> StageSwitch:

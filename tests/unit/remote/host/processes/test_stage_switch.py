@@ -226,6 +226,8 @@ def test_a_command_typed_while_a_swap_runs_is_refused_and_one_whose_process_is_g
         stage_switch.refuse_during(paths, "start")
     sw.pid, sw.start_time = 2**22 + 12345, 1  # its process gone
     sw.write(paths.switch)
+    stage_switch.refuse_during(paths, "restart", dry_run=True)  # a dry run changes nothing
+    assert stage_switch.current(paths) is not None
     stage_switch.refuse_during(paths, "server.start")
     ended = StageSwitch.read(paths.switch)
     assert ended.step == SwitchStep.FAILED and ended.code == "replaced"
