@@ -408,8 +408,8 @@ class DraftResult:
 
     answered: int = 0
     counts: DraftCounts = field(default_factory=DraftCounts)
-    tokens: int = 0  # output tokens of its answers
-    seconds: float = 0.0  # the time it ran
+    tokens: int = 0  # output tokens of the answers made in `seconds`
+    seconds: float = 0.0  # the time a request of it was in flight (status.DraftKept)
 
 
 @dataclass

@@ -144,7 +144,11 @@ class DraftKept(Record):
 
     held: str = ""  # a fingerprint of its held-out prompts' ids: the counts are of those
     counts: DraftCounts = field(default_factory=DraftCounts)
-    seconds: float = 0.0  # the time it ran, every runner's
+    # its speed, every runner's: the seconds a request of it was in flight and the output tokens of
+    # the answers made in them, in one write, so a kill loses of both together (None: a release
+    # before this one, whose seconds were its wall time, kept no tokens: its answers' are used)
+    seconds: float = 0.0
+    tokens: int | None = None
     # each server's counters at its last sample, which the counts reach: kept in the same write,
     # so a kill -9 between two writes can never count a sample's growth twice or lose it
     last: dict[str, DraftCounts] = field(default_factory=dict)

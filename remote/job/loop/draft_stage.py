@@ -4,11 +4,12 @@ answered by the job's server started with the draft (`server.draft`), one datase
 deltas of the server's speculative-decoding counters over a dataset are that dataset's.
 
 Resumable: an answer counts once it is in <tag>/<DS>.jsonl (a kill's cut-off requests are asked
-again); <tag>/<DS>.counts.json keeps the dataset's counts and each server's sample they reach, and
-<tag>/cursor.json names the dataset the servers count for now, so a new runner adds to that dataset
-what the servers counted meanwhile (even when its answers were all in), and one starting another
-dataset starts from a fresh sample. Counters start again from zero when a server does: a sample
-lower than the last is a new server life, whose counts are added whole."""
+again); <tag>/<DS>.counts.json keeps the dataset's counts and each server's sample they reach (and
+its speed: status.DraftKept), and <tag>/cursor.json names the dataset the servers count for now, so
+a new runner adds to that dataset what the servers counted meanwhile (even when its answers were
+all in), and one starting another dataset starts from a fresh sample. Counters start again from
+zero when a server does: a sample lower than the last is a new server life, whose counts are added
+whole."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from ...common.status import DatasetState, DatasetStatus, DraftKept
 from ..store.datasets import BadInput
 from ..store.outputs import AppendFile, DiskFull, encode_record, load_existing, repair_tail
 from ..store.prompts import Prompt, PromptFile
-from ..store.rates import RateWindow
+from ..store.rates import ActiveTime, RateWindow
 from . import stage
 from .asking import ask
 
@@ -66,19 +67,24 @@ class Measured:
     done: set[str]
     out: AppendFile | None
     counts_path: Path
-    kept: DraftKept = field(default_factory=DraftKept)  # what the servers counted, and its time
+    kept: DraftKept = field(default_factory=DraftKept)  # what the servers counted, and its speed
     tokens: int = 0  # output tokens of its answers
     counted: bool = True  # False: the baseline's (no draft, no counters)
     in_flight: int = 0
     failed: int = 0
     new: int = 0
     made: RateWindow = field(default_factory=RateWindow)
-    since: float | None = None  # the last time its running time was added up
+    active: ActiveTime = field(init=False)  # its speed: what was kept, and this runner's since
+
+    def __post_init__(self) -> None:
+        if self.kept.tokens is None:  # kept by a release before this one: go on from its answers'
+            self.kept.tokens = self.tokens
+        self.active = ActiveTime(self.kept.seconds, self.kept.tokens)
 
     def keep(self, now: float) -> None:
-        """Its counts and the time it ran (up to now), read back by a new runner."""
-        if self.since is not None:
-            self.kept.seconds, self.since = self.kept.seconds + now - self.since, now
+        """Its counts and its speed (up to now), read back by a new runner."""
+        self.kept.seconds = round(self.active.seconds_at(now), 3)
+        self.kept.tokens = self.active.tokens
         self.kept.write(self.counts_path)
 
     def state(self) -> str:
@@ -108,9 +114,7 @@ class Measured:
             in_flight=self.in_flight,
             new_records=self.new,
             tokens_per_s=self.made.per_s(now, started),
-            mean_tokens_per_s=(
-                round(self.tokens / self.kept.seconds, 1) if self.kept.seconds >= 1 else None
-            ),
+            mean_tokens_per_s=self.active.per_s(now),
             draft=self.kept.counts if self.counted else None,
         )
 
@@ -127,6 +131,7 @@ class DraftStage(stage.Stage):
         self.none_left: list[str] = []  # datasets whose cap takes every prompt
         # the baseline: the same prompts, the server without the draft (its speed, no counters)
         self.baseline = caps.stage == BASELINE
+        self.clock = time.time  # a test's own clock times its requests
 
     # ------------------------------------------------------------------ before it runs
 
@@ -234,8 +239,8 @@ class DraftStage(stage.Stage):
     async def _sample(self, engine, m: Measured) -> None:
         """Each server's counters: what they counted since `m`'s last sample is `m`'s, when the
         cursor names `m` (else this sample is where `m` starts from, and the cursor names it)."""
-        if self.baseline:  # no draft, nothing counted: its time alone
-            m.keep(time.time())
+        if self.baseline:  # no draft, nothing counted: its speed alone
+            m.keep(self.clock())
             return
         mine = self.cursor.get("dataset") == m.name
         kept = m.kept
@@ -256,7 +261,7 @@ class DraftStage(stage.Stage):
             if url in kept.last:
                 kept.counts = kept.counts.plus(counts.since(kept.last[url]))
             kept.last[url] = counts
-        m.keep(time.time())  # its counts and the samples they reach, in one write
+        m.keep(self.clock())  # its counts and the samples they reach, in one write
         # the cursor names m only once m's first sample is kept: a kill between counts from there
         if not mine:
             self.cursor = {"dataset": m.name}
@@ -278,7 +283,12 @@ class DraftStage(stage.Stage):
 
     async def _one(self, engine, url: str, m: Measured, p: Prompt) -> None:
         async def once(tries: int) -> None:
-            reply = await engine.complete(url, p.messages, 0, f"{p.id}-{os.getpid()}-{tries}")
+            # a try's time is the speed's (DraftKept.seconds); a backoff between tries is not
+            m.active.sent(self.clock())
+            try:
+                reply = await engine.complete(url, p.messages, 0, f"{p.id}-{os.getpid()}-{tries}")
+            finally:
+                m.active.ended(self.clock())
             rec = Record.one(m.name, p.id, p.index, p.messages, reply)
             try:
                 m.out.append(encode_record(rec.to_json()))
@@ -288,7 +298,8 @@ class DraftStage(stage.Stage):
             m.done.add(p.id)
             m.new += 1
             m.tokens += reply.completion_tokens
-            m.made.add(time.time(), reply.completion_tokens)
+            m.active.add(reply.completion_tokens)
+            m.made.add(self.clock(), reply.completion_tokens)
 
         await ask(self, f"{m.name}: {p.id}", once, m)
 
@@ -300,7 +311,7 @@ class DraftStage(stage.Stage):
         for m in self.sets.values():
             if not m.todo or self.stop.asked or self.fatal:
                 continue
-            self.current, m.since = m, time.time()
+            self.current = m
             await self._sample(engine, m)  # what a runner before this one left uncounted
             sampler = asyncio.ensure_future(self._sampler(engine, m))
             try:
@@ -313,7 +324,6 @@ class DraftStage(stage.Stage):
                 with contextlib.suppress(asyncio.CancelledError):
                     await sampler
                 await self._sample(engine, m)
-                m.since = None
                 m.out.sync()
             self.log(f"{m.name}: {self.said(m)}")
         self.current = None
@@ -342,7 +352,7 @@ class DraftStage(stage.Stage):
 
     def stopping(self) -> None:
         if self.current is not None:
-            self.current.keep(time.time())
+            self.current.keep(self.clock())
 
     @contextlib.asynccontextmanager
     async def session(self):

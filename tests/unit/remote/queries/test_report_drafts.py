@@ -44,3 +44,15 @@ def test_each_draft_folder_is_read_oldest_first_with_its_measure_per_dataset(tmp
         and got[0].datasets["B1"].counts.mean_acceptance_length == 2.0
     )
     assert list(got[0].datasets) == ["B1"]
+
+
+def test_a_drafts_speed_is_the_tokens_kept_with_its_seconds(tmp_path):
+    """Kept in one write with the seconds they were made in (an answer written after them, before a
+    kill, is in neither); a release before kept none: its answers' tokens, as it read them."""
+    paths = Paths(tmp_path)
+    folder(paths, "ours-2", "ours", 2_000, {"B1": DraftCounts(10, 30, 30, [10, 10, 10])})
+    counts = paths.drafts / "ours-2" / "B1.counts.json"
+    assert drafts_measured(paths)[0].datasets["B1"].tokens == 30  # the older release's file
+    counts.write_text(json.dumps(dict(json.loads(counts.read_text()), tokens=20)))
+    b1 = drafts_measured(paths)[0].datasets["B1"]
+    assert (b1.answered, b1.tokens, b1.seconds) == (3, 20, 2.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 from remote.common.caps import Caps
@@ -172,3 +173,110 @@ def test_a_sample_cut_off_between_two_servers_counts_neither_twice(tmp_path):
         20,
         60,
     )  # 10 and 30 on each server, once
+
+
+class Clock:
+    """The stage's clock, moved by the test alone."""
+
+    def __init__(self, t: float):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Answers(Metrics):
+    """A server whose every try the test answers (or refuses) when it chooses."""
+
+    def __init__(self):
+        super().__init__()
+        self.tries: asyncio.Queue = asyncio.Queue()
+
+    async def complete(self, url, messages, est_tokens, key):
+        answer = asyncio.get_running_loop().create_future()
+        self.tries.put_nowait(answer)
+        return await answer
+
+
+def test_a_drafts_speed_through_a_kill_counts_only_the_time_its_requests_were_in_flight(
+    tmp_path, monkeypatch
+):
+    """Issue #66: through a server down and a runner's kill -9 the speed read ×0.02 and ×2.20 of an
+    unbroken one. Every answer here is made at 10 tok/s: so must the dataset's speed read."""
+    from remote.common.records import Reply
+    from remote.job.engine.client import EngineDown
+    from remote.job.loop import asking, draft_stage
+    from remote.job.store.outputs import AppendFile, load_existing
+    from remote.job.store.prompts import Prompt
+
+    clock = Clock(100.0)
+    # the server down for a minute: the backoff before the try after the refusal (nothing in flight)
+    monkeypatch.setattr(asking, "backoff", lambda attempt, base: setattr(clock, "t", 160.0) or 0)
+    monkeypatch.setattr(draft_stage, "SAMPLE_S", 1e9)  # the test samples when it chooses
+    prompts = [Prompt(f"p{i}", i, [{"role": "user", "content": "q"}]) for i in range(3)]
+    answers = tmp_path / "A.jsonl"
+
+    def runner(todo: list) -> tuple[DraftStage, Measured]:
+        st = stage(tmp_path)
+        st.job = JobSpec(
+            (DatasetSpec("A", "a.jsonl"),), engine=replace(st.job.engine, concurrency=1)
+        )
+        st.stop, st.clock = SimpleNamespace(asked=False), clock
+        got = load_existing(answers, update_index=False)  # as a runner opens a dataset
+        path = tmp_path / "A.counts.json"
+        m = Measured(
+            "A",
+            todo,
+            3,
+            set(got.ids),
+            AppendFile(answers),
+            path,
+            DraftKept.read(path) or DraftKept(),
+            sum(got.tokens.values()),
+        )
+        st.sets = {"A": m}
+        return st, m
+
+    def answer(tokens: int) -> Reply:
+        return Reply("a", None, "stop", 5, tokens, "m")
+
+    async def first_runner(eng: Answers) -> None:
+        st, a = runner(list(prompts))
+        measuring = asyncio.ensure_future(st._measure(eng))
+        (await eng.tries.get()).set_exception(EngineDown("refused"))  # p0 at 100: server down
+        try_again = await eng.tries.get()  # p0 again at 160, after the backoff
+        clock.t = 163.0
+        try_again.set_result(answer(30))
+        p1 = await eng.tries.get()  # sent at 163, as p0 ended
+        await st._sample(eng, a)  # the sampler's keep at 163: 3 s, 30 tokens
+        clock.t = 165.0
+        p1.set_result(answer(20))
+        await eng.tries.get()  # p2 in flight, then kill -9: nothing more of this runner is kept
+        kept = {p: p.read_bytes() for p in tmp_path.glob("*.json")}
+        measuring.cancel()
+        await asyncio.gather(measuring, return_exceptions=True)
+        for p, data in kept.items():
+            p.write_bytes(data)
+        a.out.close()
+
+    async def second_runner(eng: Answers) -> Measured:
+        clock.t = 300.0  # the runner dead meanwhile: nothing in flight
+        st, a = runner([prompts[2]])
+        measuring = asyncio.ensure_future(st._measure(eng))
+        p2 = await eng.tries.get()  # asked again, at 300
+        clock.t = 302.0
+        p2.set_result(answer(20))
+        await measuring
+        a.out.close()
+        return a
+
+    eng = Answers()
+    asyncio.run(first_runner(eng))
+    eng.tries = asyncio.Queue()
+    a = asyncio.run(second_runner(eng))
+    assert a.status(302.0, 300.0).mean_tokens_per_s == 10.0  # the old count read 1.1
+    assert len(a.done) == 3 and a.tokens == 70  # every answer counts, once
+    # p1's answer, after the last keep before the kill, is lost to the speed with its 2 s
+    assert (a.kept.seconds, a.kept.tokens) == (5.0, 50)
+    back = DraftKept.read(tmp_path / "A.counts.json")
+    assert (back.seconds, back.tokens) == (5.0, 50)
