@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -328,3 +329,31 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
         assert status(root)["pid"] != pid and status(root)["state"] == "running"
     finally:
         typed("invoke stop --grace 0", config)
+
+
+@pytest.mark.slow
+def test_a_cap_lowered_live_says_the_answers_in_flight_beyond_it_and_sends_none_past_it(tmp_path):
+    """`restart --cap B1=1` on a running job: the answers already in flight past the new cap are
+    not cancelled; the answer says how many per dataset, they alone are kept beyond it (with the
+    records there before), and nothing new is sent past it."""
+    config, root = _config(tmp_path, 400, 40, recover=False)  # 4 in flight, seconds each
+    ok("invoke deploy", config)
+    try:
+        ok("invoke restart --datasets B1 --max-samples 300", config)
+        # the window is full: at most one of the 4 in flight is prompt 0, the rest lie past cap 1
+        wait_for(lambda: status(root)["datasets"]["B1"]["in_flight"] == 4, what="B1's window")
+        out = ok("invoke restart --cap B1=1", config)
+        assert "re-capped live" in out, out
+        said = re.search(
+            r"B1: (\d+) answers? in flight beyond the new cap finish and (?:are|is) kept beyond "
+            r"it \(nothing new is sent past it(?:; (\d+) records there already)?",
+            out,
+        )
+        assert said, out
+        flying, there = int(said[1]), int(said[2] or 0)
+        assert flying >= 3, out
+        finish(config)
+    finally:
+        typed("invoke stop --grace 0", config)
+    past = [r for r in records(root, "B1") if r["index"] >= 1]
+    assert len(past) == there + flying  # those in flight at the re-cap, and none sent after it

@@ -197,6 +197,24 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         if r.gpu and r.gpu.note:
             out.print(f"  {r.gpu.note}")
     caps_table(r.caps, out, r.kept, r.was)
+    if r.mode == "live":
+        beyond_lowered_caps(r.caps, out)
+
+
+def beyond_lowered_caps(caps: dict[str, CapRow], out: Console = console) -> None:
+    """A cap lowered live: the answers already in flight past it are not cancelled (their tokens
+    are being made): said per dataset, or they would grow its records beyond the cap unsaid."""
+    for name, d in caps.items():
+        n = d.in_flight_beyond
+        if not n:
+            continue
+        there = f"; {d.beyond:,} records there already" if d.beyond else ""
+        out.print(
+            f"  {name}: {n:,} answer{'s' if n != 1 else ''} in flight beyond the new cap finish "
+            f"and {'are' if n != 1 else 'is'} kept beyond it (nothing new is sent past it{there}; "
+            "export leaves them out: --keep beyond_cap)",
+            markup=False,
+        )
 
 
 def restart_outcome(results: dict, failures: dict, out: Console = console) -> None:

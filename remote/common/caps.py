@@ -208,6 +208,10 @@ class CapRow:
     was: int | None = None  # the cap before this command
     selected: bool = True
     was_selected: bool = True
+    # a live re-cap's: records beyond the target, and answers in flight beyond it (sent before it
+    # was lowered), which finish and are kept beyond it too
+    beyond: int = 0
+    in_flight_beyond: int = 0
 
     @property
     def changed(self) -> bool:

@@ -166,6 +166,8 @@ class DatasetStatus(Codec):
     errors: int = 0  # lines in <DS>.errors.jsonl
     failed_this_run: int = 0
     in_flight: int = 0
+    # of those, sent before a re-cap lowered the target below them: they finish, kept beyond it
+    in_flight_beyond: int = 0
     new_records: int = 0  # written by this runner
     finish_length: int = 0  # of the records in the target: cut at max_tokens
     empty: int = 0  # of this runner's records: no answer text

@@ -69,6 +69,8 @@ def caps_summary(
         row = CapRow(cap=cap, was=was.target(n), selected=selected, was_selected=was.selected(n))
         if d is not None:
             row.done, row.target, row.state, row.prompts = d.done, d.target, d.state, d.prompts
+            if replaced is None:  # the runner's own counts, under these caps (no dry run's)
+                row.beyond, row.in_flight_beyond = d.beyond, d.in_flight_beyond
         if replaced and n in replaced:
             row.prompts = replaced[n]
         target = row.prompts if cap is None else min(cap, row.prompts)

@@ -73,6 +73,7 @@ def _row(run: DatasetRun, now: float, started: float) -> tuple[DatasetStatus, fl
         errors=run.errors,
         failed_this_run=len(run.failed),
         in_flight=len(run.in_flight),
+        in_flight_beyond=run.in_flight_beyond,
         new_records=run.new_records,
         finish_length=run.finish_length,
         empty=run.empty,

@@ -61,6 +61,9 @@ class DatasetRun:
     # --force over other settings: <DS>.meta.json as it becomes with the first record made with the
     # new ones (a dataset that gets none stays as its records were made, never read as mixed)
     meta_then: tuple[Path, dict] | None = None
+    # sent (or answered, waiting for the disk) before a re-cap moved the target below them: they
+    # finish and are kept beyond it, said by the re-cap (nothing new is sent beyond the target)
+    beyond_in_flight: set[str] = field(default_factory=set)
 
     def first_record(self) -> None:
         """Before the run's first record is appended: the settings it is made with kept first."""
@@ -98,6 +101,18 @@ class DatasetRun:
         self.finish_length = sum(1 for i in ids if i in self.cut)
         self.next_pos = min(self.next_pos, self.target_n)
         self.budget = budget
+        unrecorded = set(self.ledger.sent) | set(self.ledger.ids(PromptState.HELD))
+        # the current file's order is the one record_done counts by (a reload reindexes to it)
+        inside = set()
+        if unrecorded:
+            inside = {pid for pid in self.prompts.ids[: self.target_n] if pid in unrecorded}
+        self.beyond_in_flight = unrecorded - inside
+
+    @property
+    def in_flight_beyond(self) -> int:
+        """Of the answers in flight, those beyond the target (sent before a re-cap lowered it)."""
+        held = self.ledger.ids(PromptState.HELD)
+        return sum(1 for pid in self.beyond_in_flight if pid in self.ledger.sent or pid in held)
 
     def budget_reached(self) -> bool:
         return self.budget is not None and self.tokens_in_target >= self.budget
@@ -147,6 +162,7 @@ class DatasetRun:
     def record_done(self, p: Prompt, tokens: int, cut: bool = False) -> bool:
         """Whether the record is in the target (counted in done, tokens and the budget)."""
         self.ledger.recorded(p.id)
+        self.beyond_in_flight.discard(p.id)
         self.tokens_of[p.id] = tokens
         self.tokens_every += tokens
         if cut:

@@ -56,6 +56,19 @@ def test_a_lowered_cap_drops_queued_prompts_past_it_and_a_raised_one_brings_them
     assert take(s, 5) == ["B1-4", "B1-5"]  # the scan passes over it again: not lost
 
 
+def test_a_cap_lowered_under_answers_in_flight_counts_them_and_sends_nothing_past_it():
+    b1 = dataset("B1", 8)
+    s = scheduler(b1)
+    take(s, 6)  # B1-0 .. B1-5 in flight
+    b1.ledger.answered("B1-5")  # answered, its line waiting for the disk: in flight still
+    s.apply_caps(Caps(caps={"B1": 2}))
+    assert b1.in_flight_beyond == 4 and take(s, 5) == []  # they finish; nothing new past the cap
+    assert b1.record_done(b1.prompts[5], 10) is False  # written: kept beyond the cap
+    assert b1.in_flight_beyond == 3
+    s.apply_caps(Caps(caps={"B1": 4}))  # raised over some of them: the target's again
+    assert b1.in_flight_beyond == 1  # B1-4 alone
+
+
 def test_a_token_budget_stops_dispatch_but_not_what_is_in_flight():
     b1 = dataset("B1", 10)
     s = scheduler(b1)
