@@ -7,9 +7,11 @@ import json
 from collections import Counter
 
 import pytest
+import yaml
 
 from deploytool.errors import DeployToolError
 from deploytool.ops.export import Source, export
+from deploytool.views.progress import fmt_tokens
 from tests.conftest import (
     base_job,
     cli,
@@ -20,6 +22,7 @@ from tests.conftest import (
     write_config,
     write_prompts,
 )
+from tests.helpers.as_typed import ok, typed
 from tests.helpers.conversations import ORIGINAL, write_conversations
 from tests.helpers.training_rows import assistant_turns, generated
 
@@ -240,3 +243,50 @@ def test_what_is_left_out_is_counted_in_rows_whether_a_reply_or_a_whole_record_g
     b = write_pulled(tmp_path / "h2", "C", [convo(0)], meta)  # c0 again, from another host
     r = export([a, b], tmp_path / "x.jsonl", fmt="specforge", per_turn=True)
     assert r.rows == 4 and r.datasets["C"]["dropped"] == {"beyond_cap": 2, "duplicate": 2}
+
+
+@pytest.mark.slow
+def test_export_says_per_dataset_the_rows_and_tokens_it_keeps_and_what_each_filter_dropped(
+    tmp_path,
+):
+    """Typed on a `local` host (the stand-in engine): `invoke export` says per dataset the rows kept
+    of those made, what each filter dropped and the reply tokens the kept rows train; the manifest
+    holds the same."""
+    root = tmp_path / "host"
+    for ds in ("B1", "B8"):
+        write_prompts(tmp_path / "data" / "prompts" / f"{ds}.jsonl", 12, ds)
+    config = tmp_path / "hosts.yaml"
+    job = {
+        "datasets": {
+            ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 100} for ds in ("B1", "B8")
+        },
+        "engine": {"kind": "simulate", "concurrency": 4, "tokens_per_s": 200_000},
+        "sampling": {"max_tokens": 110},  # a share of the replies is cut: `length`, left out
+    }
+    hosts = {"box": {"connect": "local", "remote_dir": str(root)}}
+    config.write_text(yaml.safe_dump({"default_host": "box", "hosts": hosts, "job": job}))
+    ok("invoke deploy", config)
+    try:
+        ok("invoke restart", config)
+        assert "finished" in ok("invoke tail", config).splitlines()[-1]
+        out = tmp_path / "train.jsonl"
+        said = ok(f"invoke export --out {out} --pulled {tmp_path / 'pulled'}", config)
+    finally:
+        typed("invoke stop --grace 0", config)
+    manifest = json.loads((tmp_path / "train.jsonl.manifest.json").read_text())
+    for ds in ("B1", "B8"):
+        recs = records(root, ds)
+        cut = [r for r in recs if r["finish_reason"] == "length"]
+        kept = [r for r in recs if r["finish_reason"] != "length"]
+        assert cut and kept, ds  # something to drop, something kept
+        tokens = sum(r["usage"]["completion_tokens"] for r in kept)
+        line = (
+            f"  {ds}: {len(kept)} of 12 rows kept ({len(cut)} dropped: finish_reason length), "
+            f"{fmt_tokens(tokens)} tokens"
+        )
+        assert line in said.splitlines(), said
+        m = manifest["datasets"][ds]
+        assert (m["rows"], m["tokens"], m["dropped"]) == (len(kept), tokens, {"length": len(cut)})
+        assert m["dropped_tokens"] == {"length": sum(r["usage"]["completion_tokens"] for r in cut)}
+    assert manifest["totals"]["tokens"] == sum(m["tokens"] for m in manifest["datasets"].values())
+    assert "to keep what was left out: finish_reason length (--keep length)" in said, said

@@ -55,13 +55,17 @@ class DatasetTally:
     records: int = 0
     kept: int = 0
     rows: int = 0
+    tokens: int = 0  # the target's tokens the rows written train (their trained replies')
     dropped: dict = field(default_factory=dict)  # reason -> rows left out (a record's, all of them)
+    dropped_tokens: dict = field(default_factory=dict)  # reason -> the tokens those rows held
     releases: set = field(default_factory=set)
     first: int | None = None
     last: int | None = None
 
-    def left_out(self, why: str, rows: int = 1) -> None:
-        self.dropped[why] = self.dropped.get(why, 0) + rows
+    def left_out(self, why: str, made: list) -> None:
+        """`made`: the rows' pieces left out (a record's, all of them)."""
+        self.dropped[why] = self.dropped.get(why, 0) + len(made)
+        self.dropped_tokens[why] = self.dropped_tokens.get(why, 0) + sum(map(trained_tokens, made))
 
     def saw(self, rec: Record) -> None:
         self.records += 1
@@ -81,6 +85,7 @@ class ExportResult:
     datasets: dict
     reads_as: str = ""
     records: int = 0  # every record read
+    tokens: int = 0  # the reply tokens the rows written train
     per_turn: bool = False
     per_turn_why: str | None = None  # why the export chose per-turn rows itself
     keeps: dict = field(default_factory=dict)  # reason -> the flag that keeps what it left out
@@ -227,6 +232,11 @@ def effective_drop(fmt: str, per_turn: bool, drop: str = "", keep: str = "") -> 
     return tuple(r for r in DROP_REASONS if r in (base | more) - less)
 
 
+def trained_tokens(piece: Piece) -> int:
+    """The reply tokens a row puts loss on: what it teaches the draft, as vLLM counted them."""
+    return sum(int(g.usage.get("completion_tokens") or 0) for _, g in piece.trained())
+
+
 def drop_reason(piece: Piece, drop: tuple[str, ...]) -> str | None:
     trained = piece.trained()
     if "empty" in drop and any(
@@ -295,9 +305,10 @@ def _rows(rec: Record, made: list, fmt: str, drop, per_reply: bool, tally) -> li
     for k, piece in enumerate(made):
         why = drop_reason(piece, drop)
         if why:
-            tally.left_out(why)
+            tally.left_out(why, [piece])
         else:
             rows.append(ROWS[fmt](rec, piece, k if per_reply else None))
+            tally.tokens += trained_tokens(piece)
     return rows
 
 
@@ -313,10 +324,10 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
             # a record left out whole counts the rows it would have made, as the other reasons do
             made = pieces(rec, per_reply)
             if "beyond_cap" in drop and not within(rec.index, s.cap):
-                tally.left_out("beyond_cap", len(made))
+                tally.left_out("beyond_cap", made)
                 continue
             if (s.dataset, rec.id) in seen:  # the same prompt recorded on two hosts: the first kept
-                tally.left_out("duplicate", len(made))
+                tally.left_out("duplicate", made)
                 continue
             seen.add((s.dataset, rec.id))
             try:
@@ -351,6 +362,8 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
                 "kept": t.kept,
                 "dropped": dict(sorted(t.dropped.items())),
                 "rows": t.rows,
+                "tokens": t.tokens,  # the reply tokens the rows written train
+                "dropped_tokens": dict(sorted(t.dropped_tokens.items())),  # those left out held
                 **_settings(s.meta),
                 "turns": s.meta.get("turns", "last"),
                 "previous_settings": s.meta.get("previous") or [],
@@ -374,6 +387,7 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
             "kept": sum(d["kept"] for d in datasets.values()),
             "dropped": sum(sum(d["dropped"].values()) for d in datasets.values()),
             "rows": sum(d["rows"] for d in datasets.values()),
+            "tokens": sum(d["tokens"] for d in datasets.values()),
         },
         "datasets": datasets,
     }

@@ -433,17 +433,37 @@ def export_result(r: ExportResult, out: Console = console) -> None:
     out.print(f"  manifest: {r.manifest}", markup=False)
     out.print(f"  read it with: {r.reads_as}", markup=False)
     for name, d in r.datasets.items():
-        dropped = (
-            "; ".join(
-                f"{n:,} {why}" + (f" ({r.keeps[why]})" if why in r.keeps else "")
-                for why, n in d["dropped"].items()
-            )
-            or "none"
-        )
-        out.print(
-            f"  {name}: {d['records']:,} records, {d['rows']:,} rows; left out: {dropped}",
-            markup=False,
-        )
+        out.print(f"  {export_dataset(name, d)}", markup=False)
+    # how to keep what was left out, once for every dataset (each line says what went)
+    keeps = [f"{_REASON.get(w, w)} ({r.keeps[w]})" for w in _left_out(r.datasets) if w in r.keeps]
+    if keeps:
+        out.print(f"  to keep what was left out: {', '.join(keeps)}", markup=False)
+
+
+# a reason as the screen says it: `length` is the reply's finish_reason
+_REASON = {"length": "finish_reason length"}
+
+
+def _left_out(datasets: dict) -> list[str]:
+    return list(dict.fromkeys(w for d in datasets.values() for w, n in d["dropped"].items() if n))
+
+
+def export_dataset(name: str, d: dict) -> str:
+    """What a dataset keeps for training, as its manifest entry says: rows kept of those made,
+    what each filter dropped, and the reply tokens the kept rows train."""
+    reasons = {w: n for w, n in d["dropped"].items() if n}
+    dropped = sum(reasons.values())
+    made = d["rows"] + dropped
+    why = ", ".join(
+        (f"{n:,} " if len(reasons) > 1 else "") + _REASON.get(w, w) for w, n in reasons.items()
+    )
+    said = f"{name}: {d['rows']:,} of {made:,} rows kept"
+    if dropped:
+        said += f" ({dropped:,} dropped: {why})"
+    said += f", {_tok(d['tokens'])} tokens"
+    if d["records"] != made:  # per-turn rows, or a record that made none
+        said += f"; from {d['records']:,} records"
+    return said
 
 
 def report_written(r: tuple[str, Path], out: Console = console) -> None:
