@@ -16,7 +16,6 @@ from remote.common.status import (
     BUDGET_REACHED,
     NOT_RUN,
     RECOVERING,
-    STALE_AFTER,
     STOPPING,
     SWITCHING,
     DatasetStatus,
@@ -95,10 +94,17 @@ def health(st: JobView, now: float) -> tuple[str, bool]:
     if st.stalled:
         parts.append("STALLED: nothing finished for a while")
         bad = True
-    if st.updated_at and not st.terminal and now - st.updated_at > STALE_AFTER:
-        parts.append(f"status not updated for {fmt_duration(now - st.updated_at)}")
+    if stale := stale_said(st, now):
+        parts.append(stale)
         bad = True
     return " · ".join(parts), bad
+
+
+def stale_said(st: JobView, now: float) -> str | None:
+    """A live runner's status.json gone stale, by the one rule (JobStatus.stale_for): status and
+    tail both say it, in these words."""
+    age = st.stale_for(now)
+    return None if age is None else f"status not updated for {fmt_duration(age)}"
 
 
 def count(v: float | None) -> str:

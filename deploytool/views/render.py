@@ -24,6 +24,7 @@ from .progress import (
     engine_said,
     extra_lines,
     fmt_rate,
+    stale_said,
 )
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
@@ -270,6 +271,8 @@ def status_screen(s: JobView, out: Console = console, now: float | None = None) 
         out.print(draft_table(s), markup=False)
     elif s.datasets:
         work_table(s, out, now)
+    if stale := stale_said(s, now):  # by the rule tail's health line says it by
+        out.print(f"  {stale}", style="red", markup=False)
     for text, style in extra_lines(s, now):
         out.print(f"  {text}", style=None if style in (DIM, "") else style, markup=False)
 

@@ -62,7 +62,10 @@ NOT_RUN = "not run"  # a dataset that --datasets leaves out
 RECOVERING = "recovering"  # a job whose runner is gone and that the watcher starts again
 SWITCHING = "switching"  # a job whose server the host starts again for the next stage's runner
 STOPPING = "stopping"  # a runner in a stop's grace: its file still says running
-STALE_AFTER = 30.0  # seconds a live runner may go without a status update before a view says so
+# status.json's one staleness rule: a runner rewrites it every second, so one not rewritten for
+# this long is no runner at work now (wedged, its disk stalled): status and tail say so alike
+# (JobStatus.stale_for)
+STALE_AFTER = 30.0
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
 
@@ -467,6 +470,13 @@ class JobStatus(Record):
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+    def stale_for(self, now: float) -> float | None:
+        """How long a job not ended has gone without its runner rewriting the file, once that is
+        past STALE_AFTER; None otherwise (a verdict is written once, never again: no staleness)."""
+        if not self.updated_at or self.terminal or now - self.updated_at <= STALE_AFTER:
+            return None
+        return now - self.updated_at
 
     @property
     def follows(self) -> str | None:

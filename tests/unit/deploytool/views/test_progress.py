@@ -276,3 +276,34 @@ def test_a_rate_not_measured_yet_is_a_dash_and_an_ended_host_adds_none_to_the_sp
     working = JobView(state="running", tokens_per_s=1000.0, completion_tokens=5, eta_s=60)
     assert totals([ended, working]) == (15, "1.0k", 60)  # the speed now: the ended host's none
     assert totals([ended, JobView(state="stopped", mean_tokens_per_s=1000.0)])[1] == "6.0k*"
+
+
+def test_status_and_tail_say_a_live_runners_status_is_stale_by_the_one_rule():
+    """status.json not rewritten past STALE_AFTER by a runner at work: tail's health line said
+    it, status never did (in any stage); now both, in the same words, and neither once it ended."""
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.caps import Caps
+    from remote.common.status import STALE_AFTER, DatasetStatus, JobView
+
+    def status_text(st, now):
+        buf = io.StringIO()
+        render.status_screen(st, Console(file=buf, width=200, highlight=False), now=now)
+        return buf.getvalue()
+
+    ds = {"B1": DatasetStatus(done=5, target=24)}
+    for caps in ({}, Caps(stage="draft").to_dict()):  # the answers' table, and the draft's
+        st = JobView(state="running", host="gpu1", updated_at=1_000.0, datasets=ds, caps=caps)
+        said = "status not updated for 1m40s"
+        assert said in status_text(st, 1_100.0)
+        assert said in progress.plain_line("gpu1", st, 1_100.0)
+        assert said in progress.health(st, 1_100.0)[0]
+        now = 1_000.0 + STALE_AFTER  # at the threshold: still current, in every view
+        assert st.stale_for(now) is None and "not updated" not in status_text(st, now)
+        assert "not updated" not in progress.plain_line("gpu1", st, now)
+        st.state = "stopped"  # a verdict is written once: never stale
+        assert "not updated" not in status_text(st, 1_100.0)
+        assert "not updated" not in progress.plain_line("gpu1", st, 1_100.0)

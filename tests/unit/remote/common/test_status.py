@@ -104,3 +104,15 @@ def test_status_json_holds_the_runners_words_and_a_look_adds_the_rest(tmp_path):
     assert not looked_up & set(json.loads(path.read_text()))  # the file is the runner's only
     view = JobView(**vars(JobStatus.read(path)), supervision=Supervision(supervised=True))
     assert (view.state, view.pid, view.supervision.supervised) == ("running", 7, True)
+
+
+def test_status_json_is_stale_past_stale_after_while_the_job_has_not_ended():
+    """The one rule every view says it by: a runner rewrites status.json every second."""
+    from remote.common.status import STALE_AFTER, JobStatus
+
+    st = JobStatus(state="running", updated_at=1_000.0)
+    assert st.stale_for(1_000.0 + STALE_AFTER) is None
+    assert st.stale_for(1_000.0 + STALE_AFTER + 5) == STALE_AFTER + 5
+    assert JobStatus(state="running").stale_for(1e9) is None  # never written: nothing to age
+    st.state = "failed"  # a verdict is never rewritten
+    assert st.stale_for(1e9) is None
