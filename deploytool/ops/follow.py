@@ -23,7 +23,7 @@ from remote.common.status import NEVER_RUN, JobState, JobView
 from ..config import Config, HostConfig
 from ..connectors import Connector, connect
 from ..errors import ConnectError, DeployToolError, ExitCode
-from .control import Asking, in_thread
+from .control import Asking, differs, in_thread
 
 SIGNATURE = 64  # first bytes of the log: a different head means the file was rotated
 TAIL_LINES = 20  # of the log already written, shown first
@@ -111,6 +111,8 @@ class HostWatch:
             if st.state == NEVER_RUN:
                 self.note = "no run/status.json yet: start the job with `invoke restart`"
                 return
+            if self.config is not None:  # as `invoke status` sets it: the laptop's to know
+                st.job_differs = differs(self.config, self.host.name, st.deployed_job)
             self.status = st
         except ConnectError as e:
             self._failed(e, now)

@@ -100,6 +100,12 @@ def health(st: JobView, now: float) -> tuple[str, bool]:
     return " · ".join(parts), bad
 
 
+def job_differs(host: str | None) -> str:
+    """hosts.yaml's job is not the one the host's current release holds: said in one line, by
+    status and tail alike (deploytool sets JobView.job_differs for both)."""
+    return say("hosts.yaml's job is not the one deployed: `invoke deploy` sends it", host)
+
+
 def stale_said(st: JobView, now: float) -> str | None:
     """A live runner's status.json gone stale, by the one rule (JobStatus.stale_for): status and
     tail both say it, in these words."""
@@ -414,7 +420,10 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
         f" · elapsed {fmt_duration(now - st.started_at) if st.started_at else '?'}"
     )
     line, bad = health(st, now)
-    parts = [head, table, total, Text(line, style="red" if bad else "dim")]
+    parts = [head]
+    if st.job_differs:  # under the head, as status says it under its first line
+        parts.append(Text(job_differs(host), style="yellow"))
+    parts += [table, total, Text(line, style="red" if bad else "dim")]
     if "*" in total.plain or any("*" in dataset_rate(st, n) for n in st.datasets):
         parts.append(Text(MEAN_NOTE, style="dim"))  # what a starred rate is, as status says
     parts += [Text(text, style=style) for text, style in extra_lines(st, now)]
@@ -477,7 +486,8 @@ def plain_line(host: str, st: JobView | None, now: float, note: str | None = Non
         ds += " rows"
         made = f"{fmt_tokens(st.completion_tokens)} tok in rows {fmt_rate(st)} tok/s"  # as status
     out = f"{stamp} {host}:{stage} {st.said} | {ds} | {made} ETA {eta} | {line}"
-    said = [text for text, style in extra_lines(st, now) if style != DIM]
+    said = [job_differs(host)] if st.job_differs else []
+    said += [text for text, style in extra_lines(st, now) if style != DIM]
     if st.terminal and st.message:  # its verdict's words (what was left out, and why)
         said.append(st.message)
     return out + "".join(f" | {x}" for x in said) + (f" | {note}" if note else "")

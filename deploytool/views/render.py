@@ -24,6 +24,7 @@ from .progress import (
     engine_said,
     extra_lines,
     fmt_rate,
+    job_differs,
     stale_said,
 )
 from .progress import fmt_duration as _eta
@@ -195,11 +196,6 @@ def hosts_table(
 STATUS_COLS = ("dataset", "done/target", "state", "tokens", "tok/s", "ETA", "errors", "length-cut")
 STAGE_COLS = ("dataset", "rows", "state", "tokens in rows", "tok/s", "ETA", "failed")
 DRAFT_COLS = ("dataset", "answered", "state", "acceptance length", "by position", "tok/s", "failed")
-
-
-def job_differs(host: str | None) -> str:
-    """hosts.yaml's job is not the one the host's current release holds: said in one line."""
-    return say("hosts.yaml's job is not the one deployed: `invoke deploy` sends it", host)
 
 
 def draft_table(s: JobView) -> Table:

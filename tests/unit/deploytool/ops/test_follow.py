@@ -103,3 +103,30 @@ def test_a_look_that_answers_within_its_deadline_is_no_trouble():
     w = HostWatch(HostConfig(name="gpu1"), None, asking=asking, run_look=lambda n, f: late)
     look_all([w], lambda: t[0], deadline=10.0, wait=wait)
     assert w.status.state == "running" and w.note is None and w.down_since is None
+
+
+def test_tail_knows_hosts_yaml_differs_from_the_deployed_job_as_status_does():
+    """`job_differs` was set for `invoke status` only: tail's looks set it from the same config."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from deploytool.config import HostConfig
+    from deploytool.ops.follow import HostWatch, look_all
+    from remote.common.status import JobView
+
+    job = SimpleNamespace(fingerprint=lambda: "edited")
+    config = SimpleNamespace(job_for=lambda host: job)
+
+    def look(deployed):
+        def run_look(name, fn):
+            fut = Future()
+            fut.set_result(JobView(state="running", deployed_job=deployed))
+            return fut
+
+        return run_look
+
+    w = HostWatch(HostConfig(name="gpu1"), config, asking=SimpleNamespace(ask=None))
+    for deployed, differs in (("deployed", True), ("edited", False), (None, False)):
+        w.run_look = look(deployed)
+        look_all([w], lambda: 0.0, deadline=10.0)
+        assert w.status.job_differs is differs, deployed

@@ -307,3 +307,30 @@ def test_status_and_tail_say_a_live_runners_status_is_stale_by_the_one_rule():
         st.state = "stopped"  # a verdict is written once: never stale
         assert "not updated" not in status_text(st, 1_100.0)
         assert "not updated" not in progress.plain_line("gpu1", st, 1_100.0)
+
+
+def test_tail_says_hosts_yaml_differs_from_the_deployed_job_in_the_words_status_does():
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.status import DatasetStatus, JobView
+
+    st = JobView(state="running", host="gpu1", datasets={"B1": DatasetStatus(done=5, target=24)})
+    said = "hosts.yaml's job is not the one deployed: `invoke deploy --host gpu1` sends it"
+
+    def shown(view):
+        buf = io.StringIO()
+        Console(file=buf, width=200, highlight=False).print(view)
+        return buf.getvalue()
+
+    assert said not in progress.plain_line("gpu1", st, 0.0) + shown(
+        progress.host_view("gpu1", st, 0.0)
+    )
+    st.job_differs = True
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0.0)
+    assert said in buf.getvalue()
+    assert said in progress.plain_line("gpu1", st, 0.0)  # piped tail
+    assert said in shown(progress.host_view("gpu1", st, 0.0))  # the live view and --once
