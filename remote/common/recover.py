@@ -122,13 +122,17 @@ class WedgeClock:
         return None
 
 
-# watch.json is rewritten at least every second, even while the watcher waits inside a tick: a
-# watcher whose file is older than this has stopped or is wedged
+# watch.json's one staleness rule. The watcher rewrites it at least every second (its heartbeat,
+# host/watcher/watch.HEARTBEAT_S: how often, not how old), even while it waits inside a long tick:
+# a watcher whose file is older than this has stopped or is wedged. Status and tail (it is not
+# supervising) and the runner (it is not restarting the server) all judge it by this, through
+# watcher_alive, so none trusts a watcher another calls gone
 WATCH_STALE_S = 10.0
 
 
 def watcher_alive(age_s: float | None) -> bool:
-    """Whether a watcher that showed life `age_s` seconds ago is at work; None: never."""
+    """Whether a watcher that showed life `age_s` seconds ago is at work; None: never. The one
+    rule for watch.json (WATCH_STALE_S)."""
     return age_s is not None and age_s < WATCH_STALE_S
 
 

@@ -64,7 +64,8 @@ SWITCHING = "switching"  # a job whose server the host starts again for the next
 STOPPING = "stopping"  # a runner in a stop's grace: its file still says running
 # status.json's one staleness rule: a runner rewrites it every second, so one not rewritten for
 # this long is no runner at work now (wedged, its disk stalled): status and tail say so alike
-# (JobStatus.stale_for)
+# (JobStatus.stale_for), and the watcher's wedge clock no longer counts the requests it says are
+# inside a server (JobStatus.fresh)
 STALE_AFTER = 30.0
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
@@ -471,10 +472,14 @@ class JobStatus(Record):
     def terminal(self) -> bool:
         return self.state in TERMINAL
 
+    def fresh(self, now: float) -> bool:
+        """Rewritten within STALE_AFTER of `now`: what it says in flight is its runner's now."""
+        return self.updated_at is not None and now - self.updated_at <= STALE_AFTER
+
     def stale_for(self, now: float) -> float | None:
         """How long a job not ended has gone without its runner rewriting the file, once that is
         past STALE_AFTER; None otherwise (a verdict is written once, never again: no staleness)."""
-        if not self.updated_at or self.terminal or now - self.updated_at <= STALE_AFTER:
+        if not self.updated_at or self.terminal or self.fresh(now):
             return None
         return now - self.updated_at
 

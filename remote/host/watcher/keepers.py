@@ -187,8 +187,8 @@ def observe(paths: Paths, rec: ServerRecord, now: float) -> Observation:
     if code != 200:
         o.models_ok = server_process.served_models(port, server_process.server_key(paths))[0] == 200
     st = JobStatus.read(paths.status)
-    fresh = st is not None and st.updated_at is not None and now - st.updated_at < 15
-    for e in st.endpoints if fresh else ():
+    # a runner's count, by status.json's one rule: a stale file's requests are no longer inside
+    for e in st.endpoints if st is not None and st.fresh(now) else ():
         if re.search(rf"//(127\.0\.0\.1|localhost|\[::1\]):{port}(/|$)", e.url):
             o.runner_in_flight += e.in_flight
             if e.last_token_at is not None:

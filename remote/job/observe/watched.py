@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...common.recover import WatchState
+from ...common.recover import WatchState, watcher_alive
 from ...common.state import ServerRecord
 
-FRESH_S = 30.0  # a watch.json older than this speaks for a watcher that is gone
 _UNSEEN = object()  # before the first look: a server ready then is no news
 
 
@@ -30,7 +29,10 @@ class WatchView:
             return False
         self._next = now + self.every
         ws = WatchState.read(self.path)
-        fresh = ws is not None and ws.updated_at is not None and now - ws.updated_at < FRESH_S
+        # by watch.json's one rule: a watcher status calls gone restarts no server for us either
+        fresh = ws is not None and watcher_alive(
+            None if ws.updated_at is None else now - ws.updated_at
+        )
         self.server_recovering = bool(fresh and ws.server.recovering)
         if self.server_recovering:
             self.recovering_at = now

@@ -275,3 +275,23 @@ def test_why_a_runner_died_is_never_the_watchers_own_line_in_its_log(tmp_path):
     assert keepers.reason_lines(paths.log) == [
         "2026-12-05 10:00:01 RuntimeError: the runner's own error"
     ]
+
+
+def test_the_wedge_clock_counts_the_runners_requests_by_status_jsons_one_rule(
+    tmp_path, monkeypatch
+):
+    """A status.json the views still call current speaks for the requests inside the server; the
+    watcher dropped them at 15 s, the views call it stale at STALE_AFTER (30 s)."""
+    from remote.common.status import STALE_AFTER, EndpointStatus
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    monkeypatch.setattr(keepers.server_process, "get_url", lambda url, timeout: (200, ""))
+    ep = EndpointStatus(url="http://127.0.0.1:8000/v1", in_flight=3, last_token_at=90.0)
+    JobStatus(state="running", updated_at=100.0, endpoints=[ep]).write(paths.status)
+    rec = ServerRecord(pid=1, port=8000)
+    for age, counted in ((20.0, 3), (STALE_AFTER, 3), (STALE_AFTER + 1, 0)):
+        o = keepers.observe(paths, rec, 100.0 + age)
+        assert o.runner_in_flight == counted, age
+        st = JobStatus.read(paths.status)
+        assert st.fresh(100.0 + age) is bool(counted)  # the rule status and tail say it by

@@ -325,3 +325,11 @@ def test_a_runner_given_up_on_and_started_again_by_a_restart_is_watched_anew(tmp
     w.tick(300.0)
     assert w.runner.seen.state != ProcessState.FATAL and w.runner.seen.restarts == 0
     assert starts == [300.0]  # its first death after the restart: started again at once
+
+
+def test_watch_json_goes_stale_only_after_several_missed_heartbeats():
+    """Two numbers, two meanings: HEARTBEAT_S is how often the watcher rewrites watch.json,
+    WATCH_STALE_S how old it may be before everyone calls the watcher gone."""
+    from remote.common.recover import WATCH_STALE_S
+
+    assert WATCH_STALE_S >= 5 * watch.HEARTBEAT_S

@@ -40,3 +40,17 @@ def test_a_server_started_by_hand_on_this_host_is_told_once_it_is_ready(tmp_path
     assert v.poll(103.0) is True and v.poll(104.0) is False  # told once
     pid.unlink()  # stopped: nothing to tell
     assert v.poll(105.0) is False
+
+
+def test_the_runner_judges_watch_json_by_the_rule_status_does(tmp_path):
+    """A watch.json past WATCH_STALE_S is a watcher gone for status; the runner waited 30 s, so
+    it went on trusting a recovery that status said nobody carried on."""
+    from remote.common.recover import WATCH_STALE_S, watcher_alive
+
+    path = tmp_path / "watch.json"
+    v = WatchView(path, every=0.0)
+    WatchState(pid=1, updated_at=100.0, server=ProcessWatch(state="backoff")).write(path)
+    for age in (1.0, WATCH_STALE_S - 0.5, WATCH_STALE_S + 0.5, 20.0):
+        v.poll(100.0 + age)
+        assert v.server_recovering is watcher_alive(age), age
+    assert not v.server_recovering  # at 20 s: gone, as status says
