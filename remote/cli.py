@@ -19,6 +19,7 @@ from .common.wire import (
     FAULTS,
     PROTOCOL,
     REQUEST_FLAG,
+    ExitCode,
     HostFault,
     envelope,
     fault_envelope,
@@ -103,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         while getattr(req, "again", False):  # a look each line, one process for all of them
             print(json.dumps(envelope(fn(paths, req))), flush=True)
             if not sys.stdin.readline():
-                return 0
+                return ExitCode.OK
         out = envelope(fn(paths, req))
-        code = 0
+        code = ExitCode.OK
     except HostFault as e:
         if argv[:1] in (["run"], ["watch"]):  # a process, often started by hand: words, not JSON
             print(f"error: {e.fault.message}", file=sys.stderr)

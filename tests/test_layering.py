@@ -246,7 +246,6 @@ NO_UNIT_TEST = {
     "remote/cli.py": "the host's command line, run by every host command; its imports: test_layering",
     "remote/common/answers.py": "every answer read back exactly: unit/remote/common/test_protocol",
     "remote/common/flags.py": "restart's flags as typed: test_caps_kept, test_restart_stop_status",
-    "remote/common/wire.py": "the envelope, strict fields, faults: unit/remote/common/test_protocol",
     "remote/host/commands/ctl.py": "every host command dispatches through it",
     "remote/job/observe/telemetry.py": "the sampling loop against servers' /metrics: test_telemetry",
     "remote/host/commands/server_commands.py": "server start/stop/status: test_server_start_stop",

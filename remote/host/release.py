@@ -16,6 +16,11 @@ import time
 
 MANIFEST = "MANIFEST.json"
 HISTORY = "history.json"
+# exit statuses: remote.common.wire.ExitCode's, which this file, sent alone, cannot import
+# (tests/unit/remote/common/test_wire.py holds them equal)
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
 
 
 def sha256_file(path):
@@ -472,9 +477,9 @@ def main(argv):
             raise ValueError("unknown command %r" % cmd)
     except (ValueError, OSError, tarfile.TarError) as e:
         sys.stderr.write("error: %s\n" % e)
-        return 2 if isinstance(e, BadRelease) else 1
+        return EXIT_BAD_INPUT if isinstance(e, BadRelease) else EXIT_FAILED
     sys.stdout.write(json.dumps(out) + "\n")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

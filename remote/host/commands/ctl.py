@@ -16,7 +16,7 @@ from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop,
 from ...common.records import hidden_ledgers, output_files
 from ...common.state import ImportsSeen, ServerKeys, kept_caps, try_lock
 from ...common.status import SwitchStep
-from ...common.wire import Fault, HostFault
+from ...common.wire import ExitCode, Fault, HostFault
 from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
 from ..processes import stage_switch
@@ -108,10 +108,10 @@ def switch_command(paths: Paths, req: CtlSwitch, argv) -> int:
     paths.ensure()
     if try_lock(paths.switch_lock) is None:
         print("another process carries the swap out", flush=True)
-        return 1
+        return ExitCode.FAILED
     sw = stage_switch.current(paths)
     if sw is None:
-        return 0
+        return ExitCode.OK
     sw.pid, sw.start_time = os.getpid(), procinfo.start_time(os.getpid())
     sw.write(paths.switch)
 
@@ -128,7 +128,7 @@ def switch_command(paths: Paths, req: CtlSwitch, argv) -> int:
         supervised.keep_watcher(paths)  # the server is wanted: kept before its runner starts
         if not sw.runner:  # a server.start: the server answering is its end
             stage_switch.end(paths, sw)
-            return 0
+            return ExitCode.OK
         job = deployed_spec()
         wrong = job and model_problem(job.engine.to_dict(), job.engine.urls(), dict(os.environ))
         if wrong:  # every request of the runner would be a 404
@@ -140,10 +140,10 @@ def switch_command(paths: Paths, req: CtlSwitch, argv) -> int:
         say(f"the {sw.stage} stage not started: {fault.message}")
         stage_switch.given_up(paths, sw, fault)
         stage_switch.end(paths, sw, fault=fault)
-        return 0 if isinstance(e, HostFault) else 1
+        return ExitCode.OK if isinstance(e, HostFault) else ExitCode.FAILED
     say(f"runner pid {out.pid} started for the {sw.stage} stage")
     stage_switch.end(paths, sw, answer=out)
-    return 0
+    return ExitCode.OK
 
 
 def stop_command(paths: Paths, req: CtlStop) -> StopAnswer:

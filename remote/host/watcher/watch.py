@@ -35,7 +35,7 @@ from ...common.state import (
     take_watcher_lock,
 )
 from ...common.status import JobState, ProcessState, Supervision, SwitchStep
-from ...common.wire import Fault, HostFault
+from ...common.wire import ExitCode, Fault, HostFault
 from ..facts import boot, intent, kill
 
 TICK_S = 0.5
@@ -331,7 +331,7 @@ class Watcher:
                 self.log("watcher error:\n" + traceback.format_exc())
             time.sleep(TICK_S)
         self.notifier.wait(5.0)
-        return 0
+        return ExitCode.OK
 
 
 def main(root: Path) -> int:
@@ -339,7 +339,7 @@ def main(root: Path) -> int:
     paths.ensure()
     if take_watcher_lock(paths) is None:
         print("another watcher is running for this remote_dir", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     pid = os.getpid()
     os.environ.setdefault(WATCH_TOKEN_ENV, secrets.token_hex(12))  # started by systemd: none given
     WatcherRecord(
