@@ -93,6 +93,14 @@ def main():
             flush=True,
         )
         sys.exit(1)
+    folder = str(spec.get("model") or "")
+    if drafting and folder.startswith("/") and not os.path.isfile(f"{folder}/config.json"):
+        print(  # as vLLM's loading of a draft folder it cannot read
+            f"(EngineCore_DP0 pid=1) ERROR 12-05 06:00:00 [core.py:708] OSError: {folder} does "
+            "not appear to have a file named config.json",
+            flush=True,
+        )
+        sys.exit(1)
     counted = {"drafts": 0, "tokens": 0, "accepted": 0, "per_pos": [0] * k}
     print(f"fake vllm {a.cmd} {a.model} port {a.port} extra {rest}", flush=True)
     workers = [

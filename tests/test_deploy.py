@@ -308,3 +308,56 @@ def test_local_host_deploy_and_cli_output(tmp_path):
     ).exists()
     second = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert "nothing changed" in second.stdout and "0 bytes" in second.stdout
+
+
+def test_a_draft_folder_here_is_kept_in_step_on_the_host_file_by_file(env, ssh_rig, monkeypatch):
+    """server.draft.model names a folder beside hosts.yaml: deploy sends it to
+    data/draft-models/<name>/ over SSH, never into a release; an upload that breaks keeps each file
+    that arrived whole, and the next deploy sends only the rest; a file gone here goes there."""
+    import deploytool.ops.deploy as deploy_mod
+    from deploytool.connectors import connect as connect_to
+    from tests.conftest import ssh_host_entry as entry
+    from tests.conftest import write_config as config_of
+
+    mine = env["project"] / "drafts" / "eagle"
+    (mine / "sub").mkdir(parents=True)
+    for name, n in (("a.bin", 5000), ("b.bin", 7000), ("sub/c.json", 10)):
+        (mine / name).write_bytes(os.urandom(n))
+    hosts = {"gpu": entry(ssh_rig, env["host_dir"], keep_releases=3)}
+    cfg = config_of(env["project"], hosts, server={"draft": {"model": "./drafts/eagle"}})
+    conn = connect_to(cfg.hosts["gpu"], cfg)
+    copy = env["host_dir"] / "data" / "draft-models" / "eagle"
+    real = deploy_mod.file_sha256
+
+    def torn(path):  # b.bin reads here as another file than arrives: the host refuses it
+        return "0" * 64 if Path(path).name == "b.bin" else real(path)
+
+    try:
+        release = build_release(cfg, env["pkg"])
+        monkeypatch.setattr(deploy_mod, "file_sha256", torn)
+        with pytest.raises(RemoteError, match="b.bin arrived corrupted"):
+            deploy_host(conn, cfg, release=release)
+        assert (copy / "a.bin").read_bytes() == (mine / "a.bin").read_bytes()  # kept, whole
+        assert not (copy / "b.bin").exists() and not list(copy.glob(".*.part"))
+        assert not (env["host_dir"] / "current").exists()  # the release is not switched to
+        monkeypatch.setattr(deploy_mod, "file_sha256", real)
+        r = deploy_host(conn, cfg, release=release)
+        assert r.draft.sent == ["b.bin", "sub/c.json"] and r.draft.files == 3
+        assert r.draft.sent_bytes == 7010 and r.draft.size == 12010
+        for name in ("a.bin", "b.bin", "sub/c.json"):
+            assert (copy / name).read_bytes() == (mine / name).read_bytes()
+        assert not list(current(env).rglob("*.bin"))  # never in a release
+        # unchanged: nothing sent; b.bin changed and sub/c.json gone: b.bin sent, c.json removed
+        r = deploy_host(conn, cfg, release=release)
+        assert not r.changed and not r.draft.changed and r.bytes_sent == 0
+        (mine / "b.bin").write_bytes(os.urandom(7000))
+        (mine / "sub" / "c.json").unlink()
+        dry = deploy_host(conn, cfg, release=release, dry_run=True)
+        assert dry.draft.sent == ["b.bin"] and dry.draft.removed == ["sub/c.json"]
+        assert (copy / "sub" / "c.json").exists()  # a dry run changes nothing
+        r = deploy_host(conn, cfg, release=release)
+        assert r.draft.sent == ["b.bin"] and r.draft.removed == ["sub/c.json"]
+        assert r.bytes_sent == 7000 and not (copy / "sub").exists()
+        assert (copy / "b.bin").read_bytes() == (mine / "b.bin").read_bytes()
+    finally:
+        conn.close()

@@ -414,3 +414,43 @@ def test_a_prompts_file_of_the_users_own_stands_in_for_the_held_out_prompts(tmp_
         st = status(root)
         assert "B1" not in st["datasets"] and st["datasets"]["B2"]["done"] == 3
         assert "no held-out prompts in B1" in st["message"]
+
+
+def test_a_draft_folder_of_this_machine_is_sent_by_deploy_and_measured_from_its_copy(tmp_path):
+    """`server.draft.model: ./drafts/kimi-eagle3`, a folder beside hosts.yaml and not on the host:
+    deploy sends it (then only a file that changed), and the stage's server runs the copy."""
+    mine = tmp_path / "drafts" / "kimi-eagle3"
+    (mine / "weights").mkdir(parents=True)
+    (mine / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    (mine / "weights" / "model.safetensors").write_bytes(os.urandom(3000))
+    config, root = drafted_job(tmp_path, dict(draft_of(5), model="./drafts/kimi-eagle3"))
+    copy = Paths(root).draft_copies / "kimi-eagle3"
+    with stopped_after(config):
+        said = ok("invoke deploy --dry-run", config)
+        assert "./drafts/kimi-eagle3 → data/draft-models/kimi-eagle3: would send 2 files" in said
+        assert not root.exists()  # nothing written on the host
+        said = ok("invoke deploy", config)
+        assert "draft    ./drafts/kimi-eagle3 → data/draft-models/kimi-eagle3: sent 2 files" in said
+        for rel in ("config.json", "weights/model.safetensors"):
+            assert (copy / rel).read_bytes() == (mine / rel).read_bytes()
+        said = ok("invoke deploy", config)
+        assert "nothing changed" in said and "kimi-eagle3: unchanged (2 files, 3.0 KiB)" in said
+        # one file changed here: that file alone is sent
+        (mine / "config.json").write_text('{"architectures": ["Eagle3"], "retrained": true}')
+        said = ok("invoke deploy --dry-run", config)
+        assert "would send 1 file, 48 B (of 2 files, 3.0 KiB)" in said, said
+        assert "retrained" not in (copy / "config.json").read_text()  # a dry run sends nothing
+        said = ok("invoke deploy", config)
+        assert "kimi-eagle3: sent 1 file, 48 B (of 2 files, 3.0 KiB)" in said, said
+        assert (copy / "config.json").read_text() == (mine / "config.json").read_text()
+        trained(config)  # the first 4 prompts of each dataset answered for training
+        ok("invoke restart --stage draft", config)
+        spec = json.loads(
+            flag_value(ServerRecord.live(Paths(root).server_pid).argv, "--speculative-config")
+        )
+        assert spec["model"] == str(copy)  # the host's copy, which the stand-in vLLM loaded
+        assert "draft finished" in ok("invoke tail", config)
+        got = results(root)
+        assert got["folder"].name.startswith("kimi-eagle3-")
+        c = got["B1"]["counts"]
+        assert 1 + c["accepted"] / c["drafts"] == 4.0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,14 @@ from typing import Any
 import yaml
 
 from remote.common.caps import DATASET_NAME_RE
-from remote.common.jobspec import DatasetSpec, EngineSpec, JobSpec, ServerSpec
+from remote.common.jobspec import (
+    DRAFT_COPIES,
+    DatasetSpec,
+    EngineSpec,
+    JobSpec,
+    ServerSpec,
+    draft_folder,
+)
 from remote.common.keys import (
     BadValue,
     boolean,
@@ -73,6 +82,15 @@ class HostConfig:
 
 
 @dataclass(frozen=True)
+class LocalDraft:
+    """A draft folder of this machine that hosts.yaml's server.draft.model names."""
+
+    written: str  # as hosts.yaml has it
+    local: Path
+    folder: str  # its copy on the host, relative to remote_dir
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     default_host: str
@@ -91,7 +109,24 @@ class Config:
         return self.host_jobs.get(host, self.job)
 
     def server_for(self, host: str) -> ServerSpec:
-        return self.host_servers.get(host, self.server)
+        """`host`'s server as the host is sent it: a draft folder of this machine named by where
+        `invoke deploy` puts its copy on the host (local_draft)."""
+        spec = self.host_servers.get(host, self.server)
+        here = self.local_draft(host)
+        if here is None:
+            return spec
+        return dataclasses.replace(spec, draft=dict(spec.draft, model=f"./{here.folder}"))
+
+    def local_draft(self, host: str) -> LocalDraft | None:
+        """`server.draft.model` of `host` when it names a folder of this machine (a path, from beside
+        hosts.yaml where relative): `invoke deploy` sends it to the host, and the host's server
+        runs that copy."""
+        model = (self.host_servers.get(host, self.server).draft or {}).get("model")
+        folder = draft_folder(str(model), self.base_dir) if model else None
+        if folder is None or not folder.is_dir():
+            return None
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", folder.resolve().name).strip(".") or "draft"
+        return LocalDraft(str(model), folder, f"{DRAFT_COPIES}/{name}")
 
     def server_keys(self, host: str) -> dict[str, str]:
         """The API key of each server the job on `host` talks to, written once in hosts.yaml: a URL

@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +36,23 @@ class Release:
 
 
 @dataclass
+class DraftSent:
+    """A draft folder of this machine (hosts.yaml's server.draft.model) and its copy on the host."""
+
+    written: str  # as hosts.yaml names it
+    folder: str  # its copy on the host, relative to remote_dir
+    files: int = 0  # the draft's files
+    size: int = 0  # and their bytes
+    sent: list[str] = field(default_factory=list)  # the files sent (new or changed)
+    sent_bytes: int = 0
+    removed: list[str] = field(default_factory=list)  # on the host, no longer in the draft
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.sent or self.removed)
+
+
+@dataclass
 class DeployResult:
     host: str
     release: str
@@ -54,11 +71,13 @@ class DeployResult:
     # dataset -> {setting: (then, now)}: its records were made with other settings than the
     # deployed job's (a restart is refused until they agree, or --force mixes them)
     settings_differ: dict[str, dict[str, tuple]] = field(default_factory=dict)
+    draft: DraftSent | None = None  # a draft folder of this machine, sent to the host
 
     @property
     def changed(self) -> bool:
         files = self.added or self.modified or self.removed or self.prompts
-        return bool(files) or self.release != self.previous
+        sent = self.draft is not None and self.draft.changed
+        return bool(files) or sent or self.release != self.previous
 
 
 def build_release(
@@ -82,6 +101,52 @@ def local_prompts(config: Config) -> dict[str, Path]:
     """Prompt files of the job that exist beside hosts.yaml (relative path on the host -> local file)."""
     files = (rel for ds in config.job.datasets for rel in ds.files())
     return {rel: config.base_dir / rel for rel in files if (config.base_dir / rel).is_file()}
+
+
+def local_draft_files(folder: Path) -> dict[str, tuple[int, int, Path]]:
+    """A draft folder's files (relative path -> size, mtime_ns, path), links followed; hidden ones
+    (`.git`, `.cache`) left out."""
+    out = {}
+    for here, dirs, files in os.walk(folder, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            path = Path(here) / name
+            if name.startswith(".") or not path.is_file():
+                continue
+            st = path.stat()
+            out[path.relative_to(folder).as_posix()] = (st.st_size, st.st_mtime_ns, path)
+    return out
+
+
+def _draft_to_send(draft: DraftSent, local: dict, host: dict[str, list]) -> dict[str, list]:
+    """Each file of the draft as [size, mtime_ns, sha256], and (in `draft`) which to send: one
+    whose size and time are the host copy's is that copy (sent files keep their times there);
+    another is read here and sent only where its sha256 differs."""
+    files = {}
+    for rel, (size, mtime_ns, path) in sorted(local.items()):
+        there = host.get(rel)
+        if there and there[0] == size and there[1] == mtime_ns:
+            files[rel] = [size, mtime_ns, there[2]]
+            continue
+        files[rel] = [size, mtime_ns, file_sha256(path)]
+        if not there or there[2] != files[rel][2]:
+            draft.sent.append(rel)
+            draft.sent_bytes += size
+    draft.files, draft.size = len(files), sum(f[0] for f in files.values())
+    draft.removed = sorted(rel for rel in host if rel not in local)
+    return files
+
+
+def _draft_sync(here, plan: ReleasePlan):
+    """The draft folder of this machine against its copy on the host: what is said, the apply
+    request's `draft` and the files to send, as (path in the draft, local file)."""
+    if here is None:
+        return None, None, []
+    d = DraftSent(here.written, here.folder)
+    local = local_draft_files(here.local)
+    files = _draft_to_send(d, local, plan.drafts.get(here.folder, {}))
+    header = {"folder": here.folder, "files": files, "send": d.sent}
+    return d, header, [(rel, local[rel][2]) for rel in d.sent]
 
 
 def release_helper(conn: Connector, cmd: str, args: dict, stdin=None) -> dict:
@@ -123,7 +188,8 @@ def deploy_host(
     t0 = time.monotonic()
     rel = release or build_release(config, host=conn.name)
     prompts = local_prompts(config)
-    proc, plan = _session(conn, config, prompts, dry_run)
+    here = config.local_draft(conn.name)
+    proc, plan = _session(conn, config, prompts, dry_run, here.folder if here else None)
     remote_files = plan.manifest
     result = DeployResult(host=conn.name, release=rel.id, previous=plan.current, dry_run=dry_run)
     result.added = sorted(p for p in rel.manifest if p not in remote_files)
@@ -139,10 +205,13 @@ def deploy_host(
     result.prompts_in_use = {p: running[p] for p in send_prompts if p in running}
     # the host already has this exact release (e.g. after a rollback): only the switch is needed
     to_send = [] if rel.id in plan.releases else result.added + result.modified
+    result.draft, draft_header, draft_paths = _draft_sync(here, plan)
     result.bytes_sent = sum(len(rel.files[p]) for p in to_send) + sum(
         prompts[p].stat().st_size for p in send_prompts
     )
-    apply = not dry_run and (rel.id != plan.current or bool(send_prompts))
+    result.bytes_sent += result.draft.sent_bytes if result.draft else 0
+    draft_changed = result.draft is not None and result.draft.changed
+    apply = not dry_run and (rel.id != plan.current or bool(send_prompts) or draft_changed)
     if apply:
         header = {
             "id": rel.id,
@@ -151,9 +220,10 @@ def deploy_host(
             "prompts": send_prompts,
             "keep": conn.host.keep_releases,
         }
-        _send(
-            proc, header, [(f"release/{p}", rel.files[p]) for p in to_send], prompts, send_prompts
-        )
+        if draft_changed:
+            header["draft"] = draft_header
+        release_files = [(f"release/{p}", rel.files[p]) for p in to_send]
+        _send(proc, header, release_files, prompts, send_prompts, draft_paths)
     else:
         proc.close_stdin()
     res = proc.finish()
@@ -179,14 +249,21 @@ def _settings_differ(job, made_with: dict[str, dict]) -> dict[str, dict[str, tup
     return out
 
 
-def _session(conn: Connector, config: Config, local: dict[str, Path], dry_run: bool = False):
-    """The helper started, and what the host has (ReleasePlan). Every dataset's prompt file must be
-    beside hosts.yaml or on the host: else the runner would refuse at its start, so it is said now,
-    before anything is sent."""
+def _session(
+    conn: Connector,
+    config: Config,
+    local: dict[str, Path],
+    dry_run: bool = False,
+    draft: str | None = None,
+):
+    """The helper started, and what the host has (ReleasePlan; `draft`: the copy on the host of a
+    draft folder of this machine). Every dataset's prompt file must be beside hosts.yaml or on the
+    host: else the runner would refuse at its start, so it is said now, before anything is sent."""
     job = config.job_for(conn.name)
     proc = conn.start(_helper_argv(conn, "session"))
     asked = sorted({f for ds in job.datasets for f in ds.files()})  # which the host has
     ask = {"prompts": asked, "datasets": job.dataset_names(), "dry_run": dry_run}
+    ask["drafts"] = [draft] if draft else []
     proc.write((json.dumps(ask) + "\n").encode())
     line = proc.readline()
     if not line.strip():
@@ -217,19 +294,44 @@ def _nowhere_error(conn: Connector, config: Config, missing: list) -> UsageError
     )
 
 
-def _send(proc, header: dict, release_files, prompts: dict, send_prompts: list[str]) -> None:
-    """The apply request: one JSON line, then a tar of the changed files and prompt files."""
-    with tempfile.TemporaryFile() as payload:  # spooled to disk: prompt files can be gigabytes
-        with tarfile.open(fileobj=payload, mode="w") as tar:
-            for name, data in release_files:
-                _add(tar, name, data)
-            for p in send_prompts:
-                tar.add(str(prompts[p]), arcname=f"prompts/{p}", recursive=False)
-        payload.seek(0)
+class _Stream:
+    """The helper's stdin as a file tarfile writes to: the upload goes as it is read, never spooled
+    (a draft's files can be gigabytes)."""
+
+    def __init__(self, proc) -> None:
+        self.proc = proc
+
+    def write(self, data) -> int:
+        self.proc.write(bytes(data))
+        return len(data)
+
+
+def _send(
+    proc, header: dict, release_files, prompts: dict, send_prompts: list[str], drafts=()
+) -> None:
+    """The apply request: one JSON line, then a tar of the changed files, prompt files and the
+    draft's files to send (`drafts`: (path in the draft, local file))."""
+    try:
         proc.write((json.dumps(header) + "\n").encode())
-        for chunk in iter(lambda: payload.read(1 << 20), b""):
-            proc.write(chunk)
+        _tar(proc, release_files, prompts, send_prompts, drafts)
+    except BaseException:  # a file unreadable here: the host sees a broken upload and keeps nothing
+        proc.close_stdin()  # but each draft file already placed whole
+        proc.finish()
+        raise
     proc.close_stdin()
+
+
+def _tar(proc, release_files, prompts: dict, send_prompts: list[str], drafts) -> None:
+    with tarfile.open(fileobj=_Stream(proc), mode="w|") as tar:
+        for name, data in release_files:
+            _add(tar, name, data)
+        for p in send_prompts:
+            tar.add(str(prompts[p]), arcname=f"prompts/{p}", recursive=False)
+        for rel, path in drafts:
+            with open(path, "rb") as f:  # the file a link names, as the file itself
+                info = tar.gettarinfo(arcname=f"draft/{rel}", fileobj=f)
+                info.mode, info.uid, info.gid, info.uname, info.gname = 0o644, 0, 0, "", ""
+                tar.addfile(info, f)
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:

@@ -120,9 +120,12 @@ def deploy_result(r: DeployResult, out: Console = console) -> None:
     if not r.changed:
         sent = "nothing to send" if r.dry_run else "0 bytes of file data sent"
         out.print(f"[bold]{r.host}[/]: nothing changed (release {r.release} is current); {sent}")
+        draft_sent(r, out)
         return
     if r.release == r.previous:  # the code and the job as they were: only prompt files went
-        out.print(f"[bold]{r.host}[/]: release {r.release} kept; {verb} prompt files")
+        went = (("prompt files", r.prompts), ("the draft", r.draft and r.draft.changed))
+        what = " and ".join(w for w, sent in went if sent)
+        out.print(f"[bold]{r.host}[/]: release {r.release} kept; {verb} {what}")
     else:
         out.print(f"[bold]{r.host}[/]: {verb} release {r.release} (was {r.previous or 'none'})")
     for label, items, style in (
@@ -136,6 +139,7 @@ def deploy_result(r: DeployResult, out: Console = console) -> None:
             continue
         for item in items:
             out.print(f"  [{style}]{label:8}[/] {item}")
+    draft_sent(r, out)
     if r.prompts_in_use:
         files = ", ".join(r.prompts_in_use)
         pid = next(iter(r.prompts_in_use.values()))
@@ -152,6 +156,31 @@ def deploy_result(r: DeployResult, out: Console = console) -> None:
         return
     extra = f"; pruned {', '.join(r.pruned)}" if r.pruned else ""
     out.print(f"  sent {fmt_bytes(r.bytes_sent)} in {r.seconds:.2f}s{extra}")
+
+
+def _files(n: int) -> str:
+    return f"{n} file{'s' if n != 1 else ''}"
+
+
+def draft_sent(r: DeployResult, out: Console = console) -> None:
+    """`draft    ./drafts/k → data/draft-models/k: sent 2 files, 1.1 GiB (of 3 files, 1.2 GiB)` (or `unchanged`)."""
+    d = r.draft
+    if d is None:
+        return
+    head = f"  [cyan]{'draft':8}[/] {escape(d.written)} → {d.folder}: "
+    whole = f"{_files(d.files)}, {fmt_bytes(d.size)}"
+    if not d.changed:
+        out.print(f"{head}unchanged ({whole})")
+        return
+    said = []
+    if d.sent:
+        verb = "would send" if r.dry_run else "sent"
+        part = f" (of {whole})" if len(d.sent) < d.files else ""
+        said.append(f"{verb} {_files(len(d.sent))}, {fmt_bytes(d.sent_bytes)}{part}")
+    if d.removed:
+        verb = "would remove" if r.dry_run else "removed"
+        said.append(f"{verb} {len(d.removed)} no longer in it ({escape(', '.join(d.removed[:3]))})")
+    out.print(head + "; ".join(said))
 
 
 def settings_differ(r: DeployResult, out: Console = console) -> None:

@@ -198,6 +198,8 @@ class ReleasePlan:
     # datasets with records (or answers in flight) -> the settings their meta file says they were
     # made with
     made_with: dict[str, dict]
+    # a draft's copy (data/draft-models/<name>) -> its files: path -> [size, mtime_ns, sha256]
+    drafts: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
 @dataclass

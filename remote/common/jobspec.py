@@ -211,6 +211,20 @@ DRAFT_KEYS = {
 DRAFT_DEFAULTS = {"method": "eagle3", "num_speculative_tokens": 3, "eval_samples": 200}
 
 
+# where `invoke deploy` puts a draft folder of the deploying machine on the host: <name>/ each, a
+# fixed place beside the job's data, never in a release (remote/host/release.py says it as text)
+DRAFT_COPIES = "data/draft-models"
+
+
+def draft_folder(model: str, root: Path) -> Path | None:
+    """The folder a draft's `model` names (`/…`, `~/…`, `./…`, `../…`; a relative one from `root`),
+    or None for a model id. Whether it exists is the caller's to see."""
+    if not str(model).startswith(("/", "~", "./", "../")):
+        return None
+    folder = Path(model).expanduser()
+    return folder if folder.is_absolute() else root / folder
+
+
 def draft_server(where: str, raw) -> dict:
     """`server.draft`: the draft the draft stage measures (a folder on the host or a model id)."""
     got = fields_of(where, mapping(where, raw), DRAFT_KEYS)
@@ -425,6 +439,8 @@ class Paths:
     # the draft stage's files, a folder per draft measured: <tag>/<DS>.jsonl (its answers to the
     # held-out prompts, never training data) and <tag>/<DS>.counts.json (what vLLM counted)
     drafts = _under("data/draft")
+    # the draft folders `invoke deploy` sent from the deploying machine: <name>/ each
+    draft_copies = _under(DRAFT_COPIES)
     run = _under("run")
     logs = _under("logs")
     status = _under("run/status.json")

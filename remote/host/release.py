@@ -155,6 +155,63 @@ def _prompt_hash(root, rel, keep=True):
     return digest
 
 
+DRAFT_COPIES = "data/draft-models"  # jobspec.DRAFT_COPIES: where deploy puts a draft folder
+DRAFT_HASHES = os.path.join(DRAFT_COPIES, ".hashes.json")
+
+
+def _draft_dir(root, folder):
+    """A draft's copy on the host: <remote_dir>/data/draft-models/<name>, nowhere else."""
+    parts = _safe_member(folder)
+    if "/".join(parts[:-1]) != DRAFT_COPIES or parts[-1].startswith("."):
+        raise ValueError("a draft goes under %s/, not %r" % (DRAFT_COPIES, folder))
+    return os.path.join(root, *parts)
+
+
+def _draft_files(top):
+    """The files of a draft's copy (relative path -> path); hidden ones (`.x`, a part) left out."""
+    out = {}
+    for here, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            path = os.path.join(here, name)
+            if not name.startswith(".") and os.path.isfile(path):
+                out[os.path.relpath(path, top).replace(os.sep, "/")] = path
+    return out
+
+
+def _clean_stale_parts(top):
+    """Parts of a draft's files whose upload died with its process (`.NAME.PID.part`)."""
+    for here, _, files in os.walk(top):
+        for name in files:
+            pid = name.rsplit(".", 2)[-2] if name.endswith(".part") else ""
+            if name.startswith(".") and pid.isdigit() and not _pid_alive(int(pid)):
+                os.unlink(os.path.join(here, name))
+
+
+def _draft_plan(root, folders, keep):
+    """Per draft copy, each file's [size, mtime_ns, sha256] (the sha256 cached by size and time, as
+    a prompt's is: sent files keep the deploying machine's times, so an unchanged one is not read)."""
+    cache_path = os.path.join(root, DRAFT_HASHES)
+    cache = _read_json(cache_path, {}) or {}
+    out, hashed = {}, False
+    for folder in folders:
+        files = {}
+        for rel, path in sorted(_draft_files(_draft_dir(root, folder)).items()):
+            st = os.stat(path)
+            key, hit = "%d:%d" % (st.st_size, st.st_mtime_ns), cache.get(folder + "/" + rel)
+            if not (isinstance(hit, dict) and hit.get("key") == key):
+                hit = cache[folder + "/" + rel] = {"key": key, "sha256": sha256_file(path)}
+                hashed = True
+            files[rel] = [st.st_size, st.st_mtime_ns, hit["sha256"]]
+        out[folder] = files
+    if hashed and keep:
+        try:
+            _write_json(cache_path, cache)
+        except OSError:
+            pass
+    return out
+
+
 def plan(root, args):
     """What the host has: current release id and manifest, releases, prompt hashes."""
     root = os.path.expanduser(root)
@@ -172,6 +229,7 @@ def plan(root, args):
         "prompts": prompts,
         "running_prompts": _running_prompts(root),
         "made_with": _made_with(root, args.get("datasets", [])),
+        "drafts": _draft_plan(root, args.get("drafts", []), keep),
     }
 
 
@@ -234,13 +292,48 @@ def _prune(root, keep):
     return removed
 
 
-def _unpack(stream, root, tmp, prompts_allowed, prompt_tmps):
+def _place_draft_file(root, draft, rel, src, cache):
+    """One file of a draft, streamed to a part beside it, checked against its sha256, given the
+    sending machine's time, then renamed over its place: each file whole or not at all, and one sent
+    before a broken upload is kept (the next deploy sends only the rest)."""
+    if rel not in draft.get("send", []):
+        raise ValueError("upload names a draft file the deploy does not: %r" % rel)
+    size, mtime_ns, digest = draft["files"][rel]
+    target = os.path.join(_draft_dir(root, draft["folder"]), *_safe_member(rel))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    part = os.path.join(
+        os.path.dirname(target), ".%s.%d.part" % (os.path.basename(target), os.getpid())
+    )
+    h = hashlib.sha256()
+    try:
+        with open(part, "wb") as f:
+            for block in iter(lambda: src.read(1 << 20), b""):
+                h.update(block)
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        if h.hexdigest() != digest:
+            raise ValueError("draft file %s arrived corrupted (hash mismatch)" % rel)
+        os.chmod(part, 0o644)
+        os.utime(part, ns=(mtime_ns, mtime_ns))
+        os.replace(part, target)
+    finally:
+        if os.path.exists(part):
+            os.unlink(part)
+    cache[draft["folder"] + "/" + rel] = {"key": "%d:%d" % (size, mtime_ns), "sha256": digest}
+
+
+def _unpack(stream, root, tmp, prompts_allowed, prompt_tmps, draft=None, cache=None):
     """The upload: release files into tmp; prompt files beside their targets as .part files (their
-    (part, target, rel) appended to prompt_tmps as they are written, for the caller to clean up)."""
+    (part, target, rel) appended to prompt_tmps as they are written, for the caller to clean up);
+    a draft's files each in its place as it arrives."""
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for m in tar:
             parts = _safe_member(m.name)
             if not m.isfile():
+                continue
+            if parts[0] == "draft" and draft:
+                _place_draft_file(root, draft, "/".join(parts[1:]), tar.extractfile(m), cache)
                 continue
             data = tar.extractfile(m).read()
             if parts[0] == "release":
@@ -288,15 +381,24 @@ def apply(root, args, stream):
     root = os.path.expanduser(root)
     rid, files, base = args["id"], args["files"], args.get("base")
     rel_dir = os.path.join(root, "releases")
-    for d in ("releases", "data/prompts", "data/outputs", "run", "logs"):
+    for d in ("releases", "data/prompts", "data/outputs", DRAFT_COPIES, "run", "logs"):
         os.makedirs(os.path.join(root, d), exist_ok=True)
     _clean_stale_tmp(rel_dir)
     final = os.path.join(rel_dir, rid)
     tmp = os.path.join(rel_dir, ".tmp-%s-%d" % (rid, os.getpid()))
     os.makedirs(tmp)
     prompt_tmps = []
+    draft, cache = args.get("draft"), _read_json(os.path.join(root, DRAFT_HASHES), {}) or {}
+    if draft:
+        _clean_stale_parts(_draft_dir(root, draft["folder"]))
     try:
-        _unpack(stream, root, tmp, args.get("prompts", []), prompt_tmps)
+        try:
+            _unpack(stream, root, tmp, args.get("prompts", []), prompt_tmps, draft, cache)
+        finally:
+            if draft:
+                _write_json(os.path.join(root, DRAFT_HASHES), cache)
+        if draft:
+            _mirror(root, draft)
         if not os.path.isdir(final):
             _complete(tmp, rid, files, os.path.join(rel_dir, base) if base else None, base)
             os.rename(tmp, final)
@@ -315,6 +417,17 @@ def apply(root, args, stream):
     removed = _prune(root, int(args.get("keep", 5)))
     placed = [rel for _, _, rel in prompt_tmps]
     return {"current": rid, "previous": previous, "prompts": placed, "pruned": removed}
+
+
+def _mirror(root, draft):
+    """The copy holds the draft's files and no other: one the draft no longer has is removed."""
+    top = _draft_dir(root, draft["folder"])
+    for rel, path in _draft_files(top).items():
+        if rel not in draft["files"]:
+            os.unlink(path)
+    for here, _, _ in os.walk(top, topdown=False):
+        if here != top and not os.listdir(here):
+            os.rmdir(here)
 
 
 class BadRelease(ValueError):

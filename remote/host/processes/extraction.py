@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...common import machine
 from ...common.caps import DRAFT, HIDDEN_STATES
-from ...common.jobspec import Paths, ServerSpec, extracts, flag_value
+from ...common.jobspec import Paths, ServerSpec, draft_folder, extracts, flag_value
 from ...common.wire import HostFault
 
 CONNECTOR = "ExampleHiddenStatesConnector"  # vLLM's own: one safetensors file per request
@@ -55,21 +55,34 @@ def draft_config(spec: ServerSpec, paths: Paths) -> dict:
             "then deploy",
         )
     model = str(d["model"])
-    if model.startswith(("/", "~", "./", "../")):  # a folder, as the server (in remote_dir) sees it
-        folder = Path(model).expanduser()
-        folder = folder if folder.is_absolute() else paths.root / folder
+    folder = draft_folder(model, paths.root)  # a folder, as the server (in remote_dir) sees it
+    if folder is not None:
         if not folder.is_dir():  # vLLM would take it for a model id to download, after the target
-            raise HostFault(
-                "bad_config",
-                f"server.draft.model {model}: no such folder on this host",
-                fix="copy the draft there, or name a model id (org/name)",
-            )
+            raise _no_folder(model, folder, paths)
         model = str(folder)
     return {
         "method": d["method"],
         "model": model,
         "num_speculative_tokens": d["num_speculative_tokens"],
     }
+
+
+def _no_folder(model: str, folder: Path, paths: Paths) -> HostFault:
+    """A draft folder that is not on the host. One `invoke deploy` puts there (a folder of the
+    deploying machine) and that is not there yet: deploy sends it."""
+    if folder.parent == paths.draft_copies:
+        return HostFault(
+            "bad_config",
+            f"server.draft.model: the draft folder hosts.yaml names goes to {folder} on this host "
+            "by `invoke deploy`, and is not there yet",
+            fix="`invoke deploy` sends it, then restart again",
+        )
+    return HostFault(
+        "bad_config",
+        f"server.draft.model {model}: no such folder on this host",
+        fix="copy the draft there, put it on the machine you deploy from (`invoke deploy` sends "
+        "a folder hosts.yaml names that is there), or name a model id (org/name)",
+    )
 
 
 def default_layers(model: str) -> list[int]:

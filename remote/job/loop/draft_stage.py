@@ -27,7 +27,7 @@ from pathlib import Path
 from ...common import metrics
 from ...common.caps import BASELINE, DRAFT, Caps
 from ...common.codec import read_json, write_json
-from ...common.jobspec import DRAFT_DEFAULTS
+from ...common.jobspec import DRAFT_DEFAULTS, draft_folder
 from ...common.records import Record
 from ...common.state import Supervise
 from ...common.status import DatasetState, DatasetStatus, DraftKept
@@ -42,14 +42,15 @@ SAMPLE_S = 1.0  # between samples of the servers' counters while a dataset runs
 CURSOR = "cursor.json"  # the dataset the servers' counts are counted for now
 
 
-def draft_tag(draft: dict) -> str:
+def draft_tag(draft: dict, root: Path | None = None) -> str:
     """The folder of a draft's results: its name, and a fingerprint of what it is (its model, method
-    and tokens a step; for a folder on this host, its files' names, sizes and times too), so two
-    drafts, or a draft retrained in place, never share counts."""
+    and tokens a step; for a folder on this host, its files' names, sizes and times too; a relative
+    folder is the job's root's, `root`, as the server sees it), so two drafts, or a draft retrained
+    in place, never share counts."""
     model = str(draft["model"])
     facts = [model, draft["method"], draft["num_speculative_tokens"]]
-    folder = Path(model).expanduser()
-    if folder.is_dir():
+    folder = draft_folder(model, root or Path.cwd())
+    if folder is not None and folder.is_dir():
         for f in sorted(folder.iterdir()):
             st = f.stat()
             facts.append([f.name, st.st_size, st.st_mtime_ns])
@@ -163,7 +164,7 @@ class DraftStage(stage.Stage):
         if self.caps.eval_samples is not None:  # `restart --eval-samples K`, kept with the caps
             draft = dict(draft, eval_samples=self.caps.eval_samples)
         try:
-            self.tag = ("baseline-" if self.baseline else "") + draft_tag(draft)
+            self.tag = ("baseline-" if self.baseline else "") + draft_tag(draft, self.paths.root)
             self.where = self.paths.drafts / self.tag
             self.where.mkdir(parents=True, exist_ok=True)
             write_json(self.where / "draft.json", dict(draft, tag=self.tag))

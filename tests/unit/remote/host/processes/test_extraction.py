@@ -75,3 +75,16 @@ def test_no_config_to_read_the_layers_from_says_where_to_set_them(tmp_path, monk
         "org/absent's config.json" in str(e.value)
         and "server.hidden_states.layers" in e.value.fault.fix
     )
+
+
+def test_a_draft_copy_deploy_has_not_sent_yet_says_deploy_sends_it(tmp_path):
+    from remote.host.processes.extraction import draft_config
+
+    paths = Paths(tmp_path)
+    draft = {"model": "./data/draft-models/eagle", "method": "eagle3", "num_speculative_tokens": 3}
+    with pytest.raises(HostFault, match="by `invoke deploy`, and is not there yet") as e:
+        draft_config(ServerSpec(draft=draft), paths)
+    assert "invoke deploy" in e.value.fault.fix
+    (paths.draft_copies / "eagle").mkdir(parents=True)  # sent: the copy, by its path on the host
+    got = draft_config(ServerSpec(draft=draft), paths)
+    assert got["model"] == str(paths.draft_copies / "eagle")
