@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote.common.answers import ReleaseApplied, ReleasePlan, RolledBack
-from remote.common.jobspec import JOB_FILE, settings_changed
+from remote.common.jobspec import JOB_FILE, UPLOAD_END, settings_changed
 from remote.common.records import file_sha256
 from remote.common.wire import from_wire
 
@@ -314,8 +314,8 @@ def _send(
     try:
         proc.write((json.dumps(header) + "\n").encode())
         _tar(proc, release_files, prompts, send_prompts, drafts)
-    except BaseException:  # a file unreadable here: the host sees a broken upload and keeps nothing
-        proc.close_stdin()  # but each draft file already placed whole
+    except BaseException:  # a file unreadable here: the host sees no end and switches nothing
+        proc.close_stdin()  # (each draft file already placed whole stays)
         proc.finish()
         raise
     proc.close_stdin()
@@ -332,6 +332,7 @@ def _tar(proc, release_files, prompts: dict, send_prompts: list[str], drafts) ->
                 info = tar.gettarinfo(arcname=f"draft/{rel}", fileobj=f)
                 info.mode, info.uid, info.gid, info.uname, info.gname = 0o644, 0, 0, "", ""
                 tar.addfile(info, f)
+        _add(tar, UPLOAD_END, b"")  # all of it sent: the host switches to nothing less
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:

@@ -214,6 +214,7 @@ DRAFT_DEFAULTS = {"method": "eagle3", "num_speculative_tokens": 3, "eval_samples
 # where `invoke deploy` puts a draft folder of the deploying machine on the host: <name>/ each, a
 # fixed place beside the job's data, never in a release (remote/host/release.py says it as text)
 DRAFT_COPIES = "data/draft-models"
+UPLOAD_END = "end"  # a deploy upload's last member: the host switches to no upload without it
 
 
 def draft_folder(model: str, root: Path) -> Path | None:

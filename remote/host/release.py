@@ -156,6 +156,7 @@ def _prompt_hash(root, rel, keep=True):
 
 
 DRAFT_COPIES = "data/draft-models"  # jobspec.DRAFT_COPIES: where deploy puts a draft folder
+UPLOAD_END = "end"  # jobspec.UPLOAD_END: the upload's last member (one without it was cut short)
 DRAFT_HASHES = os.path.join(DRAFT_COPIES, ".hashes.json")
 
 
@@ -326,9 +327,15 @@ def _place_draft_file(root, draft, rel, src, cache):
 def _unpack(stream, root, tmp, prompts_allowed, prompt_tmps, draft=None, cache=None):
     """The upload: release files into tmp; prompt files beside their targets as .part files (their
     (part, target, rel) appended to prompt_tmps as they are written, for the caller to clean up);
-    a draft's files each in its place as it arrives."""
+    a draft's files each in its place as it arrives. The upload ends with an `end` member: a tar
+    cut short by the laptop (a file it could not read) reads as a shorter whole one, and would
+    otherwise be switched to."""
+    ended = False
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for m in tar:
+            if m.name == UPLOAD_END:
+                ended = True
+                continue
             parts = _safe_member(m.name)
             if not m.isfile():
                 continue
@@ -353,6 +360,8 @@ def _unpack(stream, root, tmp, prompts_allowed, prompt_tmps, draft=None, cache=N
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             _write_synced(dst, data)
             os.chmod(dst, 0o644)
+    if not ended:
+        raise ValueError("the upload was cut short: nothing was switched")
 
 
 def _complete(tmp, rid, files, base_dir, base):

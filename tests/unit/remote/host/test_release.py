@@ -14,15 +14,42 @@ import pytest
 from remote.host import release
 
 
-def upload(files: dict[str, bytes]) -> io.BytesIO:
+def upload(files: dict[str, bytes], whole: bool = True) -> io.BytesIO:
+    """The upload deploy sends; `whole`: with its end (one cut short by the laptop has none)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w|") as tar:
-        for name, data in files.items():
+        for name, data in {**files, **({release.UPLOAD_END: b""} if whole else {})}.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     buf.seek(0)
     return buf
+
+
+def test_an_upload_cut_short_switches_nothing_and_keeps_nothing(tmp_path):
+    """The laptop stops mid-upload (a prompt file it could not read): what the host got is a
+    smaller whole tar, never to be taken for all of it."""
+    from remote.common import jobspec
+
+    assert (release.UPLOAD_END, release.DRAFT_COPIES) == (
+        jobspec.UPLOAD_END,
+        jobspec.DRAFT_COPIES,
+    )  # said as text there (it is sent as standalone source): held equal here
+    root = str(tmp_path)
+    a = b"print('a')\n"
+    release.apply(
+        root, {"id": "r1", "files": {"remote/a.py": digest(a)}}, upload({"release/remote/a.py": a})
+    )
+    a2 = b"print('a2')\n"
+    args = {"id": "r2", "files": {"remote/a.py": digest(a2)}, "base": "r1"}
+    args["prompts"] = ["data/prompts/B1.jsonl"]
+    cut = upload({"release/remote/a.py": a2}, whole=False)  # the prompt file never came
+    with pytest.raises(ValueError, match="the upload was cut short: nothing was switched"):
+        release.apply(root, args, cut)
+    assert os.readlink(tmp_path / "current").endswith("r1")
+    assert not (tmp_path / "releases" / "r2").exists()
+    assert not (tmp_path / "data/prompts/B1.jsonl").exists()
+    assert not [p for p in (tmp_path / "releases").iterdir() if p.name.startswith(".tmp")]
 
 
 def digest(data: bytes) -> str:
