@@ -52,8 +52,8 @@ def preflight(paths: Paths) -> None:
 
 def start_command(paths: Paths, req: CtlStart) -> RestartAnswer:
     preflight(paths)
-    stage_switch.refuse_during(paths, "start")
     with intent.locked(paths):  # the watcher acts between commands, never during one
+        stage_switch.refuse_during(paths, "start")
         out = start(paths, req)
         supervised.want_runner(paths, req)
     out.watcher = supervised.keep_watcher(paths)
@@ -66,10 +66,13 @@ def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
     preflight(paths)
     stage_switch.refuse_during(paths, "restart", req.dry_run)
     sw = stage_switch.needed(paths, req)
+    unless = lambda: stage_switch.refuse_during(paths, "restart", req.dry_run)  # noqa: E731
     if sw is None:
-        return _restart(paths, req)
+        return _restart(paths, req, unless)
     # what the new runner would refuse, refused before anything is stopped; its caps said first
     out = _restart(paths, dataclasses.replace(req, dry_run=True))
+    if out.mode in ("live", "unchanged"):  # the runner keeps running: nothing of it to swap
+        return _restart(paths, req, unless)
     out.switch = sw.view()
     if not req.dry_run:
         with intent.locked(paths):  # one swap at a time: the watcher's (a baseline) or this one

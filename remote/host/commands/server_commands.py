@@ -30,34 +30,33 @@ def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
     spec = stage_spec(req.spec, stage, paths)
     if req.dry_run:  # what could refuse has refused by now: nothing started, nothing written
         return ServerStarted(model=spec.model, port=spec.port, argv=list(spec.args))
-    cur = stage_switch.current(paths)
-    if cur is not None and not cur.runner and server_process.managed(paths) is not None:
-        out = start(paths, cur.spec)  # another server.start's load: who started it, waited for
-        out.switch = cur.view()
-        return out
-    stage_switch.refuse_during(paths, "server.start")
     if extracts(spec.args):
         paths.hidden_incoming.mkdir(parents=True, exist_ok=True)
     with intent.locked(paths):  # the watcher acts between commands, never during one
+        cur = stage_switch.current(paths)
+        if cur is not None and not cur.runner and server_process.managed(paths) is not None:
+            out = start(paths, cur.spec)  # another server.start's load: who started it, waited for
+            out.switch = cur.view()
+            return out
+        stage_switch.refuse_during(paths, "server.start")  # one swap at a time, under the lock
         out = start(paths, spec)
         intent.change(
             paths,
             recover=supervised.recover_arg(req),
             server={"wanted": True, "spec": spec, "base": req.spec},
         )
+        if not (out.already and check(paths, ServerCheck()).ready):
+            sw = StageSwitch(
+                stage=stage,
+                model=spec.model,
+                ready_timeout=float(spec.ready_timeout),
+                request=CtlRestart(recover=req.recover),
+                spec=spec,
+                base=req.spec,
+                runner=False,
+            )
+            out.switch = stage_switch.begin(paths, sw, by="user").view()
     out.watcher = supervised.keep_watcher(paths)
-    if out.already and check(paths, ServerCheck()).ready:
-        return out
-    sw = StageSwitch(
-        stage=stage,
-        model=spec.model,
-        ready_timeout=float(spec.ready_timeout),
-        request=CtlRestart(recover=req.recover),
-        spec=spec,
-        base=req.spec,
-        runner=False,
-    )
-    out.switch = stage_switch.begin(paths, sw, by="user").view()
     return out
 
 

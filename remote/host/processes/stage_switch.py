@@ -148,7 +148,9 @@ def begin(paths: Paths, sw: StageSwitch, by: str, rel: Path | None = None) -> St
     old = StageSwitch.read(paths.switch)
     if old is not None and old.ended and old.token != sw.token:
         sw.before = dataclasses.replace(old.view(), before=None).to_dict()
-    sw.by, sw.release, sw.step, sw.pid, sw.start_time = by, str(rel), SwitchStep.BEGUN, 0, None
+    if not sw.tries:  # taken up, it keeps the step it reached: what was done is not done again
+        sw.step = SwitchStep.BEGUN
+    sw.by, sw.release, sw.pid, sw.start_time = by, str(rel), 0, None
     sw.begun_at = sw.begun_at or now
     sw.step_at, sw.tries, sw.token = now, sw.tries + 1, sw.token or secrets.token_hex(8)
     paths.ensure()

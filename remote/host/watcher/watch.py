@@ -273,7 +273,12 @@ class Watcher:
             self.runner.start_next(now, data.runner)
             return
         self.runner.then = None
-        stage_switch.begin(self.paths, sw, by="watcher", rel=self.runner.release())
+        try:
+            stage_switch.begin(self.paths, sw, by="watcher", rel=self.runner.release())
+        except HostFault as e:  # its process never started (ended as such): the stage not started
+            self.log(f"the {nxt} stage not started: {e.fault.message}")
+            stage_switch.given_up(self.paths, sw, e.fault, held=True)
+            self.tell("failed", f"the {nxt} stage was not started: {e.fault.message}")
 
     def _settings(self, spec) -> None:
         """The latest `recover:` (a restart may change it); the restarts counted so far stay."""

@@ -98,6 +98,11 @@ def test_the_swap_before_is_kept_for_the_laptop_that_still_follows_it(tmp_path, 
 
     monkeypatch.setattr(stage_switch.procinfo, "start_detached", start_detached)
     first = stage_switch.begin(paths, StageSwitch(stage="draft"), by="user", rel=tmp_path)
+    # its process killed while the model loads: taken up at that step (the runner it stopped, the
+    # server it started are not stopped again)
+    stage_switch.move(paths, first, SwitchStep.LOADING)
+    taken = stage_switch.begin(paths, first, by="user", rel=tmp_path)
+    assert (taken.step, taken.tries, taken.token) == (SwitchStep.LOADING, 2, first.token)
     stage_switch.end(paths, first, answer=None)
     second = stage_switch.begin(paths, StageSwitch(stage="baseline"), by="watcher", rel=tmp_path)
     assert second.token != first.token and second.tries == 1

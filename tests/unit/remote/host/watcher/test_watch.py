@@ -272,6 +272,61 @@ def test_the_stage_asked_to_follow_begins_the_hosts_swap_and_nothing_is_kept_whi
     assert w.server.seen.state != ProcessState.FATAL
 
 
+def test_a_baseline_whose_swap_process_never_starts_fails_the_job_and_is_told(
+    tmp_path, monkeypatch
+):
+    """begin ended the record and raised: the watcher says so (the status, job.notify), never a
+    traceback in its log with the draft's job left `finished` and the caps already moved."""
+    import dataclasses
+    import time
+
+    from remote.common.answers import ServerState
+    from remote.common.caps import Caps
+    from remote.common.jobspec import ServerSpec, flag_value
+    from remote.common.status import JobState, JobStatus
+    from remote.common.wire import HostFault
+    from remote.host.processes import server_process, stage_switch
+    from remote.host.processes.extraction import stage_spec
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    plain = ServerSpec(model="m", draft={"model": "d", "method": "eagle3"})
+    plain = dataclasses.replace(plain, draft=dict(plain.draft, num_speculative_tokens=3))
+    drafting = stage_spec(plain, "draft", paths)
+    said = flag_value(drafting.args, "--speculative-config")
+    up = ServerState(up=True, ready=True, speculative=said)
+    monkeypatch.setattr(server_process, "server_state", lambda paths, req=None: up)
+
+    def begin(paths, sw, by, rel=None):  # as the real one: recorded as the watcher's, then ended
+        sw.by = by
+        raise HostFault(
+            "start_failed", "the process that starts the server for the stage did not start"
+        )
+
+    monkeypatch.setattr(stage_switch, "begin", begin)
+    intent.keep_caps(paths, Caps(max_samples=4, stage="draft", baseline=True))
+    intent.change(
+        paths, runner={"wanted": True}, server={"wanted": True, "spec": drafting, "base": plain}
+    )
+    JobStatus(state="finished", caps=Caps(stage="draft", baseline=True).to_dict()).write(
+        paths.status
+    )
+    w = watch.Watcher(paths)
+    told = []
+    w.tell = lambda event, what: told.append((event, what))
+    w.runner.then = "baseline"
+    w._next_stage(time.time())
+    st = JobStatus.read(paths.status)
+    assert st.state == JobState.FAILED and "did not start" in st.message
+    assert told == [
+        (
+            "failed",
+            "the baseline stage was not started: the process that starts the server for the "
+            "stage did not start",
+        )
+    ]
+
+
 def test_once_a_swap_ends_its_server_is_watched_anew_and_a_failed_baseline_is_told(tmp_path):
     """The swap's process waited for the server and smoke-tested it: the watcher does neither again
     (no second smoke test while the stage measures, no load counted from the swap's begin); a
