@@ -206,7 +206,7 @@ def beyond_lowered_caps(caps: dict[str, CapRow], out: Console = console) -> None
     are being made): said per dataset, or they would grow its records beyond the cap unsaid."""
     for name, d in caps.items():
         n = d.in_flight_beyond
-        if not n:
+        if not n or not d.changed:  # an earlier re-cap's: not this command's to say
             continue
         there = f"; {d.beyond:,} records there already" if d.beyond else ""
         out.print(

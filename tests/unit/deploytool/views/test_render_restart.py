@@ -214,3 +214,13 @@ def test_a_restart_says_the_old_runners_stop_as_stop_does_and_nothing_of_a_live_
     told(JobView(state="stopped", runner=RunnerInfo(alive=False)), 1.0)
     told(new, 2.0)
     assert quiet.getvalue() == ""
+
+
+def test_answers_in_flight_past_a_cap_are_said_for_the_caps_this_restart_lowered():
+    rows = {
+        "B1": CapRow(5, 5, "complete", prompts=32, cap=5, was=20, beyond=3, in_flight_beyond=4),
+        "B2": CapRow(5, 5, "complete", prompts=32, cap=5, was=5, in_flight_beyond=2),  # earlier
+    }
+    text = " ".join(printed(render_restart.beyond_lowered_caps, rows).split())
+    assert "B1: 4 answers in flight beyond the new cap finish and are kept beyond it" in text
+    assert "3 records there already" in text and "B2" not in text
