@@ -177,13 +177,20 @@ def try_lock(path: Path) -> int | None:
 WATCH_LOCK_FD_ENV = "DEPLOYTOOL_WATCHER_LOCK_FD"
 
 
+def untokened_env() -> dict:
+    """This process's environment without any of the tokens the host finds its processes by: a
+    process started with it is stopped by none of the stops of the job, the server or the watcher
+    (the watcher's own, a server swap's)."""
+    tokens = (JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV)
+    return {k: v for k, v in os.environ.items() if k not in tokens}
+
+
 def start_watcher(paths: Paths, python: str, release: Path, token: str | None = None):
     """`python -m remote watch` for this remote_dir, detached, from `release`, holding the watcher's
     lock from before it runs; None, and nothing started, when a watcher holds it already. It
     carries neither the job's nor the server's token (stopping them must not stop it); `token`: its
     own (else it makes one)."""
-    tokens = (JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV)
-    env = {k: v for k, v in os.environ.items() if k not in tokens}
+    env = untokened_env()
     env.update({"PYTHONUNBUFFERED": "1", **({WATCH_TOKEN_ENV: token} if token else {})})
     argv = [python, "-m", "remote", "watch", "--root", str(paths.root)]
     paths.ensure()

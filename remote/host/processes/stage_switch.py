@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import secrets
 import sys
 import time
@@ -23,8 +22,6 @@ from ...common import procinfo
 from ...common.caps import DRAFT, HIDDEN_STATES
 from ...common.codec import append_line
 from ...common.jobspec import (
-    JOB_TOKEN_ENV,
-    WATCH_TOKEN_ENV,
     WATCHER_MARK,
     Paths,
     ServerSpec,
@@ -35,7 +32,7 @@ from ...common.jobspec import (
 )
 from ...common.protocol import CtlRestart, CtlStop, ServerCheck, ServerStatus, ServerStop
 from ...common.recover import RecoverSpec
-from ...common.state import StageSwitch, kept_caps, lock_held, settle
+from ...common.state import StageSwitch, kept_caps, lock_held, settle, untokened_env
 from ...common.status import JobState, SwitchStep
 from ...common.wire import Fault, HostFault, to_wire
 from ..facts import engines, intent
@@ -155,7 +152,7 @@ def begin(paths: Paths, sw: StageSwitch, by: str, rel: Path | None = None) -> St
     sw.step_at, sw.tries, sw.token = now, sw.tries + 1, sw.token or secrets.token_hex(8)
     paths.ensure()
     sw.write(paths.switch)
-    env = {k: v for k, v in os.environ.items() if k not in (JOB_TOKEN_ENV, WATCH_TOKEN_ENV)}
+    env = untokened_env()
     argv = [sys.executable, "-m", "remote", "ctl", "switch", "--root", str(paths.root)]
     with open(paths.watcher_log, "ab") as log:
         proc = procinfo.start_detached(argv, cwd=rel, env=env, log=log)
