@@ -208,7 +208,9 @@ class ServerKeeper(Keeper):
         self.gpu_deadline = 0.0
         self.started_at: float | None = None
         self.ready_seq = 0
-        self.swapping = False  # started for a stage by the host's swap: its start is no restart
+        # a server swap under way (the host's own process starts and waits for the server): nothing
+        # of it is kept meanwhile, and it is watched anew once the swap has ended (watch._swapped)
+        self.swapping = False
 
     @property
     def look_every(self) -> float:
@@ -275,7 +277,6 @@ class ServerKeeper(Keeper):
     ) -> None:
         """`rec`: the dead server's record (None: no process was started); `at_start`: it failed
         while being started (loading, its smoke test)."""
-        self.swapping = False  # a failed start for the next stage is a failed start
         self.dead_pids = set() if rec is None else set(kill_session(rec)) | {rec.pid}
         self.gpu_deadline = now + GPU_WAIT_S
         self.clock = None
@@ -330,11 +331,6 @@ class ServerKeeper(Keeper):
             rec.write(self.paths.server_pid)
         self.ready_seq += 1
         took = f"ready in {now - (self.started_at or now):.0f}s"
-        if self.swapping:
-            self.swapping = False
-            self.seen.move(ProcessState.WATCHING, why=None)
-            self.log(f"server started for the next stage: {took}")
-            return
         self._restarted(now, f"; {took}")
 
     def _give_up(self, why: str, lines: list[str]) -> None:
