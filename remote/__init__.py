@@ -46,7 +46,8 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
               report_stage, report_drafts (`report`); read only
     host/     process control on the host, in rooms stacked the same way (every import points down):
       facts/      kill, gpu, strays (finding runners), engines (a server's engine processes),
-                  intent (run/supervise.json: what should run), boot (recover.on_boot's systemd unit)
+                  intent (run/supervise.json: what should run), boot (recover.on_boot's systemd unit),
+                  made_with (which datasets' records were made with other settings)
       processes/  runner_process (start, stop, re-cap the runner), server_process (start, check,
                   stop vLLM), smoke, stage_switch (the server started again for a restart's stage,
                   carried out whole by a detached process): the mechanism the watcher and the

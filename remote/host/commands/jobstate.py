@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 
 from ...common import procinfo
-from ...common.codec import read_json
-from ...common.jobspec import JOB_FILE, Paths, deployed_spec, settings_changed
+from ...common.jobspec import JOB_FILE, Paths
 from ...common.protocol import CtlStatus
-from ...common.state import StageSwitch, job_now
+from ...common.state import StageSwitch, job_now, kept_caps
 from ...common.status import JobView
+from ..facts.made_with import mixed_settings
 from ..facts.strays import stray_runners
 from ..watcher import watch
 
@@ -26,7 +26,7 @@ def job_status(paths: Paths, req: CtlStatus | None = None) -> JobView:
         current = None
     st.current_release = current
     st.deployed_job = deployed_job(paths)
-    st.settings_differ = settings_differ(paths)
+    st.settings_differ = settings_differ(paths, st)
     strays = stray_runners(paths, {st.runner.pid} if st.runner.alive else set())
     # a runner writes its pid file once it holds the lock, a second or so after its start: one
     # younger than that is being started (by the watcher, a restart), not a stray to warn of
@@ -38,18 +38,15 @@ def job_status(paths: Paths, req: CtlStatus | None = None) -> JobView:
     return st
 
 
-def settings_differ(paths: Paths) -> list[str]:
-    """The datasets whose records were made with other settings than the deployed job's."""
-    job = deployed_spec(paths.root / "current" / JOB_FILE)
-    if job is None:
+def settings_differ(paths: Paths, st: JobView) -> list[str]:
+    """The datasets a runner of the deployed release would refuse to open (their records made with
+    other settings), where that release is not the one that runs or ran: its restart is the one to
+    say a way for (looked up only then: a look a second must not read every dataset's settings)."""
+    ran = (st.runner.release if st.runner and st.runner.alive else None) or st.release
+    deployed = st.current_release
+    if not deployed or not ran or os.path.basename(ran.rstrip("/")) == os.path.basename(deployed):
         return []
-    out = []
-    for ds in job.datasets:
-        meta = read_json(paths.meta(ds.name))
-        has = paths.output(ds.name).exists() and paths.output(ds.name).stat().st_size > 0
-        if meta and has and settings_changed(meta, job.settings(ds)):
-            out.append(ds.name)
-    return out
+    return list(mixed_settings(paths, kept_caps(paths), paths.root / "current" / JOB_FILE))
 
 
 def deployed_job(paths: Paths) -> str | None:

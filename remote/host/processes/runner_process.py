@@ -16,7 +16,7 @@ from pathlib import Path
 from ...common import procinfo
 from ...common.answers import RecoverEvent, RestartAnswer, StopAnswer
 from ...common.caps import GENERATE, MEASURES, CapRow, Caps
-from ...common.codec import read_json, typed_lines
+from ...common.codec import typed_lines
 from ...common.jobspec import (
     JOB_FILE,
     JOB_TOKEN_ENV,
@@ -25,7 +25,6 @@ from ...common.jobspec import (
     deployed_spec,
     release_dir,
     said_per_dataset,
-    settings_changed,
 )
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
 from ...common.state import (
@@ -39,6 +38,7 @@ from ...common.state import (
 from ...common.status import JobState, JobStatus, count_prompts, file_identity
 from ...common.wire import HostFault
 from ..facts import gpu, intent, kill
+from ..facts.made_with import mixed_settings
 from ..facts.strays import managed_runner, stray_runners
 from . import server_process
 
@@ -98,27 +98,6 @@ def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:
     return out
 
 
-def mixed_settings(
-    paths: Paths, caps: Caps, job: Path | None = None, answering: frozenset = frozenset()
-) -> dict[str, dict[str, tuple]]:
-    """Every dataset a new runner of the answers' stage would refuse to open: {name: what changed},
-    its records made with other settings than the job's now (a hosts.yaml edited and deployed).
-    `answering`: those the running runner has answers in flight for, whose records its stop's grace
-    may still write."""
-    spec = deployed_spec(job)
-    if spec is None or caps.stage != GENERATE:
-        return {}
-    out = {}
-    for ds in spec.datasets:
-        if not caps.selected(ds.name):  # the runner opens none of its files
-            continue
-        meta = read_json(paths.meta(ds.name))
-        changed = settings_changed(meta, spec.settings(ds)) if meta else {}
-        if changed and (ds.name in answering or _has_records(paths.output(ds.name))):
-            out[ds.name] = changed
-    return out
-
-
 def refuse_mixed_settings(
     paths: Paths, caps: Caps, force: bool, job: Path | None = None, answering=frozenset()
 ) -> None:
@@ -134,15 +113,6 @@ def refuse_mixed_settings(
             "`invoke deploy`, or `invoke rollback`), move their data/outputs/<DS>.jsonl aside, "
             "or restart with --force to mix them (the runner resumes them with the new settings)",
         )
-
-
-def _has_records(path: Path) -> bool:
-    """A whole line in it: a torn one alone (a kill mid-write) the runner cuts, and has none."""
-    try:
-        with open(path, "rb") as f:
-            return any(b"\n" in chunk for chunk in iter(lambda: f.read(1 << 16), b""))
-    except OSError:
-        return False
 
 
 def job_datasets(job: Path | None = None) -> list[str]:

@@ -1,0 +1,40 @@
+"""Which datasets' records were made with other settings than a job's: what a new runner of the
+answers' stage refuses to open (the restart refuses it first, and status says the way out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...common.caps import GENERATE, Caps
+from ...common.codec import read_json
+from ...common.jobspec import Paths, deployed_spec, settings_changed
+
+
+def mixed_settings(
+    paths: Paths, caps: Caps, job: Path | None = None, answering: frozenset = frozenset()
+) -> dict[str, dict[str, tuple]]:
+    """Every dataset a new runner of the answers' stage would refuse to open: {name: what changed},
+    its records made with other settings than the job's now (a hosts.yaml edited and deployed).
+    `answering`: those the running runner has answers in flight for, whose records its stop's grace
+    may still write."""
+    spec = deployed_spec(job)
+    if spec is None or caps.stage != GENERATE:
+        return {}
+    out = {}
+    for ds in spec.datasets:
+        if not caps.selected(ds.name):  # the runner opens none of its files
+            continue
+        meta = read_json(paths.meta(ds.name))
+        changed = settings_changed(meta, spec.settings(ds)) if meta else {}
+        if changed and (ds.name in answering or has_records(paths.output(ds.name))):
+            out[ds.name] = changed
+    return out
+
+
+def has_records(path: Path) -> bool:
+    """A whole line in it: a torn one alone (a kill mid-write) the runner cuts, and has none."""
+    try:
+        with open(path, "rb") as f:
+            return any(b"\n" in chunk for chunk in iter(lambda: f.read(1 << 16), b""))
+    except OSError:
+        return False

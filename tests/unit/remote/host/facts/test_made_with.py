@@ -1,0 +1,33 @@
+"""Which datasets' records were made with other settings than a job's: those with a whole record
+(a torn line alone is none) or answers in flight, run by the caps, in the answers' stage."""
+
+from __future__ import annotations
+
+import json
+
+from remote.common.caps import Caps
+from remote.common.jobspec import JobSpec, Paths
+from remote.host.facts.made_with import has_records, mixed_settings
+
+
+def test_a_dataset_with_records_of_other_settings_is_named_with_what_changed(tmp_path):
+    paths = Paths(tmp_path)
+    paths.ensure()
+    job = {
+        "datasets": {n: {"prompts": f"data/{n}.jsonl"} for n in ("B1", "B2", "B3")},
+        "engine": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m2"},
+    }
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps(job))
+    spec = JobSpec.load(job_file)
+    made = spec.settings(spec.datasets[0])
+    for name, lines in (("B1", '{"id": "x"}\n'), ("B2", '{"id": "x", "to'), ("B3", "")):
+        paths.meta(name).write_text(json.dumps(dict(made, model="m1")))
+        paths.output(name).write_text(lines)
+    assert not has_records(paths.output("B2")) and has_records(paths.output("B1"))
+    got = mixed_settings(paths, Caps(), job_file)
+    assert list(got) == ["B1"] and "model" in got["B1"]
+    # answers in flight are records its stop's grace may write
+    assert list(mixed_settings(paths, Caps(), job_file, frozenset({"B3"}))) == ["B1", "B3"]
+    assert mixed_settings(paths, Caps(datasets=["B2"]), job_file) == {}  # B1 is not run
+    assert mixed_settings(paths, Caps(stage="hidden-states"), job_file) == {}
