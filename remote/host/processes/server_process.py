@@ -109,6 +109,13 @@ def get_url(url: str, timeout: float = 5.0, key: str | None = None) -> tuple[int
         return 0, ""
 
 
+def refuse_exposed(spec: ServerSpec) -> None:
+    """A server that would listen beyond loopback with no key: refused before it is started."""
+    exposed = spec.exposure_problem()
+    if exposed:
+        raise ServerError(f"vLLM {exposed}", fix="set server.env.VLLM_API_KEY, or drop --host")
+
+
 def start(paths: Paths, spec: ServerSpec, by: str = "user") -> ServerStarted:
     """Start it detached; `by` the watcher: its own starts count against its budget."""
     rec = managed(paths)
@@ -117,9 +124,7 @@ def start(paths: Paths, spec: ServerSpec, by: str = "user") -> ServerStarted:
         return ServerStarted(
             already=True, by=rec.by, up_s=up_s, pid=rec.pid, port=rec.port, model=rec.model
         )
-    exposed = spec.exposure_problem()
-    if exposed:  # hosts.yaml's check says so first; this holds for any caller
-        raise ServerError(f"vLLM {exposed}", fix="set server.env.VLLM_API_KEY, or drop --host")
+    refuse_exposed(spec)  # hosts.yaml's check says so first; this holds for any caller
     # a second engine beside them is CUDA out of memory at load
     removed = engines.remove_leftovers(paths)
     port, headless = spec.port, spec.headless

@@ -93,11 +93,7 @@ def needed(paths: Paths, req: CtlRestart) -> StageSwitch | None:
         if flag_value(spec.args, "--speculative-config") == state.speculative:
             return None
         why = "runs another draft than hosts.yaml's server.draft"
-    exposed = spec.exposure_problem()
-    if exposed:
-        raise server_process.ServerError(
-            f"vLLM {exposed}", fix="set server.env.VLLM_API_KEY, or drop --host"
-        )
+    server_process.refuse_exposed(spec)  # before anything is stopped
     return StageSwitch(
         stage=stage,
         why=why,
