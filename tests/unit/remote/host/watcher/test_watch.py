@@ -186,6 +186,24 @@ def test_a_recovery_is_shown_while_its_watcher_works_and_dropped_once_nobody_car
     assert not sup.supervised and not sup.server.recovering
 
 
+def _serving_the_draft(paths, monkeypatch):
+    """hosts.yaml's server (`plain`) and the draft stage's (`drafting`), the latter up and ready."""
+    import dataclasses
+
+    from remote.common.answers import ServerState
+    from remote.common.jobspec import ServerSpec, flag_value
+    from remote.host.processes import server_process
+    from remote.host.processes.extraction import stage_spec
+
+    plain = ServerSpec(model="m", draft={"model": "d", "method": "eagle3"})
+    plain = dataclasses.replace(plain, draft=dict(plain.draft, num_speculative_tokens=3))
+    drafting = stage_spec(plain, "draft", paths)
+    said = flag_value(drafting.args, "--speculative-config")
+    up = ServerState(up=True, ready=True, speculative=said)
+    monkeypatch.setattr(server_process, "server_state", lambda paths, req=None: up)
+    return plain, drafting
+
+
 def test_the_stage_asked_to_follow_begins_the_hosts_swap_and_nothing_is_kept_while_it_runs(
     tmp_path, monkeypatch
 ):
@@ -193,25 +211,16 @@ def test_the_stage_asked_to_follow_begins_the_hosts_swap_and_nothing_is_kept_whi
     stage makes (hosts.yaml's own server, no --speculative-config), begun by the watcher and
     carried out by the host's own process; while that runs, nothing is kept (the server stopped
     and loading is no death); one whose process is gone is taken up again, then given up."""
-    import dataclasses
     import time
 
-    from remote.common.answers import ServerState
     from remote.common.caps import Caps
-    from remote.common.jobspec import ServerSpec, flag_value
     from remote.common.state import StageSwitch, kept_caps
     from remote.common.status import JobStatus, ProcessState, SwitchStep
-    from remote.host.processes import server_process, stage_switch
-    from remote.host.processes.extraction import stage_spec
+    from remote.host.processes import stage_switch
 
     paths = Paths(tmp_path)
     paths.ensure()
-    plain = ServerSpec(model="m", draft={"model": "d", "method": "eagle3"})
-    plain = dataclasses.replace(plain, draft=dict(plain.draft, num_speculative_tokens=3))
-    drafting = stage_spec(plain, "draft", paths)
-    said = flag_value(drafting.args, "--speculative-config")
-    up = ServerState(up=True, ready=True, speculative=said)
-    monkeypatch.setattr(server_process, "server_state", lambda paths, req=None: up)
+    plain, drafting = _serving_the_draft(paths, monkeypatch)
     begun = []
 
     def begin(paths, sw, by, rel=None):  # recorded, as the real one records it, no process
@@ -277,25 +286,16 @@ def test_a_baseline_whose_swap_process_never_starts_fails_the_job_and_is_told(
 ):
     """begin ended the record and raised: the watcher says so (the status, job.notify), never a
     traceback in its log with the draft's job left `finished` and the caps already moved."""
-    import dataclasses
     import time
 
-    from remote.common.answers import ServerState
     from remote.common.caps import Caps
-    from remote.common.jobspec import ServerSpec, flag_value
     from remote.common.status import JobState, JobStatus
     from remote.common.wire import HostFault
-    from remote.host.processes import server_process, stage_switch
-    from remote.host.processes.extraction import stage_spec
+    from remote.host.processes import stage_switch
 
     paths = Paths(tmp_path)
     paths.ensure()
-    plain = ServerSpec(model="m", draft={"model": "d", "method": "eagle3"})
-    plain = dataclasses.replace(plain, draft=dict(plain.draft, num_speculative_tokens=3))
-    drafting = stage_spec(plain, "draft", paths)
-    said = flag_value(drafting.args, "--speculative-config")
-    up = ServerState(up=True, ready=True, speculative=said)
-    monkeypatch.setattr(server_process, "server_state", lambda paths, req=None: up)
+    plain, drafting = _serving_the_draft(paths, monkeypatch)
 
     def begin(paths, sw, by, rel=None):  # as the real one: recorded as the watcher's, then ended
         sw.by = by
