@@ -29,6 +29,10 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
       hidden/   the hidden-states stage's files: hsfile (one file, checked before it counts), store
                 (a dataset's rows.jsonl and hs_<n> files, each row once through any kill), rows
                 (which rows of the kept records)
+      train/    the train stage's parts the runner calls: prepare (the data folder the trainer reads,
+                made once, in the trainer's Python), command (the trainer's command), progress (its
+                output read), epoch_steps (an epoch's steps known in advance), checkpoints (its save
+                folder read back; the copy vLLM serves)
       engine/   client (the OpenAI engine), stream (a streamed answer put back together; its
                 watchdog), kept_tokens (the tokens of unfinished answers, kept across a stop),
                 continuation (resuming one), pool (the servers), simulate (the stand-in), kinds

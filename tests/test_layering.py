@@ -160,13 +160,14 @@ def test_the_circle_check_sees_one():
 
 
 # Inside remote/job and remote/host, rooms stacked from the bottom; an import may point down or
-# along its own room, never up. remote/job: the stores on disk, the engine (its client, streams, kept
+# along its own room, never up. remote/job: the stores on disk (the hidden states', and the train
+# stage's data and checkpoints above them), the engine (its client, streams, kept
 # tokens, the pool of servers), the observers (status, telemetry, alerts), the run loop on top.
 # remote/host: facts of the machine, one module per managed process (start, stop, check), the
 # watcher that keeps them, the commands that record intent. The watcher uses the mechanism, never a
 # command; what the host is asked about the job's files (queries) sits apart in remote/queries.
 ROOMS = {
-    "job": ["store", "hidden", "engine", "observe", "loop"],
+    "job": ["store", "hidden", "train", "engine", "observe", "loop"],
     "host": ["facts", "processes", "watcher", "commands"],
 }
 MAX_MODULES = 20  # a loose guard: a folder past it is a room holding several; not where one is cut
