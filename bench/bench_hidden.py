@@ -32,9 +32,9 @@ from pathlib import Path
 
 from common import REPO  # noqa: E402
 
-from remote.common.caps import HIDDEN_STATES  # noqa: E402
 from remote.common.jobspec import Paths, ServerSpec  # noqa: E402
 from remote.common.records import Record  # noqa: E402
+from remote.common.stages import HIDDEN_STATES  # noqa: E402
 from remote.host.processes.extraction import stage_spec  # noqa: E402
 from tests.conftest import free_port, records, runner_cmd  # noqa: E402
 from tests.helpers.runner_jobs import make_root  # noqa: E402

@@ -6,8 +6,10 @@ should not pay for rich tables, tarfile or paramiko it never touches.
 
 from __future__ import annotations
 
-from remote.common.caps import DRAFT, GENERATE, MEASURES
+import dataclasses
+
 from remote.common.protocol import GRACE_S
+from remote.common.stages import FIRST, stage_of
 
 from .config import load_config
 from .config.locate import project_config
@@ -156,8 +158,10 @@ def restart(
     config = _config()
     # bad flags: exit 2 before any host is touched
     run_flags = control.parse_run_flags(config, **flags)
-    if run_flags.stage in MEASURES:
+    if stage_of(run_flags.stage).needs_vllm:
         _measure_possible(config, host_spec, run_flags)
+    if stage_of(run_flags.stage).trains:
+        _train_possible(config, host_spec, run_flags)
     one = partial(
         _restart_host,
         config=config,
@@ -179,8 +183,8 @@ def restart(
         "with what it was asked (a restart begun ends on its own; `invoke status` shows where "
         "the job is)"
     )
-    if run_flags.stage not in (None, GENERATE):  # the way back, where a stage was asked for
-        doing += f"; `invoke restart --stage {GENERATE}` takes it back to the answers"
+    if stage_of(run_flags.stage).label:  # the way back, where another stage was asked for
+        doing += f"; `invoke restart --stage {FIRST.name}` takes it back to {FIRST.doing}"
     act = partial(one, dry_run=dry_run, asked=asked)
     outcome = render_restart.restart_outcome
     return _run_to_end(config, host_spec, act, render_restart.restart_result, doing, outcome)
@@ -246,19 +250,42 @@ def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_
     return answer
 
 
+def _train_possible(config, host_spec: str | None, flags) -> None:
+    """The train stage trains what job.train describes; with --baseline the draft it makes is the
+    one measured next, so server.draft must name it. Said before any host is touched."""
+    from remote.common.jobspec import TRAINED
+
+    for h in config.select_hosts(host_spec):
+        why = None
+        if not config.job_for(h.name).train:
+            why = "hosts.yaml has no job.train (the trainer and its settings: docs/train.md)"
+        elif flags.baseline and config.server_for(h.name).draft.get("model") != TRAINED:
+            why = (
+                "--baseline measures the trained draft next, and server.draft.model is not "
+                f"`{TRAINED}`: set it, or train first and measure with `restart --stage draft`"
+            )
+        if why:
+            raise UsageError(f"--stage {flags.stage} on {h.name}: {why}")
+    if flags.baseline:  # the stages that follow, asked now
+        _measure_possible(
+            config, host_spec, dataclasses.replace(flags, stage=stage_of(flags.stage).then)
+        )
+
+
 def _measure_possible(config, host_spec: str | None, flags) -> None:
-    """The draft and baseline stages measure the job's own vLLM server, which deploytool starts
+    """The measuring stages (draft, baseline) measure the job's own vLLM server, which deploytool starts
     (with the draft, or without it); `--baseline` is the watcher's to start. Said before any host
     is touched."""
     from remote.common.jobspec import flag_value
 
     from .ops.server import manages_engine
 
+    stage = stage_of(flags.stage)
     for h in config.select_hosts(host_spec):
         rec, spec = config.recover_for(h.name), config.server_for(h.name)
         why = None
         if config.job_for(h.name).engine.kind == "simulate":
-            what = "to measure" if flags.stage == DRAFT else "to measure a baseline against"
+            what = "to measure" if stage.needs_draft else "to measure a baseline against"
             why = (
                 f"the built-in simulated engine has no draft {what}: the stage needs vLLM, the "
                 "job's own server (hosts.yaml job.engine.kind: openai and server:; docs/draft.md)"
@@ -268,7 +295,7 @@ def _measure_possible(config, host_spec: str | None, flags) -> None:
                 "it measures the job's own vLLM server, started by deploytool: hosts.yaml "
                 "server: on the port of job.engine.base_url"
             )
-        elif flags.stage == DRAFT and not spec.draft:
+        elif stage.needs_draft and not spec.draft:
             why = "hosts.yaml names no draft: set server.draft.model (a folder on the host or a model id)"
         if why:
             raise UsageError(f"--stage {flags.stage} on {h.name}: {why}")

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from deploytool import config as cfg
-from deploytool.config import HostConfig, ServerSpec
+from deploytool.config import HostConfig, ServerSpec, TrainSpec
 from deploytool.config.extras import RECOVER_FIELDS
 from remote.common.jobspec import NOTIFY_DEFAULT, NOTIFY_TIMEOUT_S, DatasetSpec, EngineSpec
 from remote.common.recover import RecoverSpec
@@ -44,7 +44,7 @@ SCHEMA = {
     "The top level": no_defaults(("default_host", "defaults", "hosts", "job", "server", "recover")),
     "`defaults` and `hosts.NAME`": defaults_of(HostConfig, cfg.HOST_FIELDS),
     "`job`": no_defaults(
-        ("datasets", "engine", "sampling", "chat_template_kwargs", "extra_body", "notify")
+        ("datasets", "engine", "sampling", "chat_template_kwargs", "extra_body", "notify", "train")
     ),
     "`job.datasets.NAME`": {
         "prompts": NO_DEFAULT,
@@ -58,6 +58,7 @@ SCHEMA = {
         "on": list(NOTIFY_DEFAULT),
         "timeout": NOTIFY_TIMEOUT_S,
     },
+    "`job.train`": defaults_of(TrainSpec, cfg.TRAIN_FIELDS),
     "`server`": defaults_of(ServerSpec, cfg.SERVER_FIELDS),
     "`recover`": defaults_of(RecoverSpec, RECOVER_FIELDS),
 }

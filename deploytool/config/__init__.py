@@ -14,10 +14,12 @@ import yaml
 from remote.common.caps import DATASET_NAME_RE
 from remote.common.jobspec import (
     DRAFT_COPIES,
+    TRAINED,
     DatasetSpec,
     EngineSpec,
     JobSpec,
     ServerSpec,
+    TrainSpec,
     draft_folder,
 )
 from remote.common.keys import (
@@ -122,7 +124,7 @@ class Config:
         hosts.yaml where relative): `invoke deploy` sends it to the host, and the host's server
         runs that copy."""
         model = (self.host_servers.get(host, self.server).draft or {}).get("model")
-        folder = draft_folder(str(model), self.base_dir) if model else None
+        folder = draft_folder(str(model), self.base_dir) if model not in (None, TRAINED) else None
         if folder is None or not folder.is_dir():
             return None
         name = re.sub(r"[^A-Za-z0-9_.-]+", "-", folder.resolve().name).strip(".") or "draft"
@@ -173,6 +175,7 @@ HOST_FIELDS = checks(HostConfig)
 DATASET_FIELDS = checks(DatasetSpec)
 ENGINE_FIELDS = checks(EngineSpec)
 SERVER_FIELDS = checks(ServerSpec)
+TRAIN_FIELDS = checks(TrainSpec)
 # what hosts.NAME.job may hold
 HOST_OVERRIDES = (
     "engine",
@@ -180,6 +183,7 @@ HOST_OVERRIDES = (
     "extra_body",
     "notify",
     "chat_template_kwargs",
+    "train",
 )  # every job key but datasets
 
 
@@ -278,6 +282,9 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
         chat_template_kwargs=kwargs,
         extra_body=extra,
         notify=parse_notify(f"{where}.notify", job.get("notify")),
+        train=fields_of(
+            f"{where}.train", mapping(f"{where}.train", job.get("train")), TRAIN_FIELDS
+        ),
     )
 
 

@@ -10,7 +10,6 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from remote.common.caps import GENERATE, HIDDEN_STATES, MEASURES
 from remote.common.speed import MEAN_NOTE, rate_said, row_rate_said
 from remote.common.status import (
     BUDGET_REACHED,
@@ -77,8 +76,8 @@ def health(st: JobView, now: float) -> tuple[str, bool]:
     every = sum(d.done for d in st.datasets.values())  # the job's records, every runner's
     parts.append(f"errors {st.errors}")
     bad |= bool(st.errors)
-    if st.stage == GENERATE:  # a row of hidden states has no finish reason; a draft's answers
-        # are no training data
+    if st.stage_spec.makes_answers:  # a row of hidden states has no finish reason; a draft's
+        # answers are no training data
         parts.append(
             f"finish=length {st.finish_length / every:.1%}" if every else "finish=length -"
         )
@@ -174,7 +173,7 @@ def disk_line(st: JobView) -> tuple[str, str] | None:
     if d.free_bytes is None:
         return None
     free = d.free_bytes / (1 << 30)
-    if d.full and st.stage == HIDDEN_STATES:
+    if d.full and st.stage_spec.makes_rows:
         return (
             f"DISK FULL: no new rows until there is space ({free:.1f} GiB free now); the stage "
             "goes on by itself once there is: `invoke pull --hidden-states --free` takes finished "
@@ -377,11 +376,43 @@ STATE_STYLE = {
 }
 
 
+def _accuracy(acc: list[float]) -> str:
+    return " ".join(f"{a:.0%}" for a in acc) if acc else "-"
+
+
+def train_said(st: JobView) -> list[str]:
+    """The train stage's lines, as status and tail show them: where the trainer is, how well the
+    draft guesses each position (the last step's; the last validation's), and what it made."""
+    t = st.train
+    if t is None:
+        return ["the trainer has not said anything yet"]
+    steps = f"{t.step:,}/{t.steps:,}" if t.steps else f"{t.step:,}"
+    loss = f"{t.loss:.3f}" if t.loss is not None else "-"
+    eta = fmt_duration(t.eta_s) if t.eta_s is not None and not st.terminal else "-"
+    lines = [
+        f"{t.phase or 'starting'}: epoch {min(t.epoch + 1, t.epochs)}/{t.epochs} · step {steps} · "
+        f"loss {loss} · accuracy per position {_accuracy(t.accuracy)} · "
+        f"{fmt_tokens(t.tokens_per_s)} tok/s · ETA {eta}"
+    ]
+    if t.val_loss is not None:
+        best = f" (best: epoch {t.best_epoch + 1})" if t.best_epoch is not None else ""
+        lines.append(
+            f"validation: loss {t.val_loss:.3f} · accuracy per position "
+            f"{_accuracy(t.val_accuracy)}{best}"
+        )
+    rows = ", ".join(f"{n} {d.target:,}" for n, d in st.datasets.items())
+    restarts = f" · trainer started again {t.restarts}×" if t.restarts else ""
+    lines.append(f"rows {t.rows:,} ({rows}){restarts}" + (f" · pid {t.pid}" if t.pid else ""))
+    return lines
+
+
 def host_view(host: str, st: JobView | None, now: float, note: str | None = None):
     if st is None:
         return Text(f"{host}: no status yet" + (f" ({note})" if note else ""), style="yellow")
+    if st.stage_spec.trains:
+        return _train_view(host, st, now, note)
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
-    rows = st.stage == HIDDEN_STATES  # the stage counts rows of hidden states, not answers
+    rows = st.stage_spec.makes_rows  # the stage counts rows of hidden states, not answers
     table.add_column("dataset")
     table.add_column("", width=24)
     for col in ("rows" if rows else "done/target", "tokens in rows" if rows else "tokens"):
@@ -405,7 +436,7 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
             fmt_tokens(d.completion_tokens),
             dataset_rate(st, name),
             eta,
-            st.said_state(name) + (f" · {draft_said(st, d)}" if st.stage in MEASURES else ""),
+            st.said_state(name) + (f" · {draft_said(st, d)}" if st.stage_spec.measures else ""),
         )
     head = Text.assemble(
         (f"{host}", "bold"),
@@ -431,6 +462,21 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
         parts.append(Text(st.message, style="yellow"))
     if note:
         parts.append(Text(note, style="yellow"))
+    return Group(*parts)
+
+
+def _train_view(host: str, st: JobView, now: float, note: str | None):
+    head = Text.assemble(
+        (f"{host}", "bold"), ": train ", (st.said, STATE_STYLE.get(st.said, "bold"))
+    )
+    line, bad = health(st, now)
+    parts = [head]
+    if st.job_differs:
+        parts.append(Text(job_differs(host), style="yellow"))
+    parts += [Text(x) for x in train_said(st)]
+    parts.append(Text(line, style="red" if bad else "dim"))
+    parts += [Text(text, style=style) for text, style in extra_lines(st, now)]
+    parts += [Text(x, style="yellow") for x in (st.message, note) if x]
     return Group(*parts)
 
 
@@ -474,18 +520,20 @@ def plain_line(host: str, st: JobView | None, now: float, note: str | None = Non
         return f"{stamp} {host}: no status yet" + (f" ({note})" if note else "")
     ds = " ".join(
         f"{n} {d.done}/{d.target}{beyond_said(d.beyond)}"
-        + (f" {draft_said(st, d)}" if st.stage in MEASURES else "")
+        + (f" {draft_said(st, d)}" if st.stage_spec.measures else "")
         + (f" ({said})" if (said := st.said_state(n)) in (BUDGET_REACHED, NOT_RUN) else "")
         for n, d in st.datasets.items()
     )
     line, _ = health(st, now)
     eta = fmt_duration(st.eta_s) if not st.terminal else "-"
-    stage = f" {st.stage}" if st.stage != GENERATE else ""  # rows of hidden states, not answers
-    made = f"{fmt_tokens(st.completion_tokens)} tok {fmt_rate(st)} tok/s"
-    if st.stage == HIDDEN_STATES:
+    stage = f" {label}" if (label := st.stage_spec.label) else ""
+    made = f"{fmt_tokens(st.completion_tokens)} tok {fmt_rate(st)} tok/s ETA {eta}"
+    if st.stage_spec.makes_rows:
         ds += " rows"
-        made = f"{fmt_tokens(st.completion_tokens)} tok in rows {fmt_rate(st)} tok/s"  # as status
-    out = f"{stamp} {host}:{stage} {st.said} | {ds} | {made} ETA {eta} | {line}"
+        made = f"{fmt_tokens(st.completion_tokens)} tok in rows {fmt_rate(st)} tok/s ETA {eta}"
+    if st.stage_spec.trains:  # no answers made: the trainer's own line (its ETA in it)
+        ds, made = train_said(st)[0], ""
+    out = f"{stamp} {host}:{stage} {st.said} | {ds} | {made} | {line}".replace("|  |", "|")
     said = [job_differs(host)] if st.job_differs else []
     said += [text for text, style in extra_lines(st, now) if style != DIM]
     if st.terminal and st.message:  # its verdict's words (what was left out, and why)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from remote.common.caps import DISK_MARGIN, GENERATE, HIDDEN_STATES, MEASURES, fmt_bytes
+from remote.common.caps import DISK_MARGIN, fmt_bytes
 from remote.common.jobspec import said_changes, said_per_dataset
 from remote.common.status import JobView
 
@@ -26,6 +26,7 @@ from .progress import (
     fmt_rate,
     job_differs,
     stale_said,
+    train_said,
 )
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
@@ -247,7 +248,7 @@ def draft_table(s: JobView) -> Table:
 
 def work_table(s: JobView, out: Console, now: float) -> None:
     """The answers', or the hidden-states stage's rows', per dataset, and the totals."""
-    rows = s.stage == HIDDEN_STATES  # rows of hidden states: no finish reason to count
+    rows = s.stage_spec.makes_rows  # rows of hidden states: no finish reason to count
     t = Table(*(STAGE_COLS if rows else STATUS_COLS), box=None)
     rates = {name: dataset_rate(s, name) for name in s.datasets}
     for name, d in s.datasets.items():
@@ -286,13 +287,16 @@ def status_screen(s: JobView, out: Console = console, now: float | None = None) 
     now = time.time() if now is None else now
     r = s.runner
     alive = f" (pid {r.pid}, up {_eta(r.uptime_s)})" if r and r.alive else ""
-    stage = f"stage {s.stage}: " if s.stage != GENERATE else ""
+    stage = f"stage {label}: " if (label := s.stage_spec.label) else ""
     out.print(f"[bold]{s.host}[/]: {stage}{s.said}{alive}  {release_words(s)}", markup=True)
     if s.message:
         out.print(f"  {escape(say(s.message, s.host))}")
     if s.job_differs:
         out.print(f"  [yellow]{escape(job_differs(s.host))}[/]")
-    if s.datasets and s.stage in MEASURES:
+    if s.stage_spec.trains:
+        for line in train_said(s):
+            out.print(f"  {line}", markup=False)
+    elif s.datasets and s.stage_spec.measures:
         out.print(draft_table(s), markup=False)
     elif s.datasets:
         work_table(s, out, now)

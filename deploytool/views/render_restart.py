@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from remote.common.caps import GENERATE, MEASURES
+from remote.common.stages import STAGES, stage_of
 from remote.common.status import NOT_RUN, JobView
 
 from .progress import fmt_tokens as _tok
@@ -79,7 +79,8 @@ def caps_table(
             for n in (was.eval_samples, kept.eval_samples)
         ]
         # kept with the caps in any stage; only the measuring stages ask them
-        later = "" if kept.stage in MEASURES else "; the draft and baseline stages ask them"
+        asking = [s.name for s in STAGES.values() if s.measures]
+        later = "" if kept.stage in asking else f"; the {' and '.join(asking)} stages ask them"
         out.print(
             f"  eval-samples [bold]{said[0]} → {said[1]}[/] (held-out prompts a dataset{later})"
         )
@@ -187,7 +188,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         stage = ""
         if r.kept.stage != r.was.stage:  # said either way: the job now makes something else
             stage = f"stage {r.was.stage} → {r.kept.stage}, "
-        elif r.kept.stage != GENERATE:
+        elif stage_of(r.kept.stage).label:
             stage = f"stage {r.kept.stage}, "
         if r.kept.follows():
             stage += f"then {r.kept.follows()} (the watcher starts it), "

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from remote.common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportStage
-from remote.common.caps import GENERATE, HIDDEN_STATES, fmt_bytes
+from remote.common.caps import fmt_bytes
 from remote.common.speed import MEAN_SAID, rate_said
 
 from .progress import beyond_said, fmt_duration, fmt_tokens
@@ -41,14 +41,14 @@ def _svg(body: str, title: str) -> str:
     )
 
 
-def _axes(x_label: str, y_max: float, y_label: str) -> str:
+def _axes(x_label: str, y_max: float, y_label: str, fmt=fmt_tokens) -> str:
     return (
         f'<line class="axis" x1="{PAD}" y1="{H - PAD}" x2="{W - 8}" y2="{H - PAD}"/>'
         f'<line class="axis" x1="{PAD}" y1="8" x2="{PAD}" y2="{H - PAD}"/>'
         f'<text x="{W - 8}" y="{H - 8}" text-anchor="end">{html.escape(x_label)}</text>'
         f'<text x="{PAD + 4}" y="14">{html.escape(y_label)}</text>'
         f'<text x="{PAD - 4}" y="{H - PAD}" text-anchor="end">0</text>'
-        f'<text x="{PAD - 4}" y="28" text-anchor="end">{html.escape(fmt_tokens(y_max))}</text>'
+        f'<text x="{PAD - 4}" y="28" text-anchor="end">{html.escape(fmt(y_max))}</text>'
     )
 
 
@@ -62,7 +62,15 @@ ROWS_RATE_TITLE = (
 )
 
 
-def throughput_chart(points: list, starts: list, title: str = RATE_TITLE) -> str:
+LOSS_TITLE = (
+    "the draft's training loss at each step the trainer logged, over the stage's life; a gap: "
+    "no step for two minutes or more (a restart resumes from its last checkpoint)"
+)
+
+
+def throughput_chart(
+    points: list, starts: list, title: str = RATE_TITLE, unit: str = "tok/s", fmt=fmt_tokens
+) -> str:
     if len(points) < 2:
         return "<p class='sub'>Not enough made yet to draw a rate over time.</p>"
     t0 = min([points[0][0], *starts])  # a start just before the first minute line is still shown
@@ -89,7 +97,7 @@ def throughput_chart(points: list, starts: list, title: str = RATE_TITLE) -> str
         if t0 <= s <= t1
     )
     span = f"{fmt_duration(t1 - t0)} from {time.strftime('%Y-%m-%d %H:%M', time.localtime(t0))}"
-    return _svg(_axes(span, top, "tok/s") + marks + lines, title)
+    return _svg(_axes(span, top, unit, fmt) + marks + lines, title)
 
 
 def _text_w(text: str) -> float:
@@ -177,6 +185,14 @@ def _shape(g: ReportStage) -> str:
     if g.layers is None:
         return "-"
     return f"{g.layers} × {g.hidden:,} × {html.escape(str(g.dtype))}"
+
+
+def train_section(data: ReportAnswer) -> str:
+    curve = data.train_curve
+    if not curve.points:
+        return "<p>No training yet (<code>invoke restart --stage train</code>).</p>"
+    chart = throughput_chart(curve.points, curve.starts, LOSS_TITLE, "loss", lambda v: f"{v:.2f}")
+    return f'<div class="card wide">{chart}</div>'
 
 
 def drafts_section(data: ReportAnswer) -> str:
@@ -281,9 +297,9 @@ def _rate(data: ReportAnswer) -> str:
     """The answers' rate as status says it (`rate_said`); in another stage, the answers' mean from
     their records' times (status.json holds that stage's rates)."""
     st = data.status
-    if st.stage == HIDDEN_STATES and not st.terminal:
+    if st.stage_spec.makes_rows and not st.terminal:
         return f"hidden-states rows at {st.samples_per_s:,.1f} rows/s now"
-    if st.stage != GENERATE:
+    if not st.stage_spec.makes_answers:
         mean = data.history.mean_tps
         return f"answers made at {fmt_tokens(mean)} tok/s on average" if mean else "no rate yet"
     rate, mean = rate_said(st.state, st.tokens_per_s, st.mean_tokens_per_s)
@@ -300,7 +316,7 @@ def page(data: ReportAnswer) -> str:
     st, host, max_tokens, ds = data.status, data.host, data.max_tokens, data.datasets
     rows = []
     for name, d in ds.items():
-        sd = st.datasets.get(name) if st.stage == GENERATE else None  # else the stage's rows
+        sd = st.datasets.get(name) if st.stage_spec.makes_answers else None  # else the stage's rows
         cap = f"{d.target:,}" if d.target is not None else "-"
         budget = fmt_tokens(sd.budget) if sd and sd.budget else "-"
         mean = f"{d.mean:,.0f}" if d.mean else "-"
@@ -325,7 +341,7 @@ def page(data: ReportAnswer) -> str:
     hist = data.history
     made = time.strftime("%Y-%m-%d %H:%M:%S")
     rate = _rate(data)
-    state = f"stage {st.stage}: {st.state}" if st.stage != GENERATE else st.state
+    state = f"stage {label}: {st.state}" if (label := st.stage_spec.label) else st.state
     answers = sum(d.tokens for d in ds.values())
     restarts = restarts_table(data.restarts)
     return f"""<!doctype html>
@@ -347,6 +363,7 @@ finish_reason <code>length</code>). Green dotted: the mean.</p><div class="grid"
 <h2>Errors</h2>{errs or "<p>None.</p>"}
 <h2>Recoveries by the host's watcher</h2>{restarts}
 <h2>Hidden-states stage</h2>{stage_section(data)}
+<h2>The draft's training</h2>{train_section(data)}
 <h2>Drafts measured</h2>{drafts_section(data)}
 </body></html>
 """

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .caps import DRAFT, GENERATE, HIDDEN_STATES, CapRow, Caps
+from .caps import CapRow, Caps
+from .stages import EXTRACT, PLAIN, SPECULATE, serving
 from .status import DraftCounts, JobView, Reload, ServerMetrics, SwitchView
 
 
@@ -181,7 +182,7 @@ class ServerState:
     @property
     def serves(self) -> str:
         """The stage its flags were added for: the answers' (or the baseline's) have none."""
-        return HIDDEN_STATES if self.extracts else DRAFT if self.drafts else GENERATE
+        return serving(EXTRACT if self.extracts else SPECULATE if self.drafts else PLAIN)
 
 
 @dataclass
@@ -439,3 +440,4 @@ class ReportAnswer:
     stage: dict[str, ReportStage] = field(default_factory=dict)  # datasets the stage has rows of
     stage_history: ReportHistory = field(default_factory=ReportHistory)  # tokens in rows per second
     drafts: list[ReportDraft] = field(default_factory=list)  # the draft stage's, oldest first
+    train_curve: ReportHistory = field(default_factory=ReportHistory)  # [time, loss] per step

@@ -7,11 +7,9 @@ import re
 from dataclasses import dataclass, field
 
 from .codec import Record
+from .stages import FIRST, STAGES, stage_of
 
 CLEAR = "all"  # a cap flag's value that clears it: --max-samples all, --cap B3=all, --datasets all
-GENERATE, HIDDEN_STATES, DRAFT, BASELINE = "generate", "hidden-states", "draft", "baseline"
-STAGES = (GENERATE, HIDDEN_STATES, DRAFT, BASELINE)
-MEASURES = (DRAFT, BASELINE)  # the stages that ask held-out prompts: with the draft, and without
 # the hidden states left, and 5% more, must fit the free space for the stage to go on
 DISK_MARGIN = 1.05
 
@@ -29,7 +27,7 @@ class Caps(Record):
     max_tokens: int | None = None
     datasets: list[str] | None = None
     # what the runner makes of the prompts: answers, the target's hidden states, a draft's measure
-    stage: str = GENERATE
+    stage: str = FIRST.name
     # the held-out prompts a dataset's measure asks (None: hosts.yaml's server.draft.eval_samples)
     eval_samples: int | None = None
     # the draft stage, then the baseline: the watcher starts it once the draft is measured
@@ -43,7 +41,7 @@ class Caps(Record):
 
     def follows(self) -> str | None:
         """The stage that comes once this one has finished, by itself (None: none)."""
-        return BASELINE if self.stage == DRAFT and self.baseline else None
+        return stage_of(self.stage).then if self.baseline else None
 
     def line(self) -> str:
         """One line for a log: `max-samples 20, B3=5, max-tokens 10000, datasets B1,B3`."""
@@ -53,7 +51,7 @@ class Caps(Record):
             parts.append(f"max-tokens {self.max_tokens}")
         if self.datasets is not None:
             parts.append("datasets " + ",".join(self.datasets))
-        if self.stage != GENERATE:
+        if stage_of(self.stage).label:
             parts.append(f"stage {self.stage}")
         if self.eval_samples is not None:
             parts.append(f"eval-samples {self.eval_samples}")

@@ -211,15 +211,46 @@ DRAFT_KEYS = {
 DRAFT_DEFAULTS = {"method": "eagle3", "num_speculative_tokens": 3, "eval_samples": 200}
 
 
+def _weights(where: str, raw) -> dict:
+    """`train.weights`: a dataset's rows repeated this many times in the training data."""
+    return {str(k): int_in(1)(f"{where}.{k}", v) for k, v in mapping(where, raw).items()}
+
+
+@dataclass(frozen=True)
+class TrainSpec(Codec):
+    """hosts.yaml `job.train:`: the train stage's trainer (speculators' offline EAGLE-3 trainer, in a
+    venv of its own on the host) and its settings, every default stated once."""
+
+    # a pip requirement the host installs into <remote_dir>/venvs/trainer (never the server's venv)
+    trainer: str = setting("speculators==0.9.0", string)
+    python: str | None = setting(None, string)  # a Python that has the trainer: nothing installed
+    epochs: int = setting(3, int_in(1))
+    lr: float = setting(1e-3, number(0.0))
+    total_seq_len: int = setting(8192, int_in(16))  # tokens packed into one step
+    draft_layers: int = setting(1, int_in(1))
+    draft_vocab: int | None = setting(None, int_in(1))  # None: the target's whole vocabulary
+    checkpoint_freq: float = setting(0.25, number(0.01))  # of an epoch: what a kill can cost
+    # the target's layers the draft reads (None: server.hidden_states.layers but the last)
+    target_layers: list | None = setting(None, _layers)
+    weights: dict = setting(check=_weights, factory=dict)
+    args: tuple[str, ...] = setting((), string_list)  # more of the trainer's own flags
+
+
 # where `invoke deploy` puts a draft folder of the deploying machine on the host: <name>/ each, a
 # fixed place beside the job's data, never in a release (remote/host/release.py says it as text)
 DRAFT_COPIES = "data/draft-models"
 UPLOAD_END = "end"  # a deploy upload's last member: the host switches to no upload without it
 
 
+TRAINED = "trained"  # server.draft.model's name for the train stage's draft (Paths.trained_draft)
+
+
 def draft_folder(model: str, root: Path) -> Path | None:
-    """The folder a draft's `model` names (`/…`, `~/…`, `./…`, `../…`; a relative one from `root`),
-    or None for a model id. Whether it exists is the caller's to see."""
+    """The folder a draft's `model` names (`/…`, `~/…`, `./…`, `../…`; a relative one from `root`;
+    `trained`: the train stage's), or None for a model id. Whether it exists is the caller's to
+    see."""
+    if model == TRAINED:
+        return Paths(root).trained_draft
     if not str(model).startswith(("/", "~", "./", "../")):
         return None
     folder = Path(model).expanduser()
@@ -350,6 +381,11 @@ class JobSpec:
     chat_template_kwargs: dict = field(default_factory=dict)
     extra_body: dict = field(default_factory=dict)  # sent as-is with every request (vLLM's extras)
     notify: dict = field(default_factory=dict)  # command, on (of NOTIFY_EVENTS), timeout
+    train: dict = field(default_factory=dict)  # the train stage's settings, as given (TrainSpec)
+
+    @property
+    def trainer(self) -> "TrainSpec":
+        return TrainSpec.from_dict(self.train)
 
     def dataset_names(self) -> list[str]:
         return [d.name for d in self.datasets]
@@ -371,6 +407,7 @@ class JobSpec:
             "datasets": {d.name: d.to_dict() for d in self.datasets},
             "engine": self.engine.to_dict(),
             **{k: dict(getattr(self, k)) for k in _MAPPINGS},
+            **({"train": json.loads(json.dumps(self.train))} if self.train else {}),
         }
 
     def file_bytes(self) -> bytes:
@@ -396,7 +433,8 @@ class JobSpec:
             for k, v in raw["datasets"].items()
         )
         engine = EngineSpec.from_dict(raw.get("engine") or {})
-        return cls(ds, engine, **{k: dict(raw.get(k) or {}) for k in _MAPPINGS})
+        train = dict(raw.get("train") or {})
+        return cls(ds, engine, **{k: dict(raw.get(k) or {}) for k in _MAPPINGS}, train=train)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "JobSpec":
@@ -442,6 +480,15 @@ class Paths:
     drafts = _under("data/draft")
     # the draft folders `invoke deploy` sent from the deploying machine: <name>/ each
     draft_copies = _under(DRAFT_COPIES)
+    # the train stage's: data/ (its training rows, made once), checkpoints/ (the trainer's), and
+    # metrics.jsonl (a line per step the trainer logged, for report's loss curve)
+    train = _under("data/train")
+    # the train stage's best checkpoint as vLLM serves it: `server.draft.model: trained`
+    trained_draft = _under("data/trained-draft")
+    trainer_log = _under("logs/trainer.log")
+    trainer = _under("run/trainer.json")  # the trainer process (pid, start time) and its failures
+    # the host's trainer venvs, one per requirement (never the server's)
+    trainer_venvs = _under("venvs")
     run = _under("run")
     logs = _under("logs")
     status = _under("run/status.json")

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .wire import HostFault
+
 
 def query(query: str, timeout: float) -> list[list[str]] | None:
     """nvidia-smi's CSV rows for one --query-*, split and stripped; None where there is no nvidia-smi."""
@@ -108,3 +110,22 @@ def _config_files(model: str):
     if ref:
         yield repo / "snapshots" / ref / "config.json"
     yield from sorted((repo / "snapshots").glob("*/config.json"))
+
+
+def default_layers(model: str) -> list[int]:
+    """speculators' default for a model of L layers: [2, L/2, L-3] and the last hidden state, L."""
+    n = model_config(model)["layers"]
+    if n is None:
+        raise HostFault(
+            "server",
+            f"the hidden-states stage needs the layers to keep, and {model}'s config.json (with "
+            "num_hidden_layers) is not on the host",
+            fix="set server.hidden_states.layers in hosts.yaml (e.g. [2, 30, 58, 61] for 61 layers)",
+        )
+    if n < 4:
+        raise HostFault(
+            "server",
+            f"{model} has {n} layers: too few for the default layers [2, L/2, L-3, L]",
+            fix="set server.hidden_states.layers in hosts.yaml",
+        )
+    return [2, n // 2, n - 3, n]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
-from .caps import CLEAR, DRAFT, Caps, parse_dataset_list, parse_tokens
+from .caps import CLEAR, Caps, parse_dataset_list, parse_tokens
 from .caps import cap_change as _cap
 from .caps import samples as _samples
 from .caps import selection as _selection
@@ -24,6 +24,7 @@ from .caps import stage as _stage
 from .caps import token_budget as _budget
 from .flags import Request, _nonneg_float, opt
 from .jobspec import ServerSpec
+from .stages import STAGES, stage_of
 from .wire import HostFault
 
 GRACE_S = 30.0  # seconds in-flight requests get after SIGTERM before SIGKILL
@@ -114,10 +115,8 @@ class RunArgs(Request):
     )
     stage: str | None = opt(
         None,
-        "generate: answer the prompts; hidden-states: the target's hidden states of every answer "
-        "kept, for offline training; draft: the draft of server.draft measured on the prompts "
-        "after each cap; baseline: the same prompts without the draft, for its speedup (not "
-        "given: the job's kept stage)",
+        "; ".join(f"{s.name}: {s.doing}" for s in STAGES.values())
+        + " (not given: the job's kept stage)",
         parse=_stage,
         metavar="STAGE",
     )
@@ -132,20 +131,22 @@ class RunArgs(Request):
     baseline: bool = opt(
         False,
         "with --stage draft: then the baseline, the same prompts answered by the server started "
-        "again without the draft (the watcher does it once the draft is measured)",
+        "again without the draft (the watcher does it once the draft is measured); with --stage "
+        "train: then the draft it made measured (server.draft.model: trained), then the baseline",
     )
     grace: float = _grace()
     force: bool = opt(
         False,
         "resume even if model/sampling settings differ from the outputs; the hidden-states stage: "
-        "start although the rows left do not fit the free space (it pauses before the disk fills)",
+        "start although the rows left do not fit the free space (it pauses before the disk fills); "
+        "the train stage: train anew on rows that changed (the old checkpoints kept beside)",
     )
 
     def __post_init__(self):
-        if self.baseline and self.stage != DRAFT:
+        if self.baseline and not stage_of(self.stage).then:
             raise ValueError(
-                "--baseline follows the draft stage: `restart --stage draft --baseline` (the "
-                "baseline alone: --stage baseline)"
+                "--baseline follows the draft stage (or the train stage, through the draft): "
+                "`restart --stage draft --baseline` (the baseline alone: --stage baseline)"
             )
 
     def changes_caps(self, names=_CAP_FLAGS) -> bool:

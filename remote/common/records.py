@@ -141,6 +141,18 @@ ROWS = "rows.jsonl"  # a dataset's ledger in the hidden-states stage
 
 
 @dataclass(kw_only=True)
+class TrainStep(Codec):
+    """One line of data/train/metrics.jsonl: a step the train stage's trainer logged (report's loss
+    curve)."""
+
+    t: float
+    epoch: int = 0
+    step: int = 0
+    loss: float
+    accuracy: list[float] = field(default_factory=list)  # per draft position
+
+
+@dataclass(kw_only=True)
 class RowLine(Codec):
     """One line of a dataset's rows.jsonl, fields in the file's order: row n, the reply it is, its
     exact tokens as speculators' trainer reads them, then what the check found of its hs_<n> file.

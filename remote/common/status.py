@@ -12,6 +12,7 @@ from itertools import zip_longest
 
 from .caps import Caps
 from .codec import Codec, Record
+from .stages import FIRST, StageSpec, stage_of
 
 
 class JobState(StrEnum):
@@ -235,6 +236,28 @@ class DiskStatus(Codec):
     full: bool = False  # an append failed: answers wait in memory, no new requests
     held: int = 0  # answers waiting for space
     hours_left: float | None = None  # of output at the current rate
+
+
+@dataclass
+class TrainStatus(Codec):
+    """The train stage's trainer, as its output says it: where it is, how well the draft guesses."""
+
+    phase: str = ""  # installing the trainer, making the training rows, training, saving the draft
+    epoch: int = 0  # the one under way, from 0
+    epochs: int = 0
+    step: int = 0  # steps done, every epoch's
+    steps: int | None = None  # every epoch's steps together, once known
+    loss: float | None = None  # the last step's
+    accuracy: list[float] = field(default_factory=list)  # the last step's, per draft position
+    val_loss: float | None = None  # the last validation's
+    val_accuracy: list[float] = field(default_factory=list)
+    best_epoch: int | None = None
+    tokens_per_s: float = 0.0
+    eta_s: int | None = None
+    rows: int = 0  # training rows, every dataset's (a weight repeats a dataset's)
+    pid: int | None = None  # the trainer's
+    restarts: int = 0  # trainers started again after one died
+    draft: str | None = None  # the draft it made, as vLLM serves it
 
 
 @dataclass
@@ -463,14 +486,19 @@ class JobStatus(Record):
     datasets: dict[str, DatasetStatus] = field(default_factory=dict)
     gpus: list[GpuStatus] | None = None  # from nvidia-smi; None where there is none
     disk: DiskStatus = field(default_factory=DiskStatus)
+    train: TrainStatus | None = None  # the train stage's
     notified: list = field(default_factory=list)  # job.notify events sent by this runner, in order
     kept: KeptStatus = field(default_factory=KeptStatus)
     watcher_restarts: int = 0  # a dead watcher started again by this runner
-    stage: str = "generate"  # generate: answers; hidden-states: the target's hidden states of them
+    stage: str = FIRST.name  # what the runner makes: its entry in the stage table
 
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+    @property
+    def stage_spec(self) -> StageSpec:
+        return stage_of(self.stage)
 
     def fresh(self, now: float) -> bool:
         """Rewritten within STALE_AFTER of `now`: what it says in flight is its runner's now."""

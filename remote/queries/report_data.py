@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
-from ..common.caps import GENERATE, within
+from ..common.caps import within
 from ..common.codec import typed_lines
 from ..common.jobspec import Paths, deployed_spec
 from ..common.protocol import CtlReport
-from ..common.records import ErrorLine, Record
+from ..common.records import ErrorLine, Record, TrainStep
 from ..common.state import job_now, kept_caps
 from ..job.store import history
 from ..job.store.rates import IDLE_GAP_S
@@ -111,6 +111,20 @@ def throughput(made: collections.Counter) -> tuple[list[list[float]], float | No
     return points, sum(made.values()) / active_seconds(made)
 
 
+def loss_curve(paths: Paths) -> ReportHistory:
+    """The train stage's loss at each step its trainer logged (data/train/metrics.jsonl), at most
+    SERIES_POINTS of them (every n-th), a gap where no step came for IDLE_GAP_S (a restart)."""
+    steps = [(m.t, m.loss) for m in typed_lines(paths.train / "metrics.jsonl", TrainStep)]
+    every = max(1, len(steps) // SERIES_POINTS)
+    points, last = [], None
+    for t, loss in steps[::every]:
+        if last is not None and t - last >= IDLE_GAP_S:
+            points.append([(t + last) / 2, None])
+        points.append([t, loss])
+        last = t
+    return ReportHistory(points, [])
+
+
 def histogram(values: list[int], top: int) -> Histogram:
     top = max(1, top)
     width = max(1, -(-top // BINS))
@@ -145,7 +159,7 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
         lengths = got.lengths
         n_err, last = errors(paths.errors(name))
         top = max(max_tokens or 0, max(lengths, default=0))
-        d = st.datasets.get(name) if st.stage == GENERATE else None  # else the stage's rows
+        d = st.datasets.get(name) if st.stage_spec.makes_answers else None  # else the stage's rows
         datasets[name] = ReportDataset(
             records=len(lengths),
             beyond=got.beyond,
@@ -166,6 +180,7 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
         got.hist = histogram(lengths, max(lengths, default=0))
     row_points, row_mean = throughput(rows_made)
     return ReportAnswer(
+        train_curve=loss_curve(paths),
         drafts=drafts_measured(paths),
         stage={name: got for name, (got, _) in stage.items()},
         stage_history=ReportHistory(row_points, starts, row_mean),

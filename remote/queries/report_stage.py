@@ -8,7 +8,6 @@ import collections
 from pathlib import Path
 
 from ..common.answers import ReportStage
-from ..common.caps import HIDDEN_STATES
 from ..common.records import ROWS, RowLine, row_lines
 from ..common.status import JobStatus
 from ..job.hidden.store import read_freed
@@ -46,7 +45,7 @@ def stage_of(
         scanned = scan_rows(root / name, made)
         if scanned is None:
             continue
-        d = st.datasets.get(name) if st.stage == HIDDEN_STATES else None
+        d = st.datasets.get(name) if st.stage_spec.makes_rows else None
         if d is not None:
             scanned[0].target, scanned[0].failed = d.target, d.errors
         out[name] = scanned

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from ..common import machine
 from ..common.answers import StageBytes
-from ..common.caps import HIDDEN_STATES
 from ..common.jobspec import Paths, ServerSpec
 from ..common.records import ROWS, Record, row_lines
 from ..common.state import kept_caps
@@ -75,7 +74,7 @@ def stage_bytes(
 ) -> StageBytes:
     """The stage at `targets` (records per dataset): its row tokens, what is made, the bytes."""
     st = JobStatus.read(paths.status)
-    stage = st.datasets if st is not None and st.stage == HIDDEN_STATES else {}
+    stage = st.datasets if st is not None and st.stage_spec.makes_rows else {}
     ran = kept_caps(paths)  # the caps the stage made its rows at
     tokens = made = sampled = 0
     for ds, target in targets.items():

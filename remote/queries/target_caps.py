@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..common.answers import HostPlan, PlanRow
-from ..common.caps import GENERATE
 from ..common.jobspec import JOB_FILE, MIN_MEASURED, JobSpec, Paths, release_dir
 from ..common.protocol import CtlPlan
 from ..common.speed import MEAN_SAID, rate_said
@@ -65,7 +64,7 @@ def plan(
 def answer_rate(st: JobStatus) -> tuple[float | None, str]:
     """The answers' rate as status says it (`rate_said`), and what it is (the hidden-states
     stage's rate is of rows)."""
-    if st.stage != GENERATE:
+    if not st.stage_spec.makes_answers:
         return None, ""
     rate, mean = rate_said(st.state, st.tokens_per_s, st.mean_tokens_per_s)
     if not rate:

@@ -56,7 +56,9 @@ def plan(out: Path, *sets: tuple[Path, int], draft_vocab: int | None = None) -> 
 def env(**extra: str) -> dict:
     """The stand-ins first on the path (the trainer's Python), then the repository (prepare)."""
     path = os.pathsep.join([str(STAND_IN), str(REPO)])
-    return {**os.environ, "PYTHONPATH": path, "COLUMNS": "2000", **extra}
+    # a row a step: these tests count steps by rows (the stage's own test packs them as the real one)
+    one = {"STAND_IN_TRAINER_ROWS_PER_STEP": "1"}
+    return {**os.environ, "PYTHONPATH": path, "COLUMNS": "2000", **one, **extra}
 
 
 def run_prepare(tmp: Path, the_plan: dict) -> subprocess.CompletedProcess:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from remote.common.caps import HIDDEN_STATES
 from remote.common.jobspec import Paths, ServerSpec
 from remote.common.records import Record
+from remote.common.stages import HIDDEN_STATES
 from remote.host.processes.extraction import stage_spec
 from tests.conftest import REPO, free_port, records, runner_cmd, wait_for
 from tests.helpers.runner_jobs import make_root, run

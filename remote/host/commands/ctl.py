@@ -14,6 +14,7 @@ from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, 
 from ...common.jobspec import Paths, deployed_spec
 from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop, CtlSwitch
 from ...common.records import hidden_ledgers, output_files
+from ...common.stages import stage_of
 from ...common.state import ImportsSeen, ServerKeys, kept_caps, try_lock
 from ...common.status import SwitchStep
 from ...common.wire import ExitCode, Fault, HostFault
@@ -133,7 +134,12 @@ def switch_command(paths: Paths, req: CtlSwitch, argv) -> int:
             stage_switch.end(paths, sw)
             return ExitCode.OK
         job = deployed_spec()
-        wrong = job and model_problem(job.engine.to_dict(), job.engine.urls(), dict(os.environ))
+        asks = stage_of(sw.stage).asks_server
+        wrong = (
+            asks
+            and job
+            and model_problem(job.engine.to_dict(), job.engine.urls(), dict(os.environ))
+        )
         if wrong:  # every request of the runner would be a 404
             raise HostFault("model", model_message(wrong), model=wrong)
         stage_switch.move(paths, sw, SwitchStep.STARTING_RUNNER)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...common.caps import GENERATE, Caps
+from ...common.caps import Caps
 from ...common.codec import read_json
 from ...common.jobspec import Paths, deployed_spec, settings_changed
+from ...common.stages import stage_of
 
 
 def mixed_settings(
@@ -18,7 +19,7 @@ def mixed_settings(
     `answering`: those the running runner has answers in flight for, whose records its stop's grace
     may still write."""
     spec = deployed_spec(job)
-    if spec is None or caps.stage != GENERATE:
+    if spec is None or not stage_of(caps.stage).makes_answers:
         return {}
     out = {}
     for ds in spec.datasets:

@@ -8,9 +8,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ...common import machine
-from ...common.caps import DRAFT, HIDDEN_STATES
 from ...common.jobspec import Paths, ServerSpec, draft_folder, extracts, flag_value
+from ...common.machine import default_layers
+from ...common.stages import EXTRACT, SPECULATE, stage_of
 from ...common.wire import HostFault
 
 CONNECTOR = "ExampleHiddenStatesConnector"  # vLLM's own: one safetensors file per request
@@ -20,10 +20,11 @@ def stage_spec(spec: ServerSpec, stage: str, paths: Paths) -> ServerSpec:
     """The server `stage` needs: the hidden-states stage's is `spec` with the extraction flags added,
     the draft stage's with its draft's speculative config (unless its args give one: the user's own
     config is kept as written); the answers' is `spec`."""
-    if stage == DRAFT and flag_value(spec.args, "--speculative-config") is None:
+    need = stage_of(stage).server
+    if need == SPECULATE and flag_value(spec.args, "--speculative-config") is None:
         args = ("--speculative-config", json.dumps(draft_config(spec, paths)))
         return dataclasses.replace(spec, args=(*spec.args, *args))
-    if stage != HIDDEN_STATES or extracts(spec.args):
+    if need != EXTRACT or extracts(spec.args):
         return spec
     hs = spec.hidden_states
     layers = list(hs.get("layers") or default_layers(spec.model))
@@ -69,7 +70,15 @@ def draft_config(spec: ServerSpec, paths: Paths) -> dict:
 
 def _no_folder(model: str, folder: Path, paths: Paths) -> HostFault:
     """A draft folder that is not on the host. One `invoke deploy` puts there (a folder of the
-    deploying machine) and that is not there yet: deploy sends it."""
+    deploying machine) and that is not there yet: deploy sends it; the trained one, the train
+    stage makes."""
+    if folder == paths.trained_draft:
+        return HostFault(
+            "bad_config",
+            "server.draft.model: trained names the train stage's draft, and no training has "
+            f"ended on this host yet ({folder} is not there)",
+            fix="`invoke restart --stage train` trains it (job.train in hosts.yaml)",
+        )
     if folder.parent == paths.draft_copies:
         return HostFault(
             "bad_config",
@@ -83,22 +92,3 @@ def _no_folder(model: str, folder: Path, paths: Paths) -> HostFault:
         fix="copy the draft there, put it on the machine you deploy from (`invoke deploy` sends "
         "a folder hosts.yaml names that is there), or name a model id (org/name)",
     )
-
-
-def default_layers(model: str) -> list[int]:
-    """speculators' default for a model of L layers: [2, L/2, L-3] and the last hidden state, L."""
-    n = machine.model_config(model)["layers"]
-    if n is None:
-        raise HostFault(
-            "server",
-            f"the hidden-states stage needs the layers to keep, and {model}'s config.json (with "
-            "num_hidden_layers) is not on the host",
-            fix="set server.hidden_states.layers in hosts.yaml (e.g. [2, 30, 58, 61] for 61 layers)",
-        )
-    if n < 4:
-        raise HostFault(
-            "server",
-            f"{model} has {n} layers: too few for the default layers [2, L/2, L-3, L]",
-            fix="set server.hidden_states.layers in hosts.yaml",
-        )
-    return [2, n // 2, n - 3, n]

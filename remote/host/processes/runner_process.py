@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...common import procinfo
 from ...common.answers import RecoverEvent, RestartAnswer, StopAnswer
-from ...common.caps import GENERATE, MEASURES, CapRow, Caps
+from ...common.caps import CapRow, Caps
 from ...common.codec import typed_lines
 from ...common.jobspec import (
     JOB_FILE,
@@ -27,6 +27,7 @@ from ...common.jobspec import (
     said_per_dataset,
 )
 from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
+from ...common.stages import stage_of
 from ...common.state import (
     ControlRequest,
     RunnerRecord,
@@ -75,7 +76,7 @@ def caps_summary(
             row.prompts = replaced[n]
         target = row.prompts if cap is None else min(cap, row.prompts)
         if replaced is not None and selected and row.prompts and target != row.target:
-            if d is not None and caps.stage == GENERATE:  # answers: what records are made of
+            if d is not None and stage_of(caps.stage).makes_answers:  # what records are made of
                 row.moved(target, d.records)
             row.target = target
         rows[n] = row
@@ -339,7 +340,7 @@ def _recap_instead(rec: RunnerRecord | None, req: CtlRestart, caps: Caps, was: C
     """A change of caps alone, for a runner running (of another release: a deploy since) what a new
     one would refuse to start with: given to that runner live instead. A bare restart, --hard, or
     one of another stage asks for a new runner, and is refused."""
-    same_stage = caps.stage == was.stage and caps.stage not in MEASURES
+    same_stage = caps.stage == was.stage and stage_of(caps.stage).live_recap
     return rec is not None and caps != was and same_stage and not req.hard
 
 
@@ -352,7 +353,7 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     # another stage is another runner: a change of stage is never live; nor a re-cap of the draft
     # stage's held-out prompts, which follow the caps (the runner starts again on the new ones)
     live = same_release and not req.hard and caps.stage == was.stage
-    live = live and (caps.stage not in MEASURES or caps == was)
+    live = live and (stage_of(caps.stage).live_recap or caps == was)
     st = JobStatus.read(paths.status) or JobStatus()
     held = None
     if not live:  # what the new runner would refuse, before the running one is stopped

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from ...common import procinfo
-from ...common.caps import DRAFT, HIDDEN_STATES
 from ...common.codec import append_line
 from ...common.jobspec import (
     WATCHER_MARK,
@@ -32,6 +31,7 @@ from ...common.jobspec import (
 )
 from ...common.protocol import CtlRestart, CtlStop, ServerCheck, ServerStatus, ServerStop
 from ...common.recover import RecoverSpec
+from ...common.stages import EXTRACT, SPECULATE, stage_of
 from ...common.state import StageSwitch, kept_caps, lock_held, settle, untokened_env
 from ...common.status import JobState, SwitchStep
 from ...common.wire import Fault, HostFault, to_wire
@@ -52,15 +52,16 @@ def wrong_for_stage(spec: ServerSpec, stage: str | None, extracting: bool, draft
     training data's answers); a speculative config of the user's own in server.args is theirs."""
     if stage is None:
         return None
+    need = stage_of(stage).server
     if not extracts(spec.args):
-        if stage == HIDDEN_STATES and not extracting:
-            return "runs without the extraction config the hidden-states stage needs"
-        if stage != HIDDEN_STATES and extracting:
+        if need == EXTRACT and not extracting:
+            return f"runs without the extraction config the {stage} stage needs"
+        if need != EXTRACT and extracting:
             return "runs with the hidden-states extraction config (a file for every answer)"
     if flag_value(spec.args, "--speculative-config") is None:
-        if stage == DRAFT and not drafting:
-            return "runs without the draft the draft stage measures"
-        if stage != DRAFT and drafting:
+        if need == SPECULATE and not drafting:
+            return f"runs without the draft the {stage} stage measures"
+        if need != SPECULATE and drafting:
             return "runs with the draft stage's draft"
     return None
 
@@ -84,11 +85,16 @@ def needed(paths: Paths, req: CtlRestart) -> StageSwitch | None:
             fix="`invoke server.start` first (or `invoke restart` without --no-server), or add "
             "--force to start the runner anyway",
         )
-    why = wrong_for_stage(base, req.stage, state.extracts, state.drafts) if state.up else None
-    if state.up and not why and not (req.stage == DRAFT and state.drafts):
-        return None
     stage = req.stage or kept_caps(paths).stage
-    spec = stage_spec(base, stage, paths)
+    if not stage_of(stage).asks_server:  # its process holds the GPUs: the server stopped first
+        if not state.up:
+            return None
+        why, spec = f"holds the GPUs the {stage} stage needs: stopped while it runs", base
+    else:
+        why = wrong_for_stage(base, req.stage, state.extracts, state.drafts) if state.up else None
+        if state.up and not why and not (stage_of(req.stage).server == SPECULATE and state.drafts):
+            return None
+        spec = stage_spec(base, stage, paths)
     if state.up and not why:  # the draft measured is hosts.yaml's: another one is started again
         if flag_value(spec.args, "--speculative-config") == state.speculative:
             return None
@@ -245,7 +251,8 @@ def server_part(paths: Paths, sw: StageSwitch) -> None:
         # the runner first: none of its requests goes to (or is counted by) a server made for
         # another stage, and it never ends failed for a server taken from under it
         runner_process.stop(paths, CtlStop(req.grace, req.drain, req.drain_timeout))
-    ours = ours_running(paths, sw.spec)
+    serves = stage_of(sw.stage).asks_server
+    ours = serves and ours_running(paths, sw.spec)
     if sw.restart_server and not ours:
         move(paths, sw, SwitchStep.STOPPING_SERVER)
         with intent.locked(paths):  # not the watcher's to start again, should the swap fail
@@ -255,6 +262,9 @@ def server_part(paths: Paths, sw: StageSwitch) -> None:
             )
         stopped = server_process.stop(paths, ServerStop(grace=req.grace))
         sw.server_stopped = to_wire(stopped)
+    if not serves:  # the stage runs with no server: its runner next
+        say(paths, f"switch: server stopped for the {sw.stage} stage")
+        return
     started = None if ours or not sw.runner else _start(paths, sw)  # a server.start: its own
     move(paths, sw, SwitchStep.LOADING)
     rec = server_process.managed(paths)

@@ -24,6 +24,7 @@ from ...common.jobspec import JOB_FILE, WATCH_TOKEN_ENV, JobSpec, Paths, release
 from ...common.notify import Notifier
 from ...common.protocol import CtlRestart
 from ...common.recover import WatchState, watcher_alive
+from ...common.stages import stage_of
 from ...common.state import (
     RunnerRecord,
     StageSwitch,
@@ -256,7 +257,9 @@ class Watcher:
                 settle(self.paths, JobState.FINISHED, why)
             return
         if caps.stage != nxt:
-            intent.keep_caps(self.paths, dataclasses.replace(caps, stage=nxt, baseline=False))
+            # the chain goes on where the next stage has one of its own (train, draft, baseline)
+            on = caps.baseline and stage_of(nxt).then is not None
+            intent.keep_caps(self.paths, dataclasses.replace(caps, stage=nxt, baseline=on))
             self.log(f"the {caps.stage} stage finished: the {nxt} stage next, its server first")
         own = data.runner.flags
         req = CtlRestart(grace=own.grace, force=own.force, stage=nxt, server=base)

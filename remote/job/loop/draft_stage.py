@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...common import metrics
-from ...common.caps import BASELINE, DRAFT, Caps
+from ...common.caps import Caps
 from ...common.codec import read_json, write_json
 from ...common.jobspec import DRAFT_DEFAULTS, draft_folder
 from ...common.records import Record
+from ...common.stages import stage_of
 from ...common.state import Supervise
 from ...common.status import DatasetState, DatasetStatus, DraftKept
 from ..store.datasets import BadInput
@@ -131,7 +132,7 @@ class DraftStage(stage.Stage):
         self.cursor: dict = {}
         self.none_left: list[str] = []  # datasets whose cap takes every prompt
         # the baseline: the same prompts, the server without the draft (its speed, no counters)
-        self.baseline = caps.stage == BASELINE
+        self.baseline = not stage_of(caps.stage).needs_draft
         self.clock = time.time  # a test's own clock times its requests
 
     # ------------------------------------------------------------------ before it runs
@@ -375,7 +376,6 @@ class DraftStage(stage.Stage):
         return self.work_status(
             datasets,
             tokens_per_s=sum(d.tokens_per_s for d in datasets.values()),
-            stage=BASELINE if self.baseline else DRAFT,
         )
 
     def summary(self) -> str:

@@ -10,7 +10,7 @@ import contextlib
 import os
 import time
 
-from ...common.caps import HIDDEN_STATES, Caps
+from ...common.caps import Caps
 from ...common.records import TokenRow
 from ...common.status import DiskStatus, JobState
 from ..engine.client import JobFault
@@ -180,7 +180,7 @@ class HiddenStage(stage.Stage):
     def recap(self, caps: Caps) -> None:
         """New caps, live: each dataset's rows to make again from its records (rows in flight are
         not asked twice)."""
-        if caps.stage != HIDDEN_STATES:
+        if caps.stage != self.caps.stage:
             raise ValueError("a change of stage restarts the runner (restart --hard)")
         for name, st in self.stages.items():
             fresh = Stage(name, st.store, self._rows(name, caps).rows, caps.max_tokens)
@@ -233,7 +233,6 @@ class HiddenStage(stage.Stage):
             tokens_per_s=self.tokens_made.per_s(now, self.runner.started_at),
             samples_per_s=per_s,
             eta_s=int(sum(left.values()) / per_s) if per_s > 0 else None,
-            stage=HIDDEN_STATES,
             disk=DiskStatus(disk["free_bytes"], disk["total_bytes"], self.disk.full),
         )
 

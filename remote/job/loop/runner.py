@@ -9,6 +9,7 @@ prompts); a new stage is a module of its own.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import platform
 import signal
@@ -17,10 +18,11 @@ import time
 import traceback
 from pathlib import Path
 
-from ...common.caps import BASELINE, DRAFT, GENERATE, HIDDEN_STATES, Caps
+from ...common.caps import Caps
 from ...common.jobspec import JOB_TOKEN_ENV, JobSpec, Paths, release_dir
 from ...common.notify import Notifier
 from ...common.protocol import GRACE_S
+from ...common.stages import stage_of
 from ...common.state import ServerKeys, kept_caps, note_ran
 from ...common.status import JobState, JobStatus
 from ...common.wire import ExitCode
@@ -28,18 +30,14 @@ from ..engine.kinds import make_engine
 from ..observe.watcher_guard import WatcherGuard
 from ..store.datasets import BadInput
 from .control_requests import ControlWatcher, Every, StopState
-from .draft_stage import DraftStage
-from .generate import GenerateStage
-from .hidden_stage import HiddenStage
 from .own_process import LockHeld, Log, acquire_lock, write_pidfile
 from .stage import Stage
 
-STAGES: dict[str, type] = {
-    GENERATE: GenerateStage,
-    HIDDEN_STATES: HiddenStage,
-    DRAFT: DraftStage,
-    BASELINE: DraftStage,  # the same prompts, the server without the draft
-}
+
+def stage_work(name: str) -> type:
+    """The class that does stage `name`'s work (its entry in the stage table names it)."""
+    module, cls = stage_of(name).work.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
 
 
 class Runner:
@@ -68,7 +66,7 @@ class Runner:
             self.log,
             lambda event, what: self.notifier.send(event, self.notify_message(what)),
         )
-        self.stage: Stage = STAGES[caps.stage](self, caps, force)
+        self.stage: Stage = stage_work(caps.stage)(self, caps, force)
 
     def open_engine(self):
         """The job's engine, with the API key of each of its servers (kept on the host by restart)."""
@@ -214,7 +212,7 @@ class Runner:
 
     def run(self) -> int:
         eng, caps = self.job.engine, self.stage.caps
-        stage = f" stage {caps.stage}" if caps.stage != GENERATE else ""
+        stage = f" stage {label}" if (label := stage_of(caps.stage).label) else ""
         self.log(
             f"runner start pid {os.getpid()} release {release_dir()}{stage} engine "
             f"{eng.kind} ({self.model_name}) concurrency {eng.concurrency}"

@@ -84,5 +84,6 @@ class Stage:
             errors=sum(d.errors for d in rows),
             retries=self.retries,
             datasets=datasets,
+            stage=self.caps.stage,
             **more,
         )

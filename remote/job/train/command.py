@@ -33,6 +33,15 @@ def target_layer_ids(kept: list[int]) -> list[int]:
     return kept[:-1]
 
 
+def venv_name(requirement: str) -> str:
+    """The host's venv folder for a trainer requirement: readable, and another for each one."""
+    import hashlib
+    import re
+
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", requirement).strip("-.")[:40] or "trainer"
+    return f"trainer-{slug}-{hashlib.sha256(requirement.encode()).hexdigest()[:8]}"
+
+
 def aux_layers(target_layers: list[int]) -> int:
     """The draft's aux hidden states, as the served config counts them."""
     return len(target_layers)

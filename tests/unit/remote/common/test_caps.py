@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from remote.common import caps as c
+from remote.common.stages import HIDDEN_STATES
 
 
 @given(st.integers(min_value=0, max_value=10**12))
@@ -53,7 +54,7 @@ def test_samples_budgets_selections_and_stages():
         with pytest.raises(ValueError, match="comma-separated"):
             c.selection(bad)
     assert c.parse_dataset_list("") is None
-    assert c.stage(" hidden-states") == c.HIDDEN_STATES
+    assert c.stage(" hidden-states") == HIDDEN_STATES
     with pytest.raises(ValueError, match="expected one of generate, hidden-states"):
         c.stage("hidden")
 
@@ -63,7 +64,7 @@ def test_the_kept_caps_say_themselves_in_one_line_and_name_each_target():
     assert kept.line() == "max-samples 20, B3=5, max-tokens 10000, datasets B1,B3"
     assert kept.target("B3") == 5 and kept.target("B1") == 20
     assert kept.selected("B1") and not kept.selected("B2")
-    every = c.Caps(stage=c.HIDDEN_STATES)
+    every = c.Caps(stage=HIDDEN_STATES)
     assert every.line() == "max-samples all, stage hidden-states" and every.target("B1") is None
 
 

@@ -187,7 +187,7 @@ def test_local_flags_name_the_flag_that_is_wrong():
         (dict(cap=["B2=-1"]), "N must be >= 1"),
         (
             dict(stage="hidden"),
-            "--stage: expected one of generate, hidden-states, draft, baseline, got 'hidden'",
+            "--stage: expected one of generate, hidden-states, train, draft, baseline, got 'hidden'",
         ),
         (dict(baseline=True), "--baseline follows the draft stage"),
         (dict(stage="generate", baseline=True), "--baseline follows the draft stage"),
@@ -375,4 +375,4 @@ def test_the_wires_shape_is_pinned_to_its_protocol_number():
 
     lines = sorted(_wire_shape().splitlines())
     shape = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
-    assert (PROTOCOL, shape) == (10, "2e3beadea59bad6f"), "\n".join(lines)
+    assert (PROTOCOL, shape) == (11, "1e6a259d80614b76"), "\n".join(lines)

@@ -60,8 +60,9 @@ def test_the_average_is_over_the_time_the_job_ran_and_idle_time_is_a_gap():
 def test_while_the_stage_runs_the_answers_table_has_the_generations_cap_not_the_stages_rows(
     tmp_path,
 ):
-    from remote.common.caps import HIDDEN_STATES, Caps
+    from remote.common.caps import Caps
     from remote.common.jobspec import Paths
+    from remote.common.stages import HIDDEN_STATES
     from remote.common.status import DatasetStatus, JobStatus
     from remote.queries.report_data import gather
 

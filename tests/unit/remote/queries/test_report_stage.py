@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import collections
 
-from remote.common.caps import HIDDEN_STATES
 from remote.common.records import TokenRow
+from remote.common.stages import HIDDEN_STATES
 from remote.common.status import DatasetStatus, JobStatus
 from remote.job.hidden.hsfile import Checked
 from remote.job.hidden.store import FREED, HiddenStore

@@ -80,7 +80,8 @@ def test_nothing_to_size_from_says_so(tmp_path, monkeypatch):
 def test_a_finished_stage_has_nothing_left_whatever_the_estimate_says(tmp_path):
     """The stage ran every row of these caps (and the rows may be freed since): nothing to write,
     though the estimate (the first records' mean × the cap) is above the tokens it made."""
-    from remote.common.caps import HIDDEN_STATES, Caps
+    from remote.common.caps import Caps
+    from remote.common.stages import HIDDEN_STATES
 
     paths = Paths(tmp_path / "host")
     outputs(paths, [record(0, 10, 30), record(1, 10, 90)])  # a mean of 70 tokens a record

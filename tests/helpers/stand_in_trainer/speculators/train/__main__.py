@@ -14,8 +14,10 @@ interrupts whatever runs, a save included, then saves interrupted/ with no state
 before that, the default: exit 143); and its stdout lines, copied from a real run's with Rich's
 layout (time or spaces, the level, the message, `file.py:NNN`).
 
-Not kept: training (the losses are made up and fall with the steps), packing rows by length (a
-step takes STAND_IN_TRAINER_ROWS_PER_STEP rows, default 1), vocab mappings, the config dump.
+Not kept: training (the losses are made up and fall with the steps), vocab mappings, the config
+dump. An epoch's steps are as many as the real one packs (remote/job/train/epoch_steps, which the
+real tier holds to the real sampler), unless STAND_IN_TRAINER_ROWS_PER_STEP says how many rows a
+step takes.
 
 Test hooks, from the environment:
   STAND_IN_TRAINER_GATE=<file>        before each step, wait until the file exists; when it holds a
@@ -119,6 +121,8 @@ class Trainer:
             raise ValueError(f"a split is empty ({len(rows)} rows, ratio {args.train_data_ratio})")
         per = max(1, int(os.environ.get("STAND_IN_TRAINER_ROWS_PER_STEP") or 1))
         self.train = [list(range(i, min(i + per, split))) for i in range(0, split, per)]
+        self.packed = not os.environ.get("STAND_IN_TRAINER_ROWS_PER_STEP")
+        self.lengths = [int(r["seq_len"]) for r in rows]
         self.val = [list(range(i, min(i + per, len(rows)))) for i in range(split, len(rows), per)]
         self.split = split
         self.global_step = 0
@@ -285,6 +289,11 @@ class Trainer:
 
     def train_epoch(self, epoch: int) -> None:
         num_steps = len(self.train)
+        if self.packed:
+            from remote.job.train.epoch_steps import steps_per_epoch
+
+            ratio, seq = self.a.train_data_ratio, self.a.total_seq_len
+            num_steps = steps_per_epoch(self.lengths, seq, ratio, epoch=epoch)
         skip = self.resume_local if epoch == self.current_epoch else 0
         self.resume_local = 0
         if skip:
@@ -298,7 +307,7 @@ class Trainer:
             gate(self.global_step)
             if fail and int(fail) == self.global_step:
                 raise RuntimeError(f"stand-in trainer: step {fail} fails (STAND_IN_TRAINER_FAIL)")
-            self.check_files(self.train[local_step - 1], 0)
+            self.check_files(self.train[min(local_step, len(self.train)) - 1], 0)
             time.sleep(float(os.environ.get("STAND_IN_TRAINER_STEP_S") or 0))
             self.log(record(self.step_metrics(epoch)), "trainer.py:587")
             self.global_step += 1

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from remote.common.caps import GENERATE, HIDDEN_STATES
 from remote.common.jobspec import Paths, ServerSpec, extracts, flag_value
+from remote.common.stages import GENERATE, HIDDEN_STATES
 from remote.common.wire import HostFault
 from remote.host.processes.extraction import stage_spec
 

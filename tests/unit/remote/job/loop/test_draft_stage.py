@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 from types import SimpleNamespace
 
+from remote.common import stages
 from remote.common.caps import Caps
 from remote.common.jobspec import DatasetSpec, JobSpec, Paths
 from remote.common.metrics import spec_decode
@@ -51,7 +52,7 @@ def stage(tmp_path) -> DraftStage:
         log=lambda line: None,
         stop=None,
     )
-    st = DraftStage(runner, Caps(), False)
+    st = DraftStage(runner, Caps(stage=stages.DRAFT), False)
     st.where, st.urls = tmp_path, ["u"]
     st.cursor = (
         json.loads((tmp_path / "cursor.json").read_text())

@@ -10,8 +10,9 @@ import json
 import os
 import threading
 
-from remote.common.caps import HIDDEN_STATES, Caps
+from remote.common.caps import Caps
 from remote.common.jobspec import JobSpec, Paths
+from remote.common.stages import HIDDEN_STATES
 from remote.common.status import JobState, JobStatus
 from remote.job.engine.client import Engine, TransientError
 from remote.job.hidden import hsfile

@@ -1,0 +1,452 @@
+"""The train stage: a draft trained on the job's own hidden states by speculators' offline EAGLE-3
+trainer, run by the runner as a child process of its own Python (a venv the host installs, never the
+server's), and supervised: a trainer that dies is started again and resumes from its last
+checkpoint (the identical command resumes), a trainer that fails twice with the same error is given
+up with that error's line, a stop ends it cleanly (SIGTERM: it saves and exits). Its end is the
+best checkpoint as vLLM serves it (`server.draft.model: trained`). The job's server is stopped while
+it runs (its entry in the stage table says so): the trainer holds the GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+from ...common import procinfo
+from ...common.caps import Caps
+from ...common.codec import append_line, read_json, write_json
+from ...common.jobspec import JOB_TOKEN_ENV, release_dir
+from ...common.machine import default_layers
+from ...common.records import TrainStep
+from ...common.state import Supervise
+from ...common.status import DatasetState, DatasetStatus, EngineStatus, TrainStatus
+from ...common.wire import HostFault
+from ..store.datasets import BadInput
+from ..store.rates import RateWindow
+from ..train import checkpoints, command, epoch_steps, progress
+from ..train import prepare as rows
+from . import stage
+
+LOOK_S = 0.5  # the trainer's log read this often
+BACKOFF_S, BACKOFF_MAX_S = 5.0, 300.0  # before a trainer that died is started again; doubles
+OLD_TRAINER_S = 600.0  # a trainer of a runner killed before: waited for (it saves) this long
+PR_SET_PDEATHSIG = 1
+
+
+def _dies_with_runner() -> None:
+    """In the trainer's child before exec: SIGTERM when the runner dies (a kill -9 too), so it
+    saves and exits rather than train on beside the next runner's trainer."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class TrainStage(stage.Stage):
+    def __init__(self, runner, caps: Caps, force: bool):
+        """`force`: the training rows changed since the checkpoints were made: start over (the
+        old checkpoints and rows are kept aside, never deleted)."""
+        super().__init__(runner)
+        self.caps, self.force = caps, force
+        self.spec = self.job.trainer
+        self.data = self.save = self.paths.train  # the digest's own folders, once it is known
+        self.current = self.paths.train / "current.json"  # the training under way: its rows
+        self.status_now = TrainStatus(epochs=self.spec.epochs)
+        self.progress = progress.TrainProgress()
+        self.proc: asyncio.subprocess.Process | None = None
+        self.datasets: dict[str, int] = {}  # rows trained on, per dataset
+        self.failures: list[str] = []  # this runner's trainers' errors, in order
+        self.steps: list[int] = []  # each epoch's steps, known before it trains
+        self.pace = RateWindow()  # steps a second
+
+    # ------------------------------------------------------------------ before it runs
+
+    def prepare(self) -> None:
+        if not self.job.train:
+            raise BadInput(
+                "the train stage trains the draft job.train describes, and hosts.yaml has no "
+                "job.train: add it (docs/train.md), `invoke deploy`, then the restart again"
+            )
+        names = [d.name for d in self.job.datasets if self.caps.selected(d.name)]
+        have = [n for n in names if (self.paths.hidden_states / n / "rows.jsonl").is_file()]
+        if not have:
+            raise BadInput(
+                "the train stage trains on the hidden-states stage's rows, and there are none "
+                f"for {', '.join(names)}: `invoke restart --stage hidden-states` first"
+            )
+        self.datasets = {n: 0 for n in have}
+        self.server = self._server()
+        try:
+            self.layers = self._layers()
+            self._argv("python")  # its settings checked before anything is stopped
+        except ValueError as e:
+            raise BadInput(f"job.train: {e}") from None
+        except HostFault as e:  # no layers said, and the model's config.json not on the host
+            raise BadInput(f"{e.fault.message}; or set job.train.target_layers") from None
+
+    def _server(self):
+        """hosts.yaml's server as the host was last given it (the target the hidden states are
+        of), None where the job's server is not deploytool's."""
+        data = Supervise.read(self.paths.supervise)
+        return (data.server.base or data.server.spec) if data is not None else None
+
+    def _layers(self) -> list[int]:
+        """The target's layers the draft reads: job.train.target_layers, else the layers the
+        hidden-states stage kept but the last (the target's own last hidden state)."""
+        if self.spec.target_layers:
+            return list(self.spec.target_layers)
+        kept = (self.server.hidden_states.get("layers") if self.server else None) or (
+            default_layers(self._verifier())
+        )
+        return command.target_layer_ids(list(kept))
+
+    def _verifier(self) -> str:
+        return self.server.model if self.server is not None else self.job.engine.model
+
+    def recap(self, caps: Caps) -> None:
+        raise ValueError("the train stage trains on the rows it was started with: restart it")
+
+    def start_lines(self) -> list[str]:
+        return [
+            "caps: " + self.caps.line(),
+            f"train: {self.spec.epochs} epochs of {', '.join(self.datasets)}'s rows with "
+            f"{self.spec.trainer if not self.spec.python else self.spec.python}, target layers "
+            f"{self.layers}",
+        ]
+
+    def in_flight(self) -> int:
+        return 1 if self.proc is not None and self.proc.returncode is None else 0
+
+    # ------------------------------------------------------------------ while it runs
+
+    @contextlib.asynccontextmanager
+    async def session(self):
+        yield self._work()
+
+    async def _work(self) -> None:
+        python = await self._python()
+        if python is None or self.fatal or self.stop.asked:
+            return
+        if not await self._rows(python):
+            return
+        wait = BACKOFF_S
+        while not self.stop.asked and self.fatal is None:
+            if checkpoints.done(self.save, self.spec.epochs):
+                self._serve_best()
+                return
+            await self._old_trainer_gone()
+            started = time.time()
+            code, why = await self._train(python)
+            if self.stop.asked or checkpoints.done(self.save, self.spec.epochs):
+                continue
+            if self._given_up(code, why):
+                return
+            wait = (
+                BACKOFF_S if time.time() - started > BACKOFF_MAX_S else min(2 * wait, BACKOFF_MAX_S)
+            )
+            self.log(
+                f"train: the trainer ended ({why}): started again in {wait:g}s, from its last checkpoint"
+            )
+            self.status_now.restarts += 1
+            await self._sleep(wait)
+
+    async def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not self.stop.asked:
+            await asyncio.sleep(0.25)
+
+    def _given_up(self, code: int | None, why: str) -> bool:
+        """A trainer that failed with the error it failed with before is given up: starting it
+        again would fail again (a signal's death is no error of its own: it is always started
+        again)."""
+        if code is not None and code < 0:
+            return False
+        same = bool(self.failures) and self.failures[-1] == why
+        self.failures.append(why)
+        if same:
+            self.fatal = (
+                f"the trainer failed twice the same way: {why} (logs/trainer.log); fix it, then "
+                "`invoke restart --stage train` resumes from the last checkpoint"
+            )
+        return same
+
+    async def _python(self) -> str | None:
+        """The trainer's Python: job.train.python, else the venv of job.train.trainer, installed
+        once per requirement (a venv half made by a kill is made again)."""
+        if self.spec.python:
+            found = shutil.which(self.spec.python)
+            if found is None:
+                self.fatal = f"job.train.python {self.spec.python}: not found on this host"
+            return found
+        venv = self.paths.trainer_venvs / command.venv_name(self.spec.trainer)
+        python = venv / "bin" / "python"
+        if (venv / ".installed").is_file():
+            return str(python)
+        self.status_now.phase = "installing the trainer"
+        part = venv.with_name(venv.name + ".part")
+        shutil.rmtree(part, ignore_errors=True)  # ours: a venv a kill cut off
+        for argv in (
+            [sys.executable, "-m", "venv", str(part)],
+            [str(part / "bin" / "python"), "-m", "pip", "install", self.spec.trainer],
+        ):
+            code = await self._logged(argv)
+            if code != 0:
+                self.fatal = (
+                    f"installing {self.spec.trainer} failed (exit {code}; logs/trainer.log): set "
+                    "job.train.python to a Python that has it, or fix the host's pip"
+                )
+                return None
+        (part / ".installed").write_text(self.spec.trainer + "\n")
+        shutil.rmtree(venv, ignore_errors=True)
+        part.rename(venv)  # `python -m pip` and the interpreter's link hold no path of the folder
+        return str(python)
+
+    async def _logged(self, argv: list[str], env: dict | None = None) -> int | None:
+        """`argv` run to its end, its output in logs/trainer.log (the runner's stop ends it)."""
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        append_line(self.paths.trainer_log, f"==== {' '.join(argv)}\n".encode())
+        with open(self.paths.trainer_log, "ab") as out:
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env or self._env(),
+                cwd=str(release_dir()),
+                preexec_fn=_dies_with_runner,
+            )
+        try:
+            return await self.proc.wait()
+        finally:
+            self.proc = None
+
+    def _env(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if k != JOB_TOKEN_ENV}
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(release_dir()), env.get("PYTHONPATH")])
+        )
+        env.update(COLUMNS="2000", PYTHONUNBUFFERED="1")  # one line per record of its log
+        return env
+
+    def _settings(self) -> dict:
+        """What the training rows are made of, as job.train and the caps say it."""
+        weights = self.spec.weights
+        return {
+            "datasets": [[n, weights.get(n, 1)] for n in self.datasets],
+            "draft_vocab": self.spec.draft_vocab,
+        }
+
+    def _plan(self, out: Path) -> dict:
+        weights = self.spec.weights
+        return {
+            "datasets": [
+                {
+                    "name": n,
+                    "folder": str(self.paths.hidden_states / n),
+                    "weight": weights.get(n, 1),
+                }
+                for n in self.datasets
+            ],
+            "out": str(out),
+            "draft_vocab": self.spec.draft_vocab,
+        }
+
+    async def _rows(self, python: str) -> bool:
+        """The training rows, made once and named by their digest, as its checkpoints are: every
+        resume trains on the same rows in the same order (rows freed or made since do not change
+        them). Other datasets or weights than the training under way began with are refused;
+        --force trains anew on the rows as they are now (the old folders stay beside)."""
+        now = read_json(self.current)
+        if now is not None and now.get("settings") == self._settings() and not self.force:
+            digest = now["digest"]
+        elif now is not None and not self.force:
+            self.fatal = (
+                "job.train's datasets or weights (or the caps' --datasets) differ from those the "
+                "training under way began with: `invoke restart --stage train --force` trains "
+                f"anew (its checkpoints stay in {self.paths.train})"
+            )
+            return False
+        else:
+            digest = await asyncio.to_thread(rows.plan_digest, self._plan(self.paths.train))
+        self.data = self.paths.train / f"data-{digest[:12]}"
+        self.save = self.paths.train / f"checkpoints-{digest[:12]}"
+        made = rows.read_manifest(self.data)
+        if made is None:
+            self.status_now.phase = "making the training rows"
+            self.paths.train.mkdir(parents=True, exist_ok=True)
+            plan_file = self.paths.train / "plan.json"
+            write_json(plan_file, self._plan(self.data))
+            code = await self._logged([python, "-m", "remote.job.train.prepare", str(plan_file)])
+            made = rows.read_manifest(self.data)
+            if made is None:
+                if not self.stop.asked:
+                    self.fatal = f"making the training rows failed (exit {code}; logs/trainer.log)"
+                return False
+        write_json(self.current, {"digest": made["digest"], "settings": self._settings()})
+        for d in made.get("datasets", []):
+            self.datasets[d["name"]] = int(d.get("used", 0))
+        self.status_now.rows = int(made.get("rows", 0))
+        lengths, total = rows.lengths(self.data), self.spec.total_seq_len
+        self.steps = await asyncio.to_thread(
+            lambda: [
+                epoch_steps.steps_per_epoch(lengths, total, epoch=e)
+                for e in range(self.spec.epochs)
+            ]
+        )
+        return True
+
+    async def _old_trainer_gone(self) -> None:
+        """A trainer a runner killed before left (told SIGTERM by its death: it saves, then exits)
+        is waited for: never two trainers on one folder."""
+        rec = read_json(self.paths.trainer) or {}
+        pid, began = rec.get("pid"), rec.get("start_time")
+        deadline = time.monotonic() + OLD_TRAINER_S
+        while pid and procinfo.start_time(pid) == began and procinfo.alive(pid):
+            if time.monotonic() > deadline:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            await asyncio.sleep(LOOK_S)
+
+    async def _train(self, python: str) -> tuple[int | None, str]:
+        """One trainer, to its end: (exit code, why it ended, in a line)."""
+        self.status_now.phase = "training"
+        state = checkpoints.TrainState.read(self.save)
+        if checkpoints.set_aside(self.save, state):  # a save a kill cut off: the one before it
+            self.log(f"train: {state.folder} was not saved whole ({state.torn}): resumed before it")
+        argv = self._argv(python)
+        start = self.paths.trainer_log.stat().st_size if self.paths.trainer_log.exists() else 0
+        follow = asyncio.ensure_future(self._follow(start))
+        run = asyncio.ensure_future(self._logged(argv))
+        while self.proc is None and not run.done():
+            await asyncio.sleep(0.01)
+        if self.proc is not None:
+            pid = self.proc.pid
+            self.status_now.pid = pid
+            write_json(self.paths.trainer, {"pid": pid, "start_time": procinfo.start_time(pid)})
+        try:
+            code = await run
+        finally:
+            follow.cancel()
+            await asyncio.gather(follow, return_exceptions=True)
+            self._read(start)  # its last lines
+            self.status_now.pid = None
+        if code is not None and code < 0:
+            return code, f"killed by signal {-code}"
+        last = procinfo.why_lines(procinfo.tail_lines(self.paths.trainer_log, 40), 1)
+        return code, f"exit {code}" + (
+            f": {last[-1].strip()}" if last and code else ", not finished"
+        )
+
+    def _argv(self, python: str) -> list[str]:
+        return command.trainer_argv(
+            python,
+            verifier=self._verifier(),
+            data=str(self.data),
+            save=str(self.save),
+            target_layers=self.layers,
+            epochs=self.spec.epochs,
+            lr=self.spec.lr,
+            total_seq_len=self.spec.total_seq_len,
+            draft_layers=self.spec.draft_layers,
+            draft_vocab=self.spec.draft_vocab,
+            checkpoint_freq=self.spec.checkpoint_freq,
+            extra=list(self.spec.args),
+        )
+
+    async def _follow(self, start: int) -> None:
+        while True:
+            self._read(start)
+            await asyncio.sleep(LOOK_S)
+
+    def _read(self, start: int) -> None:
+        """The trainer's new lines, into its progress (and metrics.jsonl, report's loss curve)."""
+        with contextlib.suppress(OSError), open(self.paths.trainer_log, "rb") as f:
+            f.seek(max(start, getattr(self, "_at", start)))
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    break
+                self._at = f.tell()
+                line = raw.decode(errors="replace")
+                done = self.progress.steps_done
+                if self.progress.feed(line) and self.progress.steps_done != done:
+                    self._stepped()
+
+    def _stepped(self) -> None:
+        p = self.progress
+        self.pace.add(time.time(), 1)
+        if p.loss is not None:
+            step = TrainStep(
+                t=time.time(),
+                epoch=p.epoch or 0,
+                step=p.steps_done,
+                loss=p.loss,
+                accuracy=p.full_acc,
+            )
+            append_line(self.paths.train / "metrics.jsonl", step.line())
+
+    def _serve_best(self) -> None:
+        # the lowest validation loss; a run killed while it validated its last epoch may name none
+        best = checkpoints.best(self.save) or self.save / str(
+            checkpoints.epochs_saved(self.save)[-1]
+        )
+        self.status_now.phase = "saving the draft"
+        out = checkpoints.served_copy(
+            best, self.paths.trained_draft, command.aux_layers(self.layers)
+        )
+        self.status_now.draft, self.status_now.phase = str(out), "done"
+        self.log(f"train: the draft is {out} (checkpoint {best.name}): server.draft.model: trained")
+
+    def stopping(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)  # it saves where it is, then exits
+
+    async def abandon(self) -> int:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()  # the grace is over: its last checkpoint is where it resumes
+        return 0
+
+    # ------------------------------------------------------------------ what it reports
+
+    def status(self, now: float) -> dict:
+        p, t = self.progress, self.status_now
+        t.epoch, t.step, t.loss, t.accuracy = p.epoch or 0, p.steps_done, p.loss, list(p.full_acc)
+        t.val_loss, t.val_accuracy, t.best_epoch = p.val_loss, list(p.val_full_acc), p.best_epoch
+        t.tokens_per_s = p.tokens_per_s or 0.0
+        t.steps = sum(self.steps) if self.steps else None
+        per_s = self.pace.per_s(now, self.runner.started_at)
+        t.eta_s = int((t.steps - t.step) / per_s) if t.steps and per_s > 0 else None
+        done = t.phase == "done"
+        datasets = {
+            n: DatasetStatus(
+                state=DatasetState.COMPLETE if done else DatasetState.RUNNING,
+                done=used if done else 0,
+                target=used,
+            )
+            for n, used in self.datasets.items()
+        }
+        return dict(
+            engine=EngineStatus(kind="trainer", model=self._verifier() if self.datasets else ""),
+            datasets=datasets,
+            stage=self.caps.stage,
+            eta_s=t.eta_s,
+            tokens_per_s=t.tokens_per_s,
+            train=t,
+        )
+
+    def summary(self) -> str:
+        t = self.status_now
+        return f"epoch {min(t.epoch + 1, t.epochs)}/{t.epochs} step {t.step}" + (
+            f" → {t.draft}" if t.draft else ""
+        )
+
+    def progress_line(self) -> str:
+        return "train " + self.summary()
+
+    def finished(self) -> str:
+        t = self.status_now
+        return f"the draft is {t.draft}: server.draft.model: trained measures it" if t.draft else ""

@@ -1,0 +1,132 @@
+"""The train stage as typed, on the built-in `local` host with the stand-in trainer (its Python named
+by job.train.python): `invoke restart --stage train` trains on the hidden-states stage's rows, status
+and tail say the epoch, step and loss, a trainer killed with kill -9 is started again and resumes
+from its last checkpoint, a trainer that fails twice the same way is given up with its own error
+line, and the end is a draft vLLM can serve (`server.draft.model: trained`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import yaml
+
+from remote.common.codec import read_json
+from remote.common.jobspec import Paths
+from tests.conftest import status, wait_for, write_prompts
+from tests.helpers.as_typed import ok, typed
+from tests.helpers.train_data import STAND_IN
+
+TOKEN_IDS = {"return_token_ids": True}
+
+
+def trainer_python(tmp_path, **env) -> str:
+    """A Python whose path holds the stand-ins (speculators' trainer, datasets), with the test's
+    hooks in its environment: what job.train.python names."""
+    path = tmp_path / "trainer-python"
+    exports = "".join(f"export {k}='{v}'\n" for k, v in env.items())
+    path.write_text(
+        f'#!/bin/sh\nexport PYTHONPATH="{STAND_IN}:$PYTHONPATH"\n{exports}exec {sys.executable} "$@"\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def train_job(tmp_path, **env):
+    """hosts.yaml of one `local` host whose job keeps token ids and trains with the stand-in: 2
+    epochs, a checkpoint every half epoch; the host's remote_dir."""
+    write_prompts(tmp_path / "data" / "prompts" / "B1.jsonl", 6, "B1")
+    job = {
+        "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 100}},
+        "engine": {"kind": "simulate", "concurrency": 2, "tokens_per_s": 100_000},
+        "extra_body": TOKEN_IDS,
+        "train": {
+            "python": trainer_python(tmp_path, **env),
+            "epochs": 2,
+            "checkpoint_freq": 0.5,
+            "total_seq_len": 16,  # a row a step: an epoch of several steps
+            "target_layers": [
+                0,
+                1,
+                2,
+            ],  # the stand-in engine keeps 4 layers: the last is the target's
+        },
+    }
+    hosts = {"box": {"connect": "local", "remote_dir": str(tmp_path / "host")}}
+    data = {"default_host": "box", "hosts": hosts, "job": job, "recover": False}
+    config = tmp_path / "hosts.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    return config, tmp_path / "host"
+
+
+def hidden_states_made(config) -> None:
+    for line in (
+        "invoke deploy",
+        "invoke restart --max-samples 5",
+        "invoke tail",
+        "invoke restart --stage hidden-states",
+        "invoke tail",
+    ):
+        ok(line, config)
+
+
+def train(root) -> dict:
+    return status(root).get("train") or {}
+
+
+def test_the_stage_trains_through_a_kill_of_its_trainer_and_ends_in_a_draft_vllm_serves(tmp_path):
+    gate = tmp_path / "gate"
+    gate.write_text("2")  # the trainer waits before its third step
+    config, root = train_job(tmp_path, STAND_IN_TRAINER_GATE=str(gate))
+    hidden_states_made(config)
+    said = ok("invoke restart --stage train", config)
+    assert "stage hidden-states → train" in said
+    wait_for(lambda: train(root).get("step") == 2, what="two steps trained")
+    shown = ok("invoke status", config)
+    assert "stage train: running" in shown and "step 2/" in shown and "loss " in shown
+    assert "rows 5 (B1 5)" in shown
+    # a kill -9 of the trainer: started again, from its last checkpoint (never from the start)
+    first = read_json(Paths(root).trainer)["pid"]
+    os.kill(first, signal.SIGKILL)
+    wait_for(
+        lambda: (read_json(Paths(root).trainer) or {}).get("pid") not in (None, first),
+        what="the trainer started again",
+    )
+    wait_for(lambda: "Resuming mid-epoch" in Paths(root).trainer_log.read_text(), what="resumed")
+    gate.write_text("1000")
+    ok("invoke tail", config)
+    st = status(root)
+    assert st["state"] == "finished" and st["train"]["restarts"] == 1
+    assert "No previous training checkpoint found" in Paths(root).trainer_log.read_text()
+    assert Paths(root).trainer_log.read_text().count("No previous training checkpoint found") == 1
+    served = json.loads((Paths(root).trained_draft / "config.json").read_text())
+    assert served["transformer_layer_config"]["num_aux_hidden_states"] == 3
+    assert (Paths(root).trained_draft / "model.safetensors").is_file()
+    shown = ok("invoke status", config)
+    assert "stage train: finished" in shown and "server.draft.model: trained" in shown
+    # report draws the loss at every step the trainer logged
+    ok(f"invoke report --out {tmp_path / 'report.html'}", config)
+    assert "training loss at each step the trainer logged" in (tmp_path / "report.html").read_text()
+
+
+def test_a_trainer_that_fails_twice_the_same_way_is_given_up_with_its_own_line(tmp_path):
+    config, root = train_job(tmp_path, STAND_IN_TRAINER_FAIL="1")
+    hidden_states_made(config)
+    ok("invoke restart --stage train", config)
+    res = typed("invoke tail", config)
+    st = status(root)
+    assert st["state"] == "failed", res.stdout
+    assert "the trainer failed twice the same way" in st["message"]
+    assert "RuntimeError: stand-in trainer: step 1 fails" in st["message"]
+
+
+def test_no_job_train_is_refused_before_any_host_is_touched(tmp_path):
+    config, root = train_job(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    del data["job"]["train"]
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = typed("invoke restart --stage train", config)
+    assert res.returncode == 2 and "hosts.yaml has no job.train" in res.stderr + res.stdout
+    assert not root.exists()
