@@ -13,6 +13,7 @@ import sys
 
 import yaml
 
+from remote.common import procinfo
 from remote.common.codec import read_json
 from remote.common.jobspec import Paths
 from tests.conftest import status, wait_for, write_prompts
@@ -34,7 +35,7 @@ def trainer_python(tmp_path, **env) -> str:
     return str(path)
 
 
-def train_job(tmp_path, **env):
+def train_job(tmp_path, recover=False, **env):
     """hosts.yaml of one `local` host whose job keeps token ids and trains with the stand-in: 2
     epochs, a checkpoint every half epoch; the host's remote_dir."""
     write_prompts(tmp_path / "data" / "prompts" / "B1.jsonl", 6, "B1")
@@ -55,7 +56,7 @@ def train_job(tmp_path, **env):
         },
     }
     hosts = {"box": {"connect": "local", "remote_dir": str(tmp_path / "host")}}
-    data = {"default_host": "box", "hosts": hosts, "job": job, "recover": False}
+    data = {"default_host": "box", "hosts": hosts, "job": job, "recover": recover}
     config = tmp_path / "hosts.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     return config, tmp_path / "host"
@@ -109,6 +110,29 @@ def test_the_stage_trains_through_a_kill_of_its_trainer_and_ends_in_a_draft_vllm
     # report draws the loss at every step the trainer logged
     ok(f"invoke report --out {tmp_path / 'report.html'}", config)
     assert "training loss at each step the trainer logged" in (tmp_path / "report.html").read_text()
+
+
+def test_a_runner_killed_mid_training_is_started_again_and_its_trainer_resumes(tmp_path):
+    """The runner's death tells its trainer to stop (it saves and exits): the runner the watcher
+    starts again waits for it to be gone, then resumes from the last checkpoint: never two
+    trainers on one folder, never a start from scratch."""
+    gate = tmp_path / "gate"
+    gate.write_text("3")
+    fast = {"backoff": 0.2, "max_restarts": 3, "window": 3600}
+    config, root = train_job(tmp_path, recover=fast, STAND_IN_TRAINER_GATE=str(gate))
+    hidden_states_made(config)
+    ok("invoke restart --stage train", config)
+    wait_for(lambda: train(root).get("step") == 3, what="three steps trained")
+    runner, trainer = status(root)["pid"], read_json(Paths(root).trainer)["pid"]
+    os.kill(runner, signal.SIGKILL)
+    wait_for(lambda: status(root).get("pid") not in (None, runner), what="a runner started again")
+    wait_for(lambda: not procinfo.alive(trainer), what="the old trainer gone")
+    gate.write_text("1000")
+    ok("invoke tail", config)
+    log = Paths(root).trainer_log.read_text()
+    assert status(root)["state"] == "finished"
+    assert log.count("No previous training checkpoint found") == 1 and "Resuming" in log
+    assert (Paths(root).trained_draft / "config.json").is_file()
 
 
 def test_a_trainer_that_fails_twice_the_same_way_is_given_up_with_its_own_line(tmp_path):
