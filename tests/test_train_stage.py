@@ -16,8 +16,10 @@ import yaml
 from remote.common import procinfo
 from remote.common.codec import read_json
 from remote.common.jobspec import Paths
-from tests.conftest import status, wait_for, write_prompts
+from remote.common.state import ServerRecord
+from tests.conftest import free_port, status, wait_for, write_prompts
 from tests.helpers.as_typed import ok, typed
+from tests.helpers.stand_ins import fake_vllm
 from tests.helpers.train_data import STAND_IN
 
 TOKEN_IDS = {"return_token_ids": True}
@@ -154,3 +156,51 @@ def test_no_job_train_is_refused_before_any_host_is_touched(tmp_path):
     res = typed("invoke restart --stage train", config)
     assert res.returncode == 2 and "hosts.yaml has no job.train" in res.stderr + res.stdout
     assert not root.exists()
+
+
+def test_from_the_answers_to_the_trained_draft_measured_with_nobody_at_the_keyboard(tmp_path):
+    """The job's own server (the stand-in vLLM): the answers, their hidden states, then `restart
+    --stage train --baseline` stops the server (the trainer holds the GPUs), trains, and the
+    watcher measures the draft it made, then the baseline: one command from rows to a measured
+    draft."""
+    port = free_port()
+    config, root = train_job(tmp_path, recover=None)
+    data = yaml.safe_load(config.read_text())
+    data["job"]["engine"] = {
+        "kind": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": "kimi", "concurrency": 2
+    }  # fmt: skip
+    del data["job"]["train"]["target_layers"]  # server.hidden_states.layers but the last: [1]
+    data["server"] = {
+        "command": str(fake_vllm(tmp_path)),
+        "model": "kimi",
+        "port": port,
+        "args": ["--fake-delay", "0.05", "--fake-accept", "of B1=2"],
+        "ready_timeout": 120,
+        "hidden_states": {"layers": [1, 3]},
+        "draft": {"model": "trained", "num_speculative_tokens": 3, "eval_samples": 2},
+    }
+    del data["recover"]
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        for line in ("invoke deploy", "invoke restart --max-samples 3", "invoke tail"):
+            ok(line, config)
+        ok("invoke restart --stage hidden-states", config)
+        ok("invoke tail", config)
+        said = ok("invoke restart --stage train --baseline", config)
+        assert "the server holds the GPUs the train stage needs: stopping it (the next" in said
+        assert "then draft, then baseline (the watcher starts it)" in said
+        assert ServerRecord.live(Paths(root).server_pid) is None  # stopped, not started again
+        ok("invoke tail", config)
+        st = status(root)
+        assert (st["stage"], st["state"]) == ("baseline", "finished"), st["message"]
+        served = json.loads((Paths(root).trained_draft / "config.json").read_text())
+        assert served["transformer_layer_config"]["num_aux_hidden_states"] == 1
+        measured = sorted(p.name for p in Paths(root).drafts.iterdir() if p.is_dir())
+        assert any(m.startswith("trained-") for m in measured), measured
+        report = tmp_path / "report.html"
+        ok(f"invoke report --out {report}", config)
+        page = report.read_text()
+        assert "trained" in page and "baseline" in page
+    finally:
+        typed("invoke stop", config)
+        typed("invoke server.stop", config)

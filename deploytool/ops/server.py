@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 
 from remote.common.protocol import GRACE_S, CtlStatus, ServerStart, ServerStatus, ServerStop
 from remote.common.recover import RecoverSpec
+from remote.common.stages import stage_of
 from remote.common.status import SwitchStep, SwitchView
 from remote.common.wire import FAULTS, from_wire
 
@@ -152,11 +153,12 @@ def follow_restart(
     from remote.common.answers import RestartAnswer, ServerStarted
 
     sw = begun.switch
-    why = (
-        f"the server {sw.why}: restarting it (the model loads again)"
-        if sw.why
-        else "the engine's server is down: starting it first"
-    )
+    if not stage_of(sw.stage).asks_server:  # its own process holds the GPUs
+        why = f"the server {sw.why}: stopping it (the next stage that asks it starts it again)"
+    elif sw.why:
+        why = f"the server {sw.why}: restarting it (the model loads again)"
+    else:
+        why = "the engine's server is down: starting it first"
     note(f"{conn.name}: {why}")
     done = follow_switch(conn, sw, **said)
     if done.server_started:

@@ -159,7 +159,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         if r.kept.stage != r.was.stage:
             what += f", stage {r.was.stage} → {r.kept.stage}"
         if r.kept.follows():
-            what += f", then {r.kept.follows()} (the watcher starts it)"
+            what += f", then {', then '.join(r.kept.chain())} (the watcher starts it)"
         if r.switch is not None:  # the host would see it through alone, the model's load included
             why = f"the server {r.switch.why}" if r.switch.why else "the server is down"
             what = f"start the server for the {r.switch.stage} stage first ({why}), then " + what
@@ -191,7 +191,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         elif stage_of(r.kept.stage).label:
             stage = f"stage {r.kept.stage}, "
         if r.kept.follows():
-            stage += f"then {r.kept.follows()} (the watcher starts it), "
+            stage += f"then {', then '.join(r.kept.chain())} (the watcher starts it), "
         out.print(
             f"{host}: started runner pid {r.pid} from release {release}; {stage}state {r.state}"
         )

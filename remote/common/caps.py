@@ -43,6 +43,15 @@ class Caps(Record):
         """The stage that comes once this one has finished, by itself (None: none)."""
         return stage_of(self.stage).then if self.baseline else None
 
+    def chain(self) -> list[str]:
+        """Every stage that comes once this one has finished, in order: `then draft, then
+        baseline`."""
+        out, now = [], self
+        while nxt := now.follows():
+            out.append(nxt)
+            now = Caps(stage=nxt, baseline=stage_of(nxt).then is not None)
+        return out
+
     def line(self) -> str:
         """One line for a log: `max-samples 20, B3=5, max-tokens 10000, datasets B1,B3`."""
         parts = [f"max-samples {'all' if self.max_samples is None else self.max_samples}"]

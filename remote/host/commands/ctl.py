@@ -122,7 +122,9 @@ def switch_command(paths: Paths, req: CtlSwitch, argv) -> int:
     def say(msg: str) -> None:
         stage_switch.say(paths, f"switch: {msg}")
 
-    if sw.runner:
+    if sw.runner and not stage_of(sw.stage).asks_server:
+        say(f"the {sw.stage} stage: the server {sw.why}: stopping it while the stage runs")
+    elif sw.runner:
         say(f"the {sw.stage} stage: {sw.why or 'the server is down'}: starting it for the stage")
     else:
         say(f"server.start: {sw.model}'s load waited for on the host")

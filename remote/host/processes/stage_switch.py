@@ -45,6 +45,12 @@ LOOK_S = 1.0  # a loading server looked at this often (a stop typed meanwhile se
 TRIES = 2  # a swap whose process was killed is taken up again once by the watcher
 
 
+def switching_to(stage: str) -> str:
+    """Why a swap stopped the runner or the server: a stage with no server keeps this word on
+    the server, which tells a stop of the swap's from a user's (`server.stop`)."""
+    return f"switching to the {stage} stage"
+
+
 def wrong_for_stage(spec: ServerSpec, stage: str | None, extracting: bool, drafting: bool):
     """Why a server running (`extracting`, `drafting`) cannot serve `stage` as it was started (None:
     it can, or no stage was asked): the hidden-states stage needs vLLM's extraction config, the
@@ -89,7 +95,7 @@ def needed(paths: Paths, req: CtlRestart) -> StageSwitch | None:
     if not stage_of(stage).asks_server:  # its process holds the GPUs: the server stopped first
         if not state.up:
             return None
-        why, spec = f"holds the GPUs the {stage} stage needs: stopped while it runs", base
+        why, spec = f"holds the GPUs the {stage} stage needs", base
     else:
         why = wrong_for_stage(base, req.stage, state.extracts, state.drafts) if state.up else None
         if state.up and not why and not (stage_of(req.stage).server == SPECULATE and state.drafts):
@@ -246,7 +252,7 @@ def server_part(paths: Paths, sw: StageSwitch) -> None:
         move(paths, sw, SwitchStep.STOPPING_RUNNER)
         with intent.locked(paths):
             check_cancelled(paths, sw)
-            switching = f"switching to the {sw.stage} stage"
+            switching = switching_to(sw.stage)
             intent.change(paths, runner={"wanted": False, "why": switching})
         # the runner first: none of its requests goes to (or is counted by) a server made for
         # another stage, and it never ends failed for a server taken from under it
@@ -258,7 +264,7 @@ def server_part(paths: Paths, sw: StageSwitch) -> None:
         with intent.locked(paths):  # not the watcher's to start again, should the swap fail
             check_cancelled(paths, sw)
             intent.change(
-                paths, server={"wanted": False, "why": f"switching to the {sw.stage} stage"}
+                paths, server={"wanted": False, "why": switching_to(sw.stage)}
             )
         stopped = server_process.stop(paths, ServerStop(grace=req.grace))
         sw.server_stopped = to_wire(stopped)

@@ -242,7 +242,7 @@ class Watcher:
             why = "a runner was started meanwhile"
         elif not data.runner.wanted:
             why = "the job was stopped"
-        elif not data.watched("server"):
+        elif not (data.watched("server") or self._stopped_for(caps.stage, data)):
             why = "the server is not the watcher's to start (server.stop, or recover.server off)"
         elif caps.stage != nxt and caps.follows() != nxt:
             why = "the caps were changed by a restart meanwhile"
@@ -256,13 +256,13 @@ class Watcher:
                     intent.change(self.paths, runner={"wanted": False, "why": why})
                 settle(self.paths, JobState.FINISHED, why)
             return
+        # the chain goes on where the next stage has one of its own (train, draft, baseline)
+        on = caps.baseline and stage_of(nxt).then is not None
         if caps.stage != nxt:
-            # the chain goes on where the next stage has one of its own (train, draft, baseline)
-            on = caps.baseline and stage_of(nxt).then is not None
             intent.keep_caps(self.paths, dataclasses.replace(caps, stage=nxt, baseline=on))
             self.log(f"the {caps.stage} stage finished: the {nxt} stage next, its server first")
         own = data.runner.flags
-        req = CtlRestart(grace=own.grace, force=own.force, stage=nxt, server=base)
+        req = CtlRestart(grace=own.grace, force=own.force, stage=nxt, server=base, baseline=on)
         try:
             sw = stage_switch.needed(self.paths, req)
         except HostFault as e:  # the stage's server cannot be made (its draft's folder gone)
@@ -282,6 +282,17 @@ class Watcher:
             self.log(f"the {nxt} stage not started: {e.fault.message}")
             stage_switch.given_up(self.paths, sw, e.fault, held=True)
             self.tell("failed", f"the {nxt} stage was not started: {e.fault.message}")
+
+    @staticmethod
+    def _stopped_for(stage: str, data) -> bool:
+        """The server was stopped by the swap to `stage`, a stage that runs with none (the train
+        stage): the next stage's is the watcher's to start, where `recover.server` lets it."""
+        from ..processes.stage_switch import switching_to
+
+        server = data.server
+        asks = stage_of(stage).asks_server
+        mine = not server.wanted and server.why == switching_to(stage)
+        return not asks and mine and data.recover_spec.watches("server")
 
     def _settings(self, spec) -> None:
         """The latest `recover:` (a restart may change it); the restarts counted so far stay."""
