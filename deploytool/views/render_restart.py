@@ -162,7 +162,8 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
             what += f", then {', then '.join(r.kept.chain())} (the watcher starts it)"
         if r.switch is not None:  # the host would see it through alone, the model's load included
             why = f"the server {r.switch.why}" if r.switch.why else "the server is down"
-            what = f"start the server for the {r.switch.stage} stage first ({why}), then " + what
+            act = "start" if stage_of(r.switch.stage).asks_server else "stop"
+            what = f"{act} the server for the {r.switch.stage} stage first ({why}), then " + what
         raised_targets(r, out)
         out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
         held_back(r, out)

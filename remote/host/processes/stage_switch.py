@@ -263,9 +263,7 @@ def server_part(paths: Paths, sw: StageSwitch) -> None:
         move(paths, sw, SwitchStep.STOPPING_SERVER)
         with intent.locked(paths):  # not the watcher's to start again, should the swap fail
             check_cancelled(paths, sw)
-            intent.change(
-                paths, server={"wanted": False, "why": switching_to(sw.stage)}
-            )
+            intent.change(paths, server={"wanted": False, "why": switching_to(sw.stage)})
         stopped = server_process.stop(paths, ServerStop(grace=req.grace))
         sw.server_stopped = to_wire(stopped)
     if not serves:  # the stage runs with no server: its runner next

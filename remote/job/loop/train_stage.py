@@ -2,7 +2,8 @@
 trainer, run by the runner as a child process of its own Python (a venv the host installs, never the
 server's), and supervised: a trainer that dies is started again and resumes from its last
 checkpoint (the identical command resumes), a trainer that fails twice with the same error is given
-up with that error's line, a stop ends it cleanly (SIGTERM: it saves and exits). Its end is the
+up with that error's line, a stop ends it cleanly (SIGTERM; the next start resumes from its last
+checkpoint). Its end is the
 best checkpoint as vLLM serves it (`server.draft.model: trained`). The job's server is stopped while
 it runs (its entry in the stage table says so): the trainer holds the GPUs."""
 
@@ -48,8 +49,8 @@ def _dies_with_runner() -> None:
 
 class TrainStage(stage.Stage):
     def __init__(self, runner, caps: Caps, force: bool):
-        """`force`: the training rows changed since the checkpoints were made: start over (the
-        old checkpoints and rows are kept aside, never deleted)."""
+        """`force`: train anew on the rows as they are now, where other datasets or weights than
+        the training under way's are asked (its folders stay beside, never deleted)."""
         super().__init__(runner)
         self.caps, self.force = caps, force
         self.spec = self.job.trainer
@@ -62,6 +63,7 @@ class TrainStage(stage.Stage):
         self.failures: list[str] = []  # this runner's trainers' errors, in order
         self.steps: list[int] = []  # each epoch's steps, known before it trains
         self.pace = RateWindow()  # steps a second
+        self.read_to = 0  # how far trainer.log is read
 
     # ------------------------------------------------------------------ before it runs
 
@@ -78,6 +80,8 @@ class TrainStage(stage.Stage):
                 "the train stage trains on the hidden-states stage's rows, and there are none "
                 f"for {', '.join(names)}: `invoke restart --stage hidden-states` first"
             )
+        if self.spec.python and shutil.which(self.spec.python) is None:
+            raise BadInput(f"job.train.python {self.spec.python}: no such Python on this host")
         self.datasets = {n: 0 for n in have}
         self.server = self._server()
         try:
@@ -92,7 +96,7 @@ class TrainStage(stage.Stage):
         """hosts.yaml's server as the host was last given it (the target the hidden states are
         of), None where the job's server is not deploytool's."""
         data = Supervise.read(self.paths.supervise)
-        return (data.server.base or data.server.spec) if data is not None else None
+        return data.server.base if data is not None else None
 
     def _layers(self) -> list[int]:
         """The target's layers the draft reads: job.train.target_layers, else the layers the
@@ -105,7 +109,11 @@ class TrainStage(stage.Stage):
         return command.target_layer_ids(list(kept))
 
     def _verifier(self) -> str:
-        return self.server.model if self.server is not None else self.job.engine.model
+        """The target model, as the server loads it: a folder of remote_dir's (where the server
+        starts) made whole, since the trainer runs elsewhere."""
+        model = self.server.model if self.server is not None else self.job.engine.model
+        here = self.paths.root / Path(model).expanduser()
+        return str(here) if not Path(model).is_absolute() and here.exists() else model
 
     def recap(self, caps: Caps) -> None:
         raise ValueError("the train stage trains on the rows it was started with: restart it")
@@ -364,11 +372,11 @@ class TrainStage(stage.Stage):
     def _read(self, start: int) -> None:
         """The trainer's new lines, into its progress (and metrics.jsonl, report's loss curve)."""
         with contextlib.suppress(OSError), open(self.paths.trainer_log, "rb") as f:
-            f.seek(max(start, getattr(self, "_at", start)))
+            f.seek(max(start, self.read_to))
             for raw in f:
                 if not raw.endswith(b"\n"):
                     break
-                self._at = f.tell()
+                self.read_to = f.tell()
                 line = raw.decode(errors="replace")
                 done = self.progress.steps_done
                 if self.progress.feed(line) and self.progress.steps_done != done:
@@ -393,16 +401,20 @@ class TrainStage(stage.Stage):
             checkpoints.epochs_saved(self.save)[-1]
         )
         self.status_now.phase = "saving the draft"
-        out = checkpoints.served_copy(
-            best, self.paths.trained_draft, command.aux_layers(self.layers)
-        )
+        try:
+            out = checkpoints.served_copy(
+                best, self.paths.trained_draft, command.aux_layers(self.layers)
+            )
+        except (OSError, ValueError) as e:
+            self.fatal = f"the trained draft could not be made from {best}: {e}"
+            return
         self.status_now.draft, self.status_now.phase = str(out), "done"
         self.log(f"train: the draft is {out} (checkpoint {best.name}): server.draft.model: trained")
 
     def stopping(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)  # it saves where it is, then exits
+                self.proc.send_signal(signal.SIGTERM)  # it ends; resumed from its last checkpoint
 
     async def abandon(self) -> int:
         if self.proc is not None and self.proc.returncode is None:
