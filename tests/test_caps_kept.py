@@ -357,3 +357,40 @@ def test_a_cap_lowered_live_says_the_answers_in_flight_beyond_it_and_sends_none_
         typed("invoke stop --grace 0", config)
     past = [r for r in records(root, "B1") if r["index"] >= 1]
     assert len(past) == there + flying  # those in flight at the re-cap, and none sent after it
+
+
+STATE = re.compile(r"\b(budget reached|complete|running|pending|stopped)\b")
+
+
+def states(out: str) -> dict[str, str]:
+    """A table's state column, per dataset row (status's table or the restart's)."""
+    rows = [line for line in out.splitlines() if line.split()[:1] in (["B1"], ["B2"], ["B3"])]
+    return {r.split()[0]: m.group(1) if (m := STATE.search(r)) else "" for r in rows}
+
+
+def test_the_restarts_caps_table_says_each_state_as_status_says_it(tmp_path):
+    """A dataset its token budget stopped short is `budget reached` in the restart's table as in
+    status (`complete` read as every prompt answered); a dry run on a running job says a dataset at
+    work `running` (not `pending`)."""
+    config, root = _config(tmp_path, 400, 100_000, recover=False)
+    ok("invoke deploy", config)
+    ok("invoke restart --max-samples 4 --max-tokens 1", config)  # one answer each spends it
+    finish(config)
+    assert set(states(ok("invoke status", config)).values()) == {"budget reached"}
+    said = ok("invoke restart --max-samples 5", config)  # a start: the new runner's own rows
+    assert states(said) == {ds: "budget reached" for ds in DATASETS}, said
+    said = ok("invoke restart --dry-run --max-samples 6", config)
+    assert states(said) == {ds: "budget reached" for ds in DATASETS}, said
+    finish(config)
+    data = yaml.safe_load(config.read_text())
+    data["job"]["engine"]["tokens_per_s"] = 100  # outlasts the test: no setting of the records'
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    ok("invoke deploy", config)
+    try:
+        ok("invoke restart --max-samples 300 --max-tokens none", config)
+        wait_for(lambda: status(root)["datasets"]["B1"]["in_flight"], what="B1 at work")
+        assert states(ok("invoke status", config))["B1"] == "running"
+        said = ok("invoke restart --dry-run --max-samples 350", config)
+        assert states(said)["B1"] == "running", said
+    finally:
+        typed("invoke stop --grace 0", config)

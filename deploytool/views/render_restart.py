@@ -37,11 +37,10 @@ def caps_table(
     out: Console = console,
     kept: Caps | None = None,
     was: Caps | None = None,
-    *,
-    planned: bool = False,
 ) -> None:
-    """The job's caps, a row per dataset, what this command changed marked `was → now`. `planned`:
-    a dry run: the targets and states those caps would give the records there are now."""
+    """The job's caps, a row per dataset, what this command changed marked `was → now`; a dry
+    run's rows are the targets and states those caps would give the records there are now (the
+    host's, in status's words)."""
     if not caps:
         return
     t = Table("dataset", "cap", "done", "target", "state", box=None, pad_edge=False)
@@ -53,11 +52,6 @@ def caps_table(
         known = d.prompts > 0
         if not d.selected:  # no target: said as status says it, whatever its counts read
             d, known = dataclasses.replace(d, state=NOT_RUN), False
-        elif planned and known:
-            target = d.prompts if d.cap is None else min(d.cap, d.prompts)
-            most = d.done if d.done_most is None else d.done_most
-            state = "complete" if d.done >= target else "pending" if most < target else "?"
-            d = dataclasses.replace(d, target=target, state=state)
         done = f"{d.done:,}" + (f"–{d.done_most:,}" if d.done_most is not None else "")
         t.add_row(
             name,
@@ -167,7 +161,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         raised_targets(r, out)
         out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
         held_back(r, out)
-        caps_table(r.caps, out, r.kept, r.was, planned=True)
+        caps_table(r.caps, out, r.kept, r.was)
         return
     if r.mode == "unchanged":
         out.print(f"{host}: caps unchanged: runner pid {r.pid} runs them already; nothing touched")

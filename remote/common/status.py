@@ -6,7 +6,7 @@ other's files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from itertools import zip_longest
 
@@ -204,6 +204,26 @@ class DatasetStatus(Codec):
         if self.budget_reached and self.done < self.target:
             return BUDGET_REACHED
         return self.state
+
+    def under(self, target: int, done: int, budget: int | None) -> DatasetStatus:
+        """As it would stand under another target and token budget (a dry run's), by the runner's
+        own rule as far as these counts tell: its tokens are those of the target it has now, and
+        its answers in flight go on."""
+        if (target, done, budget) == (self.target, self.done, self.budget):
+            return self
+        reached = budget is not None and self.completion_tokens >= budget
+        state = DatasetState.of(
+            done=done,
+            target=target,
+            left=done < target,
+            in_flight=self.in_flight,
+            failed=self.failed_this_run,
+            busy=self.state == DatasetState.RUNNING,
+            budget_reached=reached,
+        )
+        return replace(
+            self, state=state, target=target, done=done, budget=budget, budget_reached=reached
+        )
 
 
 @dataclass

@@ -36,7 +36,13 @@ from ...common.state import (
     lock_held,
     settle,
 )
-from ...common.status import JobState, JobStatus, count_prompts, file_identity
+from ...common.status import (
+    DatasetStatus,
+    JobState,
+    JobStatus,
+    count_prompts,
+    file_identity,
+)
 from ...common.wire import HostFault
 from ..facts import gpu, intent, kill
 from ..facts.made_with import mixed_settings
@@ -69,7 +75,8 @@ def caps_summary(
         cap, selected = caps.target(n), caps.selected(n)
         row = CapRow(cap=cap, was=was.target(n), selected=selected, was_selected=was.selected(n))
         if d is not None:
-            row.done, row.target, row.state, row.prompts = d.done, d.target, d.state, d.prompts
+            # its state in status's words (`budget reached`, not the runner's `complete`)
+            row.done, row.target, row.state, row.prompts = d.done, d.target, d.said_state, d.prompts
             if replaced is None:  # the runner's own counts, under these caps (no dry run's)
                 row.beyond, row.in_flight_beyond = d.beyond, d.in_flight_beyond
         if replaced and n in replaced:
@@ -79,8 +86,20 @@ def caps_summary(
             if d is not None and stage_of(caps.stage).makes_answers:  # what records are made of
                 row.moved(target, d.records)
             row.target = target
+        if replaced is not None:
+            row.state = planned_state(row, d, caps)
         rows[n] = row
     return rows
+
+
+def planned_state(row: CapRow, d: DatasetStatus | None, caps: Caps) -> str:
+    """A dry run's state of a dataset under the caps it would run: what status would then say,
+    as far as the counts tell (`?` where its done is a range; none where nothing is known)."""
+    if not row.selected or not row.prompts:
+        return ""
+    if row.done_most is not None:
+        return "?"
+    return (d or DatasetStatus()).under(row.target, row.done, caps.max_tokens).said_state
 
 
 def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:

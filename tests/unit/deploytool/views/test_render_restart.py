@@ -104,9 +104,9 @@ def test_a_dry_run_shows_the_targets_and_states_its_caps_would_give_and_says_a_r
     from remote.common.answers import RestartAnswer
     from remote.common.caps import Caps
 
-    rows = {  # the last run's rows: every dataset complete at a cap of 10
-        "B1": CapRow(10, 10, "complete", prompts=40, cap=20, was=10),
-        "B2": CapRow(10, 10, "complete", prompts=40, cap=50, was=10),
+    rows = {  # complete at a cap of 10: the host's planned rows (caps_summary's, for a dry run)
+        "B1": CapRow(10, 20, "pending", prompts=40, cap=20, was=10),
+        "B2": CapRow(10, 40, "pending", prompts=40, cap=50, was=10),
         "B3": CapRow(10, 10, "complete", prompts=40, cap=10, was=10, selected=False),
     }
     caps, was = Caps(20, {"B2": 50}, datasets=["B1", "B2"]), Caps(10)
@@ -153,11 +153,11 @@ def test_a_stop_says_its_cut_off_requests_are_asked_again_not_lost():
 
 def test_a_dry_run_under_a_moved_target_says_the_done_the_runner_will_count():
     rows = {
-        "B1": CapRow(done=5, target=5, prompts=32, cap=5, was=20),
-        "B2": CapRow(done=5, done_most=20, target=20, prompts=32, cap=20, was=5),
+        "B1": CapRow(done=5, target=5, state="complete", prompts=32, cap=5, was=20),
+        "B2": CapRow(done=5, done_most=20, target=20, state="?", prompts=32, cap=20, was=5),
     }
     buf = io.StringIO()
-    render_restart.caps_table(rows, Console(file=buf, width=200), Caps(), Caps(), planned=True)
+    render_restart.caps_table(rows, Console(file=buf, width=200), Caps(), Caps())
     said = buf.getvalue()
     lines = {ln.split()[0]: ln.split() for ln in said.splitlines() if ln.startswith("B")}
     assert lines["B1"][-3:] == ["5", "5", "complete"]

@@ -39,6 +39,28 @@ def test_the_caps_answer_says_each_dataset_and_its_new_cap():
     assert (b2.cap, b2.was, b2.prompts, b2.changed, b2.raised) == (5, 40, 0, True, False)
 
 
+def test_the_caps_rows_say_each_state_as_status_says_it_a_dry_runs_under_its_caps():
+    """status's words, not the runner's: a dataset its budget stopped is `budget reached` (the
+    runner's `complete` reads as every prompt answered); a dry run's states are what status would
+    say under the caps it would run, a dataset at work `running`, not `pending`."""
+    st = JobStatus(state="running")
+    st.datasets = {
+        "B1": DatasetStatus(
+            "complete", 3, 10, 3, 40, completion_tokens=120, budget=100, budget_reached=True
+        ),
+        "B2": DatasetStatus("running", 3, 10, 3, 40, completion_tokens=90, in_flight=2, budget=100),
+        "B3": DatasetStatus("pending", 0, 10, 0, 40, budget=100),
+        "B4": DatasetStatus("complete", 10, 10, 10, 40, completion_tokens=80, budget=100),
+    }
+    caps = Caps(max_samples=10, max_tokens=100)
+    states = {n: r.state for n, r in caps_summary(st, caps, caps).items()}
+    assert states == {"B1": "budget reached", "B2": "running", "B3": "pending", "B4": "complete"}
+    dry = caps_summary(st, Caps(max_samples=20, max_tokens=100), caps, (), {})
+    assert {n: r.state for n, r in dry.items()} == states | {"B4": "pending"}
+    unbudgeted = caps_summary(st, Caps(max_samples=10), caps, (), {})  # --max-tokens none
+    assert unbudgeted["B1"].state == "pending" and unbudgeted["B2"].state == "running"
+
+
 def test_a_raise_over_a_replaced_prompt_file_says_the_new_files_prompts(tmp_path):
     """A file deployed under the job is reloaded by the restart: what it says ahead (the target
     goes up to ...) counts the new file, as the reload and the table after it do."""
