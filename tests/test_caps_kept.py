@@ -394,3 +394,22 @@ def test_the_restarts_caps_table_says_each_state_as_status_says_it(tmp_path):
         assert states(said)["B1"] == "running", said
     finally:
         typed("invoke stop --grace 0", config)
+
+
+def test_a_cap_raised_past_a_file_the_status_does_not_count_says_the_prompts_it_reaches(box):
+    """A dataset the last run's status has no counts of (added since, or a job last run in another
+    stage): `--max-samples 7000` over its 16 prompts says it goes up to 16, every prompt, as it does
+    for the datasets the status counts, never `4 → 7,000`."""
+    config, root = box
+    ok("invoke restart --max-samples 4", config)
+    finish(config)
+    write_prompts(config.parent / "data" / "prompts" / "B4.jsonl", 16, "B4")
+    data = yaml.safe_load(config.read_text())
+    data["job"]["datasets"]["B4"] = {"prompts": "data/prompts/B4.jsonl", "est_tokens": 100}
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    ok("invoke deploy", config)
+    said = ok("invoke restart --dry-run --max-samples 7000", config)
+    assert "targets go up: B1, B2, B3, B4 (4 → 16 prompts: every prompt of each file)" in said
+    assert "7,000 prompts" not in said
+    row = next(line.split() for line in said.splitlines() if line.startswith("B4"))
+    assert row[-3:] == ["0", "16*", "pending"], said  # no records yet: none done, exactly

@@ -105,7 +105,9 @@ def raised_targets(r: RestartAnswer, out: Console = console) -> None:
     for name, d in r.caps.items():
         if d.raised:
             whole = d.prompts > 0 and (d.cap is None or d.cap >= d.prompts)
-            more = f"{_cap(d.was, d.was_selected)} → {_cap(d.prompts if whole else d.cap)}"
+            # a file not counted (0): the cap is the most it reaches, never a target to read
+            most = "up to " if not d.prompts and d.cap is not None else ""
+            more = f"{_cap(d.was, d.was_selected)} → {most}{_cap(d.prompts if whole else d.cap)}"
             alike.setdefault((more, whole), []).append(name)
     if not alike:
         return

@@ -45,7 +45,7 @@ from ...common.status import (
 )
 from ...common.wire import HostFault
 from ..facts import gpu, intent, kill
-from ..facts.made_with import mixed_settings
+from ..facts.made_with import has_records, mixed_settings
 from ..facts.strays import managed_runner, stray_runners
 from . import server_process
 
@@ -61,19 +61,28 @@ def send_control(paths: Paths, token: str | None, **request) -> int:
 
 
 def caps_summary(
-    st: JobStatus, caps: Caps, was: Caps, names=(), replaced: dict[str, int] | None = None
+    st: JobStatus,
+    caps: Caps,
+    was: Caps,
+    names=(),
+    replaced: dict[str, int] | None = None,
+    files: dict[str, tuple[int, bool]] | None = None,
 ) -> dict[str, CapRow]:
     """Per dataset (the runner's, then any other of the job's `names`): where it stands, its cap
     now and before. A dataset the status does not know yet (a dry run), or knows in another stage
-    (rows of hidden states are no answers), has its counts at 0: not known. `replaced` (a dry
-    run's, where a file will be reloaded: {} where none): the answers' targets as the caps and
-    files will make them, the records counted in them as far as the status tells."""
+    (rows of hidden states are no answers), has its counts at 0: not known, but for its file's
+    prompts where `files` counted them (`uncounted`). `replaced` (a dry run's, where a file will
+    be reloaded: {} where none): the answers' targets as the caps and files will make them, the
+    records counted in them as far as the status tells."""
     rows = {}
     same_stage = st.stage == caps.stage
     for n in list(st.datasets) + [n for n in names if n not in st.datasets]:
         d = st.datasets.get(n) if same_stage else None
         cap, selected = caps.target(n), caps.selected(n)
         row = CapRow(cap=cap, was=was.target(n), selected=selected, was_selected=was.selected(n))
+        counted = (files or {}).get(n) if d is None else None
+        if counted:  # a cap past the file reaches its last prompt, said so, not the cap
+            row.prompts = counted[0]
         if d is not None:
             # its state in status's words (`budget reached`, not the runner's `complete`)
             row.done, row.target, row.state, row.prompts = d.done, d.target, d.said_state, d.prompts
@@ -85,6 +94,8 @@ def caps_summary(
         if replaced is not None and selected and row.prompts and target != row.target:
             if d is not None and stage_of(caps.stage).makes_answers:  # what records are made of
                 row.moved(target, d.records)
+            elif counted and counted[1]:  # records no status of this stage counts: 0 to all
+                row.done_most = target
             row.target = target
         if replaced is not None:
             row.state = planned_state(row, d, caps)
@@ -100,6 +111,30 @@ def planned_state(row: CapRow, d: DatasetStatus | None, caps: Caps) -> str:
     if row.done_most is not None:
         return "?"
     return (d or DatasetStatus()).under(row.target, row.done, caps.max_tokens).said_state
+
+
+def uncounted(
+    paths: Paths, st: JobStatus, caps: Caps, job: Path | None = None
+) -> dict[str, tuple[int, bool]]:
+    """The answers' datasets of the deployed job that the status does not count (a job last run
+    in another stage, a dataset added since): each one's prompts in its file, and whether it has
+    records there already; a dry run's targets then stop at the file's end, as the runner's will."""
+    spec = deployed_spec(job)
+    if spec is None or not stage_of(caps.stage).makes_answers:
+        return {}
+    known = st.datasets if st.stage == caps.stage else {}
+    out = {}
+    for ds in spec.datasets:
+        if ds.name in known:
+            continue
+        try:
+            out[ds.name] = (
+                count_prompts(paths.root / ds.prompts),
+                has_records(paths.output(ds.name)),
+            )
+        except OSError:
+            continue  # not deployed yet: not known, as before a first run
+    return out
 
 
 def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:
@@ -392,7 +427,7 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
             mode=mode,
             dry_run=True,
             running_pid=rec.pid if rec else None,
-            caps=caps_summary(st, caps, was, job_datasets(), replaced),
+            caps=caps_summary(st, caps, was, job_datasets(), replaced, uncounted(paths, st, caps)),
             kept=caps,
             was=was,
             held_back=held,

@@ -84,6 +84,10 @@ def test_a_raised_target_says_how_many_prompts_the_file_lets_it_reach():
     assert text.splitlines() == [
         "gpu: targets go up: B1 (5 → 60 prompts: every prompt of the file); B2 (5 → 20 prompts)"
     ]
+    # a file the host could not count: the cap is the most it reaches, not a target
+    rows = {"B4": CapRow(cap=7000, was=28)}
+    text = printed(render_restart.raised_targets, RestartAnswer(host="gpu", caps=rows))
+    assert text.splitlines() == ["gpu: B4's target goes up (28 → up to 7,000 prompts)"]
 
 
 def test_raised_targets_are_one_line_naming_each_dataset_alike_ones_together():

@@ -92,6 +92,33 @@ def test_a_raise_over_a_replaced_prompt_file_says_the_new_files_prompts(tmp_path
     assert "BIG's target goes up (400 → 868 prompts: every prompt of the file)" in said
 
 
+def test_a_dry_run_counts_the_files_the_status_does_not_so_a_raise_stops_at_their_end(tmp_path):
+    """A job last run in another stage (or a dataset added since): the status has no answers'
+    counts of it, and `--max-samples 7000` over a file of 32 goes up to 32, every prompt; records
+    there already that no status counts make its done a range."""
+    import json
+
+    from remote.host.processes import runner_process as rp
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    job = {"datasets": {n: {"prompts": f"data/{n}.jsonl"} for n in ("B1", "B2", "B3")}}
+    (tmp_path / "job.json").write_text(json.dumps(dict(job, engine={"kind": "simulate"})))
+    for n in ("B1", "B2"):
+        (tmp_path / "data" / f"{n}.jsonl").write_text('{"prompt": "a"}\n' * 32)
+    paths.output("B1").write_text('{"id": "B1-000000"}\n')
+    st = JobStatus(state="finished", stage="hidden-states")  # its rows are no answers
+    st.datasets = {n: DatasetStatus("complete", 28, 28, 28, 28) for n in ("B1", "B2")}
+    files = rp.uncounted(paths, st, Caps(max_samples=7000), tmp_path / "job.json")
+    assert files == {"B1": (32, True), "B2": (32, False)}  # B3's file is not there: not known
+    assert rp.uncounted(paths, st, Caps(stage="hidden-states"), tmp_path / "job.json") == {}
+    rows = caps_summary(st, Caps(max_samples=7000), Caps(max_samples=28), ["B3"], {}, files)
+    b1, b2, b3 = rows["B1"], rows["B2"], rows["B3"]
+    assert (b1.prompts, b1.target, b1.done, b1.done_most, b1.state) == (32, 32, 0, 32, "?")
+    assert (b2.prompts, b2.target, b2.done, b2.done_most, b2.state) == (32, 32, 0, None, "pending")
+    assert b1.raised and b2.raised and (b3.prompts, b3.target, b3.state) == (0, 0, "")
+
+
 def test_a_raise_is_a_dataset_that_gets_more_to_run():
     from remote.common.caps import CapRow
 
