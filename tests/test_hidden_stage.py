@@ -96,6 +96,27 @@ def test_the_stage_runs_with_the_three_commands_and_is_kept_like_a_cap(tmp_path)
     assert len(assert_whole(root)) == 4
 
 
+def test_a_finished_stage_says_its_rate_over_its_life_as_the_answers_do(tmp_path):
+    """Once the stage has finished, status's tok/s is its mean over the time its rows were being
+    made (starred, as a finished answers' stage says it), the dataset's and the total, not `-`."""
+    config, root = local_job(tmp_path)
+    for line in ("invoke deploy", "invoke restart --max-samples 3", "invoke tail"):
+        ok(line, config)
+    data = yaml.safe_load(config.read_text())
+    data["job"]["engine"]["tokens_per_s"] = 10  # a row's prefill, 50 tokens a second: seconds
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    ok("invoke deploy", config)
+    ok("invoke restart --stage hidden-states", config)
+    assert "hidden-states finished" in ok("invoke tail", config)
+    assert max(x["tokens"] for x in rows(root)) >= 50  # a second in flight at least: measured
+    out = ok("invoke status", config)
+    b1 = next(line for line in out.splitlines() if line.split()[:1] == ["B1"])
+    assert re.search(r"\s[\d.]+k?\*\s", b1), out
+    assert re.search(r"tokens in rows, [\d.]+k?\* tok/s", out), out
+    made = json.loads((root / "data" / "hidden_states" / "made.json").read_text())
+    assert made["B1"][1] == sum(x["tokens"] for x in rows(root))  # every row's tokens, once
+
+
 def test_records_without_token_ids_stop_the_stage_with_the_fix(tmp_path):
     config, root = local_job(tmp_path)
     data = yaml.safe_load(config.read_text())

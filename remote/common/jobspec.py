@@ -475,6 +475,8 @@ class Paths:
     hidden_states = _under("data/hidden_states")
     # where the server writes a row's file before the stage checks it and moves it in
     hidden_incoming = _under("data/hidden_states/.incoming")
+    # the stage's time and tokens per dataset ("": the job's), every runner's: its rate over its life
+    hidden_made = _under("data/hidden_states/made.json")
     # the draft stage's files, a folder per draft measured: <tag>/<DS>.jsonl (its answers to the
     # held-out prompts, never training data) and <tag>/<DS>.counts.json (what vLLM counted)
     drafts = _under("data/draft")

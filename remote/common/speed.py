@@ -32,8 +32,9 @@ def rate_said(state: str, last_minute: float, mean: float | None) -> tuple[float
 
 
 def row_rate_said(state: str, last_minute: float, mean: float | None) -> tuple[float | None, bool]:
-    """A dataset's row: its mean where its stage keeps one (the answers and the draft stage do);
-    the last minute's only in one that does not (the hidden-states stage's rows)."""
+    """A dataset's row: its mean where its stage keeps one (the answers, the hidden states' rows
+    and the draft stage do); the last minute's only where none is kept (a runner of an older
+    release)."""
     if mean:
         return mean, True
     return rate_said(state, last_minute, None)

@@ -9,7 +9,7 @@ import itertools
 from ...common.caps import DISK_MARGIN, fmt_bytes
 from ...common.records import TokenRow
 from ...common.status import DatasetState, DatasetStatus
-from ..store.rates import RateWindow
+from ..store.rates import ActiveTime, RateWindow
 from .store import HiddenStore
 
 
@@ -25,6 +25,8 @@ class Stage:
         self.failed = 0
         self.new = 0
         self.made = RateWindow()  # tokens of the rows made: the dataset's own rate
+        # and over the stage's life, every runner's (HiddenStage keeps it): its rate once done
+        self.active = ActiveTime()
         self._tokens = self._upto = 0  # the target's tokens in the store's first _upto rows
 
     @property
@@ -60,6 +62,7 @@ class Stage:
             in_flight=self.in_flight,
             new_records=self.new,
             tokens_per_s=self.made.per_s(now, started),
+            mean_tokens_per_s=self.active.per_s(now),
             budget=self.budget,
             budget_reached=self.budget_reached(),
         )

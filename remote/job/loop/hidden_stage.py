@@ -11,6 +11,7 @@ import os
 import time
 
 from ...common.caps import Caps
+from ...common.codec import read_json, write_json
 from ...common.records import TokenRow
 from ...common.status import DiskStatus, JobState
 from ..engine.client import JobFault
@@ -20,7 +21,7 @@ from ..hidden.rows import Rows, rows_of
 from ..hidden.store import HiddenStore
 from ..observe.status_builder import set_etas
 from ..store.outputs import disk_usage
-from ..store.rates import RateWindow
+from ..store.rates import ActiveTime, RateWindow
 from . import stage
 from .asking import AskAgain, ask
 
@@ -40,12 +41,14 @@ class HiddenStage(stage.Stage):
         self.stages: dict[str, Stage] = {}
         self.rows_made = RateWindow()
         self.tokens_made = RateWindow()
+        self.active = ActiveTime()  # the job's: any row in flight (each dataset's: its Stage's)
         self.redone = 0  # files found bad and asked again
         self.untokened = 0  # records in the caps without token ids: no row can be made of them
         self.flying: set[str] = set()  # row ids in flight
         self.committing, self.commit_job = asyncio.Lock(), None
         self.requesting: dict[str, asyncio.Semaphore] = {}  # per server: its concurrency
         self.free_bytes = lambda: disk_usage(self.paths.hidden_states)["free_bytes"]
+        self._kept: dict | None = None  # made.json as last read or written
         notify = lambda why: runner.notifier.send(  # noqa: E731
             "disk_full", f"{paths.root}: hidden states paused, disk full: {why}"
         )
@@ -74,6 +77,7 @@ class HiddenStage(stage.Stage):
                     f"{name}: {got.untokened} records have no token ids (made without "
                     "extra_body.return_token_ids): they cannot be extracted and are left out"
                 )
+        self._made_before()
         if self.untokened and not any(st.target for st in self.stages.values()):
             self.fatal = (  # every row would be left out: say why rather than finish with none
                 f"the job's {self.untokened} records hold no token ids, and the stage extracts the "
@@ -83,6 +87,25 @@ class HiddenStage(stage.Stage):
         # known before any request (the rows made, records without ids): refused at once, so the
         # start is seen to fail
         self.fatal = self.fatal or self.disk.refusal(self.stages.values())
+
+    def _made_before(self) -> None:
+        """The stage's time and tokens so far, every runner's (made.json): a rate over its life,
+        as the answers' is, which stays said once it is done."""
+        kept = read_json(self.paths.hidden_made) or {}
+        for name, a in [("", self.active)] + [(n, st.active) for n, st in self.stages.items()]:
+            seconds, tokens = kept.get(name) or (0.0, 0)
+            a.seconds, a.tokens = float(seconds), int(tokens)
+        self._kept = kept  # read: from now on it may be written
+
+    def _keep_made(self, now: float) -> None:
+        """made.json, for the next runner: written with each status (a kill -9 loses a second)."""
+        if self._kept is None:  # a status before prepare: the last runner's not read yet
+            return
+        made = [("", self.active)] + [(n, st.active) for n, st in self.stages.items()]
+        kept = {n: [round(a.seconds_at(now), 3), a.tokens] for n, a in made}
+        if kept != self._kept:
+            write_json(self.paths.hidden_made, kept, sync=False)
+            self._kept = kept
 
     def _rows(self, name: str, caps: Caps) -> Rows:
         target = caps.target(name) if caps.selected(name) else 0
@@ -108,11 +131,16 @@ class HiddenStage(stage.Stage):
             st, row = item
             st.in_flight += 1
             self.flying.add(row.id)
+            timed = (self.active, st.active)  # one object across a re-cap (recap keeps it)
+            for a in timed:
+                a.sent(time.time())
             try:
                 await self._one(engine, url, st, row)
             finally:
                 self.flying.discard(row.id)
                 self.stages[st.name].in_flight -= 1  # a re-cap may have made the dataset anew
+                for a in timed:
+                    a.ended(time.time())
 
     async def _one(self, engine, url: str, st: Stage, row: TokenRow) -> None:
         bad = 0
@@ -152,6 +180,8 @@ class HiddenStage(stage.Stage):
             self.rows_made.add(now, 1)
             self.tokens_made.add(now, facts.tokens)
             st.made.add(now, facts.tokens)
+            self.active.add(facts.tokens)
+            st.active.add(facts.tokens)
 
         await ask(self, f"{st.name}: {row.id}", once, st)
 
@@ -185,7 +215,7 @@ class HiddenStage(stage.Stage):
         for name, st in self.stages.items():
             fresh = Stage(name, st.store, self._rows(name, caps).rows, caps.max_tokens)
             fresh.failed, fresh.new, fresh.in_flight = st.failed, st.new, st.in_flight
-            fresh.made = st.made
+            fresh.made, fresh.active = st.made, st.active
             fresh.todo = collections.deque(r for r in fresh.todo if r.id not in self.flying)
             self.stages[name] = fresh
         self.caps = caps
@@ -228,9 +258,11 @@ class HiddenStage(stage.Stage):
         per_s = self.rows_made.per_s(now, self.runner.started_at)
         left = {n: max(0, d.target - d.done) for n, d in datasets.items()}
         set_etas(datasets, left, per_s)  # a dataset's ETA where the job's is, at its pace
+        self._keep_made(now)
         return self.work_status(
             datasets,
             tokens_per_s=self.tokens_made.per_s(now, self.runner.started_at),
+            mean_tokens_per_s=self.active.per_s(now),
             samples_per_s=per_s,
             eta_s=int(sum(left.values()) / per_s) if per_s > 0 else None,
             disk=DiskStatus(disk["free_bytes"], disk["total_bytes"], self.disk.full),
@@ -250,6 +282,7 @@ class HiddenStage(stage.Stage):
         return "; ".join(said)
 
     def ended(self) -> None:
+        self._keep_made(time.time())  # nothing in flight now: its last seconds counted
         if self.runner.state == JobState.FINISHED:  # every row made: no file is left behind
             self._clear_incoming()
 

@@ -243,3 +243,27 @@ def test_each_datasets_eta_is_given_where_the_jobs_is_at_the_same_pace(tmp_path)
     st = runner.stage.status(100.0)
     assert st["eta_s"] == int(10 / (5 / 60))
     assert [d.eta_s for d in st["datasets"].values()] == [int(4 / (5 / 60)), st["eta_s"]]
+
+
+def test_the_stages_rate_over_its_life_is_every_runners_and_stays_once_it_is_done(tmp_path):
+    """Its time and tokens are kept for the next runner (made.json, never overwritten by a status
+    written before the stage has read it): a finished stage's status holds their mean, the
+    dataset's and the job's, where it held none."""
+    root = answered_root(tmp_path, {"B1": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
+    paths = Paths(root)
+    paths.hidden_made.parent.mkdir(parents=True, exist_ok=True)
+    paths.hidden_made.write_text(json.dumps({"": [10.0, 5000], "B1": [8.0, 4000]}))  # runs before
+    runner = Runner(paths, JobSpec.load(root / "job.json"), Caps(stage=HIDDEN_STATES))
+    runner.stage.status(0.0)  # as the runner writes one before the stage opens its datasets
+    assert json.loads(paths.hidden_made.read_text())["B1"] == [8.0, 4000]
+    runner.stage.prepare()
+    assert runner.run() == 0 and runner.state == JobState.FINISHED
+    tokens = sum(
+        json.loads(x)["tokens"] for x in (paths.hidden_states / "B1" / "rows.jsonl").open()
+    )
+    made = json.loads(paths.hidden_made.read_text())
+    assert made["B1"][1] == 4000 + tokens and made[""][1] == 5000 + tokens
+    assert made["B1"][0] >= 8.0 and made[""][0] >= 10.0
+    st = JobStatus.read(paths.status)
+    assert st.datasets["B1"].mean_tokens_per_s == round(made["B1"][1] / made["B1"][0], 1)
+    assert st.mean_tokens_per_s == round(made[""][1] / made[""][0], 1)
