@@ -218,11 +218,14 @@ def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_
     from .views import render, render_restart, render_server
 
     managed = server_mod.manages_engine(config, conn.name)
-    if not dry_run and flags.may_raise():
-        # a raised target said before the host acts: the host's word, asked once first
+    said = None
+    if not dry_run and (flags.may_raise() or flags.force):
+        # a raised target, and the settings --force mixes, said before the host acts (before the
+        # old runner is stopped): the host's word, asked once first
         said = (asked or {}).get(conn.name) or control.restart(conn, flags, hard=hard, dry_run=True)
         said.host = conn.name
         render_restart.raised_targets(said)
+        render_restart.forced_mix(dataclasses.replace(said, dry_run=False))
     answer = control.restart(
         conn,
         flags,
@@ -247,6 +250,8 @@ def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_
             started=render_server.server_started,
         )
     answer.job_differs = control.differs(config, conn.name, answer.deployed_job)
+    if said is not None and said.forced_mix:
+        answer.forced_mix = None  # said above, before it went ahead
     return answer
 
 

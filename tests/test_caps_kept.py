@@ -325,7 +325,16 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
         assert "the deployed release is not started" in said
         assert kept(root)["caps"]["B1"] == 5
         assert status(root)["pid"] == pid and status(root)["state"] == "running"
-        ok("invoke restart --force", config)
+        mixing = (
+            "--force {}: B1, B2, B3: their records were made with different sampling "
+            "(sampling.temperature (unset) → 0.7); resumed with the new ones, each {} records made "
+            "with two settings"
+        )
+        said = " ".join(ok("invoke restart --force --dry-run", config).split())
+        assert f"box: {mixing.format('would mix settings', 'would hold')}" in said, said
+        said = ok("invoke restart --force", config)
+        first = said.splitlines()[0]  # on the host's line, before what it did
+        assert first.startswith(f"box: {mixing.format('mixes settings', 'now holds')}"), said
         assert status(root)["pid"] != pid and status(root)["state"] == "running"
     finally:
         typed("invoke stop --grace 0", config)

@@ -141,6 +141,21 @@ def held_back(r: RestartAnswer, out: Console = console) -> None:
     out.print(f"  [yellow]{escape(r.held_back)}[/]: {escape(fix)}")
 
 
+def forced_mix(r: RestartAnswer, out: Console = console) -> None:
+    """--force over records made with other settings: which datasets it mixes, and how, on the
+    host's line as it goes ahead (a dry run's: as it would)."""
+    if not r.forced_mix:
+        return
+    if r.dry_run:
+        how = "--force would mix settings", "resumed with the new ones, each would hold"
+    else:
+        how = "--force mixes settings", "resumed with the new ones, each now holds"
+    out.print(
+        f"[bold]{r.host}[/]: [yellow]{how[0]}: {escape(r.forced_mix)}; {how[1]} records made "
+        "with two settings (`invoke export` then asks for --mixed)[/]"
+    )
+
+
 def restart_result(r: RestartAnswer, out: Console = console) -> None:
     host = f"[bold]{r.host}[/]"
     if r.job_differs:  # before anything else: what ran is the deployed job, not the one edited
@@ -161,6 +176,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
             act = "start" if stage_of(r.switch.stage).asks_server else "stop"
             what = f"{act} the server for the {r.switch.stage} stage first ({why}), then " + what
         raised_targets(r, out)
+        forced_mix(r, out)
         out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
         held_back(r, out)
         caps_table(r.caps, out, r.kept, r.was)
@@ -173,6 +189,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
             out.print(f"  {name}: prompts {change.before:,} → {change.after:,}, reloaded")
         held_back(r, out)
     else:
+        forced_mix(r, out)  # before what it did: the start that mixed them
         stopped = r.stopped
         if stopped and stopped.was_running:
             extra = f", strays {stopped.strays}" if stopped.strays else ""

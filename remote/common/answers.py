@@ -90,6 +90,9 @@ class RestartAnswer:
     # live: why the deployed release was not started instead (settings the records were not made
     # with); the running runner, of the release before, took the caps
     held_back: str | None = None
+    # --force: the datasets whose records the new runner goes on with other settings than they
+    # were made with, and how (jobspec.said_per_dataset); a dry run's: those it would mix
+    forced_mix: str | None = None
 
 
 @dataclass

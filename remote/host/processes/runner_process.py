@@ -155,10 +155,13 @@ def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:
 
 def refuse_mixed_settings(
     paths: Paths, caps: Caps, force: bool, job: Path | None = None, answering=frozenset()
-) -> None:
+) -> str | None:
     """What a new runner refuses as it starts, refused before anything is stopped or started,
-    naming every dataset it would refuse (the first alone would hide the rest until the next try)."""
-    mixed = {} if force else mixed_settings(paths, caps, job, answering)
+    naming every dataset it would refuse (the first alone would hide the rest until the next try).
+    With `force`, what it mixes instead, said per dataset (None: nothing): the answer says it."""
+    mixed = mixed_settings(paths, caps, job, answering)
+    if mixed and force:
+        return said_per_dataset(mixed)
     if mixed:
         raise HostFault(
             "settings",
@@ -168,6 +171,7 @@ def refuse_mixed_settings(
             "`invoke deploy`, or `invoke rollback`), move their data/outputs/<DS>.jsonl aside, "
             "or restart with --force to mix them (the runner resumes them with the new settings)",
         )
+    return None
 
 
 def job_datasets(job: Path | None = None) -> list[str]:
@@ -272,7 +276,7 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
         )
     rel = rel or release_dir()
     was, caps = caps_change(paths, req, rel / JOB_FILE)
-    refuse_mixed_settings(paths, caps, req.force, rel / JOB_FILE)
+    forced = refuse_mixed_settings(paths, caps, req.force, rel / JOB_FILE)
     gpu_report = gpu.check(
         server_process.allowed_pids(paths, job_engine_port()), force=req.force_gpu
     )
@@ -302,6 +306,7 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
         gpu=gpu_report,
         kept=caps,
         was=was,
+        forced_mix=forced,
     )
 
 
@@ -409,7 +414,7 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     live = same_release and not req.hard and caps.stage == was.stage
     live = live and (stage_of(caps.stage).live_recap or caps == was)
     st = JobStatus.read(paths.status) or JobStatus()
-    held = None
+    held = forced = None
     if not live:  # what the new runner would refuse, before the running one is stopped
         answering = _answering(st, rec)
         mixed = {} if req.force else mixed_settings(paths, caps, answering=answering)
@@ -418,7 +423,7 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
             # caps change is safe to give it live, where a restart would have to mix them
             live, held = True, f"{said_per_dataset(mixed)}: the deployed release is not started"
         else:
-            refuse_mixed_settings(paths, caps, req.force, answering=answering)
+            forced = refuse_mixed_settings(paths, caps, req.force, answering=answering)
     if req.dry_run:
         replaced = prompts_replaced(paths, st)
         change = caps != was or bool(replaced)
@@ -431,6 +436,7 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
             kept=caps,
             was=was,
             held_back=held,
+            forced_mix=forced,
         )
     if live:
         # a restart that changes nothing on a running job touches nothing

@@ -228,3 +228,19 @@ def test_answers_in_flight_past_a_cap_are_said_for_the_caps_this_restart_lowered
     text = " ".join(printed(render_restart.beyond_lowered_caps, rows).split())
     assert "B1: 4 answers in flight beyond the new cap finish and are kept beyond it" in text
     assert "3 records there already" in text and "B2" not in text
+
+
+def test_a_forced_restart_says_on_the_hosts_line_which_datasets_it_mixes_and_how():
+    from remote.common.answers import RestartAnswer
+
+    how = "B1, B2: their records were made with different sampling (sampling.temperature 1.0 → 0.7)"
+    answer = RestartAnswer(host="gpu1", mode="restart", pid=9, release="r/abc", forced_mix=how)
+    said = " ".join(printed(render_restart.restart_result, answer).split())
+    assert said.startswith(  # before what it did
+        f"gpu1: --force mixes settings: {how}; resumed with the new ones, each now holds records "
+        "made with two settings (`invoke export` then asks for --mixed) gpu1: started runner"
+    )
+    answer = RestartAnswer(host="gpu1", mode="restart", dry_run=True, forced_mix=how)
+    said = " ".join(printed(render_restart.restart_result, answer).split())
+    assert f"gpu1: --force would mix settings: {how}; resumed with the new ones, each would" in said
+    assert "mix" not in printed(render_restart.restart_result, RestartAnswer(host="gpu1"))

@@ -375,4 +375,4 @@ def test_the_wires_shape_is_pinned_to_its_protocol_number():
 
     lines = sorted(_wire_shape().splitlines())
     shape = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
-    assert (PROTOCOL, shape) == (11, "1e6a259d80614b76"), "\n".join(lines)
+    assert (PROTOCOL, shape) == (12, "27014b80eb5bd47b"), "\n".join(lines)

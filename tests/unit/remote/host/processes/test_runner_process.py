@@ -238,7 +238,9 @@ def test_a_restart_refuses_first_what_the_new_runner_would_refuse_and_nothing_mo
     assert e.value.fault.message.startswith(
         'B1: its records were made with different model (model "m1" → "m2")'
     )
-    refuse_mixed_settings(paths, Caps(), True, job_file)  # --force mixes them
+    forced = refuse_mixed_settings(paths, Caps(), True, job_file)  # --force mixes them: said
+    assert forced.startswith('B1: its records were made with different model (model "m1" → "m2")')
+    assert refuse_mixed_settings(paths, Caps(datasets=["B2"]), True, job_file) is None
     refuse_mixed_settings(paths, Caps(datasets=["B2"]), False, job_file)  # B1 is not run
     refuse_mixed_settings(paths, Caps(stage="hidden-states"), False, job_file)
     paths.output("B1").write_text("")  # no record made yet: the runner records the new settings
