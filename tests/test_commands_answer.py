@@ -4,6 +4,7 @@ subdirectory of the project, with a mistyped prompt path, on a host where no job
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -147,11 +148,13 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
     res = run_in(proj, "invoke stop --grace 2")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert (
-        lines[0].startswith(f"box: stopping runner pid {pid}: SIGTERM;")
-        and "2s to finish" in lines[0]
-    )
+    assert re.fullmatch(  # what happens, plainly, in order
+        rf"box: stopping runner pid {pid}: SIGTERM; the \d+ requests in flight get 2s to finish, "
+        r"then the runner cuts off the rest and exits \(killed at 5s if it has not\)",
+        lines[0],
+    ), lines
     assert any(line.strip().startswith("box: waiting") for line in lines[1:-1]), lines
+    assert not [x for x in lines if "SIGKILL next" in x or "finishing up" in x], lines
     assert "stopped" in lines[-1]
 
     assert run_in(proj, "invoke restart").returncode == 0

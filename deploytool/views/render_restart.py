@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from remote.common.protocol import KILL_AFTER_GRACE_S
 from remote.common.stages import STAGES, stage_of
 from remote.common.status import NOT_RUN, JobView
 
@@ -250,39 +251,51 @@ def restart_outcome(results: dict, failures: dict, out: Console = console) -> No
 
 class Stopping:
     """What `stop` says while the host waits: what it stops, then how it goes, at the first second,
-    at each change of phase (the runner gone, the grace spent) and every SAY_EVERY_S between."""
+    at each change of phase (the grace spent, the runner's kill due, the runner gone) and every
+    SAY_EVERY_S between."""
 
     SAY_EVERY_S = 5.0
 
     def __init__(self, host: str, grace: float, drain: bool, out: Console = console):
         self.host, self.grace, self.drain, self.out = host, grace, drain, out
+        self.kill_at = grace + KILL_AFTER_GRACE_S  # the runner still there then is killed
         self.said_at: float | None = None
         self.phase = None
 
     def __call__(self, st: JobView | None, waited: float) -> None:
         alive = st is not None and st.runner is not None and st.runner.alive
-        flight = st.in_flight if st is not None else 0
         if waited and st is None:
             return  # a look that failed: no news, said at the next one
         if waited == 0:
             if alive:  # else the answer says there was nothing to stop
-                how = self._how(flight, st.signalled)
+                how = self._how(st.in_flight, st.signalled)
                 self.out.print(f"[bold]{self.host}[/]: stopping runner pid {st.runner.pid}: {how}")
             return
-        if self.drain:  # its SIGTERM comes once the drain is done (or timed out)
-            sent = st.stopping is not None
-            left = f"SIGTERM sent, {self.grace:g}s of grace" if sent else "draining"
-            phase = (alive, sent)
-        else:
-            late = waited >= self.grace
-            left = "SIGKILL next" if late else f"{self.grace - waited:.0f}s of grace left"
-            phase = (alive, late)
+        said, phase = self._now(st, alive, waited)
         due = self.said_at is None or waited - self.said_at >= self.SAY_EVERY_S
         if not due and phase == self.phase:
             return
         self.said_at, self.phase = waited, phase
-        state = f"{flight} in flight" if alive else "runner gone, finishing up"
-        self.out.print(f"  {self.host}: waiting {waited:.0f}s: {state}, {left}", markup=False)
+        self.out.print(f"  {self.host}: waiting {waited:.0f}s: {said}", markup=False)
+
+    def _now(self, st: JobView, alive: bool, waited: float) -> tuple[str, tuple]:
+        """What goes on now, in words, and its phase (a change of phase is said at once)."""
+        flight = st.in_flight
+        if not alive:  # the host ends what of it is left, then answers
+            return "runner gone; ending any process of it still running", ("gone",)
+        if self.drain:  # its SIGTERM comes once the drain is done (or timed out)
+            sent = st.stopping is not None
+            left = f"SIGTERM sent, {self.grace:g}s of grace" if sent else "draining"
+            return f"{flight} in flight, {left}", ("drain", sent)
+        if waited < self.grace:
+            return f"{flight} in flight, {self.grace - waited:.0f}s of grace left", ("grace",)
+        if waited < self.kill_at:
+            return (
+                f"grace over: the runner cuts off its {flight} in flight and exits; killed at "
+                f"{self.kill_at:g}s if it has not",
+                ("over",),
+            )
+        return "the runner did not exit: killing it and its processes (SIGKILL)", ("kill",)
 
     def _how(self, flight: int, signalled: str | None = None) -> str:
         if signalled:  # the runner takes a second signal as "now"
@@ -292,10 +305,13 @@ class Stopping:
             )
         if self.drain:
             return (
-                f"draining: no new requests, the {flight} in flight finish, then SIGTERM and "
-                f"{self.grace:g}s more, then SIGKILL"
+                f"draining: no new requests; the {flight} in flight finish, then SIGTERM, "
+                f"{self.grace:g}s of grace, and the runner exits (killed if it does not)"
             )
-        return f"SIGTERM; {flight} requests in flight get {self.grace:g}s to finish, then SIGKILL"
+        return (
+            f"SIGTERM; the {flight} requests in flight get {self.grace:g}s to finish, then the "
+            f"runner cuts off the rest and exits (killed at {self.kill_at:g}s if it has not)"
+        )
 
 
 class Restarting(Stopping):

@@ -249,6 +249,11 @@ class CtlSwitch(Request):
     )
 
 
+# a stop's runner gets this long past its grace to cut off what is in flight and exit by itself,
+# before its process tree is killed (SIGKILL): the host waits it, the views say it
+KILL_AFTER_GRACE_S = 3.0
+
+
 @dataclass
 class CtlStop(Request):
     command: ClassVar = ("ctl", "stop")

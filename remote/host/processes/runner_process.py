@@ -26,7 +26,7 @@ from ...common.jobspec import (
     release_dir,
     said_per_dataset,
 )
-from ...common.protocol import CtlRestart, CtlStart, CtlStop, RunArgs
+from ...common.protocol import KILL_AFTER_GRACE_S, CtlRestart, CtlStart, CtlStop, RunArgs
 from ...common.stages import stage_of
 from ...common.state import (
     ControlRequest,
@@ -239,7 +239,8 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
         # the runner itself lets in-flight work finish for `grace`, then writes its final status;
         # our SIGKILL comes a little later, only for a runner that does not stop by itself
         send_control(paths, token, grace=req.grace)
-    killed = kill.terminate(targets, req.grace + (3.0 if rec else 0.0), JOB_TOKEN_ENV, token)
+    wait = req.grace + (KILL_AFTER_GRACE_S if rec else 0.0)
+    killed = kill.terminate(targets, wait, JOB_TOKEN_ENV, token)
     after = JobStatus.read(paths.status) or JobStatus()
     if rec and rec.pid in killed:
         lost = after.in_flight or in_flight_before

@@ -178,7 +178,9 @@ def test_stop_drain_says_the_requests_in_flight_finish_before_the_grace_counts()
     st = JobView(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=9))
     buf = io.StringIO()
     Stopping("gpu1", 5.0, True, Console(file=buf, width=200))(st, 0.0)
-    assert "the 16 in flight finish, then SIGTERM and 5s more, then SIGKILL" in buf.getvalue()
+    assert "the 16 in flight finish, then SIGTERM, 5s of grace, and the runner exits" in (
+        " ".join(buf.getvalue().split())
+    )
 
 
 def test_stop_says_how_it_goes_at_the_first_second_each_change_and_every_five_seconds():
@@ -190,22 +192,28 @@ def test_stop_says_how_it_goes_at_the_first_second_each_change_and_every_five_se
     from remote.common.status import JobView, RunnerInfo
 
     buf = io.StringIO()
-    told = Stopping("gpu1", 30.0, False, Console(file=buf, width=200))
+    told = Stopping("gpu1", 30.0, False, Console(file=buf, width=300))
     running = JobView(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=9))
-    for second in range(0, 36):
+    for second in range(0, 35):
         told(running, float(second))
-    told(JobView(state="stopped", runner=RunnerInfo(alive=False)), 36.0)
-    said = [line.split(": ", 1)[1] for line in buf.getvalue().splitlines()[1:]]
-    assert said == [
+    told(JobView(state="stopped", runner=RunnerInfo(alive=False)), 35.0)
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == (  # what happens, in order: the grace, the runner's own exit, its kill
+        "gpu1: stopping runner pid 9: SIGTERM; the 16 requests in flight get 30s to finish, then "
+        "the runner cuts off the rest and exits (killed at 33s if it has not)"
+    )
+    assert [line.split(": ", 1)[1] for line in lines[1:]] == [
         "waiting 1s: 16 in flight, 29s of grace left",
         "waiting 6s: 16 in flight, 24s of grace left",
         "waiting 11s: 16 in flight, 19s of grace left",
         "waiting 16s: 16 in flight, 14s of grace left",
         "waiting 21s: 16 in flight, 9s of grace left",
         "waiting 26s: 16 in flight, 4s of grace left",
-        "waiting 30s: 16 in flight, SIGKILL next",
-        "waiting 35s: 16 in flight, SIGKILL next",
-        "waiting 36s: runner gone, finishing up, SIGKILL next",
+        "waiting 30s: grace over: the runner cuts off its 16 in flight and exits; killed at 33s "
+        "if it has not",
+        "waiting 33s: the runner did not exit: killing it and its processes (SIGKILL)",
+        # never "SIGKILL next" for a runner gone: what is left is its processes, if any
+        "waiting 35s: runner gone; ending any process of it still running",
     ]
     buf = io.StringIO()
     told = Stopping("gpu1", 30.0, True, Console(file=buf, width=200))

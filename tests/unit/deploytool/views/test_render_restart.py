@@ -205,8 +205,8 @@ def test_a_restart_says_the_old_runners_stop_as_stop_does_and_nothing_of_a_live_
     for second in (4.0, 5.0, 9.0):
         told(new, second)  # the restart's own runner: not the one stopped, said once
     assert buf.getvalue().splitlines() == [
-        "gpu1: stopping runner pid 9: draining: no new requests, the 16 in flight finish, then "
-        "SIGTERM and 30s more, then SIGKILL",
+        "gpu1: stopping runner pid 9: draining: no new requests; the 16 in flight finish, then "
+        "SIGTERM, 30s of grace, and the runner exits (killed if it does not)",
         "  gpu1: waiting 1s: 5 in flight, draining",
         "  gpu1: waiting 2s: runner pid 9 gone, starting the new one",
     ]
