@@ -6,9 +6,10 @@ named tasks.py: invoke looks for one from the folder it is typed in upward, and 
 would load that one instead of this.
 """
 
-from deploytool import usage
+from deploytool import program, usage
 from deploytool.collection import ns
 
 __all__ = ["ns"]
 
 usage.install()  # invoke's own parser: a mistyped task or flag is bad input (exit 2, did you mean)
+program.end_quietly_on_closed_stdout()  # `invoke status | head -1`: exit 0, no traceback

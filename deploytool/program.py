@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 
 from invoke import Argument, Program
 
@@ -37,10 +39,40 @@ class DeployToolProgram(Program):
             self.config.merge()
 
 
+def closed_stdout_ends_quietly(fn):
+    """`invoke status | head -1`: the reader closed our stdout, having read what it wanted. The
+    command ends there, exit 0, with no traceback; stdout goes to /dev/null so nothing written
+    later (the interpreter's last flush) meets the closed pipe again."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        try:
+            result = fn(*args, **kwargs)
+            sys.stdout.flush()  # what is buffered meets a closed pipe here, inside the try
+            return result
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(0) from None
+
+    wrapped.ends_quietly = True
+    return wrapped
+
+
+def end_quietly_on_closed_stdout(program_class: type[Program] = Program) -> None:
+    """Both programs that run our tasks: invoke itself (from tasks.py, whose import comes while
+    invoke's own `run` is already under way: so what it calls after, the help and lists it prints
+    and the task it executes) and ours (its `run`, the top)."""
+    for name in ("parse_cleanup", "execute", "run"):
+        method = getattr(program_class, name)
+        if not getattr(method, "ends_quietly", False):
+            setattr(program_class, name, closed_stdout_ends_quietly(method))
+
+
 program = DeployToolProgram(
     name="deploytool", binary="deploytool", version=__version__, namespace=ns
 )
 
 
 def main() -> None:
+    end_quietly_on_closed_stdout(DeployToolProgram)
     program.run()

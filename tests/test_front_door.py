@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import record_ids, records, ssh_host_entry, write_prompts
-from tests.helpers.as_typed import ok, typed
+from tests.helpers.as_typed import ok, piped, read_by_no_one, typed
 
 DATASETS = ("B1", "B2")
 
@@ -100,3 +100,27 @@ def test_a_mistyped_task_or_flag_is_bad_input_with_a_suggestion(tmp_path):
     res = typed("invoke stop --grace", tmp_path / "unused.yaml")  # a number flag with no number
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == ["error: stop --grace: needs a value"]
+
+
+def test_a_closed_stdout_ends_the_command_quietly_with_exit_0(tmp_path):
+    """`invoke status | head -1`: the reader has what it wanted and closed the pipe; the command
+    ends there, exit 0, with nothing on stderr (it exited 1, with a BrokenPipeError traceback
+    where a line was printed plainly), whatever it was printing: a task's output, invoke's lists
+    and help, through either program."""
+    root = tmp_path / "host"
+    config = _config(tmp_path, {"connect": "local", "remote_dir": str(root)}, {"kind": "simulate"})
+    ok("invoke deploy", config)
+    res = piped("invoke status", config)
+    assert (res.returncode, res.stderr) == (0, ""), res
+    assert res.stdout.startswith("gpu: never run"), res.stdout
+    for line in (
+        "invoke status",
+        "invoke status --json",
+        "invoke tail --once",
+        "invoke --list",
+        "invoke restart --help",
+        "deploytool status",
+        "deploytool --list",
+    ):
+        res = read_by_no_one(line, config)
+        assert (res.returncode, res.stderr) == (0, ""), (line, res.returncode, res.stderr)

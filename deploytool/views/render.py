@@ -42,11 +42,19 @@ if TYPE_CHECKING:
     from ..ops.export import ExportResult
 
 
+class _Stdout(Console):
+    def on_broken_pipe(self) -> None:
+        """A reader that closed our stdout (`invoke status | head -1`) had what it wanted: the
+        error goes up to the entry, which ends the command quietly (rich's own exits 1)."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def _console() -> Console:
-    out = Console(highlight=False)
+    out = _Stdout(highlight=False)
     if not out.is_terminal and "COLUMNS" not in os.environ:
         # piped or logged (`invoke status | cat`): each line whole, not folded at 80 columns
-        out = Console(highlight=False, width=PIPED_WIDTH, soft_wrap=True)
+        out = _Stdout(highlight=False, width=PIPED_WIDTH, soft_wrap=True)
     return out
 
 
