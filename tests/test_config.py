@@ -233,6 +233,9 @@ def test_defaults_are_inherited_and_overridden(tmp_path):
             "hosts.gpu1.forward_agent: expected true or false",
         ),
         (dict(GOOD, jobs={}), "jobs: unknown key (did you mean 'job'?)"),
+        (with_(job__train={"epoch": 2}), "job.train.epoch: unknown key (did you mean 'epochs'?)"),
+        (with_(job__train={"weights": {"b1": 2}}), "job.train.weights.b1: no such dataset"),
+        (with_(job__train={"weights": {"B1": 0}}), "job.train.weights.B1: expected an integer"),
         (
             with_(job__datasets={"B1": {"prompts": "p.jsonl", "turns": "every"}}),
             'job.datasets.B1.turns: expected one of last, all, got "every"',

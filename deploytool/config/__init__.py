@@ -275,6 +275,13 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
             f"{where}.extra_body.{clash[0]}: set it in its own place (job.sampling, "
             "job.chat_template_kwargs, job.engine.model), not in extra_body"
         )
+    train = fields_of(f"{where}.train", mapping(f"{where}.train", job.get("train")), TRAIN_FIELDS)
+    names = [d.name for d in datasets]
+    for name in train.get("weights", {}):
+        if name not in names:
+            raise ConfigError(
+                f"{where}.train.weights.{name}: no such dataset in job.datasets{suggest(name, names)}"
+            )
     return JobSpec(
         datasets=tuple(datasets),
         engine=engine,
@@ -282,9 +289,7 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
         chat_template_kwargs=kwargs,
         extra_body=extra,
         notify=parse_notify(f"{where}.notify", job.get("notify")),
-        train=fields_of(
-            f"{where}.train", mapping(f"{where}.train", job.get("train")), TRAIN_FIELDS
-        ),
+        train=train,
     )
 
 

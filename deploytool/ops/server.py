@@ -154,7 +154,8 @@ def follow_restart(
 
     sw = begun.switch
     if not stage_of(sw.stage).asks_server:  # its own process holds the GPUs
-        why = f"the server {sw.why}: stopping it (the next stage that asks it starts it again)"
+        held = f"the server {sw.why}: stopping it" if sw.why else "the server is kept down"
+        why = f"{held} (the next stage that asks it starts it again)"
     elif sw.why:
         why = f"the server {sw.why}: restarting it (the model loads again)"
     else:

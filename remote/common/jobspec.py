@@ -221,7 +221,7 @@ class TrainSpec(Codec):
     """hosts.yaml `job.train:`: the train stage's trainer (speculators' offline EAGLE-3 trainer, in a
     venv of its own on the host) and its settings, every default stated once."""
 
-    # a pip requirement the host installs into <remote_dir>/venvs/trainer (never the server's venv)
+    # a pip requirement the host installs into a venv of its own under <remote_dir>/venvs/
     trainer: str = setting("speculators==0.9.0", string)
     python: str | None = setting(None, string)  # a Python that has the trainer: nothing installed
     epochs: int = setting(3, int_in(1))
@@ -229,11 +229,35 @@ class TrainSpec(Codec):
     total_seq_len: int = setting(8192, int_in(16))  # tokens packed into one step
     draft_layers: int = setting(1, int_in(1))
     draft_vocab: int | None = setting(None, int_in(1))  # None: the target's whole vocabulary
-    checkpoint_freq: float = setting(0.25, number(0.01))  # of an epoch: what a kill can cost
+    checkpoint_freq: float = setting(0.25, number(0.01))  # of an epoch: how often it saves
     # the target's layers the draft reads (None: server.hidden_states.layers but the last)
     target_layers: list | None = setting(None, _layers)
     weights: dict = setting(check=_weights, factory=dict)
     args: tuple[str, ...] = setting((), string_list)  # more of the trainer's own flags
+    gpus: int | None = setting(None, int_in(1))  # the trainer's (None: every GPU the host has)
+
+
+def train_refusal(paths: "Paths", job: "JobSpec | None", caps) -> str | None:
+    """Why the train stage cannot start on this host (None: it can), said before the server it
+    stops is stopped: no job.train, no hidden-states rows among the datasets the caps select, a
+    job.train.python that is not there."""
+    import shutil
+
+    if job is None or not job.train:
+        return (
+            "the train stage trains the draft job.train describes, and hosts.yaml has no "
+            "job.train: add it (docs/train.md), `invoke deploy`, then the restart again"
+        )
+    names = [d.name for d in job.datasets if caps.selected(d.name)]
+    if not any((paths.hidden_states / n / "rows.jsonl").is_file() for n in names):
+        return (
+            "the train stage trains on the hidden-states stage's rows, and there are none for "
+            f"{', '.join(names)}: `invoke restart --stage hidden-states` first"
+        )
+    python = job.trainer.python
+    if python and shutil.which(python) is None:
+        return f"job.train.python {python}: no such Python on this host"
+    return None
 
 
 # where `invoke deploy` puts a draft folder of the deploying machine on the host: <name>/ each, a
@@ -482,14 +506,15 @@ class Paths:
     drafts = _under("data/draft")
     # the draft folders `invoke deploy` sent from the deploying machine: <name>/ each
     draft_copies = _under(DRAFT_COPIES)
-    # the train stage's: data/ (its training rows, made once), checkpoints/ (the trainer's), and
-    # metrics.jsonl (a line per step the trainer logged, for report's loss curve)
+    # the train stage's, each named by the digest of its rows: data-<d>/ (the training rows, made
+    # once), checkpoints-<d>/ (the trainer's) and metrics-<d>.jsonl (a line per step it logged)
     train = _under("data/train")
+    train_now = _under("data/train/current.json")  # the training under way: its digest, settings
     # the train stage's best checkpoint as vLLM serves it: `server.draft.model: trained`
     trained_draft = _under("data/trained-draft")
     trainer_log = _under("logs/trainer.log")
-    trainer = _under("run/trainer.json")  # the trainer process (pid, start time) and its failures
-    # the host's trainer venvs, one per requirement (never the server's)
+    trainer = _under("run/trainer.json")  # the trainer process: pid, start time
+    # the host's trainer venvs, trainer-<requirement>-<hash>/ each (never the server's)
     trainer_venvs = _under("venvs")
     run = _under("run")
     logs = _under("logs")

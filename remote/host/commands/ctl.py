@@ -123,7 +123,7 @@ def switch_command(paths: Paths, req: CtlSwitch, argv) -> int:
         stage_switch.say(paths, f"switch: {msg}")
 
     if sw.runner and not stage_of(sw.stage).asks_server:
-        say(f"the {sw.stage} stage: the server {sw.why}: stopping it while the stage runs")
+        say(f"the {sw.stage} stage: the server {sw.why or 'is down'}: kept down while it runs")
     elif sw.runner:
         say(f"the {sw.stage} stage: {sw.why or 'the server is down'}: starting it for the stage")
     else:

@@ -16,7 +16,7 @@ from pathlib import Path
 from ...common import procinfo
 from ...common.answers import RecoverEvent, RestartAnswer, StopAnswer
 from ...common.caps import CapRow, Caps
-from ...common.codec import typed_lines
+from ...common.codec import read_json, typed_lines
 from ...common.jobspec import (
     JOB_FILE,
     JOB_TOKEN_ENV,
@@ -261,6 +261,16 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
 # ------------------------------------------------------------------ starting
 
 
+def trainer_pids(paths: Paths) -> set[int]:
+    """The train stage's trainer a runner killed before left (it ends on its own, and the new
+    runner waits for it): its GPU memory is no stranger's. Found by pid and start time."""
+    rec = read_json(paths.trainer) or {}
+    pid = rec.get("pid")
+    if not isinstance(pid, int) or procinfo.start_time(pid) != rec.get("start_time"):
+        return set()
+    return procinfo.descendants({pid}) if procinfo.alive(pid) else set()
+
+
 def lock_is_free(paths: Paths) -> bool:
     paths.ensure()
     return not lock_held(paths.lock)
@@ -278,9 +288,8 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
     rel = rel or release_dir()
     was, caps = caps_change(paths, req, rel / JOB_FILE)
     forced = refuse_mixed_settings(paths, caps, req.force, rel / JOB_FILE)
-    gpu_report = gpu.check(
-        server_process.allowed_pids(paths, job_engine_port()), force=req.force_gpu
-    )
+    allowed = server_process.allowed_pids(paths, job_engine_port()) | trainer_pids(paths)
+    gpu_report = gpu.check(allowed, force=req.force_gpu)
     token = secrets.token_hex(12)
     env = dict(os.environ, **{JOB_TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"})
     env.pop("DEPLOYTOOL_WATCH_TOKEN", None)  # started by the watcher: stopping it must not stop us

@@ -24,10 +24,12 @@ from ...common.jobspec import (
     WATCHER_MARK,
     Paths,
     ServerSpec,
+    deployed_spec,
     extracts,
     flag_value,
     masked_args,
     release_dir,
+    train_refusal,
 )
 from ...common.protocol import CtlRestart, CtlStop, ServerCheck, ServerStatus, ServerStop
 from ...common.recover import RecoverSpec
@@ -81,6 +83,16 @@ def needed(paths: Paths, req: CtlRestart) -> StageSwitch | None:
     if base is None:
         return None
     state = server_process.server_state(paths, ServerStatus(quick=True))
+    stage = req.stage or kept_caps(paths).stage
+    if not stage_of(stage).asks_server:  # its process holds the GPUs: the server stopped first
+        caps = dataclasses.replace(kept_caps(paths), stage=stage)
+        if refused := train_refusal(paths, deployed_spec(), caps):  # before anything is stopped
+            raise HostFault("usage", refused)
+        wanted = intent.read(paths).server.wanted  # down, and the watcher would start it again
+        if not (state.up or wanted):
+            return None
+        why = f"holds the GPUs the {stage} stage needs" if state.up else None
+        return _switch(req, stage, base, base, why, state)
     if req.keep_server:
         if state.up or req.force:
             return None
@@ -91,21 +103,19 @@ def needed(paths: Paths, req: CtlRestart) -> StageSwitch | None:
             fix="`invoke server.start` first (or `invoke restart` without --no-server), or add "
             "--force to start the runner anyway",
         )
-    stage = req.stage or kept_caps(paths).stage
-    if not stage_of(stage).asks_server:  # its process holds the GPUs: the server stopped first
-        if not state.up:
-            return None
-        why, spec = f"holds the GPUs the {stage} stage needs", base
-    else:
-        why = wrong_for_stage(base, req.stage, state.extracts, state.drafts) if state.up else None
-        if state.up and not why and not (stage_of(req.stage).server == SPECULATE and state.drafts):
-            return None
-        spec = stage_spec(base, stage, paths)
+    why = wrong_for_stage(base, req.stage, state.extracts, state.drafts) if state.up else None
+    if state.up and not why and not (stage_of(req.stage).server == SPECULATE and state.drafts):
+        return None
+    spec = stage_spec(base, stage, paths)
     if state.up and not why:  # the draft measured is hosts.yaml's: another one is started again
         if flag_value(spec.args, "--speculative-config") == state.speculative:
             return None
         why = "runs another draft than hosts.yaml's server.draft"
     server_process.refuse_exposed(spec)  # before anything is stopped
+    return _switch(req, stage, spec, base, why, state)
+
+
+def _switch(req: CtlRestart, stage: str, spec, base, why: str | None, state) -> StageSwitch:
     return StageSwitch(
         stage=stage,
         why=why,
@@ -259,7 +269,7 @@ def server_part(paths: Paths, sw: StageSwitch) -> None:
         runner_process.stop(paths, CtlStop(req.grace, req.drain, req.drain_timeout))
     serves = stage_of(sw.stage).asks_server
     ours = serves and ours_running(paths, sw.spec)
-    if sw.restart_server and not ours:
+    if (sw.restart_server or not serves) and not ours:
         move(paths, sw, SwitchStep.STOPPING_SERVER)
         with intent.locked(paths):  # not the watcher's to start again, should the swap fail
             check_cancelled(paths, sw)

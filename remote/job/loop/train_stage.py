@@ -12,17 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import os
+import re
 import shutil
 import signal
 import sys
 import time
 from pathlib import Path
 
-from ...common import procinfo
+from ...common import machine, procinfo
 from ...common.caps import Caps
 from ...common.codec import append_line, read_json, write_json
-from ...common.jobspec import JOB_TOKEN_ENV, release_dir
+from ...common.jobspec import release_dir, train_refusal
 from ...common.machine import default_layers
 from ...common.records import TrainStep
 from ...common.state import Supervise
@@ -36,15 +38,23 @@ from . import stage
 
 LOOK_S = 0.5  # the trainer's log read this often
 BACKOFF_S, BACKOFF_MAX_S = 5.0, 300.0  # before a trainer that died is started again; doubles
+RESTARTS = 5  # trainers that died one after the other with no step between: given up
 OLD_TRAINER_S = 600.0  # a trainer of a runner killed before: waited for (it saves) this long
 PR_SET_PDEATHSIG = 1
+try:  # looked up here: the child between fork and exec calls nothing that may take a lock
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux: the next runner waits for an old trainer instead
+    _PRCTL = None
 
 
-def _dies_with_runner() -> None:
+def _dies_with_runner(parent: int) -> None:
     """In the trainer's child before exec: SIGTERM when the runner dies (a kill -9 too), so it
-    saves and exits rather than train on beside the next runner's trainer."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    ends rather than train on beside the next runner's trainer; a runner already gone (it died
+    between the fork and here) ends it at once."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class TrainStage(stage.Stage):
@@ -55,7 +65,6 @@ class TrainStage(stage.Stage):
         self.caps, self.force = caps, force
         self.spec = self.job.trainer
         self.data = self.save = self.paths.train  # the digest's own folders, once it is known
-        self.current = self.paths.train / "current.json"  # the training under way: its rows
         self.status_now = TrainStatus(epochs=self.spec.epochs)
         self.progress = progress.TrainProgress()
         self.proc: asyncio.subprocess.Process | None = None
@@ -64,26 +73,19 @@ class TrainStage(stage.Stage):
         self.steps: list[int] = []  # each epoch's steps, known before it trains
         self.pace = RateWindow()  # steps a second
         self.read_to = 0  # how far trainer.log is read
+        self.metrics = self.paths.train / "metrics.jsonl"  # this training's (named by its rows)
+        self.term_due = False  # a stop came while a checkpoint was written: told once it is
 
     # ------------------------------------------------------------------ before it runs
 
     def prepare(self) -> None:
-        if not self.job.train:
-            raise BadInput(
-                "the train stage trains the draft job.train describes, and hosts.yaml has no "
-                "job.train: add it (docs/train.md), `invoke deploy`, then the restart again"
-            )
+        if refused := train_refusal(self.paths, self.job, self.caps):
+            raise BadInput(refused)
         names = [d.name for d in self.job.datasets if self.caps.selected(d.name)]
         have = [n for n in names if (self.paths.hidden_states / n / "rows.jsonl").is_file()]
-        if not have:
-            raise BadInput(
-                "the train stage trains on the hidden-states stage's rows, and there are none "
-                f"for {', '.join(names)}: `invoke restart --stage hidden-states` first"
-            )
-        if self.spec.python and shutil.which(self.spec.python) is None:
-            raise BadInput(f"job.train.python {self.spec.python}: no such Python on this host")
         self.datasets = {n: 0 for n in have}
         self.server = self._server()
+        self.gpus = self.spec.gpus or len(machine.gpus() or ()) or 1  # one process a GPU
         try:
             self.layers = self._layers()
             self._argv("python")  # its settings checked before anything is stopped
@@ -147,40 +149,44 @@ class TrainStage(stage.Stage):
                 self._serve_best()
                 return
             await self._old_trainer_gone()
-            started = time.time()
+            started, steps = time.time(), self.progress.steps_done
             code, why = await self._train(python)
             if self.stop.asked or checkpoints.done(self.save, self.spec.epochs):
                 continue
-            if self._given_up(code, why):
+            if self._given_up(code, why, self.progress.steps_done != steps):
                 return
-            wait = (
-                BACKOFF_S if time.time() - started > BACKOFF_MAX_S else min(2 * wait, BACKOFF_MAX_S)
-            )
+            if time.time() - started > BACKOFF_MAX_S:  # it ran a while: a fresh death
+                wait = BACKOFF_S
             self.log(
                 f"train: the trainer ended ({why}): started again in {wait:g}s, from its last checkpoint"
             )
             self.status_now.restarts += 1
             await self._sleep(wait)
+            wait = min(2 * wait, BACKOFF_MAX_S)
 
     async def _sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end and not self.stop.asked:
             await asyncio.sleep(0.25)
 
-    def _given_up(self, code: int | None, why: str) -> bool:
-        """A trainer that failed with the error it failed with before is given up: starting it
-        again would fail again (a signal's death is no error of its own: it is always started
-        again)."""
-        if code is not None and code < 0:
-            return False
-        same = bool(self.failures) and self.failures[-1] == why
-        self.failures.append(why)
+    def _given_up(self, code: int | None, why: str, stepped: bool) -> bool:
+        """A trainer that failed as it failed before (its line, numbers aside) is given up:
+        starting it again would fail again. A signal's death is no error of its own, but
+        RESTARTS deaths with no step between are given up too (`stepped`: this one made one)."""
+        shape = re.sub(r"\d+(\.\d+)?", "N", why)
+        same = code is not None and code >= 0 and bool(self.failures) and self.failures[-1] == shape
+        self.failures = [shape] if stepped else [*self.failures, shape]
         if same:
             self.fatal = (
                 f"the trainer failed twice the same way: {why} (logs/trainer.log); fix it, then "
                 "`invoke restart --stage train` resumes from the last checkpoint"
             )
-        return same
+        elif len(self.failures) >= RESTARTS:
+            self.fatal = (
+                f"the trainer died {RESTARTS} times with no step between, last: {why} "
+                "(logs/trainer.log)"
+            )
+        return self.fatal is not None
 
     async def _python(self) -> str | None:
         """The trainer's Python: job.train.python, else the venv of job.train.trainer, installed
@@ -202,6 +208,8 @@ class TrainStage(stage.Stage):
             [str(part / "bin" / "python"), "-m", "pip", "install", self.spec.trainer],
         ):
             code = await self._logged(argv)
+            if code != 0 and self.stop.asked:  # a stop during the install: nothing failed
+                return None
             if code != 0:
                 self.fatal = (
                     f"installing {self.spec.trainer} failed (exit {code}; logs/trainer.log): set "
@@ -214,7 +222,9 @@ class TrainStage(stage.Stage):
         return str(python)
 
     async def _logged(self, argv: list[str], env: dict | None = None) -> int | None:
-        """`argv` run to its end, its output in logs/trainer.log (the runner's stop ends it)."""
+        """`argv` run to its end, its output in logs/trainer.log, in a session of its own (the
+        runner's stop tells it, never a signal to the runner's group in the middle of a save);
+        it carries the job's token, so a stop finds it even where its runner is gone."""
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         append_line(self.paths.trainer_log, f"==== {' '.join(argv)}\n".encode())
         with open(self.paths.trainer_log, "ab") as out:
@@ -224,7 +234,8 @@ class TrainStage(stage.Stage):
                 stderr=asyncio.subprocess.STDOUT,
                 env=env or self._env(),
                 cwd=str(release_dir()),
-                preexec_fn=_dies_with_runner,
+                preexec_fn=functools.partial(_dies_with_runner, os.getpid()),
+                start_new_session=True,
             )
         try:
             return await self.proc.wait()
@@ -232,22 +243,15 @@ class TrainStage(stage.Stage):
             self.proc = None
 
     def _env(self) -> dict:
-        env = {k: v for k, v in os.environ.items() if k != JOB_TOKEN_ENV}
+        env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(release_dir()), env.get("PYTHONPATH")])
         )
         env.update(COLUMNS="2000", PYTHONUNBUFFERED="1")  # one line per record of its log
         return env
 
-    def _settings(self) -> dict:
-        """What the training rows are made of, as job.train and the caps say it."""
-        weights = self.spec.weights
-        return {
-            "datasets": [[n, weights.get(n, 1)] for n in self.datasets],
-            "draft_vocab": self.spec.draft_vocab,
-        }
-
     def _plan(self, out: Path) -> dict:
+        """What the training rows are made of, as job.train and the caps say it (prepare's)."""
         weights = self.spec.weights
         return {
             "datasets": [
@@ -262,25 +266,33 @@ class TrainStage(stage.Stage):
             "draft_vocab": self.spec.draft_vocab,
         }
 
+    def _settings(self) -> dict:
+        """What a resume must find as its training began: the rows' plan and the draft's shape
+        and packing (epochs, the learning rate and the checkpoints' pace may change)."""
+        argv = self._argv("python")
+        kept = [a for a in argv if a not in (str(self.data), str(self.save))]
+        return {"plan": self._plan(self.paths.train), "argv": kept}
+
     async def _rows(self, python: str) -> bool:
         """The training rows, made once and named by their digest, as its checkpoints are: every
         resume trains on the same rows in the same order (rows freed or made since do not change
         them). Other datasets or weights than the training under way began with are refused;
         --force trains anew on the rows as they are now (the old folders stay beside)."""
-        now = read_json(self.current)
+        now = read_json(self.paths.train_now)
         if now is not None and now.get("settings") == self._settings() and not self.force:
             digest = now["digest"]
         elif now is not None and not self.force:
             self.fatal = (
-                "job.train's datasets or weights (or the caps' --datasets) differ from those the "
-                "training under way began with: `invoke restart --stage train --force` trains "
-                f"anew (its checkpoints stay in {self.paths.train})"
+                "job.train (its datasets, weights, layers, sequence length or args) or the caps' "
+                "--datasets differ from what the training under way began with: `invoke restart "
+                f"--stage train --force` trains anew (its checkpoints stay in {self.paths.train})"
             )
             return False
         else:
             digest = await asyncio.to_thread(rows.plan_digest, self._plan(self.paths.train))
-        self.data = self.paths.train / f"data-{digest[:12]}"
-        self.save = self.paths.train / f"checkpoints-{digest[:12]}"
+        self._name(digest)
+        if self.force:
+            self._set_aside()
         made = rows.read_manifest(self.data)
         if made is None:
             self.status_now.phase = "making the training rows"
@@ -293,7 +305,8 @@ class TrainStage(stage.Stage):
                 if not self.stop.asked:
                     self.fatal = f"making the training rows failed (exit {code}; logs/trainer.log)"
                 return False
-        write_json(self.current, {"digest": made["digest"], "settings": self._settings()})
+        self._name(made["digest"])  # the rows as prepare found them
+        write_json(self.paths.train_now, {"digest": made["digest"], "settings": self._settings()})
         for d in made.get("datasets", []):
             self.datasets[d["name"]] = int(d.get("used", 0))
         self.status_now.rows = int(made.get("rows", 0))
@@ -305,6 +318,21 @@ class TrainStage(stage.Stage):
             ]
         )
         return True
+
+    def _name(self, digest: str) -> None:
+        """This training's folders and loss curve, named by its rows."""
+        self.data = self.paths.train / f"data-{digest[:12]}"
+        self.save = self.paths.train / f"checkpoints-{digest[:12]}"
+        self.metrics = self.paths.train / f"metrics-{digest[:12]}.jsonl"
+
+    def _set_aside(self) -> None:
+        """--force: a training of these very rows begun before is kept beside, never deleted, and
+        this one starts from nothing."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for p in (self.save, self.metrics):
+            if p.exists():
+                p.rename(p.with_name(f"{p.name}.{stamp}"))
+                self.log(f"train: --force: {p.name} kept beside as {p.name}.{stamp}")
 
     async def _old_trainer_gone(self) -> None:
         """A trainer a runner killed before left (told SIGTERM by its death: it saves, then exits)
@@ -362,6 +390,7 @@ class TrainStage(stage.Stage):
             draft_vocab=self.spec.draft_vocab,
             checkpoint_freq=self.spec.checkpoint_freq,
             extra=list(self.spec.args),
+            gpus=self.gpus,
         )
 
     async def _follow(self, start: int) -> None:
@@ -379,7 +408,8 @@ class TrainStage(stage.Stage):
                 self.read_to = f.tell()
                 line = raw.decode(errors="replace")
                 done = self.progress.steps_done
-                if self.progress.feed(line) and self.progress.steps_done != done:
+                fed = self.progress.feed(line)
+                if fed and "global_step=" in line and self.progress.steps_done != done:
                     self._stepped()
 
     def _stepped(self) -> None:
@@ -393,7 +423,7 @@ class TrainStage(stage.Stage):
                 loss=p.loss,
                 accuracy=p.full_acc,
             )
-            append_line(self.paths.train / "metrics.jsonl", step.line())
+            append_line(self.metrics, step.line())
 
     def _serve_best(self) -> None:
         # the lowest validation loss; a run killed while it validated its last epoch may name none
@@ -412,14 +442,21 @@ class TrainStage(stage.Stage):
         self.log(f"train: the draft is {out} (checkpoint {best.name}): server.draft.model: trained")
 
     def stopping(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
+        """The trainer told to end (it resumes from its last checkpoint), once a checkpoint it
+        writes is whole: its SIGTERM cuts off whatever runs, a save too."""
+        self.term_due = True
+        self.tick()
+
+    def tick(self) -> None:
+        if self.term_due and not self.progress.saving and self.in_flight():
+            self.term_due = False
             with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)  # it ends; resumed from its last checkpoint
+                os.killpg(self.proc.pid, signal.SIGTERM)
 
     async def abandon(self) -> int:
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()  # the grace is over: its last checkpoint is where it resumes
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the grace is over: every process of it
         return 0
 
     # ------------------------------------------------------------------ what it reports

@@ -97,7 +97,7 @@ def _newer_than_state(folder: Path) -> str:
 def done(save: Path, epochs: int) -> bool:
     """The run has trained every epoch: its last save is the end of epoch `epochs - 1`, whole."""
     s = TrainState.read(save)
-    return not s.torn and s.epoch == epochs - 1 and s.local_step == 0
+    return not s.torn and s.epoch is not None and s.epoch >= epochs - 1 and s.local_step == 0
 
 
 def set_aside(save: Path, state: TrainState) -> Path | None:

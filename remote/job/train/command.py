@@ -75,8 +75,11 @@ def trainer_argv(
     draft_vocab: int | None,
     checkpoint_freq: float,
     extra: list[str],
+    gpus: int = 1,
 ) -> list[str]:
-    """`python -m speculators.train ...`; `extra` are flags of the trainer's own (none of OWNED)."""
+    """`python -m speculators.train ...`, on `gpus` GPUs through torch's own launcher where more
+    than one (one process a GPU, as speculators' docs run it); `extra` are flags of the trainer's
+    own (none of OWNED)."""
     if epochs < 1 or draft_layers < 1 or total_seq_len < 1 or not target_layers:
         raise ValueError("epochs, draft_layers and total_seq_len must be >= 1, with target layers")
     check_checkpoint_freq(checkpoint_freq, epochs)
@@ -84,6 +87,9 @@ def trainer_argv(
     if clash:
         raise ValueError(f"the stage sets or relies on {', '.join(clash)}: not in extra args")
     argv = [python, "-m", "speculators.train", "--verifier-name-or-path", verifier]
+    if gpus > 1:
+        run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
+        argv[1:1] = run
     argv += ["--data-path", data, "--save-path", save]
     argv += ["--target-layer-ids", *(str(int(x)) for x in target_layers)]
     argv += ["--num-layers", str(draft_layers), "--epochs", str(epochs), "--lr", repr(float(lr))]

@@ -6,7 +6,7 @@ offline trainer reads, made once.
                 "out": "/abs/run/train/data", "draft_vocab": null}
 
     out/rows.jsonl                       row i: n, id, dataset, source_n, input_ids, loss_mask, seq_len
-    out/hidden_states/hs_<i>.safetensors  a link to the dataset's own file of that row
+    out/hidden_states/hs_<i>.safetensors  a hard link to the dataset's own file of that row
     out/data-*.arrow, dataset_info.json, state.json   the Arrow dataset (`save_to_disk`)
     out/token_freq.pt                    the reply tokens' counts, when the plan has a draft vocab
     out/lengths.json                     every row's seq_len, in order (the epochs' steps, see epoch_steps)
@@ -159,9 +159,18 @@ def _merge(sources: list[tuple[dict, list[SourceRow]]], folder: Path) -> list[in
                     line |= {k: full[k] for k in ("input_ids", "loss_mask", "seq_len")}
                     f.write(json.dumps(line, separators=(",", ":")) + "\n")
                     target = src / "hidden_states" / f"hs_{row.n}.safetensors"
-                    os.symlink(target, folder / "hidden_states" / f"hs_{i}.safetensors")
+                    _link(target, folder / "hidden_states" / f"hs_{i}.safetensors")
                     seq.append(int(full["seq_len"]))
     return seq
+
+
+def _link(target: Path, link: Path) -> None:
+    """A hard link where it can be (`pull --hidden-states --free` deleting the dataset's file then
+    leaves the trainer's), else a symbolic one (another filesystem)."""
+    try:
+        os.link(target, link)
+    except OSError:
+        os.symlink(target, link)
 
 
 def _manifest(plan: dict, sources, digest: str, n: int) -> dict:

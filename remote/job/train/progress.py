@@ -21,6 +21,7 @@ _EPOCH = re.compile(r"^(Training|Validation) epoch (\d+)/(\d+) (started|complete
 _MID = re.compile(r"^Resuming mid-epoch from epoch=(\d+) local_step=(\d+) global_step=(\d+)\.$")
 _NEXT = re.compile(r"^Resuming training on epoch (\d+)\.$")
 _SAVING = re.compile(r"^Checkpoint saved to (.+)$")
+_SAVE_BEGINS = re.compile(r"^Saving checkpoint to (.+)$")
 _BEST = re.compile(r"^Updated checkpoint_best -> (\d+) \(loss_epoch=([\d.eE+-]+|nan|inf)\)$")
 _INTERRUPTED = re.compile(r"^Interrupt checkpoint saved to '(.+)'$")
 _ERROR = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt)\w*)(: .*)?$")
@@ -73,6 +74,7 @@ class TrainProgress:
     epoch_steps: int | None = None  # this epoch's steps, once a bar has said them
     skipped: int = 0  # steps of this epoch a mid-epoch resume skipped
     validating: bool = False
+    saving: bool = False  # a checkpoint is being written (a SIGTERM now would cut it off)
     loss: float | None = None  # the last step's train/loss
     full_acc: list = field(default_factory=list)  # per draft position, the last step's
     tokens_per_s: float | None = None
@@ -156,7 +158,11 @@ class TrainProgress:
             self.steps_done, self._known = 0, True
             self.events.append(Event("fresh", 0, 0))
             return True
+        if _SAVE_BEGINS.match(text):
+            self.saving = True
+            return True
         if m := _SAVING.match(text):
+            self.saving = False
             if m.group(1).endswith("/interrupted"):  # said again by the line after
                 return False
             self.events.append(Event("checkpoint", self.epoch, self.steps_done, m.group(1)))

@@ -354,3 +354,30 @@ def test_a_dry_runs_done_under_a_moved_target_is_what_the_runner_will_count():
     st.datasets["B1"] = DatasetStatus(state="running", done=12, target=20, records=12, prompts=32)
     row = caps_summary(st, Caps(caps={"B1": 5}), Caps(max_samples=20), (), {})["B1"]
     assert (row.done, row.done_most, row.target) == (0, 5, 5)  # which 12 of the 20: not known
+
+
+def test_the_trainer_a_killed_runner_left_is_allowed_its_gpu_memory_by_pid_and_start_time(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from remote.common import procinfo
+    from remote.common.jobspec import Paths
+    from remote.host.processes.runner_process import trainer_pids
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    assert trainer_pids(paths) == set()  # none recorded
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        rec = {"pid": child.pid, "start_time": procinfo.start_time(child.pid)}
+        paths.trainer.write_text(json.dumps(rec))
+        assert child.pid in trainer_pids(paths)
+        # the same pid, another process (another start time): a stranger's
+        paths.trainer.write_text(json.dumps(dict(rec, start_time=rec["start_time"] - 1)))
+        assert trainer_pids(paths) == set()
+    finally:
+        child.kill()
+        child.wait()
+    paths.trainer.write_text(json.dumps(rec))
+    assert trainer_pids(paths) == set()  # gone

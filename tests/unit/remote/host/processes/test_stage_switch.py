@@ -259,3 +259,31 @@ def test_a_swap_whose_process_never_starts_is_ended_not_left_to_be_taken_up(tmp_
         stage_switch.begin(paths, StageSwitch(stage="draft"), by="user", rel=tmp_path)
     assert killed == [4243] and stage_switch.current(paths) is None
     assert StageSwitch.read(paths.switch).step == SwitchStep.FAILED
+
+
+def test_the_train_stage_stops_the_server_up_or_wanted_and_refuses_first_what_it_cannot_train(
+    tmp_path, monkeypatch
+):
+    from remote.common.jobspec import DatasetSpec, JobSpec
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    job = JobSpec((DatasetSpec("B1", "b1.jsonl"),), train={"epochs": 1})
+    monkeypatch.setattr(stage_switch, "deployed_spec", lambda: job)
+    _serving(monkeypatch, ServerState(up=True, ready=True))
+    with pytest.raises(HostFault, match="no hidden-states rows|there are none for B1"):
+        stage_switch.needed(paths, CtlRestart(stage="train", server=DRAFTED))
+    (paths.hidden_states / "B1").mkdir(parents=True)
+    (paths.hidden_states / "B1" / "rows.jsonl").write_text("")
+    sw = stage_switch.needed(paths, CtlRestart(stage="train", server=DRAFTED, keep_server=True))
+    assert sw.why == "holds the GPUs the train stage needs"  # --no-server or not: it holds them
+    # down, and wanted: the watcher would start it beside the trainer, so it is kept down
+    _serving(monkeypatch, ServerState(up=False))
+    intent.change(paths, server={"wanted": True, "spec": DRAFTED, "base": DRAFTED})
+    sw = stage_switch.needed(paths, CtlRestart(stage="train", server=DRAFTED))
+    assert sw is not None and sw.why is None
+    intent.change(paths, server={"wanted": False, "why": "stopped"})
+    assert stage_switch.needed(paths, CtlRestart(stage="train", server=DRAFTED)) is None
+    monkeypatch.setattr(stage_switch, "deployed_spec", lambda: JobSpec(job.datasets))
+    with pytest.raises(HostFault, match="has no job.train"):
+        stage_switch.needed(paths, CtlRestart(stage="train", server=DRAFTED))

@@ -138,6 +138,6 @@ def test_the_stand_in_trainer_fails_the_same_way_at_the_step_named(tmp_path):
 
 def test_the_stand_in_trainer_fails_on_a_missing_file(tmp_path):
     data = prepared(tmp_path)
-    os.unlink(tmp_path / "hs" / "B1" / "hidden_states" / "hs_2.safetensors")
+    os.unlink(data / "hidden_states" / "hs_2.safetensors")  # the trainer's own link gone
     run = train_data.run_trainer(train_data.trainer_args(data, tmp_path / "ckpt"))
     assert run.returncode == 1 and "Failed to load hidden states for sample 2." in run.stderr
