@@ -106,6 +106,9 @@ class ServerRecord(ProcessRecord):
         return self.sid or self.pid  # pid files before `sid` was kept: a session leader
 
 
+SWITCH_TAKE_S = 120.0  # a busy host may take this long to start the Python that carries a swap out
+
+
 @dataclass
 class StageSwitch(SwitchView, Record):
     """run/switch.json: a server swap for a restart's stage (SwitchView), with what its process
@@ -128,9 +131,13 @@ class StageSwitch(SwitchView, Record):
         """Its process still the one that took it."""
         return _same_process(self.pid, self.start_time)
 
+    def starting(self, now: float) -> bool:
+        """Begun, and its process not yet started this long: not given up on."""
+        return not self.pid and now - self.step_at < SWITCH_TAKE_S
+
     def view(self) -> SwitchView:
         shown = {f: getattr(self, f) for f in SwitchView.__dataclass_fields__}
-        return SwitchView(**shown | {"alive": self.carried()})
+        return SwitchView(**shown | {"alive": self.carried() or self.starting(time.time())})
 
 
 @dataclass

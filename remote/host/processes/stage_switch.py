@@ -34,7 +34,7 @@ from ...common.jobspec import (
 from ...common.protocol import CtlRestart, CtlStop, ServerCheck, ServerStatus, ServerStop
 from ...common.recover import RecoverSpec
 from ...common.stages import EXTRACT, SPECULATE, stage_of
-from ...common.state import StageSwitch, kept_caps, lock_held, settle, untokened_env
+from ...common.state import SWITCH_TAKE_S, StageSwitch, kept_caps, lock_held, settle, untokened_env
 from ...common.status import JobState, SwitchStep
 from ...common.wire import Fault, HostFault, to_wire
 from ..facts import engines, intent
@@ -42,7 +42,6 @@ from . import runner_process, server_process
 from .extraction import stage_spec
 from .smoke import smoke
 
-TAKE_S = 120.0  # a busy host may take this long to start the Python that carries a swap out
 LOOK_S = 1.0  # a loading server looked at this often (a stop typed meanwhile seen as soon)
 TRIES = 2  # a swap whose process was killed is taken up again once by the watcher
 
@@ -143,7 +142,7 @@ def refuse_during(paths: Paths, typed: str, dry_run: bool = False) -> None:
     sw = current(paths)
     if sw is None:
         return
-    starting = not sw.pid and time.time() - sw.step_at < TAKE_S
+    starting = sw.starting(time.time())
     if sw.carried() or starting or lock_held(paths.switch_lock):
         raise HostFault(
             "busy",
@@ -174,7 +173,7 @@ def begin(paths: Paths, sw: StageSwitch, by: str, rel: Path | None = None) -> St
     argv = [sys.executable, "-m", "remote", "ctl", "switch", "--root", str(paths.root)]
     with open(paths.watcher_log, "ab") as log:
         proc = procinfo.start_detached(argv, cwd=rel, env=env, log=log)
-    deadline = time.monotonic() + TAKE_S
+    deadline = time.monotonic() + SWITCH_TAKE_S
     while time.monotonic() < deadline:
         now_sw = StageSwitch.read(paths.switch)
         if now_sw is not None and (now_sw.pid == proc.pid or now_sw.ended):

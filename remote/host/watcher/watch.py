@@ -201,7 +201,7 @@ class Watcher:
         self.runner.then = None
         if sw.carried() or lock_held(self.paths.switch_lock):
             return
-        if not sw.pid and now - sw.step_at < stage_switch.TAKE_S:
+        if sw.starting(now):
             return  # its process is starting
         if sw.tries >= stage_switch.TRIES:
             fault = Fault("start_failed", f"its process was killed {sw.tries} times, at: {sw.step}")

@@ -123,7 +123,8 @@ class TrainStage(stage.Stage):
     def start_lines(self) -> list[str]:
         return [
             "caps: " + self.caps.line(),
-            f"train: {self.spec.epochs} epochs of {', '.join(self.datasets)}'s rows with "
+            f"train: {self.spec.epochs} epoch{'s' * (self.spec.epochs != 1)} of "
+            f"{', '.join(self.datasets)}'s rows with "
             f"{self.spec.trainer if not self.spec.python else self.spec.python}, target layers "
             f"{self.layers}",
         ]

@@ -254,7 +254,7 @@ def test_a_swap_whose_process_never_starts_is_ended_not_left_to_be_taken_up(tmp_
             killed.append(self.pid)
 
     monkeypatch.setattr(stage_switch.procinfo, "start_detached", lambda argv, **kw: Slow())
-    monkeypatch.setattr(stage_switch, "TAKE_S", 0.05)
+    monkeypatch.setattr(stage_switch, "SWITCH_TAKE_S", 0.05)
     with pytest.raises(HostFault, match="did not start"):
         stage_switch.begin(paths, StageSwitch(stage="draft"), by="user", rel=tmp_path)
     assert killed == [4243] and stage_switch.current(paths) is None

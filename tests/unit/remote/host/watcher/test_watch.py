@@ -9,7 +9,7 @@ import sys
 from remote.common import procinfo
 from remote.common.jobspec import Paths, release_dir
 from remote.common.recover import RecoverSpec
-from remote.common.state import WatcherRecord
+from remote.common.state import SWITCH_TAKE_S, WatcherRecord
 from remote.host.facts import intent
 from remote.host.watcher import watch
 
@@ -249,7 +249,7 @@ def test_the_stage_asked_to_follow_begins_the_hosts_swap_and_nothing_is_kept_whi
     assert state["next_stage"] == "baseline" and state["server"]["state"] == "starting"
     assert w.server.swapping and not begun[1:]
     # its process gone: taken up again once, then given up with the step it was at
-    sw.pid, sw.start_time, sw.step_at = 0, None, time.time() - stage_switch.TAKE_S - 1
+    sw.pid, sw.start_time, sw.step_at = 0, None, time.time() - SWITCH_TAKE_S - 1
     sw.write(paths.switch)
     w.tick(time.time())
     assert len(begun) == 2
