@@ -263,7 +263,10 @@ def _train_possible(config, host_spec: str | None, flags) -> None:
     for h in config.select_hosts(host_spec):
         why = None
         if not config.job_for(h.name).train:
-            why = "hosts.yaml has no job.train (the trainer and its settings: docs/train.md)"
+            why = (
+                "hosts.yaml has no job.train: the trainer and its settings (docs/train.md); it "
+                "runs speculators' trainer, which needs torch on the host (a GPU host)"
+            )
         elif flags.baseline and config.server_for(h.name).draft.get("model") != TRAINED:
             why = (
                 "--baseline measures the trained draft next, and server.draft.model is not "

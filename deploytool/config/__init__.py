@@ -276,6 +276,8 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
             "job.chat_template_kwargs, job.engine.model), not in extra_body"
         )
     train = fields_of(f"{where}.train", mapping(f"{where}.train", job.get("train")), TRAIN_FIELDS)
+    if job.get("train") is not None:  # `train: {}` is every default, said whole in job.json
+        train = TrainSpec.from_dict(train).to_dict()
     names = [d.name for d in datasets]
     for name in train.get("weights", {}):
         if name not in names:

@@ -401,8 +401,9 @@ def train_said(st: JobView) -> list[str]:
             f"{_accuracy(t.val_accuracy)}{best}"
         )
     rows = ", ".join(f"{n} {d.target:,}" for n, d in st.datasets.items())
+    made = f"rows {t.rows:,} ({rows})" if t.rows else "the training rows: not made yet"
     restarts = f" · trainer started again {t.restarts}×" if t.restarts else ""
-    lines.append(f"rows {t.rows:,} ({rows}){restarts}" + (f" · pid {t.pid}" if t.pid else ""))
+    lines.append(made + restarts + (f" · pid {t.pid}" if t.pid else ""))
     return lines
 
 

@@ -245,8 +245,9 @@ def train_refusal(paths: "Paths", job: "JobSpec | None", caps) -> str | None:
 
     if job is None or not job.train:
         return (
-            "the train stage trains the draft job.train describes, and hosts.yaml has no "
-            "job.train: add it (docs/train.md), `invoke deploy`, then the restart again"
+            "the train stage trains the draft job.train describes, and the deployed job has "
+            "none: add job.train to hosts.yaml (docs/train.md), `invoke deploy`, then the restart "
+            "again"
         )
     names = [d.name for d in job.datasets if caps.selected(d.name)]
     if not any((paths.hidden_states / n / "rows.jsonl").is_file() for n in names):

@@ -78,15 +78,16 @@ def needed(paths: Paths, req: CtlRestart) -> StageSwitch | None:
     is not the restart's to start (`req.server` None), or serves the stage as it runs. What could
     refuse the new server refuses here, before anything is stopped; so does a server down that
     --no-server keeps down, unless --force."""
+    stage = req.stage or kept_caps(paths).stage
+    if stage_of(stage).trains:  # what it cannot train, refused before anything is stopped
+        caps = dataclasses.replace(kept_caps(paths), stage=stage)
+        if refused := train_refusal(paths, deployed_spec(), caps):
+            raise HostFault("usage", refused)
     base = req.server
     if base is None:
         return None
     state = server_process.server_state(paths, ServerStatus(quick=True))
-    stage = req.stage or kept_caps(paths).stage
     if not stage_of(stage).asks_server:  # its process holds the GPUs: the server stopped first
-        caps = dataclasses.replace(kept_caps(paths), stage=stage)
-        if refused := train_refusal(paths, deployed_spec(), caps):  # before anything is stopped
-            raise HostFault("usage", refused)
         wanted = intent.read(paths).server.wanted  # down, and the watcher would start it again
         if not (state.up or wanted):
             return None

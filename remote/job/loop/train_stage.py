@@ -92,7 +92,11 @@ class TrainStage(stage.Stage):
         except ValueError as e:
             raise BadInput(f"job.train: {e}") from None
         except HostFault as e:  # no layers said, and the model's config.json not on the host
-            raise BadInput(f"{e.fault.message}; or set job.train.target_layers") from None
+            raise BadInput(
+                "job.train.target_layers: not said, and the layers the hidden states were made "
+                f"with are not known here ({e.fault.message}): set it to the layers the "
+                "hidden-states stage kept but the last"
+            ) from None
 
     def _server(self):
         """hosts.yaml's server as the host was last given it (the target the hidden states are
@@ -141,6 +145,14 @@ class TrainStage(stage.Stage):
     async def _work(self) -> None:
         python = await self._python()
         if python is None or self.fatal or self.stop.asked:
+            return
+        if await self._logged([python, "-c", "import speculators.train, datasets"]) != 0:
+            if not self.stop.asked:
+                self.fatal = (
+                    f"{python} cannot import speculators' trainer and datasets "
+                    "(logs/trainer.log): install them there, or leave job.train.python out and "
+                    "the host installs job.train.trainer into a venv of its own"
+                )
             return
         if not await self._rows(python):
             return

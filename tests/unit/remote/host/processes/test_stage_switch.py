@@ -285,5 +285,5 @@ def test_the_train_stage_stops_the_server_up_or_wanted_and_refuses_first_what_it
     intent.change(paths, server={"wanted": False, "why": "stopped"})
     assert stage_switch.needed(paths, CtlRestart(stage="train", server=DRAFTED)) is None
     monkeypatch.setattr(stage_switch, "deployed_spec", lambda: JobSpec(job.datasets))
-    with pytest.raises(HostFault, match="has no job.train"):
+    with pytest.raises(HostFault, match="the deployed job has none: add job.train"):
         stage_switch.needed(paths, CtlRestart(stage="train", server=DRAFTED))
