@@ -73,6 +73,7 @@ class TrainStage(stage.Stage):
         self.steps: list[int] = []  # each epoch's steps, known before it trains
         self.pace = RateWindow()  # steps a second
         self.read_to = 0  # how far trainer.log is read
+        self.ratio = 0.9  # the rows' training part, as prepare made them
         self.metrics = self.paths.train / "metrics.jsonl"  # this training's (named by its rows)
         self.term_due = False  # a stop came while a checkpoint was written: told once it is
 
@@ -323,10 +324,11 @@ class TrainStage(stage.Stage):
         for d in made.get("datasets", []):
             self.datasets[d["name"]] = int(d.get("used", 0))
         self.status_now.rows = int(made.get("rows", 0))
-        lengths, total = rows.lengths(self.data), self.spec.total_seq_len
+        self.ratio = float(made.get("train_ratio", 0.9))
+        lengths, total, ratio = rows.lengths(self.data), self.spec.total_seq_len, self.ratio
         self.steps = await asyncio.to_thread(
             lambda: [
-                epoch_steps.steps_per_epoch(lengths, total, epoch=e)
+                epoch_steps.steps_per_epoch(lengths, total, ratio, epoch=e)
                 for e in range(self.spec.epochs)
             ]
         )
@@ -365,7 +367,7 @@ class TrainStage(stage.Stage):
         state = checkpoints.TrainState.read(self.save)
         if checkpoints.set_aside(self.save, state):  # a save a kill cut off: the one before it
             self.log(f"train: {state.folder} was not saved whole ({state.torn}): resumed before it")
-        argv = self._argv(python)
+        argv = self._argv(python, self.ratio)
         start = self.paths.trainer_log.stat().st_size if self.paths.trainer_log.exists() else 0
         follow = asyncio.ensure_future(self._follow(start))
         run = asyncio.ensure_future(self._logged(argv))
@@ -389,7 +391,7 @@ class TrainStage(stage.Stage):
             f": {last[-1].strip()}" if last and code else ", not finished"
         )
 
-    def _argv(self, python: str) -> list[str]:
+    def _argv(self, python: str, ratio: float | None = None) -> list[str]:
         return command.trainer_argv(
             python,
             verifier=self._verifier(),
@@ -404,6 +406,7 @@ class TrainStage(stage.Stage):
             checkpoint_freq=self.spec.checkpoint_freq,
             extra=list(self.spec.args),
             gpus=self.gpus,
+            train_ratio=ratio,
         )
 
     async def _follow(self, start: int) -> None:

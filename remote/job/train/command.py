@@ -14,6 +14,7 @@ from __future__ import annotations
 OWNED = {
     "--verifier-name-or-path", "--data-path", "--save-path", "--target-layer-ids", "--num-layers",
     "--epochs", "--lr", "--total-seq-len", "--checkpoint-freq", "--draft-vocab-size", "--on-missing",
+    "--train-data-ratio",  # prepare's: where the held-out rows begin
     "--no-resume-from-checkpoint",  # resume is how a restart goes on
     "--save-best",  # it keeps only the best epoch's folder and no mid-epoch saves: nothing to resume
     "--max-steps",  # a run cut short that the save folder would call unfinished forever
@@ -76,6 +77,7 @@ def trainer_argv(
     checkpoint_freq: float,
     extra: list[str],
     gpus: int = 1,
+    train_ratio: float | None = None,
 ) -> list[str]:
     """`python -m speculators.train ...`, on `gpus` GPUs through torch's own launcher where more
     than one (one process a GPU, as speculators' docs run it); `extra` are flags of the trainer's
@@ -97,6 +99,8 @@ def trainer_argv(
     argv += ["--on-missing", "raise"]  # a missing file is an error here, never a vLLM request
     if draft_vocab is not None:
         argv += ["--draft-vocab-size", str(int(draft_vocab))]
+    if train_ratio is not None:  # where the rows' training part ends (prepare's manifest)
+        argv += ["--train-data-ratio", repr(float(train_ratio))]
     return argv + list(extra)
 
 

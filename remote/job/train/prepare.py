@@ -12,11 +12,14 @@ offline trainer reads, made once.
     out/lengths.json                     every row's seq_len, in order (the epochs' steps, see epoch_steps)
     out/manifest.json                    the inputs: digest, datasets, rows used and skipped
 
-Rows go in the plan's order of datasets, each dataset's rows in its rows.jsonl order, a dataset
-repeated `weight` times (a whole number >= 1), numbered 0..N-1. A row is used when its file is
-there with the size its line says; a freed row (its file pulled off the host with --free) or a
-missing or cut file is skipped and counted. The trainer takes the first 90% of the rows for
-training and the rest for validation, so the last dataset's last rows are what it validates on.
+Rows go in the plan's order of datasets, each dataset's rows in its rows.jsonl order, numbered
+0..N-1: first the training rows, a dataset's repeated `weight` times (a whole number >= 1), then
+each dataset's held-out tail once (its last tenth, none of a dataset of one row), the validation
+rows. The trainer splits at int(N * ratio): the stage passes `--train-data-ratio` as the manifest's
+`train_ratio`, so the split falls exactly there and no copy of a trained row is validated on (a
+weight never leaks into the best checkpoint's choice). A row is used when its file is there with
+the size its line says; a freed row (its file pulled off the host with --free) or a missing or cut
+file is skipped and counted.
 
 Same data, same order: a resumed run must see exactly the rows it began with. `plan_digest(plan)`
 sums the plan (each dataset's name, folder, weight, the draft vocab) and the rows it would use
@@ -113,7 +116,7 @@ def _snapshot(plan: dict) -> list[tuple[dict, list[SourceRow]]]:
 
 
 def _digest(plan: dict, sources: list[tuple[dict, list[SourceRow]]]) -> str:
-    h = hashlib.sha256(json.dumps({"v": 1, "draft_vocab": plan.get("draft_vocab")}).encode())
+    h = hashlib.sha256(json.dumps({"v": 2, "draft_vocab": plan.get("draft_vocab")}).encode())
     for d, rows in sources:
         h.update(json.dumps([d["name"], d["folder"], d["weight"]]).encode())
         for r in rows:
@@ -139,15 +142,34 @@ def lengths(out: Path) -> list[int]:
     return json.loads((Path(out) / LENGTHS).read_text())
 
 
-def _merge(sources: list[tuple[dict, list[SourceRow]]], folder: Path) -> list[int]:
-    """rows.jsonl and the hs_<i> links of every row used, in order; their seq_lens."""
+def held_out(used: int) -> int:
+    """A dataset's validation rows: its last tenth, at least one where it has two rows or more."""
+    return 0 if used < 2 else max(1, round(used / 10))
+
+
+def _parts(sources: list[tuple[dict, list[SourceRow]]]) -> list[tuple[dict, dict, int]]:
+    """(dataset, {row n: its row} taken, copies): the training part first, then the held-out."""
+    train, held = [], []
+    for d, rows in sources:
+        used = [r for r in rows if not r.skip]
+        cut = len(used) - held_out(len(used))
+        train.append((d, {r.n: r for r in used[:cut]}, d["weight"]))
+        held.append((d, {r.n: r for r in used[cut:]}, 1))
+    return train + held
+
+
+def _merge(sources: list[tuple[dict, list[SourceRow]]], folder: Path) -> tuple[list[int], int]:
+    """rows.jsonl and the hs_<i> links of every row used, in order; their seq_lens, and how many
+    of them are training rows (the rest validate)."""
     (folder / "hidden_states").mkdir(parents=True)
-    seq = []
+    seq, trained = [], 0
+    parts = _parts(sources)
     with open(folder / MERGED, "w") as f:
-        for d, rows in sources:
+        for part_no, (d, want, copies) in enumerate(parts):
+            if part_no == len(sources):
+                trained = len(seq)
             src = Path(d["folder"])
-            want = {r.n: r for r in rows if not r.skip}
-            for _ in range(d["weight"]):
+            for _ in range(copies):
                 for row, raw in row_lines(src / ROWS):
                     if row.n not in want:
                         continue
@@ -161,7 +183,7 @@ def _merge(sources: list[tuple[dict, list[SourceRow]]], folder: Path) -> list[in
                     target = src / "hidden_states" / f"hs_{row.n}.safetensors"
                     _link(target, folder / "hidden_states" / f"hs_{i}.safetensors")
                     seq.append(int(full["seq_len"]))
-    return seq
+    return seq, trained
 
 
 def _link(target: Path, link: Path) -> None:
@@ -171,6 +193,12 @@ def _link(target: Path, link: Path) -> None:
         os.link(target, link)
     except OSError:
         os.symlink(target, link)
+
+
+def train_ratio(trained: int, n: int) -> float:
+    """The trainer's --train-data-ratio that splits `n` rows exactly after the first `trained`
+    (it takes int(n * ratio))."""
+    return (trained + 0.5) / n if n else 0.9
 
 
 def _manifest(plan: dict, sources, digest: str, n: int) -> dict:
@@ -222,10 +250,12 @@ def prepare(plan: dict) -> tuple[dict, bool]:
     if part.exists() or part.is_symlink():
         shutil.rmtree(part)  # a prepare killed before its rename
     part.mkdir(parents=True)
-    seq = _merge(sources, part)
+    seq, trained = _merge(sources, part)
     _convert(part, plan.get("draft_vocab"))
     (part / LENGTHS).write_text(json.dumps(seq))
     manifest = _manifest(plan, sources, digest, len(seq))
+    manifest["train_rows"] = trained
+    manifest["train_ratio"] = train_ratio(trained, len(seq))
     (part / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     os.rename(part, out)
     return manifest, True

@@ -22,21 +22,27 @@ def test_rows_merge_in_order_skipping_freed_and_missing_files(tmp_path):
     b2 = train_data.write_dataset(tmp_path / "hs", "B2", 3)
     out = tmp_path / "train" / "data"
     summary = made(tmp_path, train_data.plan(out, (b1, 1), (b2, 2)))
-    assert summary["rows"] == 3 + 3 * 2 and summary["made"] is True
+    # the training rows (B2's twice), then each dataset's last tenth once: the validation rows
+    assert summary["rows"] == 2 + 2 * 2 + 2 and summary["made"] is True
     assert summary["datasets"][0]["skipped"] == {"freed": 1, "missing": 1}
     lines = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
     assert [(x["n"], x["dataset"], x["source_n"]) for x in lines] == [
-        (0, "B1", 0), (1, "B1", 2), (2, "B1", 4),
-        (3, "B2", 0), (4, "B2", 1), (5, "B2", 2), (6, "B2", 0), (7, "B2", 1), (8, "B2", 2),
+        (0, "B1", 0), (1, "B1", 2), (2, "B2", 0), (3, "B2", 1), (4, "B2", 0), (5, "B2", 1),
+        (6, "B1", 4), (7, "B2", 2),
     ]  # fmt: skip
+    # the trainer's split (int(n * ratio)) falls exactly there: no copy of a trained row validates
+    manifest = prepare.read_manifest(out)
+    assert manifest["train_rows"] == 6 and int(8 * manifest["train_ratio"]) == 6
+    trained = {(x["dataset"], x["source_n"]) for x in lines[:6]}
+    assert not trained & {(x["dataset"], x["source_n"]) for x in lines[6:]}
     assert set(lines[0]) >= {"input_ids", "loss_mask", "seq_len"}
     link = out / "hidden_states" / "hs_1.safetensors"
     # a hard link: freeing the dataset's own file (pull --free) leaves the trainer's
     assert os.path.samefile(link, b1 / "hidden_states" / "hs_2.safetensors")
     assert not link.is_symlink()
-    assert sorted(p.name for p in (out / "hidden_states").iterdir())[-1] == "hs_8.safetensors"
+    assert sorted(p.name for p in (out / "hidden_states").iterdir())[-1] == "hs_7.safetensors"
     assert json.loads((out / "state.json").read_text())["_format_type"] == "torch"
-    assert prepare.lengths(out) == [4] * 9
+    assert prepare.lengths(out) == [4] * 8
     assert (
         not (out / prepare.CACHE).exists() and not (tmp_path / "train" / ".data.partial").exists()
     )
@@ -104,3 +110,10 @@ def test_rows_of_reads_a_ledger_up_to_its_torn_line(tmp_path):
         f.write(b'{"n": 3, "id": "B1-0000')  # a line a kill cut
     rows = prepare.rows_of(b1)
     assert [(r.n, r.skip, r.seq_len) for r in rows] == [(0, "freed", 4), (1, "", 4), (2, "", 4)]
+
+
+def test_each_dataset_holds_out_its_last_tenth_and_the_ratio_splits_exactly_there():
+    assert [prepare.held_out(n) for n in (0, 1, 2, 9, 10, 100, 1001)] == [0, 0, 1, 1, 1, 10, 100]
+    for n in range(1, 400):
+        for trained in range(n):
+            assert int(n * prepare.train_ratio(trained, n)) == trained
