@@ -53,7 +53,7 @@ def training(paths: Paths) -> dict:
     log = paths.log.read_text().splitlines()
     began = next(x for x in log if re.search(r"runner start pid \d+ .* stage train ", x))
     made = next(x for x in log if "train: the draft is " in x)
-    steps = [json.loads(x) for x in (paths.train / "metrics.jsonl").read_text().splitlines()]
+    steps = [json.loads(x) for x in paths.training_now()["metrics"].read_text().splitlines()]
     return {
         "wall_s": stamp(made) - stamp(began),
         "steps": max(s["step"] for s in steps),

@@ -565,6 +565,19 @@ class Paths:
     def meta(self, ds: str) -> Path:
         return self.outputs / f"{ds}.meta.json"
 
+    def training(self, digest: str) -> dict[str, Path]:
+        """A training's rows, checkpoints and loss curve, named by the digest of its rows."""
+        d = digest[:12]
+        names = {"data": f"data-{d}", "save": f"checkpoints-{d}", "metrics": f"metrics-{d}.jsonl"}
+        return {k: self.train / v for k, v in names.items()}
+
+    def training_now(self) -> dict[str, Path] | None:
+        """The training under way (or the last one), as train_now names it; None: none."""
+        from .codec import read_json
+
+        digest = (read_json(self.train_now) or {}).get("digest")
+        return self.training(str(digest)) if digest else None
+
     def ensure(self) -> None:
         for d in (self.outputs, self.run, self.logs):
             d.mkdir(parents=True, exist_ok=True)

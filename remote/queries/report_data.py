@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
 from ..common.caps import within
-from ..common.codec import read_json, typed_lines
+from ..common.codec import typed_lines
 from ..common.jobspec import Paths, deployed_spec
 from ..common.protocol import CtlReport
 from ..common.records import ErrorLine, Record, TrainStep
@@ -114,9 +114,8 @@ def throughput(made: collections.Counter) -> tuple[list[list[float]], float | No
 def loss_curve(paths: Paths) -> ReportHistory:
     """The train stage's loss at each step its trainer logged (its metrics-<rows>.jsonl), at most
     SERIES_POINTS of them (every n-th), a gap where no step came for IDLE_GAP_S (a restart)."""
-    now = read_json(paths.train_now) or {}  # the training under way, or the last
-    digest = str(now.get("digest", ""))[:12]
-    steps = [(m.t, m.loss) for m in typed_lines(paths.train / f"metrics-{digest}.jsonl", TrainStep)]
+    now = paths.training_now()  # the training under way, or the last
+    steps = [(m.t, m.loss) for m in typed_lines(now["metrics"], TrainStep)] if now else []
     every = max(1, len(steps) // SERIES_POINTS)
     points, last = [], None
     for t, loss in steps[::every]:

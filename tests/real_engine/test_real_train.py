@@ -59,11 +59,13 @@ def test_the_trained_draft_is_measured_well_above_one_through_a_kill_of_its_trai
         train_flow.hidden_states_made(config, ROWS)
         said = ok("invoke restart --stage train --baseline", config, timeout=600)
         assert "stage hidden-states → train" in said, said
+
         # kill -9 of the trainer once it has trained a dozen steps (a checkpoint every ~5)
-        metrics = paths.train / "metrics.jsonl"
-        wait_for(
-            lambda: trainer_alive(root) and lines(metrics) >= 12, 600, 0.05, "a dozen steps trained"
-        )
+        def trained(n: int) -> bool:  # this training's loss curve, once the stage has named it
+            now = paths.training_now()
+            return bool(trainer_alive(root) and now and lines(now["metrics"]) >= n)
+
+        wait_for(lambda: trained(12), 600, 0.05, "a dozen steps trained")
         first = trainer_alive(root)
         os.kill(first, signal.SIGKILL)
         wait_for(

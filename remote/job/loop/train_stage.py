@@ -336,9 +336,8 @@ class TrainStage(stage.Stage):
 
     def _name(self, digest: str) -> None:
         """This training's folders and loss curve, named by its rows."""
-        self.data = self.paths.train / f"data-{digest[:12]}"
-        self.save = self.paths.train / f"checkpoints-{digest[:12]}"
-        self.metrics = self.paths.train / f"metrics-{digest[:12]}.jsonl"
+        named = self.paths.training(digest)
+        self.data, self.save, self.metrics = named["data"], named["save"], named["metrics"]
 
     def _set_aside(self) -> None:
         """--force: a training of these very rows begun before is kept beside, never deleted, and
