@@ -30,7 +30,8 @@ def test_speculators_reads_the_prepared_folder_and_counts_the_steps_as_we_do(tmp
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert made.returncode == 0, made.stdout + made.stderr
-    assert json.loads(made.stdout.strip().splitlines()[-1])["rows"] == 11 + 8
+    # B1's 11 rows but its last, B2's 3 twice, then each one's held-out last row
+    assert json.loads(made.stdout.strip().splitlines()[-1])["rows"] == 10 + 3 * 2 + 1 + 1
     run = subprocess.run(
         [vllm_python, str(REPO / "tests" / "real_engine" / "train_read.py"), str(out), str(REPO)],
         env=env, capture_output=True, text=True, timeout=300,
@@ -38,7 +39,7 @@ def test_speculators_reads_the_prepared_folder_and_counts_the_steps_as_we_do(tmp
     assert run.returncode == 0, run.stderr
     got = json.loads(run.stdout.strip().splitlines()[-1])
     rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
-    split = int(len(rows) * 0.9)
+    split = json.loads((out / "manifest.json").read_text())["train_rows"]  # where training ends
     assert [r[0] for r in got["read"]] == ["train"] * split + ["val"] * (len(rows) - split)
     assert [r[1] for r in got["read"]] == [r["input_ids"] for r in rows]
     assert all(r[2] == [4, 2 * 4] for r in got["read"])  # the aux layers (all but the last), flat

@@ -24,9 +24,12 @@ def main(data: str, repo: str) -> None:
 
     warnings.simplefilter("ignore")
     read = []
+    ratio = json.loads(open(f"{data}/manifest.json").read())[
+        "train_ratio"
+    ]  # as the stage passes it
     for split in ("train", "val"):
         ds = ArrowDataset(
-            max_len=64, datapath=data, on_missing="raise", train_ratio=0.9, split=split
+            max_len=64, datapath=data, on_missing="raise", train_ratio=ratio, split=split
         )
         for i in range(len(ds)):
             item = ds[i]
