@@ -59,8 +59,8 @@ def _dies_with_runner(parent: int) -> None:
 
 class TrainStage(stage.Stage):
     def __init__(self, runner, caps: Caps, force: bool):
-        """`force`: train anew on the rows as they are now, where other datasets or weights than
-        the training under way's are asked (its folders stay beside, never deleted)."""
+        """`force`: train anew on the rows as they are now, whatever the training under way began
+        with (its folders stay beside, never deleted)."""
         super().__init__(runner)
         self.caps, self.force = caps, force
         self.spec = self.job.trainer
@@ -69,12 +69,12 @@ class TrainStage(stage.Stage):
         self.progress = progress.TrainProgress()
         self.proc: asyncio.subprocess.Process | None = None
         self.datasets: dict[str, int] = {}  # rows trained on, per dataset
-        self.failures: list[str] = []  # this runner's trainers' errors, in order
+        self.failures: list[str] = []  # the trainers' ends since the last step, numbers aside
         self.steps: list[int] = []  # each epoch's steps, known before it trains
         self.pace = RateWindow()  # steps a second
         self.read_to = 0  # how far trainer.log is read
         self.ratio = 0.9  # the rows' training part, as prepare made them
-        self.metrics = self.paths.train / "metrics.jsonl"  # this training's (named by its rows)
+        self.metrics = self.paths.train / "metrics.jsonl"  # this training's, once its rows are named
         self.term_due = False  # a stop came while a checkpoint was written: told once it is
 
     # ------------------------------------------------------------------ before it runs
@@ -89,7 +89,7 @@ class TrainStage(stage.Stage):
         self.gpus = self.spec.gpus or len(machine.gpus() or ()) or 1  # one process a GPU
         try:
             self.layers = self._layers()
-            self._argv("python")  # its settings checked before anything is stopped
+            self._argv("python")  # its settings checked before the trainer starts
         except ValueError as e:
             raise BadInput(f"job.train: {e}") from None
         except HostFault as e:  # no layers said, and the model's config.json not on the host
