@@ -74,8 +74,11 @@ class TrainStage(stage.Stage):
         self.pace = RateWindow()  # steps a second
         self.read_to = 0  # how far trainer.log is read
         self.ratio = 0.9  # the rows' training part, as prepare made them
-        self.metrics = self.paths.train / "metrics.jsonl"  # this training's, once its rows are named
+        self.metrics = (
+            self.paths.train / "metrics.jsonl"
+        )  # this training's, once its rows are named
         self.term_due = False  # a stop came while a checkpoint was written: told once it is
+        self.keeping: asyncio.Future | None = None  # the copy of the last whole checkpoint
 
     # ------------------------------------------------------------------ before it runs
 
@@ -363,9 +366,14 @@ class TrainStage(stage.Stage):
     async def _train(self, python: str) -> tuple[int | None, str]:
         """One trainer, to its end: (exit code, why it ended, in a line)."""
         self.status_now.phase = "training"
+        if self.keeping is not None:  # never a copy of a folder a new trainer writes
+            await asyncio.gather(self.keeping, return_exceptions=True)
         state = checkpoints.TrainState.read(self.save)
         if checkpoints.set_aside(self.save, state):  # a save a kill cut off: the one before it
-            self.log(f"train: {state.folder} was not saved whole ({state.torn}): resumed before it")
+            self.log(
+                f"train: {state.folder} was not saved whole ({state.torn}): resumed from the "
+                "last whole checkpoint"
+            )
         argv = self._argv(python, self.ratio)
         start = self.paths.trainer_log.stat().st_size if self.paths.trainer_log.exists() else 0
         follow = asyncio.ensure_future(self._follow(start))
@@ -422,10 +430,20 @@ class TrainStage(stage.Stage):
                     break
                 self.read_to = f.tell()
                 line = raw.decode(errors="replace")
-                done = self.progress.steps_done
+                done, saved = self.progress.steps_done, self.progress.saved
                 fed = self.progress.feed(line)
                 if fed and "global_step=" in line and self.progress.steps_done != done:
                     self._stepped()
+                if self.progress.saved != saved and self.progress.saved:
+                    self._keep(Path(self.progress.saved))
+
+    def _keep(self, folder: Path) -> None:
+        """A checkpoint said saved, copied aside at once (in a thread: the loop goes on reading):
+        the one a save cut off later goes back to."""
+        if folder.parent == self.save and folder.name != "interrupted":
+            self.keeping = asyncio.ensure_future(
+                asyncio.to_thread(checkpoints.keep_whole, self.save, folder)
+            )
 
     def _stepped(self) -> None:
         p = self.progress

@@ -100,8 +100,37 @@ def done(save: Path, epochs: int) -> bool:
     return not s.torn and s.epoch is not None and s.epoch >= epochs - 1 and s.local_step == 0
 
 
+WHOLE = (
+    ".whole"  # a copy of the last checkpoint seen whole (the trainer rewrites its folder in place)
+)
+
+
+def keep_whole(save: Path, folder: Path) -> bool:
+    """A copy of `folder`, a checkpoint just saved whole, as <save>/.whole: what a save cut off
+    later goes back to (that save overwrites this very folder, file by file). Copied beside and
+    renamed in; a copy the next save overtook (a file newer than the copy's state) is dropped and
+    the one before kept. Whether it was kept."""
+    save, folder = Path(save), Path(folder)
+    part, whole = save / f"{WHOLE}.partial", save / WHOLE
+    shutil.rmtree(part, ignore_errors=True)
+    try:
+        before = (folder / STATE).stat().st_mtime_ns
+        shutil.copytree(folder, part, symlinks=True)
+        overtaken = (folder / STATE).stat().st_mtime_ns != before
+    except OSError:
+        shutil.rmtree(part, ignore_errors=True)
+        return False
+    if overtaken or _newer_than_state(part) or _newer_than_state(folder):
+        shutil.rmtree(part, ignore_errors=True)
+        return False
+    shutil.rmtree(whole, ignore_errors=True)
+    os.rename(part, whole)
+    return True
+
+
 def set_aside(save: Path, state: TrainState) -> Path | None:
-    """Move a torn folder out of the trainer's sight (renamed, then deleted); where it went."""
+    """Move a torn folder out of the trainer's sight (renamed, then deleted), and put the last
+    whole copy of it (keep_whole) in its place where there is one; where the torn one went."""
     if not state.torn or state.folder is None:
         return None
     aside = state.folder.with_name(f"torn-{state.folder.name}")
@@ -109,6 +138,12 @@ def set_aside(save: Path, state: TrainState) -> Path | None:
         shutil.rmtree(aside)
     os.rename(state.folder, aside)  # one step: the trainer never sees it half gone
     shutil.rmtree(aside, ignore_errors=True)
+    whole = Path(save) / WHOLE
+    try:
+        epoch = json.loads((whole / STATE).read_text())["epoch"]
+        os.rename(whole, Path(save) / str(int(epoch)))  # the save before the one cut off
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none: the trainer goes on from the folder before it, or from the start
     return aside
 
 

@@ -75,6 +75,7 @@ class TrainProgress:
     skipped: int = 0  # steps of this epoch a mid-epoch resume skipped
     validating: bool = False
     saving: bool = False  # a checkpoint is being written (a SIGTERM now would cut it off)
+    saved: str = ""  # the folder of the last checkpoint said saved
     loss: float | None = None  # the last step's train/loss
     full_acc: list = field(default_factory=list)  # per draft position, the last step's
     tokens_per_s: float | None = None
@@ -163,6 +164,7 @@ class TrainProgress:
             return True
         if m := _SAVING.match(text):
             self.saving = False
+            self.saved = m.group(1)
             if m.group(1).endswith("/interrupted"):  # said again by the line after
                 return False
             self.events.append(Event("checkpoint", self.epoch, self.steps_done, m.group(1)))

@@ -141,3 +141,29 @@ def test_the_stand_in_trainer_fails_on_a_missing_file(tmp_path):
     os.unlink(data / "hidden_states" / "hs_2.safetensors")  # the trainer's own link gone
     run = train_data.run_trainer(train_data.trainer_args(data, tmp_path / "ckpt"))
     assert run.returncode == 1 and "Failed to load hidden states for sample 2." in run.stderr
+
+
+def test_a_save_cut_off_goes_back_to_the_last_whole_copy_not_to_nothing(tmp_path):
+    """The trainer rewrites an epoch's folder in place: a kill in the middle of a save tears the
+    very folder the save before was in. The copy kept when that save was said whole takes its
+    place."""
+    import time
+
+    save = tmp_path / "ckpt"
+    folder = save / "0"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"step 10")
+    (folder / ck.STATE).write_text(
+        json.dumps({"epoch": 0, "local_step": 10, "global_step": 10})
+    )
+    assert ck.keep_whole(save, folder)
+    time.sleep(0.01)  # a later save's file is newer than the state it never reached
+    (folder / "model.safetensors").write_bytes(b"step 15, half")
+    os.utime(folder / "model.safetensors")
+    state = ck.TrainState.read(save)
+    assert state.torn
+    ck.set_aside(save, state)
+    again = ck.TrainState.read(save)
+    assert (again.torn, again.local_step) == ("", 10)
+    assert (save / "0" / "model.safetensors").read_bytes() == b"step 10"
+    assert not (save / ".whole.partial").exists()
