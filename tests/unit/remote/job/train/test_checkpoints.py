@@ -153,9 +153,7 @@ def test_a_save_cut_off_goes_back_to_the_last_whole_copy_not_to_nothing(tmp_path
     folder = save / "0"
     folder.mkdir(parents=True)
     (folder / "model.safetensors").write_bytes(b"step 10")
-    (folder / ck.STATE).write_text(
-        json.dumps({"epoch": 0, "local_step": 10, "global_step": 10})
-    )
+    (folder / ck.STATE).write_text(json.dumps({"epoch": 0, "local_step": 10, "global_step": 10}))
     assert ck.keep_whole(save, folder)
     time.sleep(0.01)  # a later save's file is newer than the state it never reached
     (folder / "model.safetensors").write_bytes(b"step 15, half")
