@@ -2,8 +2,9 @@
 lock and the pid file, signals and the grace period, control requests (a live re-cap, a drain, a
 stop's grace), status.json, the watcher kept alive, the verdict and the exit code. The work is its
 stage's, which plugs in through `Stage` (generate.py: an answer for every prompt; hidden_stage.py:
-the target's hidden states of every answer kept; draft_stage.py: a draft measured on held-out
-prompts); a new stage is a module of its own.
+the target's hidden states of every answer kept; train_stage.py: a draft trained on them;
+draft_stage.py: a draft measured on held-out prompts); a new stage is a module of its own and one
+entry of the stage table (remote/common/stages.py).
 """
 
 from __future__ import annotations
