@@ -48,6 +48,16 @@ def done(root) -> dict[str, int]:
     return {ds: len(set(record_ids(root, ds))) for ds in DATASETS}
 
 
+def slowed_and_deployed(config) -> dict:
+    """The engine slowed so the next run outlasts the test (no setting of the records' changes),
+    deployed; hosts.yaml's data, for a test's own edits after."""
+    data = yaml.safe_load(config.read_text())
+    data["job"]["engine"]["tokens_per_s"] = 100
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    ok("invoke deploy", config)
+    return data
+
+
 def finish(config) -> None:
     assert "finished" in ok("invoke tail", config).splitlines()[-1]
 
@@ -283,10 +293,7 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
     ok("invoke deploy", config)
     ok("invoke restart --max-samples 2", config)  # records in every dataset
     finish(config)
-    data = yaml.safe_load(config.read_text())
-    data["job"]["engine"]["tokens_per_s"] = 100  # outlasts the test: no setting of the records'
-    config.write_text(yaml.safe_dump(data, sort_keys=False))
-    ok("invoke deploy", config)
+    data = slowed_and_deployed(config)
     try:
         ok("invoke restart --max-samples 300", config)
         wait_for(lambda: status(root)["in_flight"], what="answers in flight")
@@ -391,10 +398,7 @@ def test_the_restarts_caps_table_says_each_state_as_status_says_it(tmp_path):
     said = ok("invoke restart --dry-run --max-samples 6", config)
     assert states(said) == {ds: "budget reached" for ds in DATASETS}, said
     finish(config)
-    data = yaml.safe_load(config.read_text())
-    data["job"]["engine"]["tokens_per_s"] = 100  # outlasts the test: no setting of the records'
-    config.write_text(yaml.safe_dump(data, sort_keys=False))
-    ok("invoke deploy", config)
+    slowed_and_deployed(config)
     try:
         ok("invoke restart --max-samples 300 --max-tokens none", config)
         wait_for(lambda: status(root)["datasets"]["B1"]["in_flight"], what="B1 at work")

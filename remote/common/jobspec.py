@@ -8,7 +8,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .codec import Codec
+from .codec import Codec, read_json
 from .keys import (
     BadValue,
     boolean,
@@ -237,6 +237,13 @@ class TrainSpec(Codec):
     gpus: int | None = setting(None, int_in(1))  # the trainer's (None: every GPU the host has)
 
 
+def train_datasets(paths: "Paths", job: "JobSpec", caps) -> list[str]:
+    """The datasets the train stage trains on: those the caps select that have hidden-states
+    rows."""
+    names = [d.name for d in job.datasets if caps.selected(d.name)]
+    return [n for n in names if (paths.hidden_states / n / "rows.jsonl").is_file()]
+
+
 def train_refusal(paths: "Paths", job: "JobSpec | None", caps) -> str | None:
     """Why the train stage cannot start on this host (None: it can), said before the server it
     stops is stopped: no job.train, no hidden-states rows among the datasets the caps select, a
@@ -249,8 +256,8 @@ def train_refusal(paths: "Paths", job: "JobSpec | None", caps) -> str | None:
             "none: add job.train to hosts.yaml (docs/train.md), `invoke deploy`, then the restart "
             "again"
         )
-    names = [d.name for d in job.datasets if caps.selected(d.name)]
-    if not any((paths.hidden_states / n / "rows.jsonl").is_file() for n in names):
+    if not train_datasets(paths, job, caps):
+        names = [d.name for d in job.datasets if caps.selected(d.name)]
         return (
             "the train stage trains on the hidden-states stage's rows, and there are none for "
             f"{', '.join(names)}: `invoke restart --stage hidden-states` first"
@@ -573,8 +580,6 @@ class Paths:
 
     def training_now(self) -> dict[str, Path] | None:
         """The training under way (or the last one), as train_now names it; None: none."""
-        from .codec import read_json
-
         digest = (read_json(self.train_now) or {}).get("digest")
         return self.training(str(digest)) if digest else None
 

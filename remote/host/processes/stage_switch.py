@@ -78,9 +78,10 @@ def needed(paths: Paths, req: CtlRestart) -> StageSwitch | None:
     is not the restart's to start (`req.server` None), or serves the stage as it runs. What could
     refuse the new server refuses here, before anything is stopped; so does a server down that
     --no-server keeps down, unless --force."""
-    stage = req.stage or kept_caps(paths).stage
+    kept = kept_caps(paths)
+    stage = req.stage or kept.stage
     if stage_of(stage).trains:  # what it cannot train, refused before anything is stopped
-        caps = dataclasses.replace(kept_caps(paths), stage=stage)
+        caps = dataclasses.replace(kept, stage=stage)
         if refused := train_refusal(paths, deployed_spec(), caps):
             raise HostFault("usage", refused)
     base = req.server

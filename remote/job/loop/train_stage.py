@@ -24,7 +24,7 @@ from pathlib import Path
 from ...common import machine, procinfo
 from ...common.caps import Caps
 from ...common.codec import append_line, read_json, write_json
-from ...common.jobspec import release_dir, train_refusal
+from ...common.jobspec import release_dir, train_datasets, train_refusal
 from ...common.machine import default_layers
 from ...common.records import TrainStep
 from ...common.state import Supervise
@@ -85,9 +85,7 @@ class TrainStage(stage.Stage):
     def prepare(self) -> None:
         if refused := train_refusal(self.paths, self.job, self.caps):
             raise BadInput(refused)
-        names = [d.name for d in self.job.datasets if self.caps.selected(d.name)]
-        have = [n for n in names if (self.paths.hidden_states / n / "rows.jsonl").is_file()]
-        self.datasets = {n: 0 for n in have}
+        self.datasets = dict.fromkeys(train_datasets(self.paths, self.job, self.caps), 0)
         self.server = self._server()
         self.gpus = self.spec.gpus or len(machine.gpus() or ()) or 1  # one process a GPU
         try:
