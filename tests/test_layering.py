@@ -248,7 +248,6 @@ NO_UNIT_TEST = {
     "remote/common/answers.py": "every answer read back exactly: unit/remote/common/test_protocol",
     "remote/common/flags.py": "restart's flags as typed: test_caps_kept, test_restart_stop_status",
     "remote/host/commands/ctl.py": "every host command dispatches through it",
-    "remote/job/loop/train_stage.py": "the stage as typed with the stand-in trainer: test_train_stage",
     "remote/job/observe/telemetry.py": "the sampling loop against servers' /metrics: test_telemetry",
     "remote/host/commands/server_commands.py": "server start/stop/status: test_server_start_stop",
     "remote/host/facts/intent.py": "what should run, obeyed by the watcher: test_recovery",

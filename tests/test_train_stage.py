@@ -37,13 +37,13 @@ def trainer_python(tmp_path, **env) -> str:
     return str(path)
 
 
-def train_job(tmp_path, recover=False, **env):
+def train_job(tmp_path, recover=False, engine=None, notify=None, **env):
     """hosts.yaml of one `local` host whose job keeps token ids and trains with the stand-in: 2
     epochs, a checkpoint every half epoch; the host's remote_dir."""
     write_prompts(tmp_path / "data" / "prompts" / "B1.jsonl", 6, "B1")
     job = {
         "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 100}},
-        "engine": {"kind": "simulate", "concurrency": 2, "tokens_per_s": 100_000},
+        "engine": {"kind": "simulate", "concurrency": 2, "tokens_per_s": 100_000, **(engine or {})},
         "extra_body": TOKEN_IDS,
         "train": {
             "python": trainer_python(tmp_path, **env),
@@ -57,6 +57,8 @@ def train_job(tmp_path, recover=False, **env):
             ],  # the stand-in engine keeps 4 layers: the last is the target's
         },
     }
+    if notify is not None:  # each event's name and message, a line each
+        job["notify"] = {"command": f'echo "$DEPLOYTOOL_EVENT $DEPLOYTOOL_MESSAGE" >> {notify}'}
     hosts = {"box": {"connect": "local", "remote_dir": str(tmp_path / "host")}}
     data = {"default_host": "box", "hosts": hosts, "job": job, "recover": recover}
     config = tmp_path / "hosts.yaml"
@@ -135,6 +137,33 @@ def test_a_runner_killed_mid_training_is_started_again_and_its_trainer_resumes(t
     assert status(root)["state"] == "finished"
     assert log.count("No previous training checkpoint found") == 1 and "Resuming" in log
     assert (Paths(root).trained_draft / "config.json").is_file()
+
+
+def test_a_silent_trainer_is_said_stalled_then_killed_as_hung_and_resumed(tmp_path):
+    """A trainer that writes nothing (a stuck collective, say) is said stalled (status, notify),
+    then killed as hung and started again from its last checkpoint, the restart told too."""
+    gate, events = tmp_path / "gate", tmp_path / "events.log"
+    gate.write_text("2")  # the trainer holds before its third step, silent: as a hung one is
+    config, root = train_job(
+        tmp_path,
+        engine={"stall_minutes": 0.02},  # silent 1.2 s: stalled; twice that: hung
+        notify=events,
+        STAND_IN_TRAINER_GATE=str(gate),
+    )
+    hidden_states_made(config)
+    ok("invoke restart --stage train", config)
+    wait_for(lambda: train(root).get("step") == 2, what="two steps trained")
+    first = read_json(Paths(root).trainer)["pid"]
+    said = lambda: events.read_text() if events.exists() else ""  # noqa: E731
+    wait_for(lambda: "stalled: the trainer wrote nothing" in said(), what="stalled told")
+    wait_for(lambda: "trainer_restarted" in said(), what="the hung trainer's restart told")
+    assert "the trainer ended (hung: it wrote nothing for" in said()
+    assert not procinfo.alive(first)  # killed, never left beside the next
+    gate.write_text("1000")
+    ok("invoke tail", config)
+    st, log = status(root), Paths(root).trainer_log.read_text()
+    assert st["state"] == "finished" and st["train"]["restarts"] >= 1 and not st["stalled"]
+    assert log.count("No previous training checkpoint found") == 1 and "Resuming" in log
 
 
 def test_a_trainer_that_fails_twice_the_same_way_is_given_up_with_its_own_line(tmp_path):

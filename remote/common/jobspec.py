@@ -46,6 +46,7 @@ NOTIFY_EVENTS = (
     "server_restarted",
     "runner_restarted",
     "watcher_restarted",
+    "trainer_restarted",
     "engine_up",
 )
 NOTIFY_DEFAULT = NOTIFY_EVENTS[:-1]  # engine_up only when asked for

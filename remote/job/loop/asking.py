@@ -6,6 +6,7 @@ next restart); an engine down, stuck or slow is asked again after a backoff, the
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Awaitable, Callable
 
 from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, backoff
@@ -23,6 +24,7 @@ async def ask(stage, item: str, once: Callable[[int], Awaitable[None]], counts) 
         try:
             await once(tries)
             stage.engine_error = None
+            stage.made_at = time.time()
             return
         except AskAgain:
             pass

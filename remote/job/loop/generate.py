@@ -13,8 +13,7 @@ from ...common.caps import Caps
 from ...common.status import DatasetState, EngineStatus, JobState
 from ..engine import continuation
 from ..engine.pool import Pool
-from ..observe.alerts import AlertWatcher
-from ..observe.status_builder import progress, stalled
+from ..observe.status_builder import progress
 from ..observe.telemetry import Telemetry
 from ..observe.watched import WatchView
 from ..store.datasets import BadInput, DatasetRun
@@ -33,14 +32,10 @@ class GenerateStage(stage.Stage):
         paths, job, log = runner.paths, runner.job, runner.log
         eng = job.engine
         self.concurrency = eng.concurrency  # per server
-        self.stall_after = eng.stall_minutes * 60
         self.history = History(paths.history)
         self.writer = RecordWriter(log, self._disk_full)
         self.scheduler = Scheduler(paths, job, caps, self.writer, log, force)
         self.watch_view = WatchView(paths.watch_state, server_pid=paths.server_pid)
-        self.alerts = AlertWatcher(
-            runner.notifier, log, self.stall_after, eng.down_deadline, runner.notify_message
-        )
         self.pool: Pool | None = None
         self.dispatcher: Dispatcher | None = None
         self.kept_why_not: str | None = None
@@ -95,6 +90,12 @@ class GenerateStage(stage.Stage):
     def in_flight(self) -> int:
         return self.dispatcher.in_flight if self.dispatcher else 0
 
+    def progress_at(self) -> float:
+        return self.writer.last_completion
+
+    def stall_line(self, idle: float) -> str:
+        return f"no answer finished for {idle:.0f}s"
+
     def tick(self) -> None:
         """Its chores, each on its own clock (the runner calls it every quarter second)."""
         self.watch_view.reprobe(time.time(), self.pool, self.log)
@@ -105,14 +106,7 @@ class GenerateStage(stage.Stage):
                 run.out.sync()
                 run.err.sync()
             d = self.dispatcher
-            self.alerts.check(
-                time.time(),
-                self.runner.state,
-                self.in_flight(),
-                self.writer.last_completion,
-                self.pool,
-                d.engine_error if d else None,
-            )
+            self.runner.alerts.check_engine(time.time(), self.pool, d.engine_error if d else None)
         if self.clocks["disk"].due() and self.writer.unwritten:
             self.writer.flush()
         if self.clocks["history"].due() and self.runner.state == JobState.RUNNING:
@@ -186,9 +180,6 @@ class GenerateStage(stage.Stage):
             errors=sum(x.errors for x in p.datasets.values()),
             retries=d.retries if d else 0,
             eta_s=p.eta_s,
-            stalled=stalled(
-                runner.state, in_flight, self.writer.last_completion, now, self.stall_after
-            ),
             last_completion_at=self.writer.last_completion,
             datasets=p.datasets,
             gpus=self.telemetry.gpus if self.telemetry else None,

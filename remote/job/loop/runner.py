@@ -28,6 +28,8 @@ from ...common.state import ServerKeys, kept_caps, note_ran
 from ...common.status import JobState, JobStatus
 from ...common.wire import ExitCode
 from ..engine.kinds import make_engine
+from ..observe.alerts import AlertWatcher
+from ..observe.status_builder import stalled
 from ..observe.watcher_guard import WatcherGuard
 from ..store.datasets import BadInput
 from .control_requests import ControlWatcher, Every, StopState
@@ -67,6 +69,9 @@ class Runner:
             self.log,
             lambda event, what: self.notifier.send(event, self.notify_message(what)),
         )
+        self.alerts = AlertWatcher(
+            self.notifier, self.log, job.engine.down_deadline, self.notify_message
+        )
         self.stage: Stage = stage_work(caps.stage)(self, caps, force)
 
     def open_engine(self):
@@ -104,8 +109,11 @@ class Runner:
             self.check_control()  # a stat() every 0.25 s: a re-cap lands fast
             self.stage.tick()
             if status.due():
+                now = time.time()
                 self.write_status()
-                self.watcher_guard.check(time.time())
+                self.watcher_guard.check(now)
+                idle = now - self.stage.progress_at()
+                self.alerts.check_stall(self.stalled(now), self.stage.stall_line(idle))
             await asyncio.sleep(0.25)
 
     # ------------------------------------------------------------------ what it reports
@@ -113,6 +121,11 @@ class Runner:
     def notify_message(self, what: str) -> str:
         """One line: where, what happened, and how far the work is."""
         return f"{platform.node()}:{self.paths.root}: {what}; {self.stage.progress_line()}"
+
+    def stalled(self, now: float) -> bool:
+        """Work is out and its stage has finished nothing for as long as it may stay silent."""
+        st = self.stage
+        return stalled(self.state, st.in_flight(), st.progress_at(), now, st.stall_after())
 
     def status_now(self) -> JobStatus:
         now = time.time()
@@ -134,6 +147,7 @@ class Runner:
             abandoned=self.abandoned,
             notified=list(self.notifier.sent),
             watcher_restarts=self.watcher_guard.restarts,
+            stalled=self.stalled(now),
             **self.stage.status(now),
         )
 

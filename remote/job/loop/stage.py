@@ -3,6 +3,7 @@ and what a stage need not say when it has nothing of its own there."""
 
 from __future__ import annotations
 
+import time
 from contextlib import AbstractAsyncContextManager
 from typing import Awaitable
 
@@ -23,6 +24,16 @@ class Stage:
         self.engine_error: str | None = None  # why the engine cannot be asked, for status
         self.urls: list[str] = []  # the servers it asks
         self.retries = 0
+        self.made_at = time.time()  # when it last finished something: a stall is timed from it
+
+    def progress_at(self) -> float:
+        return self.made_at
+
+    def stall_after(self) -> float:  # silent this long with work out: stalled
+        return self.job.engine.stall_minutes * 60
+
+    def stall_line(self, idle: float) -> str:
+        return f"nothing finished for {idle:.0f}s"
 
     def prepare(self) -> None:  # open what it works on; BadInput: exit 2, nothing done
         raise NotImplementedError

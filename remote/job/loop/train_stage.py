@@ -10,6 +10,7 @@ it runs (its entry in the stage table says so): the trainer holds the GPUs."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
 import functools
@@ -31,7 +32,6 @@ from ...common.state import Supervise
 from ...common.status import DatasetState, DatasetStatus, EngineStatus, TrainStatus
 from ...common.wire import HostFault
 from ..store.datasets import BadInput
-from ..store.rates import RateWindow
 from ..train import checkpoints, command, epoch_steps, progress
 from ..train import prepare as rows
 from . import stage
@@ -40,6 +40,7 @@ LOOK_S = 0.5  # the trainer's log read this often
 BACKOFF_S, BACKOFF_MAX_S = 5.0, 300.0  # before a trainer that died is started again; doubles
 RESTARTS = 5  # trainers that died one after the other with no step between: given up
 OLD_TRAINER_S = 600.0  # a trainer of a runner killed before: waited for (it saves) this long
+HUNG_TIMES = 2  # a trainer silent this many times as long as it may be (stalled) is hung: killed
 PR_SET_PDEATHSIG = 1
 try:  # looked up here: the child between fork and exec calls nothing that may take a lock
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
@@ -71,7 +72,10 @@ class TrainStage(stage.Stage):
         self.datasets: dict[str, int] = {}  # rows trained on, per dataset
         self.failures: list[str] = []  # the trainers' ends since the last step, numbers aside
         self.steps: list[int] = []  # each epoch's steps, known before it trains
-        self.pace = RateWindow()  # steps a second
+        self.step_s: collections.deque = collections.deque(maxlen=100)  # recent steps' seconds
+        self.last_step_at: float | None = None  # this trainer's last step (None: none yet)
+        self.hung: str | None = None  # why the runner killed the trainer, where it did
+        self.clock = time.time
         self.read_to = 0  # how far trainer.log is read
         self.ratio = 0.9  # the rows' training part, as prepare made them
         self.metrics = (
@@ -172,9 +176,11 @@ class TrainStage(stage.Stage):
                 return
             if time.time() - started > BACKOFF_MAX_S:  # it ran a while: a fresh death
                 wait = BACKOFF_S
-            self.log(
-                f"train: the trainer ended ({why}): started again in {wait:g}s, from its last checkpoint"
+            what = (
+                f"the trainer ended ({why}): started again in {wait:g}s, from its last checkpoint"
             )
+            self.log(f"train: {what}")
+            self.runner.notifier.send("trainer_restarted", self.runner.notify_message(what))
             self.status_now.restarts += 1
             await self._sleep(wait)
             wait = min(2 * wait, BACKOFF_MAX_S)
@@ -242,6 +248,7 @@ class TrainStage(stage.Stage):
         it carries the job's token, so a stop finds it even where its runner is gone."""
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         append_line(self.paths.trainer_log, f"==== {' '.join(argv)}\n".encode())
+        self.made_at = self.clock()  # silence is timed from its start
         with open(self.paths.trainer_log, "ab") as out:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -363,7 +370,7 @@ class TrainStage(stage.Stage):
 
     async def _train(self, python: str) -> tuple[int | None, str]:
         """One trainer, to its end: (exit code, why it ended, in a line)."""
-        self.status_now.phase = "training"
+        self.status_now.phase, self.hung, self.last_step_at = "training", None, None
         if self.keeping is not None:  # never a copy of a folder a new trainer writes
             await asyncio.gather(self.keeping, return_exceptions=True)
         state = checkpoints.TrainState.read(self.save)
@@ -389,6 +396,8 @@ class TrainStage(stage.Stage):
             await asyncio.gather(follow, return_exceptions=True)
             self._read(start)  # its last lines
             self.status_now.pid = None
+        if self.hung:
+            return code, self.hung
         if code is not None and code < 0:
             return code, f"killed by signal {-code}"
         last = procinfo.why_lines(procinfo.tail_lines(self.paths.trainer_log, 40), 1)
@@ -427,6 +436,7 @@ class TrainStage(stage.Stage):
                 if not raw.endswith(b"\n"):
                     break
                 self.read_to = f.tell()
+                self.made_at = self.clock()  # a line: not hung
                 line = raw.decode(errors="replace")
                 done, saved = self.progress.steps_done, self.progress.saved
                 fed = self.progress.feed(line)
@@ -444,11 +454,13 @@ class TrainStage(stage.Stage):
             )
 
     def _stepped(self) -> None:
-        p = self.progress
-        self.pace.add(time.time(), 1)
+        p, now = self.progress, self.clock()
+        if self.last_step_at is not None:  # a step's time: never a restart's wait or load
+            self.step_s.append(now - self.last_step_at)
+        self.last_step_at = now
         if p.loss is not None:
             step = TrainStep(
-                t=time.time(),
+                t=now,
                 epoch=p.epoch or 0,
                 step=p.steps_done,
                 loss=p.loss,
@@ -483,6 +495,29 @@ class TrainStage(stage.Stage):
             self.term_due = False
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
+        idle = self.clock() - self.made_at
+        training = self.status_now.phase == "training" and self.in_flight()
+        if training and not self.hung and idle > HUNG_TIMES * self.stall_after():
+            self.hung = f"hung: it wrote nothing for {idle:.0f}s"
+            self.log(f"train: the trainer is {self.hung}: killed")
+            with contextlib.suppress(ProcessLookupError):  # a stuck collective ignores SIGTERM
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def step_seconds(self) -> float | None:
+        """A step's time, over this training's recent steps."""
+        return sum(self.step_s) / len(self.step_s) if self.step_s else None
+
+    def stall_after(self) -> float:
+        """A validation says nothing until it ends: its batches (the held-out tenth, no backward)
+        may take as long as as many training steps."""
+        after, step = super().stall_after(), self.step_seconds()
+        if self.progress.validating and step and self.steps:
+            epoch = self.steps[min(self.progress.epoch or 0, len(self.steps) - 1)]
+            after += epoch * (1 - self.ratio) / self.ratio * step
+        return after
+
+    def stall_line(self, idle: float) -> str:
+        return f"the trainer wrote nothing for {idle:.0f}s (logs/trainer.log)"
 
     async def abandon(self) -> int:
         if self.proc is not None and self.proc.returncode is None:
@@ -498,8 +533,8 @@ class TrainStage(stage.Stage):
         t.val_loss, t.val_accuracy, t.best_epoch = p.val_loss, list(p.val_full_acc), p.best_epoch
         t.tokens_per_s = p.tokens_per_s or 0.0
         t.steps = sum(self.steps) if self.steps else None
-        per_s = self.pace.per_s(now, self.runner.started_at)
-        t.eta_s = int((t.steps - t.step) / per_s) if t.steps and per_s > 0 else None
+        step = self.step_seconds()  # a dead trainer's wait moves it not
+        t.eta_s = int((t.steps - t.step) * step) if t.steps and step else None
         done = t.phase == "done"
         datasets = {
             n: DatasetStatus(

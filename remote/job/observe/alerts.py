@@ -1,4 +1,6 @@
-"""stalled, engine_down (and engine_up): told through job.notify once each time they begin."""
+"""stalled, engine_down (and engine_up), engine_degraded: told through job.notify once each time
+they begin. The runner keeps one for every stage (stalled); a stage that asks through the engine
+pool checks the engine's with it too."""
 
 from __future__ import annotations
 
@@ -6,7 +8,6 @@ from typing import Callable
 
 from ...common.notify import Notifier
 from ..engine.pool import Pool
-from .status_builder import stalled
 
 
 class AlertWatcher:
@@ -14,30 +15,20 @@ class AlertWatcher:
         self,
         notifier: Notifier,
         log: Callable[[str], None],
-        stall_after: float,
         down_deadline: float,
         message: Callable[[str], str],
     ):
         self.notifier, self.log, self.message = notifier, log, message
-        self.stall_after, self.down_deadline = stall_after, down_deadline
+        self.down_deadline = down_deadline
         self._active: set[str] = set()  # conditions notified and not yet cleared
 
-    def check(
-        self,
-        now: float,
-        state: str,
-        in_flight: int,
-        last_completion: float,
-        pool: Pool | None,
-        engine_error: str | None,
-    ) -> None:
-        idle = now - last_completion
-        if self._begins(
-            "stalled", stalled(state, in_flight, last_completion, now, self.stall_after)
-        ):
-            self.log(f"stalled: nothing finished for {idle:.0f}s")
-            what = f"stalled: no answer finished for {idle:.0f}s"
-            self.notifier.send("stalled", self.message(what))
+    def check_stall(self, stalled: bool, what: str) -> None:
+        """`what`: what has not happened, and for how long."""
+        if self._begins("stalled", stalled):
+            self.log(f"stalled: {what}")
+            self.notifier.send("stalled", self.message(f"stalled: {what}"))
+
+    def check_engine(self, now: float, pool: Pool | None, engine_error: str | None) -> None:
         down = pool.all_down_since() if pool else None
         # a server restart is not worth a message: every server silent for a while is
         if down is not None and now - down >= min(60.0, self.down_deadline / 2):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from remote.common.status import JobState
 from remote.job.engine.pool import Pool
 from remote.job.observe.alerts import AlertWatcher
+from remote.job.observe.status_builder import stalled
 
 
 class Notifier:
@@ -18,20 +19,25 @@ class Notifier:
 
 def watcher(down_deadline=600.0):
     n, log = Notifier(), []
-    w = AlertWatcher(n, log.append, stall_after=300, down_deadline=down_deadline, message=str.upper)
+    w = AlertWatcher(n, log.append, down_deadline=down_deadline, message=str.upper)
     pool = Pool(["http://a", "http://b"], 2, 1.0, lambda _: None)
     return w, n, log, pool
 
 
 def test_stalled_once_while_it_lasts_and_again_after_it_cleared():
-    w, n, log, pool = watcher()
-    w.check(299.0, JobState.RUNNING, 3, 0.0, pool, None)
-    assert n.sent == []  # not yet: stall_after is 300 s
-    w.check(400.0, JobState.RUNNING, in_flight=3, last_completion=0.0, pool=pool, engine_error=None)
+    w, n, log, _ = watcher()
+
+    def check(now, in_flight):
+        out = stalled(JobState.RUNNING, in_flight, 0.0, now, 300.0)
+        w.check_stall(out, f"no answer finished for {now:.0f}s")
+
+    check(299.0, 3)
+    assert n.sent == []  # not yet: it may stay silent 300 s
+    check(400.0, 3)
     assert n.sent[0][0] == "stalled" and n.sent[0][1].startswith("STALLED: NO ANSWER FINISHED")
-    w.check(500.0, JobState.RUNNING, 3, 0.0, pool, None)  # still: not said again
-    w.check(600.0, JobState.RUNNING, 0, 0.0, pool, None)  # nothing out: no longer stalled
-    w.check(999.0, JobState.RUNNING, 3, 0.0, pool, None)
+    check(500.0, 3)  # still: not said again
+    check(600.0, 0)  # nothing out: no longer stalled
+    check(999.0, 3)
     assert [e for e, _ in n.sent] == ["stalled", "stalled"] and "stalled" in log[0]
 
 
@@ -39,15 +45,13 @@ def test_engine_down_only_after_a_while_then_engine_up():
     w, n, _, pool = watcher(down_deadline=600.0)
     for e in pool.endpoints:
         pool.mark_down(e, "refused", now=1000.0)
-    w.check(
-        1030.0, JobState.RUNNING, 0, 1030.0, pool, "refused"
-    )  # 30 s: a restart, not worth a message
+    w.check_engine(1030.0, pool, "refused")  # 30 s: a restart, not worth a message
     assert n.sent == []
-    w.check(1061.0, JobState.RUNNING, 0, 1061.0, pool, "refused")
+    w.check_engine(1061.0, pool, "refused")
     assert n.sent[-1][0] == "engine_down" and "FAILS AFTER 600S" in n.sent[-1][1]
     pool.mark_up(pool.endpoints[0], now=1100.0)
-    w.check(1100.0, JobState.RUNNING, 0, 1100.0, pool, None)
-    w.check(1101.0, JobState.RUNNING, 0, 1101.0, pool, None)
+    w.check_engine(1100.0, pool, None)
+    w.check_engine(1101.0, pool, None)
     assert [e for e, _ in n.sent] == ["engine_down", "engine_up"]
 
 
@@ -57,9 +61,9 @@ def test_a_server_that_gets_requests_stuck_while_others_answer_is_degraded():
     for i in range(10):
         pool.answered(a, 10, now=100.0 + i)
         pool.stuck(a, now=100.0 + i)
-    w.check(120.0, JobState.RUNNING, 1, 119.0, pool, None)
+    w.check_engine(120.0, pool, None)
     degraded = [t for e, t in n.sent if e == "engine_degraded"]
     assert a.degraded(120.0) and not pool.endpoints[1].degraded(120.0)
     assert len(degraded) == 1 and "HTTP://A (10 STUCK)" in degraded[0] and "degraded" in log[-1]
-    w.check(121.0, JobState.RUNNING, 1, 120.0, pool, None)
+    w.check_engine(121.0, pool, None)
     assert len([e for e, _ in n.sent if e == "engine_degraded"]) == 1  # said once
