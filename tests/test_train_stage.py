@@ -17,10 +17,11 @@ from remote.common import procinfo
 from remote.common.codec import read_json
 from remote.common.jobspec import Paths
 from remote.common.state import ServerRecord
+from remote.job.train.command import venv_name
 from tests.conftest import free_port, status, wait_for, write_prompts
 from tests.helpers.as_typed import ok, typed
 from tests.helpers.stand_ins import fake_vllm
-from tests.helpers.train_data import STAND_IN
+from tests.helpers.train_data import STAND_IN, stand_in_wheel
 
 TOKEN_IDS = {"return_token_ids": True}
 
@@ -175,6 +176,28 @@ def test_a_trainer_that_fails_twice_the_same_way_is_given_up_with_its_own_line(t
     assert st["state"] == "failed", res.stdout
     assert "the trainer failed twice the same way" in st["message"]
     assert "RuntimeError: stand-in trainer: step 1 fails" in st["message"]
+
+
+def test_the_host_installs_the_trainer_into_a_venv_of_its_own_once(tmp_path):
+    """No job.train.python: the host makes a venv under <remote_dir>/venvs/ and pip-installs
+    job.train.trainer there (a wheel here: no index needed), once; the next training uses it."""
+    config, root = train_job(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    del data["job"]["train"]["python"]
+    data["job"]["train"]["trainer"] = wheel = str(stand_in_wheel(tmp_path))
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    hidden_states_made(config)
+    ok("invoke restart --stage train", config)
+    ok("invoke tail", config)
+    assert status(root)["state"] == "finished", status(root)["message"]
+    venvs = list(Paths(root).trainer_venvs.iterdir())
+    assert [p.name for p in venvs] == [venv_name(wheel)]
+    assert (venvs[0] / ".installed").is_file() and (venvs[0] / "bin" / "python").exists()
+    ok("invoke restart --stage train --force", config)  # trains anew: installs nothing
+    ok("invoke tail", config)
+    log = Paths(root).trainer_log.read_text()
+    assert status(root)["state"] == "finished" and log.count("-m pip install") == 1
+    assert log.count(f"{venvs[0]}/bin/python -m speculators.train") == 2
 
 
 def test_no_job_train_is_refused_before_any_host_is_touched(tmp_path):

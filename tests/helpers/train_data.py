@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from remote.common.records import ROWS, RowLine
@@ -102,3 +103,28 @@ def run_trainer(args: list[str], **extra: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=60,
     )
+
+
+def stand_in_wheel(folder: Path) -> Path:
+    """The stand-ins as a wheel (speculators' trainer and datasets, standard library only): what
+    pip installs with no index, so the host's own install of job.train.trainer runs for real."""
+    info = "stand_in_trainer-0.1.dist-info"
+    wheel = folder / "stand_in_trainer-0.1-py3-none-any.whl"
+    files = sorted(p for p in STAND_IN.rglob("*.py") if "__pycache__" not in p.parts)
+    with zipfile.ZipFile(wheel, "w") as z:
+        for p in files:
+            z.write(p, p.relative_to(STAND_IN).as_posix())
+        z.writestr(
+            f"{info}/METADATA", "Metadata-Version: 2.1\nName: stand-in-trainer\nVersion: 0.1\n"
+        )
+        z.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        record = [f"{p.relative_to(STAND_IN).as_posix()},," for p in files]
+        z.writestr(
+            f"{info}/RECORD",
+            "\n".join([*record, f"{info}/METADATA,,", f"{info}/WHEEL,,", f"{info}/RECORD,,"])
+            + "\n",
+        )
+    return wheel
