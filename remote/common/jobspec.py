@@ -5,13 +5,14 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .codec import Codec, read_json
+from .codec import Codec, from_dict, plain, read_json
 from .keys import (
     BadValue,
     boolean,
+    checks,
     choice,
     fields_of,
     int_in,
@@ -81,8 +82,10 @@ class DatasetSpec:
         return (self.prompts, self.eval_prompts) if self.eval_prompts else (self.prompts,)
 
     def to_dict(self) -> dict:
-        out = {"prompts": self.prompts, "est_tokens": self.est_tokens, "turns": self.turns}
-        return dict(out, eval_prompts=self.eval_prompts) if self.eval_prompts else out
+        """Its keys in job.json (its name is the key it is under), every field without a list."""
+        out = plain(self)
+        del out["name"]
+        return out
 
 
 ENGINE_KINDS = ("openai", "simulate")
@@ -124,12 +127,11 @@ class EngineSpec:
             raise ValueError(f"unknown job.engine keys {sorted(unknown)}")
         d = dict(d)
         if d.get("base_urls"):
-            d["base_urls"] = tuple(d["base_urls"])
             d.setdefault("base_url", d["base_urls"][0])
-        return cls(**d)
+        return from_dict(cls, d)
 
     def to_dict(self) -> dict:
-        return dict(asdict(self), base_urls=list(self.base_urls))
+        return plain(self, keep_none=True)
 
 
 LOOPBACK = "127.0.0.1"
@@ -203,13 +205,16 @@ def hidden_server(where: str, raw) -> dict:
 
 # vLLM's speculative methods that take a draft model (its --speculative-config `method`)
 DRAFT_METHODS = ("eagle3", "eagle", "draft_model", "mtp", "medusa", "mlp_speculator")
-DRAFT_KEYS = {
-    "model": string,
-    "method": choice(DRAFT_METHODS),
-    "num_speculative_tokens": int_in(1, 16),
-    "eval_samples": int_in(1),
-}
-DRAFT_DEFAULTS = {"method": "eagle3", "num_speculative_tokens": 3, "eval_samples": 200}
+
+
+@dataclass(frozen=True)
+class DraftSpec(Codec):
+    """hosts.yaml `server.draft:`: the draft the draft stage measures, every default stated once."""
+
+    model: str = setting(check=string, required=True)  # a folder on the host, or a model id
+    method: str = setting("eagle3", choice(DRAFT_METHODS))
+    num_speculative_tokens: int = setting(3, int_in(1, 16))
+    eval_samples: int = setting(200, int_in(1))  # held-out prompts asked per dataset
 
 
 def _weights(where: str, raw) -> dict:
@@ -292,10 +297,10 @@ def draft_folder(model: str, root: Path) -> Path | None:
 
 def draft_server(where: str, raw) -> dict:
     """`server.draft`: the draft the draft stage measures (a folder on the host or a model id)."""
-    got = fields_of(where, mapping(where, raw), DRAFT_KEYS)
+    got = fields_of(where, mapping(where, raw), checks(DraftSpec))
     if got and "model" not in got:
         raise BadValue(f"{where}: needs model: the draft's folder on the host, or its model id")
-    return {**DRAFT_DEFAULTS, **got} if got else {}
+    return DraftSpec(**got).to_dict() if got else {}
 
 
 @dataclass(frozen=True)
@@ -455,17 +460,11 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, raw: dict) -> "JobSpec":
-        ds = tuple(
-            DatasetSpec(
-                name=k,
-                prompts=v["prompts"],
-                est_tokens=int(v.get("est_tokens", DatasetSpec.est_tokens)),
-                turns=v.get("turns", "last"),
-                eval_prompts=v.get("eval_prompts"),
-            )
-            for k, v in raw["datasets"].items()
-        )
-        engine = EngineSpec.from_dict(raw.get("engine") or {})
+        try:  # as the codec reads any record: a field it cannot be is the file's fault
+            ds = tuple(from_dict(DatasetSpec, dict(v, name=k)) for k, v in raw["datasets"].items())
+            engine = EngineSpec.from_dict(raw.get("engine") or {})
+        except TypeError as e:
+            raise ValueError(str(e)) from None
         train = dict(raw.get("train") or {})
         return cls(ds, engine, **{k: dict(raw.get(k) or {}) for k in _MAPPINGS}, train=train)
 

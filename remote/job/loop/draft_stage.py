@@ -27,7 +27,7 @@ from pathlib import Path
 from ...common import metrics
 from ...common.caps import Caps
 from ...common.codec import read_json, write_json
-from ...common.jobspec import DRAFT_DEFAULTS, draft_folder
+from ...common.jobspec import DraftSpec, draft_folder
 from ...common.records import Record
 from ...common.stages import stage_of
 from ...common.state import Supervise
@@ -153,7 +153,7 @@ class DraftStage(stage.Stage):
                 "model": served,
                 "method": "none",
                 "num_speculative_tokens": 0,
-                "eval_samples": draft.get("eval_samples") or DRAFT_DEFAULTS["eval_samples"],
+                "eval_samples": draft.get("eval_samples") or DraftSpec.eval_samples,
                 "baseline": True,
             }
         elif not draft:
