@@ -310,23 +310,43 @@ def test_local_host_deploy_and_cli_output(tmp_path):
     assert "nothing changed" in second.stdout and "0 bytes" in second.stdout
 
 
-def test_a_draft_folder_here_is_kept_in_step_on_the_host_file_by_file(env, ssh_rig, monkeypatch):
-    """server.draft.model names a folder beside hosts.yaml: deploy sends it to
-    data/draft-models/<name>/ over SSH, never into a release; an upload that breaks keeps each file
-    that arrived whole, and the next deploy sends only the rest; a file gone here goes there."""
-    import deploytool.ops.deploy as deploy_mod
-    from deploytool.connectors import connect as connect_to
+def draft_rig(env, ssh_rig, files: dict[str, int]):
+    """server.draft.model naming ./drafts/eagle beside hosts.yaml, with `files` (path -> size) of
+    random bytes; its config, a connection to the host, and the copy's path there."""
     from tests.conftest import ssh_host_entry as entry
     from tests.conftest import write_config as config_of
 
     mine = env["project"] / "drafts" / "eagle"
-    (mine / "sub").mkdir(parents=True)
-    for name, n in (("a.bin", 5000), ("b.bin", 7000), ("sub/c.json", 10)):
+    for name, n in files.items():
+        (mine / name).parent.mkdir(parents=True, exist_ok=True)
         (mine / name).write_bytes(os.urandom(n))
     hosts = {"gpu": entry(ssh_rig, env["host_dir"], keep_releases=3)}
     cfg = config_of(env["project"], hosts, server={"draft": {"model": "./drafts/eagle"}})
-    conn = connect_to(cfg.hosts["gpu"], cfg)
-    copy = env["host_dir"] / "data" / "draft-models" / "eagle"
+    return (
+        mine,
+        cfg,
+        connect(cfg.hosts["gpu"], cfg),
+        env["host_dir"] / "data" / "draft-models" / "eagle",
+    )
+
+
+def tree(top: Path) -> dict[str, bytes]:
+    """Every file under `top` (links followed), hidden ones too: path -> bytes."""
+    return {
+        p.relative_to(top).as_posix(): p.read_bytes() for p in sorted(top.rglob("*")) if p.is_file()
+    }
+
+
+def test_a_draft_folder_here_is_kept_in_step_on_the_host_only_what_changed_sent(
+    env, ssh_rig, monkeypatch
+):
+    """server.draft.model names a folder beside hosts.yaml: deploy sends it to
+    data/draft-models/<name> over SSH, never into a release; an upload that breaks keeps each file
+    that arrived whole, and the next deploy sends only the rest; a file gone here goes there."""
+    import deploytool.ops.deploy as deploy_mod
+
+    sizes = {"a.bin": 5000, "b.bin": 7000, "sub/c.json": 10}
+    mine, cfg, conn, copy = draft_rig(env, ssh_rig, sizes)
     real = deploy_mod.file_sha256
 
     def torn(path):  # b.bin reads here as another file than arrives: the host refuses it
@@ -337,15 +357,14 @@ def test_a_draft_folder_here_is_kept_in_step_on_the_host_file_by_file(env, ssh_r
         monkeypatch.setattr(deploy_mod, "file_sha256", torn)
         with pytest.raises(RemoteError, match="b.bin arrived corrupted"):
             deploy_host(conn, cfg, release=release)
-        assert (copy / "a.bin").read_bytes() == (mine / "a.bin").read_bytes()  # kept, whole
-        assert not (copy / "b.bin").exists() and not list(copy.glob(".*.part"))
+        assert not os.path.lexists(copy)  # no copy yet: none half made
         assert not (env["host_dir"] / "current").exists()  # the release is not switched to
         monkeypatch.setattr(deploy_mod, "file_sha256", real)
         r = deploy_host(conn, cfg, release=release)
         assert r.draft.sent == ["b.bin", "sub/c.json"] and r.draft.files == 3
+        assert r.draft.resumed == ["a.bin"]  # arrived whole before the break: not sent again
         assert r.draft.sent_bytes == 7010 and r.draft.size == 12010
-        for name in ("a.bin", "b.bin", "sub/c.json"):
-            assert (copy / name).read_bytes() == (mine / name).read_bytes()
+        assert tree(copy) == tree(mine)
         assert not list(current(env).rglob("*.bin"))  # never in a release
         # unchanged: nothing sent; b.bin changed and sub/c.json gone: b.bin sent, c.json removed
         r = deploy_host(conn, cfg, release=release)
@@ -357,7 +376,62 @@ def test_a_draft_folder_here_is_kept_in_step_on_the_host_file_by_file(env, ssh_r
         assert (copy / "sub" / "c.json").exists()  # a dry run changes nothing
         r = deploy_host(conn, cfg, release=release)
         assert r.draft.sent == ["b.bin"] and r.draft.removed == ["sub/c.json"]
-        assert r.bytes_sent == 7000 and not (copy / "sub").exists()
-        assert (copy / "b.bin").read_bytes() == (mine / "b.bin").read_bytes()
+        assert r.bytes_sent == 7000 and tree(copy) == tree(mine)
+        versions = [p.name for p in copy.parent.iterdir() if p.name.startswith(".eagle.v-")]
+        assert versions == [os.readlink(copy)]  # the old version gone, its files with it
+    finally:
+        conn.close()
+
+
+def test_a_deploy_cut_off_midway_leaves_the_old_draft_whole_and_the_next_sends_the_rest(
+    env, ssh_rig, monkeypatch
+):
+    """A draft deployed, then changed here (two files changed, one added, one gone) and its deploy
+    cut off midway (a file unreadable here, after another arrived): the copy on the host is still the
+    old version, every file of it, and a dry run writes nothing; the next deploy sends only what
+    never arrived and switches to the new version whole, while a file the old one had open still
+    reads as it was (a server running the old draft)."""
+    import builtins
+
+    import deploytool.ops.deploy as deploy_mod
+
+    sizes = {"a.bin": 5000, "b.bin": 7000, "sub/c.json": 10}
+    mine, cfg, conn, copy = draft_rig(env, ssh_rig, sizes)
+    try:
+        release = build_release(cfg, env["pkg"])
+        deploy_host(conn, cfg, release=release)
+        old = tree(copy)
+        assert old == tree(mine)
+        (mine / "a.bin").write_bytes(os.urandom(5000))
+        (mine / "b.bin").write_bytes(os.urandom(7000))
+        (mine / "d.bin").write_bytes(os.urandom(3000))
+        (mine / "sub" / "c.json").unlink()
+        real_open = builtins.open
+
+        def unreadable(path, *a, **kw):  # b.bin cannot be read for the upload, after a.bin went
+            if Path(path) == mine / "b.bin":
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_open(path, *a, **kw)
+
+        monkeypatch.setattr(deploy_mod, "open", unreadable, raising=False)
+        with pytest.raises(PermissionError):
+            deploy_host(conn, cfg, release=release)
+        monkeypatch.undo()
+        assert tree(copy) == old  # the old version, every file: none of the new beside them
+        held = (copy / "b.bin").open("rb")  # as a server running the old draft has it
+        before = tree(copy.parent)
+        dry = deploy_host(conn, cfg, release=release, dry_run=True)
+        assert (dry.draft.sent, dry.draft.resumed) == (["b.bin", "d.bin"], ["a.bin"])
+        assert tree(copy.parent) == before  # a dry run writes nothing, its hashes included
+        r = deploy_host(conn, cfg, release=release)
+        assert (r.draft.sent, r.draft.resumed) == (["b.bin", "d.bin"], ["a.bin"])
+        assert r.draft.removed == ["sub/c.json"] and r.bytes_sent == 7000 + 3000
+        assert tree(copy) == tree(mine)  # switched: the new version, whole
+        with held:
+            assert held.read() == old["b.bin"]
+        versions = [p.name for p in copy.parent.iterdir() if p.name.startswith(".eagle.v-")]
+        assert versions == [os.readlink(copy)]  # the old version gone, and the unfinished one
+        r = deploy_host(conn, cfg, release=release)
+        assert not r.draft.changed and r.bytes_sent == 0
     finally:
         conn.close()

@@ -46,10 +46,12 @@ class DraftSent:
     sent: list[str] = field(default_factory=list)  # the files sent (new or changed)
     sent_bytes: int = 0
     removed: list[str] = field(default_factory=list)  # on the host, no longer in the draft
+    # new or changed, and already on the host whole: sent by a deploy cut off before its switch
+    resumed: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
-        return bool(self.sent or self.removed)
+        return bool(self.sent or self.removed or self.resumed)
 
 
 @dataclass
@@ -118,20 +120,26 @@ def local_draft_files(folder: Path) -> dict[str, tuple[int, int, Path]]:
     return out
 
 
-def _draft_to_send(draft: DraftSent, local: dict, host: dict[str, list]) -> dict[str, list]:
+def _draft_to_send(
+    draft: DraftSent, local: dict, host: dict[str, list], pending: dict[str, list]
+) -> dict[str, list]:
     """Each file of the draft as [size, mtime_ns, sha256], and (in `draft`) which to send: one
-    whose size and time are the host copy's is that copy (sent files keep their times there);
-    another is read here and sent only where its sha256 differs."""
+    whose size and time are those of a file of the host's copy (`host`: the version it reads
+    from; `pending`: others a deploy cut off left) is that file (sent files keep their times
+    there); another is read here. Sent: one the host has in neither, by sha256."""
     files = {}
     for rel, (size, mtime_ns, path) in sorted(local.items()):
-        there = host.get(rel)
-        if there and there[0] == size and there[1] == mtime_ns:
-            files[rel] = [size, mtime_ns, there[2]]
+        there, waiting = host.get(rel), pending.get(rel, [])
+        known = ([there] if there else []) + waiting
+        same = next((k for k in known if k[0] == size and k[1] == mtime_ns), None)
+        files[rel] = [size, mtime_ns, same[2] if same else file_sha256(path)]
+        if there and there[2] == files[rel][2]:
             continue
-        files[rel] = [size, mtime_ns, file_sha256(path)]
-        if not there or there[2] != files[rel][2]:
-            draft.sent.append(rel)
-            draft.sent_bytes += size
+        if any(k[2] == files[rel][2] for k in waiting):
+            draft.resumed.append(rel)
+            continue
+        draft.sent.append(rel)
+        draft.sent_bytes += size
     draft.files, draft.size = len(files), sum(f[0] for f in files.values())
     draft.removed = sorted(rel for rel in host if rel not in local)
     return files
@@ -144,7 +152,8 @@ def _draft_sync(here, plan: ReleasePlan):
         return None, None, []
     d = DraftSent(here.written, here.folder)
     local = local_draft_files(here.local)
-    files = _draft_to_send(d, local, plan.drafts.get(here.folder, {}))
+    host, pending = plan.drafts.get(here.folder, {}), plan.drafts_pending.get(here.folder, {})
+    files = _draft_to_send(d, local, host, pending)
     header = {"folder": here.folder, "files": files, "send": d.sent}
     return d, header, [(rel, local[rel][2]) for rel in d.sent]
 

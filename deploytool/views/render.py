@@ -186,6 +186,8 @@ def draft_sent(r: DeployResult, out: Console = console) -> None:
         verb = "would send" if r.dry_run else "sent"
         part = f" (of {whole})" if len(d.sent) < d.files else ""
         said.append(f"{verb} {_files(len(d.sent))}, {fmt_bytes(d.sent_bytes)}{part}")
+    if d.resumed:  # the whole files of a deploy cut off, on the host beside the copy
+        said.append(f"{_files(len(d.resumed))} already there from a deploy cut off")
     if d.removed:
         verb = "would remove" if r.dry_run else "removed"
         said.append(f"{verb} {len(d.removed)} no longer in it ({escape(', '.join(d.removed[:3]))})")

@@ -202,8 +202,12 @@ class ReleasePlan:
     # datasets with records (or answers in flight) -> the settings their meta file says they were
     # made with
     made_with: dict[str, dict]
-    # a draft's copy (data/draft-models/<name>) -> its files: path -> [size, mtime_ns, sha256]
+    # a draft's copy (data/draft-models/<name>) -> the files of the version it reads from:
+    # path -> [size, mtime_ns, sha256]
     drafts: dict[str, dict[str, list]] = field(default_factory=dict)
+    # and the whole files of its other versions (a deploy cut off left them, not switched to):
+    # path -> a list of [size, mtime_ns, sha256]
+    drafts_pending: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
 @dataclass

@@ -274,8 +274,9 @@ def train_refusal(paths: "Paths", job: "JobSpec | None", caps) -> str | None:
     return None
 
 
-# where `invoke deploy` puts a draft folder of the deploying machine on the host: <name>/ each, a
-# fixed place beside the job's data, never in a release (remote/host/release.py says it as text)
+# where `invoke deploy` puts a draft folder of the deploying machine on the host: <name> each, a
+# fixed place beside the job's data, never in a release (remote/host/release.py says it as text); a
+# link to the version it reads from, .<name>.v-<digest>/ beside it, switched whole
 DRAFT_COPIES = "data/draft-models"
 UPLOAD_END = "end"  # a deploy upload's last member: the host switches to no upload without it
 
@@ -512,7 +513,8 @@ class Paths:
     # the draft stage's files, a folder per draft measured: <tag>/<DS>.jsonl (its answers to the
     # held-out prompts, never training data) and <tag>/<DS>.counts.json (what vLLM counted)
     drafts = _under("data/draft")
-    # the draft folders `invoke deploy` sent from the deploying machine: <name>/ each
+    # the draft folders `invoke deploy` sent from the deploying machine: <name> each (a link to
+    # its current version, .<name>.v-<digest>/)
     draft_copies = _under(DRAFT_COPIES)
     # the train stage's, each named by the digest of its rows: data-<d>/ (the training rows, made
     # once), checkpoints-<d>/ (the trainer's) and metrics-<d>.jsonl (a line per step it logged)
