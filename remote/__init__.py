@@ -25,7 +25,8 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
       store/    the files on disk: prompts, outputs (records, their headers), conversation (whole
                 conversations), ledger (each prompt's state, one owner, checked transitions),
                 datasets (one dataset's run), writer (records and errors onto disk, holding them
-                while the disk is full), history (run/history.jsonl), rates (one window)
+                while the disk is full), history (run/history.jsonl), rates (one window), counts
+                (a dataset's counts in every stage that asks for items)
       hidden/   the hidden-states stage's files: hsfile (one file, checked before it counts), store
                 (a dataset's rows.jsonl and hs_<n> files, each row once through any kill), rows
                 (which rows of the kept records)
@@ -37,8 +38,8 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
                 watchdog), kept_tokens (the tokens of unfinished answers, kept across a stop),
                 continuation (resuming one), pool (the servers), simulate (the stand-in), kinds
                 (which of them a job gets)
-      observe/  status_builder (pure), telemetry (/metrics, GPUs), alerts (stalled, engine_down ->
-                notify), watched (run/watch.json as the runner reads it)
+      observe/  status_builder (pure), telemetry (/metrics, GPUs), alerts (stalled in every stage,
+                engine_down -> notify), watched (run/watch.json as the runner reads it)
       loop/     runner (the one process lifecycle, whichever stage), stage (the interface a stage
                 gives the runner, and what most stages share), generate (the generation stage),
                 hidden_stage (the hidden-states stage), draft_stage (a draft measured on held-out

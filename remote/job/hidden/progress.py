@@ -8,25 +8,21 @@ import itertools
 
 from ...common.caps import DISK_MARGIN, fmt_bytes
 from ...common.records import TokenRow
-from ...common.status import DatasetState, DatasetStatus
-from ..store.rates import ActiveTime, RateWindow
+from ...common.status import DatasetStatus
+from ..store.counts import DatasetCounts
 from .store import HiddenStore
 
 
-class Stage:
-    """One dataset in the stage: its store, the rows to make, what failed."""
+class Stage(DatasetCounts):
+    """One dataset in the stage: its store, the rows to make (its `active`: over the stage's
+    life, every runner's, which HiddenStage keeps)."""
 
     def __init__(self, name: str, store: HiddenStore, rows: list[TokenRow], budget: int | None):
+        super().__init__()
         self.name, self.store, self.budget = name, store, budget
         self.target = len(rows)
         self.in_target = {r.id for r in rows}
         self.todo = collections.deque(r for r in rows if r.id not in store.done)
-        self.in_flight = 0
-        self.failed = 0
-        self.new = 0
-        self.made = RateWindow()  # tokens of the rows made: the dataset's own rate
-        # and over the stage's life, every runner's (HiddenStage keeps it): its rate once done
-        self.active = ActiveTime()
         self._tokens = self._upto = 0  # the target's tokens in the store's first _upto rows
 
     @property
@@ -49,34 +45,20 @@ class Stage:
     def status(self, now: float, started: float) -> DatasetStatus:
         """status.json's part for the dataset: rows where the answers have records."""
         count, tokens = self.store.count, self.store.tokens
-        return DatasetStatus(
-            state=self.state(),
+        return self.work_status(
+            now,
+            started,
             done=self.done,
-            target=self.target,
             records=count,
-            prompts=self.target,
-            completion_tokens=self.tokens,
+            tokens=self.tokens,
+            state=self.state(),
             mean_tokens=tokens / count if count else 0.0,
-            errors=self.failed,
-            failed_this_run=self.failed,
-            in_flight=self.in_flight,
-            new_records=self.new,
-            tokens_per_s=self.made.per_s(now, started),
-            mean_tokens_per_s=self.active.per_s(now),
             budget=self.budget,
             budget_reached=self.budget_reached(),
         )
 
     def state(self) -> str:
-        return DatasetState.of(
-            done=self.done,
-            target=self.target,
-            left=bool(self.todo),
-            in_flight=self.in_flight,
-            failed=self.failed,
-            busy=self.new,
-            budget_reached=self.budget_reached(),
-        )
+        return self.work_state(self.done, bool(self.todo), self.budget_reached())
 
 
 class DiskGuard:

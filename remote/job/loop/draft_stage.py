@@ -32,10 +32,11 @@ from ...common.records import Record
 from ...common.stages import stage_of
 from ...common.state import Supervise
 from ...common.status import DatasetState, DatasetStatus, DraftKept
+from ..store.counts import DatasetCounts
 from ..store.datasets import BadInput
 from ..store.outputs import AppendFile, DiskFull, encode_record, load_existing, repair_tail
 from ..store.prompts import Prompt, PromptFile
-from ..store.rates import ActiveTime, RateWindow
+from ..store.rates import ActiveTime
 from . import stage
 from .asking import ask
 
@@ -60,7 +61,7 @@ def draft_tag(draft: dict, root: Path | None = None) -> str:
 
 
 @dataclass
-class Measured:
+class Measured(DatasetCounts):
     """One dataset of the stage: its held-out prompts, its answers, what the servers counted."""
 
     name: str
@@ -72,10 +73,6 @@ class Measured:
     kept: DraftKept = field(default_factory=DraftKept)  # what the servers counted, and its speed
     tokens: int = 0  # output tokens of its answers
     counted: bool = True  # False: the baseline's (no draft, no counters)
-    in_flight: int = 0
-    failed: int = 0
-    new: int = 0
-    made: RateWindow = field(default_factory=RateWindow)
     active: ActiveTime = field(init=False)  # its speed: what was kept, and this runner's since
 
     def __post_init__(self) -> None:
@@ -93,30 +90,18 @@ class Measured:
         idle = not self.todo and not self.in_flight
         if self.counted and self.target and not self.kept.counts.drafts and idle:
             return DatasetState.INCOMPLETE  # answered, and no draft counted: nothing measured
-        return DatasetState.of(
-            done=len(self.done),
-            target=self.target,
-            left=bool(self.todo),
-            in_flight=self.in_flight,
-            failed=self.failed,
-            busy=self.new,
-        )
+        return self.work_state(len(self.done), bool(self.todo))
 
     def status(self, now: float, started: float) -> DatasetStatus:
-        return DatasetStatus(
+        n = len(self.done)
+        return self.work_status(
+            now,
+            started,
+            done=n,
+            records=n,
+            tokens=self.tokens,
             state=self.state(),
-            done=len(self.done),
-            target=self.target,
-            records=len(self.done),
-            prompts=self.target,
-            completion_tokens=self.tokens,
-            mean_tokens=self.tokens / len(self.done) if self.done else 0.0,
-            errors=self.failed,
-            failed_this_run=self.failed,
-            in_flight=self.in_flight,
-            new_records=self.new,
-            tokens_per_s=self.made.per_s(now, started),
-            mean_tokens_per_s=self.active.per_s(now),
+            mean_tokens=self.tokens / n if n else 0.0,
             draft=self.kept.counts if self.counted else None,
         )
 
