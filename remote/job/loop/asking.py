@@ -1,7 +1,9 @@
 """How a stage asks a server for one item (a row's hidden states, a held-out prompt's answer): the
 same way for every stage. A job fault stops the job; a refusal fails the item (asked again by the
 next restart); an engine down, stuck or slow is asked again after a backoff, the item failing past
-`engine.max_retries` unless the engine is down (the watcher brings a dead server back)."""
+`engine.max_retries` unless the engine is down (the watcher brings a dead server back). Each try
+is the pool's to count on its server: answered, stuck, down, up again (the runner's alerts and the
+status read the pool, for every stage alike)."""
 
 from __future__ import annotations
 
@@ -9,22 +11,29 @@ import asyncio
 import time
 from typing import Awaitable, Callable
 
-from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, backoff
+from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, Stuck, backoff
+from ..engine.pool import Endpoint
 
 
 class AskAgain(Exception):
     """A try went wrong in a way a new try may mend (a file the server wrote bad)."""
 
 
-async def ask(stage, item: str, once: Callable[[int], Awaitable[None]], counts) -> None:
-    """`once(tries)` asks for the item and keeps what comes back; `stage` has the job, the log and
-    its engine_error, fatal and retries; an item failed is one more of `counts.failed`."""
-    eng, tries = stage.job.engine, 0
+async def ask(
+    stage, item: str, once: Callable[[int], Awaitable[int]], counts, ep: Endpoint | None = None
+) -> None:
+    """`once(tries)` asks `ep`'s server for the item, keeps what comes back and says its tokens;
+    `stage` has the job, the log, its pool and its engine_error, fatal and retries; an item failed
+    is one more of `counts.failed`."""
+    eng, tries, pool = stage.job.engine, 0, stage.pool if ep is not None else None
     while True:
         try:
-            await once(tries)
+            tokens = await once(tries)
             stage.engine_error = None
-            stage.made_at = time.time()
+            stage.made_at = now = time.time()
+            if pool is not None:
+                pool.mark_up(ep, now)
+                pool.answered(ep, tokens or 0, now)
             return
         except AskAgain:
             pass
@@ -39,6 +48,10 @@ async def ask(stage, item: str, once: Callable[[int], Awaitable[None]], counts) 
         except EngineError as e:  # down, stuck, timed out: the watcher replaces a dead server
             stage.engine_error = str(e)
             stage.retries += 1
+            if pool is not None and isinstance(e, EngineDown):
+                pool.mark_down(ep, str(e), time.time())
+            elif pool is not None and isinstance(e, Stuck):
+                pool.stuck(ep, time.time())
             if not isinstance(e, EngineDown) and tries >= eng.max_retries:
                 counts.failed += 1
                 stage.log(f"{item}: {e}: {tries} retries, left for the next restart")

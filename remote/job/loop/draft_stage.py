@@ -32,6 +32,7 @@ from ...common.records import Record
 from ...common.stages import stage_of
 from ...common.state import Supervise
 from ...common.status import DatasetState, DatasetStatus, DraftKept
+from ..engine.pool import Endpoint
 from ..store.counts import DatasetCounts
 from ..store.datasets import BadInput
 from ..store.outputs import AppendFile, DiskFull, encode_record, load_existing, repair_tail
@@ -259,21 +260,23 @@ class DraftStage(stage.Stage):
             await asyncio.sleep(SAMPLE_S)
             await self._sample(engine, m)
 
-    async def _worker(self, engine, url: str, m: Measured) -> None:
+    async def _worker(self, engine, ep: Endpoint, m: Measured) -> None:
         while m.todo and not self.stop.asked and self.fatal is None:
             p = m.todo.pop(0)
             m.in_flight += 1
             try:
-                await self._one(engine, url, m, p)
+                await self._one(engine, ep, m, p)
             finally:
                 m.in_flight -= 1
 
-    async def _one(self, engine, url: str, m: Measured, p: Prompt) -> None:
-        async def once(tries: int) -> None:
+    async def _one(self, engine, ep: Endpoint, m: Measured, p: Prompt) -> None:
+        async def once(tries: int) -> int:
             # a try's time is the speed's (DraftKept.seconds); a backoff between tries is not
             m.active.sent(self.clock())
             try:
-                reply = await engine.complete(url, p.messages, 0, f"{p.id}-{os.getpid()}-{tries}")
+                reply = await engine.complete(
+                    ep.url, p.messages, 0, f"{p.id}-{os.getpid()}-{tries}"
+                )
             finally:
                 m.active.ended(self.clock())
             rec = Record.one(m.name, p.id, p.index, p.messages, reply)
@@ -281,14 +284,15 @@ class DraftStage(stage.Stage):
                 m.out.append(encode_record(rec.to_json()))
             except DiskFull as e:  # nothing of the line was left: asked again on resume
                 self.fatal = f"the draft stage's answers: {e}: free space, then restart"
-                return
+                return 0
             m.done.add(p.id)
             m.new += 1
             m.tokens += reply.completion_tokens
             m.active.add(reply.completion_tokens)
             m.made.add(self.clock(), reply.completion_tokens)
+            return reply.completion_tokens
 
-        await ask(self, f"{m.name}: {p.id}", once, m)
+        await ask(self, f"{m.name}: {p.id}", once, m, ep)
 
     async def _measure(self, engine) -> None:
         """Dataset after dataset: its requests alone in the servers while it is counted."""
@@ -304,7 +308,7 @@ class DraftStage(stage.Stage):
             try:
                 n = self.job.engine.concurrency
                 await asyncio.gather(
-                    *(self._worker(engine, url, m) for url in self.urls for _ in range(n))
+                    *(self._worker(engine, ep, m) for ep in self.pool.endpoints for _ in range(n))
                 )
             finally:
                 sampler.cancel()
@@ -345,7 +349,7 @@ class DraftStage(stage.Stage):
     async def session(self):
         try:
             async with self.runner.open_engine() as engine:
-                self.urls = list(engine.base_urls)
+                self.open_pool(engine.base_urls)
                 yield self._measure(engine)
         finally:
             for m in self.sets.values():

@@ -12,7 +12,6 @@ import time
 from ...common.caps import Caps
 from ...common.status import DatasetState, EngineStatus, JobState
 from ..engine import continuation
-from ..engine.pool import Pool
 from ..observe.status_builder import progress
 from ..observe.telemetry import Telemetry
 from ..observe.watched import WatchView
@@ -36,7 +35,6 @@ class GenerateStage(stage.Stage):
         self.writer = RecordWriter(log, self._disk_full)
         self.scheduler = Scheduler(paths, job, caps, self.writer, log, force)
         self.watch_view = WatchView(paths.watch_state, server_pid=paths.server_pid)
-        self.pool: Pool | None = None
         self.dispatcher: Dispatcher | None = None
         self.kept_why_not: str | None = None
         self.telemetry: Telemetry | None = None
@@ -96,6 +94,9 @@ class GenerateStage(stage.Stage):
     def stall_line(self, idle: float) -> str:
         return f"no answer finished for {idle:.0f}s"
 
+    def engine_fault(self) -> str | None:
+        return self.dispatcher.engine_error if self.dispatcher else None
+
     def tick(self) -> None:
         """Its chores, each on its own clock (the runner calls it every quarter second)."""
         self.watch_view.reprobe(time.time(), self.pool, self.log)
@@ -105,8 +106,6 @@ class GenerateStage(stage.Stage):
             for run in self.runs.values():
                 run.out.sync()
                 run.err.sync()
-            d = self.dispatcher
-            self.runner.alerts.check_engine(time.time(), self.pool, d.engine_error if d else None)
         if self.clocks["disk"].due() and self.writer.unwritten:
             self.writer.flush()
         if self.clocks["history"].due() and self.runner.state == JobState.RUNNING:
@@ -124,7 +123,7 @@ class GenerateStage(stage.Stage):
         try:
             async with self.runner.open_engine() as engine:
                 eng = self.job.engine
-                self.pool = Pool(engine.base_urls, self.concurrency, eng.retry_base, self.log)
+                self.open_pool(engine.base_urls)
                 d = self.dispatcher = Dispatcher(
                     engine, self.pool, self.scheduler, self.writer, eng, self.log, runner.stop
                 )

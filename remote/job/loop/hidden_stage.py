@@ -15,6 +15,7 @@ from ...common.codec import read_json, write_json
 from ...common.records import TokenRow
 from ...common.status import DiskStatus, JobState
 from ..engine.client import JobFault
+from ..engine.pool import Endpoint
 from ..hidden import hsfile
 from ..hidden.progress import DiskGuard, Stage
 from ..hidden.rows import Rows, rows_of
@@ -119,7 +120,7 @@ class HiddenStage(stage.Stage):
                 return st, st.todo.popleft()
         return None
 
-    async def _worker(self, engine, url: str) -> None:
+    async def _worker(self, engine, ep: Endpoint) -> None:
         slots = self.job.engine.concurrency * max(1, len(self.urls))
         while not self.stop.asked and self.fatal is None:
             if self.disk.paused(self.stages.values(), slots):
@@ -135,24 +136,24 @@ class HiddenStage(stage.Stage):
             for a in timed:
                 a.sent(time.time())
             try:
-                await self._one(engine, url, st, row)
+                await self._one(engine, ep, st, row)
             finally:
                 self.flying.discard(row.id)
                 self.stages[st.name].in_flight -= 1  # a re-cap may have made the dataset anew
                 for a in timed:
                     a.ended(time.time())
 
-    async def _one(self, engine, url: str, st: Stage, row: TokenRow) -> None:
+    async def _one(self, engine, ep: Endpoint, st: Stage, row: TokenRow) -> None:
         bad = 0
 
-        async def once(tries: int) -> None:
+        async def once(tries: int) -> int:
             nonlocal bad
             path = None
             try:
                 key = f"{row.id}-{os.getpid()}-{tries}"
-                async with self.requesting[url]:  # the server's slots: a row past its answer
+                async with self.requesting[ep.url]:  # the server's slots: a row past its answer
                     path = self._ours(  # frees its slot while its file is waited for and checked
-                        await engine.hidden_states(url, row.input_ids, key, self.incoming)
+                        await engine.hidden_states(ep.url, row.input_ids, key, self.incoming)
                     )
                 await hsfile.wait_written(path, WRITE_WAIT_S)
                 # a file is read and synced in threads: the loop goes on serving the streams
@@ -167,7 +168,7 @@ class HiddenStage(stage.Stage):
                     raise AskAgain from None
                 st.failed += 1
                 self.log(f"{st.name}: {row.id}: {bad} bad files: left for the next restart")
-                return
+                return 0
             async with self.committing:  # one at a time: a row's n is the ledger's next
                 job = asyncio.ensure_future(asyncio.to_thread(st.store.commit, row, path, facts))
                 self.commit_job = job
@@ -182,8 +183,9 @@ class HiddenStage(stage.Stage):
             st.made.add(now, facts.tokens)
             self.active.add(facts.tokens)
             st.active.add(facts.tokens)
+            return facts.tokens
 
-        await ask(self, f"{st.name}: {row.id}", once, st)
+        await ask(self, f"{st.name}: {row.id}", once, st, ep)
 
     def _ours(self, path):
         """The server's file, only inside the stage's own folder: nothing outside it is ever moved
@@ -235,12 +237,11 @@ class HiddenStage(stage.Stage):
         """The engine opened and the workers ready: yields the work to run until done."""
         try:
             async with self.runner.open_engine() as engine:
-                self.urls = list(engine.base_urls)
-                n = self.job.engine.concurrency
+                pool, n = self.open_pool(engine.base_urls), self.job.engine.concurrency
                 self.requesting = {url: asyncio.Semaphore(n) for url in self.urls}
                 # twice the rows the servers take: theirs never wait for a commit
                 yield asyncio.gather(
-                    *(self._worker(engine, url) for url in self.urls for _ in range(2 * n))
+                    *(self._worker(engine, ep) for ep in pool.endpoints for _ in range(2 * n))
                 )
         finally:
             if self.commit_job is not None:  # a commit a cancelled row left in its thread ends

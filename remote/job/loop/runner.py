@@ -112,8 +112,10 @@ class Runner:
                 now = time.time()
                 self.write_status()
                 self.watcher_guard.check(now)
-                idle = now - self.stage.progress_at()
-                self.alerts.check_stall(self.stalled(now), self.stage.stall_line(idle))
+                st = self.stage
+                self.alerts.check_stall(self.stalled(now), st.stall_line(now - st.progress_at()))
+                if st.pool is not None:
+                    self.alerts.check_engine(now, st.pool, st.engine_fault())
             await asyncio.sleep(0.25)
 
     # ------------------------------------------------------------------ what it reports

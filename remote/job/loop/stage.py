@@ -9,6 +9,7 @@ from typing import Awaitable
 
 from ...common.caps import Caps
 from ...common.status import EngineStatus
+from ..engine.pool import Pool
 
 
 class Stage:
@@ -23,6 +24,9 @@ class Stage:
         self.log, self.stop = runner.log, runner.stop
         self.engine_error: str | None = None  # why the engine cannot be asked, for status
         self.urls: list[str] = []  # the servers it asks
+        self.pool: Pool | None = (
+            None  # their health, once they are asked (alerts and status read it)
+        )
         self.retries = 0
         self.made_at = time.time()  # when it last finished something: a stall is timed from it
 
@@ -34,6 +38,16 @@ class Stage:
 
     def stall_line(self, idle: float) -> str:
         return f"nothing finished for {idle:.0f}s"
+
+    def engine_fault(self) -> str | None:  # why the engine cannot be asked now, for an alert
+        return self.engine_error
+
+    def open_pool(self, urls: list[str]) -> Pool:
+        """The servers it asks, each `engine.concurrency` at a time."""
+        eng = self.job.engine
+        self.urls = list(urls)
+        self.pool = Pool(self.urls, eng.concurrency, eng.retry_base, self.log)
+        return self.pool
 
     def prepare(self) -> None:  # open what it works on; BadInput: exit 2, nothing done
         raise NotImplementedError
@@ -80,15 +94,18 @@ class Stage:
 
     def work_status(self, datasets: dict, **more) -> dict:
         """status.json's fields of a stage that asks its `urls` for items, per dataset."""
-        eng, rows = self.job.engine, datasets.values()
+        eng, rows, pool = self.job.engine, datasets.values(), self.pool
+        now, started = time.time(), self.runner.started_at
         return dict(
             engine=EngineStatus(
                 kind=eng.kind,
                 model=self.runner.model_name,
                 base_urls=list(self.urls),
                 reachable=self.engine_error is None,
+                down_since=pool.all_down_since() if pool else None,
                 last_error=self.engine_error,
             ),
+            endpoints=pool.statuses(now, started, lambda url: None) if pool else [],
             concurrency=eng.concurrency * max(1, len(self.urls)),
             in_flight=self.in_flight(),
             completion_tokens=sum(d.completion_tokens for d in rows),

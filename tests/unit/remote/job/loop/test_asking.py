@@ -1,5 +1,6 @@
 """One item asked the way every stage asks: a job fault stops the job, a refusal fails the item, a
-slow or stuck engine is asked again after a backoff until max_retries, a try that says so again."""
+slow or stuck engine is asked again after a backoff until max_retries, a try that says so again;
+each try counted on its server in the pool."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import asyncio
 from types import SimpleNamespace
 
 from remote.common.jobspec import EngineSpec
-from remote.job.engine.client import JobFault, PermanentError, TransientError
+from remote.job.engine.client import EngineDown, JobFault, PermanentError, Stuck, TransientError
+from remote.job.engine.pool import Pool
 from remote.job.loop.asking import AskAgain, ask
 
 
@@ -42,3 +44,28 @@ def test_each_answer_of_the_engine_has_its_one_way():
     assert run(st, [PermanentError("bad request", 400)]) == ([0], 1) and st.fatal is None
     st = stage()
     assert run(st, [JobFault("no files", 404)]) == ([0], 0) and st.fatal == "no files"
+
+
+def test_each_try_is_counted_on_its_server_in_the_pool():
+    """Down, then up again and answered: what the runner's alerts (engine_down, engine_up) and the
+    status's servers read, for every stage that asks."""
+    st = stage()
+    st.pool = Pool(["http://a", "http://b"], 2, 0.0, st.said.append)
+    a, b = st.pool.endpoints
+    tries, counts, down_seen = [], SimpleNamespace(failed=0), []
+
+    async def once(n: int) -> int:
+        tries.append(n)
+        down_seen.append(a.reachable)
+        if n == 0:
+            raise EngineDown("connection refused")
+        if n == 1:
+            raise Stuck("no token for 300s")
+        return 42
+
+    asyncio.run(ask(st, "B1: p0", once, counts, a))
+    assert tries == [0, 1, 2] and down_seen == [True, False, False]
+    assert a.reachable and a.requests == 1 and a.stuck == 1 and a.last_error
+    assert b.requests == 0 and st.pool.all_down_since() is None
+    assert any("unreachable" in line for line in st.said)
+    assert any("reachable again" in line for line in st.said)

@@ -53,7 +53,8 @@ def stage(tmp_path) -> DraftStage:
         stop=None,
     )
     st = DraftStage(runner, Caps(stage=stages.DRAFT), False)
-    st.where, st.urls = tmp_path, ["u"]
+    st.where = tmp_path
+    st.open_pool(["u"])
     st.cursor = (
         json.loads((tmp_path / "cursor.json").read_text())
         if (tmp_path / "cursor.json").exists()
