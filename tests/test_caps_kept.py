@@ -227,9 +227,9 @@ def test_a_restart_that_changes_nothing_touches_nothing_and_a_dataset_not_deploy
         assert status(root)["pid"] == pid and status(root)["state"] == "running"
         differs = "hosts.yaml's job is not the one deployed: `"
         assert differs in ok("invoke status", config)  # said wherever the job is looked at
-        said = ok("invoke restart", config)
-        assert "caps unchanged" in said  # no B9 kept to fail on
-        assert differs in said and "this ran the deployed one" in said
+        answer = ok("invoke restart", config)
+        assert "caps unchanged" in answer  # no B9 kept to fail on
+        assert differs in answer and "this ran the deployed one" in answer
     finally:
         typed("invoke stop --grace 0", config)
     # stopped is stopped wherever the job is shown: no dataset running, nothing on its way
@@ -260,8 +260,8 @@ def test_records_beyond_a_lowered_cap_are_counted_apart_wherever_the_count_appea
     assert d["completion_tokens"] == sum(r["usage"]["completion_tokens"] for r in inside)
     assert d["finish_length"] == sum(r["finish_reason"] == "length" for r in inside)
     assert "B2 3/3 +5 beyond the cap" in ok("invoke tail --once", config)
-    said = ok("invoke status", config)
-    assert "records beyond the cap" in said and "B2 5" in said.split("beyond the cap")[1]
+    answer = ok("invoke status", config)
+    assert "records beyond the cap" in answer and "B2 5" in answer.split("beyond the cap")[1]
 
     out, pulled = tmp_path / "train.jsonl", tmp_path / "pulled"
     ok(f"invoke export --format sharegpt --out {out} --pulled {pulled} --keep empty,length", config)
@@ -300,13 +300,13 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
         pid = status(root)["pid"]
         data["job"]["sampling"]["temperature"] = 0.7
         config.write_text(yaml.safe_dump(data, sort_keys=False))
-        said = ok("invoke deploy", config)
+        out = ok("invoke deploy", config)
         assert (
             "settings differ from the records': B1, B2, B3: their records were made with "
             "different sampling (sampling.temperature (unset) → 0.7)"
-        ) in said, said
-        assert "deploy the old settings back" in said and "invoke rollback`" in said
-        assert "invoke restart --force` to mix them" in said
+        ) in out, out
+        assert "deploy the old settings back" in out and "invoke rollback`" in out
+        assert "invoke restart --force` to mix them" in out
         shown = " ".join(ok("invoke status", config).split())  # the way status points works
         assert "whose settings differ from those B1, B2, B3's records were made with" in shown
         assert "`invoke restart` to run it" not in shown, shown
@@ -327,9 +327,9 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
             assert "or restart with --force to mix them" in lines[0]
             assert {f: (run / f).read_bytes() for f in before} == before
             assert status(root)["pid"] == pid and status(root)["state"] == "running"
-        said = ok("invoke restart --cap B1=5", config)  # caps alone: the running runner takes them
-        assert f"re-capped live: runner pid {pid} kept running" in said, said
-        assert "the deployed release is not started" in said
+        out = ok("invoke restart --cap B1=5", config)  # caps alone: the running runner takes them
+        assert f"re-capped live: runner pid {pid} kept running" in out, out
+        assert "the deployed release is not started" in out
         assert kept(root)["caps"]["B1"] == 5
         assert status(root)["pid"] == pid and status(root)["state"] == "running"
         mixing = (
@@ -337,11 +337,11 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
             "(sampling.temperature (unset) → 0.7); resumed with the new ones, each {} records made "
             "with two settings"
         )
-        said = " ".join(ok("invoke restart --force --dry-run", config).split())
-        assert f"box: {mixing.format('would mix settings', 'would hold')}" in said, said
-        said = ok("invoke restart --force", config)
-        first = said.splitlines()[0]  # on the host's line, before what it did
-        assert first.startswith(f"box: {mixing.format('mixes settings', 'now holds')}"), said
+        out = " ".join(ok("invoke restart --force --dry-run", config).split())
+        assert f"box: {mixing.format('would mix settings', 'would hold')}" in out, out
+        out = ok("invoke restart --force", config)
+        first = out.splitlines()[0]  # on the host's line, before what it did
+        assert first.startswith(f"box: {mixing.format('mixes settings', 'now holds')}"), out
         assert status(root)["pid"] != pid and status(root)["state"] == "running"
     finally:
         typed("invoke stop --grace 0", config)
@@ -360,13 +360,13 @@ def test_a_cap_lowered_live_says_the_answers_in_flight_beyond_it_and_sends_none_
         wait_for(lambda: status(root)["datasets"]["B1"]["in_flight"] == 4, what="B1's window")
         out = ok("invoke restart --cap B1=1", config)
         assert "re-capped live" in out, out
-        said = re.search(
+        match = re.search(
             r"B1: (\d+) answers? in flight beyond the new cap finish and (?:are|is) kept beyond "
             r"it \(nothing new is sent past it(?:; (\d+) records there already)?",
             out,
         )
-        assert said, out
-        flying, there = int(said[1]), int(said[2] or 0)
+        assert match, out
+        flying, there = int(match[1]), int(match[2] or 0)
         assert flying >= 3, out
         finish(config)
     finally:
@@ -393,18 +393,18 @@ def test_the_restarts_caps_table_says_each_state_as_status_says_it(tmp_path):
     ok("invoke restart --max-samples 4 --max-tokens 1", config)  # one answer each spends it
     finish(config)
     assert set(states(ok("invoke status", config)).values()) == {"budget reached"}
-    said = ok("invoke restart --max-samples 5", config)  # a start: the new runner's own rows
-    assert states(said) == {ds: "budget reached" for ds in DATASETS}, said
-    said = ok("invoke restart --dry-run --max-samples 6", config)
-    assert states(said) == {ds: "budget reached" for ds in DATASETS}, said
+    out = ok("invoke restart --max-samples 5", config)  # a start: the new runner's own rows
+    assert states(out) == {ds: "budget reached" for ds in DATASETS}, out
+    out = ok("invoke restart --dry-run --max-samples 6", config)
+    assert states(out) == {ds: "budget reached" for ds in DATASETS}, out
     finish(config)
     slowed_and_deployed(config)
     try:
         ok("invoke restart --max-samples 300 --max-tokens none", config)
         wait_for(lambda: status(root)["datasets"]["B1"]["in_flight"], what="B1 at work")
         assert states(ok("invoke status", config))["B1"] == "running"
-        said = ok("invoke restart --dry-run --max-samples 350", config)
-        assert states(said)["B1"] == "running", said
+        out = ok("invoke restart --dry-run --max-samples 350", config)
+        assert states(out)["B1"] == "running", out
     finally:
         typed("invoke stop --grace 0", config)
 
@@ -421,8 +421,8 @@ def test_a_cap_raised_past_a_file_the_status_does_not_count_says_the_prompts_it_
     data["job"]["datasets"]["B4"] = {"prompts": "data/prompts/B4.jsonl", "est_tokens": 100}
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     ok("invoke deploy", config)
-    said = ok("invoke restart --dry-run --max-samples 7000", config)
-    assert "targets go up: B1, B2, B3, B4 (4 → 16 prompts: every prompt of each file)" in said
-    assert "7,000 prompts" not in said
-    row = next(line.split() for line in said.splitlines() if line.startswith("B4"))
-    assert row[-3:] == ["0", "16*", "pending"], said  # no records yet: none done, exactly
+    out = ok("invoke restart --dry-run --max-samples 7000", config)
+    assert "targets go up: B1, B2, B3, B4 (4 → 16 prompts: every prompt of each file)" in out
+    assert "7,000 prompts" not in out
+    row = next(line.split() for line in out.splitlines() if line.startswith("B4"))
+    assert row[-3:] == ["0", "16*", "pending"], out  # no records yet: none done, exactly

@@ -15,7 +15,7 @@ from tests.conftest import REPO, ctrl_c_as_typed, free_port, piped_env, write_pr
 from tests.helpers.as_typed import INVOKE, typed
 
 
-def _project(tmp_path, **job_over) -> tuple:
+def _project(tmp_path, **job_overrides) -> tuple:
     """A project of the user's own: tasks.py (as the repository's), hosts.yaml, prompts."""
     proj = tmp_path / "proj"
     write_prompts(proj / "data" / "prompts" / "B1.jsonl", 4, "B1")
@@ -23,7 +23,7 @@ def _project(tmp_path, **job_over) -> tuple:
     job = {
         "datasets": {"B1": {"prompts": "data/prompts/B1.jsonl", "est_tokens": 100}},
         "engine": {"kind": "simulate", "concurrency": 2, "tokens_per_s": 100_000},
-        **job_over,
+        **job_overrides,
     }
     data = {
         "default_host": "box",
@@ -175,8 +175,8 @@ def test_stop_says_what_it_stops_while_it_waits_and_ctrl_c_leaves_the_host_stopp
     head = run_in(proj, "invoke status").stdout.splitlines()[0]
     assert head.startswith(f"box: stopping (pid {pid}"), head  # it read `running`, in its grace
     log = root / "logs" / "runner.log"
-    told = "SIGTERM: no new requests"  # this runner's, after the first one's
-    wait_for(lambda: log.read_text().count(told) == 2, what="the runner told to stop")
+    stop_line = "SIGTERM: no new requests"  # this runner's, after the first one's
+    wait_for(lambda: log.read_text().count(stop_line) == 2, what="the runner told to stop")
     srv.hold_after = None  # the answers in flight come: the runner's grace ends with them
     wait_for(lambda: not procinfo.alive(pid), timeout=60, what="the runner stopped all the same")
     assert status(root)["state"] == "stopped", log.read_text()[-3000:]
@@ -195,11 +195,11 @@ def test_a_restart_says_the_runner_it_stops_and_ctrl_c_leaves_the_host_restartin
     pid = status(root)["pid"]
     proc = _at_a_terminal(proj, "restart", "--hard", "--grace", "3600")
     try:
-        said = []
-        while not any(f"box: stopping runner pid {pid}: SIGTERM" in line for line in said):
+        lines = []
+        while not any(f"box: stopping runner pid {pid}: SIGTERM" in line for line in lines):
             line = proc.stdout.readline()
-            assert line, said  # it ended without saying what it stops
-            said.append(line)
+            assert line, lines  # it ended without saying what it stops
+            lines.append(line)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group gets it
         rest, _ = proc.communicate(timeout=120)
         assert proc.returncode == 1, rest
@@ -296,7 +296,7 @@ def test_a_local_copy_that_differs_names_the_command_that_fetches_it_again(tmp_p
         assert run_in(proj, line).returncode == 0, line
     mine = proj / "pulled" / "box" / "B1.jsonl"
     mine.write_bytes(b"x" + mine.read_bytes()[1:])  # not the host's bytes any more
-    said = one_line_error(run_in(proj, "invoke export --format sharegpt"), 1)
-    assert said.endswith("move them aside, or download them again: `invoke pull --refetch`"), said
+    out = one_line_error(run_in(proj, "invoke export --format sharegpt"), 1)
+    assert out.endswith("move them aside, or download them again: `invoke pull --refetch`"), out
     assert run_in(proj, "invoke pull --refetch").returncode == 0
     assert run_in(proj, "invoke export --format sharegpt").returncode == 0

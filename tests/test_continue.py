@@ -276,8 +276,8 @@ def test_penalties_start_over_and_say_so_once(tmp_path, openai_server):
     proc.wait()
     assert run(root).returncode == 0
     log = (root / "logs" / "runner.log").read_text()
-    said = [ln for ln in log.splitlines() if "presence_penalty" in ln]
-    assert len(said) == 2 and "asked again from their start" in said[0]  # once per start
+    lines = [ln for ln in log.splitlines() if "presence_penalty" in ln]
+    assert len(lines) == 2 and "asked again from their start" in lines[0]  # once per start
     assert srv.completion_bodies == [] and len(records(root, "B1")) == 16
     assert not _kept_lines(root) and status(root)["kept"]["on"] is False
 

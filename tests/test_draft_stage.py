@@ -50,8 +50,8 @@ def test_the_draft_is_measured_per_dataset_on_prompts_no_training_saw(tmp_path):
     config, root = drafted_job(tmp_path, draft)
     with stopped_after(config):
         trained(config)  # the first 4 prompts of each dataset answered for training
-        said = ok("invoke restart --stage draft", config)
-        assert "box: the server runs without the draft the draft stage measures: restarting" in said
+        out = ok("invoke restart --stage draft", config)
+        assert "box: the server runs without the draft the draft stage measures: restarting" in out
         spec = json.loads(
             flag_value(ServerRecord.live(Paths(root).server_pid).argv, "--speculative-config")
         )
@@ -84,8 +84,8 @@ def test_the_draft_is_measured_per_dataset_on_prompts_no_training_saw(tmp_path):
         data["server"]["draft"]["model"] = "org/kimi-eagle3-ours"
         config.write_text(yaml.safe_dump(data, sort_keys=False))
         ok("invoke deploy", config)
-        said = ok("invoke restart --stage draft", config)
-        assert "the server runs another draft than hosts.yaml's server.draft: restarting" in said
+        out = ok("invoke restart --stage draft", config)
+        assert "the server runs another draft than hosts.yaml's server.draft: restarting" in out
         argv = ServerRecord.live(Paths(root).server_pid).argv
         assert (
             json.loads(flag_value(argv, "--speculative-config"))["model"] == "org/kimi-eagle3-ours"
@@ -93,8 +93,8 @@ def test_the_draft_is_measured_per_dataset_on_prompts_no_training_saw(tmp_path):
         assert "draft finished" in ok("invoke tail", config)
         assert len([p for p in Paths(root).drafts.iterdir() if p.is_dir()]) == 2
         # the baseline: the same prompts, the server without a draft
-        said = ok("invoke restart --stage baseline", config)
-        assert "the server runs with the draft stage's draft: restarting" in said
+        out = ok("invoke restart --stage baseline", config)
+        assert "the server runs with the draft stage's draft: restarting" in out
         assert (
             flag_value(ServerRecord.live(Paths(root).server_pid).argv, "--speculative-config")
             is None
@@ -128,8 +128,8 @@ def test_a_runner_killed_mid_dataset_loses_no_count_and_answers_each_prompt_once
         # a cap changed under the stage: its held-out prompts follow the caps, so the runner
         # starts again on them (never a live re-cap refused)
         pid = status(root)["pid"]
-        said = ok("invoke restart --cap B1=6", config)  # B1 measured anew: prompts 6-11
-        assert "stop runner" in said.lower() or "started runner pid" in said
+        out = ok("invoke restart --cap B1=6", config)  # B1 measured anew: prompts 6-11
+        assert "stop runner" in out.lower() or "started runner pid" in out
         wait_for(lambda: status(root)["pid"] != pid, timeout=60, what="a new runner")
         wait_for(lambda: answered() >= 3, timeout=60, what="a third of B1's answers")
         os.kill(status(root)["pid"], signal.SIGKILL)
@@ -195,8 +195,8 @@ def test_eval_samples_typed_on_the_restart_is_kept_for_the_baseline_and_the_watc
         res = typed("invoke restart --stage draft --eval-samples 0", config)
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
         assert status(root)["stage"] == "generate"  # refused before anything was touched
-        said = ok("invoke restart --stage draft --eval-samples 3", config)
-        assert "eval-samples server.draft's → 3" in said, said
+        out = ok("invoke restart --stage draft --eval-samples 3", config)
+        assert "eval-samples server.draft's → 3" in out, out
         assert json.loads(Paths(root).caps.read_text())["eval_samples"] == 3
         assert "draft finished" in ok("invoke tail", config)
         folder = results(root)["folder"]
@@ -213,16 +213,16 @@ def test_eval_samples_typed_on_the_restart_is_kept_for_the_baseline_and_the_watc
 
 def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_path):
     draft = draft_of(5)
-    told = tmp_path / "told"
-    config, root = drafted_job(tmp_path, draft, notify=f'echo "$DEPLOYTOOL_MESSAGE" >> {told}')
+    notified = tmp_path / "told"
+    config, root = drafted_job(tmp_path, draft, notify=f'echo "$DEPLOYTOOL_MESSAGE" >> {notified}')
     with stopped_after(config):
         trained(config)  # the first 4 prompts of each dataset answered for training
-        for line, said in (
+        for line, words in (
             ("invoke restart --stage generate --baseline", "--baseline follows the draft stage"),
             ("invoke restart --baseline", "--baseline follows the draft stage"),
         ):
             res = typed(line, config)
-            assert res.returncode == 2 and said in res.stderr, res.stderr
+            assert res.returncode == 2 and words in res.stderr, res.stderr
             assert len(res.stderr.strip().splitlines()) == 1, res.stderr
         data = yaml.safe_load(config.read_text())
         config.write_text(yaml.safe_dump(dict(data, recover=False), sort_keys=False))
@@ -231,20 +231,23 @@ def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_pat
         # the simulated engine has no draft to measure: one line, nothing touched
         sim = dict(data, job=dict(data["job"], engine={"kind": "simulate"}))
         config.write_text(yaml.safe_dump(sim, sort_keys=False))
-        for stage, said in (("draft", "to measure"), ("baseline", "to measure a baseline against")):
+        for stage, words in (
+            ("draft", "to measure"),
+            ("baseline", "to measure a baseline against"),
+        ):
             res = typed(f"invoke restart --stage {stage} --dry-run", config)
             assert res.returncode == 2, res.stderr
-            assert f"simulated engine has no draft {said}: the stage needs vLLM" in res.stderr
+            assert f"simulated engine has no draft {words}: the stage needs vLLM" in res.stderr
             assert "job.engine.kind: openai and server:" in res.stderr  # what to do
             assert len(res.stderr.strip().splitlines()) == 1, res.stderr
         config.write_text(yaml.safe_dump(data, sort_keys=False))
         assert status(root)["stage"] == "generate"  # each refused before anything was touched
-        said = ok("invoke restart --stage draft --baseline --dry-run", config)
-        assert "stage generate → draft, then baseline (the watcher starts it)" in said, said
-        said = ok("invoke restart --stage draft --baseline", config)
-        assert "stage generate → draft, then baseline (the watcher starts it)" in said, said
-        said = ok("invoke tail", config)  # one wait: the draft, then the baseline after it
-        assert "baseline finished" in said, said
+        words = ok("invoke restart --stage draft --baseline --dry-run", config)
+        assert "stage generate → draft, then baseline (the watcher starts it)" in words, words
+        words = ok("invoke restart --stage draft --baseline", config)
+        assert "stage generate → draft, then baseline (the watcher starts it)" in words, words
+        words = ok("invoke tail", config)  # one wait: the draft, then the baseline after it
+        assert "baseline finished" in words, words
         st = status(root)
         assert st["stage"] == "baseline" and all(d["done"] == 5 for d in st["datasets"].values())
         folders = sorted(p.name for p in Paths(root).drafts.iterdir() if p.is_dir())
@@ -266,11 +269,13 @@ def test_baseline_typed_with_the_draft_follows_it_started_by_the_watcher(tmp_pat
         assert "the draft stage finished: the baseline stage next" in log, log
         assert "server started for the next stage" in log, log
         # told as it goes: the draft's end is not the job's (each message once, in order)
-        wait_for(lambda: told.exists() and len(told.read_text().splitlines()) >= 3, 30, what="3")
-        said = [line.split(": ", 1)[1] for line in told.read_text().splitlines()]
-        order = [s.split(";")[0] for s in said]
-        assert order == ["finished", "draft finished", "finished"], (said, log)
-        assert said[1].startswith("draft finished; the baseline follows"), said
+        wait_for(
+            lambda: notified.exists() and len(notified.read_text().splitlines()) >= 3, 30, what="3"
+        )
+        words = [line.split(": ", 1)[1] for line in notified.read_text().splitlines()]
+        order = [s.split(";")[0] for s in words]
+        assert order == ["finished", "draft finished", "finished"], (words, log)
+        assert words[1].startswith("draft finished; the baseline follows"), words
 
 
 def test_a_stop_while_the_baseline_server_loads_ends_the_wait_and_says_why(tmp_path):
@@ -295,8 +300,8 @@ def test_a_stop_while_the_baseline_server_loads_ends_the_wait_and_says_why(tmp_p
         assert "the baseline stage next" in shown and "RECOVERING" not in shown, shown
         stopped = ok("invoke stop", config)
         assert "the server swap for the baseline stage ends (it was at: " in stopped, stopped
-        said = ok("invoke tail", config)  # ends: nothing will follow any more
-        assert "the baseline stage was not started: the job was stopped" in said, said
+        out = ok("invoke tail", config)  # ends: nothing will follow any more
+        assert "the baseline stage was not started: the job was stopped" in out, out
         assert status(root)["stage"] == "draft"  # the draft's verdict, kept
     finally:
         go.touch()
@@ -335,15 +340,15 @@ def test_the_laptop_gone_while_the_drafts_server_loads_leaves_the_host_to_finish
             what="the draft's server loading",
         )
         os.killpg(laptop.pid, gone_by)
-        said, _ = laptop.communicate(timeout=120)
+        out, _ = laptop.communicate(timeout=120)
         if gone_by == signal.SIGINT:
-            assert laptop.returncode == 1 and "Traceback" not in said, said
-            assert "detached: the host goes on with what it was asked" in said, said
-            assert "invoke restart --stage generate` takes it back to the answers" in said, said
+            assert laptop.returncode == 1 and "Traceback" not in out, out
+            assert "detached: the host goes on with what it was asked" in out, out
+            assert "invoke restart --stage generate` takes it back to the answers" in out, out
         assert "loading" in ok("invoke status", config)  # the host waits for the model alone
         gate.touch()
-        said = ok("invoke tail", config)
-        assert "draft finished" in said, said
+        out = ok("invoke tail", config)
+        assert "draft finished" in out, out
         assert json.loads(switch.read_text())["step"] == "done"
         got = results(root)
         c = got["B1"]["counts"]
@@ -379,9 +384,9 @@ def test_back_to_answers_mid_measure_stops_the_runner_before_the_server_goes(tmp
 
         releaser = threading.Thread(target=release_once_drained, daemon=True)
         releaser.start()
-        said = ok("invoke restart --stage generate --max-samples 6 --drain", config)
+        out = ok("invoke restart --stage generate --max-samples 6 --drain", config)
         releaser.join()
-        assert "the server runs with the draft stage's draft: restarting" in said
+        assert "the server runs with the draft stage's draft: restarting" in out
         assert "finished" in ok("invoke tail", config)
         assert status(root)["stage"] == "generate" and len(records(root, "B1")) == 6
         log = (root / "logs" / "runner.log").read_text()
@@ -427,22 +432,22 @@ def test_a_draft_folder_of_this_machine_is_sent_by_deploy_and_measured_from_its_
     config, root = drafted_job(tmp_path, dict(draft_of(5), model="./drafts/kimi-eagle3"))
     copy = Paths(root).draft_copies / "kimi-eagle3"
     with stopped_after(config):
-        said = ok("invoke deploy --dry-run", config)
-        assert "./drafts/kimi-eagle3 → data/draft-models/kimi-eagle3: would send 2 files" in said
+        out = ok("invoke deploy --dry-run", config)
+        assert "./drafts/kimi-eagle3 → data/draft-models/kimi-eagle3: would send 2 files" in out
         assert not root.exists()  # nothing written on the host
-        said = ok("invoke deploy", config)
-        assert "draft    ./drafts/kimi-eagle3 → data/draft-models/kimi-eagle3: sent 2 files" in said
+        out = ok("invoke deploy", config)
+        assert "draft    ./drafts/kimi-eagle3 → data/draft-models/kimi-eagle3: sent 2 files" in out
         for rel in ("config.json", "weights/model.safetensors"):
             assert (copy / rel).read_bytes() == (mine / rel).read_bytes()
-        said = ok("invoke deploy", config)
-        assert "nothing changed" in said and "kimi-eagle3: unchanged (2 files, 3.0 KiB)" in said
+        out = ok("invoke deploy", config)
+        assert "nothing changed" in out and "kimi-eagle3: unchanged (2 files, 3.0 KiB)" in out
         # one file changed here: that file alone is sent
         (mine / "config.json").write_text('{"architectures": ["Eagle3"], "retrained": true}')
-        said = ok("invoke deploy --dry-run", config)
-        assert "would send 1 file, 48 B (of 2 files, 3.0 KiB)" in said, said
+        out = ok("invoke deploy --dry-run", config)
+        assert "would send 1 file, 48 B (of 2 files, 3.0 KiB)" in out, out
         assert "retrained" not in (copy / "config.json").read_text()  # a dry run sends nothing
-        said = ok("invoke deploy", config)
-        assert "kimi-eagle3: sent 1 file, 48 B (of 2 files, 3.0 KiB)" in said, said
+        out = ok("invoke deploy", config)
+        assert "kimi-eagle3: sent 1 file, 48 B (of 2 files, 3.0 KiB)" in out, out
         assert (copy / "config.json").read_text() == (mine / "config.json").read_text()
         trained(config)  # the first 4 prompts of each dataset answered for training
         ok("invoke restart --stage draft", config)

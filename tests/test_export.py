@@ -270,7 +270,7 @@ def test_export_says_per_dataset_the_rows_and_tokens_it_keeps_and_what_each_filt
         ok("invoke restart", config)
         assert "finished" in ok("invoke tail", config).splitlines()[-1]
         out = tmp_path / "train.jsonl"
-        said = ok(f"invoke export --out {out} --pulled {tmp_path / 'pulled'}", config)
+        answer = ok(f"invoke export --out {out} --pulled {tmp_path / 'pulled'}", config)
     finally:
         typed("invoke stop --grace 0", config)
     manifest = json.loads((tmp_path / "train.jsonl.manifest.json").read_text())
@@ -284,9 +284,9 @@ def test_export_says_per_dataset_the_rows_and_tokens_it_keeps_and_what_each_filt
             f"  {ds}: {len(kept)} of 12 rows kept ({len(cut)} dropped: finish_reason length), "
             f"{fmt_tokens(tokens)} tokens"
         )
-        assert line in said.splitlines(), said
+        assert line in answer.splitlines(), answer
         m = manifest["datasets"][ds]
         assert (m["rows"], m["tokens"], m["dropped"]) == (len(kept), tokens, {"length": len(cut)})
         assert m["dropped_tokens"] == {"length": sum(r["usage"]["completion_tokens"] for r in cut)}
     assert manifest["totals"]["tokens"] == sum(m["tokens"] for m in manifest["datasets"].values())
-    assert "to keep what was left out: finish_reason length (--keep length)" in said, said
+    assert "to keep what was left out: finish_reason length (--keep length)" in answer, answer

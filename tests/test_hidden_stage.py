@@ -77,18 +77,18 @@ def test_the_stage_runs_with_the_three_commands_and_is_kept_like_a_cap(tmp_path)
     assert "stage hidden-states: finished" in ok("invoke status", config)
     # plan sizes the stage at its caps: every prompt (4) where three rows are made
     per_token = sum(x["bytes"] for x in rows(root)) / sum(x["tokens"] for x in rows(root))
-    said = ok("invoke plan --tokens-per-dataset 1k", config)
-    assert "hidden-states stage at these caps:" in said
-    assert f"× {per_token:.0f} B a token: measured on the rows made); the disk has" in said
-    assert "no measured answer throughput" in said  # the stage's rate is of rows, not answers
+    out = ok("invoke plan --tokens-per-dataset 1k", config)
+    assert "hidden-states stage at these caps:" in out
+    assert f"× {per_token:.0f} B a token: measured on the rows made); the disk has" in out
+    assert "no measured answer throughput" in out  # the stage's rate is of rows, not answers
     # said stays said: a bare restart runs the stage again, and finds nothing left to do
     ok("invoke restart", config)
     ok("invoke tail", config)
     assert status(root)["stage"] == "hidden-states" and len(rows(root)) == 3
     # back to answers, the cap raised; then the stage makes the new ones' rows only
-    said = ok("invoke restart --stage generate --max-samples 4", config)
-    assert "stage hidden-states → generate" in said  # the way back is said too
-    assert "B1's target goes up (3 → 4 prompts" in said  # as any raise is, stage or not
+    out = ok("invoke restart --stage generate --max-samples 4", config)
+    assert "stage hidden-states → generate" in out  # the way back is said too
+    assert "B1's target goes up (3 → 4 prompts" in out  # as any raise is, stage or not
     ok("invoke tail", config)
     assert status(root)["stage"] == "generate" and len(records(root, "B1")) == 4
     ok("invoke restart --stage hidden-states", config)
@@ -130,8 +130,8 @@ def test_records_without_token_ids_stop_the_stage_with_the_fix(tmp_path):
     assert "set job.extra_body.return_token_ids: true" in res.stderr
     assert "hold no token ids" in ok("invoke status", config)
     # the stage's empty ledgers pulled: nothing to fetch, nothing to free
-    said = ok(f"invoke pull --hidden-states --free --to {tmp_path / 'pulled'}", config)
-    assert "hidden states: rows here none yet; 0 files fetched" in said
+    out = ok(f"invoke pull --hidden-states --free --to {tmp_path / 'pulled'}", config)
+    assert "hidden states: rows here none yet; 0 files fetched" in out
 
 
 def test_a_bad_stage_name_is_one_line_and_touches_nothing(tmp_path):
@@ -207,8 +207,8 @@ def test_the_stage_gets_its_server_with_the_extraction_config_and_the_answers_th
         assert len(records(root, "B1")) == 4
         plain = live_server(root)
         assert flag_value(plain.argv, "--kv-transfer-config") is None
-        said = ok("invoke restart --stage hidden-states", config)
-        assert "runs without the extraction config the hidden-states stage needs" in said
+        out = ok("invoke restart --stage hidden-states", config)
+        assert "runs without the extraction config the hidden-states stage needs" in out
         rec = live_server(root)
         assert rec.pid != plain.pid
         kv = json.loads(flag_value(rec.argv, "--kv-transfer-config"))
@@ -229,8 +229,8 @@ def test_the_stage_gets_its_server_with_the_extraction_config_and_the_answers_th
         )
         assert live_server(root).argv == rec.argv
         # and back to answers: the extraction flags go (the server would write a file per answer)
-        said = ok("invoke restart --stage generate --max-samples all", config)
-        assert "runs with the hidden-states extraction config" in said
+        out = ok("invoke restart --stage generate --max-samples all", config)
+        assert "runs with the hidden-states extraction config" in out
         assert flag_value(live_server(root).argv, "--kv-transfer-config") is None
         ok("invoke tail", config)
         assert status(root)["stage"] == "generate"
@@ -272,9 +272,9 @@ def test_pull_takes_the_stages_files_and_frees_each_on_the_host_once_its_copy_ma
     }
     assert len(sums) == 3
     to = tmp_path / "pulled"
-    said = ok(f"invoke pull --hidden-states --free --to {to}", config)
-    assert "hidden states: rows here B1 3; 3 files fetched" in said
-    assert "freed on the host: 3 files" in said
+    out = ok(f"invoke pull --hidden-states --free --to {to}", config)
+    assert "hidden states: rows here B1 3; 3 files fetched" in out
+    assert "freed on the host: 3 files" in out
     here = to / "box" / "hidden_states" / "B1"
     got = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in here.glob("hidden_states/*")}
     assert got == sums  # every file here as it was there, and gone there
@@ -306,12 +306,12 @@ def test_pull_takes_the_stages_files_and_frees_each_on_the_host_once_its_copy_ma
     data = bytearray(copy.read_bytes())
     data[-20] ^= 0xFF  # the same size, one byte changed
     copy.write_bytes(bytes(data))
-    said = ok(f"invoke pull --hidden-states --free --to {to}", config)
-    assert "B1 row 3: its sha256 differs from the copy's: the next pull fetches it again" in said
+    out = ok(f"invoke pull --hidden-states --free --to {to}", config)
+    assert "B1 row 3: its sha256 differs from the copy's: the next pull fetches it again" in out
     assert (host / "hidden_states" / "hs_3.safetensors").exists() and not copy.exists()
-    said = ok(f"invoke pull --hidden-states --free --to {to}", config)
-    assert "1 file fetched" in said
-    assert "freed on the host: 1 file (" in said
+    out = ok(f"invoke pull --hidden-states --free --to {to}", config)
+    assert "1 file fetched" in out
+    assert "freed on the host: 1 file (" in out
     assert not (host / "hidden_states" / "hs_3.safetensors").exists()
 
 

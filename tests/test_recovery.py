@@ -127,7 +127,7 @@ class Rig:
         errors = outputs(self.root) / "B1.errors.jsonl"
         assert not errors.exists() or not errors.read_text().strip()
 
-    def events_said(self) -> list[str]:
+    def event_lines(self) -> list[str]:
         return self.events.read_text().splitlines() if self.events.exists() else []
 
     def close(self):
@@ -191,9 +191,9 @@ def test_server_killed_9_is_restarted_its_leftovers_removed_every_prompt_once(ri
     still = [p for p, st in left.items() if procinfo.alive(p) and procinfo.start_time(p) == st]
     assert not still  # the old engine, re-parented to init, was removed before the new start
     r.finished()
-    said = r.events_said()
-    assert any(e.startswith("server_restarted ") and "attempt 1 of 3" in e for e in said), said
-    assert not any(e.startswith("failed") for e in said)
+    lines = r.event_lines()
+    assert any(e.startswith("server_restarted ") and "attempt 1 of 3" in e for e in lines), lines
+    assert not any(e.startswith("failed") for e in lines)
 
 
 @pytest.mark.parametrize("how", ["exit0", "engine_gone", "wedged"])
@@ -266,14 +266,14 @@ def test_a_server_that_dies_at_every_start_ends_in_a_clean_give_up(rig, tmp_path
     )
     assert not ProcessRecord.live(r.root / "run" / "runner.pid")  # nothing started again
     assert not server_processes(old) and not ProcessRecord.live(r.root / "run" / "server.pid")
-    said = r.events_said()
-    assert any(e.startswith("failed ") and "illegal memory access" in e for e in said), said
+    lines = r.event_lines()
+    assert any(e.startswith("failed ") and "illegal memory access" in e for e in lines), lines
     events = [json.loads(x) for x in (r.root / "run" / "recover.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events].count("died") == 4 and events[-1]["event"] == "gave_up"
     # the first death restarted at once, then the backoff, doubled: 0, 0.2, 0.4 s as the watcher
     # decided them (its log), and never sooner (the deaths' own times)
-    said_delays = re.findall(r"server: .*; restart \d of 3 in ([\d.]+)s", watcher_log(r))
-    assert [float(x) for x in said_delays] == [0.0, 0.2, 0.4], said_delays
+    delays = re.findall(r"server: .*; restart \d of 3 in ([\d.]+)s", watcher_log(r))
+    assert [float(x) for x in delays] == [0.0, 0.2, 0.4], delays
     deaths = [e["at"] for e in events if e["event"] == "died"]
     assert deaths[2] - deaths[1] >= 0.2 and deaths[3] - deaths[2] >= 0.4
     page = tmp_path / "report.html"
@@ -297,8 +297,8 @@ def test_runner_killed_9_is_restarted_and_a_finished_job_is_not(rig):
     assert "died without being stopped" in w["runner"]["last_cause"]
     assert r.pid("runner.pid")["pid"] != old["pid"]
     r.finished()
-    said = r.events_said()
-    assert any(e.startswith("runner_restarted ") for e in said), said
+    lines = r.event_lines()
+    assert any(e.startswith("runner_restarted ") for e in lines), lines
     # a finished job stays finished: the watcher's verdict on it, once made, is final (a runner
     # no longer wanted is not looked at again)
     w = wait_for(
@@ -373,8 +373,8 @@ def test_a_runners_first_death_is_restarted_at_once_its_third_after_a_backoff(ri
             if '"died"' in line and '"runner"' in line
         ][-1]
         gaps.append(new["started_at"] - died["at"])  # the death seen -> the new runner's start
-    said = re.findall(r"runner: .*; restart \d of 5 in ([\d.]+)s", watcher_log(r))
-    assert [float(x) for x in said] == [0.0, 0.2, 0.4], said  # at once, then doubling
+    lines = re.findall(r"runner: .*; restart \d of 5 in ([\d.]+)s", watcher_log(r))
+    assert [float(x) for x in lines] == [0.0, 0.2, 0.4], lines  # at once, then doubling
     assert gaps[1] >= 0.2 and gaps[2] >= 0.4, gaps
     r.finished(timeout=120)
 
@@ -415,7 +415,7 @@ def test_a_watcher_killed_9_comes_back_and_then_heals_a_server_death(rig):
     wait_for(lambda: control.job_status(r.conn).supervision.supervised, 10, what="supervised")
     wait_for(lambda: r.status()["watcher_restarts"] == 1, 10, what="status counts it")
     wait_for(
-        lambda: any(e.startswith("watcher_restarted ") for e in r.events_said()), 10, what="told"
+        lambda: any(e.startswith("watcher_restarted ") for e in r.event_lines()), 10, what="told"
     )
     # never two: the runner's guard looks again every 2 s of its clock and finds this one
     runner_time_passes(r.root, 5)

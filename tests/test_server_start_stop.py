@@ -93,11 +93,11 @@ def test_start_waits_for_ready_smoke_tests_and_masks_secrets(host, tmp_path):
     cfg, conn = host("--tensor-parallel-size", "8", "--fake-load-until", str(gate))
     notes = []
 
-    def said(note: str) -> None:
+    def on_note(note: str) -> None:
         notes.append(note)
         gate.touch()
 
-    r = start_unwatched(conn, cfg.server, poll=0.2, progress=said)
+    r = start_unwatched(conn, cfg.server, poll=0.2, progress=on_note)
     assert r.ready_after_s > 0 and r.smoke.startswith("1, 2, 3")
     assert (
         r.argv[1:5] == ["serve", "kimi", "--port", str(cfg.server.port)]

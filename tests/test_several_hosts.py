@@ -149,11 +149,11 @@ def test_a_restart_one_host_would_refuse_touches_no_host(tmp_path):
     try:
         res = typed("invoke restart --host a,b --cap B2=2", cfg)
         assert res.returncode != 0
-        said = [line for line in res.stderr.splitlines() if line.strip()]
-        assert len(said) == 1 and said[0].startswith(
+        lines = [line for line in res.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith(
             "error: restart refused, no host touched (a, b): b would refuse: "
         ), res.stdout + res.stderr
-        assert "B2" in said[0] and "started runner" not in res.stdout
+        assert "B2" in lines[0] and "started runner" not in res.stdout
         assert not (tmp_path / "a" / "run" / "runner.pid").exists()  # a was not started
         assert not (tmp_path / "a" / "run" / "status.json").exists()
     finally:

@@ -36,7 +36,7 @@ def watch(config, hosts, *, once=False, log=False, live=True, out=None, **kw):
 NOW = 1_764_500_000.0
 
 
-def spec_status(**over) -> dict:
+def spec_status(**overrides) -> dict:
     """The worked example mid-run: B1 complete, B2 at 1,639 of 7,000."""
     st = {
         "state": "running",
@@ -87,12 +87,12 @@ def spec_status(**over) -> dict:
             },
         },
     }
-    st.update(over)
+    st.update(overrides)
     return st
 
 
-def typed(**over) -> JobView:
-    return JobView.from_dict(spec_status(**over))
+def typed(**overrides) -> JobView:
+    return JobView.from_dict(spec_status(**overrides))
 
 
 def render(obj, width=100) -> str:
@@ -266,10 +266,10 @@ def test_tail_sees_the_job_as_status_does_the_watcher_gone_included(tmp_path):
     w = HostWatch(cfg.hosts["local"], cfg)
     w.poll_status(NOW)
     with connect(cfg.hosts["local"], cfg) as conn:
-        said = job_status(conn)
+        status = job_status(conn)
     w.close()
     assert w.status.supervision.note.startswith("unsupervised: the watcher is gone")
-    assert w.status.supervision == said.supervision and w.status.runner.alive
+    assert w.status.supervision == status.supervision and w.status.runner.alive
 
 
 def test_tail_follows_a_runner_the_watcher_starts_again_and_ends_at_its_give_up(tmp_path):
@@ -304,11 +304,11 @@ def test_tail_follows_a_runner_the_watcher_starts_again_and_ends_at_its_give_up(
 
     out = Console(file=buf, width=300)
     rc = watch(cfg, list(cfg.hosts.values()), live=False, out=out, clock=clock, sleep=sleep)
-    said = buf.getvalue().splitlines()
-    assert rc == 1 and len(looks) == 3, said
+    lines = buf.getvalue().splitlines()
+    assert rc == 1 and len(looks) == 3, lines
     # said as the watcher's work it is, not as an end (a newcomer read `stopped` as one to restart)
-    assert " recovering | " in said[0] and "RECOVERING runner" in said[0]
-    assert "failed" in said[-1] and "the runner died again" in said[-1]
+    assert " recovering | " in lines[0] and "RECOVERING runner" in lines[0]
+    assert "failed" in lines[-1] and "the runner died again" in lines[-1]
 
 
 def test_a_look_whose_host_process_was_killed_says_so_and_the_next_starts_anew(tmp_path):
@@ -606,9 +606,9 @@ def test_plan_counts_the_records_in_its_target_and_says_the_estimate_each_row_us
     ok("invoke deploy", cfg.path)
     _records(outputs(tmp_path / "h") / "B1.jsonl", "B1", 32, 6432)
     _records(outputs(tmp_path / "h") / "B2.jsonl", "B2", 50, 300)
-    said = ok("invoke plan --tokens-per-dataset 96k --tokens-per-s 1000", cfg.path)
+    out = ok("invoke plan --tokens-per-dataset 96k --tokens-per-s 1000", cfg.path)
     rows = {
-        line.split()[0]: line for line in said.splitlines() if line.split()[:1] in (["B1"], ["B2"])
+        line.split()[0]: line for line in out.splitlines() if line.split()[:1] in (["B1"], ["B2"])
     }
     b1 = " ".join(rows["B1"].split())
     assert b1.startswith(
@@ -704,9 +704,9 @@ def test_tail_without_any_run_says_so_and_ends_naming_the_next_command(tmp_path)
         )
         return rc, buf.getvalue()
 
-    rc, said = tail()  # nothing deployed: a restart would only say to deploy
-    assert rc == 1 and "nothing deployed" in said and "`invoke deploy` first" in said, said
+    rc, answer = tail()  # nothing deployed: a restart would only say to deploy
+    assert rc == 1 and "nothing deployed" in answer and "`invoke deploy` first" in answer, answer
     with connect(cfg.hosts["local"], cfg) as conn:
         deploy_host(conn, cfg)  # deployed, never started
-    rc, said = tail()
-    assert rc == 1 and "no run/status.json yet" in said and "`invoke restart`" in said, said
+    rc, answer = tail()
+    assert rc == 1 and "no run/status.json yet" in answer and "`invoke restart`" in answer, answer

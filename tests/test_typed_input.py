@@ -28,7 +28,7 @@ def config(tmp_path) -> Path:
     ).path
 
 
-def said(res: subprocess.CompletedProcess, code: int) -> str:
+def reply(res: subprocess.CompletedProcess, code: int) -> str:
     """The one line a command answered, once it is exactly one line and `code`."""
     out = (res.stdout + res.stderr).strip().splitlines()
     assert res.returncode == code and len(out) == 1, (res.returncode, res.stdout, res.stderr)
@@ -45,7 +45,7 @@ def not_deployed(config: Path, binary: str = "invoke") -> str:
 
 def test_invoke_typed_inside_the_package_runs_the_repositorys_tasks(config):
     from_root = typed("invoke status", config)
-    assert said(from_root, 1) == not_deployed(config)
+    assert reply(from_root, 1) == not_deployed(config)
     for sub in ("deploytool", "deploytool/views", "deploytool/ops"):
         res = typed("invoke status", config, cwd=REPO / sub)
         assert (res.returncode, res.stdout, res.stderr) == (1, from_root.stdout, from_root.stderr)
@@ -60,7 +60,7 @@ def test_invoke_typed_inside_the_package_runs_the_repositorys_tasks(config):
     ],
 )
 def test_invokes_own_config_flag_is_refused_with_the_line_that_reads_the_file(config, line):
-    assert said(typed(line, config), 2) == (
+    assert reply(typed(line, config), 2) == (
         "error: --config is invoke's settings file, not hosts.yaml: "
         "type `DEPLOYTOOL_CONFIG=/nope.yaml invoke status`"
     )
@@ -75,7 +75,7 @@ def test_deploytools_config_after_the_task_is_the_file_read(config, tmp_path):
         res = subprocess.run(
             [DEPLOYTOOL, *argv], cwd=project, env=env, capture_output=True, text=True, timeout=120
         )
-        assert said(res, 1) == not_deployed(config, "deploytool")
+        assert reply(res, 1) == not_deployed(config, "deploytool")
 
 
 def test_a_path_to_write_whose_folder_is_missing_is_refused_before_any_host_is_asked(
@@ -90,14 +90,14 @@ def test_a_path_to_write_whose_folder_is_missing_is_refused_before_any_host_is_a
         res = typed(line.format(path), config)
         parent = path.parent
         assert (
-            said(res, 2)
+            reply(res, 2)
             == f"error: {flag} {path}: the folder {parent} does not exist (make it first)"
         )
     assert not (tmp_path / "nonexistent").exists()  # no folder made
 
 
 def test_a_folder_that_takes_no_new_files_is_refused(config):
-    line = said(typed("invoke pull --to /proc/nope", config), 2)
+    line = reply(typed("invoke pull --to /proc/nope", config), 2)
     assert line.startswith("error: --to /proc/nope: cannot write in /proc"), line
 
 
@@ -108,14 +108,14 @@ def test_export_from_a_pulled_folder_with_nothing_to_read_names_the_folder_and_t
     folder, even one that is not there."""
     pull = f"DEPLOYTOOL_CONFIG={shlex.quote(str(config))} invoke pull --to"
     missing = tmp_path / "nonexistent"
-    assert said(typed(f"invoke export --no-pull --pulled {missing}", config), 2) == (
+    assert reply(typed(f"invoke export --no-pull --pulled {missing}", config), 2) == (
         f"error: --pulled {missing}: no such folder: pull into it first (`{pull} {missing}`), "
         "or leave out --no-pull"
     )
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "box").mkdir()
-    assert said(typed(f"invoke export --no-pull --pulled {empty} --datasets B2", config), 2) == (
+    assert reply(typed(f"invoke export --no-pull --pulled {empty} --datasets B2", config), 2) == (
         f"error: no pulled records of box's B2 in {empty}: pull them first (`{pull} {empty}`), "
         "or leave out --no-pull"
     )
@@ -124,14 +124,14 @@ def test_export_from_a_pulled_folder_with_nothing_to_read_names_the_folder_and_t
 
 @pytest.mark.parametrize("n", ["-1", "0"])
 def test_max_samples_below_one_is_one_message(config, n):
-    assert said(typed(f"invoke restart --max-samples {n} --dry-run", config), 2) == (
+    assert reply(typed(f"invoke restart --max-samples {n} --dry-run", config), 2) == (
         f"error: --max-samples: expected a number >= 1 or `all`, got {n} "
         "(to leave datasets out: --datasets)"
     )
 
 
 def test_a_token_budget_of_nothing_is_bad_input_not_a_job_stopped_at_once(config):
-    assert said(typed("invoke restart --max-tokens 0 --dry-run", config), 2) == (
+    assert reply(typed("invoke restart --max-tokens 0 --dry-run", config), 2) == (
         "error: --max-tokens: expected a token count >= 1 (10M, 500k, 2500000), or `none` for no "
         "budget, got '0'"
     )
@@ -145,16 +145,18 @@ def test_an_empty_dataset_name_is_bad_input_never_every_dataset(config, value, g
     for task in ("restart --dry-run", "export --no-pull"):
         res = typed(f"invoke {task} --datasets {value}", config)
         assert (
-            said(res, 2)
+            reply(res, 2)
             == f"error: --datasets: expected dataset names, comma-separated (B2,B3), {got}"
         )
 
 
 def test_a_dataset_given_twice_is_bad_input_never_the_last_one_silently(config):
     res = typed("invoke restart --cap B2=10 --cap B2=12 --dry-run", config)
-    assert said(res, 2) == "error: --cap gives B2 twice (B2=10 and B2=12): give each dataset once"
+    assert reply(res, 2) == "error: --cap gives B2 twice (B2=10 and B2=12): give each dataset once"
     res = typed("invoke restart --datasets B2,B2 --dry-run", config)
-    assert said(res, 2) == "error: --datasets: B2 is named twice in 'B2,B2': give each dataset once"
+    assert (
+        reply(res, 2) == "error: --datasets: B2 is named twice in 'B2,B2': give each dataset once"
+    )
 
 
 def test_hosts_names_no_server_for_a_job_of_the_built_in_engine(tmp_path):
@@ -182,10 +184,10 @@ def test_the_server_commands_say_a_job_of_the_built_in_engine_needs_no_server(tm
     assert typed("invoke deploy", cfg.path).returncode == 0
     needs = "this host's job uses the built-in simulated engine (job.engine.kind: simulate)"
     assert (
-        said(typed("invoke server.status", cfg.path), 0)
+        reply(typed("invoke server.status", cfg.path), 0)
         == f"box: no server: {needs}, which needs none"
     )
-    assert said(typed("invoke server.start", cfg.path), 0) == (
+    assert reply(typed("invoke server.start", cfg.path), 0) == (
         f"box: no server to start: {needs}, which needs none"
     )
     assert not (tmp_path / "h" / "run" / "server.pid").exists()  # nothing was started
@@ -200,7 +202,7 @@ def test_the_server_commands_say_a_job_of_the_built_in_engine_needs_no_server(tm
     ],
 )
 def test_a_mistyped_value_gets_a_did_you_mean_as_flags_and_keys_do(config, line, words):
-    assert words in said(typed(line, config), 2)
+    assert words in reply(typed(line, config), 2)
 
 
 @pytest.mark.parametrize(
@@ -223,7 +225,7 @@ def test_a_long_flag_typed_with_one_dash_is_named_whole_with_its_two_dash_spelli
     or took `-cap`'s `-c` as its own --collection)."""
     task = flag.split()[0]
     want = f"error: {flag} (did you mean {meant}?); `invoke {task} --help` lists them"
-    assert said(typed(line, config), 2) == want
+    assert reply(typed(line, config), 2) == want
 
 
 @pytest.mark.parametrize(
@@ -237,7 +239,7 @@ def test_a_long_flag_typed_with_one_dash_is_named_whole_with_its_two_dash_spelli
 def test_a_flag_given_many_times_with_no_value_is_refused_not_dropped(config, line):
     """invoke dropped a `--cap` with no value without a word: the restart then ran (a stopped job
     started again) as if it were not typed."""
-    assert said(typed(line, config), 2) == "error: restart --cap: needs a value"
+    assert reply(typed(line, config), 2) == "error: restart --cap: needs a value"
 
 
 @pytest.mark.parametrize(
@@ -250,16 +252,16 @@ def test_a_flag_given_many_times_with_no_value_is_refused_not_dropped(config, li
 def test_a_flag_of_one_value_given_twice_is_said_so(config, line, flag):
     """It answered `restart takes no argument '30' (a value goes after its flag)`."""
     assert (
-        said(typed(line, config), 2) == f"error: restart {flag}: given twice (it takes one value)"
+        reply(typed(line, config), 2) == f"error: restart {flag}: given twice (it takes one value)"
     )
 
 
 def test_a_value_that_begins_with_a_dash_and_a_short_flag_with_its_value_are_read_as_before(config):
-    assert said(typed("invoke stop --grace -50", config), 2) == (
+    assert reply(typed("invoke stop --grace -50", config), 2) == (
         "error: --grace: must be >= 0, got -50.0"
     )
-    by_letter = said(typed("invoke status -Hbox", config), 1)
-    assert by_letter == said(typed("invoke status --host box", config), 1)
+    by_letter = reply(typed("invoke status -Hbox", config), 1)
+    assert by_letter == reply(typed("invoke status --host box", config), 1)
     assert "nothing deployed" in by_letter
 
 
@@ -285,7 +287,7 @@ def test_a_value_that_begins_with_a_dash_and_a_short_flag_with_its_value_are_rea
 def test_a_bad_value_names_its_flag_and_how_to_give_it(config, line, want):
     """Each as a newcomer typed it: the flag named first (as every other flag's error), and a list
     where one value is taken says how several are given."""
-    assert said(typed(line, config), 2) == want
+    assert reply(typed(line, config), 2) == want
 
 
 def test_a_hint_about_another_host_names_it_whether_one_host_failed_or_one_of_several(tmp_path):
@@ -295,7 +297,7 @@ def test_a_hint_about_another_host_names_it_whether_one_host_failed_or_one_of_se
     hosts = {name: {"connect": "local", "remote_dir": str(tmp_path / name)} for name in ("a", "c")}
     config = write_config(tmp_path, hosts, job).path
     hint = f"`DEPLOYTOOL_CONFIG={shlex.quote(str(config))} invoke deploy --host c`"
-    assert said(typed("invoke status --host c", config), 1) == (
+    assert reply(typed("invoke status --host c", config), 1) == (
         f"error: nothing deployed in {tmp_path / 'c'}: run {hint} first"
     )
     res = typed("invoke status --host a,c", config)

@@ -43,8 +43,8 @@ def parse_run_flags(config: Config, **raw) -> RunArgs:
     except ValueError as e:
         raise UsageError(str(e)) from None
     if twice := repeated(name for name, _ in flags.cap):  # the last would win without a word
-        said = " and ".join(f"{n}={v}" for n, v in flags.cap if n == twice)
-        raise UsageError(f"--cap gives {twice} twice ({said}): give each dataset once")
+        given = " and ".join(f"{n}={v}" for n, v in flags.cap if n == twice)
+        raise UsageError(f"--cap gives {twice} twice ({given}): give each dataset once")
     known = config.job.dataset_names()
     unknown = [n for n in flags.named_datasets() if n not in known]
     if unknown:
@@ -177,13 +177,13 @@ def restart(
     keys: dict[str, str] | None = None,
     server: ServerSpec | None = None,
     keep_server=False,
-    told=None,
+    on_status=None,
 ) -> RestartAnswer:
     """`keys`: the API keys of the job's servers (Config.server_keys), stored on the host for the
     runner before it starts; sent on stdin, never on a command line. `server`: hosts.yaml's, where
     the job's engine is that server (the host starts it, or again for the stage, first: the answer
-    is then `switching`, and the host goes on alone); `keep_server`: never (--no-server). `told`:
-    as `told_while`'s, while the host works (a runner it stops first is said as `stop` says it)."""
+    is then `switching`, and the host goes on alone); `keep_server`: never (--no-server). `on_status`:
+    as `follow_while`'s, while the host works (a runner it stops first is said as `stop` says it)."""
     if keys and not dry_run:
         call(conn, CtlKeys(keys=keys))
     rec = recover.to_dict() if recover is not None else None
@@ -197,23 +197,25 @@ def restart(
         server=server,
         keep_server=keep_server,
     )
-    if told is None:
+    if on_status is None:
         return call(conn, req)
-    return told_while(conn, told, lambda sent: call(conn, req, started=sent), look_first=False)
+    return follow_while(
+        conn, on_status, lambda sent: call(conn, req, started=sent), look_first=False
+    )
 
 
 def stop(conn: Connector, grace: float = GRACE_S, drain: bool = False, started=None) -> StopAnswer:
     return call(conn, CtlStop(grace=grace, drain=drain), started=started)
 
 
-def stop_told(conn: Connector, grace: float, drain: bool, told) -> StopAnswer:
-    """`stop`, saying what it does while the host waits (see `told_while`)."""
-    return told_while(conn, told, lambda sent: stop(conn, grace, drain, sent))
+def stop_and_follow(conn: Connector, grace: float, drain: bool, on_status) -> StopAnswer:
+    """`stop`, saying what it does while the host waits (see `follow_while`)."""
+    return follow_while(conn, on_status, lambda sent: stop(conn, grace, drain, sent))
 
 
-def told_while(conn: Connector, told, act, look_first: bool = True):
+def follow_while(conn: Connector, on_status, act, look_first: bool = True):
     """`act(sent)` (a host command that calls `sent()` once the host has it), saying what the job
-    does while the host works: `told(status, seconds waited)` once before (status None where it
+    does while the host works: `on_status(status, seconds waited)` once before (status None where it
     could not be read; not `look_first`: no look before) and then every second until the answer
     (one within the first second: no look at all)."""
     looks = Asking(conn, CtlStatus(again=True))
@@ -233,10 +235,10 @@ def told_while(conn: Connector, told, act, look_first: bool = True):
     # once (this runs in a host's thread; the Ctrl-C is the main thread's), the host goes on alone
     sent.wait(30)
     if look_first:
-        told(first, 0.0)
+        on_status(first, 0.0)
     try:
         while wait([answer], timeout=1.0).not_done:
-            told(look(), time.monotonic() - t0)
+            on_status(look(), time.monotonic() - t0)
     finally:
         looks.close()
     return answer.result()

@@ -215,7 +215,7 @@ def look_all(watches: list[HostWatch], clock, deadline: float = LOOK_DEADLINE_S,
 
 def exit_code(statuses: list[JobView | None]) -> int | None:
     """None while any host still runs; then 0 if every job finished, else 1."""
-    if any(s is None or not s.over for s in statuses):
+    if any(s is None or not s.job_ended for s in statuses):
         return None
     return ExitCode.OK if all(s.state == JobState.FINISHED for s in statuses) else ExitCode.FAILED
 

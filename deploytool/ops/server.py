@@ -93,20 +93,20 @@ def follow_switch(
     sw: SwitchView,
     *,
     progress,
-    told=lambda view, waited: None,
+    on_status=lambda view, waited: None,
     stopped=lambda answer: None,
     every: float = 1.0,
     sleep=time.sleep,
     clock=time.monotonic,
 ) -> SwitchView:
     """Follow a server swap the host carries out (`sw`: as begun) until it is done, saying what it
-    does as it goes (a runner it stops through `told`, the old server's stop through `stopped`, the
+    does as it goes (a runner it stops through `on_status`, the old server's stop through `stopped`, the
     model's load every 15 s); its view as it ended. One kept look (`ctl status --again`) whatever
     the load takes; a Ctrl-C or this process gone leaves the host going on alone."""
     from remote.common.answers import ServerStopped
 
     looks = Asking(conn, CtlStatus(again=True), asked=True)
-    t0, loading_since, said_at, said_stop, lost = clock(), None, None, False, 0
+    t0, loading_since, shown_at, stop_shown, lost = clock(), None, None, False, 0
     try:
         while True:
             try:
@@ -128,14 +128,14 @@ def follow_switch(
                     "`invoke status` shows where the job is"
                 )
             if now.step == SwitchStep.STOPPING_RUNNER:
-                told(view, clock() - t0)
-            if now.server_stopped and not said_stop:
-                said_stop = True
+                on_status(view, clock() - t0)
+            if now.server_stopped and not stop_shown:
+                stop_shown = True
                 stopped(_hosted(ServerStopped, now.server_stopped, conn.name))
             if now.step == SwitchStep.LOADING:
                 loading_since = loading_since or clock()
-                if said_at is None or clock() - said_at >= LOAD_NOTE_S:
-                    said_at = clock()
+                if shown_at is None or clock() - shown_at >= LOAD_NOTE_S:
+                    shown_at = clock()
                     progress(_loading(conn.name, now, clock() - loading_since))
             if now.step == SwitchStep.DONE:
                 return now
@@ -146,7 +146,7 @@ def follow_switch(
 
 
 def follow_restart(
-    conn: Connector, begun: RestartAnswer, *, note, started, **said
+    conn: Connector, begun: RestartAnswer, *, note, started, **callbacks
 ) -> RestartAnswer:
     """A restart the host goes on with alone (`begun`: its answer, `switching`): followed until its
     runner has started; the restart's own answer."""
@@ -161,7 +161,7 @@ def follow_restart(
     else:
         why = "the engine's server is down: starting it first"
     note(f"{conn.name}: {why}")
-    done = follow_switch(conn, sw, **said)
+    done = follow_switch(conn, sw, **callbacks)
     if done.server_started:
         started(_hosted(ServerStarted, done.server_started, conn.name))
     return _hosted(RestartAnswer, done.answer, conn.name)

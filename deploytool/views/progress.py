@@ -10,7 +10,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from remote.common.speed import MEAN_NOTE, rate_said, row_rate_said
+from remote.common.speed import MEAN_NOTE, job_rate, row_rate
 from remote.common.status import (
     BUDGET_REACHED,
     NOT_RUN,
@@ -40,9 +40,9 @@ def fmt_rate(st: JobView, row: DatasetStatus | None = None) -> str:
     """The job's tokens per second (or a dataset's: `row`) as `speed` says it, a mean starred
     (see MEAN_NOTE); "-": none."""
     if row is None:
-        rate, mean = rate_said(st.state, st.tokens_per_s, st.mean_tokens_per_s)
+        rate, mean = job_rate(st.state, st.tokens_per_s, st.mean_tokens_per_s)
     else:
-        rate, mean = row_rate_said(st.state, row.tokens_per_s, row.mean_tokens_per_s)
+        rate, mean = row_rate(st.state, row.tokens_per_s, row.mean_tokens_per_s)
     return "-" if rate is None else fmt_tokens(rate) + ("*" if mean else "")
 
 
@@ -57,7 +57,7 @@ def fmt_duration(seconds) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def engine_said(st: JobView, now: float) -> tuple[str, bool]:
+def engine_text(st: JobView, now: float) -> tuple[str, bool]:
     """What the runner saw of its engine, and whether it needs attention. Once the job has ended
     no runner looks at it: what it saw last is no answer about now."""
     eng = st.engine
@@ -71,7 +71,7 @@ def engine_said(st: JobView, now: float) -> tuple[str, bool]:
 
 def health(st: JobView, now: float) -> tuple[str, bool]:
     """The health line, and whether anything in it needs attention."""
-    engine, bad = engine_said(st, now)
+    engine, bad = engine_text(st, now)
     parts = [engine]
     every = sum(d.done for d in st.datasets.values())  # the job's records, every runner's
     parts.append(f"errors {st.errors}")
@@ -93,7 +93,7 @@ def health(st: JobView, now: float) -> tuple[str, bool]:
     if st.stalled:
         parts.append("STALLED: nothing finished for a while")
         bad = True
-    if stale := stale_said(st, now):
+    if stale := stale_text(st, now):
         parts.append(stale)
         bad = True
     return " · ".join(parts), bad
@@ -105,7 +105,7 @@ def job_differs(host: str | None) -> str:
     return say("hosts.yaml's job is not the one deployed: `invoke deploy` sends it", host)
 
 
-def stale_said(st: JobView, now: float) -> str | None:
+def stale_text(st: JobView, now: float) -> str | None:
     """A live runner's status.json gone stale, by the one rule (JobStatus.stale_for): status and
     tail both say it, in these words."""
     age = st.stale_for(now)
@@ -332,7 +332,7 @@ def dataset_rate(st: JobView, name: str) -> str:
     """A dataset's tok/s as every view says it; none for one --datasets leaves out (its mean is
     the earlier runs')."""
     d = st.datasets[name]
-    return "-" if st.said_state(name) == NOT_RUN else fmt_rate(st, d)
+    return "-" if st.dataset_state_label(name) == NOT_RUN else fmt_rate(st, d)
 
 
 def totals(statuses: list[JobView]) -> tuple[int, str, int | None]:
@@ -341,8 +341,8 @@ def totals(statuses: list[JobView]) -> tuple[int, str, int | None]:
     (the ETA: the last host to finish)."""
     tok = sum(s.completion_tokens for s in statuses)
     working = [s for s in statuses if not s.terminal] or statuses
-    said = [rate_said(s.state, s.tokens_per_s, s.mean_tokens_per_s) for s in working]
-    rate = fmt_tokens(sum(r or 0 for r, _ in said)) + ("*" if any(m for _, m in said) else "")
+    rates = [job_rate(s.state, s.tokens_per_s, s.mean_tokens_per_s) for s in working]
+    rate = fmt_tokens(sum(r or 0 for r, _ in rates)) + ("*" if any(m for _, m in rates) else "")
     etas = [s.eta_s for s in statuses if not s.terminal]
     return tok, rate, max(etas) if etas and None not in etas else (None if etas else 0)
 
@@ -380,7 +380,7 @@ def _accuracy(acc: list[float]) -> str:
     return " ".join(f"{a:.0%}" for a in acc) if acc else "-"
 
 
-def train_said(st: JobView) -> list[str]:
+def train_lines(st: JobView) -> list[str]:
     """The train stage's lines, as status and tail show them: where the trainer is, how well the
     draft guesses each position (the last step's; the last validation's), and what it made."""
     t = st.train
@@ -433,16 +433,18 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
         table.add_row(
             name,
             bar,
-            f"{d.done:,}/{target:,}{beyond_said(d.beyond)}",
+            f"{d.done:,}/{target:,}{beyond_text(d.beyond)}",
             fmt_tokens(d.completion_tokens),
             dataset_rate(st, name),
             eta,
-            st.said_state(name) + (f" · {draft_said(st, d)}" if st.stage_spec.measures else ""),
+            st.dataset_state_label(name)
+            + (f" · {draft_text(st, d)}" if st.stage_spec.measures else ""),
         )
+    state = st.state_label
     head = Text.assemble(
         (f"{host}", "bold"),
         ": ",
-        (("hidden states " if rows else "") + st.said, STATE_STYLE.get(st.said, "bold")),
+        (("hidden states " if rows else "") + state, STATE_STYLE.get(state, "bold")),
         f"  pid {st.pid or '?'}  in flight {st.in_flight}/{st.concurrency or '?'}",
     )
     total = Text(  # the hidden-states stage's rate too in tok/s, the unit status says it in
@@ -468,13 +470,13 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
 
 def _train_view(host: str, st: JobView, now: float, note: str | None):
     head = Text.assemble(
-        (f"{host}", "bold"), ": train ", (st.said, STATE_STYLE.get(st.said, "bold"))
+        (f"{host}", "bold"), ": train ", (st.state_label, STATE_STYLE.get(st.state_label, "bold"))
     )
     line, bad = health(st, now)
     parts = [head]
     if st.job_differs:
         parts.append(Text(job_differs(host), style="yellow"))
-    parts += [Text(x) for x in train_said(st)]
+    parts += [Text(x) for x in train_lines(st)]
     parts.append(Text(line, style="red" if bad else "dim"))
     parts += [Text(text, style=style) for text, style in extra_lines(st, now)]
     parts += [Text(x, style="yellow") for x in (st.message, note) if x]
@@ -498,7 +500,7 @@ def view(
     return Group(*parts)
 
 
-def draft_said(st: JobView, d: DatasetStatus) -> str:
+def draft_text(st: JobView, d: DatasetStatus) -> str:
     """What the draft stage measured on a dataset: vLLM's mean acceptance length and the share of
     drafts accepted at each position."""
     c = d.draft
@@ -510,7 +512,7 @@ def draft_said(st: JobView, d: DatasetStatus) -> str:
     return f"acceptance length {c.mean_acceptance_length:.2f} (by position {rates})"
 
 
-def beyond_said(n: int) -> str:
+def beyond_text(n: int) -> str:
     """Records made before a cap was lowered: kept on the host, counted apart wherever counts are."""
     return f" +{n:,} beyond the cap" if n else ""
 
@@ -520,9 +522,13 @@ def plain_line(host: str, st: JobView | None, now: float, note: str | None = Non
     if st is None:
         return f"{stamp} {host}: no status yet" + (f" ({note})" if note else "")
     ds = " ".join(
-        f"{n} {d.done}/{d.target}{beyond_said(d.beyond)}"
-        + (f" {draft_said(st, d)}" if st.stage_spec.measures else "")
-        + (f" ({said})" if (said := st.said_state(n)) in (BUDGET_REACHED, NOT_RUN) else "")
+        f"{n} {d.done}/{d.target}{beyond_text(d.beyond)}"
+        + (f" {draft_text(st, d)}" if st.stage_spec.measures else "")
+        + (
+            f" ({state})"
+            if (state := st.dataset_state_label(n)) in (BUDGET_REACHED, NOT_RUN)
+            else ""
+        )
         for n, d in st.datasets.items()
     )
     line, _ = health(st, now)
@@ -533,10 +539,10 @@ def plain_line(host: str, st: JobView | None, now: float, note: str | None = Non
         ds += " rows"
         made = f"{fmt_tokens(st.completion_tokens)} tok in rows {fmt_rate(st)} tok/s ETA {eta}"
     if st.stage_spec.trains:  # no answers made: the trainer's own line (its ETA in it)
-        ds, made = train_said(st)[0], ""
-    out = f"{stamp} {host}:{stage} {st.said} | {ds} | {made} | {line}".replace("|  |", "|")
-    said = [job_differs(host)] if st.job_differs else []
-    said += [text for text, style in extra_lines(st, now) if style != DIM]
+        ds, made = train_lines(st)[0], ""
+    out = f"{stamp} {host}:{stage} {st.state_label} | {ds} | {made} | {line}".replace("|  |", "|")
+    parts = [job_differs(host)] if st.job_differs else []
+    parts += [text for text, style in extra_lines(st, now) if style != DIM]
     if st.terminal and st.message:  # its verdict's words (what was left out, and why)
-        said.append(st.message)
-    return out + "".join(f" | {x}" for x in said) + (f" | {note}" if note else "")
+        parts.append(st.message)
+    return out + "".join(f" | {x}" for x in parts) + (f" | {note}" if note else "")

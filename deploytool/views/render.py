@@ -12,21 +12,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.caps import DISK_MARGIN, fmt_bytes
-from remote.common.jobspec import said_changes, said_per_dataset
+from remote.common.jobspec import changes_text, dataset_changes_text
 from remote.common.status import JobView
 
 from ..errors import DeployToolError
 from .progress import (
     DIM,
     MEAN_NOTE,
-    beyond_said,
+    beyond_text,
     dataset_rate,
-    engine_said,
+    engine_text,
     extra_lines,
     fmt_rate,
     job_differs,
-    stale_said,
-    train_said,
+    stale_text,
+    train_lines,
 )
 from .progress import fmt_duration as _eta
 from .progress import fmt_tokens as _tok
@@ -106,7 +106,7 @@ def rollback_result(r: RolledBack, out: Console = console) -> None:
     changed = {k: (r.previous_job.get(k), r.job.get(k)) for k in keys}
     changed = {k: v for k, v in changed.items() if v[0] != v[1]}
     if changed:
-        out.print(f"  job.json: {escape(said_changes(changed))}")
+        out.print(f"  job.json: {escape(changes_text(changed))}")
     elif r.job and r.current != r.previous:
         out.print("  job.json the same: only the code of remote/ differs")
 
@@ -181,17 +181,19 @@ def draft_sent(r: DeployResult, out: Console = console) -> None:
     if not d.changed:
         out.print(f"{head}unchanged ({whole})")
         return
-    said = []
+    parts = []
     if d.sent:
         verb = "would send" if r.dry_run else "sent"
         part = f" (of {whole})" if len(d.sent) < d.files else ""
-        said.append(f"{verb} {_files(len(d.sent))}, {fmt_bytes(d.sent_bytes)}{part}")
+        parts.append(f"{verb} {_files(len(d.sent))}, {fmt_bytes(d.sent_bytes)}{part}")
     if d.resumed:  # the whole files of a deploy cut off, on the host beside the copy
-        said.append(f"{_files(len(d.resumed))} already there from a deploy cut off")
+        parts.append(f"{_files(len(d.resumed))} already there from a deploy cut off")
     if d.removed:
         verb = "would remove" if r.dry_run else "removed"
-        said.append(f"{verb} {len(d.removed)} no longer in it ({escape(', '.join(d.removed[:3]))})")
-    out.print(head + "; ".join(said))
+        parts.append(
+            f"{verb} {len(d.removed)} no longer in it ({escape(', '.join(d.removed[:3]))})"
+        )
+    out.print(head + "; ".join(parts))
 
 
 def settings_differ(r: DeployResult, out: Console = console) -> None:
@@ -200,7 +202,7 @@ def settings_differ(r: DeployResult, out: Console = console) -> None:
     would = "would differ" if r.dry_run else "differ"
     out.print(
         f"  [yellow]settings {would} from the records': "
-        f"{escape(said_per_dataset(r.settings_differ))}[/]"
+        f"{escape(dataset_changes_text(r.settings_differ))}[/]"
     )
     ways = say(
         "a runner running goes on with those (a restart of caps alone re-caps it live); a new one "
@@ -247,7 +249,7 @@ def draft_table(s: JobView) -> Table:
         t.add_row(
             name,
             f"{d.done:,}/{d.target:,}",
-            s.said_state(name),
+            s.dataset_state_label(name),
             "-" if length is None else f"{length:.2f}",
             c.by_position() if c else "-",
             fmt_rate(s, d),
@@ -265,7 +267,7 @@ def work_table(s: JobView, out: Console, now: float) -> None:
         t.add_row(
             name,
             f"{d.done:,}/{d.target:,}",
-            s.said_state(name),
+            s.dataset_state_label(name),
             _tok(d.completion_tokens),
             rates[name],
             "-" if d.is_complete or s.terminal else _eta(d.eta_s),
@@ -286,7 +288,7 @@ def work_table(s: JobView, out: Console, now: float) -> None:
     out.print(
         f"  total {_tok(s.completion_tokens)} tokens{' in rows' if rows else ''}, "
         f"{total} tok/s, "
-        f"ETA {'-' if s.terminal else _eta(s.eta_s)}; {engine_said(s, now)[0]}; "
+        f"ETA {'-' if s.terminal else _eta(s.eta_s)}; {engine_text(s, now)[0]}; "
         f"errors {s.errors}"
         f"{'; STALLED' if s.stalled else ''}",
         markup=False,
@@ -298,19 +300,19 @@ def status_screen(s: JobView, out: Console = console, now: float | None = None) 
     r = s.runner
     alive = f" (pid {r.pid}, up {_eta(r.uptime_s)})" if r and r.alive else ""
     stage = f"stage {label}: " if (label := s.stage_spec.label) else ""
-    out.print(f"[bold]{s.host}[/]: {stage}{s.said}{alive}  {release_words(s)}", markup=True)
+    out.print(f"[bold]{s.host}[/]: {stage}{s.state_label}{alive}  {release_words(s)}", markup=True)
     if s.message:
         out.print(f"  {escape(say(s.message, s.host))}")
     if s.job_differs:
         out.print(f"  [yellow]{escape(job_differs(s.host))}[/]")
     if s.stage_spec.trains:
-        for line in train_said(s):
+        for line in train_lines(s):
             out.print(f"  {line}", markup=False)
     elif s.datasets and s.stage_spec.measures:
         out.print(draft_table(s), markup=False)
     elif s.datasets:
         work_table(s, out, now)
-    if stale := stale_said(s, now):  # by the rule tail's health line says it by
+    if stale := stale_text(s, now):  # by the rule tail's health line says it by
         out.print(f"  {stale}", style="red", markup=False)
     for text, style in extra_lines(s, now):
         out.print(f"  {text}", style=None if style in (DIM, "") else style, markup=False)
@@ -355,7 +357,7 @@ def plan_result(r: PlanAnswer, out: Console = console) -> None:
     for name, d in r.datasets.items():
         t.add_row(
             name,
-            f"{d.done:,}/{d.target:,}{beyond_said(beyond[name])}",  # the records as status counts
+            f"{d.done:,}/{d.target:,}{beyond_text(beyond[name])}",  # the records as status counts
             f"{d.mean_tokens:,.0f}",
             d.source,
             f"{d.cap:,}" + ("*" if d.fewer_prompts_than_cap else ""),
@@ -499,13 +501,13 @@ def export_dataset(name: str, d: dict) -> str:
     why = ", ".join(
         (f"{n:,} " if len(reasons) > 1 else "") + _REASON.get(w, w) for w, n in reasons.items()
     )
-    said = f"{name}: {d['rows']:,} of {made:,} rows kept"
+    text = f"{name}: {d['rows']:,} of {made:,} rows kept"
     if dropped:
-        said += f" ({dropped:,} dropped: {why})"
-    said += f", {_tok(d['tokens'])} tokens"
+        text += f" ({dropped:,} dropped: {why})"
+    text += f", {_tok(d['tokens'])} tokens"
     if d["records"] != made:  # per-turn rows, or a record that made none
-        said += f"; from {d['records']:,} records"
-    return said
+        text += f"; from {d['records']:,} records"
+    return text
 
 
 def report_written(r: tuple[str, Path], out: Console = console) -> None:

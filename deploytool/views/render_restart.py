@@ -69,7 +69,7 @@ def caps_table(
     elif kept is not None and kept.max_tokens is not None:
         out.print(f"  max-tokens {_budget(kept.max_tokens)} per dataset")
     if kept is not None and was is not None and kept.eval_samples != was.eval_samples:
-        said = [
+        values = [
             f"{n:,}" if n is not None else "server.draft's"
             for n in (was.eval_samples, kept.eval_samples)
         ]
@@ -77,7 +77,7 @@ def caps_table(
         asking = [s.name for s in STAGES.values() if s.measures]
         later = "" if kept.stage in asking else f"; the {' and '.join(asking)} stages ask them"
         out.print(
-            f"  eval-samples [bold]{said[0]} → {said[1]}[/] (held-out prompts a dataset{later})"
+            f"  eval-samples [bold]{values[0]} → {values[1]}[/] (held-out prompts a dataset{later})"
         )
     if not any(d.changed for d in caps.values()) and (kept is None or kept == was):
         out.print("  caps unchanged (the job's own: flags change only what they name)")
@@ -121,12 +121,12 @@ def raised_targets(r: RestartAnswer, out: Console = console) -> None:
     groups = list(alike.items())
     if len(groups) == 1 and len(groups[0][1]) == 1:  # one dataset: said as before
         (more, whole), (name,) = groups[0]
-        said = f"{name}'s target goes up {how(more, whole, 1)}"
+        text = f"{name}'s target goes up {how(more, whole, 1)}"
     else:
-        said = "targets go up: " + "; ".join(
+        text = "targets go up: " + "; ".join(
             f"{', '.join(names)} {how(more, whole, len(names))}" for (more, whole), names in groups
         )
-    out.print(f"[yellow]{r.host}: {said}[/]")
+    out.print(f"[yellow]{r.host}: {text}[/]")
 
 
 def held_back(r: RestartAnswer, out: Console = console) -> None:
@@ -197,7 +197,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
             killed = f", SIGKILL {stopped.killed}" if stopped.killed else ""
             found = f"; {escape(stopped.found)}" if stopped.found else ""
             out.print(
-                f"{host}: stopped pid(s) {stopped.stopped}{extra}{killed}{found}; {cut_said(r)}"
+                f"{host}: stopped pid(s) {stopped.stopped}{extra}{killed}{found}; {cut_off_text(r)}"
             )
         release = (r.release or "").rstrip("/").rsplit("/", 1)[-1]
         stage = ""
@@ -259,7 +259,7 @@ class Stopping:
     def __init__(self, host: str, grace: float, drain: bool, out: Console = console):
         self.host, self.grace, self.drain, self.out = host, grace, drain, out
         self.kill_at = grace + KILL_AFTER_GRACE_S  # the runner still there then is killed
-        self.said_at: float | None = None
+        self.shown_at: float | None = None
         self.phase = None
 
     def __call__(self, st: JobView | None, waited: float) -> None:
@@ -271,12 +271,12 @@ class Stopping:
                 how = self._how(st.in_flight, st.signalled)
                 self.out.print(f"[bold]{self.host}[/]: stopping runner pid {st.runner.pid}: {how}")
             return
-        said, phase = self._now(st, alive, waited)
-        due = self.said_at is None or waited - self.said_at >= self.SAY_EVERY_S
+        text, phase = self._now(st, alive, waited)
+        due = self.shown_at is None or waited - self.shown_at >= self.SAY_EVERY_S
         if not due and phase == self.phase:
             return
-        self.said_at, self.phase = waited, phase
-        self.out.print(f"  {self.host}: waiting {waited:.0f}s: {said}", markup=False)
+        self.shown_at, self.phase = waited, phase
+        self.out.print(f"  {self.host}: waiting {waited:.0f}s: {text}", markup=False)
 
     def _now(self, st: JobView, alive: bool, waited: float) -> tuple[str, tuple]:
         """What goes on now, in words, and its phase (a change of phase is said at once)."""
@@ -357,10 +357,10 @@ def stop_result(r: StopAnswer, out: Console = console) -> None:
         out.print(f"[bold]{r.host}[/]: no runner was running{found}")
         return
     killed = f"; SIGKILL after the grace period: {r.killed}" if r.killed else ""
-    out.print(f"[bold]{r.host}[/]: stopped {r.stopped}{killed}{found}; {cut_said(r)}")
+    out.print(f"[bold]{r.host}[/]: stopped {r.stopped}{killed}{found}; {cut_off_text(r)}")
 
 
-def cut_said(r) -> str:
+def cut_off_text(r) -> str:
     """The requests a stop cut off in flight: not lost, asked again (or continued) at the next
     start."""
     n = r.lost_in_flight

@@ -84,9 +84,9 @@ def server_stopped(r: ServerStopped, out: Console = console) -> None:
 SIMULATED = "this host's job uses the built-in simulated engine (job.engine.kind: simulate)"
 
 
-def needs_none(host: str, said: str, out: Console = console) -> None:
+def needs_none(host: str, what: str, out: Console = console) -> None:
     """A host whose job's engine is the built-in stand-in: no server, as `invoke hosts` says."""
-    out.print(f"[bold]{host}[/]: {said}: {SIMULATED}, which needs none")
+    out.print(f"[bold]{host}[/]: {what}: {SIMULATED}, which needs none")
 
 
 def server_status(r: ServerState, out: Console = console, *, simulated: bool = False) -> None:

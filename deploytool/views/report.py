@@ -9,9 +9,9 @@ from pathlib import Path
 
 from remote.common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportStage
 from remote.common.caps import fmt_bytes
-from remote.common.speed import MEAN_SAID, rate_said
+from remote.common.speed import MEAN_TEXT, job_rate
 
-from .progress import beyond_said, fmt_duration, fmt_tokens
+from .progress import beyond_text, fmt_duration, fmt_tokens
 
 W, H, PAD = 640, 180, 36  # chart size and margin, in SVG units
 CSS = """
@@ -225,20 +225,20 @@ def drafts_section(data: ReportAnswer) -> str:
         cells = []
         for d in data.drafts:
             r, rate = d.datasets.get(name), speed(d.datasets.get(name))
-            said = f"{fmt_tokens(rate)} tok/s" if rate else ""
+            cell = f"{fmt_tokens(rate)} tok/s" if rate else ""
             if d.baseline:
-                cells.append(f"<td>{said or '-'}</td>")
+                cells.append(f"<td>{cell or '-'}</td>")
                 continue
             length = r.counts.mean_acceptance_length if r else None
             if length is None:
                 cells.append("<td>-</td>")
                 continue
             if rate and base:  # the speedup at the job's concurrency, on the same prompts
-                said += f" (×{rate / base:.2f} the baseline)"
+                cell += f" (×{rate / base:.2f} the baseline)"
             by = r.counts.by_position(", ") if r.counts else "-"
             tip = f"by position {by}; {r.answered:,} held-out prompts answered"
             cells.append(
-                f'<td title="{html.escape(tip)}"><b>{length:.2f}</b>{" · " + said if said else ""}</td>'
+                f'<td title="{html.escape(tip)}"><b>{length:.2f}</b>{" · " + cell if cell else ""}</td>'
             )
         rows.append(f"<tr><td>{html.escape(name)}</td>{''.join(cells)}</tr>")
     return (
@@ -294,7 +294,7 @@ counted: the stage never makes it again.</p>
 
 
 def _rate(data: ReportAnswer) -> str:
-    """The answers' rate as status says it (`rate_said`); in another stage, the answers' mean from
+    """The answers' rate as status says it (`job_rate`); in another stage, the answers' mean from
     their records' times (status.json holds that stage's rates)."""
     st = data.status
     if st.stage_spec.makes_rows and not st.terminal:
@@ -302,14 +302,14 @@ def _rate(data: ReportAnswer) -> str:
     if not st.stage_spec.makes_answers:
         mean = data.history.mean_tps
         return f"answers made at {fmt_tokens(mean)} tok/s on average" if mean else "no rate yet"
-    rate, mean = rate_said(st.state, st.tokens_per_s, st.mean_tokens_per_s)
+    rate, mean = job_rate(st.state, st.tokens_per_s, st.mean_tokens_per_s)
     if rate is None:
         return "no rate yet"
-    return f"{fmt_tokens(rate)} tok/s, " + (MEAN_SAID if mean else "the last minute's")
+    return f"{fmt_tokens(rate)} tok/s, " + (MEAN_TEXT if mean else "the last minute's")
 
 
-def records_said(records: int, beyond: int) -> str:
-    return f"{records:,}" + (f" ({beyond_said(beyond).strip()})" if beyond else "")
+def records_text(records: int, beyond: int) -> str:
+    return f"{records:,}" + (f" ({beyond_text(beyond).strip()})" if beyond else "")
 
 
 def page(data: ReportAnswer) -> str:
@@ -322,7 +322,7 @@ def page(data: ReportAnswer) -> str:
         mean = f"{d.mean:,.0f}" if d.mean else "-"
         err = f'<span class="bad">{d.errors:,}</span>' if d.errors else "0"
         rows.append(
-            f"<tr><td>{html.escape(name)}</td><td>{records_said(d.records, d.beyond)}</td>"
+            f"<tr><td>{html.escape(name)}</td><td>{records_text(d.records, d.beyond)}</td>"
             f"<td>{cap}</td><td>{budget}</td>"
             f"<td>{fmt_tokens(d.tokens)}</td><td>{mean}</td><td style='text-align:left'>"
             f"{finish_share(d.finish)}</td><td>{err}</td></tr>"

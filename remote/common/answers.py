@@ -91,7 +91,7 @@ class RestartAnswer:
     # with); the running runner, of the release before, took the caps
     held_back: str | None = None
     # --force: the datasets whose records the new runner goes on with other settings than they
-    # were made with, and how (jobspec.said_per_dataset); a dry run's: those it would mix
+    # were made with, and how (jobspec.dataset_changes_text); a dry run's: those it would mix
     forced_mix: str | None = None
 
 
@@ -337,7 +337,7 @@ class HostPlan:
 
     datasets: dict[str, PlanRow] = field(default_factory=dict)
     tokens_per_s: float | None = None
-    rate_basis: str = ""  # what the rate is: the last minute's, or speed.MEAN_SAID
+    rate_basis: str = ""  # what the rate is: the last minute's, or speed.MEAN_TEXT
     state: str = ""
     stage: StageBytes | None = None
 

@@ -41,7 +41,7 @@ class Caps(Record):
 
     def follows(self) -> str | None:
         """The stage that comes once this one has finished, by itself (None: none)."""
-        return stage_of(self.stage).then if self.baseline else None
+        return stage_of(self.stage).followed_by if self.baseline else None
 
     def chain(self) -> list[str]:
         """Every stage that comes once this one has finished, in order: `then draft, then
@@ -49,7 +49,7 @@ class Caps(Record):
         out, now = [], self
         while nxt := now.follows():
             out.append(nxt)
-            now = Caps(stage=nxt, baseline=stage_of(nxt).then is not None)
+            now = Caps(stage=nxt, baseline=stage_of(nxt).followed_by is not None)
         return out
 
     def line(self) -> str:

@@ -377,7 +377,7 @@ def settings_changed(meta: dict, now: dict) -> dict[str, tuple]:
 _UNSET = object()
 
 
-def said_changes(changed: dict[str, tuple]) -> str:
+def changes_text(changed: dict[str, tuple]) -> str:
     """`sampling.temperature 1.0 → 0.7; turns "last" → "all"`: mappings down to the values that
     changed, each value as JSON has it (`(unset)`: not given)."""
     out = []
@@ -388,25 +388,25 @@ def said_changes(changed: dict[str, tuple]) -> str:
                 if then.get(k, _UNSET) != now.get(k, _UNSET):
                     walk(f"{path}.{k}", then.get(k, _UNSET), now.get(k, _UNSET))
             return
-        said = ["(unset)" if v is _UNSET or v is None else json.dumps(v) for v in (then, now)]
-        out.append(f"{path} {said[0]} → {said[1]}")
+        values = ["(unset)" if v is _UNSET or v is None else json.dumps(v) for v in (then, now)]
+        out.append(f"{path} {values[0]} → {values[1]}")
 
     for k, (then, now) in changed.items():
         walk(k, then, now)
     return "; ".join(out)
 
 
-def said_per_dataset(changed: dict[str, dict[str, tuple]]) -> str:
+def dataset_changes_text(changed: dict[str, dict[str, tuple]]) -> str:
     """Every dataset named, those with the same change together (an edit of the job's sampling
     touches them all alike): `B1, B2: their records were made with different sampling
     (sampling.temperature 1.0 → 0.7)`; `; ` between groups."""
     groups: dict[tuple, list[str]] = {}
     for ds, ch in changed.items():
-        groups.setdefault((", ".join(ch), said_changes(ch)), []).append(ds)
+        groups.setdefault((", ".join(ch), changes_text(ch)), []).append(ds)
     return "; ".join(
         f"{', '.join(names)}: {'its' if len(names) == 1 else 'their'} records were made with "
-        f"different {keys} ({said})"
-        for (keys, said), names in groups.items()
+        f"different {keys} ({changes})"
+        for (keys, changes), names in groups.items()
     )
 
 

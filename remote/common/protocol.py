@@ -143,7 +143,7 @@ class RunArgs(Request):
     )
 
     def __post_init__(self):
-        if self.baseline and not stage_of(self.stage).then:
+        if self.baseline and not stage_of(self.stage).followed_by:
             raise ValueError(
                 "--baseline follows the draft stage (or the train stage, through the draft): "
                 "`restart --stage draft --baseline` (the baseline alone: --stage baseline)"

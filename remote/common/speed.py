@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .status import JobState
 
-MEAN_SAID = "the job's mean over the time its answers were being made"  # the job's starred rate
+MEAN_TEXT = "the job's mean over the time its answers were being made"  # the job's starred rate
 # what a starred rate is, wherever one is shown, and why the rows do not add up to the total
 MEAN_NOTE = (
     "* tokens over the time their answers were being made, every runner's: a dataset's always (fixed "
@@ -19,7 +19,7 @@ MEAN_NOTE = (
 )
 
 
-def rate_said(state: str, last_minute: float, mean: float | None) -> tuple[float | None, bool]:
+def job_rate(state: str, last_minute: float, mean: float | None) -> tuple[float | None, bool]:
     """(tokens per second, whether it is the mean), for the job. The last minute's is a rate of a
     runner at work: once the job has ended it says only how its end went, and a runner writes 0
     until it has a minute of its own answers (its first comes an answer's length after its start).
@@ -31,10 +31,10 @@ def rate_said(state: str, last_minute: float, mean: float | None) -> tuple[float
     return None, False  # nothing made yet, or a dataset just begun in a young runner: not measured
 
 
-def row_rate_said(state: str, last_minute: float, mean: float | None) -> tuple[float | None, bool]:
+def row_rate(state: str, last_minute: float, mean: float | None) -> tuple[float | None, bool]:
     """A dataset's row: its mean where its stage keeps one (the answers, the hidden states' rows
     and the draft stage do); the last minute's only where none is kept (a runner of an older
     release)."""
     if mean:
         return mean, True
-    return rate_said(state, last_minute, None)
+    return job_rate(state, last_minute, None)

@@ -33,7 +33,7 @@ class StageSpec:
     live_recap: bool = True
     needs_draft: bool = False  # hosts.yaml's server.draft must name one
     needs_vllm: bool = False  # the job's own vLLM server, started by deploytool
-    then: str | None = None  # the stage the watcher starts once this one ends, where asked
+    followed_by: str | None = None  # the stage the watcher starts once this one ends, where asked
 
     @property
     def makes_answers(self) -> bool:
@@ -82,7 +82,7 @@ _TABLE = (
         server=NO_SERVER,
         shows=TRAINING,
         live_recap=False,
-        then="draft",
+        followed_by="draft",
     ),
     StageSpec(
         "draft",
@@ -93,7 +93,7 @@ _TABLE = (
         live_recap=False,
         needs_draft=True,
         needs_vllm=True,
-        then="baseline",
+        followed_by="baseline",
     ),
     StageSpec(
         "baseline",

@@ -176,7 +176,7 @@ class DatasetStatus(Codec):
     new_records: int = 0  # written by this runner
     finish_length: int = 0  # of the records in the target: cut at max_tokens
     empty: int = 0  # of this runner's records: no answer text
-    tokens_per_s: float = 0.0  # the last minute; 0 while the runner is young (speed.rate_said)
+    tokens_per_s: float = 0.0  # the last minute; 0 while the runner is young (speed.job_rate)
     samples_per_s: float = 0.0
     mean_tokens_per_s: float | None = None  # over the time the job made tokens, every runner's
     budget: int | None = None
@@ -198,7 +198,7 @@ class DatasetStatus(Codec):
         return max(0, self.records - self.done) if self.target else 0
 
     @property
-    def said_state(self) -> str:
+    def state_label(self) -> str:
         """Its state as a person is told it: short of its target by its token budget says so
         (`complete` alone would read as every prompt answered)."""
         if self.budget_reached and self.done < self.target:
@@ -494,7 +494,7 @@ class JobStatus(Record):
     endpoints: list[EndpointStatus] = field(default_factory=list)
     concurrency: int = 0  # requests kept in flight, over every server
     in_flight: int = 0
-    tokens_per_s: float = 0.0  # the last minute; 0 while the runner is young (speed.rate_said)
+    tokens_per_s: float = 0.0  # the last minute; 0 while the runner is young (speed.job_rate)
     samples_per_s: float = 0.0
     mean_tokens_per_s: float | None = None
     completion_tokens: int = 0
@@ -584,14 +584,14 @@ class JobView(JobStatus):
         raise TypeError("a JobView is made for each look, never written: status.json is JobStatus")
 
     @property
-    def said(self) -> str:
+    def state_label(self) -> str:
         """The job's state as a person is told it: a runner gone that the watcher, at work, starts
         again is a job recovering (`stopped` alone would read as the end, a restart to type); a
         runner in a stop's grace is stopping (it writes `running` until its verdict, and `running`
         with an ETA reads as a job that goes on)."""
         if self.switching:
             return SWITCHING
-        if self.terminal and self.state != JobState.FINISHED and not self.over:
+        if self.terminal and self.state != JobState.FINISHED and not self.job_ended:
             return RECOVERING
         if self.stopping is not None and not self.terminal:
             return STOPPING
@@ -603,15 +603,15 @@ class JobView(JobStatus):
         sw = self.switch
         return sw is not None and not sw.ended and sw.alive
 
-    def said_state(self, name: str) -> str:
+    def dataset_state_label(self, name: str) -> str:
         """A dataset's state as a person is told it: one --datasets leaves out is not run (its
         target is none, which would read as complete)."""
         if not Caps.from_dict(self.caps or {}).selected(name):
             return NOT_RUN
-        return self.datasets[name].said_state
+        return self.datasets[name].state_label
 
     @property
-    def over(self) -> bool:
+    def job_ended(self) -> bool:
         """Nothing more will come of it: its verdict, and no runner gone that the watcher, at work,
         keeps, and no stage asked to follow it that the watcher is starting or has yet to look at
         (its last look came before the verdict)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..common.answers import HostPlan, PlanRow
 from ..common.jobspec import JOB_FILE, MIN_MEASURED, JobSpec, Paths, release_dir
 from ..common.protocol import CtlPlan
-from ..common.speed import MEAN_SAID, rate_said
+from ..common.speed import MEAN_TEXT, job_rate
 from ..common.state import job_now
 from ..common.status import JobStatus
 from ..common.wire import HostFault
@@ -62,14 +62,14 @@ def plan(
 
 
 def answer_rate(st: JobStatus) -> tuple[float | None, str]:
-    """The answers' rate as status says it (`rate_said`), and what it is (the hidden-states
+    """The answers' rate as status says it (`job_rate`), and what it is (the hidden-states
     stage's rate is of rows)."""
     if not st.stage_spec.makes_answers:
         return None, ""
-    rate, mean = rate_said(st.state, st.tokens_per_s, st.mean_tokens_per_s)
+    rate, mean = job_rate(st.state, st.tokens_per_s, st.mean_tokens_per_s)
     if not rate:
         return None, ""
-    return rate, MEAN_SAID if mean else "measured (last minute)"
+    return rate, MEAN_TEXT if mean else "measured (last minute)"
 
 
 def answer(paths: Paths, req: CtlPlan) -> HostPlan:

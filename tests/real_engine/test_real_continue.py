@@ -276,8 +276,8 @@ def _kill_under_the_watcher(cfg, host, url, cores, start, n, want):
 
     wait_for(finished, 600, 0.2, "the watcher's runner to finish the job")
     events = [json.loads(x) for x in (host / "run" / "recover.jsonl").read_text().splitlines()]
-    said = [e["event"] for e in events if e["what"] == "runner"]
-    assert said[0] == "died" and "restarted" in said  # (a start slowed by a busy machine: retried)
+    seen = [e["event"] for e in events if e["what"] == "runner"]
+    assert seen[0] == "died" and "restarted" in seen  # (a start slowed by a busy machine: retried)
     got = {r["id"]: r for r in records(host, "B1")}
     assert {k: same(r) for k, r in got.items()} == {k: want[k] for k in got} and len(got) == n
     assert {r["id"] for r in got.values() if r.get("continued")} >= set(kept)

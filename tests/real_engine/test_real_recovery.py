@@ -90,8 +90,8 @@ def test_real_vllm_job_heals_itself_every_prompt_once(
         assert st["state"] == "finished", st["message"]
         ids = [r["id"] for r in records(host, "B1")]
         assert len(ids) == N and len(set(ids)) == N  # none lost, none twice, through all three
-        said = (tmp_path / "p" / "events.log").read_text()
-        assert said.count("server_restarted ") == 2 and said.count("runner_restarted ") == 1
+        events = (tmp_path / "p" / "events.log").read_text()
+        assert events.count("server_restarted ") == 2 and events.count("runner_restarted ") == 1
         out = cli(cfg, "status")
         assert "server restarted 2x by the watcher" in out.stdout, out.stdout
     finally:

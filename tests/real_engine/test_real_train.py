@@ -57,8 +57,8 @@ def test_the_trained_draft_is_measured_well_above_one_through_a_kill_of_its_trai
     paths = Paths(root)
     try:
         train_flow.hidden_states_made(config, ROWS)
-        said = ok("invoke restart --stage train --baseline", config, timeout=600)
-        assert "stage hidden-states → train" in said, said
+        out = ok("invoke restart --stage train --baseline", config, timeout=600)
+        assert "stage hidden-states → train" in out, out
 
         # kill -9 of the trainer once it has trained a dozen steps (a checkpoint every ~5)
         def trained(n: int) -> bool:  # this training's loss curve, once the stage has named it

@@ -111,11 +111,11 @@ def results(root: Path, draft: str | None) -> Path:
     folder's name), or of the baseline (None)."""
     found = []
     for p in Paths(root).drafts.iterdir():
-        said = read_json(p / "draft.json") if p.is_dir() else None
-        if said is None:
+        result = read_json(p / "draft.json") if p.is_dir() else None
+        if result is None:
             continue
-        if (said.get("baseline") and draft is None) or (
-            not said.get("baseline") and draft is not None and Path(said["model"]).name == draft
+        if (result.get("baseline") and draft is None) or (
+            not result.get("baseline") and draft is not None and Path(result["model"]).name == draft
         ):
             found.append(p)
     (folder,) = found

@@ -22,9 +22,9 @@ from ...common.jobspec import (
     JOB_TOKEN_ENV,
     WATCHER_MARK,
     Paths,
+    dataset_changes_text,
     deployed_spec,
     release_dir,
-    said_per_dataset,
 )
 from ...common.protocol import KILL_AFTER_GRACE_S, CtlRestart, CtlStart, CtlStop, RunArgs
 from ...common.stages import stage_of
@@ -85,7 +85,12 @@ def caps_summary(
             row.prompts = counted[0]
         if d is not None:
             # its state in status's words (`budget reached`, not the runner's `complete`)
-            row.done, row.target, row.state, row.prompts = d.done, d.target, d.said_state, d.prompts
+            row.done, row.target, row.state, row.prompts = (
+                d.done,
+                d.target,
+                d.state_label,
+                d.prompts,
+            )
             if replaced is None:  # the runner's own counts, under these caps (no dry run's)
                 row.beyond, row.in_flight_beyond = d.beyond, d.in_flight_beyond
         if replaced and n in replaced:
@@ -110,7 +115,7 @@ def planned_state(row: CapRow, d: DatasetStatus | None, caps: Caps) -> str:
         return ""
     if row.done_most is not None:
         return "?"
-    return (d or DatasetStatus()).under(row.target, row.done, caps.max_tokens).said_state
+    return (d or DatasetStatus()).under(row.target, row.done, caps.max_tokens).state_label
 
 
 def uncounted(
@@ -161,11 +166,11 @@ def refuse_mixed_settings(
     With `force`, what it mixes instead, said per dataset (None: nothing): the answer says it."""
     mixed = mixed_settings(paths, caps, job, answering)
     if mixed and force:
-        return said_per_dataset(mixed)
+        return dataset_changes_text(mixed)
     if mixed:
         raise HostFault(
             "settings",
-            f"{said_per_dataset(mixed)}: a new runner would refuse to mix them; nothing was "
+            f"{dataset_changes_text(mixed)}: a new runner would refuse to mix them; nothing was "
             "stopped or started",
             fix="deploy the settings they were made with again (restore them in hosts.yaml and "
             "`invoke deploy`, or `invoke rollback`), move their data/outputs/<DS>.jsonl aside, "
@@ -431,7 +436,7 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
         if mixed and _recap_instead(rec, req, caps, was):
             # the running runner keeps making records with the settings they were made with: a
             # caps change is safe to give it live, where a restart would have to mix them
-            live, held = True, f"{said_per_dataset(mixed)}: the deployed release is not started"
+            live, held = True, f"{dataset_changes_text(mixed)}: the deployed release is not started"
         else:
             forced = refuse_mixed_settings(paths, caps, req.force, answering=answering)
     if req.dry_run:

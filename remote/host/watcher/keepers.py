@@ -336,8 +336,8 @@ class ServerKeeper(Keeper):
     def _give_up(self, why: str, lines: list[str]) -> None:
         """Nothing is started again, nothing of the server stays on the GPUs, the job fails."""
         # the first line that says why (a chain's root cause: vLLM's last points up at it), the last two
-        said = list(dict.fromkeys(lines[:1] + lines[-2:]))
-        why = f"the server {why}" + (": " + " | ".join(said) if said else "")
+        reasons = list(dict.fromkeys(lines[:1] + lines[-2:]))
+        why = f"the server {why}" + (": " + " | ".join(reasons) if reasons else "")
         intent.change(
             self.paths, server={"wanted": False, "why": why}, runner={"wanted": False, "why": why}
         )
@@ -355,9 +355,9 @@ class RunnerKeeper(Keeper):
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        # a stage asked to follow the one its runner finished: to start (then), or once the
-        # runner, its verdict written, has exited (pending)
-        self.then: str | None = None
+        # a stage asked to follow the one its runner finished: to start (due_stage), or once
+        # the runner, its verdict written, has exited (pending)
+        self.due_stage: str | None = None
         self.pending: str | None = None
 
     def tick(self, now: float, want: RunnerWanted) -> None:
@@ -381,7 +381,7 @@ class RunnerKeeper(Keeper):
             return
         self.pending = None
         if follows:  # the draft measured, the baseline asked for: the watcher starts it
-            self.then = follows
+            self.due_stage = follows
             return
         if verdict in (JobState.FINISHED, JobState.FAILED):
             # its own verdict: a finished job, or a fault restarting cannot mend
@@ -430,7 +430,7 @@ class RunnerKeeper(Keeper):
         return (self.paths.root / "current").resolve()
 
     def start_next(self, now: float, want: RunnerWanted) -> None:
-        self.then = None
+        self.due_stage = None
         self._start(now, want, next_stage=True)
 
     def _give_up(self, why: str) -> None:

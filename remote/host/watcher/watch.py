@@ -110,18 +110,18 @@ def supervision(paths: Paths) -> Supervision:
             )
     elif rec and not ws.on_boot:
         # the setting that would spare that restart is named, and whether it can work here
-        said, systemd = "a reboot needs `invoke restart`", boot.systemd_running()
+        note, systemd = "a reboot needs `invoke restart`", boot.systemd_running()
         if spec.on_boot and not systemd:
-            sup.note = f"{said} ({boot.NO_SYSTEMD})"
+            sup.note = f"{note} ({boot.NO_SYSTEMD})"
         elif spec.on_boot:
             unit = "its systemd unit is not in place yet: `invoke restart` installs it"
-            sup.note = f"{said} (recover.on_boot is set, but {unit})"
+            sup.note = f"{note} (recover.on_boot is set, but {unit})"
         elif not systemd:
             unit = "which would bring the job back by itself, needs systemd"
-            sup.note = f"{said} (recover.on_boot, {unit}, which this host does not run)"
+            sup.note = f"{note} (recover.on_boot, {unit}, which this host does not run)"
         else:
             unit = "(then `invoke restart` once) a systemd unit brings the job back by itself"
-            sup.note = f"{said}; with recover.on_boot: true in hosts.yaml {unit}"
+            sup.note = f"{note}; with recover.on_boot: true in hosts.yaml {unit}"
     return sup
 
 
@@ -182,7 +182,7 @@ class Watcher:
                     )
                 elif keeper.seen.state != ProcessState.FATAL:
                     keeper.seen.move(ProcessState.IDLE)
-            if self.runner.then:
+            if self.runner.due_stage:
                 self._next_stage(now)
                 alive |= stage_switch.current(self.paths) is not None  # begun: watched from here
             self.write_state(now)
@@ -198,7 +198,7 @@ class Watcher:
         if self.server.seen.state != ProcessState.FATAL and not self.server.swapping:
             self.server.seen.move(ProcessState.STARTING, why=f"started for the {sw.stage} stage")
             self.server.clock, self.server.swapping, self.server.started_at = None, True, now
-        self.runner.then = None
+        self.runner.due_stage = None
         if sw.carried() or lock_held(self.paths.switch_lock):
             return
         if sw.starting(now):
@@ -235,7 +235,7 @@ class Watcher:
         meanwhile (a stop, a restart) wins, and the status then says so."""
         from ..processes import runner_process, stage_switch  # the watcher's loop only
 
-        nxt, data, caps = self.runner.then, intent.read(self.paths), kept_caps(self.paths)
+        nxt, data, caps = self.runner.due_stage, intent.read(self.paths), kept_caps(self.paths)
         base, running = data.server.base, runner_process.managed_runner(self.paths)
         why = None
         if running:
@@ -250,14 +250,14 @@ class Watcher:
             why = f"the server's spec without the draft is not known: `restart --stage {nxt}`"
         if why:
             self.log(f"the {nxt} stage not started: {why}")
-            self.runner.then = None
+            self.runner.due_stage = None
             if not running:  # a runner started meanwhile is the job's now: left as it is
                 if data.runner.wanted:
                     intent.change(self.paths, runner={"wanted": False, "why": why})
                 settle(self.paths, JobState.FINISHED, why)
             return
         # the chain goes on where the next stage has one of its own (train, draft, baseline)
-        on = caps.baseline and stage_of(nxt).then is not None
+        on = caps.baseline and stage_of(nxt).followed_by is not None
         if caps.stage != nxt:
             intent.keep_caps(self.paths, dataclasses.replace(caps, stage=nxt, baseline=on))
             self.log(f"the {caps.stage} stage finished: the {nxt} stage next, its server first")
@@ -266,7 +266,7 @@ class Watcher:
         try:
             sw = stage_switch.needed(self.paths, req)
         except HostFault as e:  # the stage's server cannot be made (its draft's folder gone)
-            self.runner.then = None
+            self.runner.due_stage = None
             why = f"{e.fault.message}: {e.fault.fix}" if e.fault.fix else e.fault.message
             self.log(f"the {nxt} stage not started: {why}")
             intent.change(self.paths, runner={"wanted": False, "why": why})
@@ -275,7 +275,7 @@ class Watcher:
         if sw is None:  # the server serves the stage as it runs (the user's own flags)
             self.runner.start_next(now, data.runner)
             return
-        self.runner.then = None
+        self.runner.due_stage = None
         try:
             stage_switch.begin(self.paths, sw, by="watcher", rel=self.runner.release())
         except HostFault as e:  # its process never started (ended as such): the stage not started
@@ -308,7 +308,7 @@ class Watcher:
         s.updated_at, s.server, s.runner = now, self.server.seen, self.runner.seen
         s.server_ready_seq = self.server.ready_seq
         swapped = sw.stage if sw is not None and sw.by == "watcher" else None
-        s.ticked_at, s.next_stage = now, self.runner.then or self.runner.pending or swapped
+        s.ticked_at, s.next_stage = now, self.runner.due_stage or self.runner.pending or swapped
         with self.writing:  # twice a second; a copy the heartbeat may write again
             self.written = s.to_dict()
             write_json(self.paths.watch_state, self.written, s.MODE, s.SYNC)

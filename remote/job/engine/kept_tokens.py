@@ -53,7 +53,7 @@ def signature(*parts) -> str:
 class Keeping:
     """One request while it streams: the store reads its assembly at each append."""
 
-    __slots__ = ("key", "base", "asm", "end_id", "written", "url", "_seen", "_said", "_ended")
+    __slots__ = ("key", "base", "asm", "end_id", "written", "url", "_seen", "_found", "_ended")
 
     def __init__(self, key: str, base: Kept, url: str | None = None):
         self.key, self.base, self.asm, self.end_id, self.url = key, base, None, None, url
@@ -61,7 +61,7 @@ class Keeping:
         self.written = (len(base.ids), 0, 0)
         # how far the assembly was looked through (pieces, ids), and what was found there: an
         # append costs what streamed since the last one, not the whole answer again
-        self._seen, self._said, self._ended = (0, 0, 0), (False, False), False
+        self._seen, self._found, self._ended = (0, 0, 0), (False, False), False
 
     @property
     def continuing(self) -> bool:
@@ -70,13 +70,13 @@ class Keeping:
     def _look(self) -> None:
         a = self.asm
         r0, c0, t0 = self._seen
-        reasoning, content = self._said
+        reasoning, content = self._found
         reasoning = reasoning or any(a.reasoning[r0:])
         content = content or any(a.content[c0:])
         ids = a.token_ids or ()
         if not self._ended and self.end_id is not None:
             self._ended = self.end_id in ids[t0:]
-        self._seen, self._said = (len(a.reasoning), len(a.content), len(ids)), (reasoning, content)
+        self._seen, self._found = (len(a.reasoning), len(a.content), len(ids)), (reasoning, content)
 
     def head(self) -> Kept | None:
         """The kept answer's facts without its tokens and text (what every line of it carries):
@@ -88,7 +88,7 @@ class Keeping:
         if prompt is None:
             return None
         self._look()
-        reasoning, content = self._said
+        reasoning, content = self._found
         if a.split is not None:  # a continuation knows where its text is
             thinking = a.split.thinking if (a.reasoning or a.content) else b.thinking
         elif b.content or content:

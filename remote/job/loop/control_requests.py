@@ -44,7 +44,7 @@ class StopState:
         self.stopping = False
         self.draining = False
         self.signal: str | None = None  # the first one that came
-        self.told = False  # a stop of deploytool's said so before any signal (its grace)
+        self.by_deploytool = False  # a stop of deploytool's said so before any signal (its grace)
 
     @property
     def asked(self) -> bool:
@@ -63,17 +63,17 @@ class StopState:
     def tell(self) -> None:
         """A stop of deploytool's said its grace. One that comes after another's signal stopped
         nothing: the stop was begun by that signal, and is said so."""
-        self.told = self.told or not self.stopping
+        self.by_deploytool = self.by_deploytool or not self.stopping
 
     @property
     def foreign(self) -> str | None:
         """The signal, not of deploytool's, that began the stop."""
-        return self.signal if self.stopping and not self.told else None
+        return self.signal if self.stopping and not self.by_deploytool else None
 
     def verdict(self) -> str:
         if not self.stopping:
             return "drained"
-        if self.told:
+        if self.by_deploytool:
             return "stopped as asked (a stop or a restart)"
         return f"stopped by {self.signal}, not by deploytool (someone's kill, a shutdown)"
 

@@ -316,10 +316,10 @@ class DraftStage(stage.Stage):
                     await sampler
                 await self._sample(engine, m)
                 m.out.sync()
-            self.log(f"{m.name}: {self.said(m)}")
+            self.log(f"{m.name}: {self.measured_line(m)}")
         self.current = None
 
-    def said(self, m: Measured) -> str:
+    def measured_line(self, m: Measured) -> str:
         c = m.kept.counts
         if c.mean_acceptance_length is None:
             return f"{len(m.done)}/{m.target} answered; no draft counted"
@@ -333,10 +333,10 @@ class DraftStage(stage.Stage):
         raise ValueError("the draft stage's held-out prompts follow the caps: restart it (--hard)")
 
     def start_lines(self) -> list[str]:
-        said = [
+        lines = [
             f"{n}: {len(m.done)}/{m.target} held-out prompts answered" for n, m in self.sets.items()
         ]
-        return [f"caps: {self.caps.line()}; draft {self.tag}"] + said
+        return [f"caps: {self.caps.line()}; draft {self.tag}"] + lines
 
     def in_flight(self) -> int:
         return sum(m.in_flight for m in self.sets.values())
@@ -375,14 +375,14 @@ class DraftStage(stage.Stage):
 
     def finished(self) -> str:
         """What the table beside it cannot say: the datasets left unmeasured, and why."""
-        said = [f"{m.failed} of {n}'s prompts failed" for n, m in self.sets.items() if m.failed]
+        parts = [f"{m.failed} of {n}'s prompts failed" for n, m in self.sets.items() if m.failed]
         if self.none_left:
-            said.append(
+            parts.append(
                 f"no held-out prompts in {', '.join(self.none_left)} (the cap takes every prompt)"
             )
         if self.caps.follows():
-            said.append(
+            parts.append(
                 f"the {self.caps.follows()} follows (the watcher starts the server again without "
                 "the draft)"
             )
-        return "; ".join(said)
+        return "; ".join(parts)

@@ -223,11 +223,11 @@ class HiddenStage(stage.Stage):
         self.caps = caps
 
     def start_lines(self) -> list[str]:
-        said = [
+        lines = [
             f"{n}: {st.done}/{st.target} rows have their hidden states"
             for n, st in self.stages.items()
         ]
-        return ["caps: " + self.caps.line()] + said
+        return ["caps: " + self.caps.line()] + lines
 
     def in_flight(self) -> int:
         return sum(st.in_flight for st in self.stages.values())
@@ -277,10 +277,10 @@ class HiddenStage(stage.Stage):
 
     def finished(self) -> str:
         failed = sum(st.failed for st in self.stages.values())
-        said = [f"{failed} rows failed: a restart asks them again"] if failed else []
+        parts = [f"{failed} rows failed: a restart asks them again"] if failed else []
         if self.untokened:  # said where the user looks, not only in the log
-            said.append(f"{self.untokened} records without token ids left out")
-        return "; ".join(said)
+            parts.append(f"{self.untokened} records without token ids left out")
+        return "; ".join(parts)
 
     def ended(self) -> None:
         self._keep_made(time.time())  # nothing in flight now: its last seconds counted

@@ -102,7 +102,7 @@ def progress(
     runner's first (`first`: when; None: none yet) comes an answer's length after its start: until
     its window has been full of answers its rate is young (a fraction of its speed): where the job
     has a mean (`ran`: every runner's) it is written as 0, so the views show the mean instead
-    (`speed.rate_said`), and the ETAs are reckoned at the mean where that is the faster."""
+    (`speed.job_rate`), and the ETAs are reckoned at the mean where that is the faster."""
     datasets: dict[str, DatasetStatus] = {}
     tok_rate = sample_rate = remaining = 0.0
     for spec in job.datasets:

@@ -12,7 +12,7 @@ from ...common.jobspec import (
     MIN_MEASURED,
     DatasetSpec,
     Paths,
-    said_changes,
+    changes_text,
     settings_changed,
     settings_then,
 )
@@ -233,7 +233,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
             if not force:
                 raise BadInput(
                     f"{spec.name}: {len(existing.ids)} records were made with different {diff} "
-                    f"({said_changes(changed)}); resuming would mix settings in one dataset: "
+                    f"({changes_text(changed)}); resuming would mix settings in one dataset: "
                     f"restore the settings, move {out_path.name} aside, or pass --force"
                 )
             log(f"{spec.name}: --force: resuming with changed {diff}")

@@ -112,7 +112,7 @@ class TrainProgress:
             return self._step(dict(_PAIR.findall(text)))
         if text.startswith("val/") and "val/loss_epoch=" in text:
             return self._validated(dict(_PAIR.findall(text)))
-        return self._said(text)
+        return self._log_message(text)
 
     def _step(self, pairs: dict[str, str]) -> bool:
         try:
@@ -143,7 +143,7 @@ class TrainProgress:
         self.epoch_steps = total + self.skipped  # an interrupted epoch's bar has the total too
         return True
 
-    def _said(self, text: str) -> bool:
+    def _log_message(self, text: str) -> bool:
         if m := _EPOCH.match(text):
             return self._epoch_line(m.group(1), int(m.group(2)) - 1, int(m.group(3)), m.group(4))
         if m := _MID.match(text):
@@ -169,9 +169,9 @@ class TrainProgress:
                 return False
             self.events.append(Event("checkpoint", self.epoch, self.steps_done, m.group(1)))
             return True
-        return self._said_more(text)
+        return self._log_message_more(text)
 
-    def _said_more(self, text: str) -> bool:
+    def _log_message_more(self, text: str) -> bool:
         if m := _BEST.match(text):
             self.best_epoch, self.best_loss = int(m.group(1)), _float(m.group(2))
             self.events.append(Event("best", self.best_epoch, self.steps_done))

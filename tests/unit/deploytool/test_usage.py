@@ -28,7 +28,7 @@ class Typed(Program):
 usage.install(Typed)
 
 
-def said(capsys, *argv) -> str:
+def usage_error(capsys, *argv) -> str:
     with pytest.raises(SystemExit) as e:
         Typed(namespace=Collection(restart, tail), binary="invoke").run(["invoke", *argv])
     assert e.value.code == ExitCode.BAD_INPUT
@@ -38,27 +38,27 @@ def said(capsys, *argv) -> str:
 
 
 def test_an_unknown_flag_names_the_closest_and_where_the_flags_are_listed(capsys):
-    assert said(capsys, "restart", "--max-sample", "40") == (
+    assert usage_error(capsys, "restart", "--max-sample", "40") == (
         "error: restart has no flag --max-sample (did you mean --max-samples?); "
         "`invoke restart --help` lists them"
     )
-    assert said(capsys, "--nope") == "error: no option --nope; `invoke --help` lists them"
+    assert usage_error(capsys, "--nope") == "error: no option --nope; `invoke --help` lists them"
 
 
 def test_an_unknown_task_and_a_stray_argument(capsys):
     assert (
-        said(capsys, "tial")
+        usage_error(capsys, "tial")
         == "error: no task named 'tial' (did you mean 'tail'?); `invoke --list` lists them"
     )
-    assert said(capsys, "restart", "7000") == (
+    assert usage_error(capsys, "restart", "7000") == (
         "error: restart takes no argument '7000' (a value goes after its flag); "
         "`invoke restart --help` lists them"
     )
 
 
 def test_a_missing_value_and_a_value_of_the_wrong_type(capsys):
-    assert said(capsys, "restart", "--grace") == "error: restart --grace: needs a value"
-    assert said(capsys, "restart", "--grace", "abc") == (
+    assert usage_error(capsys, "restart", "--grace") == "error: restart --grace: needs a value"
+    assert usage_error(capsys, "restart", "--grace", "abc") == (
         "error: restart --grace: expected a number, got 'abc'"
     )
 
@@ -67,7 +67,7 @@ def test_installing_twice_wraps_once(capsys):
     before = Typed.parse_tasks
     usage.install(Typed)
     assert Typed.parse_tasks is before
-    assert said(capsys, "restart", "--max-sample", "1").count("did you mean") == 1
+    assert usage_error(capsys, "restart", "--max-sample", "1").count("did you mean") == 1
 
 
 def test_invokes_own_config_flag_is_refused_with_the_line_that_reads_hosts_yaml(capsys):
@@ -76,6 +76,6 @@ def test_invokes_own_config_flag_is_refused_with_the_line_that_reads_hosts_yaml(
         "error: --config is invoke's settings file, not hosts.yaml: "
         "type `DEPLOYTOOL_CONFIG='job 2.yaml' invoke restart --max-samples 5`"
     )
-    assert said(capsys, "restart", "--max-samples", "5", "--config", "job 2.yaml") == want
-    assert said(capsys, "-f", "job 2.yaml", "restart", "--max-samples", "5") == want
-    assert said(capsys, "restart", "--config=job 2.yaml", "--max-samples", "5") == want
+    assert usage_error(capsys, "restart", "--max-samples", "5", "--config", "job 2.yaml") == want
+    assert usage_error(capsys, "-f", "job 2.yaml", "restart", "--max-samples", "5") == want
+    assert usage_error(capsys, "restart", "--config=job 2.yaml", "--max-samples", "5") == want

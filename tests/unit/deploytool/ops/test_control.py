@@ -111,11 +111,9 @@ def test_a_fault_from_the_host_carries_its_fix_and_log_lines():
     pre = Fault("preflight", "x", detail={"problem": to_wire(problem)})
     with pytest.raises(RemoteError) as e:
         control.stop(answering(fault_envelope(pre), code=1))
-    said = str(e.value)
-    assert said.startswith(
-        "nothing was stopped: the host's python (/usr/bin/python3) cannot import"
-    )
-    assert "aiohttp (ModuleNotFoundError)" in said and "hosts.gpu1.python" in said
+    out = str(e.value)
+    assert out.startswith("nothing was stopped: the host's python (/usr/bin/python3) cannot import")
+    assert "aiohttp (ModuleNotFoundError)" in out and "hosts.gpu1.python" in out
 
 
 def test_run_flags_are_checked_against_hosts_yaml_before_any_host(tmp_path):

@@ -47,8 +47,8 @@ def test_drop_and_keep_move_the_defaults_and_never_both():
     assert refused(ex.effective_drop, "specforge", True, "length", "length") == (
         "--drop and --keep both name length"
     )
-    said = refused(ex.effective_drop, "specforge", True, "lenght")
-    assert said.startswith(
+    out = refused(ex.effective_drop, "specforge", True, "lenght")
+    assert out.startswith(
         "--drop: unknown reason lenght (did you mean 'length'?); known: empty, length"
     )
 
@@ -66,9 +66,9 @@ def test_one_file_one_set_of_settings_unless_mixed_is_said(tmp_path):
     b = source(tmp_path, "gpu2", "B2", model="kimi", sampling={"temperature": 1.0})
     ex.check_settings([a, b], mixed=False)
     c = source(tmp_path, "gpu2", "B3", model="kimi", sampling={"temperature": 0.6})
-    said = refused(ex.check_settings, [a, c], False)
-    assert said.startswith("gpu1:B1 and gpu2:B3 were made with different settings (sampling:")
-    assert '{"temperature": 1.0} vs {"temperature": 0.6}' in said and "--mixed" in said
+    out = refused(ex.check_settings, [a, c], False)
+    assert out.startswith("gpu1:B1 and gpu2:B3 were made with different settings (sampling:")
+    assert '{"temperature": 1.0} vs {"temperature": 0.6}' in out and "--mixed" in out
     ex.check_settings([a, c], mixed=True)
     resumed = source(tmp_path, "gpu1", "B4", model="kimi", previous=[{"model": "other"}])
     assert "gpu1:B4: records made under different settings in one dataset" in refused(

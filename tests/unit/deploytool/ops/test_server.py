@@ -63,12 +63,12 @@ def swap(step=SwitchStep.LOADING, **kw) -> SwitchView:
 READY = to_wire(ServerStarted(ready_after_s=45.0, smoke="Hello", served_model="tiny"))
 
 
-def start(monkeypatch, host, said=None):
+def start(monkeypatch, host, notes=None):
     monkeypatch.setattr(server, "call", host.call)
     monkeypatch.setattr(server, "Asking", host.asking)
     return server.start(
         host, ServerSpec(model="tiny"), poll=1.0,
-        progress=said.append if said is not None else (lambda line: None),
+        progress=notes.append if notes is not None else (lambda line: None),
         clock=host.clock, sleep=host.sleep,
     )  # fmt: skip
 
@@ -77,12 +77,12 @@ def test_the_host_waits_for_the_load_and_this_says_it_every_15s(monkeypatch):
     views = [swap(step=SwitchStep.BEGUN)] + [swap(log_line=LINE)] * 46
     views.append(swap(step=SwitchStep.DONE, server_started=READY))
     host = Host(views, started=ServerStarted(pid=7, switch=swap(step=SwitchStep.BEGUN)))
-    said = []
-    got = start(monkeypatch, host, said=said)
+    notes = []
+    got = start(monkeypatch, host, notes=notes)
     assert (got.pid, got.ready_after_s, got.smoke, got.served_model) == (7, 45.0, "Hello", "tiny")
     assert got.switch is None and host.closed and len(host.asked) == 1
     # said at its first look at the load, then every 15 s: vLLM's log line without its prefix
-    assert said == [
+    assert notes == [
         f"gpu1: loading tiny: {s}s of up to 1800s · Loading weights" for s in (0, 15, 30, 45)
     ]
 
@@ -93,12 +93,12 @@ def test_one_up_and_answering_is_left_alone_and_one_starting_is_waited_for(monke
     assert got.already and not got.waited and host.views == [] and not host.closed
     busy = ServerStarted(already=True, by="watcher", pid=9, up_s=12.0, switch=swap())
     host = Host([swap(step=SwitchStep.DONE, server_started=READY)], started=busy)
-    said = []
-    got = start(monkeypatch, host, said=said)
+    notes = []
+    got = start(monkeypatch, host, notes=notes)
     assert (
         got.waited
         and got.smoke == "Hello"
-        and said
+        and notes
         == ["gpu1: the server is starting (pid 9, started by the watcher 12s ago): waiting for it"]
     )
 

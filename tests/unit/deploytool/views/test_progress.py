@@ -113,10 +113,10 @@ def test_every_view_says_a_job_is_draining_until_it_stops():
     from remote.common.status import JobView
 
     st = JobView(state="running", host="gpu1", in_flight=16, draining=True)
-    said = "draining: no new requests; the 16 in flight finish, then it stops"
+    text = "draining: no new requests; the 16 in flight finish, then it stops"
     buf = io.StringIO()
     render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
-    assert said in buf.getvalue() and said in progress.plain_line("gpu1", st, 0)
+    assert text in buf.getvalue() and text in progress.plain_line("gpu1", st, 0)
     st.state = "stopped"
     assert "draining" not in progress.plain_line("gpu1", st, 0)
 
@@ -132,13 +132,13 @@ def test_every_view_says_a_job_is_stopping_in_its_grace_period():
     from remote.common.status import JobView
 
     st = JobView(state="running", host="gpu1", in_flight=16, stopping=30.0, draining=True)
-    said = (
+    text = (
         "stopping: no new requests; the 16 in flight get 30s to finish, then are cut off (the "
         "next start asks them again)"
     )
     buf = io.StringIO()
     render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
-    assert said in buf.getvalue() and said in progress.plain_line("gpu1", st, 0)
+    assert text in buf.getvalue() and text in progress.plain_line("gpu1", st, 0)
     assert "draining" not in buf.getvalue()  # the stop that came after the drain is what goes on
     st.state = "stopped"
     assert "stopping" not in progress.plain_line("gpu1", st, 0)
@@ -192,11 +192,11 @@ def test_stop_says_how_it_goes_at_the_first_second_each_change_and_every_five_se
     from remote.common.status import JobView, RunnerInfo
 
     buf = io.StringIO()
-    told = Stopping("gpu1", 30.0, False, Console(file=buf, width=300))
+    on_status = Stopping("gpu1", 30.0, False, Console(file=buf, width=300))
     running = JobView(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=9))
     for second in range(0, 35):
-        told(running, float(second))
-    told(JobView(state="stopped", runner=RunnerInfo(alive=False)), 35.0)
+        on_status(running, float(second))
+    on_status(JobView(state="stopped", runner=RunnerInfo(alive=False)), 35.0)
     lines = buf.getvalue().splitlines()
     assert lines[0] == (  # what happens, in order: the grace, the runner's own exit, its kill
         "gpu1: stopping runner pid 9: SIGTERM; the 16 requests in flight get 30s to finish, then "
@@ -216,14 +216,14 @@ def test_stop_says_how_it_goes_at_the_first_second_each_change_and_every_five_se
         "waiting 35s: runner gone; ending any process of it still running",
     ]
     buf = io.StringIO()
-    told = Stopping("gpu1", 30.0, True, Console(file=buf, width=200))
+    on_status = Stopping("gpu1", 30.0, True, Console(file=buf, width=200))
     draining = JobView(state="running", in_flight=3, runner=RunnerInfo(alive=True, pid=9))
-    told(draining, 1.0)
-    told(None, 2.0)  # a look that failed: no news
-    told(draining, 3.0)
-    told(JobView(state="running", in_flight=3, stopping=30.0, runner=draining.runner), 4.0)
-    said = [line.split(": ", 1)[1] for line in buf.getvalue().splitlines()]
-    assert said == [
+    on_status(draining, 1.0)
+    on_status(None, 2.0)  # a look that failed: no news
+    on_status(draining, 3.0)
+    on_status(JobView(state="running", in_flight=3, stopping=30.0, runner=draining.runner), 4.0)
+    shown = [line.split(": ", 1)[1] for line in buf.getvalue().splitlines()]
+    assert shown == [
         "waiting 1s: 3 in flight, draining",
         "waiting 4s: 3 in flight, SIGTERM sent, 30s of grace",  # the drain timed out
     ]
@@ -257,8 +257,8 @@ def test_a_watcher_the_runner_started_again_is_said():
     from remote.common.status import JobView, Supervision
 
     st = JobView(state="running", watcher_restarts=1, supervision=Supervision(supervised=True))
-    said = [text for text, _ in progress.extra_lines(st, 0.0)]
-    assert "watcher started again 1x by the runner (it was gone)" in said
+    lines = [text for text, _ in progress.extra_lines(st, 0.0)]
+    assert "watcher started again 1x by the runner (it was gone)" in lines
 
 
 def test_runners_without_a_pid_file_are_said_by_every_view():
@@ -267,9 +267,9 @@ def test_runners_without_a_pid_file_are_said_by_every_view():
     from remote.common.status import JobView
 
     st = JobView(state="running", strays=[4242])
-    said = "runner processes without a pid file: [4242] (restart or stop takes care of them)"
-    assert (said, "red") in progress.extra_lines(st, 0.0)
-    assert said in progress.plain_line("gpu1", st, 0.0)
+    text = "runner processes without a pid file: [4242] (restart or stop takes care of them)"
+    assert (text, "red") in progress.extra_lines(st, 0.0)
+    assert text in progress.plain_line("gpu1", st, 0.0)
 
 
 def test_a_rate_not_measured_yet_is_a_dash_and_an_ended_host_adds_none_to_the_speed_now():
@@ -305,10 +305,10 @@ def test_status_and_tail_say_a_live_runners_status_is_stale_by_the_one_rule():
     ds = {"B1": DatasetStatus(done=5, target=24)}
     for caps in ({}, Caps(stage="draft").to_dict()):  # the answers' table, and the draft's
         st = JobView(state="running", host="gpu1", updated_at=1_000.0, datasets=ds, caps=caps)
-        said = "status not updated for 1m40s"
-        assert said in status_text(st, 1_100.0)
-        assert said in progress.plain_line("gpu1", st, 1_100.0)
-        assert said in progress.health(st, 1_100.0)[0]
+        text = "status not updated for 1m40s"
+        assert text in status_text(st, 1_100.0)
+        assert text in progress.plain_line("gpu1", st, 1_100.0)
+        assert text in progress.health(st, 1_100.0)[0]
         now = 1_000.0 + STALE_AFTER  # at the threshold: still current, in every view
         assert st.stale_for(now) is None and "not updated" not in status_text(st, now)
         assert "not updated" not in progress.plain_line("gpu1", st, now)
@@ -326,19 +326,19 @@ def test_tail_says_hosts_yaml_differs_from_the_deployed_job_in_the_words_status_
     from remote.common.status import DatasetStatus, JobView
 
     st = JobView(state="running", host="gpu1", datasets={"B1": DatasetStatus(done=5, target=24)})
-    said = "hosts.yaml's job is not the one deployed: `invoke deploy --host gpu1` sends it"
+    text = "hosts.yaml's job is not the one deployed: `invoke deploy --host gpu1` sends it"
 
     def shown(view):
         buf = io.StringIO()
         Console(file=buf, width=200, highlight=False).print(view)
         return buf.getvalue()
 
-    assert said not in progress.plain_line("gpu1", st, 0.0) + shown(
+    assert text not in progress.plain_line("gpu1", st, 0.0) + shown(
         progress.host_view("gpu1", st, 0.0)
     )
     st.job_differs = True
     buf = io.StringIO()
     render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0.0)
-    assert said in buf.getvalue()
-    assert said in progress.plain_line("gpu1", st, 0.0)  # piped tail
-    assert said in shown(progress.host_view("gpu1", st, 0.0))  # the live view and --once
+    assert text in buf.getvalue()
+    assert text in progress.plain_line("gpu1", st, 0.0)  # piped tail
+    assert text in shown(progress.host_view("gpu1", st, 0.0))  # the live view and --once

@@ -57,9 +57,9 @@ def test_plans_disk_line_says_what_the_stage_writes_beside_the_free_space():
     short = StageBytes(
         tokens=80_000_000, made=60_000_000, bytes_per_token=57344.0, free=10**12, sampled=9
     )
-    said = line(short)  # 1.15 TB (1.0 TiB) left for 1 TB (931.3 GiB) free
-    assert "1.0 TiB to write (20.0M tokens" in said and "it does not fit" in said
-    assert "lower the caps" in said
+    out = line(short)  # 1.15 TB (1.0 TiB) left for 1 TB (931.3 GiB) free
+    assert "1.0 TiB to write (20.0M tokens" in out and "it does not fit" in out
+    assert "lower the caps" in out
     assert "every row is made" in line(StageBytes(tokens=5, made=5, sampled=1))
     assert "the bytes a token takes are not known" in line(
         StageBytes(tokens=5, basis="not known until the stage makes its first row", sampled=1)
@@ -73,9 +73,9 @@ def test_a_dry_run_deploy_says_what_it_would_send_and_no_send_time():
 
     dry = DeployResult("gpu", "abc", None, added=["job.json"], bytes_sent=1024, seconds=0.03)
     dry.dry_run = True
-    said = printed(render.deploy_result, dry)
-    assert said.splitlines()[-1] == "  would send 1.0 KiB; nothing sent (--dry-run)"
-    assert "0.03s" not in said
+    out = printed(render.deploy_result, dry)
+    assert out.splitlines()[-1] == "  would send 1.0 KiB; nothing sent (--dry-run)"
+    assert "0.03s" not in out
     dry.added, dry.previous = [], "abc"  # the host has it all: still no word of a send
     assert "nothing to send" in printed(render.deploy_result, dry)
     real = DeployResult("gpu", "abc", None, added=["job.json"], bytes_sent=1024, seconds=0.03)

@@ -150,9 +150,9 @@ def test_a_stop_says_its_cut_off_requests_are_asked_again_not_lost():
     buf = io.StringIO()
     r = StopAnswer(was_running=True, stopped=[7], lost_in_flight=14, host="gpu1")
     render_restart.stop_result(r, Console(file=buf, width=200))
-    said = buf.getvalue()
-    assert "requests cut off in flight: 14 (the next start asks them again)" in said
-    assert "lost" not in said
+    out = buf.getvalue()
+    assert "requests cut off in flight: 14 (the next start asks them again)" in out
+    assert "lost" not in out
 
 
 def test_a_dry_run_under_a_moved_target_says_the_done_the_runner_will_count():
@@ -162,11 +162,11 @@ def test_a_dry_run_under_a_moved_target_says_the_done_the_runner_will_count():
     }
     buf = io.StringIO()
     render_restart.caps_table(rows, Console(file=buf, width=200), Caps(), Caps())
-    said = buf.getvalue()
-    lines = {ln.split()[0]: ln.split() for ln in said.splitlines() if ln.startswith("B")}
+    out = buf.getvalue()
+    lines = {ln.split()[0]: ln.split() for ln in out.splitlines() if ln.startswith("B")}
     assert lines["B1"][-3:] == ["5", "5", "complete"]
     assert lines["B2"][-3:] == ["5–20", "20", "?"]
-    assert "B2: done a range: the status cannot tell how many" in said
+    assert "B2: done a range: the status cannot tell how many" in out
 
 
 def test_a_stop_says_what_it_found_in_its_one_line():
@@ -175,17 +175,19 @@ def test_a_stop_says_what_it_found_in_its_one_line():
     found = (
         "the last one, pid 41: stopped by SIGTERM, not by deploytool (someone's kill, a shutdown)"
     )
-    said = printed(render_restart.stop_result, StopAnswer(host="gpu1", found=found))
-    assert said == f"gpu1: no runner was running; {found}\n"
+    out = printed(render_restart.stop_result, StopAnswer(host="gpu1", found=found))
+    assert out == f"gpu1: no runner was running; {found}\n"
     found = "the watcher had started it again after: the runner (pid 41) stopped by SIGTERM"
     r = StopAnswer(host="gpu1", was_running=True, stopped=[52], found=found)
-    said = printed(render_restart.stop_result, r)
-    assert said == f"gpu1: stopped [52]; {found}; requests cut off in flight: 0\n"
+    out = printed(render_restart.stop_result, r)
+    assert out == f"gpu1: stopped [52]; {found}; requests cut off in flight: 0\n"
     from remote.common.status import JobView, RunnerInfo
 
     buf = io.StringIO()  # a second SIGTERM is "now" to the runner: no grace is promised
-    told = render_restart.Stopping("gpu1", 30.0, False, Console(file=buf, width=200))
-    told(JobView(state="running", in_flight=3, signalled="SIGTERM", runner=RunnerInfo(True, 9)), 0)
+    on_status = render_restart.Stopping("gpu1", 30.0, False, Console(file=buf, width=200))
+    on_status(
+        JobView(state="running", in_flight=3, signalled="SIGTERM", runner=RunnerInfo(True, 9)), 0
+    )
     assert buf.getvalue() == (
         "gpu1: stopping runner pid 9: stopping already, after a SIGTERM not of deploytool's; "
         "SIGTERM again cuts off the 3 requests in flight now\n"
@@ -196,14 +198,14 @@ def test_a_restart_says_the_old_runners_stop_as_stop_does_and_nothing_of_a_live_
     from remote.common.status import JobView, RunnerInfo
 
     buf = io.StringIO()
-    told = render_restart.Restarting("gpu1", 30.0, True, Console(file=buf, width=200))
+    on_status = render_restart.Restarting("gpu1", 30.0, True, Console(file=buf, width=200))
     old = RunnerInfo(alive=True, pid=9)
-    told(JobView(state="running", in_flight=16, runner=old), 1.0)  # not asked to stop yet
-    told(JobView(state="running", in_flight=16, draining=True, runner=old), 2.0)
-    told(JobView(state="running", in_flight=5, draining=True, runner=old), 3.0)
+    on_status(JobView(state="running", in_flight=16, runner=old), 1.0)  # not asked to stop yet
+    on_status(JobView(state="running", in_flight=16, draining=True, runner=old), 2.0)
+    on_status(JobView(state="running", in_flight=5, draining=True, runner=old), 3.0)
     new = JobView(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=12))
     for second in (4.0, 5.0, 9.0):
-        told(new, second)  # the restart's own runner: not the one stopped, said once
+        on_status(new, second)  # the restart's own runner: not the one stopped, said once
     assert buf.getvalue().splitlines() == [
         "gpu1: stopping runner pid 9: draining: no new requests; the 16 in flight finish, then "
         "SIGTERM, 30s of grace, and the runner exits (killed if it does not)",
@@ -211,12 +213,12 @@ def test_a_restart_says_the_old_runners_stop_as_stop_does_and_nothing_of_a_live_
         "  gpu1: waiting 2s: runner pid 9 gone, starting the new one",
     ]
     quiet = io.StringIO()  # a live re-cap, then a start where none ran: nothing to say meanwhile
-    told = render_restart.Restarting("gpu1", 30.0, False, Console(file=quiet, width=200))
+    on_status = render_restart.Restarting("gpu1", 30.0, False, Console(file=quiet, width=200))
     for second in (1.0, 2.0, 6.0):
-        told(JobView(state="running", in_flight=16, runner=old), second)
-    told = render_restart.Restarting("gpu1", 30.0, False, Console(file=quiet, width=200))
-    told(JobView(state="stopped", runner=RunnerInfo(alive=False)), 1.0)
-    told(new, 2.0)
+        on_status(JobView(state="running", in_flight=16, runner=old), second)
+    on_status = render_restart.Restarting("gpu1", 30.0, False, Console(file=quiet, width=200))
+    on_status(JobView(state="stopped", runner=RunnerInfo(alive=False)), 1.0)
+    on_status(new, 2.0)
     assert quiet.getvalue() == ""
 
 
@@ -235,12 +237,12 @@ def test_a_forced_restart_says_on_the_hosts_line_which_datasets_it_mixes_and_how
 
     how = "B1, B2: their records were made with different sampling (sampling.temperature 1.0 → 0.7)"
     answer = RestartAnswer(host="gpu1", mode="restart", pid=9, release="r/abc", forced_mix=how)
-    said = " ".join(printed(render_restart.restart_result, answer).split())
-    assert said.startswith(  # before what it did
+    out = " ".join(printed(render_restart.restart_result, answer).split())
+    assert out.startswith(  # before what it did
         f"gpu1: --force mixes settings: {how}; resumed with the new ones, each now holds records "
         "made with two settings (`invoke export` then asks for --mixed) gpu1: started runner"
     )
     answer = RestartAnswer(host="gpu1", mode="restart", dry_run=True, forced_mix=how)
-    said = " ".join(printed(render_restart.restart_result, answer).split())
-    assert f"gpu1: --force would mix settings: {how}; resumed with the new ones, each would" in said
+    out = " ".join(printed(render_restart.restart_result, answer).split())
+    assert f"gpu1: --force would mix settings: {how}; resumed with the new ones, each would" in out
     assert "mix" not in printed(render_restart.restart_result, RestartAnswer(host="gpu1"))

@@ -34,12 +34,12 @@ def test_a_start_says_what_runs_how_long_it_took_and_what_the_smoke_test_got():
         env={"VLLM_API_KEY": "***"}, ready_after_s=95, smoke="Hello", served_model="kimi",
         removed=[ENGINE],
     )  # fmt: skip
-    said = printed(r.server_started, started)
-    assert said.startswith("gpu1: removed 1 leftover processes of the dead server first: pid 41")
-    assert "(900 MiB RAM, 70000 MiB GPU)" in said
-    assert "gpu1: server up: pid 7, kimi on port 8000, ready after 1m35s" in said
-    assert "command: vllm serve kimi" in said and "env: VLLM_API_KEY=***" in said
-    assert "smoke test: 'Hello' (asked as 'kimi')" in said
+    out = printed(r.server_started, started)
+    assert out.startswith("gpu1: removed 1 leftover processes of the dead server first: pid 41")
+    assert "(900 MiB RAM, 70000 MiB GPU)" in out
+    assert "gpu1: server up: pid 7, kimi on port 8000, ready after 1m35s" in out
+    assert "command: vllm serve kimi" in out and "env: VLLM_API_KEY=***" in out
+    assert "smoke test: 'Hello' (asked as 'kimi')" in out
     up = printed(
         r.server_started, ServerStarted(host="gpu1", already=True, pid=7, model="kimi", port=1)
     )
@@ -82,10 +82,10 @@ def test_a_status_names_what_is_wrong_and_the_servers_own_numbers():
         engines_gone=[ENGINE],
         metrics=ServerMetrics(running=3, waiting=None, kv_cache=0.42, generation_tokens_per_s=1500),
     )  # fmt: skip
-    said = printed(r.server_status, up)
-    assert "g: server up: pid 7, kimi on port 8000, uptime 1h00m" in said
-    assert "but its engine processes are gone: pid 41 (VLLM::EngineCore)" in said
-    assert "requests running 3, waiting ?; KV cache 42%; generation 1.5k tok/s" in said
+    out = printed(r.server_status, up)
+    assert "g: server up: pid 7, kimi on port 8000, uptime 1h00m" in out
+    assert "but its engine processes are gone: pid 41 (VLLM::EngineCore)" in out
+    assert "requests running 3, waiting ?; KV cache 42%; generation 1.5k tok/s" in out
     starting = ServerState(host="g", up=True, pid=7, headless=True, uptime_s=5)
     assert "server starting: pid 7" in printed(r.server_status, starting)
     assert "as a headless data-parallel worker" in printed(r.server_status, starting)

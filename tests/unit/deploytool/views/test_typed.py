@@ -11,19 +11,19 @@ def test_the_default_host_of_dot_hosts_yaml_is_typed_bare():
 
 
 def test_another_host_is_named():
-    said = Typed(None, "local").say(NOTE, "gpu1")
-    assert said == (
+    out = Typed(None, "local").say(NOTE, "gpu1")
+    assert out == (
         "a reboot needs `invoke restart --host gpu1`; `invoke restart --hard --host gpu1` starts over"
     )
 
 
 def test_another_hosts_yaml_is_named_the_way_each_program_takes_it():
-    said = Typed("/w/try vllm/hosts.yaml", "cpu", "invoke").say(NOTE, "cpu")
-    assert said.startswith(
+    out = Typed("/w/try vllm/hosts.yaml", "cpu", "invoke").say(NOTE, "cpu")
+    assert out.startswith(
         "a reboot needs `DEPLOYTOOL_CONFIG='/w/try vllm/hosts.yaml' invoke restart`"
     )
-    said = Typed("/w/hosts.yaml", "cpu", "deploytool").say("`invoke stop`", "gpu")
-    assert said == "`deploytool --config /w/hosts.yaml stop --host gpu`"
+    out = Typed("/w/hosts.yaml", "cpu", "deploytool").say("`invoke stop`", "gpu")
+    assert out == "`deploytool --config /w/hosts.yaml stop --host gpu`"
 
 
 def test_a_command_that_names_its_host_is_left_alone():

@@ -20,18 +20,18 @@ def test_a_token_count_reads_back_whatever_suffix_says_it(n):
 
 def test_token_counts_refuse_what_is_no_whole_count():
     assert c.parse_tokens("2.5M") == 2_500_000 and c.parse_tokens("1b") == 10**9
-    for bad, said in (("1.0005k", "not a whole number"), ("ten", "like 10M"), (True, "like 10M"),
+    for bad, error in (("1.0005k", "not a whole number"), ("ten", "like 10M"), (True, "like 10M"),
                       (-1, "non-negative"), ("5T", "like 10M")):  # fmt: skip
-        with pytest.raises(ValueError, match=said):
+        with pytest.raises(ValueError, match=error):
             c.parse_tokens(bad)
 
 
 def test_a_cap_is_ds_eq_n_and_all_clears_it():
     assert c.parse_cap("B2 = 2636") == ("B2", 2636)
     assert c.cap_change("B2=all") == ("B2", c.CLEAR) and c.cap_change("B3=7") == ("B3", 7)
-    for bad, said in (("B2", "DS=N"), ("B2=x", "whole number"), ("B/2=3", "must match"),
+    for bad, error in (("B2", "DS=N"), ("B2=x", "whole number"), ("B/2=3", "must match"),
                       ("B2=0", "N must be >= 1 .*--datasets"), ("B2=-4", "N must be >= 1")):  # fmt: skip
-        with pytest.raises(ValueError, match=said):
+        with pytest.raises(ValueError, match=error):
             c.cap_change(bad)
 
 

@@ -11,39 +11,39 @@ from remote.common.notify import Notifier
 
 
 def notifier(tmp_path, command, **cfg):
-    said, done = [], threading.Event()
+    logged, done = [], threading.Event()
 
     def log(line):
-        said.append(line)
+        logged.append(line)
         done.set()
 
     n = Notifier({"command": command, "on": ["finished", "stalled"], **cfg}, tmp_path, log)
-    return n, said, done
+    return n, logged, done
 
 
 def test_the_event_goes_out_with_its_variables_and_without_the_jobs_token(tmp_path, monkeypatch):
     monkeypatch.setenv(JOB_TOKEN_ENV, "the-jobs-token")
     out = tmp_path / "got"
     show = f'echo "$DEPLOYTOOL_EVENT|$DEPLOYTOOL_MESSAGE|$DEPLOYTOOL_REMOTE_DIR|${JOB_TOKEN_ENV}|$PWD" > {out}'
-    n, said, done = notifier(tmp_path, show)
+    n, logged, done = notifier(tmp_path, show)
     n.send("engine_down", "not asked for")  # not in `on`: nothing runs
     n.send("finished", "B1 24/24")
-    assert done.wait(60) and said == ["notify finished: sent"] and n.sent == ["finished"]
+    assert done.wait(60) and logged == ["notify finished: sent"] and n.sent == ["finished"]
     assert out.read_text().strip() == f"finished|B1 24/24|{tmp_path}||{tmp_path}"
 
 
 def test_a_failing_command_is_logged_with_its_last_line(tmp_path):
-    n, said, done = notifier(tmp_path, "echo first; echo 'no route to host'; exit 3")
+    n, logged, done = notifier(tmp_path, "echo first; echo 'no route to host'; exit 3")
     n.send("stalled", "m")
     assert done.wait(60)
-    assert said == ["notify stalled: the command failed (exit 3) no route to host"]
+    assert logged == ["notify stalled: the command failed (exit 3) no route to host"]
 
 
 def test_a_hanging_command_is_ended_by_its_timeout_and_logged(tmp_path):
-    n, said, done = notifier(tmp_path, "sleep 600", timeout=0.2)
+    n, logged, done = notifier(tmp_path, "sleep 600", timeout=0.2)
     n.send("stalled", "m")  # returns at once: the job does not wait on it
     assert done.wait(60)
-    assert said == ["notify stalled: the command failed (timed out)"]
+    assert logged == ["notify stalled: the command failed (timed out)"]
 
 
 def test_no_command_sends_nothing(tmp_path):

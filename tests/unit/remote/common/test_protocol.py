@@ -325,8 +325,8 @@ def test_a_request_of_another_protocol_is_refused_before_anything_is_done():
         with pytest.raises(HostFault) as e:
             cli.read_request(io.StringIO(json.dumps(sent)))
         assert e.value.fault.code == "usage"
-        said = "7 or older" if got is None else str(got)
-        assert f"a request of protocol {said}; this host's release speaks {PROTOCOL}" in str(
+        version = "7 or older" if got is None else str(got)
+        assert f"a request of protocol {version}; this host's release speaks {PROTOCOL}" in str(
             e.value
         )
 

@@ -125,15 +125,15 @@ def test_a_row_line_reads_back_its_facts_and_not_its_tokens():
 
 def test_the_hidden_states_page_lists_a_row_lines_fields_in_order():
     page = (REPO / "docs" / "hidden-states.md").read_text()
-    said = page[page.index("A line of `rows.jsonl`") :].split("\n\n")[0]
-    assert re.findall(r"`(\w+)`", said) == list(_row().to_dict())
+    section = page[page.index("A line of `rows.jsonl`") :].split("\n\n")[0]
+    assert re.findall(r"`(\w+)`", section) == list(_row().to_dict())
 
 
 def test_the_records_page_lists_an_error_lines_fields_and_a_line_reads_back():
     page = (REPO / "docs" / "records.md").read_text()
-    said = page[page.index("`<DS>.errors.jsonl` instead") :].split(")")[0]
+    section = page[page.index("`<DS>.errors.jsonl` instead") :].split(")")[0]
     line = ErrorLine("B1-000004", "B1", 4, "gave up after 8 attempts: 500", 8, 1_700_000_000)
-    assert re.findall(r"`(\w+)`", said) == list(line.to_dict())
+    assert re.findall(r"`(\w+)`", section) == list(line.to_dict())
     assert json.loads(line.line()) == line.to_dict()
 
 
@@ -157,6 +157,6 @@ def test_the_files_to_pull_come_in_the_jobs_dataset_order_not_by_name(tmp_path):
         "B10.jsonl",
         "old.jsonl",
     ]
-    said = list(output_files(paths, {}, ["B10", "B2"]))
-    assert said[:3] == ["B10.errors.jsonl", "B10.jsonl", "B2.jsonl"]
-    assert said[3:] == ["B1.jsonl", "B1.meta.json", "old.jsonl"]
+    files = list(output_files(paths, {}, ["B10", "B2"]))
+    assert files[:3] == ["B10.errors.jsonl", "B10.jsonl", "B2.jsonl"]
+    assert files[3:] == ["B1.jsonl", "B1.meta.json", "old.jsonl"]

@@ -17,7 +17,7 @@ def test_every_entry_names_a_runner_stage_and_a_known_server_and_view(name):
     assert issubclass(stage_work(name), Stage)
     assert spec.server in (s.PLAIN, s.EXTRACT, s.SPECULATE, s.NO_SERVER)
     assert spec.shows in (s.ANSWERS, s.ROWS, s.MEASURE, s.TRAINING)
-    assert spec.then is None or spec.then in s.STAGES
+    assert spec.followed_by is None or spec.followed_by in s.STAGES
     assert stage(f" {name} ") == name  # what --stage takes is the table's names
 
 

@@ -31,9 +31,9 @@ def test_a_verdict_leaves_nothing_running_or_on_its_way():
 
 def test_a_dataset_its_budget_ended_short_says_so():
     short = DatasetStatus(DatasetState.COMPLETE, 276, 300, budget=700_000, budget_reached=True)
-    assert short.said_state == "budget reached"
+    assert short.state_label == "budget reached"
     whole = DatasetStatus(DatasetState.COMPLETE, 300, 300, budget=700_000, budget_reached=True)
-    assert whole.said_state == "complete"  # every prompt answered: nothing to explain
+    assert whole.state_label == "complete"  # every prompt answered: nothing to explain
 
 
 def test_a_datasets_state_is_one_rule_for_every_stage():
@@ -63,12 +63,15 @@ def test_a_job_whose_runner_the_watcher_starts_again_is_said_recovering_not_stop
         return JobView(state=state, supervision=sup)
 
     backoff = ProcessWatch(state="backoff", attempt=1, of=5)
-    assert job("stopped", backoff).said == "recovering"
-    assert job("failed", ProcessWatch(state="starting")).said == "recovering"
-    assert job("stopped", ProcessWatch(state="fatal")).said == "stopped"  # given up: the end
-    assert job("stopped", backoff, supervised=False).said == "stopped"  # no watcher to do it
-    assert job("running", backoff).said == "running" and job("finished").said == "finished"
-    assert JobView(state="stopped").said == "stopped"
+    assert job("stopped", backoff).state_label == "recovering"
+    assert job("failed", ProcessWatch(state="starting")).state_label == "recovering"
+    assert job("stopped", ProcessWatch(state="fatal")).state_label == "stopped"  # given up: the end
+    assert job("stopped", backoff, supervised=False).state_label == "stopped"  # no watcher to do it
+    assert (
+        job("running", backoff).state_label == "running"
+        and job("finished").state_label == "finished"
+    )
+    assert JobView(state="stopped").state_label == "stopped"
 
 
 def test_a_process_given_up_on_stays_so_until_a_new_watch():

@@ -347,12 +347,12 @@ class Trainer:
 
 def interruptible(trainer: Trainer, log: Log) -> int:
     """The real with_graceful_shutdown: the first SIGTERM raises wherever the trainer is."""
-    said = []
+    signals = []
 
     def handler(signum, frame):
-        if said:
+        if signals:
             return
-        said.append(signum)
+        signals.append(signum)
         log("Received SIGTERM — interrupting training to save checkpoint. Send again to force "
             "immediate exit.", "graceful_shutdown.py:111", "WARNING")  # fmt: skip
         raise TrainingInterruptedError("SIGTERM")

@@ -88,8 +88,8 @@ def test_a_raise_over_a_replaced_prompt_file_says_the_new_files_prompts(tmp_path
     assert (rows["BIG"].prompts, rows["BIG"].target, rows["BIG"].raised) == (868, 868, True)
     out = Console(file=io.StringIO(), width=200)
     raised_targets(RestartAnswer(host="gpu1", caps=rows), out)
-    said = out.file.getvalue()
-    assert "BIG's target goes up (400 → 868 prompts: every prompt of the file)" in said
+    printed = out.file.getvalue()
+    assert "BIG's target goes up (400 → 868 prompts: every prompt of the file)" in printed
 
 
 def test_a_dry_run_counts_the_files_the_status_does_not_so_a_raise_stops_at_their_end(tmp_path):
@@ -289,7 +289,7 @@ def test_a_refusal_names_every_dataset_it_would_mix_those_changed_alike_together
 
 
 def test_what_changed_is_said_down_to_each_value_as_json_has_it():
-    from remote.common.jobspec import said_changes, settings_changed
+    from remote.common.jobspec import changes_text, settings_changed
 
     then = {"sampling": {"temperature": 1.0, "top_p": None}, "turns": "last", "extra_body": {}}
     now = {
@@ -297,7 +297,7 @@ def test_what_changed_is_said_down_to_each_value_as_json_has_it():
         "turns": "all",
         "extra_body": {"rd": {"min_count": 4}},
     }
-    assert said_changes(settings_changed(then, now)) == (
+    assert changes_text(settings_changed(then, now)) == (
         'sampling.temperature 1.0 → "0.7"; sampling.top_p (unset) → 0.9; turns "last" → "all"; '
         'extra_body.rd (unset) → {"min_count": 4}'
     )
@@ -320,8 +320,8 @@ def test_a_stop_says_what_it_found_where_not_the_runner_a_command_started(tmp_pa
     JobStatus(state="stopped", pid=41, message=foreign).write(paths.status)
     assert found_runner(paths, None, JobStatus()) == f"the last one, pid 41: {foreign}"
     JobStatus(state="running", pid=41).write(paths.status)  # gone without its verdict
-    said = found_runner(paths, None, JobStatus())
-    assert said == "the last one, pid 41: the runner is gone without writing its status (killed?)"
+    found = found_runner(paths, None, JobStatus())
+    assert found == "the last one, pid 41: the runner is gone without writing its status (killed?)"
     me = os.getpid()
     rec = RunnerRecord(pid=me, start_time=procinfo.start_time(me), started_at=time.time())
     died = f"the runner (pid 41) {foreign}"
@@ -332,8 +332,8 @@ def test_a_stop_says_what_it_found_where_not_the_runner_a_command_started(tmp_pa
         found_runner(paths, rec, JobStatus()) == f"the watcher had started it again after: {died}"
     )
     stopping = JobStatus(state="running", pid=me, signalled="SIGTERM")
-    said = found_runner(paths, rec, stopping)
-    assert said == "it was stopping already, after a SIGTERM not of deploytool's"
+    found = found_runner(paths, rec, stopping)
+    assert found == "it was stopping already, after a SIGTERM not of deploytool's"
 
 
 def test_a_dry_runs_done_under_a_moved_target_is_what_the_runner_will_count():

@@ -30,10 +30,10 @@ def dead_runner(paths: Paths, state: str) -> int:
 
 
 def keeper(tmp_path, **spec):
-    paths, told, lines = Paths(tmp_path), [], []
+    paths, notified, lines = Paths(tmp_path), [], []
     spec = RecoverSpec(**dict(dict(backoff=10.0), **spec))
-    k = RunnerKeeper(paths, spec, lambda event, text: told.append(event), lines.append)
-    return k, paths, told, lines
+    k = RunnerKeeper(paths, spec, lambda event, text: notified.append(event), lines.append)
+    return k, paths, notified, lines
 
 
 def test_a_runner_that_finished_by_itself_is_not_restarted(tmp_path):
@@ -62,7 +62,7 @@ def test_a_runner_stopped_by_a_signal_not_of_deploytool_is_started_again_saying_
 
 
 def test_a_runner_that_died_comes_back_at_once_then_after_a_doubling_backoff(tmp_path, monkeypatch):
-    k, paths, told, lines = keeper(tmp_path, max_restarts=3)
+    k, paths, notified, lines = keeper(tmp_path, max_restarts=3)
     starts = []
 
     def start(now, want):  # the decision only: the start itself is the end-to-end tests'
@@ -99,7 +99,7 @@ def test_a_runner_that_died_comes_back_at_once_then_after_a_doubling_backoff(tmp
         "died",
         "gave_up",
     ]
-    assert told == ["runner_restarted"] * 3
+    assert notified == ["runner_restarted"] * 3
 
 
 def test_a_server_killed_while_it_was_probed_is_called_gone_not_wedged(tmp_path, monkeypatch):
@@ -256,9 +256,9 @@ def test_what_the_watcher_does_about_a_runner_is_said_in_the_runners_log_too(tmp
     paths.log.write_bytes(b"2026-12-05 10:00:00 runner start pid 1\n")
     pid = dead_runner(paths, JobState.RUNNING)
     k.tick(100.0, RunnerWanted(wanted=True))
-    said = paths.log.read_text().splitlines()
-    assert said[0] == "2026-12-05 10:00:00 runner start pid 1"  # the runner's own lines stay
-    watcher = [line.split(" ", 2)[2] for line in said[1:]]
+    log_lines = paths.log.read_text().splitlines()
+    assert log_lines[0] == "2026-12-05 10:00:00 runner start pid 1"  # the runner's own lines stay
+    watcher = [line.split(" ", 2)[2] for line in log_lines[1:]]
     assert watcher == [f"[watcher] {line}" for line in lines] and len(watcher) == 2
     assert f"runner: the runner (pid {pid}) died" in watcher[0]
     assert watcher[1].startswith("[watcher] runner restarted (attempt 1 of 5) after:")

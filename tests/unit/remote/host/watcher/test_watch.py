@@ -198,8 +198,8 @@ def _serving_the_draft(paths, monkeypatch):
     plain = ServerSpec(model="m", draft={"model": "d", "method": "eagle3"})
     plain = dataclasses.replace(plain, draft=dict(plain.draft, num_speculative_tokens=3))
     drafting = stage_spec(plain, "draft", paths)
-    said = flag_value(drafting.args, "--speculative-config")
-    up = ServerState(up=True, ready=True, speculative=said)
+    spec = flag_value(drafting.args, "--speculative-config")
+    up = ServerState(up=True, ready=True, speculative=spec)
     monkeypatch.setattr(server_process, "server_state", lambda paths, req=None: up)
     return plain, drafting
 
@@ -234,12 +234,12 @@ def test_the_stage_asked_to_follow_begins_the_hosts_swap_and_nothing_is_kept_whi
         paths, runner={"wanted": True}, server={"wanted": True, "spec": drafting, "base": plain}
     )
     w = watch.Watcher(paths)
-    w.runner.then = "baseline"
+    w.runner.due_stage = "baseline"
     w._next_stage(time.time())
     assert kept_caps(paths) == Caps(max_samples=4, stage="baseline")
     ((sw, by),) = begun
     assert (sw.stage, by, sw.spec, sw.restart_server) == ("baseline", "watcher", plain, True)
-    assert sw.why == "runs with the draft stage's draft" and w.runner.then is None
+    assert sw.why == "runs with the draft stage's draft" and w.runner.due_stage is None
     # the swap under way, its process alive (this one stands in): nothing kept, the next stage said
     me = os.getpid()
     sw.pid, sw.start_time, sw.step = me, procinfo.start_time(me), SwitchStep.LOADING
@@ -272,9 +272,9 @@ def test_the_stage_asked_to_follow_begins_the_hosts_swap_and_nothing_is_kept_whi
     intent.change(paths, runner={"wanted": True}, server={"wanted": True})
     intent.keep_caps(paths, Caps(stage="generate"))
     w = watch.Watcher(paths)
-    w.runner.then = "baseline"
+    w.runner.due_stage = "baseline"
     w._next_stage(time.time())
-    assert begun == [] and w.runner.then is None and not intent.read(paths).runner.wanted
+    assert begun == [] and w.runner.due_stage is None and not intent.read(paths).runner.wanted
     st = JobStatus.read(paths.status)
     assert "the baseline stage was not started: the caps were changed" in st.message
     assert st.caps["baseline"] is False
@@ -312,13 +312,13 @@ def test_a_baseline_whose_swap_process_never_starts_fails_the_job_and_is_told(
         paths.status
     )
     w = watch.Watcher(paths)
-    told = []
-    w.tell = lambda event, what: told.append((event, what))
-    w.runner.then = "baseline"
+    notified = []
+    w.tell = lambda event, what: notified.append((event, what))
+    w.runner.due_stage = "baseline"
     w._next_stage(time.time())
     st = JobStatus.read(paths.status)
     assert st.state == JobState.FAILED and "did not start" in st.message
-    assert told == [
+    assert notified == [
         (
             "failed",
             "the baseline stage was not started: the process that starts the server for the "
@@ -338,10 +338,10 @@ def test_once_a_swap_ends_its_server_is_watched_anew_and_a_failed_baseline_is_to
 
     paths = Paths(tmp_path)
     paths.ensure()
-    told = []
+    notified = []
     for code in ("start_failed", "cancelled"):
         w = watch.Watcher(paths)
-        w.tell = lambda event, what: told.append((event, what))
+        w.tell = lambda event, what: notified.append((event, what))
         w.server.seen.move(ProcessState.STARTING, why="started for the baseline stage")
         w.server.swapping, w.server.started_at = True, time.time() - 10_000
         sw = StageSwitch(stage="baseline", by="watcher", token=code, step=SwitchStep.FAILED)
@@ -350,8 +350,8 @@ def test_once_a_swap_ends_its_server_is_watched_anew_and_a_failed_baseline_is_to
         w.tick(time.time())
         assert not w.server.swapping and w.server.started_at is None
         assert w.server.seen.state == ProcessState.IDLE  # no server: nothing of its load kept
-        assert len(told) == 1  # the failure told; the stop's end not
-    assert told == [
+        assert len(notified) == 1  # the failure told; the stop's end not
+    assert notified == [
         ("failed", "the baseline stage was not started: the server died during start-up after 3s")
     ]
 

@@ -11,12 +11,12 @@ from remote.job.engine.client import parse_reply
 from tests.openai_server import FakeOpenAI
 
 
-def vllm_body(**over) -> dict:
+def vllm_body(**overrides) -> dict:
     srv = FakeOpenAI(shape="vllm", cut_in_thinking=1.0)
     body = srv.reply(
         {"model": "m", "max_tokens": 8192, "chat_template_kwargs": {"thinking": True}}, "k", 100, 12
     )
-    body["choices"][0]["message"].update(over)
+    body["choices"][0]["message"].update(overrides)
     return body
 
 

@@ -75,7 +75,7 @@ def test_one_answer_from_the_kept_part_and_the_reply():
 
 
 def test_no_kept_file_says_why_once(tmp_path):
-    said = []
-    kept, why = continuation.keeping(job(stream=False), tmp_path / "kept.jsonl", {}, said.append)
-    assert kept is None and "stream is false" in why and len(said) == 1
+    logged = []
+    kept, why = continuation.keeping(job(stream=False), tmp_path / "kept.jsonl", {}, logged.append)
+    assert kept is None and "stream is false" in why and len(logged) == 1
     assert continuation.kept_status(None, why).why_not == why

@@ -142,10 +142,10 @@ def test_at_a_start_kept_tokens_of_a_turn_the_sidecar_answers_are_dropped(tmp_pa
             is_new=lambda pid: True, requeue=lambda p, t, partial: queued.append(p)
         ),
     )
-    said = []
-    got = open_kept(path, {"MT": run}, said.append)
+    logged = []
+    got = open_kept(path, {"MT": run}, logged.append)
     assert list(got.entries) == ["MT\tMT-2\t1"]  # turn 1 of MT-2 is the one still unanswered
-    assert queued == ["MT-2"] and said == [
+    assert queued == ["MT-2"] and logged == [
         "1 unfinished answers (2 tokens) kept: they are continued first"
     ]
     assert list(KeptFile.read(path)) == ["MT\tMT-2\t1"]

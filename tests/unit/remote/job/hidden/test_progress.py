@@ -53,25 +53,25 @@ def test_no_new_row_starts_until_the_next_rows_fit_said_once_a_fill_and_over_whe
 
     made = Stage("B1", Store(done=["r0_gen0"], tokens=10, bytes=1000), rows(11), None)
     made.in_flight = 2
-    free, said, told = [10**6], [], []
-    guard = DiskGuard(lambda: free[0], False, said.append, told.append)
+    free, logged, notified = [10**6], [], []
+    guard = DiskGuard(lambda: free[0], False, logged.append, notified.append)
     assert not guard.paused([made], 4)
     free[0] = 6299  # (2 in flight + 4 next) rows × 10 tokens × 100 B × 1.05 = 6300
     assert guard.paused([made], 4) and guard.paused([made], 4) and guard.full
-    assert told == ["the next 6 rows need about 6.2 KiB, the disk has 6.2 KiB free"]
-    assert said == [f"disk full: {told[0]}: no new rows until there is space"]
+    assert notified == ["the next 6 rows need about 6.2 KiB, the disk has 6.2 KiB free"]
+    assert logged == [f"disk full: {notified[0]}: no new rows until there is space"]
     free[0] = 6300
     assert not guard.paused([made], 4) and not guard.full
-    assert said[-1] == "disk has space again: the stage goes on" and len(told) == 1
+    assert logged[-1] == "disk has space again: the stage goes on" and len(notified) == 1
 
 
 def test_the_stage_that_cannot_fit_is_refused_unless_forced():
     from remote.job.hidden.progress import DiskGuard
 
     made = Stage("B1", Store(done=["r0_gen0"], tokens=10, bytes=1000), rows(11), None)
-    said = []
-    assert "need 10.3 KiB" in DiskGuard(lambda: 5000, False, said.append, None).refusal([made])
-    forced = DiskGuard(lambda: 5000, True, said.append, None)
+    logged = []
+    assert "need 10.3 KiB" in DiskGuard(lambda: 5000, False, logged.append, None).refusal([made])
+    forced = DiskGuard(lambda: 5000, True, logged.append, None)
     assert forced.refusal([made]) is None and forced.checked
-    assert said == ["--force: going on although the hidden states left need 10.3 KiB (100 tokens), "
+    assert logged == ["--force: going on although the hidden states left need 10.3 KiB (100 tokens), "
                     "the disk has 4.9 KiB free; it pauses before it fills"]  # fmt: skip

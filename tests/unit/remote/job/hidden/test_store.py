@@ -38,8 +38,8 @@ def filled(tmp_path, n=3) -> HiddenStore:
 
 
 def reopened(tmp_path) -> tuple[HiddenStore, list[str]]:
-    said: list[str] = []
-    return HiddenStore(tmp_path / "hs", "B1", said.append).open(), said
+    logged: list[str] = []
+    return HiddenStore(tmp_path / "hs", "B1", logged.append).open(), logged
 
 
 def test_rows_are_laid_out_as_the_trainer_reads_them_and_read_back(tmp_path):
@@ -50,8 +50,8 @@ def test_rows_are_laid_out_as_the_trainer_reads_them_and_read_back(tmp_path):
     assert lines[1]["seq_len"] == 5 and lines[1]["record"] == "B1-000001"
     for x in lines:  # hs_<n> holds row n's tokens, whole
         assert hsfile.check(store.path(x["n"]), x["input_ids"]).tokens == x["seq_len"]
-    again, said = reopened(tmp_path)
-    assert again.count == 3 and again.done[row(2).id] == 2 and not said
+    again, logged = reopened(tmp_path)
+    assert again.count == 3 and again.done[row(2).id] == 2 and not logged
     assert again.tokens == 15 and again.shape == (2, 4, "BF16")
     assert not list((tmp_path / "incoming").iterdir())  # moved, not copied
     with pytest.raises(ValueError, match="counted already"):
@@ -62,11 +62,11 @@ def test_a_torn_last_line_is_cut_and_its_file_made_again(tmp_path):
     store = filled(tmp_path)
     data = (store.dir / ROWS).read_bytes()
     (store.dir / ROWS).write_bytes(data[:-7])  # killed while the third line was written
-    again, said = reopened(tmp_path)
+    again, logged = reopened(tmp_path)
     assert again.count == 2 and row(2).id not in again.done
     assert (store.dir / ROWS).read_bytes() == data[: data.rindex(b"\n", 0, len(data) - 1) + 1]
     assert not store.path(2).exists()  # moved there, never counted: gone, made again
-    assert any("torn" in s for s in said) and any("hs_2" in s for s in said)
+    assert any("torn" in s for s in logged) and any("hs_2" in s for s in logged)
     assert commit(again, tmp_path, 2) == 2  # and the row goes where it was
 
 
@@ -87,18 +87,18 @@ def test_a_line_whose_file_is_gone_or_short_is_made_again_with_every_row_after(t
         store.path(1).unlink()
     else:
         store.path(1).write_bytes(store.path(1).read_bytes()[:-3])
-    again, said = reopened(tmp_path)
+    again, logged = reopened(tmp_path)
     assert again.count == 1 and list(again.done) == [row(0).id]
     assert not store.path(2).exists() and len((store.dir / ROWS).read_text().splitlines()) == 1
-    assert any("hs_1" in s for s in said)
+    assert any("hs_1" in s for s in logged)
 
 
 def test_a_line_out_of_order_or_twice_ends_the_ledger_there(tmp_path):
     store = filled(tmp_path, 2)
     lines = (store.dir / ROWS).read_text().splitlines(keepends=True)
     (store.dir / ROWS).write_text(lines[0] + lines[0].replace('"n":0', '"n":1'))
-    again, said = reopened(tmp_path)
-    assert again.count == 1 and any("out of order" in s for s in said)
+    again, logged = reopened(tmp_path)
+    assert again.count == 1 and any("out of order" in s for s in logged)
 
 
 def test_a_line_another_release_wrote_counts_its_row_and_no_file_is_made_again(tmp_path):
@@ -109,8 +109,8 @@ def test_a_line_another_release_wrote_counts_its_row_and_no_file_is_made_again(t
     other = {k: v for k, v in json.loads(lines[1]).items() if k not in ("record", "seq_len")}
     lines[1] = json.dumps(dict(other, t=1.5, turn=None, extra={"new": 1}), indent=None)
     (store.dir / ROWS).write_text("\n".join(lines) + "\n")
-    again, said = reopened(tmp_path)
-    assert again.count == 3 and not said and store.path(2).exists()
+    again, logged = reopened(tmp_path)
+    assert again.count == 3 and not logged and store.path(2).exists()
 
 
 def test_a_rows_line_holds_every_fact_the_check_found_of_its_file():
@@ -137,8 +137,8 @@ def test_a_file_freed_with_its_copys_sum_stays_counted_and_a_wrong_sum_frees_not
     assert (done, before) == (1, 0) and size > 0
     assert refused == {1: "its sha256 differs from the copy's", 7: "no such file"}
     assert not store.path(0).exists() and store.path(1).exists()
-    again, said = reopened(tmp_path)
-    assert again.count == 3 and not said  # the freed row is counted without its file
+    again, logged = reopened(tmp_path)
+    assert again.count == 3 and not logged  # the freed row is counted without its file
     assert [json.loads(x)["n"] for x in (store.dir / FREED).read_text().splitlines()] == [0]
 
 
@@ -148,14 +148,14 @@ def test_a_free_cut_between_its_line_and_the_unlink_is_finished_by_the_next(tmp_
     store = filled(tmp_path)
     line = {"n": 2, "sha256": sha(store.path(2)), "bytes": store.path(2).stat().st_size}
     (store.dir / FREED).write_text(json.dumps(line) + "\n" + '{"n": 1, "sha')  # and a torn one
-    again, said = reopened(tmp_path)
-    assert again.count == 3 and not said  # the file still there: nothing to repair
+    again, logged = reopened(tmp_path)
+    assert again.count == 3 and not logged  # the file still there: nothing to repair
     again.close()
     assert free_rows(tmp_path / "hs", "B1", {2: line["sha256"]})[:3] == (0, 0, 1)
     assert not store.path(2).exists()
     store.path(1).unlink()  # a row whose file is gone and was never freed is made again
-    third, said = reopened(tmp_path)
-    assert third.count == 1 and "hs_1.safetensors is gone" in said[0]
+    third, logged = reopened(tmp_path)
+    assert third.count == 1 and "hs_1.safetensors is gone" in logged[0]
     assert [json.loads(x)["n"] for x in (store.dir / FREED).read_text().splitlines()] == []
 
 

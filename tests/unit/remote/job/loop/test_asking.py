@@ -14,10 +14,10 @@ from remote.job.loop.asking import AskAgain, ask
 
 
 def stage(max_retries=2):
-    said = []
+    logged = []
     eng = EngineSpec(max_retries=max_retries, retry_base=0.0)
-    st = SimpleNamespace(job=SimpleNamespace(engine=eng), log=said.append)
-    st.engine_error, st.fatal, st.retries, st.said = None, None, 0, said
+    st = SimpleNamespace(job=SimpleNamespace(engine=eng), log=logged.append)
+    st.engine_error, st.fatal, st.retries, st.logged = None, None, 0, logged
     return st
 
 
@@ -39,7 +39,7 @@ def test_each_answer_of_the_engine_has_its_one_way():
     assert st.engine_error is None and st.retries == 1
     st = stage(max_retries=1)
     assert run(st, [TransientError("slow")] * 5) == ([0, 1], 1)
-    assert st.said == ["B1: p0: slow: 1 retries, left for the next restart"]
+    assert st.logged == ["B1: p0: slow: 1 retries, left for the next restart"]
     st = stage()
     assert run(st, [PermanentError("bad request", 400)]) == ([0], 1) and st.fatal is None
     st = stage()
@@ -50,7 +50,7 @@ def test_each_try_is_counted_on_its_server_in_the_pool():
     """Down, then up again and answered: what the runner's alerts (engine_down, engine_up) and the
     status's servers read, for every stage that asks."""
     st = stage()
-    st.pool = Pool(["http://a", "http://b"], 2, 0.0, st.said.append)
+    st.pool = Pool(["http://a", "http://b"], 2, 0.0, st.logged.append)
     a, b = st.pool.endpoints
     tries, counts, down_seen = [], SimpleNamespace(failed=0), []
 
@@ -67,5 +67,5 @@ def test_each_try_is_counted_on_its_server_in_the_pool():
     assert tries == [0, 1, 2] and down_seen == [True, False, False]
     assert a.reachable and a.requests == 1 and a.stuck == 1 and a.last_error
     assert b.requests == 0 and st.pool.all_down_since() is None
-    assert any("unreachable" in line for line in st.said)
-    assert any("reachable again" in line for line in st.said)
+    assert any("unreachable" in line for line in st.logged)
+    assert any("reachable again" in line for line in st.logged)

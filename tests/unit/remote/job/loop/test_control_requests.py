@@ -13,7 +13,7 @@ def test_stop_and_drain():
     assert s.stop("SIGTERM") is False
     assert s.verdict() == "stopped by SIGTERM, not by deploytool (someone's kill, a shutdown)"
     assert s.stop("SIGINT") is True  # a second signal: stop now
-    s.told = True  # deploytool's stop wrote its grace first
+    s.by_deploytool = True  # deploytool's stop wrote its grace first
     assert s.verdict() == "stopped as asked (a stop or a restart)"
 
 

@@ -20,7 +20,7 @@ def guard(tmp_path, monkeypatch, wanted=True, recover=True, beaten=False):
     want = Supervise(recover=RecoverSpec(enabled=recover))
     want.runner.wanted = wanted
     want.write(paths.supervise)
-    started, said, told = [], [], []
+    started, logged, notified = [], [], []
 
     class Proc:
         pid = 4242
@@ -30,14 +30,14 @@ def guard(tmp_path, monkeypatch, wanted=True, recover=True, beaten=False):
         "start_watcher",
         lambda p, python, release: started.append(p) or (None if beaten else Proc()),
     )
-    g = WatcherGuard(paths, said.append, lambda event, what: told.append((event, what)))
-    return g, paths, started, said, told
+    g = WatcherGuard(paths, logged.append, lambda event, what: notified.append((event, what)))
+    return g, paths, started, logged, notified
 
 
 def test_a_dead_watcher_is_started_once_and_told(tmp_path, monkeypatch):
-    g, paths, started, said, told = guard(tmp_path, monkeypatch)
+    g, paths, started, logged, notified = guard(tmp_path, monkeypatch)
     assert g.check(100.0) and len(started) == 1 and g.restarts == 1
-    assert told == [("watcher_restarted", said[0])] and "pid 4242" in said[0]
+    assert notified == [("watcher_restarted", logged[0])] and "pid 4242" in logged[0]
     assert not g.check(100.5)  # looked at every CHECK_EVERY_S, not every tick
     assert g.check(100.0 + CHECK_EVERY_S) and g.restarts == 2  # still gone: started again
 
@@ -67,6 +67,6 @@ def test_a_live_or_starting_watcher_is_left_alone(tmp_path, monkeypatch):
 def test_a_watcher_started_by_another_between_the_look_and_the_start_is_not_a_restart(
     tmp_path, monkeypatch
 ):
-    g, _, started, said, told = guard(tmp_path, monkeypatch, beaten=True)
+    g, _, started, logged, notified = guard(tmp_path, monkeypatch, beaten=True)
     assert not g.check(0.0) and len(started) == 1  # the lock was taken: nothing started
-    assert g.restarts == 0 and said == told == []
+    assert g.restarts == 0 and logged == notified == []

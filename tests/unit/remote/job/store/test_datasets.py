@@ -22,9 +22,9 @@ def opened(tmp_path, n=6, done=(), fp=FP, force=False, log=None):
         for i in done:
             rec = {"id": f"B1-{i:06d}", "dataset": "B1", "index": i, "finish_reason": "stop"}
             f.write(encode_record(dict(rec, usage={"completion_tokens": 10})))
-    said = [] if log is None else log
-    run = open_dataset(paths, DatasetSpec("B1", "data/B1.jsonl"), fp, force, said.append)
-    return paths, run, said
+    logged = [] if log is None else log
+    run = open_dataset(paths, DatasetSpec("B1", "data/B1.jsonl"), fp, force, logged.append)
+    return paths, run, logged
 
 
 def test_resuming_skips_what_is_recorded_and_counts_its_tokens(tmp_path):
@@ -87,8 +87,8 @@ def test_records_made_with_other_settings_are_refused_unless_forced(tmp_path):
     other = dict(FP, model="other")
     with pytest.raises(BadInput, match="1 records were made with different model"):
         opened(tmp_path, fp=other)
-    _, _, said = opened(tmp_path, fp=other, force=True)
-    assert any("--force: resuming with changed model" in line for line in said)
+    _, _, logged = opened(tmp_path, fp=other, force=True)
+    assert any("--force: resuming with changed model" in line for line in logged)
 
 
 def test_a_prompts_file_that_is_missing_is_bad_input_that_names_the_fix(tmp_path):

@@ -86,10 +86,10 @@ def test_an_index_that_does_not_match_is_rebuilt(tmp_path):
     path = tmp_path / "B1.jsonl"
     write(path, 4)
     index_path(path).write_text(index_path(path).read_text().replace("B1-000003", "B1-999999"))
-    said = []
-    ex = load_existing(path, log=said.append)
+    logged = []
+    ex = load_existing(path, log=logged.append)
     assert "B1-000003" in ex.ids and "B1-999999" not in ex.ids
-    assert said and "rebuilding the index" in said[0]
+    assert logged and "rebuilding the index" in logged[0]
 
 
 def test_the_finish_reason_of_every_record_is_known_from_the_index_and_the_file(tmp_path):

@@ -11,8 +11,8 @@ from tests.unit.fakes import completion, dataset
 
 
 def writer():
-    lines, told = [], []
-    return RecordWriter(lines.append, told.append), lines, told
+    lines, notified = [], []
+    return RecordWriter(lines.append, notified.append), lines, notified
 
 
 def answer(w, run, i, tokens=10):
@@ -35,12 +35,12 @@ def test_an_answer_is_one_record_and_its_prompt_done():
 
 
 def test_a_full_disk_holds_answers_in_order_and_writes_them_once_there_is_space():
-    w, log, told = writer()
+    w, log, notified = writer()
     run = dataset("B1", 4)
     run.out.full = run.err.full = True
     held = [answer(w, run, i) for i in range(3)]
     w.write_error(run, run.prompts[3], "too long", 1)
-    assert w.disk_full and len(told) == 1 and len(w.unwritten) == 4
+    assert w.disk_full and len(notified) == 1 and len(w.unwritten) == 4
     assert [run.ledger.state(p) for p in held] == [PromptState.HELD] * 3 and run.out.lines == []
     w.flush()  # still full: nothing written, nothing lost
     assert len(w.unwritten) == 4

@@ -8,11 +8,11 @@ import pytest
 from remote.job.train.command import aux_layers, target_layer_ids, trainer_argv
 
 
-def argv(**over):
+def argv(**overrides):
     kw = dict(verifier="/m/target", data="/r/data", save="/r/ckpt", target_layers=[2, 30, 58],
               epochs=3, lr=3e-4, total_seq_len=8192, draft_layers=1, draft_vocab=None,
               checkpoint_freq=0.25, extra=[])  # fmt: skip
-    return trainer_argv("/venv/bin/python", **{**kw, **over})
+    return trainer_argv("/venv/bin/python", **{**kw, **overrides})
 
 
 def test_the_command_names_every_input_and_leaves_resume_on():

@@ -15,7 +15,7 @@ def lengths(n: int, max_len: int) -> list[int]:
 
 # (total_seq_len, rows, [(seed, epoch, train steps, validation batches)]): what
 # MultipackDistributedBatchSamplerV2(num_replicas=1, rank=0) said, set_epoch(epoch), len()
-SAMPLER_SAID = [
+SAMPLER_STEPS = [
     (64, 40, [(42, 0, 31, 3), (42, 1, 31, 4), (0, 0, 31, 3), (7, 3, 29, 4)]),
     (128, 57, [(42, 0, 44, 6), (42, 1, 43, 5), (0, 0, 43, 6), (7, 3, 45, 5)]),
     (256, 200, [(42, 0, 146, 17), (42, 1, 152, 16), (0, 0, 151, 17), (7, 3, 147, 18)]),
@@ -23,10 +23,10 @@ SAMPLER_SAID = [
 ]
 
 
-@pytest.mark.parametrize("max_len,n,said", SAMPLER_SAID)
-def test_the_steps_are_the_samplers(max_len, n, said):
+@pytest.mark.parametrize("max_len,n,expected", SAMPLER_STEPS)
+def test_the_steps_are_the_samplers(max_len, n, expected):
     rows = lengths(n, max_len)
-    for seed, epoch, train, val in said:
+    for seed, epoch, train, val in expected:
         assert es.steps_per_epoch(rows, max_len, 0.9, seed, epoch) == train
         assert es.validation_steps(rows, max_len, 0.9, epoch) == val
 
