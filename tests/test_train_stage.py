@@ -167,6 +167,35 @@ def test_a_silent_trainer_is_said_stalled_then_killed_as_hung_and_resumed(tmp_pa
     assert log.count("No previous training checkpoint found") == 1 and "Resuming" in log
 
 
+def test_the_gpus_the_trainer_holds_are_shown_while_it_trains(tmp_path, monkeypatch):
+    """The stage asks no server, and its GPUs are sampled all the same (the watching every stage
+    gets): status and tail say them."""
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(
+        '#!/bin/sh\ncase "$*" in *query-gpu*) printf "0, 97, 70000, 81559\\n1, 96, 70001, 81559\\n";;'
+        " esac\nexit 0\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    gate = tmp_path / "gate"
+    gate.write_text("2")
+    config, root = train_job(
+        tmp_path, engine={"metrics_interval": 0.2}, STAND_IN_TRAINER_GATE=str(gate)
+    )
+    data = yaml.safe_load(config.read_text())
+    data["job"]["train"]["gpus"] = 1  # the stand-in has no torch launcher
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    hidden_states_made(config)
+    ok("invoke restart --stage train", config)
+    wait_for(lambda: train(root).get("step") == 2, what="two steps trained")
+    wait_for(lambda: status(root).get("gpus"), what="the GPUs sampled")
+    assert "GPUs 2: util % 97 96" in ok("invoke status", config)
+    gate.write_text("1000")
+    ok("invoke tail", config)
+    assert status(root)["state"] == "finished"
+
+
 def test_a_trainer_that_fails_twice_the_same_way_is_given_up_with_its_own_line(tmp_path):
     config, root = train_job(tmp_path, STAND_IN_TRAINER_FAIL="1")
     hidden_states_made(config)

@@ -348,8 +348,7 @@ class DraftStage(stage.Stage):
     @contextlib.asynccontextmanager
     async def session(self):
         try:
-            async with self.runner.open_engine() as engine:
-                self.open_pool(engine.base_urls)
+            async with self.runner.open_engine() as engine, self.watching(engine):
                 yield self._measure(engine)
         finally:
             for m in self.sets.values():

@@ -13,7 +13,6 @@ from ...common.caps import Caps
 from ...common.status import DatasetState, EngineStatus, JobState
 from ..engine import continuation
 from ..observe.status_builder import progress
-from ..observe.telemetry import Telemetry
 from ..observe.watched import WatchView
 from ..store.datasets import BadInput, DatasetRun
 from ..store.history import History
@@ -37,7 +36,6 @@ class GenerateStage(stage.Stage):
         self.watch_view = WatchView(paths.watch_state, server_pid=paths.server_pid)
         self.dispatcher: Dispatcher | None = None
         self.kept_why_not: str | None = None
-        self.telemetry: Telemetry | None = None
         periods = {"prompts": 2.5, "sync": 1.0, "disk": 3.0, "history": 60.0}  # seconds
         self.clocks = {chore: Every(s) for chore, s in periods.items()}
 
@@ -121,9 +119,8 @@ class GenerateStage(stage.Stage):
         """The engine opened and the window ready: yields the work to run until done."""
         runner = self.runner
         try:
-            async with self.runner.open_engine() as engine:
+            async with self.runner.open_engine() as engine, self.watching(engine):
                 eng = self.job.engine
-                self.open_pool(engine.base_urls)
                 d = self.dispatcher = Dispatcher(
                     engine, self.pool, self.scheduler, self.writer, eng, self.log, runner.stop
                 )
@@ -131,18 +128,13 @@ class GenerateStage(stage.Stage):
                 d.kept, self.kept_why_not = continuation.keeping(
                     self.job, self.paths.kept, self.runs, self.log
                 )
-                background = [asyncio.ensure_future(self.pool.probe_forever(engine.probe))]
-                if d.kept is not None:
-                    background.append(asyncio.ensure_future(d.kept.keep_forever()))
-                if eng.metrics_interval > 0:
-                    self.telemetry = Telemetry(engine, self.pool.endpoints, eng.metrics_interval)
-                    background.append(asyncio.ensure_future(self.telemetry.run()))
+                keeping = asyncio.ensure_future(d.kept.keep_forever()) if d.kept else None
                 self.history.start(time.time(), os.getpid())
                 try:
                     yield d.window()
                 finally:
-                    for t in background:
-                        t.cancel()
+                    if keeping is not None:
+                        keeping.cancel()
             d.end_streak()
         finally:
             if self.dispatcher is not None and self.dispatcher.kept is not None:

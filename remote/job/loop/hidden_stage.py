@@ -236,8 +236,8 @@ class HiddenStage(stage.Stage):
     async def session(self):
         """The engine opened and the workers ready: yields the work to run until done."""
         try:
-            async with self.runner.open_engine() as engine:
-                pool, n = self.open_pool(engine.base_urls), self.job.engine.concurrency
+            async with self.runner.open_engine() as engine, self.watching(engine) as pool:
+                n = self.job.engine.concurrency
                 self.requesting = {url: asyncio.Semaphore(n) for url in self.urls}
                 # twice the rows the servers take: theirs never wait for a commit
                 yield asyncio.gather(

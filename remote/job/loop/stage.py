@@ -3,6 +3,8 @@ and what a stage need not say when it has nothing of its own there."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from contextlib import AbstractAsyncContextManager
 from typing import Awaitable
@@ -10,6 +12,7 @@ from typing import Awaitable
 from ...common.caps import Caps
 from ...common.status import EngineStatus
 from ..engine.pool import Pool
+from ..observe.telemetry import Telemetry
 
 
 class Stage:
@@ -24,9 +27,8 @@ class Stage:
         self.log, self.stop = runner.log, runner.stop
         self.engine_error: str | None = None  # why the engine cannot be asked, for status
         self.urls: list[str] = []  # the servers it asks
-        self.pool: Pool | None = (
-            None  # their health, once they are asked (alerts and status read it)
-        )
+        self.pool: Pool | None = None  # their health, once asked (alerts and status read it)
+        self.telemetry: Telemetry | None = None  # their /metrics and the GPUs, sampled
         self.retries = 0
         self.made_at = time.time()  # when it last finished something: a stall is timed from it
 
@@ -48,6 +50,24 @@ class Stage:
         self.urls = list(urls)
         self.pool = Pool(self.urls, eng.concurrency, eng.retry_base, self.log)
         return self.pool
+
+    @contextlib.asynccontextmanager
+    async def watching(self, engine=None):
+        """While it works: its servers (`engine`'s; none for a stage that asks none) probed while
+        down, their /metrics and the GPUs sampled every engine.metrics_interval."""
+        eng, pool, background = self.job.engine, None, []
+        if engine is not None:
+            pool = self.open_pool(engine.base_urls)
+            background.append(asyncio.ensure_future(pool.probe_forever(engine.probe)))
+        if eng.metrics_interval > 0:
+            self.telemetry = Telemetry(engine, pool.endpoints if pool else [], eng.metrics_interval)
+            background.append(asyncio.ensure_future(self.telemetry.run()))
+        try:
+            yield pool
+        finally:
+            for t in background:
+                t.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
 
     def prepare(self) -> None:  # open what it works on; BadInput: exit 2, nothing done
         raise NotImplementedError
@@ -106,6 +126,7 @@ class Stage:
                 last_error=self.engine_error,
             ),
             endpoints=pool.statuses(now, started, lambda url: None) if pool else [],
+            gpus=self.telemetry.gpus if self.telemetry else None,
             concurrency=eng.concurrency * max(1, len(self.urls)),
             in_flight=self.in_flight(),
             completion_tokens=sum(d.completion_tokens for d in rows),

@@ -146,7 +146,8 @@ class TrainStage(stage.Stage):
 
     @contextlib.asynccontextmanager
     async def session(self):
-        yield self._work()
+        async with self.watching():  # the GPUs it trains on
+            yield self._work()
 
     async def _work(self) -> None:
         python = await self._python()
@@ -551,6 +552,7 @@ class TrainStage(stage.Stage):
             eta_s=t.eta_s,
             tokens_per_s=t.tokens_per_s,
             train=t,
+            gpus=self.telemetry.gpus if self.telemetry else None,
         )
 
     def summary(self) -> str:
