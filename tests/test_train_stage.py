@@ -147,10 +147,13 @@ def test_a_silent_trainer_is_said_stalled_then_killed_as_hung_and_resumed(tmp_pa
     gate.write_text("2")  # the trainer holds before its third step, silent: as a hung one is
     config, root = train_job(
         tmp_path,
-        engine={"stall_minutes": 0.02},  # silent 1.2 s: stalled; twice that: hung
+        engine={"stall_minutes": 0.02},  # silent 1.2 s: stalled
         notify=events,
         STAND_IN_TRAINER_GATE=str(gate),
     )
+    data = yaml.safe_load(config.read_text())
+    data["job"]["train"]["hung_minutes"] = 0.04  # silent 2.4 s: hung
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
     hidden_states_made(config)
     ok("invoke restart --stage train", config)
     wait_for(lambda: train(root).get("step") == 2, what="two steps trained")

@@ -311,7 +311,9 @@ def status_screen(s: JobView, out: Console = console, now: float | None = None) 
     elif s.datasets and s.stage_spec.measures:
         out.print(draft_table(s), markup=False)
     elif s.datasets:
-        work_table(s, out, now)
+        work_table(s, out, now)  # its total line says STALLED
+    if s.stalled and (s.stage_spec.trains or s.stage_spec.measures):
+        out.print("  STALLED: nothing finished for engine.stall_minutes", markup=False)
     if stale := stale_text(s, now):  # by the rule tail's health line says it by
         out.print(f"  {stale}", style="red", markup=False)
     for text, style in extra_lines(s, now):

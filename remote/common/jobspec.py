@@ -241,6 +241,8 @@ class TrainSpec(Codec):
     weights: dict = setting(check=_weights, factory=dict)
     args: tuple[str, ...] = setting((), string_list)  # more of the trainer's own flags
     gpus: int | None = setting(None, int_in(1))  # the trainer's (None: every GPU the host has)
+    # a trainer that writes nothing this long is hung (a stuck collective): killed, started again
+    hung_minutes: float = setting(30.0, number(0.01))
 
 
 def train_datasets(paths: "Paths", job: "JobSpec", caps) -> list[str]:

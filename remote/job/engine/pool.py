@@ -118,9 +118,19 @@ class Pool:
             else "no server left: waiting for one to answer"
         )
         self.log(
-            f"server {e.url} unreachable: {why}; its {e.in_flight} request(s) in flight go back to the queue "
-            f"as they fail; {then}"
+            f"server {e.url} unreachable: {why}; its {e.in_flight} request(s) in flight are asked "
+            f"again as they fail; {then}"
         )
+
+    def gone_too_long(self, now: float, deadline: float, recovering_at: float = 0.0) -> str | None:
+        """Why the job fails (None: not yet): every server unreachable for `deadline` seconds,
+        counted from `recovering_at` where the watcher has been bringing one back since."""
+        down = self.all_down_since()
+        if down is None or now - max(down, recovering_at) <= deadline:
+            return None
+        one = len(self.endpoints) == 1
+        what = "engine unreachable" if one else "every engine server unreachable"
+        return f"{what} for {now - max(down, recovering_at):.0f}s"
 
     def mark_up(self, e: Endpoint, now: float) -> None:
         if not e.reachable:

@@ -120,13 +120,9 @@ class Dispatcher:
                 pass
 
     def _check_down(self, now: float) -> None:
-        down = self.pool.all_down_since()
-        if down is not None:
-            down = max(down, self.recovering_at())
-        if down is not None and now - down > self.down_deadline and not self.fatal:
-            one = len(self.pool.endpoints) == 1
-            what = "engine unreachable" if one else "every engine server unreachable"
-            self.fatal = f"{what} for {now - down:.0f}s: {self.engine_error}"
+        gone = self.pool.gone_too_long(now, self.down_deadline, self.recovering_at())
+        if gone and not self.fatal:
+            self.fatal = f"{gone}: {self.engine_error}"
 
     async def abandon(self) -> int:
         """Cancel what is still in flight (the grace period is over); they are redone on resume."""

@@ -13,7 +13,6 @@ from ...common.caps import Caps
 from ...common.status import DatasetState, EngineStatus, JobState
 from ..engine import continuation
 from ..observe.status_builder import progress
-from ..observe.watched import WatchView
 from ..store.datasets import BadInput, DatasetRun
 from ..store.history import History
 from ..store.rates import ActiveTime
@@ -33,7 +32,6 @@ class GenerateStage(stage.Stage):
         self.history = History(paths.history)
         self.writer = RecordWriter(log, self._disk_full)
         self.scheduler = Scheduler(paths, job, caps, self.writer, log, force)
-        self.watch_view = WatchView(paths.watch_state, server_pid=paths.server_pid)
         self.dispatcher: Dispatcher | None = None
         self.kept_why_not: str | None = None
         periods = {"prompts": 2.5, "sync": 1.0, "disk": 3.0, "history": 60.0}  # seconds
@@ -97,7 +95,6 @@ class GenerateStage(stage.Stage):
 
     def tick(self) -> None:
         """Its chores, each on its own clock (the runner calls it every quarter second)."""
-        self.watch_view.reprobe(time.time(), self.pool, self.log)
         if self.clocks["prompts"].due():
             self.scheduler.notice_changed_prompts()
         if self.clocks["sync"].due():
@@ -124,7 +121,7 @@ class GenerateStage(stage.Stage):
                 d = self.dispatcher = Dispatcher(
                     engine, self.pool, self.scheduler, self.writer, eng, self.log, runner.stop
                 )
-                d.recovering_at = lambda: self.watch_view.recovering_at
+                d.recovering_at = self.recovering_at
                 d.kept, self.kept_why_not = continuation.keeping(
                     self.job, self.paths.kept, self.runs, self.log
                 )

@@ -116,6 +116,8 @@ class Runner:
                 self.alerts.check_stall(self.stalled(now), st.stall_line(now - st.progress_at()))
                 if st.pool is not None:
                     self.alerts.check_engine(now, st.pool, st.engine_fault())
+            if self.stage.pool is not None:  # a server the watcher started again: asked at once
+                self.stage.watch_view.reprobe(time.time(), self.stage.pool, self.log)
             await asyncio.sleep(0.25)
 
     # ------------------------------------------------------------------ what it reports
@@ -127,7 +129,7 @@ class Runner:
     def stalled(self, now: float) -> bool:
         """Work is out and its stage has finished nothing for as long as it may stay silent."""
         st = self.stage
-        return stalled(self.state, st.in_flight(), st.progress_at(), now, st.stall_after())
+        return stalled(self.state, st.requests_out(), st.progress_at(), now, st.stall_after())
 
     def status_now(self) -> JobStatus:
         now = time.time()

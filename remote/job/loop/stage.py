@@ -13,6 +13,7 @@ from ...common.caps import Caps
 from ...common.status import EngineStatus
 from ..engine.pool import Pool
 from ..observe.telemetry import Telemetry
+from ..observe.watched import WatchView
 
 
 class Stage:
@@ -29,11 +30,20 @@ class Stage:
         self.urls: list[str] = []  # the servers it asks
         self.pool: Pool | None = None  # their health, once asked (alerts and status read it)
         self.telemetry: Telemetry | None = None  # their /metrics and the GPUs, sampled
+        # the watcher's: a server it started again is asked at once, and its down time not counted
+        self.watch_view = WatchView(self.paths.watch_state, server_pid=self.paths.server_pid)
         self.retries = 0
         self.made_at = time.time()  # when it last finished something: a stall is timed from it
 
     def progress_at(self) -> float:
         return self.made_at
+
+    def requests_out(self) -> int:
+        """Requests at a server now (a try waiting out its backoff is none), else its work out."""
+        return sum(e.in_flight for e in self.pool.endpoints) if self.pool else self.in_flight()
+
+    def recovering_at(self) -> float:
+        return self.watch_view.recovering_at
 
     def stall_after(self) -> float:  # silent this long with work out: stalled
         return self.job.engine.stall_minutes * 60
@@ -121,7 +131,7 @@ class Stage:
                 kind=eng.kind,
                 model=self.runner.model_name,
                 base_urls=list(self.urls),
-                reachable=self.engine_error is None,
+                reachable=pool.any_reachable() if pool else self.engine_error is None,
                 down_since=pool.all_down_since() if pool else None,
                 last_error=self.engine_error,
             ),

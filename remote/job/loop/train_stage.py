@@ -40,7 +40,6 @@ LOOK_S = 0.5  # the trainer's log read this often
 BACKOFF_S, BACKOFF_MAX_S = 5.0, 300.0  # before a trainer that died is started again; doubles
 RESTARTS = 5  # trainers that died one after the other with no step between: given up
 OLD_TRAINER_S = 600.0  # a trainer of a runner killed before: waited for (it saves) this long
-HUNG_TIMES = 2  # a trainer silent this many times as long as it may be (stalled) is hung: killed
 PR_SET_PDEATHSIG = 1
 try:  # looked up here: the child between fork and exec calls nothing that may take a lock
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
@@ -169,6 +168,8 @@ class TrainStage(stage.Stage):
                 self._serve_best()
                 return
             await self._old_trainer_gone()
+            if self.stop.asked:
+                break
             started, steps = time.time(), self.progress.steps_done
             code, why = await self._train(python)
             if self.stop.asked or checkpoints.done(self.save, self.spec.epochs):
@@ -365,13 +366,14 @@ class TrainStage(stage.Stage):
         deadline = time.monotonic() + OLD_TRAINER_S
         while pid and procinfo.start_time(pid) == began and procinfo.alive(pid):
             if time.monotonic() > deadline:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):  # its session: every rank of it
+                    os.killpg(pid, signal.SIGKILL)
             await asyncio.sleep(LOOK_S)
 
     async def _train(self, python: str) -> tuple[int | None, str]:
         """One trainer, to its end: (exit code, why it ended, in a line)."""
         self.status_now.phase, self.hung, self.last_step_at = "training", None, None
+        self.progress.saving = self.progress.validating = False  # the last one's, cut off
         if self.keeping is not None:  # never a copy of a folder a new trainer writes
             await asyncio.gather(self.keeping, return_exceptions=True)
         state = checkpoints.TrainState.read(self.save)
@@ -441,8 +443,10 @@ class TrainStage(stage.Stage):
                 line = raw.decode(errors="replace")
                 done, saved = self.progress.steps_done, self.progress.saved
                 fed = self.progress.feed(line)
-                if fed and "global_step=" in line and self.progress.steps_done != done:
+                if fed and "train/loss=" in line and self.progress.steps_done != done:
                     self._stepped()
+                if self.progress.saving or self.progress.validating:
+                    self.last_step_at = None  # a save's or a validation's time is no step's
                 if self.progress.saved != saved and self.progress.saved:
                     self._keep(Path(self.progress.saved))
 
@@ -498,7 +502,7 @@ class TrainStage(stage.Stage):
                 os.killpg(self.proc.pid, signal.SIGTERM)
         idle = self.clock() - self.made_at
         training = self.status_now.phase == "training" and self.in_flight()
-        if training and not self.hung and idle > HUNG_TIMES * self.stall_after():
+        if training and not self.hung and idle > self.hung_after():
             self.hung = f"hung: it wrote nothing for {idle:.0f}s"
             self.log(f"train: the trainer is {self.hung}: killed")
             with contextlib.suppress(ProcessLookupError):  # a stuck collective ignores SIGTERM
@@ -509,13 +513,23 @@ class TrainStage(stage.Stage):
         return sum(self.step_s) / len(self.step_s) if self.step_s else None
 
     def stall_after(self) -> float:
-        """A validation says nothing until it ends: its batches (the held-out tenth, no backward)
-        may take as long as as many training steps."""
-        after, step = super().stall_after(), self.step_seconds()
-        if self.progress.validating and step and self.steps:
-            epoch = self.steps[min(self.progress.epoch or 0, len(self.steps) - 1)]
-            after += epoch * (1 - self.ratio) / self.ratio * step
-        return after
+        """Only a trainer is timed (pip's install and the rows' making write on, unread), and a
+        validation says nothing until it ends: it gets its batches' time on top."""
+        if self.status_now.phase != "training":
+            return float("inf")
+        return super().stall_after() + self._validation_s()
+
+    def hung_after(self) -> float:
+        """A trainer silent this long is hung: killed, and started again from its checkpoint."""
+        return self.spec.hung_minutes * 60 + self._validation_s()
+
+    def _validation_s(self) -> float:
+        """A validation's batches (the held-out tenth, no backward), at a training step's time."""
+        step = self.step_seconds()
+        if not (self.progress.validating and step and self.steps):
+            return 0.0
+        epoch = self.steps[min(self.progress.epoch or 0, len(self.steps) - 1)]
+        return epoch * (1 - self.ratio) / self.ratio * step
 
     def stall_line(self, idle: float) -> str:
         return f"the trainer wrote nothing for {idle:.0f}s (logs/trainer.log)"

@@ -13,10 +13,11 @@ from remote.job.engine.pool import Pool
 from remote.job.loop.asking import AskAgain, ask
 
 
-def stage(max_retries=2):
+def stage(max_retries=2, down_deadline=1800.0):
     logged = []
-    eng = EngineSpec(max_retries=max_retries, retry_base=0.0)
+    eng = EngineSpec(max_retries=max_retries, retry_base=0.0, down_deadline=down_deadline)
     st = SimpleNamespace(job=SimpleNamespace(engine=eng), log=logged.append)
+    st.stop, st.recovering_at = SimpleNamespace(asked=False), lambda: 0.0
     st.engine_error, st.fatal, st.retries, st.logged = None, None, 0, logged
     return st
 
@@ -66,6 +67,21 @@ def test_each_try_is_counted_on_its_server_in_the_pool():
     asyncio.run(ask(st, "B1: p0", once, counts, a))
     assert tries == [0, 1, 2] and down_seen == [True, False, False]
     assert a.reachable and a.requests == 1 and a.stuck == 1 and a.last_error
+    assert a.in_flight == 0  # counted while each try was at the server, never in its backoff
     assert b.requests == 0 and st.pool.all_down_since() is None
     assert any("unreachable" in line for line in st.logged)
     assert any("reachable again" in line for line in st.logged)
+
+
+def test_every_server_down_past_the_deadline_fails_the_job_as_the_answers_do():
+    st = stage(down_deadline=0.0)
+    st.pool = Pool(["http://a"], 2, 0.0, st.logged.append)
+    (a,) = st.pool.endpoints
+    counts = SimpleNamespace(failed=0)
+
+    async def once(n: int) -> int:
+        raise EngineDown("connection refused")
+
+    asyncio.run(ask(st, "B1: p0", once, counts, a))
+    assert st.fatal.startswith("engine unreachable for ") and "connection refused" in st.fatal
+    assert counts.failed == 0 and a.in_flight == 0
