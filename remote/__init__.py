@@ -41,8 +41,9 @@ The rooms, and which way imports run (tests/test_layering.py holds it):
       observe/  status_builder (pure), telemetry (/metrics, GPUs), alerts (stalled in every stage,
                 engine_down -> notify), watched (run/watch.json as the runner reads it)
       loop/     runner (the one process lifecycle, whichever stage), stage (the interface a stage
-                gives the runner, and what most stages share), generate (the generation stage),
-                hidden_stage (the hidden-states stage), draft_stage (a draft measured on held-out
+                gives the runner, and what every stage shares: its servers watched), generate (the
+                generation stage), hidden_stage (the hidden-states stage), train_stage (a draft
+                trained by a supervised trainer), draft_stage (a draft measured on held-out
                 prompts, and the baseline), scheduler (caps, budgets, reload, which prompt next),
                 dispatcher (the request window, one request, retries, the job's own faults),
                 control_requests (run/control.json: live re-cap, drain, grace; the stop state),

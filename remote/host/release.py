@@ -548,8 +548,9 @@ def _draft_complete(root, draft, cache):
 
 def _draft_switch(root, draft):
     """The draft's name switched to its new version by renaming a new link over it: a reader sees
-    the old version or the new, never a mix. A plain folder an older deploy left at the name (or a
-    link of the user's) is first renamed to a version of its own, which goes as old versions go."""
+    the old version or the new, never a mix. A plain folder an older deploy left at the name is
+    first renamed to a version of its own, which goes as old versions go (a link of the user's
+    there is renamed beside it, and stays)."""
     link = _draft_dir(root, draft["folder"])
     here, name = os.path.split(link)
     ours = os.path.islink(link) and _is_version(name, os.readlink(link))

@@ -1,9 +1,10 @@
 """The servers one job sends its requests to: dispatch, health, probing.
 
 Each server keeps up to `concurrency` requests in flight; a new request goes to the reachable server
-with the fewest. A server that refuses connections or drops them is marked down, its requests go back
-to the queue (the runner's), and it is probed with backoff until it answers again. vLLM does the
-batching; this only decides where each request goes.
+with the fewest (the answers' stage; a stage that asks items binds its workers to one server each).
+A server that refuses connections or drops them is marked down, its requests are asked again (the
+answers' go back to the queue, another server may take them), and it is probed with backoff until
+it answers again. vLLM does the batching; this only decides where each request goes.
 """
 
 from __future__ import annotations
