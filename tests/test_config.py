@@ -306,3 +306,14 @@ def test_host_flag_is_H_and_h_stays_help(tmp_path):
     res = run_cli("--config", p, "deploy", "-H", "local", "--dry-run", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "local: would deploy release" in res.stdout
+
+
+def test_a_key_given_twice_is_an_error_never_the_last_one_kept_silently(tmp_path):
+    """A dataset pasted twice would replace another without a word (YAML keeps the last)."""
+    text = yaml.safe_dump(GOOD)
+    twice = text.replace(
+        "  datasets:\n", "  datasets:\n    B1: {prompts: data/prompts/B3.jsonl}\n", 1
+    )
+    assert twice != text and twice.count("    B1:") == 2
+    with pytest.raises(ConfigError, match=r"line \d+, .*B1 given twice in one mapping"):
+        load_config(write(tmp_path, twice))

@@ -232,6 +232,20 @@ def test_the_host_installs_the_trainer_into_a_venv_of_its_own_once(tmp_path):
     assert log.count(f"{venvs[0]}/bin/python -m speculators.train") == 2
 
 
+def test_the_simulated_engines_rows_are_never_trained_with_a_trainer_installed_for_them(tmp_path):
+    """The `local` host's simulated engine with the default trainer: refused in one line, before
+    the install of speculators and torch (gigabytes) starts."""
+    config, root = train_job(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    del data["job"]["train"]["python"]
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    hidden_states_made(config)
+    res = typed("invoke restart --stage train", config)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "simulated engine's rows are stand-ins" in out, out
+    assert not Paths(root).trainer_venvs.exists() and status(root)["stage"] == "hidden-states"
+
+
 def test_no_job_train_is_refused_before_any_host_is_touched(tmp_path):
     config, root = train_job(tmp_path)
     data = yaml.safe_load(config.read_text())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -359,6 +360,27 @@ def _parse_config(data: Any, path: Path) -> Config:
     )
 
 
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: 10x faster
+    """YAML's safe reading, but a key given twice in one mapping is an error: YAML keeps the last
+    one silently (a dataset pasted twice would replace another without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"{key!s} given twice in one mapping (first on line {seen[key] + 1}): the "
+                    "second would replace the first",
+                    key_node.start_mark,
+                )
+            if isinstance(key, Hashable):
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
 def load_config(path: str | os.PathLike | None = None) -> Config:
     p = find_config(str(path) if path else None)
     try:
@@ -373,8 +395,7 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     except OSError as e:
         raise ConfigError(f"{p}: cannot read config: {e.strerror}") from None
     try:
-        # libyaml: 10x faster
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"

@@ -389,8 +389,10 @@ def train_lines(st: JobView) -> list[str]:
     steps = f"{t.step:,}/{t.steps:,}" if t.steps else f"{t.step:,}"
     loss = f"{t.loss:.3f}" if t.loss is not None else "-"
     eta = fmt_duration(t.eta_s) if t.eta_s is not None and not st.terminal else "-"
+    # an ended runner's last word is no phase it is in: where it got to
+    phase = ("trained" if t.phase == "done" else "ended at") if st.terminal else t.phase
     lines = [
-        f"{t.phase or 'starting'}: epoch {min(t.epoch + 1, t.epochs)}/{t.epochs} · step {steps} · "
+        f"{phase or 'starting'}: epoch {min(t.epoch + 1, t.epochs)}/{t.epochs} · step {steps} · "
         f"loss {loss} · accuracy per position {_accuracy(t.accuracy)} · "
         f"{fmt_tokens(t.tokens_per_s)} tok/s · ETA {eta}"
     ]

@@ -3,6 +3,7 @@ them (standard library only: the local side checks flags before any host is touc
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -32,6 +33,12 @@ class Caps(Record):
     eval_samples: int | None = None
     # the draft stage, then the baseline: the watcher starts it once the draft is measured
     baseline: bool = False
+
+    def only(self, known) -> "Caps":
+        """These caps for a job of the datasets `known`: another's cap and selection dropped."""
+        kept = {n: v for n, v in self.caps.items() if n in known}
+        chosen = None if self.datasets is None else [n for n in self.datasets if n in known]
+        return dataclasses.replace(self, caps=kept, datasets=chosen)
 
     def target(self, name: str) -> int | None:
         return self.caps.get(name, self.max_samples)

@@ -117,6 +117,12 @@ class EngineSpec:
     # where the server's reasoning parser ends the thinking: a continued answer is split there
     thinking_end: str = setting("</think>", string)
 
+    @property
+    def max_requeues(self) -> int:
+        """Times a request may be sent again because its server went away under it (down, or
+        stuck on it): a prompt that takes every server down with it, or always hangs, fails."""
+        return max(16, 2 * self.max_retries)
+
     def urls(self) -> list[str]:
         """Every server, without a trailing slash."""
         return [u.rstrip("/") for u in (self.base_urls or (self.base_url,))]
@@ -273,6 +279,13 @@ def train_refusal(paths: "Paths", job: "JobSpec | None", caps) -> str | None:
     python = job.trainer.python
     if python and shutil.which(python) is None:
         return f"job.train.python {python}: no such Python on this host"
+    if job.engine.kind == "simulate" and not python and job.trainer.trainer == TrainSpec.trainer:
+        return (
+            "the built-in simulated engine's rows are stand-ins, and its host has no trainer: "
+            f"training them would install {TrainSpec.trainer} and torch (gigabytes) for nothing; "
+            "train on a GPU host's hidden states (docs/train.md), or set job.train.python to a "
+            "Python that has the trainer"
+        )
     return None
 
 

@@ -187,7 +187,8 @@ def job_datasets(job: Path | None = None) -> list[str]:
 def caps_change(paths: Paths, flags: RunArgs, job: Path | None = None) -> tuple[Caps, Caps]:
     """The job's caps, and what `flags` make of them; nothing written. A dataset named that the
     job (`job`: its spec, default the current release's) lacks is bad input, refused before
-    anything is stopped or kept."""
+    anything is stopped or kept; one only the kept caps name (a rollback, or a deploy, took it out
+    of the job) keeps no cap: the job's runner would refuse it, and no flag could clear it."""
     was = kept_caps(paths)
     known = job_datasets(job)
     unknown = [n for n in flags.named_datasets() if known and n not in known]
@@ -198,7 +199,8 @@ def caps_change(paths: Paths, flags: RunArgs, job: Path | None = None) -> tuple[
             fix="deploy the hosts.yaml that has it first: `invoke deploy`",
             unknown=unknown,
         )
-    return was, flags.applied_to(was)
+    caps = flags.applied_to(was)
+    return was, caps.only(known) if known else caps
 
 
 # ------------------------------------------------------------------ stopping

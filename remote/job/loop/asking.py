@@ -1,9 +1,10 @@
-"""How a stage asks a server for one item (a row's hidden states, a held-out prompt's answer): the
-same way for every stage. A job fault stops the job; a refusal fails the item (asked again by the
-next restart); an engine down, stuck or slow is asked again after a backoff, the item failing past
-`engine.max_retries` unless the engine is down (the watcher brings a dead server back; the job
-fails once every server has been down for `engine.down_deadline`, as the answers' does). Each try
-is the pool's to count on its server: in flight, answered, stuck, down, up again (the runner's
+"""How a stage asks a server for one item (a row's hidden states, a held-out prompt's answer), by
+the rules the answers' window asks by: a job fault stops the job; a refusal fails the item (asked
+again by the next restart); a slow engine is asked again after a backoff, the item failing past
+`engine.max_retries`; a server that goes away under it (down, or stuck on it) is asked again at
+once, once it answers again (the pool's probe, or the watcher's server), the item failing past
+`engine.max_requeues`, and the job once every server has been down for `engine.down_deadline`. Each
+try is the pool's to count on its server: in flight, answered, stuck, down, up again (the runner's
 alerts and the status read the pool, for every stage alike)."""
 
 from __future__ import annotations
@@ -12,15 +13,7 @@ import asyncio
 import time
 from typing import Awaitable, Callable
 
-from ..engine.client import (
-    EngineDown,
-    EngineError,
-    JobFault,
-    PermanentError,
-    Stuck,
-    TransientError,
-    backoff,
-)
+from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, Stuck, backoff
 from ..engine.pool import Endpoint
 
 
@@ -32,9 +25,10 @@ async def ask(
     stage, item: str, once: Callable[[int], Awaitable[int]], counts, ep: Endpoint | None = None
 ) -> None:
     """`once(tries)` asks `ep`'s server for the item, keeps what comes back and says its tokens;
-    `stage` has the job, the log, its pool and its engine_error, fatal and retries; an item failed
-    is one more of `counts.failed`."""
-    eng, tries, pool = stage.job.engine, 0, stage.pool if ep is not None else None
+    `stage` has the job, the log, its pool, stop and engine_error, fatal and retries; an item
+    failed is one more of `counts.failed`."""
+    eng, pool = stage.job.engine, stage.pool if ep is not None else None
+    tries = went_away = 0  # tries: each request's own key; went_away: its server gone under it
     while True:
         if ep is not None:
             ep.in_flight += 1
@@ -57,20 +51,20 @@ async def ask(
             _errors(ep)
             stage.log(f"{item}: {e}: left for the next restart")
             return
-        except EngineError as e:  # down, stuck, timed out: the watcher replaces a dead server
+        except (EngineDown, Stuck) as e:  # not the item's try: asked again once its server is back
+            stage.engine_error = str(e)
+            went_away += 1
+            if pool is not None:
+                (pool.mark_down if isinstance(e, EngineDown) else pool.stuck)(ep, *_why(e))
+            if went_away > eng.max_requeues:  # an item that takes its server down, or hangs it
+                counts.failed += 1
+                stage.log(f"{item}: its server went away under it {went_away} times, last: {e}")
+                return
+        except EngineError as e:  # slow, timed out
             stage.engine_error = str(e)
             stage.retries += 1
-            if pool is not None and isinstance(e, EngineDown):
-                pool.mark_down(ep, str(e), time.time())
-                gone = pool.gone_too_long(time.time(), eng.down_deadline, stage.recovering_at())
-                if gone:
-                    stage.fatal = stage.fatal or f"{gone}: {e}"
-                    return
-            elif pool is not None and isinstance(e, Stuck):
-                pool.stuck(ep, time.time())
-            elif isinstance(e, TransientError):
-                _errors(ep)
-            if not isinstance(e, EngineDown) and tries >= eng.max_retries:
+            _errors(ep)
+            if tries >= eng.max_retries:
                 counts.failed += 1
                 stage.log(f"{item}: {e}: {tries} retries, left for the next restart")
                 return
@@ -78,7 +72,16 @@ async def ask(
             if ep is not None:
                 ep.in_flight -= 1
         tries += 1
-        await _backoff(backoff(min(tries, 6), eng.retry_base), ep, stage)
+        if pool is not None and went_away and not ep.reachable:
+            await _until_back(stage, pool, ep)
+        elif tries > went_away:  # a slow engine's backoff (a server gone: at once once back)
+            await _sleep(stage, backoff(min(tries - went_away, 6), eng.retry_base))
+        if stage.fatal is not None or stage.stop.asked:  # asked again by the next runner
+            return
+
+
+def _why(e: EngineError) -> tuple:
+    return (str(e), time.time()) if isinstance(e, EngineDown) else (time.time(),)
 
 
 def _errors(ep: Endpoint | None) -> None:
@@ -86,12 +89,20 @@ def _errors(ep: Endpoint | None) -> None:
         ep.errors += 1
 
 
-async def _backoff(seconds: float, ep: Endpoint | None, stage) -> None:
-    """The wait before the next try, cut short when its server, down, answers again (the pool's
-    probe, or a server the watcher started again) or the stage stops."""
-    was_down = ep is not None and not ep.reachable
+async def _until_back(stage, pool, ep: Endpoint) -> None:
+    """Until `ep`'s server answers again (the pool probes it), the stage stops, or every server
+    has been down too long (the job fails, as the answers' does)."""
+    while not ep.reachable and not stage.stop.asked and stage.fatal is None:
+        gone = pool.gone_too_long(
+            time.time(), stage.job.engine.down_deadline, stage.recovering_at()
+        )
+        if gone:
+            stage.fatal = f"{gone}: {ep.last_error}"
+            return
+        await asyncio.sleep(0.25)
+
+
+async def _sleep(stage, seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end and not stage.stop.asked and stage.fatal is None:
-        if was_down and ep.reachable:
-            return
         await asyncio.sleep(min(0.25, max(0.0, end - time.monotonic())))

@@ -49,7 +49,7 @@ class Dispatcher:
         self.engine, self.pool, self.scheduler = engine, pool, scheduler
         self.writer, self.log = writer, log
         self.max_retries = engine_cfg.max_retries
-        self.max_requeues = max(16, 2 * self.max_retries)
+        self.max_requeues = engine_cfg.max_requeues
         self.retry_base = engine_cfg.retry_base
         self.down_deadline = engine_cfg.down_deadline
         self.stop = stop or StopState()  # the runner's: no new requests once asked

@@ -381,3 +381,27 @@ def test_the_trainer_a_killed_runner_left_is_allowed_its_gpu_memory_by_pid_and_s
         child.wait()
     paths.trainer.write_text(json.dumps(rec))
     assert trainer_pids(paths) == set()  # gone
+
+
+def test_a_cap_of_a_dataset_the_job_no_longer_has_is_dropped_and_one_named_refused(tmp_path):
+    """A rollback (or a deploy) took B9 out of the job: its kept cap would make the runner refuse
+    the start, and no flag could clear it; a flag that names B9 is still refused."""
+    import json
+
+    import pytest
+
+    from remote.common.protocol import RunArgs
+    from remote.common.wire import HostFault
+    from remote.host.facts.intent import keep_caps
+    from remote.host.processes.runner_process import caps_change
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"datasets": {"B1": {"prompts": "data/B1.jsonl"}}}))
+    keep_caps(paths, Caps(max_samples=300, caps={"B1": 5, "B9": 350}, datasets=["B1", "B9"]))
+    was, caps = caps_change(paths, RunArgs(), job_file)
+    assert was.caps == {"B1": 5, "B9": 350}
+    assert (caps.caps, caps.datasets, caps.max_samples) == ({"B1": 5}, ["B1"], 300)
+    with pytest.raises(HostFault, match="unknown dataset B9"):
+        caps_change(paths, RunArgs(cap=(("B9", 5),)), job_file)

@@ -48,29 +48,52 @@ def test_each_answer_of_the_engine_has_its_one_way():
 
 
 def test_each_try_is_counted_on_its_server_in_the_pool():
-    """Down, then up again and answered: what the runner's alerts (engine_down, engine_up) and the
-    status's servers read, for every stage that asks."""
+    """Down: not asked again until its server answers again (the pool's probe), then at once;
+    stuck: sent again at once. What the runner's alerts (engine_down, engine_up) and the status's
+    servers read, for every stage that asks."""
     st = stage()
     st.pool = Pool(["http://a", "http://b"], 2, 0.0, st.logged.append)
     a, b = st.pool.endpoints
-    tries, counts, down_seen = [], SimpleNamespace(failed=0), []
+    tries, counts, seen = [], SimpleNamespace(failed=0), []
 
     async def once(n: int) -> int:
         tries.append(n)
-        down_seen.append(a.reachable)
+        seen.append(a.reachable)
         if n == 0:
             raise EngineDown("connection refused")
         if n == 1:
             raise Stuck("no token for 300s")
         return 42
 
-    asyncio.run(ask(st, "B1: p0", once, counts, a))
-    assert tries == [0, 1, 2] and down_seen == [True, False, False]
+    async def probe() -> None:  # the pool's probe: the server answers again, a while later
+        while a.reachable:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.6)
+        assert tries == [0]  # never asked while down
+        st.pool.mark_up(a, 1.0)
+
+    async def both() -> None:
+        await asyncio.gather(ask(st, "B1: p0", once, counts, a), probe())
+
+    asyncio.run(both())
+    assert tries == [0, 1, 2] and seen == [True, True, True] and counts.failed == 0
     assert a.reachable and a.requests == 1 and a.stuck == 1 and a.last_error
-    assert a.in_flight == 0  # counted while each try was at the server, never in its backoff
+    assert a.in_flight == 0  # counted while each try was at the server, never while it waited
     assert b.requests == 0 and st.pool.all_down_since() is None
     assert any("unreachable" in line for line in st.logged)
-    assert any("reachable again" in line for line in st.logged)
+
+
+def test_an_item_its_server_goes_away_under_too_often_fails_alone():
+    st = stage(max_retries=2)  # max_requeues: 16
+    st.pool = Pool(["http://a"], 2, 0.0, st.logged.append)
+    counts = SimpleNamespace(failed=0)
+
+    async def once(n: int) -> int:
+        raise Stuck("no token for 300s")
+
+    asyncio.run(ask(st, "B1: p0", once, counts, st.pool.endpoints[0]))
+    assert counts.failed == 1 and st.fatal is None and st.pool.endpoints[0].stuck == 17
+    assert "went away under it 17 times" in st.logged[-1]
 
 
 def test_every_server_down_past_the_deadline_fails_the_job_as_the_answers_do():

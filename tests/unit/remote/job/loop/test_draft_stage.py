@@ -207,13 +207,11 @@ def test_a_drafts_speed_through_a_kill_counts_only_the_time_its_requests_were_in
     unbroken one. Every answer here is made at 10 tok/s: so must the dataset's speed read."""
     from remote.common.records import Reply
     from remote.job.engine.client import EngineDown
-    from remote.job.loop import asking, draft_stage
+    from remote.job.loop import draft_stage
     from remote.job.store.outputs import AppendFile, load_existing
     from remote.job.store.prompts import Prompt
 
     clock = Clock(100.0)
-    # the server down for a minute: the backoff before the try after the refusal (nothing in flight)
-    monkeypatch.setattr(asking, "backoff", lambda attempt, base: setattr(clock, "t", 160.0) or 0)
     monkeypatch.setattr(draft_stage, "SAMPLE_S", 1e9)  # the test samples when it chooses
     prompts = [Prompt(f"p{i}", i, [{"role": "user", "content": "q"}]) for i in range(3)]
     answers = tmp_path / "A.jsonl"
@@ -246,7 +244,12 @@ def test_a_drafts_speed_through_a_kill_counts_only_the_time_its_requests_were_in
         st, a = runner(list(prompts))
         measuring = asyncio.ensure_future(st._measure(eng))
         (await eng.tries.get()).set_exception(EngineDown("refused"))  # p0 at 100: server down
-        try_again = await eng.tries.get()  # p0 again at 160, after the backoff
+        (ep,) = st.pool.endpoints
+        while ep.reachable:
+            await asyncio.sleep(0)
+        clock.t = 160.0  # down for a minute (nothing in flight), until the pool's probe finds it
+        st.pool.mark_up(ep, 160.0)
+        try_again = await eng.tries.get()  # p0 again at 160, once its server is back
         clock.t = 163.0
         try_again.set_result(answer(30))
         p1 = await eng.tries.get()  # sent at 163, as p0 ended
