@@ -77,7 +77,9 @@ def test_the_trained_draft_is_measured_well_above_one_through_a_kill_of_its_trai
         tail = ok("invoke tail", config, timeout=1200)  # the training, the draft, the baseline
         # the train stage's end as status says it (until the draft stage's runner starts: finished,
         # then switching while the server loads the draft), then the chain the watcher carries on
-        assert re.search(r"cpu: train (finished|switching) \| done: epoch 1/1 · step 54/54", tail)
+        assert re.search(
+            r"cpu: train (finished|switching) \| (done|trained): epoch 1/1 · step 54/54", tail
+        )
         assert "server.draft.model: trained measures it" in tail
         assert re.search(rf"cpu: draft \w+ \| B1 \d+/{HELD} acceptance length", tail), tail
         assert "baseline finished" in tail, tail
