@@ -30,6 +30,7 @@ async def ask(
     eng, pool = stage.job.engine, stage.pool if ep is not None else None
     tries = went_away = 0  # tries: each request's own key; went_away: its server gone under it
     while True:
+        gone_under = False  # its server went away under it: asked again at once, once it is back
         if ep is not None:
             ep.in_flight += 1
         try:
@@ -53,7 +54,7 @@ async def ask(
             return
         except (EngineDown, Stuck) as e:  # not the item's try: asked again once its server is back
             stage.engine_error = str(e)
-            went_away += 1
+            went_away, gone_under = went_away + 1, True
             if pool is not None:
                 (pool.mark_down if isinstance(e, EngineDown) else pool.stuck)(ep, *_why(e))
             if went_away > eng.max_requeues:  # an item that takes its server down, or hangs it
@@ -72,9 +73,10 @@ async def ask(
             if ep is not None:
                 ep.in_flight -= 1
         tries += 1
-        if pool is not None and went_away and not ep.reachable:
-            await _until_back(stage, pool, ep)
-        elif tries > went_away:  # a slow engine's backoff (a server gone: at once once back)
+        if gone_under and pool is not None:
+            if not ep.reachable:
+                await _until_back(stage, pool, ep)
+        else:  # a slow engine (or a bad answer): a backoff, longer with each such try
             await _sleep(stage, backoff(min(tries - went_away, 6), eng.retry_base))
         if stage.fatal is not None or stage.stop.asked:  # asked again by the next runner
             return
