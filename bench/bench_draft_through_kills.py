@@ -42,11 +42,9 @@ import common  # noqa: F401  (the repository on sys.path)
 from remote.common.jobspec import Paths  # noqa: E402
 from remote.common.status import DraftKept  # noqa: E402
 from tests.conftest import (  # noqa: E402
-    base_job,
     free_port,
     status,
     wait_for,
-    write_config,
     write_prompts,
 )
 from tests.helpers.as_typed import ok, typed  # noqa: E402
@@ -63,37 +61,23 @@ def project(work: Path, model: Path, py: str, held: int) -> tuple[Path, Path]:
     proj, root, port = work / "p", work / "host", free_port()
     for ds in DATASETS:
         write_prompts(proj / "data" / "prompts" / f"{ds}.jsonl", 4 + held + 1, ds)
-    job = base_job(
-        datasets={
-            ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": MAX_TOKENS} for ds in DATASETS
+    cfg = rig.tiny_project(
+        proj,
+        root,
+        port=port,
+        python=py,
+        vllm=rig.vllm_command(work / "bin", py),
+        model=model,
+        datasets=DATASETS,
+        tokens=MAX_TOKENS,
+        server={
+            "draft": {
+                "model": str(model),
+                "method": "draft_model",
+                "num_speculative_tokens": K,
+                "eval_samples": held,
+            }
         },
-        engine={
-            "kind": "openai",
-            "base_url": f"http://127.0.0.1:{port}/v1",
-            "model": rig.SERVED_NAME,
-            "concurrency": 4,
-            "request_timeout": 300,
-        },
-    )
-    job["sampling"] = {"max_tokens": MAX_TOKENS, "temperature": 0}
-    job["chat_template_kwargs"] = {}
-    server = {
-        "command": str(rig.vllm_command(work / "bin", py)),
-        "model": str(model),
-        "port": port,
-        "args": rig.BASE_ARGS,
-        "env": rig.SERVER_ENV,
-        "ready_timeout": 400,
-        "draft": {
-            "model": str(model),
-            "method": "draft_model",
-            "num_speculative_tokens": K,
-            "eval_samples": held,
-        },
-    }
-    hosts = {"cpu": {"connect": "local", "remote_dir": str(root), "python": py}}
-    cfg = write_config(
-        proj, hosts, job=job, server=server, recover={"backoff": 1, "wedged_after": 120}
     )
     return cfg.path, root
 

@@ -10,7 +10,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import wait_for
+from tests.conftest import base_job, wait_for, write_config
 
 HERE = Path(__file__).resolve().parent
 SERVED_NAME = "tiny"
@@ -129,3 +129,50 @@ def serve(exe: Path, model: Path, port: int, log: Path, timeout: float = 300, ar
     """`serving`, its url only."""
     with serving(exe, model, port, log, timeout, args, env) as (url, _sid):
         yield url
+
+
+def tiny_project(
+    proj: Path,
+    root: Path,
+    *,
+    port: int,
+    python: str,
+    vllm: Path,
+    model: Path,
+    datasets,
+    tokens: int,
+    concurrency: int = 4,
+    job: dict | None = None,
+    server: dict | None = None,
+):
+    """hosts.yaml (in `proj`) of one `local` host `cpu` (remote_dir `root`, the vLLM venv's
+    `python`, the watcher on) whose job asks greedily for `tokens`-token answers to `datasets`
+    (their prompts in data/prompts/<ds>.jsonl) of vLLM for the CPU (`vllm`) serving the tiny
+    `model` on `port`; `job` and `server`: more of their keys. The written config."""
+    spec = base_job(
+        datasets={
+            ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": tokens} for ds in datasets
+        },
+        engine={
+            "kind": "openai",
+            "base_url": f"http://127.0.0.1:{port}/v1",
+            "model": SERVED_NAME,
+            "concurrency": concurrency,
+            "request_timeout": 300,
+        },
+    )
+    spec.update(sampling={"max_tokens": tokens, "temperature": 0}, chat_template_kwargs={})
+    spec.update(job or {})
+    served = {
+        "command": str(vllm),
+        "model": str(model),
+        "port": port,
+        "args": BASE_ARGS,
+        "env": SERVER_ENV,
+        "ready_timeout": 400,
+        **(server or {}),
+    }
+    hosts = {"cpu": {"connect": "local", "remote_dir": str(root), "python": python}}
+    return write_config(
+        proj, hosts, job=spec, server=served, recover={"backoff": 1, "wedged_after": 120}
+    )

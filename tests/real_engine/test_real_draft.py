@@ -20,13 +20,11 @@ import yaml
 
 from remote.common.jobspec import Paths
 from tests.conftest import (
-    base_job,
     cli,
     free_port,
     records,
     status,
     wait_for,
-    write_config,
     write_prompts,
 )
 from tests.real_engine import rig
@@ -79,38 +77,24 @@ def test_real_vllm_counts_every_draft_token_accepted_for_the_model_as_its_own_dr
     project, root, port = tmp_path / "p", tmp_path / "host", free_port()
     for ds in ("B1", "B2"):
         write_prompts(project / "data" / "prompts" / f"{ds}.jsonl", 4 + HELD, ds)
-    job = base_job(
-        datasets={
-            ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 40} for ds in ("B1", "B2")
-        },
-        engine={
-            "kind": "openai",
-            "base_url": f"http://127.0.0.1:{port}/v1",
-            "model": rig.SERVED_NAME,
-            "concurrency": 4,
-            "request_timeout": 300,
-        },
-    )
-    job["sampling"] = {"max_tokens": 40, "temperature": 0}
-    job["chat_template_kwargs"] = {}
-    server = {
-        "command": str(vllm_exe),
-        "model": str(tiny_model),
-        "port": port,
-        "args": rig.BASE_ARGS,
-        "env": rig.SERVER_ENV,
-        "ready_timeout": 400,
-        "draft": {
-            "model": str(tiny_model),
-            "method": "draft_model",
-            "num_speculative_tokens": K,
-            "eval_samples": HELD,
-        },
-    }
-    hosts = {"cpu": {"connect": "local", "remote_dir": str(root), "python": vllm_python}}
     # the watcher on: it brings back the runner and the server killed under the stage
-    cfg = write_config(
-        project, hosts, job=job, server=server, recover={"backoff": 1, "wedged_after": 120}
+    cfg = rig.tiny_project(
+        project,
+        root,
+        port=port,
+        python=vllm_python,
+        vllm=vllm_exe,
+        model=tiny_model,
+        datasets=("B1", "B2"),
+        tokens=40,
+        server={
+            "draft": {
+                "model": str(tiny_model),
+                "method": "draft_model",
+                "num_speculative_tokens": K,
+                "eval_samples": HELD,
+            }
+        },
     )
     try:
         assert cli(cfg, "deploy").returncode == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 from remote.common.codec import read_json
 from remote.common.jobspec import Paths
 from remote.common.status import DraftKept
-from tests.conftest import base_job, free_port, write_config, write_prompts
+from tests.conftest import free_port, write_prompts
 from tests.helpers.as_typed import ok
 from tests.real_engine import rig
 
@@ -52,20 +52,7 @@ def project(
     proj, root, port = where / "p", where / "host", free_port()
     for ds in DATASETS:
         write_prompts(proj / "data" / "prompts" / f"{ds}.jsonl", rows + held, ds)
-    job = base_job(
-        datasets={ds: {"prompts": f"data/prompts/{ds}.jsonl", "est_tokens": 12} for ds in DATASETS},
-        engine={
-            "kind": "openai",
-            "base_url": f"http://127.0.0.1:{port}/v1",
-            "model": rig.SERVED_NAME,
-            "concurrency": 8,
-            "request_timeout": 300,
-        },
-    )
-    job["sampling"] = {"max_tokens": 12, "temperature": 0}
-    job["chat_template_kwargs"] = {}
-    job["extra_body"] = {"return_token_ids": True}
-    job["train"] = {
+    train = {
         "python": str(trainer_python(where / "bin", vllm_python)),
         "epochs": 1,
         "lr": 0.005,
@@ -73,23 +60,26 @@ def project(
         "checkpoint_freq": 0.1,
         "args": ["--num-workers", "0"],  # two cores: no spawned loader workers
     }
-    server = {
-        "command": str(rig.vllm_command(where / "bin", vllm_python)),
-        "model": str(model),
-        "port": port,
-        "args": rig.BASE_ARGS,
-        "env": {**rig.SERVER_ENV, "PYTHONPATH": str(HERE)},  # the CPU connector's module
-        "ready_timeout": 400,
-        "hidden_states": {
-            "layers": LAYERS,
-            "connector": "CpuHiddenStatesConnector",
-            "connector_module": "cpu_hidden_states_connector",
+    cfg = rig.tiny_project(
+        proj,
+        root,
+        port=port,
+        python=vllm_python,
+        vllm=rig.vllm_command(where / "bin", vllm_python),
+        model=model,
+        datasets=DATASETS,
+        tokens=12,
+        concurrency=8,
+        job={"extra_body": {"return_token_ids": True}, "train": train},
+        server={
+            "env": {**rig.SERVER_ENV, "PYTHONPATH": str(HERE)},  # the CPU connector's module
+            "hidden_states": {
+                "layers": LAYERS,
+                "connector": "CpuHiddenStatesConnector",
+                "connector_module": "cpu_hidden_states_connector",
+            },
+            "draft": draft,
         },
-        "draft": draft,
-    }
-    hosts = {"cpu": {"connect": "local", "remote_dir": str(root), "python": vllm_python}}
-    cfg = write_config(
-        proj, hosts, job=job, server=server, recover={"backoff": 1, "wedged_after": 120}
     )
     return cfg.path, root
 
