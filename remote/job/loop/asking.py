@@ -55,8 +55,7 @@ async def ask(
         except (EngineDown, Stuck) as e:  # not the item's try: asked again once its server is back
             stage.engine_error = str(e)
             went_away, gone_under = went_away + 1, True
-            if pool is not None:
-                (pool.mark_down if isinstance(e, EngineDown) else pool.stuck)(ep, *_why(e))
+            _went_away(pool, ep, e)
             if went_away > eng.max_requeues:  # an item that takes its server down, or hangs it
                 counts.failed += 1
                 stage.log(f"{item}: its server went away under it {went_away} times, last: {e}")
@@ -77,13 +76,17 @@ async def ask(
             if not ep.reachable:
                 await _until_back(stage, pool, ep)
         else:  # a slow engine (or a bad answer): a backoff, longer with each such try
-            await _sleep(stage, backoff(min(tries - went_away, 6), eng.retry_base))
+            await pause(stage, backoff(min(tries - went_away, 6), eng.retry_base))
         if stage.fatal is not None or stage.stop.asked:  # asked again by the next runner
             return
 
 
-def _why(e: EngineError) -> tuple:
-    return (str(e), time.time()) if isinstance(e, EngineDown) else (time.time(),)
+def _went_away(pool, ep: Endpoint, e: EngineError) -> None:
+    """As the pool counts it: its server down (probed until it answers) or stuck on it."""
+    if pool is not None and isinstance(e, EngineDown):
+        pool.mark_down(ep, str(e), time.time())
+    elif pool is not None:
+        pool.stuck(ep, time.time())
 
 
 def _errors(ep: Endpoint | None) -> None:
@@ -104,7 +107,8 @@ async def _until_back(stage, pool, ep: Endpoint) -> None:
         await asyncio.sleep(0.25)
 
 
-async def _sleep(stage, seconds: float) -> None:
+async def pause(stage, seconds: float) -> None:
+    """`seconds` waited out, or less where the stage stops or fails meanwhile."""
     end = time.monotonic() + seconds
     while time.monotonic() < end and not stage.stop.asked and stage.fatal is None:
         await asyncio.sleep(min(0.25, max(0.0, end - time.monotonic())))

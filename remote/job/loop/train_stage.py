@@ -35,6 +35,7 @@ from ..store.datasets import BadInput
 from ..train import checkpoints, command, epoch_steps, progress
 from ..train import prepare as rows
 from . import stage
+from .asking import pause
 
 LOOK_S = 0.5  # the trainer's log read this often
 BACKOFF_S, BACKOFF_MAX_S = 5.0, 300.0  # before a trainer that died is started again; doubles
@@ -184,13 +185,8 @@ class TrainStage(stage.Stage):
             self.log(f"train: {what}")
             self.runner.notifier.send("trainer_restarted", self.runner.notify_message(what))
             self.status_now.restarts += 1
-            await self._sleep(wait)
+            await pause(self, wait)
             wait = min(2 * wait, BACKOFF_MAX_S)
-
-    async def _sleep(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end and not self.stop.asked:
-            await asyncio.sleep(0.25)
 
     def _given_up(self, code: int | None, why: str, stepped: bool) -> bool:
         """A trainer that failed as it failed before (its line, numbers aside) is given up:
