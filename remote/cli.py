@@ -35,7 +35,7 @@ HANDLERS: dict[type[Request], str] = {
     P.CtlSwitch: "remote.host.commands.ctl:switch_command",
     P.CtlStop: "remote.host.commands.ctl:stop_command",
     P.CtlStatus: "remote.host.commands.jobstate:job_status",
-    P.CtlFiles: "remote.host.commands.ctl:files_command",
+    P.CtlFiles: "remote.queries.pulled_files:answer",  # reads the job's outputs and prompts
     P.CtlKeys: "remote.host.commands.ctl:keys_command",
     P.CtlFree: "remote.job.hidden.store:free_command",  # the stage's files: the job's room
     P.CtlPlan: "remote.queries.target_caps:answer",  # reads the job's outputs: the job's room

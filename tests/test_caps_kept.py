@@ -280,6 +280,23 @@ def test_records_beyond_a_lowered_cap_are_counted_apart_wherever_the_count_appea
     ok(f"invoke report --out {page}", config)
     assert "3 (+5 beyond the cap)" in page.read_text()
 
+    # B2's file rewritten with its prompts in reverse, deployed and run: its first three prompts are
+    # others now. status, export and the report count the same three records, by the file as it is
+    # now (export went by the index each record was made at: six of them)
+    prompts = tmp_path / "data" / "prompts" / "B2.jsonl"
+    prompts.write_text("".join(reversed(prompts.read_text().splitlines(keepends=True))))
+    ok("invoke deploy", config)
+    ok("invoke restart", config)
+    finish(config)
+    d = status(root)["datasets"]["B2"]
+    assert (d["done"], d["target"], d["records"]) == (3, 3, 11)
+    ok(f"invoke export --format sharegpt --out {out} --pulled {pulled} --keep empty,length", config)
+    manifest = json.loads((tmp_path / "train.jsonl.manifest.json").read_text())
+    assert manifest["datasets"]["B2"]["kept"] == 3, manifest["datasets"]["B2"]
+    assert manifest["datasets"]["B2"]["dropped"] == {"beyond_cap": 8}
+    ok(f"invoke report --out {page}", config)
+    assert "3 (+8 beyond the cap)" in page.read_text()
+
 
 def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_would_mix(
     tmp_path,

@@ -182,6 +182,21 @@ def test_defaults_are_inherited_and_overridden(tmp_path):
             "job.sampling.temprature: unknown key (did you mean 'temperature'?)",
         ),
         (with_(job__sampling={"repetition_detection": {}}), "go in job.extra_body"),
+        (
+            with_(job__sampling={"temperature": 7}),
+            "job.sampling.temperature: expected a number at least 0 and at most 2, got 7",
+        ),
+        (
+            with_(job__sampling={"top_p": 0}),
+            "job.sampling.top_p: expected a number above 0 and at most 1, got 0",
+        ),
+        (
+            with_(job__sampling={"top_k": 2.5}),
+            "job.sampling.top_k: expected an integer at least -1",
+        ),
+        (with_(job__sampling={"seed": "x"}), 'job.sampling.seed: expected an integer, got "x"'),
+        (with_(job__sampling={"presence_penalty": -3}), "at least -2 and at most 2, got -3"),
+        (with_(job__sampling={"stop": [1]}), "job.sampling.stop: expected a string or a list"),
         (with_(job__extra_body=["x"]), "job.extra_body: expected a mapping"),
         (
             with_(job__extra_body={"max_tokens": 5}),

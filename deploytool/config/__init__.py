@@ -33,7 +33,6 @@ from remote.common.keys import (
     free_map,
     int_in,
     mapping,
-    number,
     setting,
     show,
     string,
@@ -52,6 +51,38 @@ SAMPLING_KEYS = (
     "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "seed", "stop", "n",
 )  # fmt: skip
+
+# The ranges vLLM and OpenAI accept, checked here so that a typo (temperature 7 for 0.7) is refused
+# before 20 hours of answers are made with it: (lowest, highest, lowest allowed itself, whole number).
+SAMPLING_RANGES = {
+    "temperature": (0, 2, True, False),
+    "top_p": (0, 1, False, False),
+    "min_p": (0, 1, True, False),
+    "top_k": (-1, None, True, True),
+    "presence_penalty": (-2, 2, True, False),
+    "frequency_penalty": (-2, 2, True, False),
+    "repetition_penalty": (0, 2, False, False),
+    "seed": (None, None, True, True),
+    "n": (1, None, True, True),
+}
+
+
+def _in_range(where: str, v: Any, lo, hi, lo_in: bool, whole: bool) -> None:
+    kinds = (int,) if whole else (int, float)
+    ok = isinstance(v, kinds) and not isinstance(v, bool)
+    if ok and lo is not None:
+        ok = v >= lo if lo_in else v > lo
+    if ok and hi is not None:
+        ok = v <= hi
+    if ok:
+        return
+    bounds = []
+    if lo is not None:
+        bounds.append(f"{'at least' if lo_in else 'above'} {lo}")
+    if hi is not None:
+        bounds.append(f"at most {hi}")
+    what = " ".join(["an integer" if whole else "a number", " and ".join(bounds)]).strip()
+    raise ConfigError(f"{where}: expected {what}, got {show(v)}")
 
 
 @dataclass(frozen=True)
@@ -263,9 +294,17 @@ def _parse_job(raw: Any, where: str = "job") -> JobSpec:
         sampling = dict(
             sampling, max_tokens=tokens(f"{where}.sampling.max_tokens", sampling["max_tokens"])
         )
-    for key in ("temperature", "top_p", "min_p"):
-        if key in sampling:
-            number(0.0)(f"{where}.sampling.{key}", sampling[key])
+    for key, value in sampling.items():
+        if key in SAMPLING_RANGES:
+            _in_range(f"{where}.sampling.{key}", value, *SAMPLING_RANGES[key])
+    stop = sampling.get("stop", "")
+    if not isinstance(stop, str) and not (
+        isinstance(stop, list) and all(isinstance(s, str) for s in stop)
+    ):
+        raise ConfigError(
+            f"{where}.sampling.stop: expected a string or a list of strings (quoted), "
+            f"got {show(stop)}"
+        )
     kwargs = free_map(f"{where}.chat_template_kwargs", job.get("chat_template_kwargs"))
     extra = free_map(f"{where}.extra_body", job.get("extra_body"))
     clash = sorted(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from remote.common.caps import CLEAR, Caps, selection, within
+from remote.common.caps import CLEAR, Caps, Target, selection
 from remote.common.codec import atomic_file
 from remote.common.keys import suggest
 from remote.common.records import Record
@@ -21,7 +21,7 @@ from remote.common.records import Record
 from ..config import Config
 from ..errors import UsageError
 from .formats import FORMATS, PER_REPLY, ROWS, NoTokenIds, Piece, pieces, specforge_cut
-from .pull import CAPS_FILE
+from .pull import BEYOND_FILE, CAPS_FILE
 
 # why a row is left out: what each means, said in the manifest and by --help
 DROP_REASONS = {
@@ -48,6 +48,11 @@ class Source:
     meta: dict
     cap: int | None = None  # the job's: its records are those of the first N prompts (None: all)
     caps_pulled: bool = True  # False: pulled before pull brought the caps (every record is taken)
+    beyond: frozenset[str] | None = None  # the host's count of the records beyond the cap
+
+    @property
+    def target(self) -> Target:
+        return Target(self.cap, beyond=self.beyond)
 
 
 @dataclass
@@ -116,13 +121,16 @@ def find_sources(pulled: Path, hosts: dict[str, list[str]]) -> list[Source]:
     found = []
     for host, names in hosts.items():
         caps = Caps.read(pulled / host / CAPS_FILE)
+        counted = pulled / host / BEYOND_FILE
+        beyond = json.loads(counted.read_text()) if caps and counted.exists() else {}
         for ds in names:
             path = pulled / host / f"{ds}.jsonl"
             if path.exists():
                 meta_path = path.with_name(f"{ds}.meta.json")
                 meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
                 cap = caps.target(ds) if caps else None
-                found.append(Source(host, ds, path, meta, cap, caps is not None))
+                ids = frozenset(beyond[ds]) if ds in beyond else None
+                found.append(Source(host, ds, path, meta, cap, caps is not None, ids))
     return sorted(found, key=lambda s: order[s.dataset])  # stable: hosts in order within one
 
 
@@ -323,7 +331,7 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
             tally.saw(rec)
             # a record left out whole counts the rows it would have made, as the other reasons do
             made = pieces(rec, per_reply)
-            if "beyond_cap" in drop and not within(rec.index, s.cap):
+            if "beyond_cap" in drop and not s.target.holds(rec.id, rec.index):
                 tally.left_out("beyond_cap", made)
                 continue
             if (s.dataset, rec.id) in seen:  # the same prompt recorded on two hosts: the first kept

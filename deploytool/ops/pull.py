@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from remote.common.codec import atomic_file
+from remote.common.codec import atomic_file, write_json
 from remote.common.protocol import CtlFiles
 from remote.common.records import prefix_hash
 
@@ -21,6 +21,7 @@ from ..errors import RemoteError
 from .control import call
 
 CAPS_FILE = ".caps.json"  # the job's caps as the host kept them at the pull (a dot: no output file)
+BEYOND_FILE = ".beyond.json"  # the ids of the records beyond them, per dataset, as the host counted
 
 
 @dataclass
@@ -125,6 +126,10 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
         local_dir.mkdir(parents=True, exist_ok=True)
         if answer.caps is not None:  # which records are the job's, for export
             answer.caps.write(local_dir / CAPS_FILE)
+        if answer.beyond is not None:
+            write_json(local_dir / BEYOND_FILE, answer.beyond)
+        else:  # a host of an older release: an earlier pull's ids are not this one's
+            (local_dir / BEYOND_FILE).unlink(missing_ok=True)
     remote_dir = f"{conn.remote_dir.rstrip('/')}/data/outputs"
     sync(conn, info, have, remote_dir, local_dir, refetch, result)
     return result

@@ -10,7 +10,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from remote.common.speed import MEAN_NOTE, job_rate, row_rate
+from remote.common.speed import job_rate, mean_note, row_rate
 from remote.common.status import (
     BUDGET_REACHED,
     NOT_RUN,
@@ -38,7 +38,7 @@ def fmt_tokens(n) -> str:
 
 def fmt_rate(st: JobView, row: DatasetStatus | None = None) -> str:
     """The job's tokens per second (or a dataset's: `row`) as `speed` says it, a mean starred
-    (see MEAN_NOTE); "-": none."""
+    (see mean_note); "-": none."""
     if row is None:
         rate, mean = job_rate(st.state, st.tokens_per_s, st.mean_tokens_per_s)
     else:
@@ -409,13 +409,9 @@ def train_lines(st: JobView) -> list[str]:
     return lines
 
 
-def host_view(host: str, st: JobView | None, now: float, note: str | None = None):
-    if st is None:
-        return Text(f"{host}: no status yet" + (f" ({note})" if note else ""), style="yellow")
-    if st.stage_spec.trains:
-        return _train_view(host, st, now, note)
+def _datasets_table(st: JobView, rows: bool) -> Table:
+    """tail's row per dataset: a bar, done/target, tokens, tok/s, ETA, state."""
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
-    rows = st.stage_spec.makes_rows  # the stage counts rows of hidden states, not answers
     table.add_column("dataset")
     table.add_column("", width=24)
     for col in ("rows" if rows else "done/target", "tokens in rows" if rows else "tokens"):
@@ -442,6 +438,16 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
             st.dataset_state_label(name)
             + (f" · {draft_text(st, d)}" if st.stage_spec.measures else ""),
         )
+    return table
+
+
+def host_view(host: str, st: JobView | None, now: float, note: str | None = None):
+    if st is None:
+        return Text(f"{host}: no status yet" + (f" ({note})" if note else ""), style="yellow")
+    if st.stage_spec.trains:
+        return _train_view(host, st, now, note)
+    rows = st.stage_spec.makes_rows  # the stage counts rows of hidden states, not answers
+    table = _datasets_table(st, rows)
     state = st.state_label
     head = Text.assemble(
         (f"{host}", "bold"),
@@ -461,7 +467,8 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
         parts.append(Text(job_differs(host), style="yellow"))
     parts += [table, total, Text(line, style="red" if bad else "dim")]
     if "*" in total.plain or any("*" in dataset_rate(st, n) for n in st.datasets):
-        parts.append(Text(MEAN_NOTE, style="dim"))  # what a starred rate is, as status says
+        made = "rows" if rows else "answers"  # what a starred rate is, as status says
+        parts.append(Text(mean_note(made), style="dim"))
     parts += [Text(text, style=style) for text, style in extra_lines(st, now)]
     if st.message:
         parts.append(Text(st.message, style="yellow"))

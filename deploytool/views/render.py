@@ -18,13 +18,13 @@ from remote.common.status import JobView
 from ..errors import DeployToolError
 from .progress import (
     DIM,
-    MEAN_NOTE,
     beyond_text,
     dataset_rate,
     engine_text,
     extra_lines,
     fmt_rate,
     job_differs,
+    mean_note,
     stale_text,
     train_lines,
 )
@@ -277,7 +277,7 @@ def work_table(s: JobView, out: Console, now: float) -> None:
     out.print(t)
     total = fmt_rate(s)
     if any(rate.endswith("*") for rate in [total, *rates.values()]):  # a mean shown for a rate
-        out.print(f"  {MEAN_NOTE}", markup=False)
+        out.print(f"  {mean_note('rows' if rows else 'answers')}", markup=False)
     beyond = [f"{n} {d.beyond:,}" for n, d in s.datasets.items() if d.beyond]
     if beyond:
         out.print(

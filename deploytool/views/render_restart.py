@@ -50,14 +50,14 @@ def caps_table(
         cap = _cap(d.cap, d.selected)
         if d.changed:
             cap = f"[bold]{_cap(d.was, d.was_selected)} → {cap}[/]"
-        known = d.prompts > 0
+        known = d.prompts > 0 or d.target > 0  # a stage without prompts counts its rows (train)
         if not d.selected:  # no target: said as status says it, whatever its counts read
             d, known = dataclasses.replace(d, state=NOT_RUN), False
         done = f"{d.done:,}" + (f"–{d.done_most:,}" if d.done_most is not None else "")
         t.add_row(
             name,
             cap,
-            done if d.prompts else "-",
+            done if d.prompts or d.target else "-",
             (f"{d.target:,}" + ("*" if d.short_of_cap else "")) if known else "-",
             d.state or "-",
         )
@@ -298,6 +298,8 @@ class Stopping:
         return "the runner did not exit: killing it and its processes (SIGKILL)", ("kill",)
 
     def _how(self, flight: int, signalled: str | None = None) -> str:
+        if not flight:  # nothing asked: the runner exits at once
+            return "SIGTERM; nothing in flight, the runner exits"
         if signalled:  # the runner takes a second signal as "now"
             return (
                 f"stopping already, after a {signalled} not of deploytool's; SIGTERM again cuts "

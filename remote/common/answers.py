@@ -266,6 +266,9 @@ class FileInfo:
 class FilesAnswer:
     files: dict[str, FileInfo] = field(default_factory=dict)
     caps: Caps | None = None  # the job's kept caps: export leaves out the records beyond them
+    # per dataset, the ids of the records beyond the caps as the runner counts them (by the prompt
+    # file as it is now); None: a host that does not say (export goes by the records' index)
+    beyond: dict[str, list[str]] | None = None
 
 
 @dataclass

@@ -76,11 +76,26 @@ class Caps(Record):
         return ", ".join(parts)
 
 
-def within(index: int | None, target: int | None) -> bool:
-    """Whether a record of prompt `index` is within cap `target` (None: all). A record made before
-    the cap was lowered stays on disk, left out of every count, the export and the hidden states;
-    a record with no index cannot be placed in the file's order."""
-    return target is None or (index is not None and index < target)
+@dataclass(frozen=True)
+class Target:
+    """Which of a dataset's records are the job's, counted, exported and given to the hidden states:
+    those of its first `n` prompts (None: every prompt). A record beyond it (made before the cap
+    was lowered, or of a prompt the file no longer has) stays on disk, left out of all of them.
+    The runner's rule: the prompt's id among the first `n` of the file as it is now (`ids`); a
+    record keeps the index its prompt had when it was made, which a changed file moves, so the
+    index decides only where the file cannot be read. `beyond`: the ids the host found beyond it,
+    where only those are known (a pulled copy)."""
+
+    n: int | None = None
+    ids: frozenset[str] | None = None
+    beyond: frozenset[str] | None = None
+
+    def holds(self, rec_id: str, index: int | None) -> bool:
+        if self.ids is not None:
+            return rec_id in self.ids
+        if self.beyond is not None:
+            return rec_id not in self.beyond
+        return self.n is None or (index is not None and index < self.n)
 
 
 DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")

@@ -9,14 +9,19 @@ from __future__ import annotations
 from .status import JobState
 
 MEAN_TEXT = "the job's mean over the time its answers were being made"  # the job's starred rate
-# what a starred rate is, wherever one is shown, and why the rows do not add up to the total
-MEAN_NOTE = (
-    "* tokens over the time their answers were being made, every runner's: a dataset's always (fixed "
-    "once it is complete), the job's once it has ended or while its runner has not a minute of its "
-    "own answers yet or finished nothing in the last one (else its last minute's). Each row is that "
-    "dataset's own speed, not a share of the total: datasets are made side by side (at a hand-over, "
-    "or several at once) on the same server, so the rows add up to more than the job's"
-)
+
+
+def mean_note(made: str = "answers") -> str:
+    """What a starred rate is, wherever one is shown, and why the rows do not add up to the total;
+    `made`: what the stage makes (answers, rows)."""
+    return (
+        f"* tokens over the time their {made} were being made, every runner's: a dataset's always "
+        "(fixed once it is complete), the job's once it has ended or while its runner has not a "
+        f"minute of its own {made} yet or finished nothing in the last one (else its last "
+        "minute's). Each row is that dataset's own speed, not a share of the total: datasets are "
+        "made side by side (at a hand-over, or several at once) on the same server, so the rows "
+        "add up to more than the job's"
+    )
 
 
 def job_rate(state: str, last_minute: float, mean: float | None) -> tuple[float | None, bool]:

@@ -11,18 +11,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
-from ..common.caps import within
+from ..common.caps import Target
 from ..common.codec import typed_lines
 from ..common.jobspec import Paths, deployed_spec
 from ..common.protocol import CtlReport
 from ..common.records import ErrorLine, Record, TrainStep
 from ..common.state import job_now, kept_caps
 from ..job.store import history
+from ..job.store.prompts import dataset_target
 from ..job.store.rates import IDLE_GAP_S
 from .report_drafts import drafts_measured
 from .report_stage import stage_of
 
 _HEAD = re.compile(
+    rb'^\{"id": ("(?:[^"\\]|\\.)*"), "dataset": "[^"]*", '
     rb'(?:"index": (\d+|null), )?"finish_reason": ("[^"]*"|null), '
     rb'"usage": \{"prompt_tokens": -?\d+, "completion_tokens": (\d+)'
 )
@@ -50,8 +52,8 @@ class Scanned:
     beyond: int = 0  # records beyond the cap (made before it was lowered)
 
 
-def scan_outputs(path: Path, target: int | None, made: collections.Counter) -> Scanned:
-    """Response lengths and finish_reason counts of the records in the cap `target` (heads only: no
+def scan_outputs(path: Path, target: Target, made: collections.Counter) -> Scanned:
+    """Response lengths and finish_reason counts of the records `target` holds (heads only: no
     conversation is parsed); `made` gets each record's response tokens at the second it was
     written, every record's (the engine made them all)."""
     got = Scanned()
@@ -64,15 +66,17 @@ def scan_outputs(path: Path, target: int | None, made: collections.Counter) -> S
                         rec = Record.from_json(json.loads(line))
                     except (ValueError, KeyError, TypeError):
                         continue  # a torn last line
-                    index, n, finish = rec.index, rec.completion_tokens, str(rec.finish_reason)
+                    rid, index = rec.id, rec.index
+                    n, finish = rec.completion_tokens, str(rec.finish_reason)
                     t = rec.created or None
                 else:
-                    index = None if m.group(1) in (None, b"null") else int(m.group(1))
-                    n, finish = int(m.group(3)), json.loads(m.group(2)) or "None"
+                    rid = json.loads(m.group(1))
+                    index = None if m.group(2) in (None, b"null") else int(m.group(2))
+                    n, finish = int(m.group(4)), json.loads(m.group(3)) or "None"
                     t = _created(line)
                 if t is not None:
                     made[t] += n
-                if not within(index, target):
+                if not target.holds(rid, index):
                     got.beyond += 1
                     continue
                 got.lengths.append(n)
@@ -155,8 +159,11 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
     datasets = {}
     kept = kept_caps(paths)
     made: collections.Counter = collections.Counter()
+    specs = {spec.name: spec for spec in (job.datasets if job else ())}
     for name in names:
-        got = scan_outputs(paths.output(name), kept.target(name), made)
+        n = kept.target(name)
+        target = dataset_target(paths, specs[name], n) if name in specs else Target(n)
+        got = scan_outputs(paths.output(name), target, made)
         lengths = got.lengths
         n_err, last = errors(paths.errors(name))
         top = max(max_tokens or 0, max(lengths, default=0))

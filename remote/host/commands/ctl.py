@@ -10,12 +10,11 @@ import os
 import signal
 
 from ...common import procinfo
-from ...common.answers import FileInfo, FilesAnswer, KeysStored, RestartAnswer, StopAnswer
+from ...common.answers import KeysStored, RestartAnswer, StopAnswer
 from ...common.jobspec import Paths, deployed_spec
-from ...common.protocol import CtlFiles, CtlKeys, CtlRestart, CtlStart, CtlStop, CtlSwitch
-from ...common.records import hidden_ledgers, output_files
+from ...common.protocol import CtlKeys, CtlRestart, CtlStart, CtlStop, CtlSwitch
 from ...common.stages import stage_of
-from ...common.state import ImportsSeen, ServerKeys, kept_caps, try_lock
+from ...common.state import ImportsSeen, ServerKeys, try_lock
 from ...common.status import SwitchStep
 from ...common.wire import ExitCode, Fault, HostFault
 from ..facts import intent
@@ -180,12 +179,3 @@ def keys_command(paths: Paths, req: CtlKeys) -> KeysStored:
     paths.ensure()
     ServerKeys({str(u).rstrip("/"): k for u, k in req.keys.items()}).write(paths.server_keys)
     return KeysStored(servers=len(req.keys))
-
-
-def files_command(paths: Paths, req: CtlFiles) -> FilesAnswer:
-    if req.hidden:
-        found = hidden_ledgers(paths, req.have)
-    else:
-        job = deployed_spec()
-        found = output_files(paths, req.have, job.dataset_names() if job else [])
-    return FilesAnswer({name: FileInfo(**e) for name, e in found.items()}, kept_caps(paths))

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...common.caps import within
+from ...common.caps import Target
 from ...common.records import Record, TokenRow
 
 
@@ -18,8 +18,8 @@ class Rows:
     untokened: int = 0  # records kept without token ids (return_token_ids was off)
 
 
-def rows_of(outputs: Path, target: int | None) -> Rows:
-    """The rows of the records in `outputs` whose prompt is among the first `target` (None: all);
+def rows_of(outputs: Path, target: Target) -> Rows:
+    """The rows of the records in `outputs` that `target` holds;
     a record id seen twice counts once (its first record, as the generation resumes)."""
     got, seen = Rows(), set()
     try:
@@ -35,7 +35,7 @@ def rows_of(outputs: Path, target: int | None) -> Rows:
             if rec.id in seen:
                 continue
             seen.add(rec.id)
-            if not within(rec.index, target):
+            if not target.holds(rec.id, rec.index):
                 continue
             rows = rec.token_rows()
             if not rows:

@@ -22,6 +22,7 @@ from ..hidden.rows import Rows, rows_of
 from ..hidden.store import HiddenStore
 from ..observe.status_builder import set_etas
 from ..store.outputs import disk_usage
+from ..store.prompts import dataset_target
 from ..store.rates import ActiveTime, RateWindow
 from . import stage
 from .asking import AskAgain, ask
@@ -70,7 +71,7 @@ class HiddenStage(stage.Stage):
         for spec in self.job.datasets:
             name = spec.name
             store = HiddenStore(self.paths.hidden_states, name, self.log).open()
-            got = self._rows(name, self.caps)
+            got = self._rows(spec, self.caps)
             self.stages[name] = Stage(name, store, got.rows, self.caps.max_tokens)
             self.untokened += got.untokened
             if got.untokened:
@@ -108,9 +109,12 @@ class HiddenStage(stage.Stage):
             write_json(self.paths.hidden_made, kept, sync=False)
             self._kept = kept
 
-    def _rows(self, name: str, caps: Caps) -> Rows:
+    def _rows(self, spec, caps: Caps) -> Rows:
+        name = spec.name
         target = caps.target(name) if caps.selected(name) else 0
-        return rows_of(self.paths.output(name), target) if target != 0 else Rows()
+        if target == 0:
+            return Rows()
+        return rows_of(self.paths.output(name), dataset_target(self.paths, spec, target))
 
     # ------------------------------------------------------------------ while it runs
 
@@ -214,8 +218,9 @@ class HiddenStage(stage.Stage):
         not asked twice)."""
         if caps.stage != self.caps.stage:
             raise ValueError("a change of stage restarts the runner (restart --hard)")
+        specs = {spec.name: spec for spec in self.job.datasets}
         for name, st in self.stages.items():
-            fresh = Stage(name, st.store, self._rows(name, caps).rows, caps.max_tokens)
+            fresh = Stage(name, st.store, self._rows(specs[name], caps).rows, caps.max_tokens)
             fresh.failed, fresh.new, fresh.in_flight = st.failed, st.new, st.in_flight
             fresh.made, fresh.active = st.made, st.active
             fresh.todo = collections.deque(r for r in fresh.todo if r.id not in self.flying)

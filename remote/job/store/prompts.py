@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...common.caps import Target
 from ...common.codec import write_atomic
 from ...common.status import file_identity
 
@@ -207,3 +208,16 @@ class PromptFile:
 
     def close(self) -> None:
         self._f.close()
+
+
+def dataset_target(paths, spec, n: int | None) -> Target:
+    """Dataset `spec`'s records that are the job's under cap `n`, by its prompt file as it is now
+    (the runner's count); a file that cannot be read leaves the records' own index to say it."""
+    try:
+        pf = PromptFile(paths.root / spec.prompts, spec.name, paths.prompt_index, spec.turns)
+    except OSError:
+        return Target(n)
+    try:
+        return Target(n, frozenset(pf.ids if n is None else pf.ids[:n]))
+    finally:
+        pf.close()

@@ -85,6 +85,11 @@ def test_the_hidden_states_stage_is_shown_in_rows_without_a_finish_reason():
     Console(file=buf, width=200).print(progress.host_view("gpu1", st, 0))
     assert "hidden states running" in buf.getvalue() and "26.3k tok/s" in buf.getvalue()
     assert "rows/s" not in buf.getvalue() + line
+    st.datasets["B1"].mean_tokens_per_s = 20_000.0  # a starred mean is said of rows, not answers
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=400, highlight=False), now=0)
+    assert "tokens over the time their rows were being made" in buf.getvalue()
+    assert "answers" not in buf.getvalue()
 
 
 def test_a_dataset_its_budget_ended_short_says_why_in_status_and_tail():
@@ -247,7 +252,7 @@ def test_a_dataset_left_out_by_datasets_is_said_not_run_in_every_view():
     render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
     b1 = next(line for line in buf.getvalue().splitlines() if line.strip().startswith("B1"))
     assert "not run" in b1 and "complete" not in b1 and "734" not in b1, b1
-    assert progress.MEAN_NOTE not in buf.getvalue()  # no starred mean is shown
+    assert progress.mean_note() not in buf.getvalue()  # no starred mean is shown
     assert "B1 0/0 (not run)" in progress.plain_line("gpu1", st, 0)
     assert "B2 3/9 |" in progress.plain_line("gpu1", st, 0)
 

@@ -169,6 +169,14 @@ def test_a_dry_run_under_a_moved_target_says_the_done_the_runner_will_count():
     assert "B2: done a range: the status cannot tell how many" in out
 
 
+def test_the_train_stage_caps_table_says_the_rows_it_trains_on_not_dashes():
+    rows = {"B1": CapRow(done=0, target=12, state="running", prompts=0, cap=3)}
+    buf = io.StringIO()
+    render_restart.caps_table(rows, Console(file=buf, width=200), Caps(), Caps())
+    line = next(ln.split() for ln in buf.getvalue().splitlines() if ln.startswith("B1"))
+    assert line[-3:] == ["0", "12", "running"], line
+
+
 def test_a_stop_says_what_it_found_in_its_one_line():
     from remote.common.answers import StopAnswer
 
@@ -191,6 +199,13 @@ def test_a_stop_says_what_it_found_in_its_one_line():
     assert buf.getvalue() == (
         "gpu1: stopping runner pid 9: stopping already, after a SIGTERM not of deploytool's; "
         "SIGTERM again cuts off the 3 requests in flight now\n"
+    )
+    buf = io.StringIO()  # nothing in flight: no grace to speak of
+    on_status = render_restart.Stopping("gpu1", 30.0, False, Console(file=buf, width=200))
+    on_status(JobView(state="running", in_flight=0, runner=RunnerInfo(True, 9)), 0)
+    assert (
+        buf.getvalue()
+        == "gpu1: stopping runner pid 9: SIGTERM; nothing in flight, the runner exits\n"
     )
 
 

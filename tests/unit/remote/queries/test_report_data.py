@@ -3,6 +3,7 @@
 import collections
 import json
 
+from remote.common.caps import Target
 from remote.queries.report_data import _created, scan_outputs, throughput
 
 
@@ -26,7 +27,7 @@ def test_a_job_of_half_a_minute_has_a_line_and_an_average(tmp_path):
             rec = {"id": i, "finish_reason": "stop", "usage": usage, "conversations": []}
             f.write(json.dumps({**rec, "created": 1_000 + i}) + "\n")
     made = collections.Counter()
-    got = scan_outputs(path, None, made)
+    got = scan_outputs(path, Target(), made)
     assert got.lengths == [100] * 30 and got.finish == {"stop": 30}
     points, mean = throughput(made)
     width = points[1][0] - points[0][0]
@@ -96,9 +97,13 @@ def test_records_beyond_the_cap_are_counted_apart(tmp_path):
                 json.dumps({**head, "usage": usage, "conversations": [], "created": 1_000}) + "\n"
             )
     made = collections.Counter()
-    got = scan_outputs(path, 5, made)
+    got = scan_outputs(path, Target(5), made)
     assert got.lengths == [10, 11, 12, 13, 14] and got.finish == {"stop": 5} and got.beyond == 3
     assert made == {1_000: sum(range(10, 18))}
+    # the prompt file as it is now decides, as the runner counts: p1 moved past the cap, p7 into it
+    now = Target(5, frozenset({"p0", "p2", "p3", "p4", "p7"}))
+    got = scan_outputs(path, now, collections.Counter())
+    assert got.lengths == [10, 12, 13, 14, 17] and got.beyond == 3
 
 
 def test_the_watchers_events_are_read_back_as_it_wrote_them_and_a_line_no_release_wrote_is_left_out(
