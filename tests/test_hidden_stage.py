@@ -85,6 +85,13 @@ def test_the_stage_runs_with_the_three_commands_and_is_kept_like_a_cap(tmp_path)
     ok("invoke restart", config)
     ok("invoke tail", config)
     assert status(root)["stage"] == "hidden-states" and len(rows(root)) == 3
+    # the rows made are the rows made, whatever stage the job is in when plan is asked
+    sized = next(x for x in out.splitlines() if "hidden-states stage at these caps" in x)
+    ok("invoke restart --stage generate", config)
+    again = ok("invoke plan --tokens-per-dataset 1k", config)
+    assert sized in again.splitlines(), again
+    ok("invoke restart --stage hidden-states", config)
+    ok("invoke tail", config)
     # back to answers, the cap raised; then the stage makes the new ones' rows only
     out = ok("invoke restart --stage generate --max-samples 4", config)
     assert "stage hidden-states → generate" in out  # the way back is said too

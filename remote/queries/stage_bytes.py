@@ -11,10 +11,9 @@ from pathlib import Path
 
 from ..common import machine
 from ..common.answers import StageBytes
+from ..common.caps import Target
 from ..common.jobspec import Paths, ServerSpec
 from ..common.records import ROWS, Record, row_lines
-from ..common.state import kept_caps
-from ..common.status import JobStatus
 
 SAMPLE = 1000  # lines read per file for a mean: plan answers at once on a job of millions
 DEFAULT_LAYERS = 4  # speculators' default [2, L/2, L-3, L]
@@ -70,23 +69,23 @@ def per_token(paths: Paths, spec: ServerSpec, simulated: bool) -> tuple[float | 
 
 
 def stage_bytes(
-    paths: Paths, spec: ServerSpec, targets: dict[str, int], simulated: bool = False
+    paths: Paths, spec: ServerSpec, targets: dict[str, Target], simulated: bool = False
 ) -> StageBytes:
-    """The stage at `targets` (records per dataset): its row tokens, what is made, the bytes."""
-    st = JobStatus.read(paths.status)
-    stage = st.datasets if st is not None and st.stage_spec.makes_rows else {}
-    ran = kept_caps(paths)  # the caps the stage made its rows at
+    """The stage at `targets` (each dataset's records): its row tokens, what is made, the bytes.
+    The rows made are read from the stage's own ledgers, whatever stage the job is in now: a
+    record with rows counts its rows' tokens, one without the first records' mean."""
     tokens = made = sampled = 0
     for ds, target in targets.items():
         mean, with_ids = mean_row_tokens(paths.output(ds))
         sampled += with_ids
-        need = int((mean or 0) * target)  # an estimate, from the first records' rows
-        d = stage.get(ds)
-        done = d.completion_tokens if d else 0
-        at_least = ran.target(ds) is None or ran.target(ds) >= target
-        if d and d.target and d.done >= d.target and at_least:
-            done = need  # every row of these caps is made (or made and freed): none left
-        tokens, made = tokens + need, made + min(done, need)
+        rows = [
+            row
+            for row, _ in row_lines(paths.hidden_states / ds / ROWS)
+            if target.ids is None or row.record in target.ids
+        ]
+        have = sum(row.tokens for row in rows)
+        left = max(0, (target.n or 0) - len({row.record for row in rows}))
+        tokens, made = tokens + have + int((mean or 0) * left), made + have
     bpt, basis = per_token(paths, spec, simulated)
     try:
         free = shutil.disk_usage(paths.root).free

@@ -10,7 +10,7 @@ from ..common.state import job_now
 from ..common.status import JobStatus
 from ..common.wire import HostFault
 from ..job.store.outputs import load_existing
-from ..job.store.prompts import PromptFile
+from ..job.store.prompts import PromptFile, dataset_target
 from .stage_bytes import stage_bytes
 
 
@@ -80,7 +80,8 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
     st = job_now(paths)
     rows = plan(paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None)
     rate, basis = answer_rate(st)
-    targets = {name: row["target"] for name, row in rows.items()}
+    specs = {ds.name: ds for ds in job.datasets}
+    targets = {name: dataset_target(paths, specs[name], row["target"]) for name, row in rows.items()}
     return HostPlan(
         datasets={name: PlanRow(**row) for name, row in rows.items()},
         tokens_per_s=rate,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from remote.common.caps import Target
 from remote.common.jobspec import Paths, ServerSpec
 from remote.common.records import RowLine
 from remote.common.status import DatasetStatus, JobStatus
@@ -41,62 +42,82 @@ def test_rows_are_sized_from_the_records_ids_and_the_models_config(tmp_path):
     (model / "config.json").write_text(
         json.dumps({"num_hidden_layers": 61, "hidden_size": 7168, "torch_dtype": "bfloat16"})
     )
-    got = stage_bytes(paths, ServerSpec(model=str(model)), {"B1": 100})
+    got = stage_bytes(paths, ServerSpec(model=str(model)), {"B1": Target(100)})
     assert got.sampled == 2  # the record without ids is left out, as the stage leaves it
     assert got.tokens == 50 * 100  # a record's rows hold 50 tokens on average, 100 records
     assert got.bytes_per_token == 4 * 7168 * 2 and "config.json" in got.basis
     assert got.left == 5000 * 57344 and got.free > 0
     three = stage_bytes(
-        paths, ServerSpec(model=str(model), hidden_states={"layers": [1, 2, 3]}), {"B1": 1}
+        paths, ServerSpec(model=str(model), hidden_states={"layers": [1, 2, 3]}), {"B1": Target(1)}
     )
     assert three.bytes_per_token == 3 * 7168 * 2
 
 
-def test_the_rows_made_give_the_bytes_and_the_stages_status_what_is_left(tmp_path):
+def ledger(paths: Paths, *rows: tuple[str, int], torn: bool = True) -> None:
+    """The stage's rows.jsonl: a row of each (record, tokens), 100 bytes a token."""
+    path = paths.hidden_states / "B1" / "rows.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        RowLine(
+            n=n,
+            id=f"{rec}_gen0",
+            record=rec,
+            tokens=t,
+            layers=4,
+            hidden=2,
+            dtype="BF16",
+            bytes=t * 100,
+        ).line()
+        for n, (rec, t) in enumerate(rows)
+    ]
+    path.write_bytes(b"".join(lines) + (b'{"n": 9, "tok' if torn else b""))
+
+
+def test_the_rows_made_give_the_bytes_and_what_is_left_in_any_stage(tmp_path):
+    """Read from the stage's ledger, not the job's status: the same figures while the job makes
+    answers again as while it made the rows."""
     paths = Paths(tmp_path / "host")
     outputs(paths, [record(0, 10, 30)])
-    ledger = paths.hidden_states / "B1" / "rows.jsonl"
-    ledger.parent.mkdir(parents=True)
-    row = RowLine(n=0, id="B1-0_gen0", tokens=40, layers=4, hidden=2, dtype="BF16", bytes=4000)
-    ledger.write_bytes(row.line() + b'{"n": 1, "tok')
+    ledger(paths, ("B1-0", 40))
     paths.ensure()
-    JobStatus(stage="hidden-states", datasets={"B1": DatasetStatus(completion_tokens=40)}).write(
-        paths.status
-    )
-    got = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": 3})
-    assert got.bytes_per_token == 100.0 and got.basis == "measured on the rows made"
-    assert (got.tokens, got.made, got.left) == (120, 40, 8000)
+    for stage in ("hidden-states", "generate"):
+        JobStatus(stage=stage, datasets={"B1": DatasetStatus(completion_tokens=7)}).write(
+            paths.status
+        )
+        got = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": Target(3)})
+        assert got.bytes_per_token == 100.0 and got.basis == "measured on the rows made"
+        assert (got.tokens, got.made, got.left) == (120, 40, 8000)
 
 
 def test_nothing_to_size_from_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
     paths = Paths(tmp_path / "host")
     outputs(paths, [record(0, 10, 30)])
-    got = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": 2})
+    got = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": Target(2)})
     assert got.left is None and "org/absent's config.json is not on the host" in got.basis
-    assert stage_bytes(Paths(tmp_path / "none"), ServerSpec(), {"B1": 2}).sampled == 0
+    assert stage_bytes(Paths(tmp_path / "none"), ServerSpec(), {"B1": Target(2)}).sampled == 0
 
 
 def test_a_finished_stage_has_nothing_left_whatever_the_estimate_says(tmp_path):
-    """The stage ran every row of these caps (and the rows may be freed since): nothing to write,
-    though the estimate (the first records' mean × the cap) is above the tokens it made."""
-    from remote.common.caps import Caps
-    from remote.common.stages import HIDDEN_STATES
-
+    """The stage made every row of these caps (and the rows may be freed since): nothing to write,
+    though the estimate (the first records' mean × the cap) is above the tokens it made; a row of a
+    record the prompt file no longer has among the target's is not counted made."""
     paths = Paths(tmp_path / "host")
     outputs(paths, [record(0, 10, 30), record(1, 10, 90)])  # a mean of 70 tokens a record
-    paths.ensure()
-    done = DatasetStatus(state="complete", done=2, target=2, completion_tokens=120)
-    JobStatus(stage=HIDDEN_STATES, datasets={"B1": done}).write(paths.status)
-    Caps(max_samples=2, stage=HIDDEN_STATES).write(paths.caps)
-    got = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": 2})
+    ledger(paths, ("B1-0", 40), ("B1-1", 100))
+    got = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": Target(2)})
     assert (got.tokens, got.made) == (140, 140)
-    more = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": 4})  # caps the stage never ran
-    assert (more.tokens, more.made) == (280, 120)
+    more = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": Target(4)})  # caps never run
+    assert (more.tokens, more.made) == (280, 140)
+    moved = Target(2, frozenset({"B1-1", "B1-7"}))
+    got = stage_bytes(paths, ServerSpec(model="org/absent"), {"B1": moved})
+    assert (got.tokens, got.made) == (170, 100)
 
 
 def test_the_simulated_engine_names_no_model(tmp_path):
     paths = Paths(tmp_path / "host")
     outputs(paths, [record(0, 10, 30)])
-    got = stage_bytes(paths, ServerSpec(model="moonshotai/Kimi-K2.5"), {"B1": 2}, simulated=True)
+    got = stage_bytes(
+        paths, ServerSpec(model="moonshotai/Kimi-K2.5"), {"B1": Target(2)}, simulated=True
+    )
     assert got.left is None and "Kimi" not in got.basis and "simulated" in got.basis
