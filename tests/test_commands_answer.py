@@ -301,3 +301,32 @@ def test_a_local_copy_that_differs_names_the_command_that_fetches_it_again(tmp_p
     assert out.endswith("move them aside, or download them again: `invoke pull --refetch`"), out
     assert run_in(proj, "invoke pull --refetch").returncode == 0
     assert run_in(proj, "invoke export --format sharegpt").returncode == 0
+
+
+def test_a_deploy_or_rollback_while_another_is_under_way_is_one_line_and_changes_nothing(tmp_path):
+    """Two terminals deploying to one host: the second says so and leaves the host as it was."""
+    import fcntl
+    import os
+
+    proj, root = _project(tmp_path)
+    assert run_in(proj, "invoke deploy").returncode == 0
+    (proj / "data" / "prompts" / "B1.jsonl").write_text("")  # a change to send
+    write_prompts(proj / "data" / "prompts" / "B1.jsonl", 6, "B1")
+    before = sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*"))
+    fd = os.open(root, os.O_RDONLY)  # the first deploy, under way
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for line in ("invoke deploy", "invoke rollback"):
+            res = run_in(proj, line)
+            assert res.returncode == 1, res.stdout + res.stderr
+            err = res.stderr.strip().splitlines()
+            assert (
+                len(err) == 1 and "another deploy or rollback to this host is under way" in err[0]
+            )
+            assert "run this again once it has ended" in err[0], err
+            assert sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*")) == (
+                before
+            )
+    finally:
+        os.close(fd)
+    assert run_in(proj, "invoke deploy").returncode == 0

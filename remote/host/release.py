@@ -6,6 +6,7 @@ current release. A release appears under its final name only when complete (rena
 switches by renaming a new symlink over it: a reader sees the old release or the new, never a mix.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -456,10 +457,15 @@ def apply(root, args, stream):
     """Build releases/<id> from the upload + hard links to the base release; switch current; prune.
     A draft's files go to a version folder of their own, switched to with the release."""
     root = os.path.expanduser(root)
-    rid, files, base = args["id"], args["files"], args.get("base")
-    rel_dir = os.path.join(root, "releases")
     for d in ("releases", "data/prompts", "data/outputs", DRAFT_COPIES, "run", "logs"):
         os.makedirs(os.path.join(root, d), exist_ok=True)
+    with _one_at_a_time(root):  # held already where the folder was there before
+        return _apply(root, args, stream)
+
+
+def _apply(root, args, stream):
+    rid, files, base = args["id"], args["files"], args.get("base")
+    rel_dir = os.path.join(root, "releases")
     _clean_stale_tmp(rel_dir)
     final = os.path.join(rel_dir, rid)
     tmp = os.path.join(rel_dir, ".tmp-%s-%d" % (rid, os.getpid()))
@@ -736,6 +742,37 @@ def rollback(root, args):
     }
 
 
+_HELD = []  # the root's lock while this process holds it (a kill -9 frees it)
+
+
+@contextlib.contextmanager
+def _one_at_a_time(root):
+    """One deploy or rollback at a time on a host: two at once could each prune or drop what the
+    other is switching to. An flock on the remote_dir itself (nothing written for it), taken once
+    per process; a host not deployed to yet has nothing to guard until apply makes the folder."""
+    import fcntl
+
+    root = os.path.expanduser(root)
+    if _HELD or not os.path.isdir(root):
+        yield
+        return
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(
+            "another deploy or rollback to this host is under way (from another terminal or "
+            "machine); nothing was changed: run this again once it has ended"
+        ) from None
+    _HELD.append(fd)
+    try:
+        yield
+    finally:
+        _HELD.remove(fd)
+        os.close(fd)
+
+
 def session(root, stdin, stdout):
     """plan and apply in one SSH session: a request line, the plan line back, then an optional apply
     line followed by the upload. EOF after the plan means: nothing to do."""
@@ -752,14 +789,16 @@ def main(argv):
     cmd, root = argv[0], argv[1]
     args = json.loads(argv[2]) if len(argv) > 2 else {}
     try:
-        if cmd == "session":
-            out = session(root, sys.stdin.buffer, sys.stdout)
-        elif cmd == "plan":
+        if cmd == "plan":
             out = plan(root, args)
-        elif cmd == "apply":
-            out = apply(root, args, sys.stdin.buffer)
-        elif cmd == "rollback":
-            out = rollback(root, args)
+        elif cmd in ("session", "apply", "rollback"):
+            with _one_at_a_time(root):
+                if cmd == "session":
+                    out = session(root, sys.stdin.buffer, sys.stdout)
+                elif cmd == "apply":
+                    out = apply(root, args, sys.stdin.buffer)
+                else:
+                    out = rollback(root, args)
         else:
             raise ValueError("unknown command %r" % cmd)
     except (ValueError, OSError, tarfile.TarError) as e:

@@ -289,3 +289,36 @@ def test_a_version_cut_off_is_never_read_from_and_lends_its_whole_files_to_the_n
     with pytest.raises(ValueError, match="neither sent nor on the host"):
         draft_apply(root, {"a.bin": b"a4"}, [])
     assert os.readlink(tmp_path / EAGLE) == v3
+
+
+def test_a_second_deploy_or_rollback_while_one_is_under_way_changes_nothing_and_says_so(tmp_path):
+    """Two terminals deploying to one host at once could each prune or drop what the other
+    switches to: the second is refused in one line, its files untouched, until the first ends."""
+    import fcntl
+    import subprocess
+    import sys
+
+    root = str(tmp_path)
+    for rid, text in (("r1", b"1"), ("r2", b"2")):
+        files = {"remote/a.py": digest(text)}
+        release.apply(root, {"id": rid, "files": files}, upload({"release/remote/a.py": text}))
+    source = release.__file__
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, source, *args], capture_output=True, text=True, input=""
+        )
+
+    fd = os.open(root, os.O_RDONLY)  # a deploy under way elsewhere
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for args in (("rollback", root, "{}"), ("session", root)):
+            res = run(*args)
+            assert res.returncode == 1 and res.stdout == "", res
+            assert res.stderr.startswith("error: another deploy or rollback to this host is under")
+            assert os.readlink(tmp_path / "current").endswith("r2")
+    finally:
+        os.close(fd)
+    res = run("rollback", root, "{}")  # it has ended: the rollback goes ahead
+    assert res.returncode == 0, res.stderr
+    assert os.readlink(tmp_path / "current").endswith("r1")
