@@ -435,3 +435,42 @@ def test_a_deploy_cut_off_midway_leaves_the_old_draft_whole_and_the_next_sends_t
         assert not r.draft.changed and r.bytes_sent == 0
     finally:
         conn.close()
+
+
+def test_a_draft_deploy_cut_off_then_taken_back_here_leaves_no_unfinished_version(
+    env, ssh_rig, monkeypatch
+):
+    """The draft changed here, its deploy cut off midway, then the change taken back: the next
+    deploy has nothing of the draft to send, and the unfinished version the cut-off one left goes."""
+    import builtins
+
+    import deploytool.ops.deploy as deploy_mod
+
+    mine, cfg, conn, copy = draft_rig(env, ssh_rig, {"a.bin": 5000, "b.bin": 7000})
+    try:
+        release = build_release(cfg, env["pkg"])
+        deploy_host(conn, cfg, release=release)
+        kept = {p: (mine / p).read_bytes() for p in ("a.bin", "b.bin")}
+        (mine / "a.bin").write_bytes(os.urandom(5000))
+        (mine / "b.bin").write_bytes(os.urandom(7000))
+        real_open = builtins.open
+
+        def unreadable(path, *a, **kw):  # b.bin cannot be read for the upload, after a.bin went
+            if Path(path) == mine / "b.bin":
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_open(path, *a, **kw)
+
+        monkeypatch.setattr(deploy_mod, "open", unreadable, raising=False)
+        with pytest.raises(PermissionError):
+            deploy_host(conn, cfg, release=release)
+        monkeypatch.undo()
+        versions = [p.name for p in copy.parent.iterdir() if p.name.startswith(".eagle.v-")]
+        assert len(versions) == 2  # the one in use, and the unfinished one
+        for name, data in kept.items():
+            (mine / name).write_bytes(data)
+        r = deploy_host(conn, cfg, release=release)
+        assert not r.draft.changed and r.bytes_sent == 0
+        versions = [p.name for p in copy.parent.iterdir() if p.name.startswith(".eagle.v-")]
+        assert versions == [os.readlink(copy)] and tree(copy) == tree(mine)
+    finally:
+        conn.close()

@@ -499,6 +499,7 @@ def _apply(root, args, stream):
         raise
     if draft:
         _draft_drop_old(root, draft["folder"], cache)
+    _drop_drafts_left_over(root, draft, cache)
     removed = _prune(root, int(args.get("keep", 5)))
     placed = [rel for _, _, rel in prompt_tmps]
     return {"current": rid, "previous": previous, "prompts": placed, "pruned": removed}
@@ -590,6 +591,28 @@ def _draft_drop_old(root, folder, cache):
         _write_json(os.path.join(root, DRAFT_HASHES), cache)
     except OSError:
         pass
+
+
+def _drop_drafts_left_over(root, draft=None, cache=None):
+    """Versions their draft's name does not link to (but the draft this deploy sent's): one a
+    deploy cut off left, not sent again since (the draft went back to what it was) or no longer
+    named at all."""
+    top = os.path.join(root, DRAFT_COPIES)
+    try:
+        entries = os.listdir(top)
+    except OSError:
+        return
+    names = {e[1:].split(".v-")[0] for e in entries if e.startswith(".") and ".v-" in e}
+    sent = draft["folder"] if draft else None
+    for name in sorted(names):
+        folder = DRAFT_COPIES + "/" + name
+        if not name or name.startswith(".") or folder == sent:
+            continue
+        cur = _draft_current(root, folder)
+        if [v for v in _draft_versions(root, folder) if v != cur]:
+            if cache is None:
+                cache = _read_json(os.path.join(root, DRAFT_HASHES), {}) or {}
+            _draft_drop_old(root, folder, cache)
 
 
 def _remove_version(top):
@@ -781,6 +804,8 @@ def session(root, stdin, stdout):
     stdout.flush()
     line = stdin.readline()
     if not line.strip():
+        if not request.get("dry_run"):  # nothing to send: what a cut-off deploy left still goes
+            _drop_drafts_left_over(os.path.expanduser(root))
         return {"applied": False}
     return dict(apply(root, json.loads(line), stdin), applied=True)
 
