@@ -4,6 +4,7 @@ subdirectory of the project, with a mistyped prompt path, on a host where no job
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -330,3 +331,38 @@ def test_a_deploy_or_rollback_while_another_is_under_way_is_one_line_and_changes
     finally:
         os.close(fd)
     assert run_in(proj, "invoke deploy").returncode == 0
+
+
+def test_a_file_without_ids_rewritten_under_its_records_is_refused_by_any_start_hard_included(
+    tmp_path,
+):
+    """Prompts without `id` are named by line: a line put at the top of the file would make every
+    record name the prompt after its own, and the first one never asked. A start on it (a finished
+    job's restart, `--hard`) is refused before anything is stopped, in one line with the ways out;
+    prompts appended at the end start as before."""
+    proj, root = _project(tmp_path)
+    path = proj / "data" / "prompts" / "B1.jsonl"
+    write_prompts(path, 6, "B1", fmt="prompt")
+    assert run_in(proj, "invoke deploy").returncode == 0
+    assert run_in(proj, "invoke restart --max-samples 3").returncode == 0
+    assert "finished" in run_in(proj, "invoke tail").stdout.splitlines()[-1]
+    first = path.read_text()
+    path.write_text(json.dumps({"prompt": "a new first prompt"}) + "\n" + first)
+    assert run_in(proj, "invoke deploy").returncode == 0
+    outputs = root / "data" / "outputs"
+    before = {p.name: p.read_bytes() for p in outputs.iterdir()}
+    for line in ("invoke restart --max-samples 5", "invoke restart --hard --max-samples 5"):
+        res = run_in(proj, line)
+        assert res.returncode == 2, res.stdout + res.stderr
+        err = res.stderr.strip().splitlines()
+        assert len(err) == 1, err
+        assert "B1: data/prompts/B1.jsonl was rewritten, not only appended to" in err[0]
+        assert "move data/outputs/B1.jsonl aside" in err[0] and "--hard" not in err[0]
+        assert {p.name: p.read_bytes() for p in outputs.iterdir()} == before
+    path.write_text(first + json.dumps({"prompt": "one more at the end"}) + "\n")  # appended
+    assert run_in(proj, "invoke deploy").returncode == 0
+    assert run_in(proj, "invoke restart --max-samples 7").returncode == 0
+    assert "finished" in run_in(proj, "invoke tail").stdout.splitlines()[-1]
+    asked = [json.loads(x)["conversations"][0]["content"] for x in (outputs / "B1.jsonl").open()]
+    want = [json.loads(x)["prompt"] for x in path.read_text().splitlines()]
+    assert sorted(asked) == sorted(want)  # each prompt once, each record its own prompt's

@@ -568,6 +568,9 @@ class Paths:
     server_keys = _under("run/keys.json")  # the API keys the runner sends, the owner's to read only
     # the prompt files' offset indexes (a cache: rebuilt when a prompt file changes)
     prompt_index = _under("run/prompt-index")
+    # per dataset whose prompts have no `id`, the bytes of the file its records name by line number
+    # (size, sha256): a start on a file they do not begin is refused
+    line_ids = _under("run/line-ids")
     # the tokens of unfinished answers, to continue them after a stop
     kept = _under("run/kept.jsonl")
     switch = _under(

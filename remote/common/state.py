@@ -5,6 +5,7 @@ start, which the commands and the runner share."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -244,6 +245,62 @@ class ImportsSeen(Record):
     SYNC = False  # a cache: lost, the next check imports again
 
     modules: dict[str, list] = field(default_factory=dict)
+
+
+@dataclass
+class LineIds(Record):
+    """run/line-ids/<DS>.json: the prompt file whose records name their prompts by line number (it
+    has no `id`s), as the last runner started on it. A file these bytes do not begin (rewritten,
+    not only appended to) would make those ids name other prompts: no runner starts on it."""
+
+    size: int = 0
+    sha256: str = ""
+
+    @classmethod
+    def of(cls, path: Path) -> LineIds:
+        h, size = hashlib.sha256(), 0
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+                size += len(block)
+        return cls(size, h.hexdigest())
+
+    def begin(self, path: Path) -> bool:
+        """The first `size` bytes of the file at `path` are these."""
+        h, left = hashlib.sha256(), self.size
+        try:
+            with open(path, "rb") as f:
+                while left > 0:
+                    block = f.read(min(left, 1 << 20))
+                    if not block:
+                        return False
+                    h.update(block)
+                    left -= len(block)
+        except OSError:
+            return True  # gone: the runner says it is missing
+        return h.hexdigest() == self.sha256
+
+
+def line_ids_moved(paths: Paths, name: str, prompts: Path) -> bool:
+    """Dataset `name` has records named by line number that the file at `prompts` no longer
+    begins with (its prompts moved under them)."""
+    out = paths.output(name)
+    kept = LineIds.read(paths.line_ids / f"{name}.json")
+    has_records = out.exists() and out.stat().st_size > 0
+    return bool(kept and has_records and not kept.begin(prompts))
+
+
+def moved_text(name: str, where: str, live: bool) -> str:
+    """Why a prompt file with line-number ids that was rewritten (not only appended to) is not
+    used, and the ways out."""
+    how = "reloaded live" if live else "started on"
+    return (
+        f"{name}: {where} was rewritten, not only appended to, and its prompts have no `id`: the "
+        "line-number ids of the records already written would now name other prompts, so it is "
+        f"not {how} and nothing changed. Put the file back as it was (prompts added at its end "
+        f"only), give every prompt an `id`, or move data/outputs/{name}.jsonl aside to make the "
+        "dataset again from the new file"
+    )
 
 
 # ------------------------------------------------------------------ asking the running runner

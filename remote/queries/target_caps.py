@@ -81,7 +81,9 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
     rows = plan(paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None)
     rate, basis = answer_rate(st)
     specs = {ds.name: ds for ds in job.datasets}
-    targets = {name: dataset_target(paths, specs[name], row["target"]) for name, row in rows.items()}
+    targets = {
+        name: dataset_target(paths, specs[name], row["target"]) for name, row in rows.items()
+    }
     return HostPlan(
         datasets={name: PlanRow(**row) for name, row in rows.items()},
         tokens_per_s=rate,

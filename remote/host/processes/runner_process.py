@@ -33,7 +33,9 @@ from ...common.state import (
     RunnerRecord,
     job_now,
     kept_caps,
+    line_ids_moved,
     lock_held,
+    moved_text,
     settle,
 )
 from ...common.status import (
@@ -163,7 +165,13 @@ def refuse_mixed_settings(
 ) -> str | None:
     """What a new runner refuses as it starts, refused before anything is stopped or started,
     naming every dataset it would refuse (the first alone would hide the rest until the next try).
-    With `force`, what it mixes instead, said per dataset (None: nothing): the answer says it."""
+    With `force`, what it mixes instead, said per dataset (None: nothing): the answer says it. A
+    prompt file rewritten under records that name their prompts by line number is refused,
+    `force` or not: no flag makes those ids name the prompts they were made from."""
+    spec = deployed_spec(job)
+    for ds in spec.datasets if spec else ():
+        if caps.selected(ds.name) and line_ids_moved(paths, ds.name, paths.root / ds.prompts):
+            raise HostFault("bad_config", moved_text(ds.name, ds.prompts, live=False))
     mixed = mixed_settings(paths, caps, job, answering)
     if mixed and force:
         return dataset_changes_text(mixed)

@@ -7,10 +7,11 @@ from typing import Callable
 
 from ...common.caps import Caps
 from ...common.jobspec import JobSpec, Paths
+from ...common.state import moved_text
 from ...common.status import Reload
 from ..store import history
 from ..store.datasets import BadInput, DatasetRun, error_ids, open_dataset
-from ..store.prompts import Prompt, PromptFile
+from ..store.prompts import Prompt, PromptFile, line_ids_unchanged
 from ..store.rates import ActiveTime
 from ..store.writer import RecordWriter
 
@@ -66,12 +67,7 @@ class Scheduler:
                 if not (
                     run.prompts.is_prefix_of(new) or (run.prompts.explicit_ids and new.explicit_ids)
                 ):
-                    raise BadInput(
-                        f"{name}: {run.spec.prompts} was rewritten, not only appended to, and its prompts have "
-                        f"no `id`: line-number ids of the {len(run.done)} records already written could now name "
-                        "other prompts, so it is not reloaded live and nothing changed. Give every prompt an "
-                        "`id` (then it reloads live), or `invoke restart --hard` to start from the new file"
-                    )
+                    raise BadInput(moved_text(name, run.spec.prompts, live=True))
         except BaseException:
             for pf in fresh.values():
                 pf.close()
@@ -97,6 +93,7 @@ class Scheduler:
             run = self.runs[name]
             self.reloaded[name] = Reload(len(run.prompts), len(new))
             run.reload(new)
+            line_ids_unchanged(self.paths, name, new)  # kept: the file now
             self.log(
                 f"{name}: prompts file changed on the host: reloaded, {self.reloaded[name].before} -> "
                 f"{len(new)} prompts"

@@ -17,11 +17,12 @@ from ...common.jobspec import (
     settings_then,
 )
 from ...common.records import ErrorLine
+from ...common.state import moved_text
 from ...common.status import DatasetState
 from .conversation import Partials
 from .ledger import Ledger, PromptState
 from .outputs import AppendFile, count_lines, load_existing, repair_tail
-from .prompts import Prompt, PromptFile
+from .prompts import Prompt, PromptFile, line_ids_unchanged
 from .rates import ActiveTime, RateWindow
 
 
@@ -242,6 +243,9 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
         else:
             write_json(meta_path, fp)  # no records yet: what they will be made with
     prompts = PromptFile(path, spec.name, cache_dir=paths.prompt_index, turns=spec.turns)
+    if not line_ids_unchanged(paths, spec.name, prompts):
+        prompts.close()
+        raise BadInput(moved_text(spec.name, spec.prompts, live=False))
     run = DatasetRun(
         spec,
         prompts,

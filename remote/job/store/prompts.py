@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ...common.caps import Target
 from ...common.codec import write_atomic
+from ...common.state import LineIds, line_ids_moved
 from ...common.status import file_identity
 
 _SHAREGPT_ROLES = {
@@ -221,3 +222,18 @@ def dataset_target(paths, spec, n: int | None) -> Target:
         return Target(n, frozenset(pf.ids if n is None else pf.ids[:n]))
     finally:
         pf.close()
+
+
+def line_ids_unchanged(paths, name: str, prompts: PromptFile) -> bool:
+    """Whether the records of a dataset whose prompts have no `id` still name theirs (the file
+    they were made from begins the file now); the file now kept for the next start where so (a
+    file with ids has nothing to keep)."""
+    kept = paths.line_ids / f"{name}.json"
+    if prompts.explicit_ids:
+        kept.unlink(missing_ok=True)
+        return True
+    if line_ids_moved(paths, name, prompts.path):
+        return False
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    LineIds.of(prompts.path).write(kept)
+    return True

@@ -113,3 +113,25 @@ def test_the_watcher_keeps_the_lock_it_was_handed_and_refuses_a_held_one(tmp_pat
     mine = take_watcher_lock(paths)
     assert mine is not None and mine != 987
     os.close(mine)
+
+
+def test_a_prompt_file_under_line_number_ids_may_grow_at_its_end_only(tmp_path):
+    from remote.common.jobspec import Paths
+    from remote.common.state import LineIds, line_ids_moved
+
+    paths = Paths(tmp_path)
+    prompts = tmp_path / "B1.jsonl"
+    prompts.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
+    paths.line_ids.mkdir(parents=True)
+    LineIds.of(prompts).write(paths.line_ids / "B1.json")
+    assert not line_ids_moved(paths, "B1", prompts)  # no records: nothing to name wrong
+    paths.outputs.mkdir(parents=True)
+    paths.output("B1").write_text('{"id": "B1-000000"}\n')
+    assert not line_ids_moved(paths, "B1", prompts)
+    prompts.write_text(prompts.read_text() + '{"prompt": "c"}\n')  # appended
+    assert not line_ids_moved(paths, "B1", prompts)
+    prompts.write_text('{"prompt": "new"}\n' + prompts.read_text())  # one put at the top
+    assert line_ids_moved(paths, "B1", prompts)
+    prompts.write_text('{"prompt": "a"}\n')  # shorter
+    assert line_ids_moved(paths, "B1", prompts)
+    assert not line_ids_moved(paths, "B2", prompts)  # nothing kept of B2
