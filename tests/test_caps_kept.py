@@ -443,3 +443,25 @@ def test_a_cap_raised_past_a_file_the_status_does_not_count_says_the_prompts_it_
     assert "7,000 prompts" not in out
     row = next(line.split() for line in out.splitlines() if line.startswith("B4"))
     assert row[-3:] == ["0", "16*", "pending"], out  # no records yet: none done, exactly
+
+
+def test_a_dataset_taken_out_of_the_job_says_its_kept_cap_is_dropped(box):
+    """B3 taken out of hosts.yaml and deployed: its kept cap cannot stay (the runner would refuse
+    it, and no flag could clear it), so it goes, and the restart says so, its dry run too (with no
+    row for a dataset the job no longer has); put back, B3 runs at the default unless given one."""
+    config, root = box
+    ok("invoke restart --max-samples 4 --cap B3=2", config)
+    finish(config)
+    data = yaml.safe_load(config.read_text())
+    b3 = data["job"]["datasets"].pop("B3")
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    ok("invoke deploy", config)
+    said = "B3: its kept cap of 2 dropped: the deployed job has no B3"
+    dry = ok("invoke restart --dry-run", config)
+    assert said in dry and not [x for x in dry.splitlines() if x.startswith("B3 ")], dry
+    assert said in ok("invoke restart", config)
+    assert "B3" not in json.loads((root / "run" / "caps.json").read_text())["caps"]
+    data["job"]["datasets"]["B3"] = b3
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    ok("invoke deploy", config)
+    assert "dropped" not in ok("invoke restart", config)

@@ -3,8 +3,9 @@
 deploytool/  ->  remote.common  <-  remote.job  <-  remote.queries
                                 <-  remote.host
 remote.cli (the entry point) wires job, queries and host; job and host never import each other;
-nothing in remote/ imports deploytool; host/release.py and host/preflight.py import nothing of
-the package (deploytool sends them as source to hosts where nothing is deployed yet).
+nothing in remote/ imports deploytool; host/release.py (but host/draft_copy.py, sent ahead of it),
+host/draft_copy.py and host/preflight.py import nothing of the package (deploytool sends them as
+source to hosts where nothing is deployed yet).
 
 deploytool: commands, collection, program, usage (the entry) wire the rooms; ops (what is done on hosts) may
 use connectors and config; connectors use config; views (what is shown) use only other views;
@@ -63,8 +64,11 @@ def test_remote_rooms(path):
             assert not [m for m in ours if m.startswith("remote.queries")], rel(path)
     elif room == "host":
         assert not [m for m in ours if m.startswith(("remote.job", "remote.queries"))], rel(path)
-        if path.name in ("release.py", "preflight.py"):  # run as source on a bare host
-            assert not ours and {m.split(".")[0] for m in mods} <= STDLIB, rel(path)
+        if path.name in ("release.py", "draft_copy.py", "preflight.py"):  # source on a bare host
+            alone = "remote.host.draft_copy" if path.name == "release.py" else "-"
+            assert all(m.startswith(alone) for m in ours) and {
+                m.split(".")[0] for m in mods
+            } <= STDLIB | {"remote"}, rel(path)
 
 
 # deploytool's rooms: what each may import of deploytool (besides itself and errors)
@@ -187,8 +191,8 @@ STACKED = files("remote/job") + files("remote/host")
 @pytest.mark.parametrize("path", STACKED, ids=rel)
 def test_stacked_rooms_import_down(path):
     name = module_name(path)
-    if name in ("remote.host.release", "remote.host.preflight"):  # standalone, checked above
-        return
+    if name in ("remote.host.release", "remote.host.draft_copy", "remote.host.preflight"):
+        return  # standalone, checked above
     mine = stack_room(name)
     assert mine is not None and mine[1] >= 0, f"{rel(path)}: in no room of {ROOMS}"
     up = [m for m in imports(path) if (r := stack_room(m)) and r[0] == mine[0] and r[1] > mine[1]]

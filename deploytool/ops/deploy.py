@@ -25,7 +25,10 @@ from ..connectors import Connector
 from ..errors import ExitCode, RemoteError, UsageError
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "remote"
-_RELEASE_SRC = (PACKAGE_DIR / "host" / "release.py").read_text()
+# the host side, sent as source: the draft copies' file first (release.py uses its names)
+_RELEASE_SRC = "".join(
+    (PACKAGE_DIR / "host" / f).read_text() for f in ("draft_copy.py", "release.py")
+)
 
 
 @dataclass(frozen=True)

@@ -343,7 +343,7 @@ def totals(statuses: list[JobView]) -> tuple[int, str, int | None]:
     working = [s for s in statuses if not s.terminal] or statuses
     rates = [job_rate(s.state, s.tokens_per_s, s.mean_tokens_per_s) for s in working]
     rate = fmt_tokens(sum(r or 0 for r, _ in rates)) + ("*" if any(m for _, m in rates) else "")
-    etas = [s.eta_s for s in statuses if not s.terminal]
+    etas = [s.eta_s for s in statuses if not s.ending]
     return tok, rate, max(etas) if etas and None not in etas else (None if etas else 0)
 
 
@@ -388,7 +388,7 @@ def train_lines(st: JobView) -> list[str]:
         return ["the trainer has not said anything yet"]
     steps = f"{t.step:,}/{t.steps:,}" if t.steps else f"{t.step:,}"
     loss = f"{t.loss:.3f}" if t.loss is not None else "-"
-    eta = fmt_duration(t.eta_s) if t.eta_s is not None and not st.terminal else "-"
+    eta = fmt_duration(t.eta_s) if t.eta_s is not None and not st.ending else "-"
     # an ended runner's last word is no phase it is in: where it got to
     phase = ("trained" if t.phase == "done" else "ended at") if st.terminal else t.phase
     lines = [
@@ -427,7 +427,7 @@ def _datasets_table(st: JobView, rows: bool) -> Table:
             width=24,
             complete_style="green" if d.is_complete else "cyan",
         )
-        eta = "-" if d.is_complete or st.terminal else fmt_duration(d.eta_s)
+        eta = "-" if d.is_complete or st.ending else fmt_duration(d.eta_s)
         table.add_row(
             name,
             bar,
@@ -458,7 +458,7 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
     total = Text(  # the hidden-states stage's rate too in tok/s, the unit status says it in
         f"total {fmt_tokens(st.completion_tokens)} tokens{' in rows' if rows else ''} · "
         f"{fmt_rate(st)} tok/s"
-        f" · ETA {fmt_duration(st.eta_s) if not st.terminal else '-'}"
+        f" · ETA {fmt_duration(st.eta_s) if not st.ending else '-'}"
         f" · elapsed {fmt_duration(now - st.started_at) if st.started_at else '?'}"
     )
     line, bad = health(st, now)
@@ -541,7 +541,7 @@ def plain_line(host: str, st: JobView | None, now: float, note: str | None = Non
         for n, d in st.datasets.items()
     )
     line, _ = health(st, now)
-    eta = fmt_duration(st.eta_s) if not st.terminal else "-"
+    eta = fmt_duration(st.eta_s) if not st.ending else "-"
     stage = f" {label}" if (label := st.stage_spec.label) else ""
     made = f"{fmt_tokens(st.completion_tokens)} tok {fmt_rate(st)} tok/s ETA {eta}"
     if st.stage_spec.makes_rows:

@@ -270,7 +270,7 @@ def work_table(s: JobView, out: Console, now: float) -> None:
             s.dataset_state_label(name),
             _tok(d.completion_tokens),
             rates[name],
-            "-" if d.is_complete or s.terminal else _eta(d.eta_s),
+            "-" if d.is_complete or s.ending else _eta(d.eta_s),
             str(d.errors),
             *(() if rows else (str(d.finish_length),)),
         )
@@ -281,14 +281,15 @@ def work_table(s: JobView, out: Console, now: float) -> None:
     beyond = [f"{n} {d.beyond:,}" for n, d in s.datasets.items() if d.beyond]
     if beyond:
         out.print(
-            f"  records beyond the cap (made before it was lowered, or in flight then: kept on the host, left out "
+            f"  records beyond the cap (made before it was lowered or in flight then, or of prompts the file no "
+            f"longer has among its first N: kept on the host, left out "
             f"of these counts, of export and of the hidden states): {', '.join(beyond)}",
             markup=False,
         )
     out.print(
         f"  total {_tok(s.completion_tokens)} tokens{' in rows' if rows else ''}, "
         f"{total} tok/s, "
-        f"ETA {'-' if s.terminal else _eta(s.eta_s)}; {engine_text(s, now)[0]}; "
+        f"ETA {'-' if s.ending else _eta(s.eta_s)}; {engine_text(s, now)[0]}; "
         f"errors {s.errors}"
         f"{'; STALLED' if s.stalled else ''}",
         markup=False,

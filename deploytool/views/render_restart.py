@@ -181,6 +181,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
         held_back(r, out)
         caps_table(r.caps, out, r.kept, r.was)
+        caps_dropped(r, out)
         return
     if r.mode == "unchanged":
         out.print(f"{host}: caps unchanged: runner pid {r.pid} runs them already; nothing touched")
@@ -213,8 +214,22 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         if r.gpu and r.gpu.note:
             out.print(f"  {r.gpu.note}")
     caps_table(r.caps, out, r.kept, r.was)
+    caps_dropped(r, out)
     if r.mode == "live":
         beyond_lowered_caps(r.caps, out)
+
+
+def caps_dropped(r: RestartAnswer, out: Console = console) -> None:
+    """A kept cap of a dataset the deployed job no longer has goes with it: said, or a dataset put
+    back later starts again at the default cap with no word."""
+    for name, cap in r.was.caps.items():
+        if name not in r.kept.caps and name not in r.caps:
+            out.print(
+                f"  {name}: its kept cap of {cap:,} dropped: the deployed job has no {name} (put "
+                "back, it runs at the job's default cap unless given one: `--cap "
+                f"{name}={cap}`)",
+                markup=False,
+            )
 
 
 def beyond_lowered_caps(caps: dict[str, CapRow], out: Console = console) -> None:

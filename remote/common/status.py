@@ -603,12 +603,20 @@ class JobView(JobStatus):
         sw = self.switch
         return sw is not None and not sw.ended and sw.alive
 
+    @property
+    def ending(self) -> bool:
+        """Ended, or in a stop's grace: nothing new is sent, so no ETA is one to wait for."""
+        return self.terminal or self.state_label == STOPPING
+
     def dataset_state_label(self, name: str) -> str:
         """A dataset's state as a person is told it: one --datasets leaves out is not run (its
-        target is none, which would read as complete)."""
+        target is none, which would read as complete); one at work in a stop's grace, stopping."""
         if not Caps.from_dict(self.caps or {}).selected(name):
             return NOT_RUN
-        return self.datasets[name].state_label
+        label = self.datasets[name].state_label
+        if label == DatasetState.RUNNING and self.state_label == STOPPING:
+            return STOPPING
+        return label
 
     @property
     def job_ended(self) -> bool:

@@ -70,7 +70,7 @@ def caps_summary(
     replaced: dict[str, int] | None = None,
     files: dict[str, tuple[int, bool]] | None = None,
 ) -> dict[str, CapRow]:
-    """Per dataset (the runner's, then any other of the job's `names`): where it stands, its cap
+    """Per dataset of the job's `names` (the runner's first; no names: the runner's): where it stands, its cap
     now and before. A dataset the status does not know yet (a dry run), or knows in another stage
     (rows of hidden states are no answers), has its counts at 0: not known, but for its file's
     prompts where `files` counted them (`uncounted`). `replaced` (a dry run's, where a file will
@@ -78,7 +78,9 @@ def caps_summary(
     records counted in them as far as the status tells."""
     rows = {}
     same_stage = st.stage == caps.stage
-    for n in list(st.datasets) + [n for n in names if n not in st.datasets]:
+    # the job's datasets: one a deploy took out is in the status of the runner before, not the job
+    known = [n for n in st.datasets if not names or n in names]
+    for n in known + [n for n in names if n not in st.datasets]:
         d = st.datasets.get(n) if same_stage else None
         cap, selected = caps.target(n), caps.selected(n)
         row = CapRow(cap=cap, was=was.target(n), selected=selected, was_selected=was.selected(n))

@@ -168,6 +168,19 @@ def test_a_job_in_its_stop_grace_is_stopping_in_the_first_line_of_every_view():
     buf = io.StringIO()
     Console(file=buf, width=200).print(progress.host_view("gpu1", st, 0))
     assert buf.getvalue().startswith("gpu1: stopping  pid")
+    # no row reads running, and no ETA is given: nothing new is sent, none could be met
+    from remote.common.status import DatasetStatus
+
+    st.datasets = {"B9": DatasetStatus("running", 343, 600, 343, 600, in_flight=16, eta_s=73)}
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
+    row = next(x.split() for x in buf.getvalue().splitlines() if x.strip().startswith("B9"))
+    assert row[2] == "stopping" and "1m13s" not in buf.getvalue() and "1m17s" not in buf.getvalue()
+    line = progress.plain_line("gpu1", st, 0)
+    assert "ETA -" in line or "ETA" not in line, line
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(progress.host_view("gpu1", st, 0))
+    assert "running" not in buf.getvalue() and "1m13s" not in buf.getvalue(), buf.getvalue()
     st.state = "stopped"  # its verdict: the stop is over
     assert progress.plain_line("gpu1", st, 0).split(" | ")[0].endswith(" gpu1: stopped")
 

@@ -4,26 +4,12 @@ placed only where the job names them, an unsafe upload refused with nothing left
 
 from __future__ import annotations
 
-import hashlib
-import io
 import os
-import tarfile
 
 import pytest
 
 from remote.host import release
-
-
-def upload(files: dict[str, bytes], whole: bool = True) -> io.BytesIO:
-    """The upload deploy sends; `whole`: with its end (one cut short by the laptop has none)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w|") as tar:
-        for name, data in {**files, **({release.UPLOAD_END: b""} if whole else {})}.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    return buf
+from tests.helpers.release_upload import digest, upload
 
 
 def test_an_upload_cut_short_switches_nothing_and_keeps_nothing(tmp_path):
@@ -50,10 +36,6 @@ def test_an_upload_cut_short_switches_nothing_and_keeps_nothing(tmp_path):
     assert not (tmp_path / "releases" / "r2").exists()
     assert not (tmp_path / "data/prompts/B1.jsonl").exists()
     assert not [p for p in (tmp_path / "releases").iterdir() if p.name.startswith(".tmp")]
-
-
-def digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def test_only_what_changed_is_sent_the_rest_is_linked_and_current_switches(tmp_path):
@@ -217,80 +199,6 @@ def test_rollback_says_what_the_two_jobs_differ_in_and_knows_a_runner_older_than
     assert (out["job"], out["previous_job"]) == (jobs["aa1"], {})
 
 
-EAGLE = "data/draft-models/eagle"
-
-
-def draft_apply(root: str, content: dict[str, bytes], send: list[str], whole: bool = True):
-    """An apply of the draft `content` (path -> bytes) of which `send` is uploaded."""
-    files = {rel: [len(b), 1_700_000_000_000_000_000, digest(b)] for rel, b in content.items()}
-    args = {"id": "r1", "files": {}, "draft": {"folder": EAGLE, "files": files, "send": send}}
-    return release.apply(root, args, upload({f"draft/{r}": content[r] for r in send}, whole))
-
-
-def versions(tmp_path) -> list[str]:
-    return sorted(p.name for p in (tmp_path / "data/draft-models").glob(".eagle.v-*"))
-
-
-def test_a_plain_draft_folder_of_an_older_deploy_becomes_a_version_and_keeps_what_is_not_ours(
-    tmp_path,
-):
-    """data/draft-models/eagle as an older deploy left it (a plain folder, changed in place): the
-    next change is built beside it, the name becomes a link to the new version, and the old folder's
-    draft files go; a hidden file of the user's in it stays, and so does a folder of the user's."""
-    root, old = str(tmp_path), tmp_path / EAGLE
-    (old / ".cache").mkdir(parents=True)
-    (old / "a.bin").write_bytes(b"a" * 10)
-    (old / "b.bin").write_bytes(b"b" * 10)
-    (old / ".notes").write_text("mine")
-    (old / ".cache" / "x.bin").write_text("mine too")
-    (tmp_path / "data/draft-models/mine").mkdir()
-    (tmp_path / "data/draft-models/mine/z.bin").write_text("by hand")
-    plan = release.plan(root, {"drafts": [EAGLE]})
-    assert sorted(plan["drafts"][EAGLE]) == ["a.bin", "b.bin"] and plan["drafts_pending"] == {
-        EAGLE: {}
-    }
-    a_ino = os.stat(old / "a.bin").st_ino
-    draft_apply(root, {"a.bin": b"a" * 10, "b.bin": b"B" * 12}, ["b.bin"])
-    (new,) = [v for v in versions(tmp_path) if "old" not in v]
-    assert os.readlink(old) == new
-    assert (old / "a.bin").read_bytes() == b"a" * 10 and (old / "b.bin").read_bytes() == b"B" * 12
-    assert os.stat(old / "a.bin").st_ino == a_ino  # linked from the old folder, not sent
-    (left,) = [tmp_path / "data/draft-models" / v for v in versions(tmp_path) if "old" in v]
-    assert sorted(p.relative_to(left).as_posix() for p in left.rglob("*")) == [
-        ".cache",
-        ".cache/x.bin",
-        ".notes",
-    ]  # the user's, kept; the draft's files gone
-    assert (tmp_path / "data/draft-models/mine/z.bin").read_text() == "by hand"
-    cache = release._read_json(os.path.join(root, release.DRAFT_HASHES))
-    assert not [k for k in cache if k.startswith(EAGLE + "/")]
-
-
-def test_a_version_cut_off_is_never_read_from_and_lends_its_whole_files_to_the_next(tmp_path):
-    """A deploy cut off after one file arrived: the name still links to the old version; the plan
-    says the file that arrived; the next deploy (of a draft changed again meanwhile) links it rather
-    than having it sent, switches, and both the old version and the unfinished one go."""
-    root = str(tmp_path)
-    draft_apply(root, {"a.bin": b"a1"}, ["a.bin"])
-    (v1,) = versions(tmp_path)
-    with pytest.raises(ValueError, match="cut short"):
-        draft_apply(root, {"a.bin": b"a2", "b.bin": b"b2"}, ["a.bin", "b.bin"], whole=False)
-    assert os.readlink(tmp_path / EAGLE) == v1 and len(versions(tmp_path)) == 2
-    assert sorted(p.name for p in (tmp_path / EAGLE).iterdir()) == ["a.bin"]
-    assert (tmp_path / EAGLE / "a.bin").read_bytes() == b"a1"
-    plan = release.plan(root, {"drafts": [EAGLE]})
-    assert plan["drafts"][EAGLE]["a.bin"][2] == digest(b"a1")
-    assert [f[2] for f in plan["drafts_pending"][EAGLE]["a.bin"]] == [digest(b"a2")]
-    draft_apply(root, {"a.bin": b"a2", "b.bin": b"b3"}, ["b.bin"])  # a.bin: not sent again
-    (v3,) = versions(tmp_path)
-    assert os.readlink(tmp_path / EAGLE) == v3 and v3 != v1
-    assert (tmp_path / EAGLE / "a.bin").read_bytes() == b"a2"
-    assert (tmp_path / EAGLE / "b.bin").read_bytes() == b"b3"
-    with pytest.raises(ValueError, match="neither sent nor on the host"):
-        draft_apply(root, {"a.bin": b"a4"}, [])
-    assert os.readlink(tmp_path / EAGLE) == v3
-
-
 def test_a_second_deploy_or_rollback_while_one_is_under_way_changes_nothing_and_says_so(tmp_path):
     """Two terminals deploying to one host at once could each prune or drop what the other
     switches to: the second is refused in one line, its files untouched, until the first ends."""
@@ -302,11 +210,14 @@ def test_a_second_deploy_or_rollback_while_one_is_under_way_changes_nothing_and_
     for rid, text in (("r1", b"1"), ("r2", b"2")):
         files = {"remote/a.py": digest(text)}
         release.apply(root, {"id": rid, "files": files}, upload({"release/remote/a.py": text}))
-    source = release.__file__
+    from deploytool.ops.deploy import _RELEASE_SRC  # as deploy sends it
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, source, *args], capture_output=True, text=True, input=""
+            [sys.executable, "-S", "-c", _RELEASE_SRC, *args],
+            capture_output=True,
+            text=True,
+            input="",
         )
 
     fd = os.open(root, os.O_RDONLY)  # a deploy under way elsewhere

@@ -30,13 +30,17 @@ def test_control_requests_are_numbered_in_turn(tmp_path):
 def test_the_caps_answer_says_each_dataset_and_its_new_cap():
     st = JobStatus(state="running")
     st.datasets = {"B1": DatasetStatus(state="running", done=3, target=10, prompts=40)}
-    rows = caps_summary(st, Caps(max_samples=24, caps={"B2": 5}), Caps(max_samples=40), ["B2"])
+    rows = caps_summary(
+        st, Caps(max_samples=24, caps={"B2": 5}), Caps(max_samples=40), ["B1", "B2"]
+    )
     row = rows["B1"]
     assert (row.done, row.target, row.state, row.prompts, row.cap) == (3, 10, "running", 40, 24)
     assert row.changed and row.was == 40 and not row.raised
     # a dataset the status does not know yet (a dry run before its first run): its caps, no counts
     b2 = rows["B2"]
     assert (b2.cap, b2.was, b2.prompts, b2.changed, b2.raised) == (5, 40, 0, True, False)
+    # a dataset a deploy took out of the job: in the last runner's status, in no row
+    assert list(caps_summary(st, Caps(), Caps(), ["B2"])) == ["B2"]
 
 
 def test_the_caps_rows_say_each_state_as_status_says_it_a_dry_runs_under_its_caps():
@@ -112,7 +116,8 @@ def test_a_dry_run_counts_the_files_the_status_does_not_so_a_raise_stops_at_thei
     files = rp.uncounted(paths, st, Caps(max_samples=7000), tmp_path / "job.json")
     assert files == {"B1": (32, True), "B2": (32, False)}  # B3's file is not there: not known
     assert rp.uncounted(paths, st, Caps(stage="hidden-states"), tmp_path / "job.json") == {}
-    rows = caps_summary(st, Caps(max_samples=7000), Caps(max_samples=28), ["B3"], {}, files)
+    names = ["B1", "B2", "B3"]
+    rows = caps_summary(st, Caps(max_samples=7000), Caps(max_samples=28), names, {}, files)
     b1, b2, b3 = rows["B1"], rows["B2"], rows["B3"]
     assert (b1.prompts, b1.target, b1.done, b1.done_most, b1.state) == (32, 32, 0, 32, "?")
     assert (b2.prompts, b2.target, b2.done, b2.done_most, b2.state) == (32, 32, 0, None, "pending")
