@@ -178,14 +178,14 @@ def plan(c, tokens_per_dataset="", host="", tokens_per_s="", apply=False):
 
 @_task(
     help={
-        "to": "local folder (one subfolder per host)",
-        "refetch": "download again any file whose local copy is not a prefix of the host's",
+        "to": "local folder, one subfolder per host (default: pulled/ beside hosts.yaml)",
+        "refetch": "download again any file whose local copy differs from the host's (every byte compared)",
         "hidden-states": "also the hidden-states stage's rows and files (into TO/HOST/hidden_states/)",
         "free": "with --hidden-states: delete each file on the host once its copy here has the "
         "host's sha256 (the rows stay counted there)",
     }
 )
-def pull(c, host="", to="pulled", refetch=False, hidden_states=False, free=False):
+def pull(c, host="", to=None, refetch=False, hidden_states=False, free=False):
     """Copy data/outputs/ back, only what is new."""
     return commands.pull(host or None, to=to, refetch=refetch, hidden=hidden_states, free=free)
 
@@ -206,7 +206,7 @@ def pull(c, host="", to="pulled", refetch=False, hidden_states=False, free=False
         "whole": "whole-conversation rows only: a conversation holding the dataset's own answers "
         "is then left out (original_answers)",
         "mixed": "allow records made with different settings in one file",
-        "pulled": "the local folder pull writes to (one subfolder per host)",
+        "pulled": "the local folder pull writes to (default: pulled/ beside hosts.yaml)",
         "no-pull": "export what is already pulled, without asking the host for new records",
     }
 )
@@ -221,7 +221,7 @@ def export(
     per_turn=False,
     whole=False,
     mixed=False,
-    pulled="pulled",
+    pulled=None,
     no_pull=False,
 ):
     """Pull the new records, then write one training file for SpecForge, speculators or ShareGPT."""

@@ -446,7 +446,13 @@ def plan(
     return ExitCode.OK
 
 
-def pull(host_spec: str | None, *, to="pulled", refetch=False, hidden=False, free=False) -> int:
+def _pulled(folder: str | None, config) -> str:
+    """The folder pull writes to and export reads: as typed, else `pulled/` beside hosts.yaml (one
+    copy of the job's records, from whatever folder of the project a command is typed in)."""
+    return folder if folder is not None else str(config.path.resolve().parent / "pulled")
+
+
+def pull(host_spec: str | None, *, to=None, refetch=False, hidden=False, free=False) -> int:
     from .ops.out_paths import writable
     from .ops.pull_hidden import pull_all
     from .views import render
@@ -455,8 +461,8 @@ def pull(host_spec: str | None, *, to="pulled", refetch=False, hidden=False, fre
         raise UsageError(
             "--free frees the hidden-states files pulled: give it with --hidden-states"
         )
-    dest = writable(to, "--to", folder=True)
     config = _config()
+    dest = writable(_pulled(to, config), "--to", folder=True)
     results = _run(
         config,
         host_spec,
@@ -483,7 +489,7 @@ def export(
     per_turn: bool = False,
     whole: bool = False,
     mixed: bool = False,
-    pulled: str = "pulled",
+    pulled: str | None = None,
     no_pull: bool = False,
 ) -> int:
     import os
@@ -495,6 +501,7 @@ def export(
     from .views import render
 
     config = _config()
+    pulled = _pulled(pulled, config)
     export_mod.check_format(fmt)  # before anything is pulled
     target = writable(f"export-{fmt}.jsonl" if out is None else out, "--out")
     folder = os.path.abspath(pulled) if pulled else pulled

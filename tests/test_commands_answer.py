@@ -302,6 +302,17 @@ def test_a_local_copy_that_differs_names_the_command_that_fetches_it_again(tmp_p
     assert out.endswith("move them aside, or download them again: `invoke pull --refetch`"), out
     assert run_in(proj, "invoke pull --refetch").returncode == 0
     assert run_in(proj, "invoke export --format sharegpt").returncode == 0
+    # a byte changed inside the copy, its length the same: --refetch compares every byte
+    data = mine.read_bytes()
+    mid = len(data) // 2
+    mine.write_bytes(data[:mid] + (b"Y" if data[mid : mid + 1] != b"Y" else b"Z") + data[mid + 1 :])
+    assert run_in(proj, "invoke pull --refetch").returncode == 0
+    assert mine.read_bytes() == data
+    # typed in a folder of the project: the same pulled/ beside hosts.yaml, nothing fetched again
+    (proj / "docs").mkdir()
+    res = run_in(proj / "docs", "invoke pull")
+    assert res.returncode == 0 and "0 B received" in res.stdout, res.stdout
+    assert not (proj / "docs" / "pulled").exists()
 
 
 def test_a_deploy_or_rollback_while_another_is_under_way_is_one_line_and_changes_nothing(tmp_path):

@@ -119,7 +119,7 @@ def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResu
             if _append_only(p.name):
                 _cut_torn_tail(p)
             have[p.name] = p.stat().st_size
-    answer = call(conn, CtlFiles(have=have))
+    answer = call(conn, CtlFiles(have=have, whole=refetch))  # --refetch: every byte compared
     info = answer.files
     result = PullResult(conn.name, str(local_dir))
     if info:  # made only once there is something to put in it (no empty folder after a failure)
@@ -150,7 +150,8 @@ def sync(conn, info: dict, have: dict, remote_dir: str, local_dir: Path, refetch
             else:
                 result.files[name] = Pulled("fetched", fetch_whole(conn, remote, local, size)[0])
             continue
-        diverged = mine > size or (mine > 0 and e.prefix_sha256 != prefix_hash(local, mine))
+        ours = prefix_hash(local, mine, whole=refetch)
+        diverged = mine > size or (mine > 0 and e.prefix_sha256 != ours)
         if diverged:
             if not refetch:
                 result.refused.append(name)

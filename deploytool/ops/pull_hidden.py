@@ -41,7 +41,7 @@ def pull_hidden(
     for p in local_root.glob(f"*/{ROWS}"):
         _cut_torn_tail(p)
         have[f"{p.parent.name}/{ROWS}"] = p.stat().st_size
-    info = call(conn, CtlFiles(have=have, hidden=True)).files
+    info = call(conn, CtlFiles(have=have, hidden=True, whole=refetch)).files
     remote_root = f"{conn.remote_dir.rstrip('/')}/data/hidden_states"
     ledgers = PullResult(result.host, str(local_root))
     sync(conn, info, have, remote_root, local_root, refetch, ledgers)

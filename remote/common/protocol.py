@@ -300,6 +300,7 @@ class CtlFiles(Request):
     help: ClassVar = "sizes and prefix hashes of data/outputs files, for pull"
     have: dict = opt({}, "JSON {name: local size}", json_arg=True)
     hidden: bool = opt(False, "the hidden-states stage's ledgers instead (<DS>/rows.jsonl)")
+    whole: bool = opt(False, "hash every byte of each local copy's length, not its last block")
 
 
 @dataclass

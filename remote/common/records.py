@@ -338,19 +338,26 @@ class Record:
 PREFIX_BLOCK = 64 * 1024
 
 
-def prefix_hash(path: Path, end: int) -> str | None:
-    """sha256 of the last block before `end`: enough to tell an appended file from a replaced one.
-    Both sides of pull call this one function, so they hash the same bytes."""
+def prefix_hash(path: Path, end: int, whole: bool = False) -> str | None:
+    """sha256 of the last block before `end`: enough to tell an appended file from a replaced one;
+    `whole`: of every byte before it (pull --refetch: a copy changed in place is found too). Both
+    sides of pull call this one function, so they hash the same bytes."""
     import hashlib
 
-    start = max(0, end - PREFIX_BLOCK)
+    start = 0 if whole else max(0, end - PREFIX_BLOCK)
+    h, left = hashlib.sha256(), end - start
     try:
         with open(path, "rb") as f:
             f.seek(start)
-            data = f.read(end - start)
+            while left > 0:
+                block = f.read(min(left, 1 << 20))
+                if not block:
+                    return None
+                h.update(block)
+                left -= len(block)
     except FileNotFoundError:
         return None
-    return hashlib.sha256(data).hexdigest() if len(data) == end - start else None
+    return h.hexdigest()
 
 
 # `ctl free`'s word for a row whose file is not the copy's (nothing freed); pull removes that copy
@@ -372,20 +379,21 @@ def file_sha256(path: Path) -> str | None:
     return h.hexdigest()
 
 
-def _pull_entry(p: Path, local) -> dict:
-    """A file's size, and the hash before the end of the local copy (`local` bytes) where one is."""
+def _pull_entry(p: Path, local, whole: bool = False) -> dict:
+    """A file's size, and the hash before the end of the local copy (`local` bytes) where one is
+    (`whole`: of all of them)."""
     entry = {"size": p.stat().st_size}
     if isinstance(local, int) and 0 < local <= entry["size"]:
-        entry["prefix_sha256"] = prefix_hash(p, local)
+        entry["prefix_sha256"] = prefix_hash(p, local, whole)
     return entry
 
 
-def hidden_ledgers(paths: Paths, have: dict) -> dict:
+def hidden_ledgers(paths: Paths, have: dict, whole: bool = False) -> dict:
     """The hidden-states stage's ledgers (<DS>/rows.jsonl, append-only), for pull."""
     out = {}
     for p in sorted(paths.hidden_states.glob("*/" + ROWS)):
         name = f"{p.parent.name}/{p.name}"
-        out[name] = _pull_entry(p, have.get(name))
+        out[name] = _pull_entry(p, have.get(name), whole)
     return out
 
 
@@ -401,7 +409,7 @@ def in_job_order(names, datasets: list[str]) -> list[str]:
     return sorted(names, key=key)
 
 
-def output_files(paths: Paths, have: dict, datasets: list[str] = ()) -> dict:
+def output_files(paths: Paths, have: dict, datasets: list[str] = (), whole: bool = False) -> dict:
     """The output files to pull, in the order of the job's `datasets`."""
     out = {}
     if not paths.outputs.is_dir():
@@ -412,7 +420,7 @@ def output_files(paths: Paths, have: dict, datasets: list[str] = ()) -> dict:
             # .idx: the runner's own index, rebuilt from the outputs wherever they are;
             # .partial.jsonl: turns of unfinished conversations, rewritten at every start
             continue
-        entry = out[p.name] = _pull_entry(p, have.get(p.name))
+        entry = out[p.name] = _pull_entry(p, have.get(p.name), whole)
         if not p.name.endswith((".jsonl", ".torn")):
             size = entry["size"]
             entry["sha256"] = prefix_hash(p, size) if size <= PREFIX_BLOCK else None

@@ -17,9 +17,9 @@ from ..job.store.prompts import dataset_target
 def answer(paths: Paths, req: CtlFiles) -> FilesAnswer:
     caps = kept_caps(paths)
     if req.hidden:
-        return FilesAnswer(_info(hidden_ledgers(paths, req.have)), caps)
+        return FilesAnswer(_info(hidden_ledgers(paths, req.have, req.whole)), caps)
     job = deployed_spec()
-    found = output_files(paths, req.have, job.dataset_names() if job else [])
+    found = output_files(paths, req.have, job.dataset_names() if job else [], req.whole)
     return FilesAnswer(_info(found), caps, beyond_caps(paths, job, caps) if job else None)
 
 

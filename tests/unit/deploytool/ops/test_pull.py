@@ -26,7 +26,8 @@ def host_and_here(tmp_path):
 
 def once(conn, outputs, here, refetch=False) -> dict:
     have = {p.name: p.stat().st_size for p in here.iterdir()}
-    info = {n: FileInfo(**e) for n, e in output_files(Paths(Path(conn.remote_dir)), have).items()}
+    found = output_files(Paths(Path(conn.remote_dir)), have, whole=refetch)  # as pull asks
+    info = {n: FileInfo(**e) for n, e in found.items()}
     result = pull.PullResult("box", str(here))
     pull.sync(conn, info, have, str(outputs), here, refetch, result)
     return {name: (p.action, p.bytes) for name, p in result.files.items()}
@@ -59,6 +60,19 @@ def test_a_copy_that_is_no_prefix_of_the_hosts_is_refused_unless_fetched_again(t
     assert (here / "B1.jsonl").read_bytes() == b'{"id": 9}\n'  # left as it was
     assert once(conn, outputs, here, refetch=True)["B1.jsonl"][0] == "re-fetched"
     assert (here / "B1.jsonl").read_bytes() == (outputs / "B1.jsonl").read_bytes()
+
+
+def test_refetch_finds_a_copy_changed_in_place_far_from_its_end(tmp_path):
+    """A byte changed at the start of a copy of 200 KiB, its length the same: the last block's hash
+    cannot see it; --refetch compares every byte and fetches it again."""
+    conn, outputs, here = host_and_here(tmp_path)
+    lines = b"".join(b'{"id": %d, "pad": "%s"}\n' % (i, b"x" * 100) for i in range(2000))
+    (outputs / "B1.jsonl").write_bytes(lines)
+    once(conn, outputs, here)
+    (here / "B1.jsonl").write_bytes(b'{"id": 7' + lines[8:])  # was 0
+    assert once(conn, outputs, here)["B1.jsonl"][0] == "unchanged"  # a plain pull: no cost to see
+    assert once(conn, outputs, here, refetch=True)["B1.jsonl"][0] == "re-fetched"
+    assert (here / "B1.jsonl").read_bytes() == lines
 
 
 def test_a_tail_torn_by_a_killed_pull_is_cut_back_to_its_last_line(tmp_path):
