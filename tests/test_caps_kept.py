@@ -465,3 +465,20 @@ def test_a_dataset_taken_out_of_the_job_says_its_kept_cap_is_dropped(box):
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     ok("invoke deploy", config)
     assert "dropped" not in ok("invoke restart", config)
+
+
+def test_the_datasets_a_run_leaves_out_are_said_where_its_rows_are_shown(box):
+    """`--datasets B2` starts a runner of B2 alone: the others are in no row and no figure, and
+    status and tail say which and that their records are kept (it read as if they were gone)."""
+    config, root = box
+    ok("invoke restart --max-samples 2", config)
+    finish(config)
+    ok("invoke restart --datasets B2 --max-samples 3", config)
+    finish(config)
+    said = "not run (--datasets): B1, B3: their records are kept, in none of these figures"
+    out = ok("invoke status", config)
+    assert said in out and not [x for x in out.splitlines() if x.split()[:1] == ["B1"]], out
+    assert status(root)["not_run"] == ["B1", "B3"]
+    ok("invoke restart --datasets all", config)
+    finish(config)
+    assert "not run" not in ok("invoke status", config)

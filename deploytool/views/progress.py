@@ -295,6 +295,14 @@ def extra_lines(st: JobView, now: float) -> list[tuple[str, str]]:
     out += [(text, style) for text, style in ((kept_line(st), DIM), (gpu_line(st), "")) if text]
     out += [disk] if (disk := disk_line(st)) else []
     out += [(text, "yellow") for text in hints(st) + notices(st)]
+    if left := [n for n in st.not_run if n not in st.datasets]:  # rows the runner has none of
+        out.append(
+            (
+                f"not run (--datasets): {', '.join(left)}: their records are kept, in none of these "
+                "figures (`invoke restart --datasets all` runs every dataset)",
+                DIM,
+            )
+        )
     if st.strays:  # `ctl status` looks for them at every look: every view says it
         strays = f"runner processes without a pid file: {st.strays}"
         out.append((f"{strays} (restart or stop takes care of them)", "red"))

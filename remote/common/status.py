@@ -483,6 +483,8 @@ class JobStatus(Record):
     release: str | None = None
     root: str | None = None
     caps: dict = field(default_factory=dict)
+    # the job's datasets the caps leave out (--datasets): their records kept, in none of the counts
+    not_run: list[str] = field(default_factory=list)
     control_seq: int = 0
     control_error: str | None = None
     reloaded: dict[str, Reload] = field(default_factory=dict)  # by the last re-cap

@@ -143,6 +143,7 @@ class Runner:
             release=str(release_dir()),
             root=str(self.paths.root),
             caps=self.stage.caps.to_dict(),
+            not_run=[n for n in self.job.dataset_names() if not self.stage.caps.selected(n)],
             control_seq=self.control.seq,
             control_error=self.control.error,
             draining=self.stop.draining,
