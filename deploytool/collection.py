@@ -11,7 +11,7 @@ from remote.common.flags import helps
 from remote.common.protocol import GRACE_S, CtlRestart, CtlStop
 
 from . import commands
-from .errors import DeployToolError
+from .errors import DeployToolError, ExitCode
 from .views import typed
 
 HOST_HELP = "host name(s) from hosts.yaml, comma-separated (default: default_host)"
@@ -41,6 +41,12 @@ def _cli(fn):
             for line in e.details:
                 print(f"  | {line}", file=sys.stderr)
             raise Exit(f"error: {typed.say(str(e), e.host)}", int(e.code)) from None
+        except KeyboardInterrupt:  # a command that follows the host says what goes on there itself
+            print(
+                "interrupted (Ctrl-C): nothing here is left half-written; run it again to finish",
+                file=sys.stderr,
+            )
+            raise Exit(code=int(ExitCode.FAILED)) from None
         if code:
             raise Exit(code=int(code))
 

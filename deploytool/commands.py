@@ -385,7 +385,7 @@ def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) 
 
     config = _config()
     if grace < 0:
-        raise UsageError(f"--grace: must be >= 0, got {grace}")
+        raise UsageError(f"--grace: expected seconds, 0 or more, got {grace:g}")
 
     def one(conn):
         return control.stop_and_follow(

@@ -377,3 +377,39 @@ def test_a_file_without_ids_rewritten_under_its_records_is_refused_by_any_start_
     asked = [json.loads(x)["conversations"][0]["content"] for x in (outputs / "B1.jsonl").open()]
     want = [json.loads(x)["prompt"] for x in path.read_text().splitlines()]
     assert sorted(asked) == sorted(want)  # each prompt once, each record its own prompt's
+
+
+def test_ctrl_c_in_a_command_of_this_machine_says_so_and_leaves_its_file_as_it_was(tmp_path):
+    """Ctrl-C while export reads a pulled file (a pipe nobody writes to, so it waits there): one
+    line, exit 1, no traceback, and the training file of the export before as it was."""
+    import errno
+    import os
+    import signal
+    import time
+
+    proj, _ = _project(tmp_path)
+    here = proj / "pulled" / "box"
+    here.mkdir(parents=True)
+    os.mkfifo(here / "B1.jsonl")
+    out = proj / "train.jsonl"
+    out.write_text("the export before\n")
+    proc = _at_a_terminal(proj, "export", "--no-pull", "--format", "sharegpt", "--out", str(out))
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # export has the pipe open to read: a writer may open it now
+            try:
+                fd = os.open(here / "B1.jsonl", os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as e:
+                assert e.errno == errno.ENXIO and proc.poll() is None, proc.stdout.read()
+                assert time.monotonic() < deadline, "export never opened the pulled file"
+                time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        said, _ = proc.communicate(timeout=120)
+        os.close(fd)
+        assert proc.returncode == 1, said
+        assert "interrupted (Ctrl-C): nothing here is left half-written" in said, said
+        assert "Traceback" not in said, said
+        assert out.read_text() == "the export before\n"
+    finally:
+        proc.kill()

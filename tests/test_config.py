@@ -332,3 +332,13 @@ def test_a_key_given_twice_is_an_error_never_the_last_one_kept_silently(tmp_path
     assert twice != text and twice.count("    B1:") == 2
     with pytest.raises(ConfigError, match=r"line \d+, .*B1 given twice in one mapping"):
         load_config(write(tmp_path, twice))
+
+
+def test_a_token_count_at_or_below_zero_is_said_one_way(tmp_path):
+    for bad in (-5, 0):
+        data = with_(job__datasets={"B1": {"prompts": "data/B1.jsonl", "est_tokens": bad}})
+        with pytest.raises(ConfigError) as e:
+            load_config(write(tmp_path, data))
+        assert str(e.value) == (
+            f"job.datasets.B1.est_tokens: expected a positive token count, got {bad}"
+        ), str(e.value)

@@ -22,9 +22,15 @@ def parse_plan_args(tokens_per_dataset: str, tokens_per_s: str | None) -> tuple[
     target = parsed("--tokens-per-dataset", tokens_per_dataset)
     rate = float(parsed("--tokens-per-s", tokens_per_s)) if tokens_per_s else None
     if target <= 0:
-        raise UsageError("--tokens-per-dataset must be positive")
+        raise UsageError(
+            f"--tokens-per-dataset: expected a positive token count, got {tokens_per_dataset}: "
+            "`invoke plan --tokens-per-dataset 10M`"
+        )
     if rate is not None and rate <= 0:
-        raise UsageError("--tokens-per-s must be positive")
+        raise UsageError(
+            f"--tokens-per-s: expected a positive token count, got {tokens_per_s}; leave it out "
+            "to plan at the job's measured speed"
+        )
     return target, rate
 
 

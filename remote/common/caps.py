@@ -99,7 +99,7 @@ class Target:
 
 
 DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_TOKENS_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGbB]?)\s*$")
+_TOKENS_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kKmMgGbB]?)\s*$")
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000, "b": 1_000_000_000}
 
 
@@ -117,6 +117,8 @@ def parse_tokens(text: str | int) -> int:
     value = Fraction(m.group(1)) * _SCALE[m.group(2).lower()]
     if value.denominator != 1:
         raise ValueError(f"token count {text!r} is not a whole number")
+    if value < 0:
+        raise ValueError(f"expected a non-negative token count, got {text}")
     return int(value)
 
 

@@ -149,6 +149,8 @@ def url_list(where: str, v: Any) -> tuple[str, ...]:
 
 
 def tokens(where: str, v: Any) -> int:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
+        raise BadValue(f"{where}: expected a positive token count, got {show(v)}")
     try:
         n = parse_tokens(v)
     except ValueError as e:

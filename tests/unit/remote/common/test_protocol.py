@@ -151,7 +151,7 @@ def test_a_fault_carries_its_code_fix_and_log():
     [
         (["ctl", "frob"], "invalid choice: 'frob'"),
         (["server", "stat"], "invalid choice: 'stat'"),
-        (["ctl", "stop", "--grace", "-1"], "--grace: must be >= 0"),
+        (["ctl", "stop", "--grace", "-1"], "--grace: expected seconds, 0 or more, got -1"),
         (["ctl", "start", "--cap", "B1"], "--cap expects DS=N"),
         (["ctl", "status", "--unknown"], "unrecognized arguments: --unknown"),
         ([], "the following arguments are required: command"),
