@@ -449,7 +449,7 @@ def plan(
 def _pulled(folder: str | None, config) -> str:
     """The folder pull writes to and export reads: as typed, else `pulled/` beside hosts.yaml (one
     copy of the job's records, from whatever folder of the project a command is typed in)."""
-    return folder if folder is not None else str(config.path.resolve().parent / "pulled")
+    return folder if folder is not None else str(config.base_dir / "pulled")
 
 
 def pull(host_spec: str | None, *, to=None, refetch=False, hidden=False, free=False) -> int:

@@ -325,7 +325,7 @@ def test_a_deploy_or_rollback_while_another_is_under_way_is_one_line_and_changes
     (proj / "data" / "prompts" / "B1.jsonl").write_text("")  # a change to send
     write_prompts(proj / "data" / "prompts" / "B1.jsonl", 6, "B1")
     before = sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*"))
-    fd = os.open(root, os.O_RDONLY)  # the first deploy, under way
+    fd = os.open(root / "releases" / ".deploy.lock", os.O_RDWR)  # the first deploy, under way
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         for line in ("invoke deploy", "invoke rollback"):

@@ -33,8 +33,9 @@ DROP_REASONS = {
     "assistant turn of a row",
     "role_order": "a message order SpecForge's parser cuts (e.g. a system message right before the "
     "answer), losing the reply",
-    "beyond_cap": "a record of a prompt past its dataset's cap (made before the cap was lowered, or "
-    "in flight then): the job's records are those of each dataset's first N prompts",
+    "beyond_cap": "a record of a prompt past its dataset's cap (made before the cap was lowered or "
+    "in flight then, or of a prompt its file no longer has among its first N): the job's records "
+    "are those of each dataset's first N prompts, in the file as it is now",
 }
 # what makes records differ as training data (turns: last and all mix well in one file)
 SETTINGS = ("model", "sampling", "chat_template_kwargs", "extra_body")

@@ -352,7 +352,9 @@ def totals(statuses: list[JobView]) -> tuple[int, str, int | None]:
     rates = [job_rate(s.state, s.tokens_per_s, s.mean_tokens_per_s) for s in working]
     rate = fmt_tokens(sum(r or 0 for r, _ in rates)) + ("*" if any(m for _, m in rates) else "")
     etas = [s.eta_s for s in statuses if not s.ending]
-    return tok, rate, max(etas) if etas and None not in etas else (None if etas else 0)
+    if not etas:  # every host ended (nothing left: 0), or one still ends its work (none to give)
+        return tok, rate, None if any(not s.terminal for s in statuses) else 0
+    return tok, rate, max(etas) if None not in etas else None
 
 
 def kept_line(st: JobView) -> str | None:
@@ -530,7 +532,8 @@ def draft_text(st: JobView, d: DatasetStatus) -> str:
 
 
 def beyond_text(n: int) -> str:
-    """Records made before a cap was lowered: kept on the host, counted apart wherever counts are."""
+    """Records beyond the cap (made before it was lowered, or of prompts the file no longer has
+    among its first N): kept on the host, counted apart wherever counts are."""
     return f" +{n:,} beyond the cap" if n else ""
 
 

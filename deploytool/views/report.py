@@ -341,7 +341,8 @@ def page(data: ReportAnswer) -> str:
     hist = data.history
     made = time.strftime("%Y-%m-%d %H:%M:%S")
     rate = _rate(data)
-    state = f"stage {label}: {st.state}" if (label := st.stage_spec.label) else st.state
+    said = st.state_label  # as status says it (stopping, recovering), not the file's word
+    state = f"stage {label}: {said}" if (label := st.stage_spec.label) else said
     answers = sum(d.tokens for d in ds.values())
     restarts = restarts_table(data.restarts)
     return f"""<!doctype html>

@@ -81,6 +81,8 @@ class Target:
     """Which of a dataset's records are the job's, counted, exported and given to the hidden states:
     those of its first `n` prompts (None: every prompt). A record beyond it (made before the cap
     was lowered, or of a prompt the file no longer has) stays on disk, left out of all of them.
+    (Whether a dataset is run at all is the caps' selection: export and the report take every
+    dataset's records; a stage, those of the datasets it runs.)
     The runner's rule: the prompt's id among the first `n` of the file as it is now (`ids`); a
     record keeps the index its prompt had when it was made, which a changed file moves, so the
     index decides only where the file cannot be read. `beyond`: the ids the host found beyond it,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -283,23 +284,41 @@ class LineIds(Record):
 
 def line_ids_moved(paths: Paths, name: str, prompts: Path) -> bool:
     """Dataset `name` has records named by line number that the file at `prompts` no longer
-    begins with (its prompts moved under them)."""
+    begins with (its prompts moved under them). A file whose every prompt now has an `id` moves
+    none: its ids are not line numbers (the old records are then of no prompt of it, beyond it)."""
     out = paths.output(name)
     kept = LineIds.read(paths.line_ids / f"{name}.json")
     has_records = out.exists() and out.stat().st_size > 0
-    return bool(kept and has_records and not kept.begin(prompts))
+    return bool(kept and has_records and not kept.begin(prompts) and not _all_ids(prompts))
 
 
-def moved_text(name: str, where: str, live: bool) -> str:
-    """Why a prompt file with line-number ids that was rewritten (not only appended to) is not
+def _all_ids(path: Path) -> bool:
+    """Every prompt line of the file has an `id` (a blank line is no prompt)."""
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                if raw.strip():
+                    obj = json.loads(raw)
+                    if not isinstance(obj, dict) or obj.get("id") in (None, ""):
+                        return False
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def moved_text(names: list[str], where: list[str], live: bool) -> str:
+    """Why prompt files with line-number ids that were rewritten (not only appended to) are not
     used, and the ways out."""
     how = "reloaded live" if live else "started on"
+    files = ", ".join(f"{n}: {w}" for n, w in zip(names, where))
+    outs = ", ".join(f"data/outputs/{n}.jsonl" for n in names)
+    was, its = ("was", "its") if len(names) == 1 else ("were", "their")
     return (
-        f"{name}: {where} was rewritten, not only appended to, and its prompts have no `id`: the "
-        "line-number ids of the records already written would now name other prompts, so it is "
-        f"not {how} and nothing changed. Put the file back as it was (prompts added at its end "
-        f"only), give every prompt an `id`, or move data/outputs/{name}.jsonl aside to make the "
-        "dataset again from the new file"
+        f"{files} {was} rewritten, not only appended to, and {its} prompts have no `id`: the line-number "
+        f"ids of the records already written would now name other prompts, so it is not {how} "
+        "and nothing changed. Put the file back as it was (new prompts at its end only), or move "
+        f"{outs} aside to make the dataset again from the new file (with an `id` on every prompt, "
+        "a file may later be reordered freely)"
     )
 
 

@@ -193,8 +193,9 @@ class DatasetStatus(Codec):
 
     @property
     def beyond(self) -> int:
-        """Records beyond the cap (made before it was lowered): kept, counted in none of the rest. A
-        dataset not in --datasets (no target) has none."""
+        """Records beyond the cap (made before it was lowered, or of prompts the file no longer has
+        among its first N): kept, counted in none of the rest. A dataset not in --datasets (no
+        target) has none."""
         return max(0, self.records - self.done) if self.target else 0
 
     @property
@@ -607,8 +608,9 @@ class JobView(JobStatus):
 
     @property
     def ending(self) -> bool:
-        """Ended, or in a stop's grace: nothing new is sent, so no ETA is one to wait for."""
-        return self.terminal or self.state_label == STOPPING
+        """Ended, in a stop's grace or draining: nothing new is sent, so no ETA is one to wait
+        for."""
+        return self.terminal or self.state_label == STOPPING or self.draining
 
     def dataset_state_label(self, name: str) -> str:
         """A dataset's state as a person is told it: one --datasets leaves out is not run (its
@@ -616,7 +618,7 @@ class JobView(JobStatus):
         if not Caps.from_dict(self.caps or {}).selected(name):
             return NOT_RUN
         label = self.datasets[name].state_label
-        if label == DatasetState.RUNNING and self.state_label == STOPPING:
+        if label == DatasetState.RUNNING and self.ending and not self.terminal:
             return STOPPING
         return label
 

@@ -305,7 +305,8 @@ def _draft_drop_old(root, folder, cache):
 def _drop_drafts_left_over(root, draft=None, cache=None):
     """Versions their draft's name does not link to (but the draft this deploy sent's): one a
     deploy cut off left, not sent again since (the draft went back to what it was) or no longer
-    named at all."""
+    named at all. Only beside a name the tool links to a version of its own: a folder of the
+    user's that only looks like a version is never touched."""
     top = os.path.join(root, DRAFT_COPIES)
     try:
         entries = os.listdir(top)
@@ -315,7 +316,9 @@ def _drop_drafts_left_over(root, draft=None, cache=None):
     sent = draft["folder"] if draft else None
     for name in sorted(names):
         folder = DRAFT_COPIES + "/" + name
-        if not name or name.startswith(".") or folder == sent:
+        link = os.path.join(top, name)
+        ours = os.path.islink(link) and _is_version(name, os.readlink(link))
+        if not name or name.startswith(".") or folder == sent or not ours:
             continue
         cur = _draft_current(root, folder)
         if [v for v in _draft_versions(root, folder) if v != cur]:

@@ -464,26 +464,40 @@ def rollback(root, args):
 _HELD = []  # the root's lock while this process holds it (a kill -9 frees it)
 
 
+LOCK = ".deploy.lock"  # under releases/: held by the deploy or rollback under way
+
+
 @contextlib.contextmanager
 def _one_at_a_time(root):
     """One deploy or rollback at a time on a host: two at once could each prune or drop what the
-    other is switching to. An flock on the remote_dir itself (nothing written for it), taken once
-    per process; a host not deployed to yet has nothing to guard until apply makes the folder."""
+    other is switching to. An flock on releases/.deploy.lock, taken once per process; a host not
+    deployed to yet has nothing to guard until apply makes the folder. A filesystem that has no
+    flock (an NFS mount without locking) is not refused for it: nothing is guarded there."""
     import fcntl
 
-    root = os.path.expanduser(root)
-    if _HELD or not os.path.isdir(root):
+    rel_dir = os.path.join(os.path.expanduser(root), "releases")
+    if _HELD or not os.path.isdir(rel_dir):
         yield
         return
-    fd = os.open(root, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = os.open(os.path.join(rel_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        fd = None  # a folder this user may not write: apply would fail on its own, said there
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise ValueError(
             "another deploy or rollback to this host is under way (from another terminal or "
             "machine); nothing was changed: run this again once it has ended"
         ) from None
+    except OSError:  # no locks on this filesystem
+        os.close(fd)
+        fd = None
+    if fd is None:
+        yield
+        return
     _HELD.append(fd)
     try:
         yield

@@ -49,7 +49,7 @@ def _created(line: bytes) -> int | None:
 class Scanned:
     lengths: list[int] = field(default_factory=list)  # response tokens of each record in the cap
     finish: collections.Counter = field(default_factory=collections.Counter)
-    beyond: int = 0  # records beyond the cap (made before it was lowered)
+    beyond: int = 0  # records beyond the cap (caps.Target)
 
 
 def scan_outputs(path: Path, target: Target, made: collections.Counter) -> Scanned:

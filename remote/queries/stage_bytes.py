@@ -14,15 +14,16 @@ from ..common.answers import StageBytes
 from ..common.caps import Target
 from ..common.jobspec import Paths, ServerSpec
 from ..common.records import ROWS, Record, row_lines
+from ..job.store.outputs import load_existing
 
 SAMPLE = 1000  # lines read per file for a mean: plan answers at once on a job of millions
 DEFAULT_LAYERS = 4  # speculators' default [2, L/2, L-3, L]
 
 
-def mean_row_tokens(path: Path) -> tuple[float | None, int]:
-    """The mean tokens of a record's rows over its file's first records, and how many of them had
-    token ids (the stage leaves the others out)."""
-    tokens = with_ids = 0
+def mean_row_tokens(path: Path) -> tuple[float | None, int, int]:
+    """The mean tokens of a record's rows over its file's first records, how many of them had
+    token ids (the stage leaves the others out), and how many were read."""
+    tokens = with_ids = read = 0
     try:
         with open(path, encoding="utf-8") as f:
             for line in itertools.islice(f, SAMPLE):
@@ -30,12 +31,13 @@ def mean_row_tokens(path: Path) -> tuple[float | None, int]:
                     rows = Record.from_json(json.loads(line)).token_rows()
                 except (ValueError, TypeError, KeyError, AttributeError):
                     continue  # a torn last line
+                read += 1
                 if rows:
                     with_ids += 1
                     tokens += sum(len(r.input_ids) for r in rows)
     except OSError:
-        return None, 0
-    return (tokens / with_ids if with_ids else None), with_ids
+        return None, 0, 0
+    return (tokens / with_ids if with_ids else None), with_ids, read
 
 
 def measured_per_token(paths: Paths) -> float | None:
@@ -76,15 +78,9 @@ def stage_bytes(
     record with rows counts its rows' tokens, one without the first records' mean."""
     tokens = made = sampled = 0
     for ds, target in targets.items():
-        mean, with_ids = mean_row_tokens(paths.output(ds))
+        mean, with_ids, read = mean_row_tokens(paths.output(ds))
         sampled += with_ids
-        rows = [
-            row
-            for row, _ in row_lines(paths.hidden_states / ds / ROWS)
-            if target.ids is None or row.record in target.ids
-        ]
-        have = sum(row.tokens for row in rows)
-        left = max(0, (target.n or 0) - len({row.record for row in rows}))
+        have, left = _made_and_left(paths, ds, target, with_ids / read if read else 1.0)
         tokens, made = tokens + have + int((mean or 0) * left), made + have
     bpt, basis = per_token(paths, spec, simulated)
     try:
@@ -94,3 +90,22 @@ def stage_bytes(
     return StageBytes(
         tokens=tokens, made=made, bytes_per_token=bpt, basis=basis, free=free, sampled=sampled
     )
+
+
+def _made_and_left(paths: Paths, ds: str, target: Target, share: float) -> tuple[int, float]:
+    """The tokens of the rows made of the target's records, and how many of its records are left
+    to make rows of: those not made yet, and those made with no rows, at the `share` of records
+    that carry token ids (the stage leaves the others out: never counted as left)."""
+    rows = [
+        row
+        for row, _ in row_lines(paths.hidden_states / ds / ROWS)
+        if target.ids is None or row.record in target.ids
+    ]
+    with_rows = {row.record for row in rows}
+    have = sum(row.tokens for row in rows)
+    if target.ids is None:  # no prompt file to read: the cap alone
+        return have, max(0, (target.n or 0) - len(with_rows))
+    recorded = load_existing(paths.output(ds), update_index=False).ids
+    unmade = len(target.ids - recorded)
+    no_rows = len((target.ids & recorded) - with_rows)
+    return have, unmade + no_rows * share

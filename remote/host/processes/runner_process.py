@@ -171,9 +171,15 @@ def refuse_mixed_settings(
     prompt file rewritten under records that name their prompts by line number is refused,
     `force` or not: no flag makes those ids name the prompts they were made from."""
     spec = deployed_spec(job)
-    for ds in spec.datasets if spec else ():
-        if caps.selected(ds.name) and line_ids_moved(paths, ds.name, paths.root / ds.prompts):
-            raise HostFault("bad_config", moved_text(ds.name, ds.prompts, live=False))
+    asks = stage_of(caps.stage).makes_answers  # a stage that asks the prompts for answers
+    moved = [
+        ds
+        for ds in (spec.datasets if spec and asks else ())
+        if caps.selected(ds.name) and line_ids_moved(paths, ds.name, paths.root / ds.prompts)
+    ]
+    if moved:
+        names, files = [ds.name for ds in moved], [ds.prompts for ds in moved]
+        raise HostFault("bad_config", moved_text(names, files, live=False))
     mixed = mixed_settings(paths, caps, job, answering)
     if mixed and force:
         return dataset_changes_text(mixed)

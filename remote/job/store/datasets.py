@@ -245,7 +245,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
     prompts = PromptFile(path, spec.name, cache_dir=paths.prompt_index, turns=spec.turns)
     if not line_ids_unchanged(paths, spec.name, prompts):
         prompts.close()
-        raise BadInput(moved_text(spec.name, spec.prompts, live=False))
+        raise BadInput(moved_text([spec.name], [spec.prompts], live=False))
     run = DatasetRun(
         spec,
         prompts,

@@ -232,6 +232,9 @@ def line_ids_unchanged(paths, name: str, prompts: PromptFile) -> bool:
     if prompts.explicit_ids:
         kept.unlink(missing_ok=True)
         return True
+    was = LineIds.read(kept)
+    if was and was.size == prompts.identity["size"] and was.begin(prompts.path):
+        return True  # the same file: one read, no hash to keep again
     if line_ids_moved(paths, name, prompts.path):
         return False
     kept.parent.mkdir(parents=True, exist_ok=True)

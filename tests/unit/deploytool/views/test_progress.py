@@ -122,6 +122,21 @@ def test_every_view_says_a_job_is_draining_until_it_stops():
     buf = io.StringIO()
     render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
     assert text in buf.getvalue() and text in progress.plain_line("gpu1", st, 0)
+    # nothing new is sent: no ETA, and no dataset reads running
+    from remote.common.status import DatasetStatus
+
+    st.datasets = {"B1": DatasetStatus("running", 3, 10, 3, 10, in_flight=16, eta_s=73)}
+    st.eta_s = 77
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
+    row = next(x.split() for x in buf.getvalue().splitlines() if x.strip().startswith("B1"))
+    assert row[2] == "stopping" and "1m13s" not in buf.getvalue() and "1m17s" not in buf.getvalue()
+    other = JobView(state="running", host="gpu2", eta_s=30)
+    assert progress.totals([st, other])[2] == 30  # the host still at work gives the ETA
+    other.stopping = 10.0
+    assert progress.totals([st, other])[2] is None  # every host ending its work: none to give
+    other.state, st.state = "finished", "finished"
+    assert progress.totals([st, other])[2] == 0
     st.state = "stopped"
     assert "draining" not in progress.plain_line("gpu1", st, 0)
 

@@ -90,3 +90,19 @@ def test_a_version_cut_off_is_never_read_from_and_lends_its_whole_files_to_the_n
     with pytest.raises(ValueError, match="neither sent nor on the host"):
         draft_apply(root, {"a.bin": b"a4"}, [])
     assert os.readlink(tmp_path / EAGLE) == v3
+
+
+def test_a_folder_that_only_looks_like_a_version_is_never_left_over(tmp_path):
+    """A deploy with nothing of the draft to send drops what a cut-off deploy left beside a name the
+    tool links to, and nothing beside a name it does not (a folder of the user's)."""
+    root = str(tmp_path)
+    draft_apply(root, {"a.bin": b"a1"}, ["a.bin"])
+    with pytest.raises(ValueError, match="cut short"):
+        draft_apply(root, {"a.bin": b"a2"}, ["a.bin"], whole=False)
+    mine = tmp_path / "data/draft-models" / ".foo.v-old"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    assert len(versions(tmp_path)) == 2
+    release.apply(root, {"id": "r2", "files": {}}, upload({}))  # no draft sent
+    assert versions(tmp_path) == [os.readlink(tmp_path / EAGLE)]
+    assert (mine / "notes.txt").read_text() == "the user's"
