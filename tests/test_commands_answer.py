@@ -358,8 +358,17 @@ def test_a_file_without_ids_rewritten_under_its_records_is_refused_by_any_start_
     assert run_in(proj, "invoke restart --max-samples 3").returncode == 0
     assert "finished" in run_in(proj, "invoke tail").stdout.splitlines()[-1]
     first = path.read_text()
-    path.write_text(json.dumps({"prompt": "a new first prompt"}) + "\n" + first)
-    assert run_in(proj, "invoke deploy").returncode == 0
+    rewritten = json.dumps({"prompt": "a new first prompt"}) + "\n" + first
+    path.write_text(rewritten)
+    on_host = root / "data" / "prompts" / "B1.jsonl"
+    for line in ("invoke deploy --dry-run", "invoke deploy"):  # said before the host has it
+        res = run_in(proj, line)
+        assert res.returncode == 2, res.stdout + res.stderr
+        err = res.stderr.strip().splitlines()
+        assert len(err) == 1 and "B1: data/prompts/B1.jsonl was rewritten" in err[0], err
+        assert "so it is not deployed and nothing changed" in err[0], err
+        assert on_host.read_text() == first
+    on_host.write_text(rewritten)  # edited on the host itself: every start refuses it
     outputs = root / "data" / "outputs"
     before = {p.name: p.read_bytes() for p in outputs.iterdir()}
     for line in ("invoke restart --max-samples 5", "invoke restart --hard --max-samples 5"):

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote.common.answers import ReleaseApplied, ReleasePlan, RolledBack
-from remote.common.jobspec import JOB_FILE, UPLOAD_END, settings_changed
+from remote.common.jobspec import DEPLOY_ABORT, JOB_FILE, UPLOAD_END, settings_changed
 from remote.common.records import file_sha256
+from remote.common.state import LineIds, every_prompt_has_id, moved_text
 from remote.common.wire import from_wire
 
 from ..config import Config
@@ -223,6 +224,11 @@ def deploy_host(
     )
     result.bytes_sent += result.draft.sent_bytes if result.draft else 0
     draft_changed = result.draft is not None and result.draft.changed
+    moved = _moved_under_line_ids(config.job_for(conn.name), plan, prompts, send_prompts)
+    if moved:  # every start would refuse it: said now, before the host has it
+        _abort(proc)
+        names, files = zip(*moved)
+        raise UsageError(moved_text(list(names), list(files), "deployed"))
     apply = not dry_run and (rel.id != plan.current or bool(send_prompts) or draft_changed)
     if apply:
         header = {
@@ -248,6 +254,27 @@ def deploy_host(
     result.seconds = time.monotonic() - t0
     result.round_trips = conn.round_trips
     return result
+
+
+def _moved_under_line_ids(job, plan, prompts: dict[str, Path], sending: list[str]) -> list:
+    """(dataset, file) of each prompt file this deploy would replace under records that name its
+    prompts by line number, where the new file does not begin with the one they were made from."""
+    out = []
+    for ds in job.datasets:
+        kept = plan.line_ids.get(ds.name)
+        if not kept or ds.prompts not in sending:
+            continue
+        local = prompts[ds.prompts]
+        if not LineIds(**kept).begin(local) and not every_prompt_has_id(local):
+            out.append((ds.name, ds.prompts))
+    return out
+
+
+def _abort(proc) -> None:
+    """The session ended with nothing changed on the host."""
+    proc.write((DEPLOY_ABORT + "\n").encode())
+    proc.close_stdin()
+    proc.finish()
 
 
 def _settings_differ(job, made_with: dict[str, dict]) -> dict[str, dict[str, tuple]]:
@@ -288,8 +315,7 @@ def _session(
         if f not in local and plan.prompts.get(f) is None
     ]
     if missing:
-        proc.close_stdin()
-        proc.finish()
+        _abort(proc)
         raise _nowhere_error(conn, config, missing)
     return proc, plan
 

@@ -336,6 +336,16 @@ def switch_lines(st: JobView, now: float) -> list[tuple[str, str]]:
     return [(line, "cyan")]
 
 
+def job_eta(st: JobView) -> str:
+    """The job's ETA as every view says it: none while it ends; starred where it is reckoned at
+    the job's mean (a runner younger than a minute of its own answers: a guess until then)."""
+    if st.ending:
+        return "-"
+    _, mean = job_rate(st.state, st.tokens_per_s, st.mean_tokens_per_s)
+    starred = mean and st.eta_s and st.state == JobState.RUNNING
+    return fmt_duration(st.eta_s) + ("*" if starred else "")
+
+
 def dataset_rate(st: JobView, name: str) -> str:
     """A dataset's tok/s as every view says it; none for one --datasets leaves out (its mean is
     the earlier runs')."""
@@ -468,7 +478,7 @@ def host_view(host: str, st: JobView | None, now: float, note: str | None = None
     total = Text(  # the hidden-states stage's rate too in tok/s, the unit status says it in
         f"total {fmt_tokens(st.completion_tokens)} tokens{' in rows' if rows else ''} · "
         f"{fmt_rate(st)} tok/s"
-        f" · ETA {fmt_duration(st.eta_s) if not st.ending else '-'}"
+        f" · ETA {job_eta(st)}"
         f" · elapsed {fmt_duration(now - st.started_at) if st.started_at else '?'}"
     )
     line, bad = health(st, now)
@@ -552,7 +562,7 @@ def plain_line(host: str, st: JobView | None, now: float, note: str | None = Non
         for n, d in st.datasets.items()
     )
     line, _ = health(st, now)
-    eta = fmt_duration(st.eta_s) if not st.ending else "-"
+    eta = job_eta(st)
     stage = f" {label}" if (label := st.stage_spec.label) else ""
     made = f"{fmt_tokens(st.completion_tokens)} tok {fmt_rate(st)} tok/s ETA {eta}"
     if st.stage_spec.makes_rows:

@@ -24,6 +24,7 @@ from .progress import (
     extra_lines,
     fmt_rate,
     job_differs,
+    job_eta,
     mean_note,
     stale_text,
     train_lines,
@@ -289,7 +290,7 @@ def work_table(s: JobView, out: Console, now: float) -> None:
     out.print(
         f"  total {_tok(s.completion_tokens)} tokens{' in rows' if rows else ''}, "
         f"{total} tok/s, "
-        f"ETA {'-' if s.ending else _eta(s.eta_s)}; {engine_text(s, now)[0]}; "
+        f"ETA {job_eta(s)}; {engine_text(s, now)[0]}; "
         f"errors {s.errors}"
         f"{'; STALLED' if s.stalled else ''}",
         markup=False,

@@ -208,6 +208,9 @@ class ReleasePlan:
     # and the whole files of its other versions (a deploy cut off left them, not switched to):
     # path -> a list of [size, mtime_ns, sha256]
     drafts_pending: dict[str, dict[str, list]] = field(default_factory=dict)
+    # datasets whose records name their prompts by line number -> the bytes of the file they were
+    # made from ({size, sha256}: state.LineIds)
+    line_ids: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass

@@ -294,6 +294,7 @@ def train_refusal(paths: "Paths", job: "JobSpec | None", caps) -> str | None:
 # link to the version it reads from, .<name>.v-<digest>/ beside it, switched whole
 DRAFT_COPIES = "data/draft-models"
 UPLOAD_END = "end"  # a deploy upload's last member: the host switches to no upload without it
+DEPLOY_ABORT = "abort"  # the line deploy sends after the host's plan where it refuses to go on
 
 
 TRAINED = "trained"  # server.draft.model's name for the train stage's draft (Paths.trained_draft)

@@ -20,7 +20,8 @@ def mean_note(made: str = "answers") -> str:
         f"minute of its own {made} yet or finished nothing in the last one (else its last "
         "minute's). Each row is that dataset's own speed, not a share of the total: datasets are "
         "made side by side (at a hand-over, or several at once) on the same server, so the rows "
-        "add up to more than the job's"
+        "add up to more than the job's. A starred ETA is reckoned at the job's mean: a guess until "
+        "its runner has a minute of its own"
     )
 
 

@@ -289,10 +289,12 @@ def line_ids_moved(paths: Paths, name: str, prompts: Path) -> bool:
     out = paths.output(name)
     kept = LineIds.read(paths.line_ids / f"{name}.json")
     has_records = out.exists() and out.stat().st_size > 0
-    return bool(kept and has_records and not kept.begin(prompts) and not _all_ids(prompts))
+    return bool(
+        kept and has_records and not kept.begin(prompts) and not every_prompt_has_id(prompts)
+    )
 
 
-def _all_ids(path: Path) -> bool:
+def every_prompt_has_id(path: Path) -> bool:
     """Every prompt line of the file has an `id` (a blank line is no prompt)."""
     try:
         with open(path, "rb") as f:
@@ -306,16 +308,15 @@ def _all_ids(path: Path) -> bool:
     return True
 
 
-def moved_text(names: list[str], where: list[str], live: bool) -> str:
+def moved_text(names: list[str], where: list[str], how: str = "started on") -> str:
     """Why prompt files with line-number ids that were rewritten (not only appended to) are not
-    used, and the ways out."""
-    how = "reloaded live" if live else "started on"
+    used (`how`: started on, reloaded live, deployed), and the ways out."""
     files = ", ".join(f"{n}: {w}" for n, w in zip(names, where))
     outs = ", ".join(f"data/outputs/{n}.jsonl" for n in names)
     was, its = ("was", "its") if len(names) == 1 else ("were", "their")
     return (
         f"{files} {was} rewritten, not only appended to, and {its} prompts have no `id`: the line-number "
-        f"ids of the records already written would now name other prompts, so it is not {how} "
+        f"ids of the records already written could now name other prompts, so it is not {how} "
         "and nothing changed. Put the file back as it was (new prompts at its end only), or move "
         f"{outs} aside to make the dataset again from the new file (with an `id` on every prompt, "
         "a file may later be reordered freely)"

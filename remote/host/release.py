@@ -97,6 +97,19 @@ def _has_records(path):
         return False
 
 
+def _line_ids(root, names):
+    """Per dataset of `names` with records named by line number, the bytes of the prompt file they
+    were made from (run/line-ids/<DS>.json: size, sha256): deploy refuses a file they do not begin."""
+    out = {}
+    for name in names:
+        kept = _read_json(os.path.join(root, "run", "line-ids", name + ".json"))
+        if isinstance(kept, dict) and _has_records(
+            os.path.join(root, "data", "outputs", name + ".jsonl")
+        ):
+            out[name] = kept
+    return out
+
+
 def _made_with(root, names):
     """Per dataset of `names` with records (or answers in flight, which a stop's grace may still
     write), the settings its meta file says they were made with: deploy compares the job's."""
@@ -159,6 +172,7 @@ def plan(root, args):
         "prompts": prompts,
         "running_prompts": _running_prompts(root),
         "made_with": _made_with(root, args.get("datasets", [])),
+        "line_ids": _line_ids(root, args.get("datasets", [])),
         "drafts": drafts,
         "drafts_pending": drafts_pending,
     }
@@ -464,6 +478,7 @@ def rollback(root, args):
 _HELD = []  # the root's lock while this process holds it (a kill -9 frees it)
 
 
+ABORT = "abort"  # jobspec.DEPLOY_ABORT: deploy's line after the plan where it refuses to go on
 LOCK = ".deploy.lock"  # under releases/: held by the deploy or rollback under way
 
 
@@ -516,6 +531,8 @@ def session(root, stdin, stdout):
     if not line.strip():
         if not request.get("dry_run"):  # nothing to send: what a cut-off deploy left still goes
             _drop_drafts_left_over(os.path.expanduser(root))
+        return {"applied": False}
+    if line.strip() == ABORT:  # the laptop refused what it saw: nothing is changed
         return {"applied": False}
     return dict(apply(root, json.loads(line), stdin), applied=True)
 

@@ -179,7 +179,7 @@ def refuse_mixed_settings(
     ]
     if moved:
         names, files = [ds.name for ds in moved], [ds.prompts for ds in moved]
-        raise HostFault("bad_config", moved_text(names, files, live=False))
+        raise HostFault("bad_config", moved_text(names, files))
     mixed = mixed_settings(paths, caps, job, answering)
     if mixed and force:
         return dataset_changes_text(mixed)

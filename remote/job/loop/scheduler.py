@@ -67,7 +67,7 @@ class Scheduler:
                 if not (
                     run.prompts.is_prefix_of(new) or (run.prompts.explicit_ids and new.explicit_ids)
                 ):
-                    raise BadInput(moved_text([name], [run.spec.prompts], live=True))
+                    raise BadInput(moved_text([name], [run.spec.prompts], "reloaded live"))
         except BaseException:
             for pf in fresh.values():
                 pf.close()

@@ -57,7 +57,7 @@ def _row(run: DatasetRun, now: float, started: float) -> tuple[DatasetStatus, fl
     tok_rate = run.tokens.per_s(now, started)
     mean = run.mean_tokens
     state = run.state()
-    rem_tok = max(0, run.target_n - run.done_in_target) * mean
+    rem_tok = max(0, run.target_n - run.done_in_target) * run.expected_tokens
     if run.budget is not None:
         rem_tok = min(rem_tok, max(0, run.budget - run.completion_tokens))
     if state == DatasetState.COMPLETE:

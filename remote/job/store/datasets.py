@@ -121,14 +121,18 @@ class DatasetRun:
     def budget_spoken_for(self) -> bool:
         """No new request once the answers in flight would reach the budget at the dataset's mean
         length: not a window of answers past it (256 of 8k tokens each is 2M tokens); one that ends
-        it short lets the next go. Short answers end first, so a young mean is too low: until it
-        is measured, est_tokens is its floor."""
+        it short lets the next go (at `expected_tokens`)."""
         if self.budget is None:
             return False
-        mean = self.mean_tokens
+        return self.tokens_in_target + len(self.in_flight) * self.expected_tokens >= self.budget
+
+    @property
+    def expected_tokens(self) -> float:
+        """What a record still to make will take: the mean once enough are measured; until then
+        est_tokens at least (short answers end first, so a young mean is too low)."""
         if len(self.tokens_of) < MIN_MEASURED:
-            mean = max(mean, self.spec.est_tokens)
-        return self.tokens_in_target + len(self.in_flight) * mean >= self.budget
+            return max(self.mean_tokens, self.spec.est_tokens)
+        return self.mean_tokens
 
     def due_now(self, now: float) -> bool:
         due = self.ledger.next_due_at()
@@ -245,7 +249,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
     prompts = PromptFile(path, spec.name, cache_dir=paths.prompt_index, turns=spec.turns)
     if not line_ids_unchanged(paths, spec.name, prompts):
         prompts.close()
-        raise BadInput(moved_text([spec.name], [spec.prompts], live=False))
+        raise BadInput(moved_text([spec.name], [spec.prompts]))
     run = DatasetRun(
         spec,
         prompts,

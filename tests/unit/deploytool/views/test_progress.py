@@ -375,3 +375,24 @@ def test_tail_says_hosts_yaml_differs_from_the_deployed_job_in_the_words_status_
     assert text in buf.getvalue()
     assert text in progress.plain_line("gpu1", st, 0.0)  # piped tail
     assert text in shown(progress.host_view("gpu1", st, 0.0))  # the live view and --once
+
+
+def test_an_eta_reckoned_at_the_jobs_mean_is_starred_as_the_rate_is():
+    """A runner younger than a minute of its own answers: its ETA is a guess at the job's mean
+    (a restart on slower hardware read 0m04s for a minute of work): said so, in every view."""
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.status import DatasetStatus, JobView
+
+    young = JobView(state="running", tokens_per_s=0.0, mean_tokens_per_s=900.0, eta_s=77)
+    young.datasets = {"B1": DatasetStatus("running", 3, 10, 3, 10, in_flight=2, eta_s=77)}
+    assert progress.job_eta(young) == "1m17s*"
+    buf = io.StringIO()
+    render.status_screen(young, Console(file=buf, width=400, highlight=False), now=0)
+    assert "ETA 1m17s*" in buf.getvalue() and "A starred ETA is reckoned" in buf.getvalue()
+    assert "ETA 1m17s*" in progress.plain_line("gpu1", young, 0)
+    measured = JobView(state="running", tokens_per_s=800.0, mean_tokens_per_s=900.0, eta_s=77)
+    assert progress.job_eta(measured) == "1m17s"

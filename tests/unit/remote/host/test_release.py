@@ -17,9 +17,10 @@ def test_an_upload_cut_short_switches_nothing_and_keeps_nothing(tmp_path):
     smaller whole tar, never to be taken for all of it."""
     from remote.common import jobspec
 
-    assert (release.UPLOAD_END, release.DRAFT_COPIES) == (
+    assert (release.UPLOAD_END, release.DRAFT_COPIES, release.ABORT) == (
         jobspec.UPLOAD_END,
         jobspec.DRAFT_COPIES,
+        jobspec.DEPLOY_ABORT,
     )  # said as text there (it is sent as standalone source): held equal here
     root = str(tmp_path)
     a = b"print('a')\n"

@@ -86,3 +86,14 @@ def test_a_young_runner_writes_no_rate_and_reckons_its_etas_at_the_jobs_mean_whe
     old = eta(100.0)
     assert old.tokens_per_s == 1.7 == old.datasets["B1"].tokens_per_s  # a window of answers
     assert old.datasets["B1"].eta_s == int(900 / (100 / 60))  # its own
+
+
+def test_what_is_left_is_reckoned_at_est_tokens_at_least_until_enough_answers_are_measured():
+    """The first answers back are the short ones: three of 900 tokens do not say what the
+    other 17 will take where est_tokens says 3,000 (the ETA read a third of what it took)."""
+    b1 = dataset("B1", n=20, est_tokens=3000)
+    finish(b1, 3, 900, now=10.0)
+    p = progress(Job("B1"), {"B1": b1}, now=11.0, started=0.0)
+    assert p.datasets["B1"].remaining_tokens == 17 * 3000
+    finish(b1, 17, 900, now=20.0)  # all of them measured now: what they took
+    assert progress(Job("B1"), {"B1": b1}, now=21.0, started=0.0).remaining_tokens == 0
