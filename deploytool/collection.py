@@ -199,7 +199,7 @@ def pull(c, host="", to=None, refetch=False, hidden_states=False, free=False):
 @_task(
     help={
         "format": "specforge (default) | speculators (needs return_token_ids) | sharegpt",
-        "out": "the training file to write (default: export-<format>.jsonl); "
+        "out": "the training file to write (default: export-<format>.jsonl beside hosts.yaml); "
         "its manifest is written beside it as <out>.manifest.json",
         "drop": "also leave out: length (replies cut at max_tokens; left out by default except in "
         "speculators rows), empty, original_answers, role_order",
@@ -246,7 +246,7 @@ def export(
     )
 
 
-@_task(help={"out": "the HTML file to write (default: report-<host>.html)"})
+@_task(help={"out": "the HTML file to write (default: report-<host>.html beside hosts.yaml)"})
 def report(c, host="", out=None):
     """One self-contained HTML page: tokens/s over time, response lengths, finish reasons, errors, caps."""
     return commands.report(host or None, out=out)

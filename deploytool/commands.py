@@ -503,7 +503,8 @@ def export(
     config = _config()
     pulled = _pulled(pulled, config)
     export_mod.check_format(fmt)  # before anything is pulled
-    target = writable(f"export-{fmt}.jsonl" if out is None else out, "--out")
+    beside = config.base_dir  # the defaults go beside hosts.yaml, wherever the command is typed
+    target = writable(str(beside / f"export-{fmt}.jsonl") if out is None else out, "--out")
     folder = os.path.abspath(pulled) if pulled else pulled
     on = f" --host {host_spec}" if host_spec else ""
     pull_first = f"(`invoke pull{on} --to {shlex.quote(folder)}`), or leave out --no-pull"
@@ -553,7 +554,10 @@ def report(host_spec: str | None, *, out: str | None = None) -> int:
     if out is not None and len(hosts) > 1:
         raise UsageError("--out names one file: give one --host, or leave --out out")
     targets = {
-        h.name: writable(f"report-{h.name}.html" if out is None else out, "--out") for h in hosts
+        h.name: writable(
+            str(config.base_dir / f"report-{h.name}.html") if out is None else out, "--out"
+        )
+        for h in hosts
     }
 
     def one(conn):

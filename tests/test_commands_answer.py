@@ -313,6 +313,11 @@ def test_a_local_copy_that_differs_names_the_command_that_fetches_it_again(tmp_p
     res = run_in(proj / "docs", "invoke pull")
     assert res.returncode == 0 and "0 B received" in res.stdout, res.stdout
     assert not (proj / "docs" / "pulled").exists()
+    # export's and report's files too: typed in remote/, they went into the next release
+    for line in ("invoke export --format sharegpt", "invoke report"):
+        assert run_in(proj / "docs", line).returncode == 0, line
+    assert (proj / "export-sharegpt.jsonl").exists() and (proj / "report-box.html").exists()
+    assert not list((proj / "docs").iterdir())
 
 
 def test_a_deploy_or_rollback_while_another_is_under_way_is_one_line_and_changes_nothing(tmp_path):

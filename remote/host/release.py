@@ -462,7 +462,11 @@ def rollback(root, args):
             after = max((i for i, r in enumerate(ran) if r == cur), default=len(ran))
             h = _back_from(hist, rel_dir, cur, newer=set(ran[after + 1 :]))
             if h is None:
-                raise ValueError("no earlier release on the host to roll back to")
+                raise ValueError(
+                    "no earlier release on the host to roll back to (deploy keeps the last "
+                    "`keep_releases` of hosts.yaml): deploy the one you want from its commit "
+                    "with `invoke deploy`"
+                )
             target, why, how = h["id"], "deployed", {"at": h.get("time")}
     _switch(root, target, how)
     return {
