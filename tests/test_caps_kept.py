@@ -482,3 +482,22 @@ def test_the_datasets_a_run_leaves_out_are_said_where_its_rows_are_shown(box):
     ok("invoke restart --datasets all", config)
     finish(config)
     assert "not run" not in ok("invoke status", config)
+
+
+def test_a_target_grown_with_its_file_is_said_before_the_restart_runs_it(box, tmp_path):
+    """Prompts appended to a file run with every prompt: the target grows (16 → 20) with no cap
+    changed, and the restart's dry run says so, as it says a raised cap."""
+    config, root = box
+    ok("invoke restart", config)
+    finish(config)
+    path = tmp_path / "data" / "prompts" / "B1.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    more = [x.replace('"B1-0000', '"B1-0001') for x in lines[:4]]  # four new ids at its end
+    path.write_text("".join(lines + more))
+    ok("invoke deploy", config)
+    said = "box: B1's target goes up (16 → 20 prompts: every prompt of the file)"
+    assert said in ok("invoke restart --dry-run", config)
+    ok("invoke restart", config)
+    finish(config)
+    assert status(root)["datasets"]["B1"]["done"] == 20
+    assert "goes up" not in ok("invoke restart --dry-run", config)  # nothing more to run

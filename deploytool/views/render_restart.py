@@ -109,6 +109,8 @@ def raised_targets(r: RestartAnswer, out: Console = console) -> None:
             # a file not counted (0): the cap is the most it reaches, never a target to read
             most = "up to " if not d.prompts and d.cap is not None else ""
             more = f"{_cap(d.was, d.was_selected)} → {most}{_cap(d.prompts if whole else d.cap)}"
+            if d.was_selected and not d.cap_raised:  # the same cap over a file that grew
+                more = f"{d.was_target:,} → {d.target:,}"
             alike.setdefault((more, whole), []).append(name)
     if not alike:
         return

@@ -245,6 +245,8 @@ class CapRow:
     # was lowered), which finish and are kept beyond it too
     beyond: int = 0
     in_flight_beyond: int = 0
+    # the target the last runner of this stage had (None: not known; 0: the dataset is new to it)
+    was_target: int | None = None
 
     @property
     def changed(self) -> bool:
@@ -252,16 +254,28 @@ class CapRow:
 
     @property
     def raised(self) -> bool:
-        """This command raised the dataset's target (more prompts to run than before)."""
+        """The restart runs more of the dataset than before: its cap raised, it selected again, or
+        its target grown with its file (prompts added, a dataset new to the job); never where
+        every prompt of the new target is done already."""
         if not self.selected:
             return False
-        if not self.was_selected:
-            return True
+        if self.prompts and self.target and self.done >= self.target:
+            return False  # nothing to run (a done said as a range may yet leave some)
+        return not self.was_selected or self.cap_raised or self.grown
+
+    @property
+    def cap_raised(self) -> bool:
         return (
             self.was is not None
             and (self.cap is None or self.cap > self.was)
             and (self.prompts == 0 or self.was < self.prompts)
         )
+
+    @property
+    def grown(self) -> bool:
+        """Its target is larger than the last runner's, its cap the same (a file grown, a dataset
+        new to the job)."""
+        return self.was_target is not None and self.target > self.was_target
 
     def moved(self, target: int, records: int) -> None:
         """Its target moved from the status's (`done` of its `target`, `records` in all) to

@@ -87,6 +87,8 @@ def caps_summary(
         counted = (files or {}).get(n) if d is None else None
         if counted:  # a cap past the file reaches its last prompt, said so, not the cap
             row.prompts = counted[0]
+        if same_stage and st.datasets:  # what the last runner of this stage had: 0 where none
+            row.was_target = d.target if d is not None else 0
         if d is not None:
             # its state in status's words (`budget reached`, not the runner's `complete`)
             row.done, row.target, row.state, row.prompts = (

@@ -76,8 +76,8 @@ def test_a_raised_target_says_how_many_prompts_the_file_lets_it_reach():
     from remote.common.answers import RestartAnswer
 
     rows = {
-        "B1": CapRow(5, 5, "complete", prompts=60, cap=100, was=5),  # the file ends first
-        "B2": CapRow(5, 5, "complete", prompts=60, cap=20, was=5),
+        "B1": CapRow(5, 60, "pending", prompts=60, cap=100, was=5),  # the file ends first
+        "B2": CapRow(5, 20, "pending", prompts=60, cap=20, was=5),
         "B3": CapRow(1, 1, "complete", prompts=1, cap=100, was=5),  # nothing more to run
     }
     text = printed(render_restart.raised_targets, RestartAnswer(host="gpu", caps=rows))
@@ -95,13 +95,25 @@ def test_raised_targets_are_one_line_naming_each_dataset_alike_ones_together():
     always was."""
     from remote.common.answers import RestartAnswer
 
-    rows = {f"B{i}": CapRow(4, 4, "complete", prompts=32, cap=24, was=4) for i in range(1, 9)}
+    rows = {f"B{i}": CapRow(4, 24, "pending", prompts=32, cap=24, was=4) for i in range(1, 9)}
     rows["B3"] = CapRow(4, 4, "complete", prompts=32, cap=4, was=4)  # unchanged: not named
     text = printed(render_restart.raised_targets, RestartAnswer(host="gpu", caps=rows))
     assert text.splitlines() == ["gpu: targets go up: B1, B2, B4, B5, B6, B7, B8 (4 → 24 prompts)"]
-    one = {"B2": CapRow(4, 4, "complete", prompts=32, cap=6, was=4)}
+    one = {"B2": CapRow(4, 6, "pending", prompts=32, cap=6, was=4)}
     text = printed(render_restart.raised_targets, RestartAnswer(host="gpu", caps=one))
     assert text.splitlines() == ["gpu: B2's target goes up (4 → 6 prompts)"]
+    # the same cap over a file grown, and a dataset new to the job: said too; one selected again
+    # with every prompt of its target done (it read "not run → 40") is not
+    grown = {
+        "B1": CapRow(32, 232, "pending", prompts=232, was_target=32),
+        "B9": CapRow(0, 40, "pending", prompts=40, was_target=0),
+        "B2": CapRow(40, 40, "complete", prompts=40, was_selected=False),
+    }
+    text = printed(render_restart.raised_targets, RestartAnswer(host="gpu", caps=grown))
+    assert text.splitlines() == [
+        "gpu: targets go up: B1 (32 → 232 prompts: every prompt of the file); B9 (0 → 40 prompts: "
+        "every prompt of the file)"
+    ]
 
 
 def test_a_dry_run_shows_the_targets_and_states_its_caps_would_give_and_says_a_raise():
