@@ -449,7 +449,11 @@ def plan(
 def _pulled(folder: str | None, config) -> str:
     """The folder pull writes to and export reads: as typed, else `pulled/` beside hosts.yaml (one
     copy of the job's records, from whatever folder of the project a command is typed in)."""
-    return folder if folder is not None else str(config.base_dir / "pulled")
+    import os
+
+    if folder is None:
+        return str(config.base_dir / "pulled")
+    return os.path.abspath(folder) if folder else folder  # typed empty: refused where it is used
 
 
 def pull(host_spec: str | None, *, to=None, refetch=False, hidden=False, free=False) -> int:
@@ -492,7 +496,6 @@ def export(
     pulled: str | None = None,
     no_pull: bool = False,
 ) -> int:
-    import os
     import shlex
     from pathlib import Path
 
@@ -501,11 +504,10 @@ def export(
     from .views import render
 
     config = _config()
-    pulled = _pulled(pulled, config)
+    folder = pulled = _pulled(pulled, config)
     export_mod.check_format(fmt)  # before anything is pulled
-    beside = config.base_dir  # the defaults go beside hosts.yaml, wherever the command is typed
-    target = writable(str(beside / f"export-{fmt}.jsonl") if out is None else out, "--out")
-    folder = os.path.abspath(pulled) if pulled else pulled
+    default = str(config.base_dir / f"export-{fmt}.jsonl")  # beside hosts.yaml
+    target = writable(default if out is None else out, "--out")
     on = f" --host {host_spec}" if host_spec else ""
     pull_first = f"(`invoke pull{on} --to {shlex.quote(folder)}`), or leave out --no-pull"
     if not no_pull:

@@ -501,3 +501,16 @@ def test_a_target_grown_with_its_file_is_said_before_the_restart_runs_it(box, tm
     finish(config)
     assert status(root)["datasets"]["B1"]["done"] == 20
     assert "goes up" not in ok("invoke restart --dry-run", config)  # nothing more to run
+
+
+def test_plan_leaves_the_datasets_a_run_leaves_out_out_of_its_totals(box):
+    """With `--datasets B2` kept, plan's to-do and ETA counted B1 and B3, which would not run."""
+    config, root = box
+    ok("invoke restart --datasets B2 --max-samples 2", config)
+    finish(config)
+    out = ok("invoke plan --tokens-per-dataset 1k --tokens-per-s 100", config)
+    rows = {x.split()[0]: x.split() for x in out.splitlines() if x.split()[:1] in (["B1"], ["B2"])}
+    assert rows["B1"][-2:] == ["not", "run"] and rows["B2"][-2:] != ["not", "run"], out
+    assert "not run (--datasets): B1, B3: in none of the totals" in out
+    line = next(x for x in out.splitlines() if "tokens to do at" in x)
+    assert line.strip().startswith(rows["B2"][-2]), (line, rows["B2"])  # B2's alone

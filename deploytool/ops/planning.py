@@ -45,6 +45,8 @@ def plan_host(
     rows = answer.datasets
     cum = 0
     for row in rows.values():
+        if not row.selected:  # left out (--datasets): nothing of it runs, none of its time counts
+            continue
         cum += row.tokens_todo
         row.eta_s = int(cum / rate) if rate else None  # datasets run in job order
     return PlanAnswer(conn.name, tokens_per_dataset, rows, rate, rate_source, answer.stage)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from remote.common.caps import DISK_MARGIN, fmt_bytes
 from remote.common.jobspec import changes_text, dataset_changes_text
-from remote.common.status import JobView
+from remote.common.status import NOT_RUN, JobView
 
 from ..errors import DeployToolError
 from .progress import (
@@ -365,22 +365,12 @@ def plan_result(r: PlanAnswer, out: Console = console) -> None:
             f"{d.mean_tokens:,.0f}",
             d.source,
             f"{d.cap:,}" + ("*" if d.fewer_prompts_than_cap else ""),
-            f"{d.todo:,}",
-            _tok(d.tokens_todo),
-            _eta(d.eta_s),
+            *((f"{d.todo:,}", _tok(d.tokens_todo), _eta(d.eta_s)) if d.selected else (NOT_RUN,)),
         )
     out.print(t)
-    if any(beyond.values()):
-        out.print(
-            "  beyond the cap: records of prompts past these caps (kept on the host, counted in "
-            "neither done nor to do; the measured mean counts them)"
-        )
-    if any(d.fewer_prompts_than_cap for d in r.datasets.values()):
-        out.print(
-            "  * the dataset has fewer prompts than the cap: its target is every prompt it has"
-        )
+    _plan_notes(r, any(beyond.values()), out)
     if r.tokens_per_s:
-        total = sum(d.tokens_todo for d in r.datasets.values())
+        total = sum(d.tokens_todo for d in r.datasets.values() if d.selected)
         out.print(
             f"  {_tok(total)} tokens to do at {_tok(r.tokens_per_s)} tok/s ({r.rate_source}): "
             f"about {_eta(total / r.tokens_per_s)}"
@@ -392,6 +382,25 @@ def plan_result(r: PlanAnswer, out: Console = console) -> None:
         )
     if r.stage is not None:
         out.print(stage_bytes_line(r.stage))
+
+
+def _plan_notes(r: PlanAnswer, beyond: bool, out: Console) -> None:
+    """What the plan's table leaves to words: datasets left out, records beyond, a short file."""
+    if left := [n for n, d in r.datasets.items() if not d.selected]:
+        out.print(
+            f"  not run (--datasets): {', '.join(left)}: in none of the totals; `invoke restart "
+            "--datasets all` runs every dataset (--apply keeps their caps for then)",
+            markup=False,
+        )
+    if beyond:
+        out.print(
+            "  beyond the cap: records of prompts past these caps (kept on the host, counted in "
+            "neither done nor to do; the measured mean counts them)"
+        )
+    if any(d.fewer_prompts_than_cap for d in r.datasets.values()):
+        out.print(
+            "  * the dataset has fewer prompts than the cap: its target is every prompt it has"
+        )
 
 
 def stage_bytes_line(s: StageBytes) -> str:

@@ -183,7 +183,7 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
         held_back(r, out)
         caps_table(r.caps, out, r.kept, r.was)
-        caps_dropped(r, out)
+        caps_moved(r, out)
         return
     if r.mode == "unchanged":
         out.print(f"{host}: caps unchanged: runner pid {r.pid} runs them already; nothing touched")
@@ -216,9 +216,31 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
         if r.gpu and r.gpu.note:
             out.print(f"  {r.gpu.note}")
     caps_table(r.caps, out, r.kept, r.was)
-    caps_dropped(r, out)
+    caps_moved(r, out)
     if r.mode == "live":
         beyond_lowered_caps(r.caps, out)
+
+
+def lowered_targets(r: RestartAnswer, out: Console = console) -> None:
+    """Caps this command lowered under records made: one line, as a raise is said (a plan
+    --apply took B8 from 32 to 7 with its 25 records beyond said nowhere)."""
+    parts = []
+    for name, d in r.caps.items():
+        lowered = d.cap is not None and (d.was is None or d.cap < d.was)
+        if lowered and d.selected and d.was_selected and d.beyond:
+            parts.append(f"{name} ({_cap(d.was, True)} → {d.cap:,}: {d.beyond:,} beyond it)")
+    if parts:
+        out.print(
+            f"  targets go down: {'; '.join(parts)}: those records stay on the host, out of the "
+            "counts and of export (--keep beyond_cap exports them)",
+            markup=False,
+        )
+
+
+def caps_moved(r: RestartAnswer, out: Console = console) -> None:
+    """Under the caps table: kept caps dropped with their datasets, targets lowered under records."""
+    caps_dropped(r, out)
+    lowered_targets(r, out)
 
 
 def caps_dropped(r: RestartAnswer, out: Console = console) -> None:

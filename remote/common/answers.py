@@ -307,6 +307,7 @@ class PlanRow:
     todo: int = 0
     tokens_todo: int = 0
     tokens_done: int = 0
+    selected: bool = True  # False: the kept caps leave it out (--datasets): nothing of it runs
     eta_s: int | None = None  # filled in locally, from the rate
 
     @property

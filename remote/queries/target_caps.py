@@ -6,7 +6,7 @@ from ..common.answers import HostPlan, PlanRow
 from ..common.jobspec import JOB_FILE, MIN_MEASURED, JobSpec, Paths, release_dir
 from ..common.protocol import CtlPlan
 from ..common.speed import MEAN_TEXT, job_rate
-from ..common.state import job_now
+from ..common.state import job_now, kept_caps
 from ..common.status import JobStatus
 from ..common.wire import HostFault
 from ..job.store.outputs import load_existing
@@ -23,6 +23,7 @@ def plan(
     paths: Paths, job: JobSpec, tokens_per_dataset: int, datasets: list[str] | None = None
 ) -> dict:
     rows = {}
+    kept = kept_caps(paths)
     for ds in job.datasets:
         if datasets and ds.name not in datasets:
             continue
@@ -57,6 +58,7 @@ def plan(
             "todo": todo,
             "tokens_todo": int(todo * mean),
             "tokens_done": sum(ex.tokens.values()),
+            "selected": kept.selected(ds.name),
         }
     return rows
 

@@ -273,3 +273,19 @@ def test_a_forced_restart_says_on_the_hosts_line_which_datasets_it_mixes_and_how
     out = " ".join(printed(render_restart.restart_result, answer).split())
     assert f"gpu1: --force would mix settings: {how}; resumed with the new ones, each would" in out
     assert "mix" not in printed(render_restart.restart_result, RestartAnswer(host="gpu1"))
+
+
+def test_caps_lowered_under_records_made_are_said_in_one_line():
+    from remote.common.answers import RestartAnswer
+
+    rows = {
+        "B8": CapRow(7, 7, "complete", prompts=32, cap=7, was=32, beyond=25),
+        "B2": CapRow(14, 14, "complete", prompts=32, cap=14, was=None, beyond=18),
+        "B1": CapRow(3, 20, "running", prompts=32, cap=20, was=10),  # raised: not said here
+    }
+    text = printed(render_restart.lowered_targets, RestartAnswer(host="gpu", caps=rows))
+    assert text.splitlines() == [
+        "  targets go down: B8 (32 → 7: 25 beyond it); B2 (all → 14: 18 beyond it): those "
+        "records stay on the host, out of the counts and of export (--keep beyond_cap exports "
+        "them)"
+    ]
