@@ -514,3 +514,22 @@ def test_plan_leaves_the_datasets_a_run_leaves_out_out_of_its_totals(box):
     assert "not run (--datasets): B1, B3: in none of the totals" in out
     line = next(x for x in out.splitlines() if "tokens to do at" in x)
     assert line.strip().startswith(rows["B2"][-2]), (line, rows["B2"])  # B2's alone
+
+
+def test_a_dry_run_over_a_file_cut_at_its_top_does_not_say_complete(box, tmp_path):
+    """B1 (ids) complete at 8 of 16; its first four lines cut and deployed: the same target of 8
+    now holds four prompts never asked. The dry run said `8 8 complete` and the restart then made
+    four answers; it says the done it cannot place as a range, the state `?`."""
+    config, root = box
+    ok("invoke restart --max-samples 8", config)
+    finish(config)
+    path = tmp_path / "data" / "prompts" / "B1.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[4:]))
+    ok("invoke deploy", config)
+    dry = ok("invoke restart --dry-run", config)
+    row = next(x.split() for x in dry.splitlines() if x.split()[:1] == ["B1"])
+    assert row[-3:] == ["0–8", "8", "?"], dry
+    ok("invoke restart", config)
+    finish(config)
+    assert status(root)["datasets"]["B1"]["done"] == 8
+    assert len(records(root, "B1")) == 12  # four new: the dry run's `?` was the truth

@@ -102,12 +102,17 @@ def caps_summary(
         if replaced and n in replaced:
             row.prompts = replaced[n]
         target = row.prompts if cap is None else min(cap, row.prompts)
+        answers = d is not None and stage_of(caps.stage).makes_answers  # what records are of
         if replaced is not None and selected and row.prompts and target != row.target:
-            if d is not None and stage_of(caps.stage).makes_answers:  # what records are made of
+            if answers:
                 row.moved(target, d.records)
             elif counted and counted[1]:  # records no status of this stage counts: 0 to all
                 row.done_most = target
             row.target = target
+        elif replaced and n in replaced and selected and answers and d.records:
+            # the same target over a file deployed since: its first prompts may be others now
+            # (lines cut at its top), so the status's count may not hold (the runner counts anew)
+            row.done, row.done_most = 0, min(d.records, target)
         if replaced is not None:
             row.state = planned_state(row, d, caps)
         rows[n] = row
