@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.protocol import KILL_AFTER_GRACE_S
-from remote.common.stages import STAGES, stage_of
+from remote.common.stages import FIRST, STAGES, stage_of
 from remote.common.status import NOT_RUN, JobView
 
 from .progress import fmt_tokens as _tok
@@ -81,11 +81,12 @@ def caps_table(
         )
     if not any(d.changed for d in caps.values()) and (kept is None or kept == was):
         out.print("  caps unchanged (the job's own: flags change only what they name)")
-    _footnotes(caps, short, out)
+    _footnotes(caps, short, out, stage_of(kept.stage if kept else None).makes_answers)
 
 
-def _footnotes(caps: dict[str, CapRow], short: dict, out: Console) -> None:
-    """What the table's marks mean: a done said as a range, a cap beyond its file (`*`)."""
+def _footnotes(caps: dict[str, CapRow], short: dict, out: Console, answers: bool = True) -> None:
+    """What the table's marks mean: a done said as a range, a cap beyond its file (`*`), or, in
+    a stage made of the answers (`answers` False), beyond the answers there are."""
     ranged = [n for n, d in caps.items() if d.done_most is not None]
     if ranged:
         out.print(
@@ -93,6 +94,12 @@ def _footnotes(caps: dict[str, CapRow], short: dict, out: Console) -> None:
             "fall in the new target; the runner counts them as it takes it"
         )
     for cap, names in short.items():
+        if not answers:  # the stage's target is the answers made: fewer where they are unfinished
+            out.print(
+                f"  * {', '.join(names)}: fewer answers than the cap of {cap:,}: the stage takes "
+                f"every answer made (`invoke restart --stage {FIRST.name}` makes the rest first)"
+            )
+            continue
         out.print(
             f"  * {', '.join(names)}: fewer prompts than the cap of {cap:,}: "
             "the target is every prompt of the file"

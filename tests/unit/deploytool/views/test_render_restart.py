@@ -289,3 +289,17 @@ def test_caps_lowered_under_records_made_are_said_in_one_line():
         "records stay on the host, out of the counts and of export (--keep beyond_cap exports "
         "them)"
     ]
+
+
+def test_the_hidden_states_stage_says_its_target_is_the_answers_made_not_the_files_prompts():
+    from remote.common.caps import Caps
+
+    rows = {"B1": CapRow(0, 69, "pending", prompts=69, cap=80, was=80)}
+    buf = io.StringIO()
+    kept = Caps(max_samples=80, stage="hidden-states")
+    render_restart.caps_table(rows, Console(file=buf, width=200), kept, kept)
+    assert "* B1: fewer answers than the cap of 80: the stage takes every answer made" in (
+        buf.getvalue()
+    )
+    assert "invoke restart --stage generate` makes the rest first" in buf.getvalue()
+    assert "fewer prompts" not in buf.getvalue()
