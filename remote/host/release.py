@@ -213,15 +213,20 @@ def _prune(root, keep):
     back = _back_from(entries, rel_dir, cur)
     if back:
         protect.add(back["id"])  # what rollback goes back to
-    ran, _ = _last_ran(rel_dir, cur, entries, _ran(root))
+    ran_from = _ran(root)
+    ran, _ = _last_ran(rel_dir, cur, entries, ran_from)
     if ran:
         protect.add(ran)  # likewise, where a runner ran
     dirs = _releases(rel_dir)
-    # most recently used first (history order), then by mtime for releases older than the history
-    order = {h["id"]: i for i, h in enumerate(entries)}
-    dirs.sort(
-        key=lambda d: (order.get(d, -1), os.stat(os.path.join(rel_dir, d)).st_mtime), reverse=True
-    )
+    # kept first: releases a runner ran from (rollback goes back along them; one deployed and
+    # never run is the one to lose), each most recently used first (history order, then mtime
+    # for releases older than the history)
+    order, used = {h["id"]: i for i, h in enumerate(entries)}, set(ran_from)
+
+    def kept_first(d):
+        return (d in used, order.get(d, -1), os.stat(os.path.join(rel_dir, d)).st_mtime)
+
+    dirs.sort(key=kept_first, reverse=True)
     removed = []
     for d in dirs[keep:]:
         if d not in protect:

@@ -235,3 +235,18 @@ def test_a_second_deploy_or_rollback_while_one_is_under_way_changes_nothing_and_
     res = run("rollback", root, "{}")  # it has ended: the rollback goes ahead
     assert res.returncode == 0, res.stderr
     assert os.readlink(tmp_path / "current").endswith("r1")
+
+
+def test_a_deploy_prunes_releases_that_never_ran_before_those_that_ran(tmp_path):
+    """Two releases ran, then four were deployed that never ran (settings refused, say): keeping
+    three, deploy dropped the two that ran and kept the ones that never did, and the next
+    rollback found no earlier release."""
+    root = str(tmp_path)
+    for rid in ("ran1", "ran2"):
+        deployed(root, rid)
+        ran(root, rid)
+    for rid in ("new1", "new2", "new3", "new4"):
+        release.apply(root, {"id": rid, "files": {}, "keep": 3}, upload({}))
+    left = sorted(p.name for p in (tmp_path / "releases").iterdir() if not p.name.startswith("."))
+    assert "ran1" in left and "ran2" in left and "new4" in left, left
+    assert release.rollback(root, {})["current"] == "ran2"
