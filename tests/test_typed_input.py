@@ -131,10 +131,11 @@ def test_max_samples_below_one_is_one_message(config, n):
 
 
 def test_a_token_budget_of_nothing_is_bad_input_not_a_job_stopped_at_once(config):
-    assert reply(typed("invoke restart --max-tokens 0 --dry-run", config), 2) == (
-        "error: --max-tokens: expected a token count >= 1 (10M, 500k, 2500000), or `none` for no "
-        "budget, got '0'"
-    )
+    for value in ("0", "-1M"):  # one word for both (-1M said "non-negative", 0 then refused)
+        assert reply(typed(f"invoke restart --max-tokens {value} --dry-run", config), 2) == (
+            "error: --max-tokens: expected a token count >= 1 (10M, 500k, 2500000), or `none` for "
+            f"no budget, got '{value}'"
+        )
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,8 @@ def parse_plan_args(tokens_per_dataset: str, tokens_per_s: str | None) -> tuple[
         try:
             return parse_tokens(text)
         except ValueError as e:
+            if str(text).strip().startswith("-"):
+                return -1  # a count below zero: said below as 0 is, positive
             raise UsageError(f"{flag}: {e}") from None
 
     target = parsed("--tokens-per-dataset", tokens_per_dataset)

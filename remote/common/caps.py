@@ -166,7 +166,7 @@ def parse_dataset_list(text: str | None) -> list[str] | None:
     return names
 
 
-def samples(text) -> int | str:
+def samples(text, leave_out: str = " (to leave datasets out: --datasets)") -> int | str:
     if str(text).strip().lower() == CLEAR:
         return CLEAR
     try:
@@ -174,20 +174,27 @@ def samples(text) -> int | str:
     except ValueError:
         raise ValueError(f"expected a whole number or `{CLEAR}`, got {text!r}") from None
     if n < 1:
-        raise ValueError(
-            f"expected a number >= 1 or `{CLEAR}`, got {n} (to leave datasets out: --datasets)"
-        )
+        raise ValueError(f"expected a number >= 1 or `{CLEAR}`, got {n}{leave_out}")
     return n
+
+
+def held_out(text) -> int | str:
+    """--eval-samples: a count of prompts a dataset's measure asks (0 measures nothing)."""
+    return samples(text, leave_out="")
 
 
 def token_budget(text) -> int | str:
     if str(text).strip().lower() in ("none", CLEAR):
         return CLEAR
-    if parse_tokens(text) == 0:  # a budget spent before it starts: every dataset stops at once
+    try:
+        n = parse_tokens(text)
+    except ValueError:
+        n = -1  # said below, as one of the counts it may be
+    if n < 1:  # 0: a budget spent before it starts, every dataset stopped at once
         raise ValueError(
             f"expected a token count >= 1 (10M, 500k, 2500000), or `none` for no budget, got {text!r}"
         )
-    return parse_tokens(text)
+    return n
 
 
 def cap_change(text) -> tuple[str, int | str]:

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from .caps import CLEAR, Caps, parse_dataset_list, parse_tokens
 from .caps import cap_change as _cap
+from .caps import held_out as _held_out
 from .caps import samples as _samples
 from .caps import selection as _selection
 from .caps import stage as _stage
@@ -125,7 +126,7 @@ class RunArgs(Request):
         "the draft and baseline stages: each dataset's held-out prompts measured, the first K "
         "after its cap; `all`: hosts.yaml's server.draft.eval_samples (not given: the job's kept "
         "value)",
-        parse=_samples,
+        parse=_held_out,
         metavar="K",
     )
     baseline: bool = opt(

@@ -19,7 +19,7 @@ def test_counts_are_read_as_written():
         ("lots", None, "10M"),
         ("0", None, "--tokens-per-dataset: expected a positive token count, got 0: `invoke plan"),
         ("1M", "0", "--tokens-per-s: expected a positive token count, got 0; leave it out"),
-        ("1M", "-5", "--tokens-per-s: expected a non-negative token count, got -5"),
+        ("1M", "-5", "--tokens-per-s: expected a positive token count, got -5"),
     ],
 )
 def test_bad_counts_are_usage_errors(target, rate, says):

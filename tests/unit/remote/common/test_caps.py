@@ -93,3 +93,15 @@ def test_a_cap_list_is_told_how_several_are_given_and_a_separator_is_no_list():
         parse_cap("B2=3,B3=4")
     with pytest.raises(ValueError, match="N must be a whole number"):
         parse_cap("B2=3,000")
+
+
+def test_eval_samples_below_one_is_refused_without_the_caps_hint():
+    import pytest
+
+    from remote.common.caps import held_out, samples
+
+    with pytest.raises(ValueError) as e:
+        held_out("0")
+    assert str(e.value) == "expected a number >= 1 or `all`, got 0"
+    with pytest.raises(ValueError, match="to leave datasets out: --datasets"):
+        samples("0")
