@@ -455,7 +455,8 @@ def test_a_dataset_taken_out_of_the_job_says_its_kept_cap_is_dropped(box):
     data = yaml.safe_load(config.read_text())
     b3 = data["job"]["datasets"].pop("B3")
     config.write_text(yaml.safe_dump(data, sort_keys=False))
-    ok("invoke deploy", config)
+    deployed = ok("invoke deploy", config)  # what the job changes in: said, not `modified` alone
+    assert "job.json: datasets.B3 {" in deployed and "→ (unset)" in deployed, deployed
     said = "B3: its kept cap of 2 dropped: the deployed job has no B3"
     dry = ok("invoke restart --dry-run", config)
     assert said in dry and not [x for x in dry.splitlines() if x.startswith("B3 ")], dry

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote.common.answers import ReleaseApplied, ReleasePlan, RolledBack
-from remote.common.jobspec import DEPLOY_ABORT, JOB_FILE, UPLOAD_END, settings_changed
+from remote.common.jobspec import (
+    DEPLOY_ABORT,
+    JOB_FILE,
+    UPLOAD_END,
+    job_changes,
+    settings_changed,
+)
 from remote.common.records import file_sha256
 from remote.common.state import LineIds, every_prompt_has_id, moved_text
 from remote.common.wire import from_wire
@@ -78,6 +84,7 @@ class DeployResult:
     # deployed job's (a restart is refused until they agree, or --force mixes them)
     settings_differ: dict[str, dict[str, tuple]] = field(default_factory=dict)
     draft: DraftSent | None = None  # a draft folder of this machine, sent to the host
+    job_changes: dict[str, tuple] = field(default_factory=dict)  # job.json: key -> (was, now)
 
     @property
     def changed(self) -> bool:
@@ -203,19 +210,8 @@ def deploy_host(
     prompts = local_prompts(config)
     here = config.local_draft(conn.name)
     proc, plan = _session(conn, config, prompts, dry_run, here.folder if here else None)
-    remote_files = plan.manifest
-    result = DeployResult(host=conn.name, release=rel.id, previous=plan.current, dry_run=dry_run)
-    result.added = sorted(p for p in rel.manifest if p not in remote_files)
-    result.modified = sorted(
-        p for p in rel.manifest if p in remote_files and remote_files[p] != rel.manifest[p]
-    )
-    result.removed = sorted(p for p in remote_files if p not in rel.manifest)
-    result.prompts = send_prompts = sorted(
-        p for p, local in prompts.items() if plan.prompts.get(p) != file_sha256(local)
-    )
-    running = plan.running_prompts
-    result.settings_differ = _settings_differ(config.job_for(conn.name), plan.made_with)
-    result.prompts_in_use = {p: running[p] for p in send_prompts if p in running}
+    result = _compared(conn, config, rel, plan, prompts, dry_run)
+    send_prompts = result.prompts
     # the host already has this exact release (e.g. after a rollback): only the switch is needed
     to_send = [] if rel.id in plan.releases else result.added + result.modified
     result.draft, draft_header, draft_paths = _draft_sync(here, plan)
@@ -253,6 +249,26 @@ def deploy_host(
         result.bytes_sent = 0
     result.seconds = time.monotonic() - t0
     result.round_trips = conn.round_trips
+    return result
+
+
+def _compared(conn, config, rel: Release, plan, prompts: dict[str, Path], dry_run: bool):
+    """What this deploy changes on the host: the release's files, the prompt files, the job, and
+    what the records there say of it."""
+    remote_files = plan.manifest
+    result = DeployResult(host=conn.name, release=rel.id, previous=plan.current, dry_run=dry_run)
+    result.added = sorted(p for p in rel.manifest if p not in remote_files)
+    result.modified = sorted(
+        p for p in rel.manifest if p in remote_files and remote_files[p] != rel.manifest[p]
+    )
+    result.removed = sorted(p for p in remote_files if p not in rel.manifest)
+    result.prompts = sorted(
+        p for p, local in prompts.items() if plan.prompts.get(p) != file_sha256(local)
+    )
+    running = plan.running_prompts
+    result.settings_differ = _settings_differ(config.job_for(conn.name), plan.made_with)
+    result.job_changes = job_changes(plan.job, json.loads(rel.files[JOB_FILE]))
+    result.prompts_in_use = {p: running[p] for p in result.prompts if p in running}
     return result
 
 

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from remote.common.caps import DISK_MARGIN, fmt_bytes
-from remote.common.jobspec import changes_text, dataset_changes_text
+from remote.common.jobspec import JOB_FILE, changes_text, dataset_changes_text, job_changes
 from remote.common.status import NOT_RUN, JobView
 
 from ..errors import DeployToolError
@@ -103,9 +103,7 @@ def rollback_result(r: RolledBack, out: Console = console) -> None:
     out.print(
         f"[bold]{r.host}[/]: current -> {r.current} (was {r.previous}{left}): {ROLLED_TO[r.why]}"
     )
-    keys = sorted(set(r.job) | set(r.previous_job))
-    changed = {k: (r.previous_job.get(k), r.job.get(k)) for k in keys}
-    changed = {k: v for k, v in changed.items() if v[0] != v[1]}
+    changed = job_changes(r.previous_job, r.job)
     if changed:
         out.print(f"  job.json: {escape(changes_text(changed))}")
     elif r.job and r.current != r.previous:
@@ -149,6 +147,8 @@ def deploy_result(r: DeployResult, out: Console = console) -> None:
             continue
         for item in items:
             out.print(f"  [{style}]{label:8}[/] {item}")
+    if JOB_FILE in r.modified and r.job_changes:  # what the job itself changes in, said whole
+        out.print(f"  job.json: {escape(changes_text(r.job_changes))}")
     draft_sent(r, out)
     if r.prompts_in_use:
         files = ", ".join(r.prompts_in_use)

@@ -211,6 +211,7 @@ class ReleasePlan:
     # datasets whose records name their prompts by line number -> the bytes of the file they were
     # made from ({size, sha256}: state.LineIds)
     line_ids: dict[str, dict] = field(default_factory=dict)
+    job: dict = field(default_factory=dict)  # the current release's job.json
 
 
 @dataclass

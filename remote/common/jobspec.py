@@ -393,6 +393,13 @@ def settings_changed(meta: dict, now: dict) -> dict[str, tuple]:
 _UNSET = object()
 
 
+def job_changes(before: dict, after: dict) -> dict[str, tuple]:
+    """job.json's top-level keys whose values differ: key -> (before, after) (for changes_text)."""
+    keys = sorted(set(before) | set(after))
+    pairs = {k: (before.get(k), after.get(k)) for k in keys}
+    return {k: v for k, v in pairs.items() if v[0] != v[1]}
+
+
 def changes_text(changed: dict[str, tuple]) -> str:
     """`sampling.temperature 1.0 → 0.7; turns "last" → "all"`: mappings down to the values that
     changed, each value as JSON has it (`(unset)`: not given)."""

@@ -173,6 +173,7 @@ def plan(root, args):
         "running_prompts": _running_prompts(root),
         "made_with": _made_with(root, args.get("datasets", [])),
         "line_ids": _line_ids(root, args.get("datasets", [])),
+        "job": _job(os.path.join(root, "releases"), cur),
         "drafts": drafts,
         "drafts_pending": drafts_pending,
     }
