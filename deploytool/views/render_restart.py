@@ -270,6 +270,14 @@ def beyond_lowered_caps(caps: dict[str, CapRow], out: Console = console) -> None
         n = d.in_flight_beyond
         if not n or not d.changed:  # an earlier re-cap's: not this command's to say
             continue
+        if not d.selected:  # left out live: no cap to be beyond
+            out.print(
+                f"  {name}: left out (--datasets): its {n:,} answer{'s' if n != 1 else ''} in "
+                f"flight {'finish and are' if n != 1 else 'finishes and is'} kept; nothing new "
+                "is sent",
+                markup=False,
+            )
+            continue
         there = f"; {d.beyond:,} records there already" if d.beyond else ""
         out.print(
             f"  {name}: {n:,} answer{'s' if n != 1 else ''} in flight beyond the new cap finish "

@@ -56,7 +56,7 @@ def scan_outputs(path: Path, target: Target, made: collections.Counter) -> Scann
     """Response lengths and finish_reason counts of the records `target` holds (heads only: no
     conversation is parsed); `made` gets each record's response tokens at the second it was
     written, every record's (the engine made them all)."""
-    got = Scanned()
+    got, seen = Scanned(), set()
     try:
         with open(path, "rb") as f:
             for line in f:
@@ -76,6 +76,9 @@ def scan_outputs(path: Path, target: Target, made: collections.Counter) -> Scann
                     t = _created(line)
                 if t is not None:
                     made[t] += n
+                if rid in seen:  # an id written twice counts once (its first), as resume keeps it
+                    continue
+                seen.add(rid)
                 if not target.holds(rid, index):
                     got.beyond += 1
                     continue

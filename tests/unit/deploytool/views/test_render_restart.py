@@ -303,3 +303,14 @@ def test_the_hidden_states_stage_says_its_target_is_the_answers_made_not_the_fil
     )
     assert "invoke restart --stage generate` makes the rest first" in buf.getvalue()
     assert "fewer prompts" not in buf.getvalue()
+
+
+def test_answers_in_flight_of_a_dataset_left_out_live_are_not_said_beyond_a_cap():
+    rows = {
+        "B1": CapRow(3, 0, "", prompts=40, cap=None, was=None, selected=False, in_flight_beyond=1)
+    }
+    out = printed(render_restart.beyond_lowered_caps, rows)
+    assert out == (
+        "  B1: left out (--datasets): its 1 answer in flight finishes and is kept; nothing new "
+        "is sent\n"
+    )

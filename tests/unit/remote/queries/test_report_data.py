@@ -104,6 +104,21 @@ def test_records_beyond_the_cap_are_counted_apart(tmp_path):
     now = Target(5, frozenset({"p0", "p2", "p3", "p4", "p7"}))
     got = scan_outputs(path, now, collections.Counter())
     assert got.lengths == [10, 12, 13, 14, 17] and got.beyond == 3
+    with open(path, "a") as f:  # p0 written again (a kill between a write and its index)
+        f.write(
+            json.dumps(
+                {
+                    "id": "p0",
+                    "dataset": "B2",
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 99},
+                }
+            )
+            + "\n"
+        )
+    again = scan_outputs(path, now, collections.Counter())
+    assert again.lengths == got.lengths and again.beyond == got.beyond  # its first, once
 
 
 def test_the_watchers_events_are_read_back_as_it_wrote_them_and_a_line_no_release_wrote_is_left_out(
