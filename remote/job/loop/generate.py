@@ -10,7 +10,7 @@ import os
 import time
 
 from ...common.caps import Caps
-from ...common.status import DatasetState, EngineStatus, JobState
+from ...common.status import DatasetState, JobState
 from ..engine import continuation
 from ..observe.status_builder import progress
 from ..store.datasets import BadInput, DatasetRun
@@ -27,8 +27,6 @@ class GenerateStage(stage.Stage):
     def __init__(self, runner, caps: Caps, force: bool):
         super().__init__(runner)  # its caps are its scheduler's, its fault its dispatcher's
         paths, job, log = runner.paths, runner.job, runner.log
-        eng = job.engine
-        self.concurrency = eng.concurrency  # per server
         self.history = History(paths.history)
         self.writer = RecordWriter(log, self._disk_full)
         self.scheduler = Scheduler(paths, job, caps, self.writer, log, force)
@@ -142,38 +140,25 @@ class GenerateStage(stage.Stage):
         return await self.dispatcher.abandon()
 
     def status(self, now: float) -> dict:
-        """What status.json says of the work, beside the runner's own fields."""
-        runner, d, pool = self.runner, self.dispatcher, self.pool
-        p = self._progress(now)
-        in_flight = self.in_flight()
-        return dict(
+        """What status.json says of the work, beside the runner's own fields: every stage's
+        (`work_status`), with the answers' rates, ETA, disk and kept answers."""
+        d, p = self.dispatcher, self._progress(now)
+        if d:  # the answers' window keeps its fault and retries: said as every stage says them
+            self.engine_error, self.retries = d.engine_error, d.retries
+        return self.work_status(
+            p.datasets,
             reloaded=self.scheduler.reloaded,
-            engine=EngineStatus(
-                kind=self.job.engine.kind,
-                model=runner.model_name,
-                base_urls=[e.url for e in pool.endpoints] if pool else [],
-                reachable=pool is None or pool.any_reachable(),
-                down_since=pool.all_down_since() if pool else None,
-                last_error=d.engine_error if d else None,
-            ),
-            endpoints=pool.statuses(now, runner.started_at, d.engine.last_data_at)
-            if pool and d
-            else [],
-            concurrency=pool.capacity if pool else self.concurrency,
-            in_flight=in_flight,
             tokens_per_s=p.tokens_per_s,
             samples_per_s=p.samples_per_s,
             mean_tokens_per_s=self.writer.active.per_s(now),
-            completion_tokens=sum(x.completion_tokens for x in p.datasets.values()),
-            errors=sum(x.errors for x in p.datasets.values()),
-            retries=d.retries if d else 0,
             eta_s=p.eta_s,
             last_completion_at=self.writer.last_completion,
-            datasets=p.datasets,
-            gpus=self.telemetry.gpus if self.telemetry else None,
-            disk=self.writer.disk(self.paths.outputs, now, runner.started_at),
+            disk=self.writer.disk(self.paths.outputs, now, self.runner.started_at),
             kept=continuation.kept_status(d, self.kept_why_not),
         )
+
+    def last_data_at(self, url: str) -> float | None:
+        return self.dispatcher.engine.last_data_at(url) if self.dispatcher else None
 
     def made(self) -> dict[str, ActiveTime]:
         """Each dataset's tokens and the time they were being made in, and the job's (""): what the

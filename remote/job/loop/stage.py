@@ -54,6 +54,9 @@ class Stage:
     def engine_fault(self) -> str | None:  # why the engine cannot be asked now, for an alert
         return self.engine_error
 
+    def last_data_at(self, url: str) -> float | None:  # a server's last byte (None: not kept)
+        return None
+
     def open_pool(self, urls: list[str]) -> Pool:
         """The servers it asks, each `engine.concurrency` at a time."""
         eng = self.job.engine
@@ -135,7 +138,7 @@ class Stage:
                 down_since=pool.all_down_since() if pool else None,
                 last_error=self.engine_error,
             ),
-            endpoints=pool.statuses(now, started, lambda url: None) if pool else [],
+            endpoints=pool.statuses(now, started, self.last_data_at) if pool else [],
             gpus=self.telemetry.gpus if self.telemetry else None,
             concurrency=eng.concurrency * max(1, len(self.urls)),
             in_flight=self.in_flight(),
