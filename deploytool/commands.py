@@ -452,8 +452,16 @@ def _pulled(folder: str | None, config) -> str:
     import os
 
     if folder is None:
-        return str(config.base_dir / "pulled")
+        return os.path.abspath(_beside_config(config, "pulled"))
     return os.path.abspath(folder) if folder else folder  # typed empty: refused where it is used
+
+
+def _beside_config(config, name: str) -> str:
+    """A default output's path: beside hosts.yaml, said from the folder the command is typed in
+    (`report-gpu1.html` at the project's root, `../report-gpu1.html` in a folder of it)."""
+    import os
+
+    return os.path.relpath(config.base_dir / name)
 
 
 def pull(host_spec: str | None, *, to=None, refetch=False, hidden=False, free=False) -> int:
@@ -506,7 +514,7 @@ def export(
     config = _config()
     folder = pulled = _pulled(pulled, config)
     export_mod.check_format(fmt)  # before anything is pulled
-    default = str(config.base_dir / f"export-{fmt}.jsonl")  # beside hosts.yaml
+    default = _beside_config(config, f"export-{fmt}.jsonl")
     target = writable(default if out is None else out, "--out")
     on = f" --host {host_spec}" if host_spec else ""
     pull_first = f"(`invoke pull{on} --to {shlex.quote(folder)}`), or leave out --no-pull"
@@ -557,7 +565,7 @@ def report(host_spec: str | None, *, out: str | None = None) -> int:
         raise UsageError("--out names one file: give one --host, or leave --out out")
     targets = {
         h.name: writable(
-            str(config.base_dir / f"report-{h.name}.html") if out is None else out, "--out"
+            _beside_config(config, f"report-{h.name}.html") if out is None else out, "--out"
         )
         for h in hosts
     }

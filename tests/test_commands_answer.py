@@ -373,6 +373,16 @@ def test_a_file_without_ids_rewritten_under_its_records_is_refused_by_any_start_
         assert len(err) == 1 and "B1: data/prompts/B1.jsonl was rewritten" in err[0], err
         assert "so it is not deployed and nothing changed" in err[0], err
         assert on_host.read_text() == first
+    # ids given to the rewritten file, numbered as the line-number ids were (B1-000000, …): the
+    # old records' very names, for the prompt above each now; refused the same
+    numbered = [
+        json.dumps({"id": f"B1-{i:06d}", **json.loads(line)})
+        for i, line in enumerate(rewritten.splitlines())
+    ]
+    path.write_text("\n".join(numbered) + "\n")
+    res = run_in(proj, "invoke deploy")
+    assert res.returncode == 2 and "was rewritten" in res.stderr, res.stdout + res.stderr
+    assert on_host.read_text() == first
     on_host.write_text(rewritten)  # edited on the host itself: every start refuses it
     outputs = root / "data" / "outputs"
     before = {p.name: p.read_bytes() for p in outputs.iterdir()}

@@ -62,8 +62,8 @@ def test_report_is_one_self_contained_page(tmp_path, ssh_rig, openai_server):
 
     res = subprocess.run(base + ["report"], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    out = tmp_path / "report-gpu.html"
-    assert f"report written to {out.name}" in res.stdout and out.exists()
+    out = cfg.path.parent / "report-gpu.html"  # beside hosts.yaml, said from where it was typed
+    assert f"report written to {out.relative_to(tmp_path)}" in res.stdout and out.exists()
     text = out.read_text()
     page = Page()
     page.feed(text)

@@ -24,7 +24,7 @@ from remote.common.jobspec import (
     settings_changed,
 )
 from remote.common.records import file_sha256
-from remote.common.state import LineIds, every_prompt_has_id, moved_text
+from remote.common.state import LineIds, moved_text
 from remote.common.wire import from_wire
 
 from ..config import Config
@@ -281,7 +281,7 @@ def _moved_under_line_ids(job, plan, prompts: dict[str, Path], sending: list[str
         if not kept or ds.prompts not in sending:
             continue
         local = prompts[ds.prompts]
-        if not LineIds(**kept).begin(local) and not every_prompt_has_id(local):
+        if not LineIds(**kept).begin(local):
             out.append((ds.name, ds.prompts))
     return out
 

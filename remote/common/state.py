@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -284,28 +283,12 @@ class LineIds(Record):
 
 def line_ids_moved(paths: Paths, name: str, prompts: Path) -> bool:
     """Dataset `name` has records named by line number that the file at `prompts` no longer
-    begins with (its prompts moved under them). A file whose every prompt now has an `id` moves
-    none: its ids are not line numbers (the old records are then of no prompt of it, beyond it)."""
+    begins with (its prompts moved under them). Ids given to its prompts since change nothing:
+    they may be the very names the old records have (`B3-000000`), for other prompts now."""
     out = paths.output(name)
     kept = LineIds.read(paths.line_ids / f"{name}.json")
     has_records = out.exists() and out.stat().st_size > 0
-    return bool(
-        kept and has_records and not kept.begin(prompts) and not every_prompt_has_id(prompts)
-    )
-
-
-def every_prompt_has_id(path: Path) -> bool:
-    """Every prompt line of the file has an `id` (a blank line is no prompt)."""
-    try:
-        with open(path, "rb") as f:
-            for raw in f:
-                if raw.strip():
-                    obj = json.loads(raw)
-                    if not isinstance(obj, dict) or obj.get("id") in (None, ""):
-                        return False
-    except (OSError, ValueError):
-        return False
-    return True
+    return bool(kept and has_records and not kept.begin(prompts))
 
 
 def moved_text(names: list[str], where: list[str], how: str = "started on") -> str:
@@ -318,8 +301,9 @@ def moved_text(names: list[str], where: list[str], how: str = "started on") -> s
         f"{files} {was} rewritten, not only appended to, and {its} prompts have no `id`: the line-number "
         f"ids of the records already written could now name other prompts, so it is not {how} "
         "and nothing changed. Put the file back as it was (new prompts at its end only), or move "
-        f"{outs} aside to make the dataset again from the new file (with an `id` on every prompt, "
-        "a file may later be reordered freely)"
+        f"{outs} aside and make the dataset again from the new file (ids given to its prompts "
+        "now do not help: the old records' names are line numbers; a file with an `id` on every "
+        "prompt from its first run on may be reordered freely)"
     )
 
 

@@ -225,14 +225,16 @@ def dataset_target(paths, spec, n: int | None) -> Target:
 
 
 def line_ids_unchanged(paths, name: str, prompts: PromptFile) -> bool:
-    """Whether the records of a dataset whose prompts have no `id` still name theirs (the file
-    they were made from begins the file now); the file now kept for the next start where so (a
-    file with ids has nothing to keep)."""
+    """Whether the records of a dataset made under line-number ids (its prompts had no `id`) still
+    name theirs: the file they were made from begins the file now. The file now is kept for the
+    next start where so; a file whose prompts have ids from its first records on keeps nothing."""
     kept = paths.line_ids / f"{name}.json"
-    if prompts.explicit_ids:
-        kept.unlink(missing_ok=True)
-        return True
     was = LineIds.read(kept)
+    out = paths.output(name)
+    records = out.exists() and out.stat().st_size > 0
+    if prompts.explicit_ids and (was is None or not records):
+        kept.unlink(missing_ok=True)  # ids name the prompts: no line number to keep
+        return True
     if was and was.size == prompts.identity["size"] and was.begin(prompts.path):
         return True  # the same file: one read, no hash to keep again
     if line_ids_moved(paths, name, prompts.path):

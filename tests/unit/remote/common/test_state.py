@@ -134,10 +134,7 @@ def test_a_prompt_file_under_line_number_ids_may_grow_at_its_end_only(tmp_path):
     assert line_ids_moved(paths, "B1", prompts)
     prompts.write_text('{"prompt": "a"}\n')  # shorter
     assert line_ids_moved(paths, "B1", prompts)
-    # every prompt given an id: no line number names a prompt any more (the old records are then
-    # of no prompt of the file: beyond it, never another's)
-    prompts.write_text('{"id": "q2", "prompt": "new"}\n\n{"id": "q1", "prompt": "a"}\n')
-    assert not line_ids_moved(paths, "B1", prompts)
-    prompts.write_text('{"id": "q2", "prompt": "new"}\n{"prompt": "a"}\n')  # one without
+    # ids given since help nothing: they may be the old records' very names, for other prompts
+    prompts.write_text('{"id": "B1-000000", "prompt": "new"}\n{"id": "B1-000001", "prompt": "a"}\n')
     assert line_ids_moved(paths, "B1", prompts)
     assert not line_ids_moved(paths, "B2", prompts)  # nothing kept of B2
