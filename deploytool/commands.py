@@ -16,11 +16,11 @@ from .config.locate import project_config
 from .errors import DeployToolError, ExitCode, MultiHostError, UsageError
 
 
-def _config():
+def _config(hosts_only: bool = False):
     """hosts.yaml, read once; the hints then name commands as typed with it."""
     from .views import typed
 
-    config = load_config()
+    config = load_config(hosts_only=hosts_only)
     typed.use(config.path, config.default_host, project_config())
     return config
 
@@ -380,10 +380,17 @@ def server_status(host_spec: str | None) -> int:
 
 
 def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) -> int:
-    from .ops import control
-    from .views import render_restart
+    from rich.markup import escape
 
-    config = _config()
+    from .config import ConfigError
+    from .ops import control
+    from .views import render, render_restart
+
+    try:
+        config = _config()
+    except ConfigError as e:  # a half-edited job must never block a stop: the hosts are enough
+        config = _config(hosts_only=True)
+        render.note(escape(f"hosts.yaml: {e}; a stop needs only the host's entry: going on"))
     if grace < 0:
         raise UsageError(f"--grace: expected seconds, 0 or more, got {grace:g}")
 

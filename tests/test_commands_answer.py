@@ -437,3 +437,25 @@ def test_ctrl_c_in_a_command_of_this_machine_says_so_and_leaves_its_file_as_it_w
         assert out.read_text() == "the export before\n"
     finally:
         proc.kill()
+
+
+def test_a_half_edited_job_in_hosts_yaml_never_blocks_a_stop(tmp_path, openai_server):
+    """A typo in job.sampling while a job runs: every command that sends the job refuses it, but
+    a stop needs only the host's entry: it says the error and stops the job."""
+    from tests.conftest import status, wait_for
+
+    srv, proj, root = _held_job(tmp_path, openai_server)
+    assert run_in(proj, "invoke restart").returncode == 0
+    wait_for(lambda: status(root)["state"] == "running", what="the job at work")
+    cfg = proj / "hosts.yaml"
+    data = yaml.safe_load(cfg.read_text())
+    data["job"]["sampling"] = {"temprature": 1.0}
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert run_in(proj, "invoke restart").returncode == 2  # the job is read: refused
+    res = run_in(proj, "invoke stop --grace 0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "hosts.yaml: job.sampling.temprature: unknown key (did you mean 'temperature'?)" in (
+        res.stdout
+    )
+    assert "a stop needs only the host's entry: going on" in res.stdout
+    assert status(root)["state"] == "stopped"

@@ -420,7 +420,10 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: 10x fa
         return super().construct_mapping(node, deep)
 
 
-def load_config(path: str | os.PathLike | None = None) -> Config:
+def load_config(path: str | os.PathLike | None = None, hosts_only: bool = False) -> Config:
+    """hosts.yaml, checked whole. `hosts_only`: its hosts alone (their connection keys), the job,
+    the server and recovery left unread (a stand-in job): what a stop needs, which a half-edited
+    job section must never block."""
     p = find_config(str(path) if path else None)
     try:
         text = p.read_text()
@@ -441,4 +444,16 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(f"{p}: YAML syntax error at {where}: {e.problem}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: YAML error: {e}") from None
+    if hosts_only and isinstance(data, dict):
+        data = _hosts_alone(data)
     return parse_config(data, p.resolve())
+
+
+def _hosts_alone(data: dict) -> dict:
+    hosts = data.get("hosts")
+    if isinstance(hosts, dict):
+        own = ("job", "server", "recover")
+        hosts = {n: {k: v for k, v in (h or {}).items() if k not in own} for n, h in hosts.items()}
+    stand_in = {"datasets": {"none": {"prompts": "none"}}}  # never sent: a stop sends no job
+    kept = {k: data[k] for k in ("default_host", "defaults") if k in data}
+    return dict(kept, hosts=hosts, job=stand_in)
