@@ -280,11 +280,17 @@ def work_table(s: JobView, out: Console, now: float) -> None:
     if any(rate.endswith("*") for rate in [total, *rates.values()]):  # a mean shown for a rate
         out.print(f"  {mean_note('rows' if rows else 'answers')}", markup=False)
     beyond = [f"{n} {d.beyond:,}" for n, d in s.datasets.items() if d.beyond]
-    if beyond:
+    if beyond and rows:  # the stage's counts are rows: those of the answers past the cap
         out.print(
-            f"  records beyond the cap (made before it was lowered or in flight then, or of prompts the file no "
-            f"longer has among its first N: kept on the host, left out "
-            f"of these counts, of export and of the hidden states): {', '.join(beyond)}",
+            f"  rows beyond the cap (of answers past it: kept on the host, left out of these "
+            f"counts and of the training rows): {', '.join(beyond)}",
+            markup=False,
+        )
+    elif beyond:
+        out.print(
+            "  records beyond the cap (made before it was lowered or in flight then, or of "
+            "prompts the file no longer has among its first N: kept on the host, left out of "
+            f"these counts, of export and of the hidden states): {', '.join(beyond)}",
             markup=False,
         )
     out.print(

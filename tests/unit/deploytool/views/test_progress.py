@@ -85,6 +85,14 @@ def test_the_hidden_states_stage_is_shown_in_rows_without_a_finish_reason():
     Console(file=buf, width=200).print(progress.host_view("gpu1", st, 0))
     assert "hidden states running" in buf.getvalue() and "26.3k tok/s" in buf.getvalue()
     assert "rows/s" not in buf.getvalue() + line
+    st.datasets["B1"].records = 5  # two rows past the cap: said as rows, not records
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=400, highlight=False), now=0)
+    assert (
+        "rows beyond the cap (of answers past it" in buf.getvalue() and ": B1 2" in buf.getvalue()
+    )
+    assert "records beyond the cap" not in buf.getvalue()
+    st.datasets["B1"].records = 3
     st.datasets["B1"].mean_tokens_per_s = 20_000.0  # a starred mean is said of rows, not answers
     buf = io.StringIO()
     render.status_screen(st, Console(file=buf, width=400, highlight=False), now=0)
