@@ -295,7 +295,7 @@ def extra_lines(st: JobView, now: float) -> list[tuple[str, str]]:
     out += [(text, style) for text, style in ((kept_line(st), DIM), (gpu_line(st), "")) if text]
     out += [disk] if (disk := disk_line(st)) else []
     out += [(text, "yellow") for text in hints(st) + notices(st)]
-    if left := [n for n in st.not_run if n not in st.datasets]:  # rows the runner has none of
+    if left := st.not_run:
         out.append(
             (
                 f"not run (--datasets): {', '.join(left)}: their records are kept, in none of these "
@@ -334,6 +334,15 @@ def switch_lines(st: JobView, now: float) -> list[tuple[str, str]]:
     why = f"the server {sw.why}" if sw.why else "the server was down"
     line = f"switching to the {sw.stage} stage ({why}): {step}; its runner starts once it answers"
     return [(line, "cyan")]
+
+
+def done_text(st: JobView, name: str) -> str:
+    """A dataset's done/target; one left out (--datasets) has no target: its records made, which
+    stay (it read `0/0`, as if they were gone)."""
+    d = st.datasets[name]
+    if st.dataset_state_label(name) == NOT_RUN:
+        return f"{d.records:,} made"
+    return f"{d.done:,}/{max(d.target, 0):,}"
 
 
 def job_eta(st: JobView) -> str:
@@ -451,7 +460,7 @@ def _datasets_table(st: JobView, rows: bool) -> Table:
         table.add_row(
             name,
             bar,
-            f"{d.done:,}/{target:,}{beyond_text(d.beyond)}",
+            done_text(st, name) + beyond_text(d.beyond),
             fmt_tokens(d.completion_tokens),
             dataset_rate(st, name),
             eta,

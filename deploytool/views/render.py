@@ -20,6 +20,7 @@ from .progress import (
     DIM,
     beyond_text,
     dataset_rate,
+    done_text,
     engine_text,
     extra_lines,
     fmt_rate,
@@ -267,7 +268,7 @@ def work_table(s: JobView, out: Console, now: float) -> None:
     for name, d in s.datasets.items():
         t.add_row(
             name,
-            f"{d.done:,}/{d.target:,}",
+            done_text(s, name),
             s.dataset_state_label(name),
             _tok(d.completion_tokens),
             rates[name],

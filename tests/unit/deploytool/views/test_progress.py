@@ -404,3 +404,26 @@ def test_an_eta_reckoned_at_the_jobs_mean_is_starred_as_the_rate_is():
     assert "ETA 1m17s*" in progress.plain_line("gpu1", young, 0)
     measured = JobView(state="running", tokens_per_s=800.0, mean_tokens_per_s=900.0, eta_s=77)
     assert progress.job_eta(measured) == "1m17s"
+
+
+def test_a_dataset_left_out_live_shows_its_records_made_not_0_of_0():
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.caps import Caps
+    from remote.common.status import DatasetStatus, JobView
+
+    st = JobView(state="running", host="gpu1", caps=Caps(datasets=["B2"]).to_dict())
+    st.not_run = ["B1"]
+    st.datasets = {
+        "B1": DatasetStatus("complete", 0, 0, 40, 132),  # deselected live: no target
+        "B2": DatasetStatus("running", 3, 10, 3, 10, in_flight=2),
+    }
+    assert progress.done_text(st, "B1") == "40 made" and progress.done_text(st, "B2") == "3/10"
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=300, highlight=False), now=0)
+    row = next(x.split() for x in buf.getvalue().splitlines() if x.strip().startswith("B1"))
+    assert row[1:5] == ["40", "made", "not", "run"], row
+    assert "not run (--datasets): B1: their records are kept" in buf.getvalue()
