@@ -352,8 +352,11 @@ class Stopping:
         return "the runner did not exit: killing it and its processes (SIGKILL)", ("kill",)
 
     def _how(self, flight: int, signalled: str | None = None) -> str:
-        if not flight:  # nothing asked: the runner exits at once
-            return "SIGTERM; nothing in flight, the runner exits"
+        if not flight:  # none seen yet: the status may be a second behind its first requests
+            return (
+                f"SIGTERM; the requests in flight get {self.grace:g}s to finish, then the runner "
+                f"cuts off the rest and exits (killed at {self.kill_at:g}s if it has not)"
+            )
         if signalled:  # the runner takes a second signal as "now"
             return (
                 f"stopping already, after a {signalled} not of deploytool's; SIGTERM again cuts "
