@@ -176,7 +176,8 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
             beyond=got.beyond,
             tokens=sum(lengths),
             mean=sum(lengths) / len(lengths) if lengths else None,
-            target=d.target if d else kept.target(name),
+            # the status's where it counts answers, else the cap over the file as it is now
+            target=d.target if d else (len(target.ids) if target.ids is not None else n),
             hist=histogram(lengths, top),
             finish=dict(got.finish),
             errors=n_err,

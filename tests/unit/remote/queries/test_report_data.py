@@ -160,3 +160,25 @@ def test_a_runner_killed_without_its_verdict_is_reported_stopped_as_status_says_
     me = os.getpid()  # a live runner: the file stands as it is
     RunnerRecord(pid=me, start_time=procinfo.start_time(me), token="t").write(paths.pidfile)
     assert gather(paths).status.state == "running"
+
+
+def test_a_cap_past_its_files_end_reads_as_every_prompt_where_the_status_counts_no_answers(
+    tmp_path, monkeypatch
+):
+    """The stage's status counts rows: the answers' target is the cap over the file as it is now
+    (a cap of 75 over 32 prompts read 75)."""
+    from remote.common.caps import Caps
+    from remote.common.jobspec import JobSpec, Paths
+    from remote.common.stages import HIDDEN_STATES
+    from remote.common.status import JobStatus
+    from remote.queries import report_data
+    from tests.conftest import write_prompts
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    write_prompts(tmp_path / "data" / "B4.jsonl", 32, "B4")
+    job = JobSpec.from_dict({"datasets": {"B4": {"prompts": "data/B4.jsonl", "est_tokens": 10}}})
+    monkeypatch.setattr(report_data, "deployed_spec", lambda: job)
+    Caps(max_samples=75, stage=HIDDEN_STATES).write(paths.caps)
+    paths.status.write_text(json.dumps(JobStatus(stage=HIDDEN_STATES).to_dict()))
+    assert report_data.gather(paths).datasets["B4"].target == 32
