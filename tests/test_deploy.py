@@ -383,6 +383,26 @@ def test_a_draft_folder_here_is_kept_in_step_on_the_host_only_what_changed_sent(
         conn.close()
 
 
+def cut_off_at(unreadable: Path, monkeypatch, conn, cfg, release) -> None:
+    """A deploy of the draft cut off midway: `unreadable` cannot be read for the upload (after
+    the files before it went)."""
+    import builtins
+
+    import deploytool.ops.deploy as deploy_mod
+
+    real_open = builtins.open
+
+    def opened(path, *a, **kw):
+        if Path(path) == unreadable:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(deploy_mod, "open", opened, raising=False)
+    with pytest.raises(PermissionError):
+        deploy_host(conn, cfg, release=release)
+    monkeypatch.undo()
+
+
 def test_a_deploy_cut_off_midway_leaves_the_old_draft_whole_and_the_next_sends_the_rest(
     env, ssh_rig, monkeypatch
 ):
@@ -391,10 +411,6 @@ def test_a_deploy_cut_off_midway_leaves_the_old_draft_whole_and_the_next_sends_t
     old version, every file of it, and a dry run writes nothing; the next deploy sends only what
     never arrived and switches to the new version whole, while a file the old one had open still
     reads as it was (a server running the old draft)."""
-    import builtins
-
-    import deploytool.ops.deploy as deploy_mod
-
     sizes = {"a.bin": 5000, "b.bin": 7000, "sub/c.json": 10}
     mine, cfg, conn, copy = draft_rig(env, ssh_rig, sizes)
     try:
@@ -406,17 +422,7 @@ def test_a_deploy_cut_off_midway_leaves_the_old_draft_whole_and_the_next_sends_t
         (mine / "b.bin").write_bytes(os.urandom(7000))
         (mine / "d.bin").write_bytes(os.urandom(3000))
         (mine / "sub" / "c.json").unlink()
-        real_open = builtins.open
-
-        def unreadable(path, *a, **kw):  # b.bin cannot be read for the upload, after a.bin went
-            if Path(path) == mine / "b.bin":
-                raise PermissionError(13, "Permission denied", str(path))
-            return real_open(path, *a, **kw)
-
-        monkeypatch.setattr(deploy_mod, "open", unreadable, raising=False)
-        with pytest.raises(PermissionError):
-            deploy_host(conn, cfg, release=release)
-        monkeypatch.undo()
+        cut_off_at(mine / "b.bin", monkeypatch, conn, cfg, release)
         assert tree(copy) == old  # the old version, every file: none of the new beside them
         held = (copy / "b.bin").open("rb")  # as a server running the old draft has it
         before = tree(copy.parent)
@@ -442,10 +448,6 @@ def test_a_draft_deploy_cut_off_then_taken_back_here_leaves_no_unfinished_versio
 ):
     """The draft changed here, its deploy cut off midway, then the change taken back: the next
     deploy has nothing of the draft to send, and the unfinished version the cut-off one left goes."""
-    import builtins
-
-    import deploytool.ops.deploy as deploy_mod
-
     mine, cfg, conn, copy = draft_rig(env, ssh_rig, {"a.bin": 5000, "b.bin": 7000})
     try:
         release = build_release(cfg, env["pkg"])
@@ -453,17 +455,7 @@ def test_a_draft_deploy_cut_off_then_taken_back_here_leaves_no_unfinished_versio
         kept = {p: (mine / p).read_bytes() for p in ("a.bin", "b.bin")}
         (mine / "a.bin").write_bytes(os.urandom(5000))
         (mine / "b.bin").write_bytes(os.urandom(7000))
-        real_open = builtins.open
-
-        def unreadable(path, *a, **kw):  # b.bin cannot be read for the upload, after a.bin went
-            if Path(path) == mine / "b.bin":
-                raise PermissionError(13, "Permission denied", str(path))
-            return real_open(path, *a, **kw)
-
-        monkeypatch.setattr(deploy_mod, "open", unreadable, raising=False)
-        with pytest.raises(PermissionError):
-            deploy_host(conn, cfg, release=release)
-        monkeypatch.undo()
+        cut_off_at(mine / "b.bin", monkeypatch, conn, cfg, release)
         versions = [p.name for p in copy.parent.iterdir() if p.name.startswith(".eagle.v-")]
         assert len(versions) == 2  # the one in use, and the unfinished one
         for name, data in kept.items():

@@ -5,7 +5,6 @@ start, which the commands and the runner share."""
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from .caps import Caps
 from .codec import Codec, Record, note_line, typed_lines
 from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
 from .protocol import CtlRestart, RunArgs
+from .records import prefix_hash
 from .recover import RecoverSpec
 from .status import JobState, JobStatus, JobView, RunnerInfo, SwitchView
 
@@ -258,27 +258,14 @@ class LineIds(Record):
 
     @classmethod
     def of(cls, path: Path) -> LineIds:
-        h, size = hashlib.sha256(), 0
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-                size += len(block)
-        return cls(size, h.hexdigest())
+        size = path.stat().st_size
+        return cls(size, prefix_hash(path, size, whole=True) or "")
 
     def begin(self, path: Path) -> bool:
         """The first `size` bytes of the file at `path` are these."""
-        h, left = hashlib.sha256(), self.size
-        try:
-            with open(path, "rb") as f:
-                while left > 0:
-                    block = f.read(min(left, 1 << 20))
-                    if not block:
-                        return False
-                    h.update(block)
-                    left -= len(block)
-        except OSError:
+        if not path.exists():
             return True  # gone: the runner says it is missing
-        return h.hexdigest() == self.sha256
+        return prefix_hash(path, self.size, whole=True) == self.sha256
 
 
 def line_ids_moved(paths: Paths, name: str, prompts: Path) -> bool:
