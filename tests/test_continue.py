@@ -429,3 +429,41 @@ def test_a_kept_answer_goes_back_to_the_server_that_made_it(tmp_path, openai_ser
         mine = [k for k in kept.values() if k.url == srv.url]
         assert len(srv.completion_bodies) == len(mine) > 0
     assert len(records(root, "B1")) == 30
+
+
+def test_while_the_first_answers_stream_the_eta_is_reckoned_at_what_streams(tmp_path, openai_server):
+    """A start (or a restart onto a slower engine) has no finished answer to measure for an
+    answer's length: its ETA was none, or the job's mean from another engine, starred. The runner
+    measures its tokens as they stream: the ETA is given at once and is not a guess, and what the
+    answers in flight have made is taken off what is left."""
+    srv = openai_server(token_model=True, token_time=0.02, shape="vllm")
+    srv.lengths = lambda key: 390  # about 8 s an answer, all three at once
+    root = _job(tmp_path, srv, 3)
+    job = json.loads((root / "job.json").read_text())
+    job["datasets"]["B1"]["est_tokens"] = 400
+    (root / "job.json").write_text(json.dumps(job))
+    proc = subprocess.Popen(
+        runner_cmd(root), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        seen = {}
+
+        def streaming() -> bool:
+            if not (root / "run" / "status.json").exists():
+                return False
+            st = status(root)
+            b1 = (st.get("datasets") or {}).get("B1") or {}
+            if st.get("in_flight") == 3 and b1.get("remaining_tokens", 1200) < 1200:
+                seen.update(st)
+                return True
+            return False
+
+        wait_for(streaming, timeout=60, interval=0.05, what="answers streaming, status written")
+        assert seen["eta_s"] is not None and seen["eta_guess"] is False
+        assert seen["datasets"]["B1"]["eta_s"] == seen["eta_s"]
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(records(root, "B1")) == 3

@@ -345,14 +345,35 @@ def done_text(st: JobView, name: str) -> str:
     return f"{d.done:,}/{max(d.target, 0):,}"
 
 
+FINISHING = "finishing"  # an ETA run out with answers still in flight: longer than expected
+
+
 def job_eta(st: JobView) -> str:
     """The job's ETA as every view says it: none while it ends; starred where it is reckoned at
-    the job's mean (a runner younger than a minute of its own answers: a guess until then)."""
+    the job's mean (a runner younger than a minute of its own answers, nothing streamed to measure
+    it by: a guess until then); `finishing` where it has run out while answers are still in flight
+    (they are longer than expected: when they end cannot be said)."""
     if st.ending:
         return "-"
-    _, mean = job_rate(st.state, st.tokens_per_s, st.mean_tokens_per_s)
-    starred = mean and st.eta_s and st.state == JobState.RUNNING
+    if st.eta_s == 0 and st.in_flight and st.state == JobState.RUNNING:
+        return FINISHING
+    if st.eta_guess is None:  # an older release's: starred wherever its rate is the mean
+        _, mean = job_rate(st.state, st.tokens_per_s, st.mean_tokens_per_s)
+        starred = mean and st.eta_s and st.state == JobState.RUNNING
+    else:
+        starred = st.eta_guess and st.eta_s and st.state == JobState.RUNNING
     return fmt_duration(st.eta_s) + ("*" if starred else "")
+
+
+def dataset_eta(st: JobView, name: str) -> str:
+    """A dataset's ETA as every view says it: none once it is complete or while the job ends;
+    `finishing` as the job's."""
+    d = st.datasets[name]
+    if d.is_complete or st.ending:
+        return "-"
+    if d.eta_s == 0 and d.in_flight and st.state == JobState.RUNNING:
+        return FINISHING
+    return fmt_duration(d.eta_s)
 
 
 def dataset_rate(st: JobView, name: str) -> str:
@@ -374,6 +395,14 @@ def totals(statuses: list[JobView]) -> tuple[int, str, int | None]:
     if not etas:  # every host ended (nothing left: 0), or one still ends its work (none to give)
         return tok, rate, None if any(not s.terminal for s in statuses) else 0
     return tok, rate, max(etas) if None not in etas else None
+
+
+def all_hosts_eta(statuses: list[JobView], eta: int | None) -> str:
+    """The ETA over every host (`totals`'), `finishing` where the last hosts' has run out while
+    their answers are still in flight."""
+    if eta == 0 and any(job_eta(s) == FINISHING for s in statuses):
+        return FINISHING
+    return fmt_duration(eta)
 
 
 def kept_line(st: JobView) -> str | None:
@@ -456,7 +485,7 @@ def _datasets_table(st: JobView, rows: bool) -> Table:
             width=24,
             complete_style="green" if d.is_complete else "cyan",
         )
-        eta = "-" if d.is_complete or st.ending else fmt_duration(d.eta_s)
+        eta = dataset_eta(st, name)
         table.add_row(
             name,
             bar,
@@ -531,7 +560,7 @@ def view(
         tok, rate, eta = totals(present)
         parts.append(
             Text(
-                f"all hosts: {fmt_tokens(tok)} tokens · {rate} tok/s · ETA {fmt_duration(eta)}",
+                f"all hosts: {fmt_tokens(tok)} tokens · {rate} tok/s · ETA {all_hosts_eta(present, eta)}",
                 style="bold",
             )
         )

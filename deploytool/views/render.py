@@ -19,6 +19,7 @@ from ..errors import DeployToolError
 from .progress import (
     DIM,
     beyond_text,
+    dataset_eta,
     dataset_rate,
     done_text,
     engine_text,
@@ -272,7 +273,7 @@ def work_table(s: JobView, out: Console, now: float) -> None:
             s.dataset_state_label(name),
             _tok(d.completion_tokens),
             rates[name],
-            "-" if d.is_complete or s.ending else _eta(d.eta_s),
+            dataset_eta(s, name),
             str(d.errors),
             *(() if rows else (str(d.finish_length),)),
         )

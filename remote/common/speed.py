@@ -22,6 +22,11 @@ def mean_note(made: str = "answers") -> str:
         "made side by side (at a hand-over, or several at once) on the same server, so the rows "
         "add up to more than the job's. A starred ETA is reckoned at the job's mean: a guess until "
         "its runner has a minute of its own"
+        + (
+            " (none where they stream with token ids: the ETA is then reckoned at what streams)"
+            if made == "answers"
+            else ""
+        )
     )
 
 

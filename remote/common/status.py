@@ -504,6 +504,9 @@ class JobStatus(Record):
     errors: int = 0
     retries: int = 0
     eta_s: int | None = None
+    # the ETA is reckoned at the job's mean (a young runner with nothing streamed to measure it
+    # by): a guess; None: not said (an older release's, starred by its rate)
+    eta_guess: bool | None = None
     stalled: bool = False
     last_completion_at: float | None = None
     datasets: dict[str, DatasetStatus] = field(default_factory=dict)

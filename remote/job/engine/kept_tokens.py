@@ -22,7 +22,7 @@ from pathlib import Path
 from ...common.codec import json_lines, write_atomic
 from ...common.status import KeptStatus
 from ..store.outputs import AppendFile
-from ..store.rates import RateWindow
+from ..store.rates import RateWindow, Streaming
 
 COMPACT_AFTER = 64 << 20  # bytes appended before the file is rewritten with what is unfinished
 KEEP_EVERY_S = 0.05  # between appends: what a kill -9 can lose of every answer streaming
@@ -53,10 +53,22 @@ def signature(*parts) -> str:
 class Keeping:
     """One request while it streams: the store reads its assembly at each append."""
 
-    __slots__ = ("key", "base", "asm", "end_id", "written", "url", "_seen", "_found", "_ended")
+    __slots__ = (
+        "key",
+        "base",
+        "asm",
+        "end_id",
+        "written",
+        "url",
+        "sent",
+        "_seen",
+        "_found",
+        "_ended",
+    )
 
     def __init__(self, key: str, base: Kept, url: str | None = None):
         self.key, self.base, self.asm, self.end_id, self.url = key, base, None, None, url
+        self.sent = time.time()
         # what the file holds of it: ids (a kept base is there already), reasoning and content pieces
         self.written = (len(base.ids), 0, 0)
         # how far the assembly was looked through (pieces, ids), and what was found there: an
@@ -264,6 +276,22 @@ class KeptFile:
         if not self.entries and not self.live:
             open(self.path, "wb").close()  # nothing unfinished: the end lines need not stay
 
+    def streaming(self, now: float) -> dict[str, list[Streaming]]:
+        """The answers streaming now, per dataset: what each has made and its own speed."""
+        out: dict[str, list[Streaming]] = {}
+        for h in self.live.values():
+            got = len((h.asm.token_ids if h.asm else None) or ())
+            seconds = now - h.sent
+            speed = got / seconds if got and seconds >= 1 else None
+            out.setdefault(h.key.split("\t", 1)[0], []).append(
+                Streaming(len(h.base.ids) + got, speed)
+            )
+        return out
+
+    def streamed_per_s(self, now: float) -> float:
+        """Tokens per second as they stream, finished answers or not (the last minute)."""
+        return round(self.streamed.per_s(now, self.started), 1)
+
     @property
     def tokens(self) -> int:
         """Tokens of unfinished answers held for continuing (kept and streaming now)."""
@@ -285,7 +313,7 @@ class KeptFile:
             saved,
             started_over,
             self.bytes,
-            round(self.streamed.per_s(now, self.started), 1),
+            self.streamed_per_s(now),
         )
 
     def prune(self, wanted) -> int:

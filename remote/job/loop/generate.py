@@ -152,6 +152,7 @@ class GenerateStage(stage.Stage):
             samples_per_s=p.samples_per_s,
             mean_tokens_per_s=self.writer.active.per_s(now),
             eta_s=p.eta_s,
+            eta_guess=p.guess,
             last_completion_at=self.writer.last_completion,
             disk=self.writer.disk(self.paths.outputs, now, self.runner.started_at),
             kept=continuation.kept_status(d, self.kept_why_not),
@@ -169,9 +170,17 @@ class GenerateStage(stage.Stage):
         return self._progress(time.time()).line()
 
     def _progress(self, now: float):
-        w = self.writer
+        w, d = self.writer, self.dispatcher
+        kept = d.kept if d is not None else None  # answers are measured as they stream where kept
         return progress(
-            self.job, self.runs, now, self.runner.started_at, w.active, w.first_completion
+            self.job,
+            self.runs,
+            now,
+            self.runner.started_at,
+            w.active,
+            w.first_completion,
+            kept.streaming(now) if kept else None,
+            kept.streamed_per_s(now) if kept else 0.0,
         )
 
     def summary(self) -> str:

@@ -271,6 +271,7 @@ class HiddenStage(stage.Stage):
             mean_tokens_per_s=self.active.per_s(now),
             samples_per_s=per_s,
             eta_s=int(sum(left.values()) / per_s) if per_s > 0 else None,
+            eta_guess=False,  # at this runner's own rows
             disk=DiskStatus(disk["free_bytes"], disk["total_bytes"], self.disk.full),
         )
 

@@ -560,6 +560,7 @@ class TrainStage(stage.Stage):
             datasets=datasets,
             stage=self.caps.stage,
             eta_s=t.eta_s,
+            eta_guess=False,  # at the trainer's own steps
             tokens_per_s=t.tokens_per_s,
             train=t,
             gpus=self.telemetry.gpus if self.telemetry else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from dataclasses import dataclass
 
 RATE_WINDOW = 60.0
 
@@ -79,3 +80,18 @@ class ActiveTime:
             self.seconds_at(now), 3
         )  # as history keeps it: the same figure after a restart
         return round(self.tokens / seconds, 1) if seconds >= 1 else None
+
+
+@dataclass(frozen=True)
+class Streaming:
+    """An answer in flight: the tokens it has made so far (a kept part included) and its own
+    stream's speed (None until it has streamed a second)."""
+
+    tokens: int
+    per_s: float | None
+
+    def left_s(self, expected: float) -> float:
+        """Seconds until it reaches `expected` tokens at its own speed (0: past it, or unmeasured)."""
+        if not self.per_s or self.tokens >= expected:
+            return 0.0
+        return (expected - self.tokens) / self.per_s

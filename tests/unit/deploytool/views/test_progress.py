@@ -404,6 +404,38 @@ def test_an_eta_reckoned_at_the_jobs_mean_is_starred_as_the_rate_is():
     assert "ETA 1m17s*" in progress.plain_line("gpu1", young, 0)
     measured = JobView(state="running", tokens_per_s=800.0, mean_tokens_per_s=900.0, eta_s=77)
     assert progress.job_eta(measured) == "1m17s"
+    # a runner that says how it reckoned: starred only where that was the mean
+    young.eta_guess = False  # at what streams, though the rate shown is still the mean
+    assert progress.job_eta(young) == "1m17s"
+    measured.eta_guess = True
+    assert progress.job_eta(measured) == "1m17s*"
+
+
+def test_an_eta_run_out_while_answers_are_still_in_flight_says_finishing_not_0m00s():
+    """The last answers run longer than expected: what is left reckons to nothing while they
+    stream on (`ETA 0m00s` for 45 s read as a job that hangs)."""
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views import progress, render
+    from remote.common.status import DatasetStatus, JobView
+
+    st = JobView(state="running", tokens_per_s=80.0, eta_s=0, in_flight=1, eta_guess=False)
+    st.datasets = {
+        "B1": DatasetStatus("complete", 10, 10, 10, 10, eta_s=0),
+        "B2": DatasetStatus("running", 9, 10, 9, 10, in_flight=1, eta_s=0),
+    }
+    assert progress.job_eta(st) == "finishing"
+    assert progress.dataset_eta(st, "B2") == "finishing" and progress.dataset_eta(st, "B1") == "-"
+    buf = io.StringIO()
+    render.status_screen(st, Console(file=buf, width=400, highlight=False), now=0)
+    assert "ETA finishing" in buf.getvalue() and "0m00s" not in buf.getvalue()
+    assert "ETA finishing" in progress.plain_line("gpu1", st, 0)
+    done = JobView(state="finished", eta_s=0)
+    assert progress.all_hosts_eta([done, st], progress.totals([done, st])[2]) == "finishing"
+    st.in_flight = st.datasets["B2"].in_flight = 0  # nothing in flight: an ETA of nothing
+    assert progress.job_eta(st) == "0m00s"
 
 
 def test_a_dataset_left_out_live_shows_its_records_made_not_0_of_0():

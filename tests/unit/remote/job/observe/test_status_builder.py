@@ -97,3 +97,46 @@ def test_what_is_left_is_reckoned_at_est_tokens_at_least_until_enough_answers_ar
     assert p.datasets["B1"].remaining_tokens == 17 * 3000
     finish(b1, 17, 900, now=20.0)  # all of them measured now: what they took
     assert progress(Job("B1"), {"B1": b1}, now=21.0, started=0.0).remaining_tokens == 0
+
+
+def test_a_runner_that_streams_reckons_its_etas_at_what_streams_not_at_an_earlier_engines_mean():
+    """A restart onto a slower engine: the job's mean (900 tok/s, the earlier engine's) said
+    0m16s for 3m06s of work, starred as a guess and still wrong for its first minute. What streams
+    is measured within seconds of the start, whatever the engine: the ETA is reckoned at it, and is
+    not a guess."""
+    from remote.job.store.rates import ActiveTime
+
+    b1 = dataset("B1", n=10)
+    finish(b1, 1, 100, now=40.0)
+    ran = ActiveTime(seconds=600.0, tokens=540_000)  # 900 tok/s, the faster engine's
+    job = Job("B1")
+    guess = progress(job, {"B1": b1}, now=41.0, started=0.0, ran=ran, first=40.0)
+    assert guess.guess and guess.eta_s == 1  # 900 tokens left at the mean
+    streams = progress(
+        job, {"B1": b1}, now=41.0, started=0.0, ran=ran, first=40.0, streamed_per_s=60.0
+    )
+    assert not streams.guess and streams.eta_s == 15  # 900 tokens at 60 tok/s
+    assert streams.tokens_per_s == 0.0  # the rate shown is still the mean until a minute of answers
+
+
+def test_answers_in_flight_count_what_they_made_and_the_last_one_runs_at_its_own_streams_speed():
+    """The last long answer in flight read `ETA 0m00s` for 45 s: the job's pace (many streams) is
+    not one stream's. What the answers in flight have streamed is taken off what is left, and no
+    ETA is shorter than its longest answer needs at its own speed."""
+    from remote.job.store.rates import Streaming
+
+    b1 = dataset("B1", n=3)
+    finish(b1, 2, 100, now=5.0)  # 100 expected of the third (est_tokens, under 50 measured)
+    job = Job("B1")
+    alone = Streaming(tokens=40, per_s=2.0)  # 60 tokens more at 2 tok/s: 30 s
+    p = progress(
+        job, {"B1": b1}, now=10.0, started=0.0, streaming={"B1": [alone]}, streamed_per_s=500.0
+    )
+    assert p.datasets["B1"].remaining_tokens == 60
+    assert p.datasets["B1"].eta_s == 30 == p.eta_s  # not 60 / 500 = 0
+    past = Streaming(tokens=150, per_s=2.0)  # longer than expected: nothing left to reckon
+    q = progress(
+        job, {"B1": b1}, now=10.0, started=0.0, streaming={"B1": [past]}, streamed_per_s=500.0
+    )
+    assert q.datasets["B1"].remaining_tokens == 0 and q.eta_s == 0  # the views say `finishing`
+    assert Streaming(10, None).left_s(100) == 0.0  # not a second streamed: no speed to go by

@@ -79,9 +79,9 @@ def test_a_record_beyond_the_cap_moves_neither_the_rows_tokens_nor_its_rate():
     run.set_target(1, None)
     for i in (1, 2, 3):
         w.write_record(run, run.prompts[i], completion(95))
-    row, _ = _row(run, time.time(), started)
+    row, _, _ = _row(run, time.time(), started, [])
     assert (row.completion_tokens, row.tokens_per_s, row.records) == (0, 0, 3)
     assert row.mean_tokens_per_s is None and w.active.tokens == 0
     answer(w, run, 0, tokens=95)  # the one in the target: counted in both
-    row, _ = _row(run, time.time(), started)
+    row, _, _ = _row(run, time.time(), started, [])
     assert row.completion_tokens == 95 and row.tokens_per_s > 0 and w.active.tokens == 95
