@@ -25,6 +25,28 @@ def _config(hosts_only: bool = False):
     return config
 
 
+def _config_to_look(doing: str):
+    """hosts.yaml for a command that looks at the job or stops it: a half-edited job section must
+    never block it (the hosts' entries are enough), so its error is said and the command goes on
+    without comparing the job with the deployed one."""
+    from rich.markup import escape
+
+    from .config import ConfigError
+    from .views import render
+
+    try:
+        return _config()
+    except ConfigError as e:
+        config = _config(hosts_only=True)
+        render.note(
+            escape(
+                f"hosts.yaml: {e}; {doing} needs only the host's entry: going on (the deployed "
+                "job is not compared with it)"
+            )
+        )
+        return config
+
+
 def _run(config, host_spec, fn, show, outcome=None):
     """on_hosts + render every host's result, failures included, then re-raise one error for all.
     `outcome(results, failures)`: said after the failures, where several hosts ran."""
@@ -380,17 +402,10 @@ def server_status(host_spec: str | None) -> int:
 
 
 def stop(host_spec: str | None, *, grace: float = GRACE_S, drain: bool = False) -> int:
-    from rich.markup import escape
-
-    from .config import ConfigError
     from .ops import control
-    from .views import render, render_restart
+    from .views import render_restart
 
-    try:
-        config = _config()
-    except ConfigError as e:  # a half-edited job must never block a stop: the hosts are enough
-        config = _config(hosts_only=True)
-        render.note(escape(f"hosts.yaml: {e}; a stop needs only the host's entry: going on"))
+    config = _config_to_look("a stop")
     if grace < 0:
         raise UsageError(f"--grace: expected seconds, 0 or more, got {grace:g}")
 
@@ -407,7 +422,7 @@ def status(host_spec: str | None, *, as_json: bool = False) -> int:
     from .ops import control
     from .views import render
 
-    config = _config()
+    config = _config_to_look("status")
     look = lambda conn: control.job_status(conn, config)  # noqa: E731
     if as_json:
         render.status_json(_run(config, host_spec, look, lambda r: None))
@@ -421,7 +436,7 @@ def tail(host_spec: str | None, *, once: bool = False, log: bool = False) -> int
     from .views import render, typed
     from .views import tail as tail_view
 
-    config = _config()
+    config = _config_to_look("tail")
     hosts = config.select_hosts(host_spec)
     view = tail_view.choose(render.console, once=once, log=log, live=render.console.is_terminal)
     return follow.watch(config, hosts, view, once=once, log=log, out=render.console, say=typed.say)

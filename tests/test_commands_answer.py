@@ -439,9 +439,12 @@ def test_ctrl_c_in_a_command_of_this_machine_says_so_and_leaves_its_file_as_it_w
         proc.kill()
 
 
-def test_a_half_edited_job_in_hosts_yaml_never_blocks_a_stop(tmp_path, openai_server):
+def test_a_half_edited_job_in_hosts_yaml_never_blocks_status_tail_or_a_stop(
+    tmp_path, openai_server
+):
     """A typo in job.sampling while a job runs: every command that sends the job refuses it, but
-    a stop needs only the host's entry: it says the error and stops the job."""
+    status, tail and a stop need only the host's entry: each says the error and goes on (status
+    and tail blocked on it while the job ran on)."""
     from tests.conftest import status, wait_for
 
     srv, proj, root = _held_job(tmp_path, openai_server)
@@ -452,6 +455,12 @@ def test_a_half_edited_job_in_hosts_yaml_never_blocks_a_stop(tmp_path, openai_se
     data["job"]["sampling"] = {"temprature": 1.0}
     cfg.write_text(yaml.safe_dump(data, sort_keys=False))
     assert run_in(proj, "invoke restart").returncode == 2  # the job is read: refused
+    for typed in ("invoke status", "invoke tail --once"):
+        res = run_in(proj, typed)
+        assert res.returncode == 0, typed + res.stdout + res.stderr
+        assert "temprature: unknown key" in res.stdout, typed
+        assert f"{typed.split()[1]} needs only the host's entry: going on" in res.stdout, typed
+        assert "running" in res.stdout and "not the one deployed" not in res.stdout, typed
     res = run_in(proj, "invoke stop --grace 0")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "hosts.yaml: job.sampling.temprature: unknown key (did you mean 'temperature'?)" in (

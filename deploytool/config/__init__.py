@@ -135,6 +135,8 @@ class Config:
     host_servers: dict[str, ServerSpec] = field(default_factory=dict)
     recover: RecoverSpec = field(default_factory=RecoverSpec)
     host_recovers: dict[str, RecoverSpec] = field(default_factory=dict)
+    # read for its hosts alone (load_config's hosts_only): its job is a stand-in, never compared
+    hosts_only: bool = False
 
     def recover_for(self, host: str) -> RecoverSpec:
         return self.host_recovers.get(host, self.recover)
@@ -422,8 +424,8 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: 10x fa
 
 def load_config(path: str | os.PathLike | None = None, hosts_only: bool = False) -> Config:
     """hosts.yaml, checked whole. `hosts_only`: its hosts alone (their connection keys), the job,
-    the server and recovery left unread (a stand-in job): what a stop needs, which a half-edited
-    job section must never block."""
+    the server and recovery left unread (a stand-in job): what a stop, status and tail need, which a
+    half-edited job section must never block."""
     p = find_config(str(path) if path else None)
     try:
         text = p.read_text()
@@ -445,7 +447,7 @@ def load_config(path: str | os.PathLike | None = None, hosts_only: bool = False)
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: YAML error: {e}") from None
     if hosts_only and isinstance(data, dict):
-        data = _hosts_alone(data)
+        return dataclasses.replace(parse_config(_hosts_alone(data), p.resolve()), hosts_only=True)
     return parse_config(data, p.resolve())
 
 

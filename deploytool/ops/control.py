@@ -269,5 +269,8 @@ def job_status(conn: Connector, config: Config | None = None) -> JobView:
 
 
 def differs(config: Config, host: str, deployed: str | None) -> bool:
-    """hosts.yaml's job for `host` is not the one its current release holds (None: none deployed)."""
+    """hosts.yaml's job for `host` is not the one its current release holds (None: none deployed;
+    a config read for its hosts alone has no job to compare)."""
+    if config.hosts_only:
+        return False
     return deployed is not None and deployed != config.job_for(host).fingerprint()
