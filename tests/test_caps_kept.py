@@ -534,3 +534,29 @@ def test_a_dry_run_over_a_file_cut_at_its_top_does_not_say_complete(box, tmp_pat
     finish(config)
     assert status(root)["datasets"]["B1"]["done"] == 8
     assert len(records(root, "B1")) == 12  # four new: the dry run's `?` was the truth
+
+
+def test_a_restart_onto_a_slower_engine_is_reckoned_at_its_own_speed_at_once(box):
+    """The job's first answers came at 200k tok/s; restarted onto an engine of 100 tok/s, its
+    first minute said `ETA 0m16s*` for 3m06s of work: the earlier engine's mean, as no answer of
+    its own had ended. Its answers are measured as they stream: the ETA is its own at once, not
+    starred, and no shorter than the work left at the engine's speed allows."""
+    config, root = box
+    ok("invoke restart --max-samples 4", config)
+    finish(config)
+    slowed_and_deployed(config)  # 100 tok/s
+    ok("invoke restart --max-samples 16", config)
+    seen = {}
+
+    def measured() -> bool:
+        st = status(root)
+        if st["state"] == "running" and st.get("eta_guess") is False and st.get("eta_s"):
+            seen.update(st)
+            return True
+        return False
+
+    wait_for(measured, what="the slower engine's answers measured as they stream")
+    left = sum(d["remaining_tokens"] for d in seen["datasets"].values())
+    assert seen["eta_s"] * 100 >= 0.5 * left, (seen["eta_s"], left)  # not the earlier engine's
+    shown = re.search(r"ETA (\S+);", ok("invoke status", config))
+    assert shown and not shown.group(1).endswith("*"), shown

@@ -391,7 +391,7 @@ def test_a_file_without_ids_rewritten_under_its_records_is_refused_by_any_start_
         assert res.returncode == 2, res.stdout + res.stderr
         err = res.stderr.strip().splitlines()
         assert len(err) == 1, err
-        assert "B1: data/prompts/B1.jsonl was rewritten, not only appended to" in err[0]
+        assert "B1: data/prompts/B1.jsonl was rewritten or cut, not only appended to" in err[0]
         assert "move data/outputs/B1.jsonl aside" in err[0] and "--hard" not in err[0]
         assert {p.name: p.read_bytes() for p in outputs.iterdir()} == before
     path.write_text(first + json.dumps({"prompt": "one more at the end"}) + "\n")  # appended

@@ -431,7 +431,9 @@ def test_a_kept_answer_goes_back_to_the_server_that_made_it(tmp_path, openai_ser
     assert len(records(root, "B1")) == 30
 
 
-def test_while_the_first_answers_stream_the_eta_is_reckoned_at_what_streams(tmp_path, openai_server):
+def test_while_the_first_answers_stream_the_eta_is_reckoned_at_what_streams(
+    tmp_path, openai_server
+):
     """A start (or a restart onto a slower engine) has no finished answer to measure for an
     answer's length: its ETA was none, or the job's mean from another engine, starred. The runner
     measures its tokens as they stream: the ETA is given at once and is not a guess, and what the

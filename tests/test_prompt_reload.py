@@ -131,7 +131,7 @@ def test_rewritten_file_without_ids_is_refused_and_the_runner_untouched(reload_j
         with pytest.raises(RemoteError) as e:
             restart_unwatched(conn, control.parse_run_flags(cfg, max_samples=100))
         msg = str(e.value)
-        assert "B2: data/prompts/B2.jsonl was rewritten, not only appended to" in msg
+        assert "B2: data/prompts/B2.jsonl was rewritten or cut, not only appended to" in msg
         assert "`id`" in msg and "move data/outputs/B2.jsonl aside" in msg
         assert "nothing changed" in msg and "--hard" not in msg
         assert procinfo.alive(r.pid)

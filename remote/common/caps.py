@@ -141,7 +141,9 @@ def parse_cap(text: str) -> tuple[str, int]:
     try:
         n = int(value.strip())
     except ValueError:
-        raise ValueError(f"--cap {text!r}: N must be a whole number") from None
+        raise ValueError(
+            f"--cap {text!r}: N must be a whole number, or `all` for every prompt of the file"
+        ) from None
     if n < 0:
         raise ValueError(f"--cap {text!r}: N must be >= 0")
     return name.strip(), n

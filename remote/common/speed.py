@@ -23,7 +23,7 @@ def mean_note(made: str = "answers") -> str:
         "add up to more than the job's. A starred ETA is reckoned at the job's mean: a guess until "
         "its runner has a minute of its own"
         + (
-            " (none where they stream with token ids: the ETA is then reckoned at what streams)"
+            " (none where they stream: the ETA is then reckoned at what streams)"
             if made == "answers"
             else ""
         )

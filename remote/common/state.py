@@ -285,8 +285,9 @@ def moved_text(names: list[str], where: list[str], how: str = "started on") -> s
     outs = ", ".join(f"data/outputs/{n}.jsonl" for n in names)
     was, its = ("was", "its") if len(names) == 1 else ("were", "their")
     return (
-        f"{files} {was} rewritten, not only appended to, and {its} prompts have no `id`: the line-number "
-        f"ids of the records already written could now name other prompts, so it is not {how} "
+        f"{files} {was} rewritten or cut, not only appended to, and {its} prompts have no `id`: "
+        "the line-number ids of the records already written could now name other prompts (past "
+        f"a cut, the prompts added there later), so it is not {how} "
         "and nothing changed. Put the file back as it was (new prompts at its end only), or move "
         f"{outs} aside and make the dataset again from the new file (ids given to its prompts "
         "now do not help: the old records' names are line numbers; a file with an `id` on every "

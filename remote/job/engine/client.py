@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 
 from ...common.records import Reply
-from . import continuation
+from . import continuation, meter
 from .kept_tokens import Keeping, signature
 from .stream import Assembly, ThinkingSplit, Watchdog, read_stream
 
@@ -260,6 +260,8 @@ class OpenAIEngine(Engine):
         """The kept answer, continued: prompt = its prompt ids + the ids made so far."""
         kept = keep.base
         body = continuation.body(self.fixed, kept, key)
+        if (flow := meter.current()) is not None:
+            flow.before = len(kept.ids)
         reply = None
         if body is not None:
             end = self._end_ids.get(url)
@@ -306,7 +308,9 @@ class OpenAIEngine(Engine):
                 # a server that ignores `stream` answers one JSON body: read it as such
                 streamed = status == 200 and resp.content_type == "text/event-stream"
                 if streamed:
-                    got = keep.asm if keep is not None else None
+                    got = keep.asm if keep is not None else Assembly()
+                    if (flow := meter.current()) is not None:  # counted as it streams
+                        flow.asm = got
                     data = await read_stream(resp.content, progress, got)
                 else:
                     text = await resp.text()

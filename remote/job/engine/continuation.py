@@ -5,6 +5,7 @@ with the kept part."""
 from __future__ import annotations
 
 import hashlib
+import time
 
 from ...common.records import Reply
 from ...common.status import KeptStatus
@@ -141,5 +142,5 @@ def kept_status(dispatcher, why_not: str | None) -> KeptStatus:
     if d is None or d.kept is None:
         return KeptStatus(on=False, why_not=why_not)
     st = d.kept.status(d.continued, d.tokens_saved, d.started_over)
-    st.why_not = d.no_token_ids
+    st.why_not, st.streamed_per_s = d.no_token_ids, d.meter.per_s(time.time())
     return st

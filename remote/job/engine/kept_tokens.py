@@ -15,14 +15,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...common.codec import json_lines, write_atomic
 from ...common.status import KeptStatus
 from ..store.outputs import AppendFile
-from ..store.rates import RateWindow, Streaming
 
 COMPACT_AFTER = 64 << 20  # bytes appended before the file is rewritten with what is unfinished
 KEEP_EVERY_S = 0.05  # between appends: what a kill -9 can lose of every answer streaming
@@ -53,22 +51,10 @@ def signature(*parts) -> str:
 class Keeping:
     """One request while it streams: the store reads its assembly at each append."""
 
-    __slots__ = (
-        "key",
-        "base",
-        "asm",
-        "end_id",
-        "written",
-        "url",
-        "sent",
-        "_seen",
-        "_found",
-        "_ended",
-    )
+    __slots__ = ("key", "base", "asm", "end_id", "written", "url", "_seen", "_found", "_ended")
 
     def __init__(self, key: str, base: Kept, url: str | None = None):
         self.key, self.base, self.asm, self.end_id, self.url = key, base, None, None, url
-        self.sent = time.time()
         # what the file holds of it: ids (a kept base is there already), reasoning and content pieces
         self.written = (len(base.ids), 0, 0)
         # how far the assembly was looked through (pieces, ids), and what was found there: an
@@ -136,8 +122,6 @@ class KeptFile:
         self.file = AppendFile(path, durable=False)
         self.bytes = 0  # appended by this runner (the cost, in status and the benchmark)
         self.since_compact = 0
-        self.streamed = RateWindow()  # tokens as they stream (a record counts them only at its end)
-        self.started = time.time()
 
     @staticmethod
     def read(path: Path) -> dict[str, Kept]:
@@ -231,7 +215,7 @@ class KeptFile:
 
     def _append(self, handles: list) -> None:
         out = [json.dumps({"k": key, "end": 1}).encode() + b"\n" for key in self.ended]
-        fresh, done = 0, []
+        done = []
         for h in handles:
             n_ids, n_r, n_c = h.written
             a = h.asm
@@ -243,16 +227,13 @@ class KeptFile:
                 now = h.now()
                 if now is None:
                     continue
-                new = now.ids
                 out.append(_whole(h.key, now))
             else:
                 head = h.head()
                 if head is None:
                     continue
-                new = got[n_ids - base_n :]
                 r, c = "".join(a.reasoning[n_r:]), "".join(a.content[n_c:])
-                out.append(_line(h.key, n_ids, head, new, r, c))
-            fresh += len(new)
+                out.append(_line(h.key, n_ids, head, got[n_ids - base_n :], r, c))
             done.append((h, (base_n + len(got), len(a.reasoning), len(a.content))))
         if not out:
             return
@@ -264,8 +245,6 @@ class KeptFile:
         for h, written in done:
             h.written = written
             self.on_disk.add(h.key)
-        if fresh:
-            self.streamed.add(time.time(), fresh)
         self.ended.clear()
         self.bytes += len(data)
         self.since_compact += len(data)
@@ -275,22 +254,6 @@ class KeptFile:
         self.file.close()
         if not self.entries and not self.live:
             open(self.path, "wb").close()  # nothing unfinished: the end lines need not stay
-
-    def streaming(self, now: float) -> dict[str, list[Streaming]]:
-        """The answers streaming now, per dataset: what each has made and its own speed."""
-        out: dict[str, list[Streaming]] = {}
-        for h in self.live.values():
-            got = len((h.asm.token_ids if h.asm else None) or ())
-            seconds = now - h.sent
-            speed = got / seconds if got and seconds >= 1 else None
-            out.setdefault(h.key.split("\t", 1)[0], []).append(
-                Streaming(len(h.base.ids) + got, speed)
-            )
-        return out
-
-    def streamed_per_s(self, now: float) -> float:
-        """Tokens per second as they stream, finished answers or not (the last minute)."""
-        return round(self.streamed.per_s(now, self.started), 1)
 
     @property
     def tokens(self) -> int:
@@ -303,7 +266,6 @@ class KeptFile:
 
     def status(self, continued: int, saved: int, started_over: int) -> KeptStatus:
         waiting = sum(1 for key in self.entries if key not in self.live)
-        now = time.time()
         return KeptStatus(
             True,
             None,
@@ -313,7 +275,6 @@ class KeptFile:
             saved,
             started_over,
             self.bytes,
-            self.streamed_per_s(now),
         )
 
     def prune(self, wanted) -> int:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import time
 from pathlib import Path
 
 from ...common.records import Reply
 from ..hidden import hsfile
+from . import meter
 from .client import Engine
 from .kept_tokens import Keeping
 
@@ -52,6 +54,8 @@ class SimulateEngine(Engine):
         if n >= self.max_tokens:
             n, finish = self.max_tokens, "length"
         per_seq = self.tokens_per_s / max(1, self.concurrency)
+        if (flow := meter.current()) is not None:  # as a stream would be seen: a token at a time
+            flow.simulate(time.time(), n, per_seq)
         await asyncio.sleep(n / per_seq)
         words = [_WORDS[i % len(_WORDS)] for i in range(n)]
         reasoning = " ".join(words[: max(1, n // 4)]) if self.thinking else None

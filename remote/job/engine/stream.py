@@ -10,6 +10,8 @@ import asyncio
 import json
 import time
 
+_DELTAS = ("content", "reasoning", "reasoning_content")
+
 
 class Assembly:
     """The deltas of one answer: content, thinking (`reasoning` or `reasoning_content`), token ids,
@@ -23,6 +25,7 @@ class Assembly:
         self.finish_reason = None
         self.usage: dict | None = None
         self.model = None
+        self.count = 0  # tokens so far: its token ids where sent, else a delta a token (the meter)
         # /v1/completions (a continuation) streams raw `text`: split at the end of the thinking here
         self.split = split
 
@@ -36,11 +39,12 @@ class Assembly:
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            for key, into in (
-                ("content", self.content),
-                ("reasoning", self.reasoning),
-                ("reasoning_content", self.reasoning),
-            ):
+            ids = choice.get("token_ids")
+            if isinstance(ids, list):
+                self.count += len(ids)
+            elif any(isinstance(delta.get(k), str) for k in _DELTAS) or choice.get("text"):
+                self.count += 1
+            for key, into in zip(_DELTAS, (self.content, self.reasoning, self.reasoning)):
                 if isinstance(delta.get(key), str):
                     into.append(delta[key])
             if isinstance(choice.get("text"), str) and choice["text"]:
@@ -52,10 +56,10 @@ class Assembly:
                     )
             if isinstance(choice.get("prompt_token_ids"), list):  # /v1/completions puts it here
                 self.prompt_token_ids = choice["prompt_token_ids"]
-            if isinstance(choice.get("token_ids"), list):
+            if isinstance(ids, list):
                 if self.token_ids is None:
                     self.token_ids = []
-                self.token_ids.extend(choice["token_ids"])
+                self.token_ids.extend(ids)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
 

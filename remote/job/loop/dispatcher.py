@@ -18,6 +18,7 @@ from ..engine.client import (
     backoff,
 )
 from ..engine.kept_tokens import Keeping, KeptFile
+from ..engine.meter import StreamMeter
 from ..engine.pool import Endpoint, Pool
 from ..store import conversation
 from ..store.datasets import DatasetRun
@@ -62,6 +63,7 @@ class Dispatcher:
         self._streak: list = []  # (run, prompt, error, attempts): one permanent error in a row
         # unfinished answers' tokens (None: not kept, see continuation.keeping); what that saved
         self.kept: KeptFile | None = None
+        self.meter = StreamMeter()  # tokens as they stream: what the ETAs are reckoned at
         self.continued = 0  # answers continued from kept tokens in this run
         self.tokens_saved = 0  # kept tokens those continuations did not make again
         self.started_over = 0  # kept answers asked again from the start (see _refused)
@@ -194,6 +196,11 @@ class Dispatcher:
         return f"{run.spec.name}\t{p.id}" + ("" if turn is None else f"\t{turn}")
 
     async def _one(self, ep: Endpoint, run: DatasetRun, p: Prompt, msgs: list, turn: int | None):
+        """One answer, its tokens counted as they stream (the ETAs' measure)."""
+        with self.meter.flow(run.spec.name):
+            return await self._answer(ep, run, p, msgs, turn)
+
+    async def _answer(self, ep: Endpoint, run: DatasetRun, p: Prompt, msgs: list, turn: int | None):
         """One answer; its tokens kept while it streams, continued where some were kept."""
         if self.kept is None:
             return await self.engine.complete(ep.url, msgs, run.spec.est_tokens, p.id)

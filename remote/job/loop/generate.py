@@ -170,8 +170,7 @@ class GenerateStage(stage.Stage):
         return self._progress(time.time()).line()
 
     def _progress(self, now: float):
-        w, d = self.writer, self.dispatcher
-        kept = d.kept if d is not None else None  # answers are measured as they stream where kept
+        w, meter = self.writer, self.dispatcher.meter if self.dispatcher else None
         return progress(
             self.job,
             self.runs,
@@ -179,8 +178,8 @@ class GenerateStage(stage.Stage):
             self.runner.started_at,
             w.active,
             w.first_completion,
-            kept.streaming(now) if kept else None,
-            kept.streamed_per_s(now) if kept else 0.0,
+            meter.streaming(now) if meter else None,
+            meter.per_s(now) if meter else 0.0,
         )
 
     def summary(self) -> str:

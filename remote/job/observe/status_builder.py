@@ -124,9 +124,9 @@ def progress(
     has a mean (`ran`: every runner's) it is written as 0, so the views show the mean instead
     (`speed.job_rate`). The ETAs are reckoned at what streams (`streamed_per_s`: tokens as they
     come, answers in flight included, measured within seconds of a start, whatever the engine's
-    speed now) where answers are streamed, what the answers in flight have made (`streaming`)
-    taken off what is left; else at the last minute, or, while young, at the job's mean where that
-    is the faster: a guess (a restart onto a slower engine is not seen until a minute has ended)."""
+    speed now), what the answers in flight have made (`streaming`) taken off what is left; where
+    nothing streams, at the last minute, or, while young, at the job's mean where that is the
+    faster: a guess (a restart onto a slower engine is not seen until a minute has ended)."""
     datasets: dict[str, DatasetStatus] = {}
     tails: dict[str, float] = {}
     tok_rate = sample_rate = remaining = 0.0

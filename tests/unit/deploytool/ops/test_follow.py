@@ -115,7 +115,7 @@ def test_tail_knows_hosts_yaml_differs_from_the_deployed_job_as_status_does():
     from remote.common.status import JobView
 
     job = SimpleNamespace(fingerprint=lambda: "edited")
-    config = SimpleNamespace(job_for=lambda host: job)
+    config = SimpleNamespace(job_for=lambda host: job, hosts_only=False)
 
     def look(deployed):
         def run_look(name, fn):

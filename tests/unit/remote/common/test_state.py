@@ -138,3 +138,13 @@ def test_a_prompt_file_under_line_number_ids_may_grow_at_its_end_only(tmp_path):
     prompts.write_text('{"id": "B1-000000", "prompt": "new"}\n{"id": "B1-000001", "prompt": "a"}\n')
     assert line_ids_moved(paths, "B1", prompts)
     assert not line_ids_moved(paths, "B2", prompts)  # nothing kept of B2
+
+
+def test_the_refusal_names_a_cut_as_well_as_a_rewrite():
+    """A file cut at its end was refused as `rewritten`: the prompts left keep their names, but
+    records past the cut would name prompts added there later."""
+    from remote.common.state import moved_text
+
+    text = moved_text(["B1"], ["data/prompts/B1.jsonl"])
+    assert "B1: data/prompts/B1.jsonl was rewritten or cut, not only appended to" in text
+    assert "past a cut, the prompts added there later" in text

@@ -4,7 +4,6 @@ line or a gap drops only that answer), ended when answered, compacted to one lin
 from __future__ import annotations
 
 import json
-import time
 
 from remote.job.engine.kept_tokens import Keeping, Kept, KeptFile
 from remote.job.engine.stream import Assembly
@@ -159,18 +158,3 @@ class _Prompts:
     def __getitem__(self, i):
         return self.ids[i]
 
-
-def test_the_answers_streaming_now_say_per_dataset_what_each_made_and_its_own_speed(tmp_path):
-    kept = KeptFile(tmp_path / "kept.jsonl")
-    h = streaming(kept, KEY, list(range(30)))
-    h.base = Kept("s1", [1, 2, 3], ids=[7] * 10)  # a kept part of 10 made before this start
-    streaming(kept, "B2\tB2-000004", [5])
-    now = h.sent + 10.0
-    got = kept.streaming(now)
-    assert sorted(got) == ["B1", "B2"]
-    (b1,) = got["B1"]
-    assert b1.tokens == 40 and b1.per_s == 3.0  # its speed: this part's 30 tokens over 10 s
-    assert got["B2"][0].per_s is not None
-    assert kept.streaming(h.sent + 0.5)["B1"][0].per_s is None  # under a second: not measured
-    kept.flush()
-    assert kept.streamed_per_s(time.time()) > 0  # the 41 tokens appended, per second
