@@ -455,12 +455,12 @@ def test_a_half_edited_job_in_hosts_yaml_never_blocks_status_tail_or_a_stop(
     data["job"]["sampling"] = {"temprature": 1.0}
     cfg.write_text(yaml.safe_dump(data, sort_keys=False))
     assert run_in(proj, "invoke restart").returncode == 2  # the job is read: refused
-    for typed in ("invoke status", "invoke tail --once"):
-        res = run_in(proj, typed)
-        assert res.returncode == 0, typed + res.stdout + res.stderr
-        assert "temprature: unknown key" in res.stdout, typed
-        assert f"{typed.split()[1]} needs only the host's entry: going on" in res.stdout, typed
-        assert "running" in res.stdout and "not the one deployed" not in res.stdout, typed
+    for command in ("invoke status", "invoke tail --once"):
+        res = run_in(proj, command)
+        assert res.returncode == 0, command + res.stdout + res.stderr
+        assert "temprature: unknown key" in res.stdout, command
+        assert f"{command.split()[1]} needs only the host's entry: going on" in res.stdout, command
+        assert "running" in res.stdout and "not the one deployed" not in res.stdout, command
     res = run_in(proj, "invoke stop --grace 0")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "hosts.yaml: job.sampling.temprature: unknown key (did you mean 'temperature'?)" in (
