@@ -157,4 +157,3 @@ class _Prompts:
 
     def __getitem__(self, i):
         return self.ids[i]
-
