@@ -13,8 +13,10 @@ from rich.text import Text
 from remote.common.speed import job_rate, mean_note, row_rate
 from remote.common.status import (
     BUDGET_REACHED,
+    DRAINING,
     NOT_RUN,
     RECOVERING,
+    RESTARTING,
     STOPPING,
     SWITCHING,
     DatasetStatus,
@@ -431,6 +433,8 @@ STATE_STYLE = {
     RECOVERING: "yellow",
     SWITCHING: "yellow",
     STOPPING: "yellow",
+    DRAINING: "yellow",
+    RESTARTING: "yellow",
 }
 
 

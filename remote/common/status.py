@@ -63,6 +63,8 @@ NOT_RUN = "not run"  # a dataset that --datasets leaves out
 RECOVERING = "recovering"  # a job whose runner is gone and that the watcher starts again
 SWITCHING = "switching"  # a job whose server the host starts again for the next stage's runner
 STOPPING = "stopping"  # a runner in a stop's grace: its file still says running
+DRAINING = "draining"  # a runner that sends nothing new and lets its answers in flight finish
+RESTARTING = "restarting"  # a restart under way on the host, between its stop and its start
 # status.json's one staleness rule: a runner rewrites it every second, so one not rewritten for
 # this long is no runner at work now (wedged, its disk stalled): status and tail say so alike
 # (JobStatus.stale_for), and the watcher's wedge clock no longer counts the requests it says are
@@ -450,6 +452,7 @@ class Supervision(Codec):
     note: str | None = None  # e.g. "unsupervised: the watcher is gone; `invoke restart` ..."
     ticked_at: float | None = None  # the watcher's last look at everything (host clock)
     next_stage: str | None = None  # the stage it is starting after the one that finished
+    restarting: bool = False  # a restart on the host holds the job, between its stop and its start
 
 
 @dataclass
@@ -593,15 +596,27 @@ class JobView(JobStatus):
     def state_label(self) -> str:
         """The job's state as a person is told it: a runner gone that the watcher, at work, starts
         again is a job recovering (`stopped` alone would read as the end, a restart to type); a
-        runner in a stop's grace is stopping (it writes `running` until its verdict, and `running`
-        with an ETA reads as a job that goes on)."""
+        runner in a stop's grace is stopping, one letting its answers in flight finish is draining
+        (it writes `running` until its verdict, and `running` with an ETA reads as a job that goes
+        on); a runner ended by a restart the host is still carrying out is restarting (neither the
+        watcher's recovery nor the end)."""
         if self.switching:
             return SWITCHING
+        if self.terminal and self.restarting:
+            return RESTARTING
         if self.terminal and self.state != JobState.FINISHED and not self.job_ended:
             return RECOVERING
         if self.stopping is not None and not self.terminal:
             return STOPPING
+        if self.draining and not self.terminal:
+            return DRAINING
         return self.state
+
+    @property
+    def restarting(self) -> bool:
+        """A restart on the host holds the job between its stop and its start (its process alive:
+        one killed midway is not said)."""
+        return self.supervision is not None and self.supervision.restarting
 
     @property
     def switching(self) -> bool:
@@ -630,7 +645,7 @@ class JobView(JobStatus):
         """Nothing more will come of it: its verdict, and no runner gone that the watcher, at work,
         keeps, and no stage asked to follow it that the watcher is starting or has yet to look at
         (its last look came before the verdict)."""
-        if not self.terminal or self.switching:
+        if not self.terminal or self.switching or self.restarting:
             return False
         sup = self.supervision
         if sup is None or not sup.supervised:

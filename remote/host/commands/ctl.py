@@ -91,7 +91,9 @@ def _restart(paths: Paths, req: CtlRestart, unless=lambda: None) -> RestartAnswe
         out = restart(
             paths,
             req,
-            stopping=lambda: intent.change(paths, runner={"wanted": False, "why": "restarting"}),
+            stopping=lambda: intent.change(
+                paths, runner={"wanted": False, "why": intent.RESTARTING}
+            ),
         )
         if not req.dry_run:  # where nothing changes, only hosts.yaml's `recover:` may be new
             keep = supervised.keep_recover if out.mode == "unchanged" else supervised.want_runner

@@ -17,19 +17,34 @@ from ...common.caps import Caps
 from ...common.codec import flocked
 from ...common.jobspec import Paths
 from ...common.recover import RecoverSpec
-from ...common.state import Supervise
+from ...common.state import Supervise, lock_held
 
 
 def read(paths: Paths) -> Supervise:
     return Supervise.read(paths.supervise) or Supervise()
 
 
+RESTARTING = "restarting"  # the runner's `why` while a restart holds the job
+
+
 @contextlib.contextmanager
 def locked(paths: Paths):
-    """Held while deciding and acting on the intent (the watcher's tick, a command's change)."""
+    """Held while deciding and acting on the intent (the watcher's tick, a command's change; a
+    restart, from its stop to its start)."""
     paths.ensure()
-    with flocked(paths.run / "supervise.lock", 0o600):
+    with flocked(_lock(paths), 0o600):
         yield
+
+
+def _lock(paths: Paths):
+    return paths.run / "supervise.lock"
+
+
+def restarting(paths: Paths, data: Supervise) -> bool:
+    """A restart holds the job between its stop and its start: it said so and holds the lock (a
+    restart killed midway has let go of it)."""
+    r = data.runner
+    return not r.wanted and r.why == RESTARTING and lock_held(_lock(paths))
 
 
 def change(

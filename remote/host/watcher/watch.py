@@ -98,6 +98,7 @@ def supervision(paths: Paths) -> Supervision:
     shown = max(ws.updated_at or 0.0, rec.started_at or 0.0) if rec else None
     sup = ws.view(now, live=watcher_alive(None if shown is None else now - shown))
     sup.enabled = bool(wanted)
+    sup.restarting = intent.restarting(paths, data)
     if wanted and not rec:
         if RunnerRecord.live(paths.pidfile):
             sup.note = (

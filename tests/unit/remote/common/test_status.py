@@ -74,6 +74,21 @@ def test_a_job_whose_runner_the_watcher_starts_again_is_said_recovering_not_stop
     assert JobView(state="stopped").state_label == "stopped"
 
 
+def test_a_restart_under_way_on_the_host_and_a_drain_are_said_as_such():
+    """Ctrl-C on `restart --drain --hard` detaches; the host drains, stops and starts on its own.
+    status said `running` through the drain and `recovering` between the stop and the start (the
+    watcher's word for a death)."""
+    from remote.common.status import JobView, ProcessWatch, Supervision
+
+    sup = Supervision(enabled=True, supervised=True, runner=ProcessWatch(state="watching"))
+    gap = JobView(state="stopped", supervision=sup)
+    assert gap.state_label == "recovering"  # a runner gone, which the watcher keeps
+    sup.restarting = True  # a restart holds the job, between its stop and its start
+    assert gap.state_label == "restarting" and not gap.job_ended and gap.ending
+    assert JobView(state="running", draining=True).state_label == "draining"
+    assert JobView(state="running", draining=True, stopping=30.0).state_label == "stopping"
+
+
 def test_a_process_given_up_on_stays_so_until_a_new_watch():
     import pytest
 

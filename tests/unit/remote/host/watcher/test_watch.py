@@ -388,3 +388,37 @@ def test_watch_json_goes_stale_only_after_several_missed_heartbeats():
     from remote.common.recover import WATCH_STALE_S
 
     assert WATCH_STALE_S >= 5 * watch.HEARTBEAT_S
+
+
+def test_a_restart_under_way_is_said_while_it_holds_the_job_and_not_once_killed(tmp_path):
+    """A restart says the runner is not wanted, `restarting`, and holds the intent's lock from
+    the stop to the start: status says restarting then. One killed midway lets go of the lock:
+    not said (it would never end)."""
+    import subprocess
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    intent.change(paths, runner={"wanted": False, "why": intent.RESTARTING})
+    assert not watch.supervision(paths).restarting  # said, but nobody holds the job
+    lock = paths.run / "supervise.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,os,sys;fd=os.open(sys.argv[1],os.O_RDWR);"
+            "fcntl.flock(fd,fcntl.LOCK_EX);print('held',flush=True);sys.stdin.read()",
+            str(lock),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert watch.supervision(paths).restarting
+        intent_data = intent.read(paths)
+        assert intent_data.runner.why == intent.RESTARTING
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not watch.supervision(paths).restarting  # killed midway: the lock let go
