@@ -300,6 +300,9 @@ def test_pull_takes_the_stages_files_and_frees_each_on_the_host_once_its_copy_ma
     assert cells[0] == "3" and cells[8] == f"3 ({fmt_bytes(sum(x['bytes'] for x in rows(root)))})"
     assert cells[7] == "0 B"  # nothing of it left on the host
     assert "B1: row length in tokens (3 rows)" in stage
+    # every stage's runner starts counted, each stage's said (it counted the answers' only)
+    assert "2 runner starts (1 generate, 1 hidden-states)" in page
+    assert stage.count('class="start"') == 1  # the rows' chart marks the stage's own start
     # the freed rows stay counted: the stage, raised to every prompt, makes the fourth row only
     ok("invoke restart --max-samples all --stage generate", config)
     ok("invoke tail", config)

@@ -308,6 +308,16 @@ def _rate(data: ReportAnswer) -> str:
     return f"{fmt_tokens(rate)} tok/s, " + (MEAN_TEXT if mean else "the last minute's")
 
 
+def starts_text(by_stage: dict[str, int], answers: int) -> str:
+    """Every stage's runner starts, each stage's said where more than the answers' ran
+    (`answers`: their count, from a host that does not say each stage's)."""
+    total = sum(by_stage.values()) or answers
+    if len(by_stage) <= 1:
+        return f"{total} runner start(s)"
+    each = ", ".join(f"{n} {stage}" for stage, n in by_stage.items())
+    return f"{total} runner starts ({each})"
+
+
 def records_text(records: int, beyond: int) -> str:
     return f"{records:,}" + (f" ({beyond_text(beyond).strip()})" if beyond else "")
 
@@ -350,7 +360,7 @@ def page(data: ReportAnswer) -> str:
 <title>deploytool report: {html.escape(host)}</title><style>{CSS}</style></head><body>
 <h1>{html.escape(host)}: {html.escape(state)}</h1>
 <p class="sub">Made {made} · {fmt_tokens(answers)} response tokens · {rate} ·
-{len(hist.starts)} runner start(s) · model {html.escape(st.engine.model or "?")}
+{html.escape(starts_text(data.runner_starts, len(hist.starts)))} · model {html.escape(st.engine.model or "?")}
 {(" · " + html.escape(st.message)) if st.message else ""}</p>
 <h2>Caps, records and tokens</h2>
 <table><tr><th>dataset</th><th>records</th><th>cap (target)</th><th>token budget</th><th>tokens</th>

@@ -456,3 +456,5 @@ class ReportAnswer:
     stage_history: ReportHistory = field(default_factory=ReportHistory)  # tokens in rows per second
     drafts: list[ReportDraft] = field(default_factory=list)  # the draft stage's, oldest first
     train_curve: ReportHistory = field(default_factory=ReportHistory)  # [time, loss] per step
+    # runner starts per stage, every runner's (the answers' history keeps them all)
+    runner_starts: dict[str, int] = field(default_factory=dict)

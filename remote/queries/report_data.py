@@ -16,6 +16,8 @@ from ..common.codec import typed_lines
 from ..common.jobspec import Paths, deployed_spec
 from ..common.protocol import CtlReport
 from ..common.records import ErrorLine, Record, TrainStep
+from ..common.stages import FIRST
+from ..common.stages import stage_of as spec_of
 from ..common.state import job_now, kept_caps
 from ..job.store import history
 from ..job.store.prompts import dataset_target
@@ -185,7 +187,10 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
         )
     lines = history.read(paths.history)
     restarts = list(typed_lines(paths.recover_log, RecoverEvent))[-MAX_RESTARTS:]  # across runs
-    starts = [x.t for x in lines if x.start is not None]
+    starts = [x for x in lines if x.start is not None]
+    answers = FIRST.name  # a start line names its stage where it is not the answers'
+    count = collections.Counter(x.stage or answers for x in starts)
+    rows = lambda name: bool(name) and spec_of(name).makes_rows  # noqa: E731
     points, mean = throughput(made)
     stage, rows_made = stage_of(paths.hidden_states, names, st)
     for got, lengths in stage.values():
@@ -195,10 +200,11 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
         train_curve=loss_curve(paths),
         drafts=drafts_measured(paths),
         stage={name: got for name, (got, _) in stage.items()},
-        stage_history=ReportHistory(row_points, starts, row_mean),
+        stage_history=ReportHistory(row_points, [x.t for x in starts if rows(x.stage)], row_mean),
         status=st,
         max_tokens=max_tokens,
         datasets=datasets,
-        history=ReportHistory(points, starts, mean),
+        history=ReportHistory(points, [x.t for x in starts if not x.stage], mean),
         restarts=restarts,
+        runner_starts=dict(count),
     )

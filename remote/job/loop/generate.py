@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 
 from ...common.caps import Caps
@@ -14,7 +13,6 @@ from ...common.status import DatasetState, JobState
 from ..engine import continuation
 from ..observe.status_builder import progress
 from ..store.datasets import BadInput, DatasetRun
-from ..store.history import History
 from ..store.rates import ActiveTime
 from ..store.writer import RecordWriter
 from . import stage
@@ -27,7 +25,6 @@ class GenerateStage(stage.Stage):
     def __init__(self, runner, caps: Caps, force: bool):
         super().__init__(runner)  # its caps are its scheduler's, its fault its dispatcher's
         paths, job, log = runner.paths, runner.job, runner.log
-        self.history = History(paths.history)
         self.writer = RecordWriter(log, self._disk_full)
         self.scheduler = Scheduler(paths, job, caps, self.writer, log, force)
         self.dispatcher: Dispatcher | None = None
@@ -124,7 +121,6 @@ class GenerateStage(stage.Stage):
                     self.job, self.paths.kept, self.runs, self.log
                 )
                 keeping = asyncio.ensure_future(d.kept.keep_forever()) if d.kept else None
-                self.history.start(time.time(), os.getpid())
                 try:
                     yield d.window()
                 finally:

@@ -206,6 +206,7 @@ class Runner:
             if self.stage.fatal is None:  # a fault known before any request: no engine opened
                 async with self.stage.session() as work:
                     self.state = JobState.RUNNING
+                    self.stage.started()
                     self.write_status()
                     task = asyncio.ensure_future(work)
                     await self._until_done_or_stopped(task, stop_event)

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from contextlib import AbstractAsyncContextManager
 from typing import Awaitable
 
 from ...common.caps import Caps
+from ...common.stages import stage_of
 from ...common.status import EngineStatus
 from ..engine.pool import Pool
 from ..observe.telemetry import Telemetry
 from ..observe.watched import WatchView
+from ..store.history import History
 
 
 class Stage:
@@ -34,6 +37,13 @@ class Stage:
         self.watch_view = WatchView(self.paths.watch_state, server_pid=self.paths.server_pid)
         self.retries = 0
         self.made_at = time.time()  # when it last finished something: a stall is timed from it
+        # run/history.jsonl: every stage's runner starts (its minute lines are the answers')
+        self.history = History(self.paths.history)
+
+    def started(self) -> None:
+        """At work: the start said in the history (`report` counts every stage's)."""
+        spec = stage_of(self.caps.stage)
+        self.history.start(time.time(), os.getpid(), None if spec.makes_answers else spec.name)
 
     def progress_at(self) -> float:
         return self.made_at

@@ -3,7 +3,8 @@
 A line holds the time, tokens/s, requests in flight, which servers were up, and per dataset [done,
 tokens] and [seconds its answers were being made, their tokens] (every runner's, `rates.ActiveTime`)
 only where they changed since the line before (all of them on a run's first line and every
-hour), so a 30-day job stays a few MB. A runner start is a line of its own.
+hour), so a 30-day job stays a few MB. A runner start, of every stage, is a line of its own (the
+minute lines are the answers' only).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Line(Codec):
     ds: dict[str, list[int]] | None = None
     up: str | None = None
     made: dict[str, list[float]] | None = None
+    stage: str | None = None  # a start's stage, where it is not the answers' (older lines: theirs)
 
 
 class History:
@@ -40,8 +42,9 @@ class History:
         self.last_made: dict[str, list[float]] = {}
         self.lines = 0
 
-    def start(self, t: float, pid: int) -> None:
-        note_line(self.path, Line(round(t), start=pid))
+    def start(self, t: float, pid: int, stage: str | None = None) -> None:
+        """A runner's start; `stage`: its stage, where it makes something other than answers."""
+        note_line(self.path, Line(round(t), start=pid, stage=stage))
         self.last, self.last_made, self.lines = {}, {}, 0
 
     def record(self, st, made: dict[str, ActiveTime] | None = None) -> None:
