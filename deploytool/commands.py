@@ -27,24 +27,28 @@ def _config(hosts_only: bool = False):
 
 def _config_to_look(doing: str):
     """hosts.yaml for a command that looks at the job or stops it: a half-edited job section must
-    never block it (the hosts' entries are enough), so its error is said and the command goes on
-    without comparing the job with the deployed one."""
-    from rich.markup import escape
+    never block it (the hosts' entries are enough), so its error is said on stderr and the command
+    goes on without comparing the job with the deployed one (`config.hosts_only` says so: a look
+    still exits non-zero after it, the file being bad input)."""
+    import sys
 
     from .config import ConfigError
-    from .views import render
 
     try:
         return _config()
     except ConfigError as e:
         config = _config(hosts_only=True)
-        render.note(
-            escape(
-                f"hosts.yaml: {e}; {doing} needs only the host's entry: going on (the deployed "
-                "job is not compared with it)"
-            )
+        print(
+            f"hosts.yaml: {e}; {doing} needs only the host's entry: going on (the deployed "
+            "job is not compared with it)",
+            file=sys.stderr,
         )
         return config
+
+
+def _looked(config, code: int) -> int:
+    """A look's exit status: bad input where hosts.yaml could not be read whole."""
+    return ExitCode.BAD_INPUT if config.hosts_only and code == ExitCode.OK else code
 
 
 def _run(config, host_spec, fn, show, outcome=None):
@@ -428,7 +432,7 @@ def status(host_spec: str | None, *, as_json: bool = False) -> int:
         render.status_json(_run(config, host_spec, look, lambda r: None))
     else:
         _run(config, host_spec, look, render.status_screen)
-    return ExitCode.OK
+    return _looked(config, ExitCode.OK)
 
 
 def tail(host_spec: str | None, *, once: bool = False, log: bool = False) -> int:
@@ -439,7 +443,8 @@ def tail(host_spec: str | None, *, once: bool = False, log: bool = False) -> int
     config = _config_to_look("tail")
     hosts = config.select_hosts(host_spec)
     view = tail_view.choose(render.console, once=once, log=log, live=render.console.is_terminal)
-    return follow.watch(config, hosts, view, once=once, log=log, out=render.console, say=typed.say)
+    code = follow.watch(config, hosts, view, once=once, log=log, out=render.console, say=typed.say)
+    return _looked(config, code)
 
 
 def plan(

@@ -457,14 +457,15 @@ def test_a_half_edited_job_in_hosts_yaml_never_blocks_status_tail_or_a_stop(
     assert run_in(proj, "invoke restart").returncode == 2  # the job is read: refused
     for command in ("invoke status", "invoke tail --once"):
         res = run_in(proj, command)
-        assert res.returncode == 0, command + res.stdout + res.stderr
-        assert "temprature: unknown key" in res.stdout, command
-        assert f"{command.split()[1]} needs only the host's entry: going on" in res.stdout, command
+        # the look shown whole, the file's error said on stderr, the exit that of bad input
+        assert res.returncode == 2, command + res.stdout + res.stderr
+        assert "temprature: unknown key" in res.stderr, command
+        assert f"{command.split()[1]} needs only the host's entry: going on" in res.stderr, command
         assert "running" in res.stdout and "not the one deployed" not in res.stdout, command
     res = run_in(proj, "invoke stop --grace 0")
-    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.returncode == 0, res.stdout + res.stderr  # the stop asked for was done
     assert "hosts.yaml: job.sampling.temprature: unknown key (did you mean 'temperature'?)" in (
-        res.stdout
+        res.stderr
     )
-    assert "a stop needs only the host's entry: going on" in res.stdout
+    assert "a stop needs only the host's entry: going on" in res.stderr
     assert status(root)["state"] == "stopped"
