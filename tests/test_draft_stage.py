@@ -18,7 +18,7 @@ import yaml
 
 from remote.common.jobspec import Paths, flag_value
 from remote.common.state import ServerRecord
-from tests.conftest import REPO, piped_env, records, status, wait_for
+from tests.conftest import REPO, ctrl_c_as_typed, piped_env, records, status, wait_for
 from tests.helpers.as_typed import INVOKE, ok, typed
 from tests.helpers.draft_job import draft_of, drafted_job
 
@@ -332,6 +332,7 @@ def test_the_laptop_gone_while_the_drafts_server_loads_leaves_the_host_to_finish
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,  # its own process group: all of it gone, as a lid closed
+            preexec_fn=ctrl_c_as_typed,
         )
         switch = Paths(root).switch
         wait_for(
