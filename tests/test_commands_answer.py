@@ -462,6 +462,13 @@ def test_a_half_edited_job_in_hosts_yaml_never_blocks_status_tail_or_a_stop(
         assert "temprature: unknown key" in res.stderr, command
         assert f"{command.split()[1]} needs only the host's entry: going on" in res.stderr, command
         assert "running" in res.stdout and "not the one deployed" not in res.stdout, command
+    typo = cfg.read_text()
+    # a YAML syntax error in the job section (a brace left open): the host sections still read
+    cfg.write_text(typo.replace("sampling:\n", "sampling: {\n", 1))
+    res = run_in(proj, "invoke status")
+    assert res.returncode == 2 and "YAML syntax error at line" in res.stderr, res.stderr
+    assert "running" in res.stdout, res.stdout
+    cfg.write_text(typo)
     res = run_in(proj, "invoke stop --grace 0")
     assert res.returncode == 0, res.stdout + res.stderr  # the stop asked for was done
     assert "hosts.yaml: job.sampling.temprature: unknown key (did you mean 'temperature'?)" in (

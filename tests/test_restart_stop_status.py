@@ -143,6 +143,26 @@ def test_grace_0_restart_reports_lost_requests(job):
     assert r.lost_in_flight == 4, r.stopped
 
 
+def test_a_runner_killed_during_a_stops_grace_has_its_requests_in_flight_counted(job):
+    """kill -9 of the runner while a stop waits out its grace: it wrote no verdict, so what it had
+    in flight at its last status is what was cut off (it said 0)."""
+    import threading
+
+    cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
+    srv.hold_after = 0  # no answer comes: the window stays full
+    restart_unwatched(conn, flags(cfg, max_samples=60))
+    wait_for(lambda: srv.in_flight == 4 and status(root)["in_flight"] == 4, what="window full")
+    pid = status(root)["pid"]
+    answer = {}
+    stopping = threading.Thread(target=lambda: answer.update(r=control.stop(conn, grace=3600)))
+    stopping.start()
+    wait_for(lambda: status(root).get("stopping") == 3600, what="the stop's grace begun")
+    os.kill(pid, signal.SIGKILL)
+    stopping.join(timeout=120)
+    assert not stopping.is_alive(), "the stop did not see the runner gone"
+    assert answer["r"].lost_in_flight == 4, answer["r"]
+
+
 def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):
     cfg, conn, root = job["cfg"], job["conn"], job["host_dir"]
     job["srv"].hold_after = 10  # the hand runner is still running when it is looked for

@@ -208,13 +208,24 @@ def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
     # no record made with the new settings: the dataset is still what its records were made with
     meta = json.loads((outputs(root) / "B1.meta.json").read_text())
     assert meta["sampling"]["temperature"] == 1.0 and "previous" not in meta
-    assert run(root, "--force", "--max-samples", "all").returncode == 0
+    # the flag is given once: the settings it took stand for the next start too
+    assert meta["accepted"]["sampling"]["temperature"] == 0.6
+    assert run(root).returncode == 0
+    assert run(root, "--max-samples", "all").returncode == 0
     assert len(ids(root, "B1")) == 6
     meta = json.loads((outputs(root) / "B1.meta.json").read_text())
     assert (
         meta["sampling"]["temperature"] == 0.6
         and meta["previous"][0]["sampling"]["temperature"] == 1.0
+        and "accepted" not in meta
     )
+    # back to the first settings: its latest records were not made with them, and not all of them
+    # were made with others either
+    job["sampling"]["temperature"] = 1.0
+    (root / "job.json").write_text(json.dumps(job))
+    res = run(root)
+    assert res.returncode == 2 and "B1: its latest records were made with" in res.stderr, res.stderr
+    assert len(ids(root, "B1")) == 6 and status(root)["datasets"]["B1"]["done"] == 6
 
 
 def test_engine_down_waits_then_fails_after_deadline(tmp_path):

@@ -440,15 +440,41 @@ def load_config(path: str | os.PathLike | None = None, hosts_only: bool = False)
         raise ConfigError(f"{p}: cannot read config: {e.strerror}") from None
     try:
         data = yaml.load(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise ConfigError(f"{p}: YAML syntax error at {where}: {e.problem}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: YAML error: {e}") from None
+        data = _hosts_sections(text) if hosts_only else None
+        if data is None:
+            raise _yaml_error(p, e) from None
     if hosts_only and isinstance(data, dict):
         return dataclasses.replace(parse_config(_hosts_alone(data), p.resolve()), hosts_only=True)
     return parse_config(data, p.resolve())
+
+
+def _yaml_error(p: Path, e: yaml.YAMLError) -> ConfigError:
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        return ConfigError(f"{p}: YAML syntax error at {where}: {e.problem}")
+    return ConfigError(f"{p}: YAML error: {e}")
+
+
+_TOP_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:")
+_HOSTS_SECTIONS = ("hosts", "default_host", "defaults")
+
+
+def _hosts_sections(text: str) -> dict | None:
+    """The file's top-level host sections alone, where a syntax error elsewhere (a half-typed job)
+    leaves the file unreadable whole: None where they do not read either."""
+    kept, keep = [], False
+    for line in text.splitlines():
+        if m := _TOP_KEY.match(line):
+            keep = m.group(1) in _HOSTS_SECTIONS
+        if keep:
+            kept.append(line)
+    try:
+        data = yaml.load("\n".join(kept), Loader=_Loader)
+    except yaml.YAMLError:
+        return None
+    return data if isinstance(data, dict) and "hosts" in data else None
 
 
 def _hosts_alone(data: dict) -> dict:

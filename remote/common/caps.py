@@ -142,7 +142,8 @@ def parse_cap(text: str) -> tuple[str, int]:
         n = int(value.strip())
     except ValueError:
         raise ValueError(
-            f"--cap {text!r}: N must be a whole number, or `all` for every prompt of the file"
+            f"--cap {text!r}: N must be a whole number, or `all` to take the dataset back to "
+            "--max-samples"
         ) from None
     if n < 0:
         raise ValueError(f"--cap {text!r}: N must be >= 0")

@@ -384,8 +384,14 @@ def settings_then(meta: dict, now: dict) -> dict:
     return {k: meta.get(k, SETTING_ABSENT.get(k)) for k in now}
 
 
-def settings_changed(meta: dict, now: dict) -> dict[str, tuple]:
-    """The settings of `now` that differ from its records': {setting: (then, now)}."""
+def settings_changed(meta: dict, now: dict, accepted: bool = True) -> dict[str, tuple]:
+    """The settings of `now` that differ from its records': {setting: (then, now)}. None where a
+    `--force` has taken `now` for the records to come (the meta file's `accepted`, kept until they
+    are made), so the flag is given once, not at every restart until then; `accepted=False`: the
+    records' own settings alone."""
+    if accepted and isinstance(meta.get("accepted"), dict):
+        if settings_then(meta["accepted"], now) == now:
+            return {}
     then = settings_then(meta, now)
     return {k: (then[k], now[k]) for k in now if then[k] != now[k]}
 

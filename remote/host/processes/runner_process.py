@@ -272,9 +272,12 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
     wait = req.grace + (KILL_AFTER_GRACE_S if rec else 0.0)
     killed = kill.terminate(targets, wait, JOB_TOKEN_ENV, token)
     after = JobStatus.read(paths.status) or JobStatus()
-    if rec and rec.pid in killed:
+    if rec and (rec.pid in killed or not (after.pid == rec.pid and after.terminal)):
+        # gone before its verdict (our SIGKILL past the grace, or another hand's kill -9): what it
+        # had in flight at its last status was cut off
         lost = after.in_flight or in_flight_before
-        settle(paths, JobState.STOPPED, f"killed after {req.grace:g}s grace", runner=rec.pid)
+        if rec.pid in killed:
+            settle(paths, JobState.STOPPED, f"killed after {req.grace:g}s grace", runner=rec.pid)
     else:
         lost = after.abandoned
     return StopAnswer(

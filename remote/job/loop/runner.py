@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from ...common.caps import Caps
@@ -156,14 +157,25 @@ class Runner:
             **self.stage.status(now),
         )
 
-    def write_status(self) -> None:
-        st = self.status_now()
+    def write_status(self, st: JobStatus | None = None) -> None:
+        st = st or self.status_now()
         if st.terminal:  # its verdict: nothing in flight or on its way any more
             st.end(st.state, st.message)
         try:
             st.write(self.paths.status)  # every second
         except OSError as e:
             self.log(f"cannot write {self.paths.status.name}: {e}")
+
+    def refused(self, why: str, before: JobStatus | None) -> None:
+        """A start refused by its checks: failed, said why, with the figures the last runner wrote
+        (`before`): this one counted nothing, and its half-prepared counts are no figure of the job."""
+        self.state, self.message = JobState.FAILED, why
+        self.log(f"refused: {why}")
+        st = self.status_now()
+        if before is not None:
+            figures = self.stage.status(time.time())
+            st = replace(st, **{k: getattr(before, k) for k in figures if hasattr(before, k)})
+        self.write_status(st)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -274,13 +286,12 @@ def main(paths: Paths, job_path: Path, *, grace: float, force: bool, argv: list[
     runner = Runner(paths, job, caps, grace=grace, force=force, echo=echo)
     os.environ[JOB_TOKEN_ENV] = runner.token  # children inherit it, so stop can find them
     write_pidfile(paths, runner.token, argv)
+    before = JobStatus.read(paths.status)
     runner.write_status()  # `starting`, with this runner's pid and token
     try:
         runner.stage.prepare()
     except BadInput as e:
-        runner.state, runner.message = JobState.FAILED, str(e)
-        runner.log(f"refused: {e}")
-        runner.write_status()
+        runner.refused(str(e), before)
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     note_ran(paths, release_dir())  # past its checks: a release that ran, for rollback

@@ -228,20 +228,31 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
     meta_path = paths.meta(spec.name)
     fp = json.loads(json.dumps(dict(fp, turns=spec.turns)))  # as it reads back from JSON
     meta = read_json(meta_path)
-    changed = settings_changed(meta, fp) if meta else None
+    changed = settings_changed(meta, fp, accepted=False) if meta else None
     forced = None
     if changed is None:
         write_json(meta_path, fp)
     elif changed:
         if existing.ids:
             diff = ", ".join(changed)
-            if not force:
+            accepted = not settings_changed(meta, fp)  # an earlier --force took these settings
+            if not (force or accepted):
+                made = (  # already mixed: only its latest records are known to be of these
+                    "its latest records were"
+                    if meta.get("previous")
+                    else f"{len(existing.ids)} records were"
+                )
                 raise BadInput(
-                    f"{spec.name}: {len(existing.ids)} records were made with different {diff} "
+                    f"{spec.name}: {made} made with different {diff} "
                     f"({changes_text(changed)}); resuming would mix settings in one dataset: "
                     f"restore the settings, move {out_path.name} aside, or pass --force"
                 )
-            log(f"{spec.name}: --force: resuming with changed {diff}")
+            log(
+                f"{spec.name}: --force: resuming with changed {diff}"
+                + (" (taken before)" if accepted else "")
+            )
+            if not accepted:  # kept until its first record with them: the flag is given once
+                write_json(meta_path, dict(meta, accepted=fp))
             fp = dict(fp, previous=[settings_then(meta, fp)] + list(meta.get("previous", [])))
             forced = (meta_path, fp)
         else:

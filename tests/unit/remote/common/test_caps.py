@@ -93,6 +93,9 @@ def test_a_cap_list_is_told_how_several_are_given_and_a_separator_is_no_list():
         parse_cap("B2=3,B3=4")
     with pytest.raises(ValueError, match="N must be a whole number"):
         parse_cap("B2=3,000")
+    # `all` is the dataset's cap cleared: back to --max-samples, not every prompt of its file
+    with pytest.raises(ValueError, match="or `all` to take the dataset back to --max-samples$"):
+        parse_cap("B2=abc")
 
 
 def test_eval_samples_below_one_is_refused_without_the_caps_hint():
