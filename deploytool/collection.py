@@ -161,7 +161,7 @@ def tail(c, host="", once=False, log=False):
 @_task(
     help={
         "tokens_per_dataset": "response-token target per dataset (10M, 500k)",
-        "tokens_per_s": "throughput for the ETA when none is measured",
+        "tokens_per_s": "tok/s the ETA is reckoned at (else the job's rate, as status gives it)",
         "apply": "restart (live where possible) with these per-dataset caps (the job's other caps "
         "stay)",
     }

@@ -304,3 +304,12 @@ def test_a_hint_about_another_host_names_it_whether_one_host_failed_or_one_of_se
     res = typed("invoke status --host a,c", config)
     assert res.returncode == 1
     assert f"c: FAILED: nothing deployed in {tmp_path / 'c'}: run {hint} first" in res.stdout
+
+
+def test_tail_of_another_host_with_nothing_deployed_names_the_deploy_for_that_host(tmp_path):
+    """It said to run `invoke deploy` first, which deploys the default host, not the one tailed."""
+    hosts = {h: {"connect": "local", "remote_dir": str(tmp_path / h)} for h in ("box", "box2")}
+    config = write_config(tmp_path, hosts, base_job(datasets=TWO)).path
+    res = typed("invoke tail --once -H box2", config)
+    hint = f"DEPLOYTOOL_CONFIG={shlex.quote(str(config))} invoke deploy --host box2"
+    assert res.returncode == 1 and f"`{hint}` first" in res.stdout + res.stderr, res.stdout

@@ -56,6 +56,7 @@ class HostWatch:
     asked_at: float = 0.0
     down_since: float | None = None  # when it stopped answering (unanswered look, lost connection)
     run_look: Callable = field(default=in_thread, repr=False)  # (name, fn) -> Future
+    say: Callable = field(default=lambda text, host: text, repr=False)  # a hint as typed for it
 
     @property
     def base(self) -> str:
@@ -109,15 +110,17 @@ class HostWatch:
             st = look.result()
             self.failures, self.down_since, self.note = 0, None, None
             if st.state == NEVER_RUN:
-                self.note = "no run/status.json yet: start the job with `invoke restart`"
+                self.note = self.say(
+                    "no run/status.json yet: start the job with `invoke restart`", self.host.name
+                )
                 return
             if self.config is not None:  # as `invoke status` sets it: the laptop's to know
                 st.job_differs = differs(self.config, self.host.name, st.deployed_job)
             self.status = st
         except ConnectError as e:
             self._failed(e, now)
-        except DeployToolError as e:
-            self.down_since, self.note = None, str(e)  # it answered: with an error
+        except DeployToolError as e:  # it answered: with an error
+            self.down_since, self.note = None, self.say(str(e), self.host.name)
 
     def poll_status(self, now: float, deadline: float = LOOK_DEADLINE_S) -> None:
         """One look, waited for up to its deadline (`now` and on: a clock that runs from it)."""
@@ -238,7 +241,7 @@ def watch(
     """The tail loop: poll every host, let `view` draw (views/tail.py), stop when every job has
     ended. `out` is a rich Console. Returns the exit code (0 every job finished, 1 one failed or
     stopped)."""
-    watches = [HostWatch(h, config) for h in hosts]
+    watches = [HostWatch(h, config, say=say) for h in hosts]
     started = clock()
     try:
         if not once and not log:
@@ -247,7 +250,7 @@ def watch(
             if all(answered):
                 # every host answered and none has ever run the job: nothing would ever end the watch
                 for w in watches:
-                    out.print(say(f"{w.host.name}: {w.note}", w.host.name), markup=False)
+                    out.print(f"{w.host.name}: {w.note}", markup=False)
                 return ExitCode.FAILED
         with view:
             while True:

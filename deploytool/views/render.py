@@ -102,9 +102,8 @@ def rollback_result(r: RolledBack, out: Console = console) -> None:
     """Which release it went to and why, and what its job differs in from the one it left: a
     rollback that lands somewhere unexpected is seen at once."""
     left = "" if r.previous_ran or not r.previous else ", from which no runner ran"
-    out.print(
-        f"[bold]{r.host}[/]: current -> {r.current} (was {r.previous}{left}): {ROLLED_TO[r.why]}"
-    )
+    why = ROLLED_TO[r.why] + (" before it" if r.why == "ran" and r.previous_ran else "")
+    out.print(f"[bold]{r.host}[/]: current -> {r.current} (was {r.previous}{left}): {why}")
     changed = job_changes(r.previous_job, r.job)
     if changed:
         out.print(f"  job.json: {escape(changes_text(changed))}")

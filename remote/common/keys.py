@@ -44,10 +44,19 @@ def show(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
+# what a user looking for the caps writes into the job: they are the restart's, kept on the host
+_CAP_WORDS = {"cap", "caps", "max_samples", "max-samples", "max_tokens", "max-tokens"}
+_CAPS_HINT = (
+    " (caps are not set in hosts.yaml: `invoke restart --max-samples N`, `--cap DS=N` or "
+    "`--max-tokens T` set them, kept on the host)"
+)
+
+
 def check_keys(where: str, data: dict, allowed) -> None:
     for name in data:
         if name not in allowed:
-            raise BadValue(f"{where}.{name}: unknown key{suggest(name, allowed)}".lstrip("."))
+            hint = suggest(name, allowed) or (_CAPS_HINT if name in _CAP_WORDS else "")
+            raise BadValue(f"{where}.{name}: unknown key{hint}".lstrip("."))
 
 
 def mapping(where: str, value: Any, *, optional=True) -> dict:

@@ -112,3 +112,18 @@ def test_a_complete_datasets_rate_is_its_mean_and_the_legend_says_why_rows_excee
     tail = io.StringIO()
     Console(file=tail, width=400, highlight=False).print(progress.view({"gpu1": st}, {}, now=0))
     assert "3.3k*" in tail.getvalue() and "add up to more than the job's" in tail.getvalue()
+
+
+def test_a_rollback_from_a_release_that_ran_says_it_went_to_the_one_that_ran_before_it():
+    """It said `the last release a runner ran from`, which the release it left was."""
+    from remote.common.answers import RolledBack
+
+    ran = RolledBack(current="aaa", previous="bbb", host="box", why="ran", previous_ran=True)
+    assert printed(render.rollback_result, ran).splitlines() == [
+        "box: current -> aaa (was bbb): the last release a runner ran from before it"
+    ]
+    ran.previous_ran = False
+    assert printed(render.rollback_result, ran).splitlines() == [
+        "box: current -> aaa (was bbb, from which no runner ran): the last release a runner ran "
+        "from"
+    ]

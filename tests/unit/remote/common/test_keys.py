@@ -95,3 +95,13 @@ def test_each_key_is_declared_once_on_its_dataclass_and_a_bad_value_is_bad_input
         parse_config(data, tmp_path / "hosts.yaml")
     assert e.value.code == ExitCode.BAD_INPUT
     assert str(e.value) == "job.engine.concurrency: expected an integer 1-100000, got 0"
+
+
+@pytest.mark.parametrize("key", ["max_samples", "cap"])
+def test_a_cap_written_into_the_job_says_where_caps_are_set(key):
+    from remote.common.keys import BadValue, check_keys
+
+    with pytest.raises(BadValue) as e:
+        check_keys("job.datasets.B2", {key: 5}, ("prompts", "est_tokens"))
+    assert str(e.value).startswith(f"job.datasets.B2.{key}: unknown key (caps are not set in ")
+    assert "`invoke restart --max-samples N`, `--cap DS=N`" in str(e.value)
