@@ -86,10 +86,11 @@ def test_the_stage_runs_with_the_three_commands_and_is_kept_like_a_cap(tmp_path)
     ok("invoke tail", config)
     assert status(root)["stage"] == "hidden-states" and len(rows(root)) == 3
     # the rows made are the rows made, whatever stage the job is in when plan is asked
+    # (the disk's free space is the machine's now, which other processes move: not compared)
     sized = next(x for x in out.splitlines() if "hidden-states stage at these caps" in x)
     ok("invoke restart --stage generate", config)
     again = ok("invoke plan --tokens-per-dataset 1k", config)
-    assert sized in again.splitlines(), again
+    assert sized.split("; the disk has")[0] + "; the disk has" in again, again
     ok("invoke restart --stage hidden-states", config)
     ok("invoke tail", config)
     # back to answers, the cap raised; then the stage makes the new ones' rows only

@@ -209,6 +209,34 @@ class DatasetRun:
         )
 
 
+def _made_with(name: str, meta: dict | None, fp: dict, existing, force: bool, log):
+    """The dataset's meta file checked against the settings now (`fp`): (what it is to say now,
+    None for as it is; what it is to say at the dataset's first record, where a --force mixes
+    settings in it). Refused where records were made with other settings and nothing took them."""
+    changed = settings_changed(meta, fp, accepted=False) if meta else None
+    if changed is None or (changed and not existing.ids):
+        return fp, None  # no records yet: what they will be made with
+    if not changed:
+        return None, None
+    diff = ", ".join(changed)
+    accepted = not settings_changed(meta, fp)  # an earlier --force took these settings
+    if not (force or accepted):
+        made = (  # already mixed: only its latest records are known to be of these
+            "its latest records were"
+            if meta.get("previous")
+            else f"{len(existing.ids)} records were"
+        )
+        raise BadInput(
+            f"{name}: {made} made with different {diff} ({changes_text(changed)}); resuming would "
+            f"mix settings in one dataset: restore the settings, move {name}.jsonl aside, or pass "
+            "--force"
+        )
+    log(f"{name}: --force: resuming with changed {diff}" + (" (taken before)" if accepted else ""))
+    previous = [settings_then(meta, fp)] + list(meta.get("previous", []))
+    # `accepted` is kept until its first record with them: the flag is given once
+    return (None if accepted else dict(meta, accepted=fp)), dict(fp, previous=previous)
+
+
 def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) -> DatasetRun:
     """Repair the outputs' torn tails, read which ids exist, check the settings they were made with
     (`fp`: JobSpec.settings) and open the files the run appends to."""
@@ -227,40 +255,13 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
         )
     meta_path = paths.meta(spec.name)
     fp = json.loads(json.dumps(dict(fp, turns=spec.turns)))  # as it reads back from JSON
-    meta = read_json(meta_path)
-    changed = settings_changed(meta, fp, accepted=False) if meta else None
-    forced = None
-    if changed is None:
-        write_json(meta_path, fp)
-    elif changed:
-        if existing.ids:
-            diff = ", ".join(changed)
-            accepted = not settings_changed(meta, fp)  # an earlier --force took these settings
-            if not (force or accepted):
-                made = (  # already mixed: only its latest records are known to be of these
-                    "its latest records were"
-                    if meta.get("previous")
-                    else f"{len(existing.ids)} records were"
-                )
-                raise BadInput(
-                    f"{spec.name}: {made} made with different {diff} "
-                    f"({changes_text(changed)}); resuming would mix settings in one dataset: "
-                    f"restore the settings, move {out_path.name} aside, or pass --force"
-                )
-            log(
-                f"{spec.name}: --force: resuming with changed {diff}"
-                + (" (taken before)" if accepted else "")
-            )
-            if not accepted:  # kept until its first record with them: the flag is given once
-                write_json(meta_path, dict(meta, accepted=fp))
-            fp = dict(fp, previous=[settings_then(meta, fp)] + list(meta.get("previous", [])))
-            forced = (meta_path, fp)
-        else:
-            write_json(meta_path, fp)  # no records yet: what they will be made with
+    meta_now, forced = _made_with(spec.name, read_json(meta_path), fp, existing, force, log)
     prompts = PromptFile(path, spec.name, cache_dir=paths.prompt_index, turns=spec.turns)
     if not line_ids_unchanged(paths, spec.name, prompts):
         prompts.close()
         raise BadInput(moved_text([spec.name], [spec.prompts]))
+    if meta_now is not None:  # past every check: a start refused writes nothing
+        write_json(meta_path, meta_now)
     run = DatasetRun(
         spec,
         prompts,
@@ -274,7 +275,7 @@ def open_dataset(paths: Paths, spec: DatasetSpec, fp: dict, force: bool, log) ->
     )
     if spec.turns == "all":
         run.partials = Partials(paths.partial(spec.name), existing.ids)
-    run.meta_then = forced
+    run.meta_then = (meta_path, forced) if forced else None
     return run
 
 
