@@ -275,7 +275,8 @@ def recovery_lines(st: JobView) -> list[tuple[str, str]]:
                 when = f"next try in {fmt_duration(w.next_try_in_s)}"
             add(f"RECOVERING {what}: {w.why}; attempt {w.attempt} of {w.of}, {when}", "bold red")
         elif w.state == ProcessState.FATAL:
-            add(f"GAVE UP on the {what}: {w.why}", "bold red")
+            again = "`invoke restart` starts it again, its restarts counted anew"
+            add(say(f"GAVE UP on the {what}: {w.why}; {again}", st.host), "bold red")
             out.extend((f"    {line}", "red") for line in w.log[-3:])
         elif w.restarts:  # done and over: said where the job is shown whole, not on each line
             add(f"{what} restarted {w.restarts}x by the watcher; last cause: {w.last_cause}", DIM)
