@@ -143,9 +143,11 @@ def test_grace_0_restart_reports_lost_requests(job):
     assert r.lost_in_flight == 4, r.stopped
 
 
-def test_a_runner_killed_during_a_stops_grace_has_its_requests_in_flight_counted(job):
-    """kill -9 of the runner while a stop waits out its grace: it wrote no verdict, so what it had
-    in flight at its last status is what was cut off (it said 0)."""
+@pytest.mark.parametrize("drain", [False, True])
+def test_a_runner_killed_during_a_stops_grace_has_its_requests_in_flight_counted(job, drain):
+    """kill -9 of the runner while a stop waits out its grace (or its drain): it wrote no verdict,
+    so what it had in flight at its last status is what was cut off (it said 0), and the stop says
+    the end was not its own."""
     import threading
 
     cfg, conn, srv, root = job["cfg"], job["conn"], job["srv"], job["host_dir"]
@@ -154,13 +156,17 @@ def test_a_runner_killed_during_a_stops_grace_has_its_requests_in_flight_counted
     wait_for(lambda: srv.in_flight == 4 and status(root)["in_flight"] == 4, what="window full")
     pid = status(root)["pid"]
     answer = {}
-    stopping = threading.Thread(target=lambda: answer.update(r=control.stop(conn, grace=3600)))
+    stop = lambda: answer.update(r=control.stop(conn, grace=3600, drain=drain))  # noqa: E731
+    stopping = threading.Thread(target=stop)
     stopping.start()
-    wait_for(lambda: status(root).get("stopping") == 3600, what="the stop's grace begun")
+    begun = (lambda st: st.get("draining")) if drain else (lambda st: st.get("stopping") == 3600)
+    wait_for(lambda: begun(status(root)), what="the stop's grace or drain begun")
     os.kill(pid, signal.SIGKILL)
     stopping.join(timeout=120)
     assert not stopping.is_alive(), "the stop did not see the runner gone"
-    assert answer["r"].lost_in_flight == 4, answer["r"]
+    r = answer["r"]
+    assert r.lost_in_flight == 4 and not r.drained, r
+    assert "not by this stop's hand (killed -9?)" in r.found, r
 
 
 def test_hand_started_runner_is_found_and_decoys_survive(job, tmp_path):

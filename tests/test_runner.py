@@ -202,7 +202,8 @@ def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
     res = run(root)
     assert res.returncode == 2
     assert "different sampling" in res.stderr and "--force" in res.stderr
-    assert len(ids(root, "B1")) == 2 and status(root)["state"] == "failed"
+    # refused: nothing of the job changed, its status the last runner's verdict
+    assert len(ids(root, "B1")) == 2 and status(root)["state"] == "finished"
     assert run(root, "--force").returncode == 0
     assert len(ids(root, "B1")) == 2  # by hand too, the job keeps its caps
     # no record made with the new settings: the dataset is still what its records were made with
@@ -224,8 +225,27 @@ def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
     job["sampling"]["temperature"] = 1.0
     (root / "job.json").write_text(json.dumps(job))
     res = run(root)
-    assert res.returncode == 2 and "B1: its latest records were made with" in res.stderr, res.stderr
+    assert res.returncode == 2 and "B1: its records were made with different" in res.stderr
     assert len(ids(root, "B1")) == 6 and status(root)["datasets"]["B1"]["done"] == 6
+    assert status(root)["state"] == "finished"
+
+
+def test_a_start_refused_for_its_settings_names_every_dataset_and_leaves_the_status(
+    tmp_path, openai_server
+):
+    """By hand (`python -m remote run`): it named the first dataset only, and wrote a failed job
+    with no figures over the finished one."""
+    srv = openai_server()
+    root = make_root(tmp_path, {"B1": 2, "B2": 2}, {"base_url": srv.url})
+    assert run(root).returncode == 0
+    before = (root / "run" / "status.json").read_text()
+    job = json.loads((root / "job.json").read_text())
+    job["sampling"]["temperature"] = 0.6
+    (root / "job.json").write_text(json.dumps(job))
+    res = run(root)
+    assert res.returncode == 2
+    assert "B1, B2: their records were made with different sampling" in res.stderr, res.stderr
+    assert (root / "run" / "status.json").read_text() == before
 
 
 def test_engine_down_waits_then_fails_after_deadline(tmp_path):

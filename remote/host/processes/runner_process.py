@@ -272,14 +272,19 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
     wait = req.grace + (KILL_AFTER_GRACE_S if rec else 0.0)
     killed = kill.terminate(targets, wait, JOB_TOKEN_ENV, token)
     after = JobStatus.read(paths.status) or JobStatus()
-    if rec and (rec.pid in killed or not (after.pid == rec.pid and after.terminal)):
-        # gone before its verdict (our SIGKILL past the grace, or another hand's kill -9): what it
-        # had in flight at its last status was cut off
+    verdict = after.pid == (rec.pid if rec else None) and after.terminal
+    if rec and not verdict:
+        # gone before its verdict (our SIGKILL past the grace, or another hand's kill -9, in a
+        # drain too): what it had in flight at its last status was cut off
         lost = after.in_flight or in_flight_before
         if rec.pid in killed:
             settle(paths, JobState.STOPPED, f"killed after {req.grace:g}s grace", runner=rec.pid)
+        else:
+            gone = "it ended without its verdict, not by this stop's hand (killed -9?)"
+            found = f"{found}; {gone}" if found else gone
     else:
         lost = after.abandoned
+    drained = drained and verdict
     return StopAnswer(
         stopped=sorted(targets),
         killed=killed,

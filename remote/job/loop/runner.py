@@ -17,7 +17,6 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import replace
 from pathlib import Path
 
 from ...common.caps import Caps
@@ -167,15 +166,15 @@ class Runner:
             self.log(f"cannot write {self.paths.status.name}: {e}")
 
     def refused(self, why: str, before: JobStatus | None) -> None:
-        """A start refused by its checks: failed, said why, with the figures the last runner wrote
-        (`before`): this one counted nothing, and its half-prepared counts are no figure of the job."""
-        self.state, self.message = JobState.FAILED, why
+        """A start refused by its checks changes nothing of the job: status.json is put back as the
+        last runner left it (`before`), said refused in the log (and to whoever started it); a job
+        that never ran says failed, and why."""
         self.log(f"refused: {why}")
-        st = self.status_now()
         if before is not None:
-            figures = self.stage.status(time.time())
-            st = replace(st, **{k: getattr(before, k) for k in figures if hasattr(before, k)})
-        self.write_status(st)
+            self.write_status(before)
+            return
+        self.state, self.message = JobState.FAILED, why
+        self.write_status()
 
     # ------------------------------------------------------------------ lifecycle
 

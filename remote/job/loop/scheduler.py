@@ -10,7 +10,7 @@ from ...common.jobspec import JobSpec, Paths
 from ...common.state import moved_text
 from ...common.status import Reload
 from ..store import history
-from ..store.datasets import BadInput, DatasetRun, error_ids, open_dataset
+from ..store.datasets import BadInput, DatasetRun, SettingsDiffer, error_ids, open_dataset
 from ..store.prompts import Prompt, PromptFile, line_ids_unchanged
 from ..store.rates import ActiveTime
 from ..store.writer import RecordWriter
@@ -77,13 +77,20 @@ class Scheduler:
     def apply_caps(self, caps: Caps) -> None:
         reloads = self._reloads(caps)  # checked before anything changes
         try:  # open what is newly selected first: a failure changes nothing
+            mixed = {}  # every dataset whose settings differ, said at once
             for spec in self.job.datasets:
                 if caps.selected(spec.name) and spec.name not in self.runs:
                     settings = self.job.settings(spec)
-                    run = open_dataset(self.paths, spec, settings, self.force, self.log)
+                    try:
+                        run = open_dataset(self.paths, spec, settings, self.force, self.log)
+                    except SettingsDiffer as e:
+                        mixed.update(e.mixed)
+                        continue
                     if run.done:  # a rate over the job's whole life, not this runner's alone
                         run.active = run.active.plus(self.before.get(spec.name, ActiveTime()))
                     self.runs[spec.name] = run
+            if mixed:
+                raise SettingsDiffer(mixed)
         except BaseException:
             for pf in reloads.values():
                 pf.close()

@@ -12,7 +12,7 @@ from ...common.jobspec import (
     MIN_MEASURED,
     DatasetSpec,
     Paths,
-    changes_text,
+    dataset_changes_text,
     settings_changed,
     settings_then,
 )
@@ -28,6 +28,18 @@ from .rates import ActiveTime, RateWindow
 
 class BadInput(Exception):
     pass
+
+
+class SettingsDiffer(BadInput):
+    """Datasets whose records were made with other settings than the job's, which nothing took:
+    `mixed` {name: what changed}, every one said in one line."""
+
+    def __init__(self, mixed: dict[str, dict[str, tuple]]):
+        self.mixed = mixed
+        super().__init__(
+            f"{dataset_changes_text(mixed)}; resuming would mix settings in one dataset: restore "
+            "the settings, move their data/outputs/<DS>.jsonl aside, or pass --force"
+        )
 
 
 @dataclass
@@ -221,17 +233,11 @@ def _made_with(name: str, meta: dict | None, fp: dict, existing, force: bool, lo
     diff = ", ".join(changed)
     accepted = not settings_changed(meta, fp)  # an earlier --force took these settings
     if not (force or accepted):
-        made = (  # already mixed: only its latest records are known to be of these
-            "its latest records were"
-            if meta.get("previous")
-            else f"{len(existing.ids)} records were"
-        )
-        raise BadInput(
-            f"{name}: {made} made with different {diff} ({changes_text(changed)}); resuming would "
-            f"mix settings in one dataset: restore the settings, move {name}.jsonl aside, or pass "
-            "--force"
-        )
-    log(f"{name}: --force: resuming with changed {diff}" + (" (taken before)" if accepted else ""))
+        raise SettingsDiffer({name: changed})
+    if accepted:
+        log(f"{name}: resuming with the changed {diff} an earlier --force took")
+    else:
+        log(f"{name}: --force: resuming with changed {diff}")
     previous = [settings_then(meta, fp)] + list(meta.get("previous", []))
     # `accepted` is kept until its first record with them: the flag is given once
     return (None if accepted else dict(meta, accepted=fp)), dict(fp, previous=previous)

@@ -85,7 +85,7 @@ def test_pending_then_complete_or_incomplete(tmp_path):
 def test_records_made_with_other_settings_are_refused_unless_forced(tmp_path):
     opened(tmp_path, done=(0,))
     other = dict(FP, model="other")
-    with pytest.raises(BadInput, match="1 records were made with different model"):
+    with pytest.raises(BadInput, match="B1: its records were made with different model"):
         opened(tmp_path, fp=other)
     _, _, logged = opened(tmp_path, fp=other, force=True)
     assert any("--force: resuming with changed model" in line for line in logged)
