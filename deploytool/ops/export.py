@@ -73,8 +73,10 @@ class DatasetTally:
         self.dropped[why] = self.dropped.get(why, 0) + len(made)
         self.dropped_tokens[why] = self.dropped_tokens.get(why, 0) + sum(map(trained_tokens, made))
 
-    def saw(self, rec: Record) -> None:
-        self.records += 1
+    def wrote(self, rec: Record) -> None:
+        """A record with rows in the file: the releases and times the manifest says are those of
+        what was written, not of records left out (beyond a cap, say)."""
+        self.kept += 1
         self.releases.add(rec.release or "unknown")
         if t := rec.created:
             self.first = min(self.first or t, t)
@@ -329,7 +331,7 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
             if not raw.endswith(b"\n"):
                 break  # a torn tail (a pull killed mid-line): the next pull completes it
             rec = Record.from_json(json.loads(raw))
-            tally.saw(rec)
+            tally.records += 1
             # a record left out whole counts the rows it would have made, as the other reasons do
             made = pieces(rec, per_reply)
             if "beyond_cap" in drop and not s.target.holds(rec.id, rec.index):
@@ -350,7 +352,8 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
                 ) from None
             for row in rows:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            tally.kept += bool(rows)
+            if rows:
+                tally.wrote(rec)
             tally.rows += len(rows)
 
 
@@ -359,14 +362,16 @@ def _when(t) -> str | None:
 
 
 def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
-    datasets = {}
+    datasets, caps = {}, {}
     for s in sources:
         t = tallies[s.dataset]
+        cap = s.cap if s.caps_pulled else "not pulled (every record taken)"
+        caps.setdefault(s.dataset, {})[s.host] = cap
         entry = datasets.setdefault(
             s.dataset,
             {
                 "hosts": [],
-                "cap": s.cap if s.caps_pulled else "not pulled (every record taken)",
+                "cap": cap,
                 "records": t.records,
                 "kept": t.kept,
                 "dropped": dict(sorted(t.dropped.items())),
@@ -382,6 +387,9 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
             },
         )
         entry["hosts"].append(s.host)
+    for ds, by_host in caps.items():  # hosts with caps of their own: each said, {host: cap}
+        if len({json.dumps(c) for c in by_host.values()}) > 1:
+            datasets[ds]["cap"] = by_host
     return {
         "file": out.name,
         "format": fmt,

@@ -110,3 +110,24 @@ def test_datasets_come_in_the_jobs_order_whatever_the_hosts_or_the_typed_order(t
     # a dataset only a later host's job has goes where that job puts it
     later = ex.find_sources(tmp_path, {"gpu1": ["B5"], "gpu2": ["B2", "B5"]})
     assert [(s.dataset, s.host) for s in later] == [("B2", "gpu2"), ("B5", "gpu1"), ("B5", "gpu2")]
+
+
+def test_the_manifest_says_each_hosts_cap_and_the_releases_of_what_was_written(tmp_path):
+    """Two hosts with caps of their own: the manifest said the first one's (6) over rows of the
+    other's beyond it; and it listed the releases of records left out (beyond a cap) too."""
+    from types import SimpleNamespace
+
+    a = source(tmp_path, "gpu1", "B8", model="kimi")
+    b = source(tmp_path, "gpu2", "B8", model="kimi")
+    a.cap, b.cap = 6, 10
+    tally = ex.DatasetTally()
+    written = SimpleNamespace(release="r-new", created=200)
+    tally.records += 2  # one more read and left out, made by the release r-old
+    tally.wrote(written)
+    m = ex._manifest([a, b], {"B8": tally}, "sharegpt", (), False, False, tmp_path / "t.jsonl")
+    entry = m["datasets"]["B8"]
+    assert entry["cap"] == {"gpu1": 6, "gpu2": 10} and entry["hosts"] == ["gpu1", "gpu2"]
+    assert entry["releases"] == ["r-new"] and entry["kept"] == 1 and entry["records"] == 2
+    b.cap = 6
+    m = ex._manifest([a, b], {"B8": tally}, "sharegpt", (), False, False, tmp_path / "t.jsonl")
+    assert m["datasets"]["B8"]["cap"] == 6  # one cap for all: said once
