@@ -282,6 +282,13 @@ def test_yaml_syntax_error_gives_line(tmp_path):
     p = write(tmp_path, "default_host: local\nhosts:\n  local: {connect: local\n")
     with pytest.raises(ConfigError, match=r"YAML syntax error at line \d+"):
         load_config(p)
+    # an unclosed brace is found lines below: the line that opened it is said too
+    p = write(
+        tmp_path, "hosts:\n  local: {connect: local}\njob:\n  sampling: {temperature: 1\n  x: 1\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(e.value).endswith("(while parsing a flow mapping at line 4, column 13)"), e.value
 
 
 def run_cli(*args, cwd):

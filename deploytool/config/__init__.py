@@ -451,9 +451,15 @@ def load_config(path: str | os.PathLike | None = None, hosts_only: bool = False)
 
 def _yaml_error(p: Path, e: yaml.YAMLError) -> ConfigError:
     if isinstance(e, yaml.MarkedYAMLError):
-        mark = e.problem_mark
+        mark, ctx = e.problem_mark, e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        return ConfigError(f"{p}: YAML syntax error at {where}: {e.problem}")
+        # where it began too: an unclosed brace is found lines below the one that opened it
+        began = (
+            f" ({e.context} at line {ctx.line + 1}, column {ctx.column + 1})"
+            if e.context and ctx and (not mark or ctx.line != mark.line)
+            else ""
+        )
+        return ConfigError(f"{p}: YAML syntax error at {where}: {e.problem}{began}")
     return ConfigError(f"{p}: YAML error: {e}")
 
 
