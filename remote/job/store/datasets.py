@@ -228,8 +228,9 @@ def _made_with(name: str, meta: dict | None, fp: dict, existing, force: bool, lo
     changed = settings_changed(meta, fp, accepted=False) if meta else None
     if changed is None or (changed and not existing.ids):
         return fp, None  # no records yet: what they will be made with
-    if not changed:
-        return None, None
+    if not changed:  # the records' own settings: a --force taken before and gone back on stands
+        stale = "accepted" in meta  # no more (the next change is asked about again)
+        return ({k: v for k, v in meta.items() if k != "accepted"} if stale else None), None
     diff = ", ".join(changed)
     accepted = not settings_changed(meta, fp)  # an earlier --force took these settings
     if not (force or accepted):

@@ -3,6 +3,8 @@ target and token budget, which prompt comes next, and the state it reports."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from remote.common.jobspec import DatasetSpec, Paths
@@ -89,6 +91,22 @@ def test_records_made_with_other_settings_are_refused_unless_forced(tmp_path):
         opened(tmp_path, fp=other)
     _, _, logged = opened(tmp_path, fp=other, force=True)
     assert any("--force: resuming with changed model" in line for line in logged)
+
+
+def test_a_force_is_given_once_and_stands_until_the_settings_go_back(tmp_path):
+    """After a --force with nothing to make, every later start refused again; and a --force taken
+    must not let a later change back to those settings through once the records' own came back."""
+    opened(tmp_path, done=(0,))
+    other = dict(FP, model="other")
+    paths, _, _ = opened(tmp_path, fp=other, force=True)
+    meta = json.loads(paths.meta("B1").read_text())
+    assert meta["model"] == FP["model"] and meta["accepted"]["model"] == "other"
+    _, _, logged = opened(tmp_path, fp=other)  # no flag: the settings it took stand
+    assert any("resuming with the changed model an earlier --force took" in x for x in logged)
+    opened(tmp_path)  # the records' own settings again: what was taken is dropped
+    assert "accepted" not in json.loads(paths.meta("B1").read_text())
+    with pytest.raises(BadInput, match="B1: its records were made with different model"):
+        opened(tmp_path, fp=other)
 
 
 def test_a_prompts_file_that_is_missing_is_bad_input_that_names_the_fix(tmp_path):
