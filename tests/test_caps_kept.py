@@ -315,6 +315,7 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
         ok("invoke restart --max-samples 300", config)
         wait_for(lambda: status(root)["in_flight"], what="answers in flight")
         pid = status(root)["pid"]
+        made_with = (root / "current").resolve().name  # the release the records were made with
         data["job"]["sampling"]["temperature"] = 0.7
         config.write_text(yaml.safe_dump(data, sort_keys=False))
         out = ok("invoke deploy", config)
@@ -326,6 +327,10 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
         assert "invoke restart --force` to mix them" in out
         shown = " ".join(ok("invoke status", config).split())  # the way status points works
         assert "whose settings differ from those B1, B2, B3's records were made with" in shown
+        # the rollback that gives them back, named: a plain one goes to the last release that ran,
+        # which may not have them
+        back = f"invoke rollback --to {made_with}`, a release made with them"
+        assert back in shown, shown
         assert "`invoke restart` to run it" not in shown, shown
         run = root / "run"
         before = {
@@ -341,7 +346,7 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
                 "(sampling.temperature (unset) → 0.7): a new runner would refuse to mix them; "
                 "nothing was stopped or started"
             ), lines
-            assert "or restart with --force to mix them" in lines[0]
+            assert "or restart with --force to mix them" in lines[0] and back in lines[0]
             assert {f: (run / f).read_bytes() for f in before} == before
             assert status(root)["pid"] == pid and status(root)["state"] == "running"
         out = ok("invoke restart --cap B1=5", config)  # caps alone: the running runner takes them

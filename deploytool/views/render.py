@@ -345,10 +345,15 @@ def release_words(s: JobView) -> str:
         return f"{verb} release {ran}"
     if s.settings_differ:  # its restart would be refused: the ways that are not
         names = ", ".join(s.settings_differ)
+        back = (
+            f"`invoke rollback --to {s.settings_release}`, a release made with them"
+            if s.settings_release
+            else "restore them in hosts.yaml and `invoke deploy`"
+        )
         hint = escape(
             say(
                 f"deployed {deployed}, whose settings differ from those {names}'s records were "
-                "made with: `invoke rollback`, or `invoke restart --force` to mix them",
+                f"made with: {back}, or `invoke restart --force` to mix them",
                 s.host,
             )
         )

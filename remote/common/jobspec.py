@@ -439,6 +439,12 @@ def dataset_changes_text(changed: dict[str, dict[str, tuple]]) -> str:
     )
 
 
+def rollback_to(release: str | None) -> str:
+    """The rollback that gives a refused restart the records' settings back, as a way out
+    (`release`: the newest release on the host made with them; none: nothing to add)."""
+    return f", or `invoke rollback --to {release}`, a release made with them" if release else ""
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """The job (hosts.yaml `job:`, job.json in a release): typed once for both sides."""

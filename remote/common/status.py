@@ -588,6 +588,7 @@ class JobView(JobStatus):
     # datasets whose records were made with other settings than the deployed job's (a new runner
     # of it is refused until they agree, or --force mixes them)
     settings_differ: list[str] = field(default_factory=list)
+    settings_release: str | None = None  # the newest release on the host made with theirs
 
     def write(self, path) -> None:
         raise TypeError("a JobView is made for each look, never written: status.json is JobStatus")

@@ -11,7 +11,7 @@ from ...common.jobspec import JOB_FILE, Paths
 from ...common.protocol import CtlStatus
 from ...common.state import StageSwitch, job_now, kept_caps
 from ...common.status import JobView
-from ..facts.made_with import mixed_settings
+from ..facts.made_with import mixed_settings, release_made_with
 from ..facts.strays import stray_runners
 from ..watcher import watch
 
@@ -27,6 +27,8 @@ def job_status(paths: Paths, req: CtlStatus | None = None) -> JobView:
     st.current_release = current
     st.deployed_job = deployed_job(paths)
     st.settings_differ = settings_differ(paths, st)
+    if st.settings_differ:  # a rollback that would run: named (a plain one may not have them)
+        st.settings_release = release_made_with(paths, kept_caps(paths), st.settings_differ)
     strays = stray_runners(paths, {st.runner.pid} if st.runner.alive else set())
     # a runner writes its pid file once it holds the lock, a second or so after its start: one
     # younger than that is being started (by the watcher, a restart), not a stray to warn of

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ...common.caps import Caps
 from ...common.codec import read_json
-from ...common.jobspec import Paths, deployed_spec, settings_changed
+from ...common.jobspec import JOB_FILE, Paths, deployed_spec, settings_changed
 from ...common.stages import stage_of
 
 
@@ -30,6 +30,23 @@ def mixed_settings(
         if changed and (ds.name in answering or has_records(paths.output(ds.name))):
             out[ds.name] = changed
     return out
+
+
+def release_made_with(paths: Paths, caps: Caps, names: list[str]) -> str | None:
+    """The newest release on the host whose job has the settings the records of every one of
+    `names` were made with: the one `invoke rollback --to` takes for a restart that is refused
+    (a plain rollback goes to the last release that ran, which may not have them)."""
+    try:
+        rels = [d for d in (paths.root / "releases").iterdir() if (d / JOB_FILE).is_file()]
+    except OSError:
+        return None
+    for rel in sorted(rels, key=lambda d: d.stat().st_mtime, reverse=True):
+        spec = deployed_spec(rel / JOB_FILE)
+        if spec is None or not set(names) <= set(spec.dataset_names()):
+            continue
+        if not set(names) & set(mixed_settings(paths, caps, rel / JOB_FILE)):
+            return rel.name
+    return None
 
 
 def has_records(path: Path) -> bool:

@@ -25,6 +25,7 @@ from ...common.jobspec import (
     dataset_changes_text,
     deployed_spec,
     release_dir,
+    rollback_to,
 )
 from ...common.protocol import KILL_AFTER_GRACE_S, CtlRestart, CtlStart, CtlStop, RunArgs
 from ...common.stages import stage_of
@@ -47,7 +48,7 @@ from ...common.status import (
 )
 from ...common.wire import HostFault
 from ..facts import gpu, intent, kill
-from ..facts.made_with import has_records, mixed_settings
+from ..facts.made_with import has_records, mixed_settings, release_made_with
 from ..facts.strays import managed_runner, stray_runners
 from . import server_process
 
@@ -191,13 +192,14 @@ def refuse_mixed_settings(
     if mixed and force:
         return dataset_changes_text(mixed)
     if mixed:
+        back = rollback_to(release_made_with(paths, caps, list(mixed)))
         raise HostFault(
             "settings",
             f"{dataset_changes_text(mixed)}: a new runner would refuse to mix them; nothing was "
             "stopped or started",
-            fix="deploy the settings they were made with again (restore them in hosts.yaml and "
-            "`invoke deploy`, or `invoke rollback`), move their data/outputs/<DS>.jsonl aside, "
-            "or restart with --force to mix them (the runner resumes them with the new settings)",
+            fix=f"deploy the settings they were made with again (restore them in hosts.yaml and "
+            f"`invoke deploy`{back}), move their data/outputs/<DS>.jsonl aside, or restart with "
+            "--force to mix them (the runner resumes them with the new settings)",
         )
     return None
 
