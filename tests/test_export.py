@@ -230,6 +230,28 @@ def test_settings_are_not_mixed_silently_and_token_ids_are_required(tmp_path):
     assert not (tmp_path / "z.jsonl").exists()  # nothing half-written
 
 
+def test_settings_are_those_of_the_rows_written_where_the_meta_file_places_each_change(tmp_path):
+    """A dataset resumed with --force under new settings, then capped below the first record made
+    with them: every row written was made with the first settings, yet export asked for --mixed
+    and its manifest named the new ones."""
+    first = {"model": "m", "sampling": {"temperature": 1.0}, "chat_template_kwargs": {}}
+    meta = dict(first, sampling={"temperature": 0.7}, since="r2", previous=[first])
+    recs = [rec(i) for i in range(4)]  # r0, r1 made at 1.0; r2, r3 at 0.7 (from r2 on)
+    capped = write_pulled(tmp_path / "h", "A", recs, meta)
+    capped.cap = 2
+    r = export([capped], tmp_path / "x.jsonl", fmt="specforge", drop=("beyond_cap",))
+    m = json.loads((tmp_path / "x.jsonl.manifest.json").read_text())["datasets"]["A"]
+    assert r.kept == 2 and m["sampling"] == {"temperature": 1.0} and m["previous_settings"] == []
+    whole = write_pulled(tmp_path / "g", "A", recs, meta)  # every record written: both settings
+    with pytest.raises(DeployToolError, match="records made under different settings"):
+        export([whole], tmp_path / "y.jsonl", fmt="specforge", drop=())
+    assert not (tmp_path / "y.jsonl").exists()
+    export([whole], tmp_path / "y.jsonl", fmt="specforge", drop=(), mixed=True)
+    m = json.loads((tmp_path / "y.jsonl.manifest.json").read_text())["datasets"]["A"]
+    assert m["sampling"] == {"temperature": 0.7}
+    assert [p["sampling"] for p in m["previous_settings"]] == [{"temperature": 1.0}]
+
+
 def test_what_is_left_out_is_counted_in_rows_whether_a_reply_or_a_whole_record_goes(tmp_path):
     """A per-turn export makes a row of each reply: a record beyond the cap or seen on another host
     leaves out its rows, counted as rows like a reply left out alone (one unit in the manifest)."""

@@ -50,10 +50,29 @@ class Source:
     cap: int | None = None  # the job's: its records are those of the first N prompts (None: all)
     caps_pulled: bool = True  # False: pulled before pull brought the caps (every record is taken)
     beyond: frozenset[str] | None = None  # the host's count of the records beyond the cap
+    # the settings of the records written, once written and where each change of settings is
+    # placed in the file (the meta file names its first record): json -> settings
+    written: dict[str, dict] | None = None
 
     @property
     def target(self) -> Target:
         return Target(self.cap, beyond=self.beyond)
+
+    def eras(self) -> list[tuple[str | None, dict]] | None:
+        """The settings its records were made with, oldest first, each with the id of its first
+        record (None: from the file's start); None where a change cannot be placed (a meta file
+        written before the first record of new settings was kept in it)."""
+        entries = [*reversed(self.meta.get("previous") or []), self.meta]
+        if any("since" not in e for e in entries[1:]):
+            return None
+        return [(e.get("since"), _settings(e)) for e in entries]
+
+    def made_with(self) -> list[dict]:
+        """Each set of settings its rows were made with, the newest first: of the rows written
+        where known (in the order the file has them), else every one its meta file names."""
+        if self.written is not None:
+            return list(reversed(self.written.values()))
+        return [_settings(e) for e in (self.meta, *(self.meta.get("previous") or []))]
 
 
 @dataclass
@@ -142,18 +161,20 @@ def _settings(meta: dict) -> dict:
 
 
 def check_settings(sources: list[Source], mixed: bool) -> None:
-    """One file, one set of settings — or `mixed`, said out loud."""
+    """One file, one set of settings — or `mixed`, said out loud. By the rows written where they
+    are known (records beyond a cap, made with other settings, leave nothing to mix)."""
     if mixed:
         return
-    within = [f"{s.host}:{s.dataset}" for s in sources if s.meta.get("previous")]
+    within = [f"{s.host}:{s.dataset}" for s in sources if len(s.made_with()) > 1]
     if within:
         raise UsageError(
             f"{', '.join(within)}: records made under different settings in one dataset (resumed "
             "with --force); pass --mixed to export them anyway (the manifest lists every setting)"
         )
-    first = sources[0]
+    sources = [s for s in sources if s.made_with()]  # one with no row written mixes nothing
+    first = sources[0] if sources else None
     for s in sources[1:]:
-        a, b = _settings(first.meta), _settings(s.meta)
+        a, b = first.made_with()[0], s.made_with()[0]
         diff = [k for k in SETTINGS if a[k] != b[k]]
         if diff:
             what = "; ".join(f"{k}: {json.dumps(a[k])} vs {json.dumps(b[k])}" for k in diff)
@@ -283,7 +304,6 @@ def export(
             "no pulled records to export (nothing under the pulled folder for these hosts and "
             "datasets)"
         )
-    check_settings(sources, mixed)
     if per_turn is None and "original_answers" in parse_reasons("--keep", drop_flags[1]):
         per_turn = False  # the dataset's own answers trained: only whole rows hold them
     per_turn, why = choose_rows(sources, fmt, per_turn)
@@ -295,6 +315,7 @@ def export(
         for s in sources:
             tally = tallies.setdefault(s.dataset, DatasetTally())
             _one(s, f, tally, seen, fmt, drop, per_turn, advance)
+        check_settings(sources, mixed)  # by the rows written: refused, no file is left
     manifest = out.with_name(out.name + ".manifest.json")
     body = _manifest(sources, tallies, fmt, drop, per_turn, mixed, out)
     body["per_turn_why"] = why
@@ -325,6 +346,8 @@ def _rows(rec: Record, made: list, fmt: str, drop, per_reply: bool, tally) -> li
 
 def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
     per_reply = per_turn or fmt in PER_REPLY
+    eras, era = s.eras(), 0
+    written: dict[str, dict] = {}
     with open(s.path, "rb") as src:
         for raw in src:
             advance(len(raw))
@@ -332,6 +355,8 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
                 break  # a torn tail (a pull killed mid-line): the next pull completes it
             rec = Record.from_json(json.loads(raw))
             tally.records += 1
+            if eras and era + 1 < len(eras) and rec.id == eras[era + 1][0]:
+                era += 1  # the first record made with the next settings
             # a record left out whole counts the rows it would have made, as the other reasons do
             made = pieces(rec, per_reply)
             if "beyond_cap" in drop and not s.target.holds(rec.id, rec.index):
@@ -354,7 +379,11 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
             if rows:
                 tally.wrote(rec)
+                if eras:
+                    written.setdefault(json.dumps(eras[era][1], sort_keys=True), eras[era][1])
             tally.rows += len(rows)
+    if eras:
+        s.written = written
 
 
 def _when(t) -> str | None:
@@ -367,6 +396,7 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
         t = tallies[s.dataset]
         cap = s.cap if s.caps_pulled else "not pulled (every record taken)"
         caps.setdefault(s.dataset, {})[s.host] = cap
+        made = s.made_with() or [_settings(s.meta)]  # no row written: its records' latest
         entry = datasets.setdefault(
             s.dataset,
             {
@@ -378,9 +408,9 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
                 "rows": t.rows,
                 "tokens": t.tokens,  # the reply tokens the rows written train
                 "dropped_tokens": dict(sorted(t.dropped_tokens.items())),  # those left out held
-                **_settings(s.meta),
+                **made[0],  # the settings of the rows written (their latest, where mixed)
                 "turns": s.meta.get("turns", "last"),
-                "previous_settings": s.meta.get("previous") or [],
+                "previous_settings": made[1:],
                 "releases": sorted(t.releases),
                 "first_record": _when(t.first),
                 "last_record": _when(t.last),

@@ -78,10 +78,12 @@ class DatasetRun:
     # finish and are kept beyond it, said by the re-cap (nothing new is sent beyond the target)
     beyond_in_flight: set[str] = field(default_factory=set)
 
-    def first_record(self) -> None:
-        """Before the run's first record is appended: the settings it is made with kept first."""
+    def first_record(self, rec_id: str) -> None:
+        """Before the run's first record is appended: the settings it is made with kept first, with
+        the record's id (`since`: an export places each change of settings in the file by it)."""
         if self.meta_then is not None:
-            write_json(*self.meta_then)
+            path, meta = self.meta_then
+            write_json(path, dict(meta, since=rec_id))
             self.meta_then = None
 
     @property
@@ -239,7 +241,8 @@ def _made_with(name: str, meta: dict | None, fp: dict, existing, force: bool, lo
         log(f"{name}: resuming with the changed {diff} an earlier --force took")
     else:
         log(f"{name}: --force: resuming with changed {diff}")
-    previous = [settings_then(meta, fp)] + list(meta.get("previous", []))
+    since = {"since": meta["since"]} if "since" in meta else {}  # where those began in the file
+    previous = [dict(settings_then(meta, fp), **since)] + list(meta.get("previous", []))
     # `accepted` is kept until its first record with them: the flag is given once
     return (None if accepted else dict(meta, accepted=fp)), dict(fp, previous=previous)
 
