@@ -144,8 +144,8 @@ def held_back(r: RestartAnswer, out: Console = console) -> None:
         return
     fix = say(
         "the running runner goes on with the settings they were made with; deploy those again "
-        "(or `invoke rollback`), or `invoke restart --force` to start the deployed release and "
-        "mix them",
+        "(`invoke status` names a release on the host made with them, for `invoke rollback "
+        "--to`), or `invoke restart --force` to start the deployed release and mix them",
         r.host,
     )
     out.print(f"  [yellow]{escape(r.held_back)}[/]: {escape(fix)}")
@@ -162,7 +162,8 @@ def forced_mix(r: RestartAnswer, out: Console = console) -> None:
         how = "--force mixes settings", "resumed with the new ones, each now holds"
     out.print(
         f"[bold]{r.host}[/]: [yellow]{how[0]}: {escape(r.forced_mix)}; {how[1]} records made "
-        "with two settings (`invoke export` then asks for --mixed)[/]"
+        "with two settings from its first new record on (one with nothing left to make keeps "
+        "its records' own; `invoke export` asks for --mixed where both are written)[/]"
     )
 
 

@@ -469,9 +469,11 @@ def rollback(root, args):
             h = _back_from(hist, rel_dir, cur, newer=set(ran[after + 1 :]))
             if h is None:
                 raise ValueError(
-                    "no earlier release on the host to roll back to (deploy keeps the last "
-                    "`keep_releases` of hosts.yaml): deploy the one you want from its commit "
-                    "with `invoke deploy`"
+                    "no earlier release on the host to roll back to from this one (the first "
+                    "deployed, or those before it pruned: deploy keeps the last `keep_releases` "
+                    "of hosts.yaml): `invoke rollback --to ID` goes to any release on the host "
+                    "(an unknown ID lists them), or restore hosts.yaml's settings and `invoke "
+                    "deploy`"
                 )
             target, why, how = h["id"], "deployed", {"at": h.get("time")}
     _switch(root, target, how)

@@ -72,8 +72,10 @@ def test_rollback_goes_back_along_what_ran_and_takes_a_unique_prefix(tmp_path):
         deployed(root, rid)
     back = [release.rollback(root, {})["current"] for _ in range(2)]
     assert back == ["bb2", "aa1"]  # a second rollback goes further back, not forth again
-    with pytest.raises(ValueError, match="no earlier release"):
+    with pytest.raises(ValueError, match="no earlier release") as e:
         release.rollback(root, {})
+    # the way on: --to reaches every release there (it said only to deploy from a commit)
+    assert "`invoke rollback --to ID` goes to any release on the host" in str(e.value)
     deployed(root, "dd4")  # deployed while aa1 ran: a rollback goes to aa1, what ran before it
     assert release.rollback(root, {})["current"] == "aa1"
     assert release.rollback(root, {"to": "cc"})["current"] == "cc3"
