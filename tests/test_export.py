@@ -235,8 +235,9 @@ def test_settings_are_those_of_the_rows_written_where_the_meta_file_places_each_
     with them: every row written was made with the first settings, yet export asked for --mixed
     and its manifest named the new ones."""
     first = {"model": "m", "sampling": {"temperature": 1.0}, "chat_template_kwargs": {}}
-    meta = dict(first, sampling={"temperature": 0.7}, since="r2", previous=[first])
-    recs = [rec(i) for i in range(4)]  # r0, r1 made at 1.0; r2, r3 at 0.7 (from r2 on)
+    recs = [rec(i) for i in range(4)]  # r0, r1 made at 1.0; r2, r3 at 0.7 (from r2's line on)
+    since = sum(len(json.dumps(r) + "\n") for r in recs[:2])
+    meta = dict(first, sampling={"temperature": 0.7}, since=since, previous=[first])
     capped = write_pulled(tmp_path / "h", "A", recs, meta)
     capped.cap = 2
     r = export([capped], tmp_path / "x.jsonl", fmt="specforge", drop=("beyond_cap",))

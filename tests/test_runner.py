@@ -220,8 +220,10 @@ def test_fingerprint_mismatch_refused_unless_force(tmp_path, openai_server):
         and meta["previous"][0]["sampling"]["temperature"] == 1.0
         and "accepted" not in meta
     )
-    # the first record made with the new settings named: an export places the change by it
-    assert meta["since"] == "B1-000002" and "since" not in meta["previous"][0]
+    # where the first record made with the new settings begins: an export places the change by it
+    lines = (outputs(root) / "B1.jsonl").read_bytes().splitlines(keepends=True)
+    first_new = next(i for i, x in enumerate(lines) if json.loads(x)["id"] == "B1-000002")
+    assert meta["since"] == sum(map(len, lines[:first_new])) and "since" not in meta["previous"][0]
     # back to the first settings: its latest records were not made with them, and not all of them
     # were made with others either
     job["sampling"]["temperature"] = 1.0

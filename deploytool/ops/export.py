@@ -58,10 +58,10 @@ class Source:
     def target(self) -> Target:
         return Target(self.cap, beyond=self.beyond)
 
-    def eras(self) -> list[tuple[str | None, dict]] | None:
-        """The settings its records were made with, oldest first, each with the id of its first
-        record (None: from the file's start); None where a change cannot be placed (a meta file
-        written before the first record of new settings was kept in it)."""
+    def eras(self) -> list[tuple[int | None, dict]] | None:
+        """The settings its records were made with, oldest first, each with the byte offset in the
+        file where its first record begins (None: from the file's start); None where a change
+        cannot be placed (a meta file written before that offset was kept in it)."""
         entries = [*reversed(self.meta.get("previous") or []), self.meta]
         if any("since" not in e for e in entries[1:]):
             return None
@@ -346,7 +346,7 @@ def _rows(rec: Record, made: list, fmt: str, drop, per_reply: bool, tally) -> li
 
 def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
     per_reply = per_turn or fmt in PER_REPLY
-    eras, era = s.eras(), 0
+    eras, era, at = s.eras(), 0, 0  # at: where the line read begins in the file
     written: dict[str, dict] = {}
     with open(s.path, "rb") as src:
         for raw in src:
@@ -355,8 +355,9 @@ def _one(s: Source, f, tally, seen, fmt, drop, per_turn, advance) -> None:
                 break  # a torn tail (a pull killed mid-line): the next pull completes it
             rec = Record.from_json(json.loads(raw))
             tally.records += 1
-            if eras and era + 1 < len(eras) and rec.id == eras[era + 1][0]:
-                era += 1  # the first record made with the next settings
+            while eras and era + 1 < len(eras) and at >= eras[era + 1][0]:
+                era += 1  # from here on, records made with the next settings
+            at += len(raw)
             # a record left out whole counts the rows it would have made, as the other reasons do
             made = pieces(rec, per_reply)
             if "beyond_cap" in drop and not s.target.holds(rec.id, rec.index):

@@ -78,12 +78,13 @@ class DatasetRun:
     # finish and are kept beyond it, said by the re-cap (nothing new is sent beyond the target)
     beyond_in_flight: set[str] = field(default_factory=set)
 
-    def first_record(self, rec_id: str) -> None:
+    def first_record(self) -> None:
         """Before the run's first record is appended: the settings it is made with kept first, with
-        the record's id (`since`: an export places each change of settings in the file by it)."""
+        where in the file that record begins (`since`, a byte offset: an export places each change
+        of settings by it; a kill before the append leaves the next record there all the same)."""
         if self.meta_then is not None:
             path, meta = self.meta_then
-            write_json(path, dict(meta, since=rec_id))
+            write_json(path, dict(meta, since=self.out.size()))
             self.meta_then = None
 
     @property

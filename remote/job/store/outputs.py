@@ -296,6 +296,10 @@ class AppendFile:
         self.dirty = False
         self.last_sync = time.monotonic()
 
+    def size(self) -> int:
+        """Where the next line begins."""
+        return os.fstat(self.fd).st_size
+
     def append(
         self, data: bytes, rid: str | None = None, tokens: int = 0, finish: str = "null"
     ) -> None:

@@ -47,7 +47,7 @@ class RecordWriter:
         empty = not (rec.conversations[-1]["content"] or "").strip()
 
         def write() -> None:
-            run.first_record(p.id)
+            run.first_record()
             run.out.append(line, p.id, tokens, str(rec.finish_reason or "null"))
             counted = run.record_done(p, tokens, cut)
             if run.partials is not None:

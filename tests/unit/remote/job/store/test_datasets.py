@@ -107,6 +107,13 @@ def test_a_force_is_given_once_and_stands_until_the_settings_go_back(tmp_path):
     assert "accepted" not in json.loads(paths.meta("B1").read_text())
     with pytest.raises(BadInput, match="B1: its records were made with different model"):
         opened(tmp_path, fp=other)
+    # the first record with them: where it begins is kept before it is appended, so a kill
+    # between the two leaves the next record made with them there all the same
+    paths, run, _ = opened(tmp_path, fp=other, force=True)
+    run.first_record()
+    meta = json.loads(paths.meta("B1").read_text())
+    assert meta["model"] == "other" and meta["since"] == paths.output("B1").stat().st_size > 0
+    assert "accepted" not in meta and meta["previous"][0]["model"] == FP["model"]
 
 
 def test_a_prompts_file_that_is_missing_is_bad_input_that_names_the_fix(tmp_path):
