@@ -63,7 +63,7 @@ class Source:
         file where its first record begins (None: from the file's start); None where a change
         cannot be placed (a meta file written before that offset was kept in it)."""
         entries = [*reversed(self.meta.get("previous") or []), self.meta]
-        if any("since" not in e for e in entries[1:]):
+        if not all(isinstance(e.get("since"), int) for e in entries[1:]):
             return None
         return [(e.get("since"), _settings(e)) for e in entries]
 
