@@ -489,5 +489,5 @@ def _hosts_alone(data: dict) -> dict:
         own = ("job", "server", "recover")
         hosts = {n: {k: v for k, v in (h or {}).items() if k not in own} for n, h in hosts.items()}
     stand_in = {"datasets": {"none": {"prompts": "none"}}}  # never sent: a stop sends no job
-    kept = {k: data[k] for k in ("default_host", "defaults") if k in data}
+    kept = {k: data[k] for k in _HOSTS_SECTIONS if k != "hosts" and k in data}
     return dict(kept, hosts=hosts, job=stand_in)
