@@ -365,6 +365,20 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
         first = out.splitlines()[0]  # on the host's line, before what it did
         assert first.startswith(f"box: {mixing.format('mixes settings', 'now holds')}"), out
         assert status(root)["pid"] != pid and status(root)["state"] == "running"
+        # once records are made with the new settings, a rollback to the release before them says
+        # that a new runner would be refused there, at the rollback, not first at the restart
+        meta = root / "data" / "outputs" / "B2.meta.json"
+        wait_for(
+            lambda: json.loads(meta.read_text())["sampling"].get("temperature") == 0.7,
+            what="a B2 record made with the new settings",
+        )
+        out = " ".join(ok("invoke rollback", config).split())
+        assert f"current -> {made_with}" in out, out
+        assert "settings differ from the records': " in out and "B2" in out, out
+        assert "0.7 → (unset)" in out, out
+        assert "a new runner is refused until they agree" in out, out
+        assert "invoke rollback --to ID`), or" in out, out
+        assert "invoke restart --force` to mix them" in out, out
     finally:
         typed("invoke stop --grace 0", config)
 

@@ -539,7 +539,7 @@ def test_plan_reproduces_spec_caps(tmp_path):
     _records(outputs(root) / "B1.jsonl", "B1", 10_000, 1577)
     # measured 3,793 beats the 4,116 estimate
     _records(outputs(root) / "B2.jsonl", "B2", 1639, 3793)
-    rows = plan(Paths(root), job, 10_000_000)
+    rows, _ = plan(Paths(root), job, 10_000_000)
     caps = {d: r["cap"] for d, r in rows.items()}
     assert caps == {
         "B1": 6341,

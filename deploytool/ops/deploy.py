@@ -20,6 +20,7 @@ from remote.common.jobspec import (
     DEPLOY_ABORT,
     JOB_FILE,
     UPLOAD_END,
+    JobSpec,
     job_changes,
     settings_changed,
 )
@@ -396,5 +397,10 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def rollback_host(conn: Connector, to: str | None = None) -> RolledBack:
-    out = release_helper(conn, "rollback", {"to": to} if to else {})
-    return from_wire(RolledBack, dict(out, host=conn.name))
+    answer = release_helper(conn, "rollback", {"to": to} if to else {})
+    out = from_wire(RolledBack, dict(answer, host=conn.name, settings_differ={}))
+    try:  # said at the rollback that makes it so, not first at the restart it would refuse
+        out.settings_differ = _settings_differ(JobSpec.from_dict(out.job), out.made_with)
+    except (KeyError, ValueError):  # a job.json this deploytool cannot read: the restart says it
+        pass
+    return out

@@ -109,6 +109,17 @@ def rollback_result(r: RolledBack, out: Console = console) -> None:
         out.print(f"  job.json: {escape(changes_text(changed))}")
     elif r.job and r.current != r.previous:
         out.print("  job.json the same: only the code of remote/ differs")
+    if r.settings_differ:
+        out.print(
+            f"  [yellow]settings differ from the records': "
+            f"{escape(dataset_changes_text(r.settings_differ))}[/]"
+        )
+        ways = say(
+            "a new runner is refused until they agree: `invoke status` names a release made with "
+            "them (`invoke rollback --to ID`), or `invoke restart --force` to mix them",
+            r.host,
+        )
+        out.print(f"  {escape(ways)}")
 
 
 LIST_AT_MOST = 12  # files a deploy lists one by one

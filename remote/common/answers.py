@@ -235,6 +235,9 @@ class RolledBack:
     previous_ran: bool = False  # a runner ran from the release it left
     job: dict = field(default_factory=dict)  # job.json of the release it went to
     previous_job: dict = field(default_factory=dict)  # and of the one it left
+    made_with: dict = field(default_factory=dict)  # what each dataset's records were made with
+    # the datasets whose records the release's settings differ from (a restart would be refused)
+    settings_differ: dict = field(default_factory=dict)
 
 
 @dataclass

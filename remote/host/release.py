@@ -477,13 +477,15 @@ def rollback(root, args):
                 )
             target, why, how = h["id"], "deployed", {"at": h.get("time")}
     _switch(root, target, how)
+    job = _job(rel_dir, target)
     return {
         "current": target,
         "previous": cur,
         "why": why,
         "previous_ran": cur in ran,
-        "job": _job(rel_dir, target),
+        "job": job,
         "previous_job": _job(rel_dir, cur),
+        "made_with": _made_with(root, list(job.get("datasets") or {})),
     }
 
 

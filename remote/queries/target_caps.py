@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..common.answers import HostPlan, PlanRow
+from ..common.caps import Target
 from ..common.jobspec import JOB_FILE, MIN_MEASURED, JobSpec, Paths, release_dir
 from ..common.protocol import CtlPlan
 from ..common.speed import MEAN_TEXT, job_rate
@@ -10,7 +11,7 @@ from ..common.state import job_now, kept_caps
 from ..common.status import JobStatus
 from ..common.wire import HostFault
 from ..job.store.outputs import load_existing
-from ..job.store.prompts import PromptFile, dataset_target
+from ..job.store.prompts import PromptFile
 from .stage_bytes import stage_bytes
 
 
@@ -21,8 +22,10 @@ def cap_for(tokens_per_dataset: int, mean_tokens: float) -> int:
 
 def plan(
     paths: Paths, job: JobSpec, tokens_per_dataset: int, datasets: list[str] | None = None
-) -> dict:
-    rows = {}
+) -> tuple[dict, dict[str, Target]]:
+    """Each dataset's row, and the records its planned cap makes the job's (one read of its
+    prompt file for both)."""
+    rows, targets = {}, {}
     kept = kept_caps(paths)
     for ds in job.datasets:
         if datasets and ds.name not in datasets:
@@ -45,6 +48,7 @@ def plan(
             ids = pf.ids
             pf.close()
         target = min(cap, len(ids)) if ids else cap
+        targets[ds.name] = Target(target, frozenset(ids[:target]) if ids else None)
         done = sum(1 for pid in ids[:target] if pid in ex.ids) if ids else min(records, cap)
         todo = max(0, target - done)
         rows[ds.name] = {
@@ -60,7 +64,7 @@ def plan(
             "tokens_done": sum(ex.tokens.values()),
             "selected": kept.selected(ds.name),
         }
-    return rows
+    return rows, targets
 
 
 def answer_rate(st: JobStatus) -> tuple[float | None, str]:
@@ -80,12 +84,10 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
         raise HostFault("usage", "ctl plan: --tokens-per-dataset must be positive")
     job = JobSpec.load(release_dir() / JOB_FILE)
     st = job_now(paths)
-    rows = plan(paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None)
+    rows, targets = plan(
+        paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None
+    )
     rate, basis = answer_rate(st)
-    specs = {ds.name: ds for ds in job.datasets}
-    targets = {
-        name: dataset_target(paths, specs[name], row["target"]) for name, row in rows.items()
-    }
     return HostPlan(
         datasets={name: PlanRow(**row) for name, row in rows.items()},
         tokens_per_s=rate,

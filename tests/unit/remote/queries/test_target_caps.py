@@ -39,18 +39,19 @@ def test_the_cap_never_goes_over_the_target():
 
 def test_measured_once_there_are_enough_records_est_tokens_before(tmp_path):
     paths, job = host(tmp_path, records=MIN_MEASURED)
-    rows = plan(paths, job, tokens_per_dataset=40_000)
+    rows, targets = plan(paths, job, tokens_per_dataset=40_000)
     b1, b2 = rows["B1"], rows["B2"]
     assert (b1["mean_tokens"], b1["source"]) == (400.0, f"measured mean of {MIN_MEASURED} records")
     assert (b1["cap"], b1["target"], b1["done"], b1["todo"]) == (100, 100, 50, 50)
     assert b1["tokens_todo"] == 50 * 400 and b1["tokens_done"] == 50 * 400
     assert (b2["source"], b2["cap"], b2["target"]) == ("est_tokens (no records yet)", 80, 10)
-    assert list(plan(paths, job, 40_000, datasets=["B2"])) == ["B2"]
+    assert len(targets["B1"].ids) == 100 and len(targets["B2"].ids) == 10  # the planned caps
+    assert list(plan(paths, job, 40_000, datasets=["B2"])[0]) == ["B2"]
 
 
 def test_too_few_records_and_a_bad_target(tmp_path):
     paths, job = host(tmp_path, records=MIN_MEASURED - 1)
-    b1 = plan(paths, job, 10_000)["B1"]
+    b1 = plan(paths, job, 10_000)[0]["B1"]
     assert b1["mean_tokens"] == 1000.0  # the mean it passed over is said beside it
     assert b1["source"] == f"est_tokens (49 records, mean 400: {MIN_MEASURED} needed to use it)"
     with pytest.raises(HostFault, match="must be positive"):
