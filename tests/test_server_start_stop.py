@@ -302,6 +302,21 @@ def test_a_restart_the_host_refuses_starts_no_server_for_it(host, tmp_path):
     assert not server.server_state(conn).up
 
 
+def test_a_server_the_host_has_nothing_to_run_is_refused_by_the_restarts_dry_run(host, tmp_path):
+    """What would refuse the server's start refuses the restart before anything is stopped, its
+    dry run too: a restart over several hosts asks each host's dry run before it changes any."""
+    cfg, conn = host()
+    (tmp_path / "bin" / "vllm").unlink()  # server.command names nothing on the host now
+    for args in (("restart", "--dry-run"), ("restart",)):
+        res = cli(cfg, *args)
+        assert res.returncode != 0, (args, res.stdout + res.stderr)
+        assert "not found on the host" in res.stderr, (args, res.stdout + res.stderr)
+        assert "starting it first" not in res.stdout
+    run = tmp_path / "host" / "run"
+    assert not (run / "switch.json").exists() and not (run / "runner.pid").exists()
+    assert not server.server_state(conn).up
+
+
 def test_a_job_waiting_for_its_server_goes_on_as_soon_as_server_start_has_it_up(host, tmp_path):
     """A runner whose server is down waits between looks, each twice as long as the one before (up
     to a minute); `server.start` on its host is news it acts on at once. Here its first wait (500 to

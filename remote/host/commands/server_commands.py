@@ -28,7 +28,8 @@ def start_command(paths: Paths, req: ServerStart) -> ServerStarted:
     # the watcher restarts what is recorded here: a server for the stage keeps its flags
     stage = req.stage or kept_caps(paths).stage
     spec = stage_spec(req.spec, stage, paths)
-    if req.dry_run:  # what could refuse has refused by now: nothing started, nothing written
+    if req.dry_run:  # nothing started, nothing written: what would refuse, refused
+        server_process.refuse_unstartable(spec)
         return ServerStarted(model=spec.model, port=spec.port, argv=list(spec.args))
     if extracts(spec.args):
         paths.hidden_incoming.mkdir(parents=True, exist_ok=True)

@@ -109,8 +109,10 @@ def get_url(url: str, timeout: float = 5.0, key: str | None = None) -> tuple[int
         return 0, ""
 
 
-def refuse_exposed(spec: ServerSpec) -> None:
-    """A server that would listen beyond loopback with no key: refused before it is started."""
+def refuse_unstartable(spec: ServerSpec) -> None:
+    """What would refuse the server's start, refused before anything is stopped for it (a dry run
+    included): no vLLM to run, or listening beyond loopback with no key."""
+    resolve_command(spec)
     exposed = spec.exposure_problem()
     if exposed:
         raise ServerError(f"vLLM {exposed}", fix="set server.env.VLLM_API_KEY, or drop --host")
@@ -124,7 +126,7 @@ def start(paths: Paths, spec: ServerSpec, by: str = "user") -> ServerStarted:
         return ServerStarted(
             already=True, by=rec.by, up_s=up_s, pid=rec.pid, port=rec.port, model=rec.model
         )
-    refuse_exposed(spec)  # hosts.yaml's check says so first; this holds for any caller
+    refuse_unstartable(spec)  # hosts.yaml's check says so first; this holds for any caller
     # a second engine beside them is CUDA out of memory at load
     removed = engines.remove_leftovers(paths)
     port, headless = spec.port, spec.headless

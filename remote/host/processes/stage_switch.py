@@ -112,7 +112,7 @@ def needed(paths: Paths, req: CtlRestart) -> StageSwitch | None:
         if flag_value(spec.args, "--speculative-config") == state.speculative:
             return None
         why = "runs another draft than hosts.yaml's server.draft"
-    server_process.refuse_exposed(spec)  # before anything is stopped
+    server_process.refuse_unstartable(spec)  # before anything is stopped, a dry run's too
     return _switch(req, stage, spec, base, why, state)
 
 

@@ -21,7 +21,9 @@ from remote.host.processes import server_process, stage_switch
 from remote.host.processes.stage_switch import wrong_for_stage
 
 DRAFTED = ServerSpec(
-    model="m", draft={"model": "d", "method": "eagle3", "num_speculative_tokens": 3}
+    model="m",
+    command="true",  # a program the host has: the swap's check that it can start passes
+    draft={"model": "d", "method": "eagle3", "num_speculative_tokens": 3},
 )
 
 
@@ -57,6 +59,10 @@ def test_a_restart_needs_a_swap_only_where_the_server_cannot_serve_its_stage(tmp
     _serving(monkeypatch, ServerState(up=False))
     sw = stage_switch.needed(paths, CtlRestart(stage="generate", server=DRAFTED))
     assert (sw.why, sw.restart_server, sw.spec) == (None, False, DRAFTED)
+    # a server the host has nothing to run: refused before anything is stopped
+    nothing = dataclasses.replace(DRAFTED, command=str(tmp_path / "no-vllm"))
+    with pytest.raises(HostFault, match="no-vllm' not found on the host"):
+        stage_switch.needed(paths, CtlRestart(stage="generate", server=nothing))
     # --no-server keeps a down server down: refused, unless --force
     with pytest.raises(HostFault, match="--no-server keeps it down"):
         stage_switch.needed(paths, CtlRestart(server=DRAFTED, keep_server=True))

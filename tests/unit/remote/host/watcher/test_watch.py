@@ -195,7 +195,7 @@ def _serving_the_draft(paths, monkeypatch):
     from remote.host.processes import server_process
     from remote.host.processes.extraction import stage_spec
 
-    plain = ServerSpec(model="m", draft={"model": "d", "method": "eagle3"})
+    plain = ServerSpec(model="m", command="true", draft={"model": "d", "method": "eagle3"})
     plain = dataclasses.replace(plain, draft=dict(plain.draft, num_speculative_tokens=3))
     drafting = stage_spec(plain, "draft", paths)
     spec = flag_value(drafting.args, "--speculative-config")
