@@ -357,7 +357,7 @@ def test_a_settings_edit_is_said_at_deploy_and_a_restart_names_every_dataset_it_
         mixing = (
             "--force {}: B1, B2, B3: their records were made with different sampling "
             "(sampling.temperature (unset) → 0.7); resumed with the new ones, each {} records made "
-            "with two settings"
+            "with more than one set of settings"
         )
         out = " ".join(ok("invoke restart --force --dry-run", config).split())
         assert f"box: {mixing.format('would mix settings', 'would hold')}" in out, out

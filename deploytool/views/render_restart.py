@@ -162,8 +162,9 @@ def forced_mix(r: RestartAnswer, out: Console = console) -> None:
         how = "--force mixes settings", "resumed with the new ones, each now holds"
     out.print(
         f"[bold]{r.host}[/]: [yellow]{how[0]}: {escape(r.forced_mix)}; {how[1]} records made "
-        "with two settings from its first new record on (one with nothing left to make keeps "
-        "its records' own; `invoke export` asks for --mixed where both are written)[/]"
+        "with more than one set of settings from its first new record on (one with nothing left "
+        "to make keeps its records' own; `invoke export` asks for --mixed where both are "
+        "written)[/]"
     )
 
 

@@ -134,7 +134,10 @@ def parse_cap(text: str) -> tuple[str, int]:
     """'B2=2636' -> ('B2', 2636)."""
     name, sep, value = str(text).partition("=")
     if not sep:
-        raise ValueError(f"--cap expects DS=N, got {text!r}")
+        raise ValueError(
+            f"--cap expects DS=N, got {text!r}: `--cap {str(text).strip() or 'B2'}=500` caps it at "
+            "500, `=all` takes it back to --max-samples"
+        )
     check_dataset_name(name.strip())
     if "=" in value.partition(",")[2]:  # a list where one is taken: say how several are given
         raise ValueError(f"--cap {text!r}: one DS=N a flag: --cap B2=3 --cap B3=4")

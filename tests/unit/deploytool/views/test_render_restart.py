@@ -266,7 +266,8 @@ def test_a_forced_restart_says_on_the_hosts_line_which_datasets_it_mixes_and_how
     out = " ".join(printed(render_restart.restart_result, answer).split())
     assert out.startswith(  # before what it did
         f"gpu1: --force mixes settings: {how}; resumed with the new ones, each now holds records "
-        "made with two settings from its first new record on (one with nothing left to make "
+        "made with more than one set of settings from its first new record on (one with nothing "
+        "left to make "
         "keeps its records' own; `invoke export` asks for --mixed where both are written) gpu1: "
         "started runner"
     )

@@ -152,7 +152,7 @@ def test_a_fault_carries_its_code_fix_and_log():
         (["ctl", "frob"], "invalid choice: 'frob'"),
         (["server", "stat"], "invalid choice: 'stat'"),
         (["ctl", "stop", "--grace", "-1"], "--grace: expected seconds, 0 or more, got -1"),
-        (["ctl", "start", "--cap", "B1"], "--cap expects DS=N"),
+        (["ctl", "start", "--cap", "B1"], "got 'B1': `--cap B1=500` caps it at 500, `=all`"),
         (["ctl", "status", "--unknown"], "unrecognized arguments: --unknown"),
         ([], "the following arguments are required: command"),
     ],
