@@ -599,11 +599,11 @@ class JobView(JobStatus):
         again is a job recovering (`stopped` alone would read as the end, a restart to type); a
         runner in a stop's grace is stopping, one letting its answers in flight finish is draining
         (it writes `running` until its verdict, and `running` with an ETA reads as a job that goes
-        on); a runner ended by a restart the host is still carrying out is restarting (neither the
-        watcher's recovery nor the end)."""
+        on); a runner stopped or ended by a restart the host is carrying out is restarting
+        (neither the watcher's recovery nor the end: a start follows)."""
         if self.switching:
             return SWITCHING
-        if self.terminal and self.restarting:
+        if self.restarting and (self.terminal or self.stopping is not None or self.draining):
             return RESTARTING
         if self.terminal and self.state != JobState.FINISHED and not self.job_ended:
             return RECOVERING
@@ -629,7 +629,7 @@ class JobView(JobStatus):
     def ending(self) -> bool:
         """Ended, in a stop's grace or draining: nothing new is sent, so no ETA is one to wait
         for."""
-        return self.terminal or self.state_label == STOPPING or self.draining
+        return self.terminal or self.stopping is not None or self.draining
 
     def dataset_state_label(self, name: str) -> str:
         """A dataset's state as a person is told it: one --datasets leaves out is not run (its

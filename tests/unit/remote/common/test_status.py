@@ -87,6 +87,11 @@ def test_a_restart_under_way_on_the_host_and_a_drain_are_said_as_such():
     assert gap.state_label == "restarting" and not gap.job_ended and gap.ending
     assert JobView(state="running", draining=True).state_label == "draining"
     assert JobView(state="running", draining=True, stopping=30.0).state_label == "stopping"
+    # the stop a restart makes: its grace (or its drain) is said as the restart, a start follows
+    for how in ({"stopping": 30.0}, {"draining": True}):
+        view = JobView(state="running", supervision=sup, **how)
+        assert view.state_label == "restarting" and view.ending  # no ETA to wait for
+    assert JobView(state="running", supervision=sup).state_label == "running"  # not its stop yet
 
 
 def test_a_process_given_up_on_stays_so_until_a_new_watch():
