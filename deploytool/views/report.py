@@ -162,7 +162,8 @@ def finish_share(finish: dict) -> str:
 def restarts_table(events: list[RecoverEvent]) -> str:
     """What the watcher did: each death it saw, each restart, a give-up (run/recover.jsonl)."""
     if not events:
-        return "<p>None: nothing died or wedged.</p>"
+        # a runner killed in a stop's grace is no event: the stop wanted it down
+        return "<p>None: the watcher restarted nothing (nothing died or wedged while meant to run).</p>"
     done = sum(1 for e in events if e.event == "restarted")
     gave_up = '<span class="bad">gave up</span>'
     rows = "".join(

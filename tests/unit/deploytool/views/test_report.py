@@ -66,6 +66,8 @@ def test_a_give_up_shows_the_last_lines_of_the_log_that_said_why():
     )
     assert "CUDA out of memory &lt;GPU 0&gt;" in page and "first" not in page
     assert page.count('class="sub">') == 4  # the count of restarts, and three lines of the log
+    # none: what the watcher did, not a claim that nothing was killed (a stop's own kill is none)
+    assert "the watcher restarted nothing" in report.restarts_table([])
 
 
 def test_a_running_job_whose_runner_finished_nothing_lately_gives_its_mean_as_status_does():
