@@ -292,6 +292,56 @@ def test_status_after_a_restart_with_nothing_to_do_gives_the_jobs_own_rate(tmp_p
     assert "tokens over the time their answers were being made" in res.stdout
 
 
+@pytest.mark.slow
+def test_a_runner_killed_before_its_first_minute_leaves_its_datasets_rates_to_the_next(tmp_path):
+    """A dataset's rate is fixed once it is complete, a kill -9 of the runner that made it
+    included: status.json keeps each dataset's made time every second, so a runner killed before
+    its next minute line in run/history.jsonl loses none of it (B1 read `338*`, then `-` for
+    good)."""
+    import os
+    import signal
+
+    from remote.common import procinfo
+    from tests.conftest import status, wait_for
+
+    proj, root = _project(tmp_path)
+    write_prompts(proj / "data" / "prompts" / "B1.jsonl", 12, "B1")  # some seconds: a rate
+    write_prompts(proj / "data" / "prompts" / "B2.jsonl", 400, "B2")  # at work at the kill
+    spec = yaml.safe_load((proj / "hosts.yaml").read_text())
+    spec["job"]["datasets"]["B2"] = {"prompts": "data/prompts/B2.jsonl", "est_tokens": 100}
+    spec["job"]["engine"]["tokens_per_s"] = 200  # ~90 tokens an answer: half a second each
+    (proj / "hosts.yaml").write_text(yaml.safe_dump(spec))
+    for line in ("invoke deploy", "invoke restart"):
+        assert run_in(proj, line).returncode == 0, line
+    try:
+
+        def b1_done():
+            st = status(root)
+            b1 = st["datasets"]["B1"]
+            return st if b1["state"] == "complete" and b1["mean_tokens_per_s"] else None
+
+        before = wait_for(b1_done, what="B1 complete, its rate said")
+        rate = before["datasets"]["B1"]["mean_tokens_per_s"]
+        os.kill(before["pid"], signal.SIGKILL)  # within its first minute: one history line, t=0
+        wait_for(lambda: not procinfo.alive(before["pid"]), what="the runner gone")
+        assert run_in(proj, "invoke restart").returncode == 0
+        after = wait_for(
+            lambda: (
+                (st := status(root))["pid"] != before["pid"]
+                and st["state"] == "running"
+                and "B1" in st["datasets"]
+                and st
+            ),
+            what="the next runner at work",
+        )
+        assert after["datasets"]["B1"]["mean_tokens_per_s"] == pytest.approx(rate, rel=0.01)
+        shown = run_in(proj, "invoke status").stdout
+        b1 = next(x for x in shown.splitlines() if x.split()[:1] == ["B1"])
+        assert b1.split()[4].endswith("*"), shown  # its mean, where it read `-`
+    finally:
+        run_in(proj, "invoke stop --grace 0")
+
+
 def test_a_local_copy_that_differs_names_the_command_that_fetches_it_again(tmp_path):
     proj, root = _project(tmp_path)
     for line in ("invoke deploy", "invoke restart --max-samples 2", "invoke tail", "invoke pull"):

@@ -520,6 +520,10 @@ class JobStatus(Record):
     kept: KeptStatus = field(default_factory=KeptStatus)
     watcher_restarts: int = 0  # a dead watcher started again by this runner
     stage: str = FIRST.name  # what the runner makes: its entry in the stage table
+    # each dataset's [seconds its answers were being made, their tokens], and the job's (""), every
+    # runner's (rates.ActiveTime): what the next runner's rates start from, kept every second, so a
+    # runner killed with -9 before its next minute line in run/history.jsonl loses none of it
+    made: dict[str, list] = field(default_factory=dict)  # as written: tokens stay whole numbers
 
     @property
     def terminal(self) -> bool:

@@ -12,7 +12,7 @@ from .codec import from_dict, plain
 
 # the version of requests and answers: a change to a field of either is a new one. A host refuses a
 # request of another before doing anything; deploytool says so of an answer of another
-PROTOCOL = 14
+PROTOCOL = 15
 
 # ------------------------------------------------------------------ faults
 

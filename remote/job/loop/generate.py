@@ -51,7 +51,8 @@ class GenerateStage(stage.Stage):
     # ------------------------------------------------------------------ the runner asks
 
     def prepare(self) -> None:
-        self.scheduler.prepare()
+        before = self.runner.before
+        self.scheduler.prepare(before.made if before is not None else None)
 
     def recap(self, caps: Caps) -> None:
         unknown = self.scheduler.unknown(caps)
@@ -152,6 +153,7 @@ class GenerateStage(stage.Stage):
             last_completion_at=self.writer.last_completion,
             disk=self.writer.disk(self.paths.outputs, now, self.runner.started_at),
             kept=continuation.kept_status(d, self.kept_why_not),
+            made={n: a.kept(now) for n, a in self.made().items()},
         )
 
     def last_data_at(self, url: str) -> float | None:

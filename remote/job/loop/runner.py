@@ -61,6 +61,7 @@ class Runner:
         self.started_at = time.time()
         self.token = os.environ.get(JOB_TOKEN_ENV) or os.urandom(8).hex()
         self.abandoned = 0  # in-flight work cut off by a stop (redone on resume)
+        self.before: JobStatus | None = None  # status.json as the runner before left it
         self.stop = StopState()  # the stage reads the same one
         self.notifier = Notifier(job.notify, paths.root, self.log)
         self.control = ControlWatcher(paths, self.token)
@@ -285,7 +286,7 @@ def main(paths: Paths, job_path: Path, *, grace: float, force: bool, argv: list[
     runner = Runner(paths, job, caps, grace=grace, force=force, echo=echo)
     os.environ[JOB_TOKEN_ENV] = runner.token  # children inherit it, so stop can find them
     write_pidfile(paths, runner.token, argv)
-    before = JobStatus.read(paths.status)
+    before = runner.before = JobStatus.read(paths.status)
     runner.write_status()  # `starting`, with this runner's pid and token
     try:
         runner.stage.prepare()

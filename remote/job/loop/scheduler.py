@@ -37,8 +37,9 @@ class Scheduler:
             n for n in (caps.datasets or []) + list(caps.caps) if n not in self.job.dataset_names()
         ]
 
-    def prepare(self) -> None:
-        self.before = history.active(self.paths.history)
+    def prepare(self, left: dict | None = None) -> None:
+        """`left`: the `made` the runner before left in status.json."""
+        self.before = history.active(self.paths.history, left)
         self.writer.active = ActiveTime().plus(self.before.get("", ActiveTime()))
         unknown = self.unknown(self.caps)
         if unknown:

@@ -51,7 +51,7 @@ class History:
         """One line from a JobStatus, and the ActiveTime of each dataset and the job ("")."""
         now = {n: [d.done, d.completion_tokens] for n, d in st.datasets.items()}
         t = st.updated_at or 0
-        made_now = {n: [round(a.seconds_at(t), 3), a.tokens] for n, a in (made or {}).items()}
+        made_now = {n: a.kept(t) for n, a in (made or {}).items()}
         full = self.lines % FULL_EVERY == 0
         ds = now if full else {n: v for n, v in now.items() if self.last.get(n) != v}
         mine = (
@@ -79,18 +79,20 @@ def read(path: Path) -> list[Line]:
     return out
 
 
-def active(path: Path) -> dict[str, ActiveTime]:
+def active(path: Path, left: dict | None = None) -> dict[str, ActiveTime]:
     """Per dataset (and "" for the whole job), the tokens the runners so far made and the seconds
     they made them in: the last `made` written (each runner starts from the one before it, so it
-    holds every runner's). Lines of a release that wrote none: between two lines of one runner,
-    less than IDLE_GAP_S apart, where the tokens grew (a minute's granularity)."""
+    holds every runner's), or the one the runner before left in status.json (`left`) where that is
+    the later (more seconds: a runner killed with -9 between two minute lines). Lines of a release
+    that wrote none: between two lines of one runner, less than IDLE_GAP_S apart, where the tokens
+    grew (a minute's granularity)."""
     out: dict[str, ActiveTime] = {}
     made: dict[str, ActiveTime] = {}
     prev_t, prev = None, {}
     for line in read(path):
         for name, v in (line.made or {}).items():
-            if isinstance(v, list) and len(v) == 2:
-                made[name] = ActiveTime(float(v[0]), int(v[1]))
+            if (a := ActiveTime.of_kept(v)) is not None:
+                made[name] = a
         if line.start is not None:
             prev_t, prev = None, {}
             continue
@@ -103,4 +105,9 @@ def active(path: Path) -> dict[str, ActiveTime]:
                 a.seconds += line.t - prev_t
                 a.tokens += grew
         prev_t, prev = line.t, now
-    return {**out, **made}
+    out.update(made)
+    for name, v in (left or {}).items():
+        a = ActiveTime.of_kept(v)
+        if a is not None and a.seconds > out.get(name, ActiveTime()).seconds:
+            out[name] = a
+    return out

@@ -72,6 +72,17 @@ class ActiveTime:
     def seconds_at(self, now: float) -> float:
         return self.seconds + (max(0.0, now - self.since) if self.since is not None else 0.0)
 
+    def kept(self, now: float) -> list[float]:
+        """[seconds, tokens] as status.json and run/history.jsonl keep it."""
+        return [round(self.seconds_at(now), 3), self.tokens]
+
+    @classmethod
+    def of_kept(cls, v) -> ActiveTime | None:
+        """What `kept` wrote; None for anything else (a line no release wrote)."""
+        if isinstance(v, list) and len(v) == 2:
+            return cls(float(v[0]), int(v[1]))
+        return None
+
     def plus(self, other: ActiveTime) -> ActiveTime:
         return ActiveTime(self.seconds + other.seconds, self.tokens + other.tokens)
 
