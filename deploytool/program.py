@@ -39,10 +39,21 @@ class DeployToolProgram(Program):
             self.config.merge()
 
 
-def closed_stdout_ends_quietly(fn):
-    """`invoke status | head -1`: the reader closed our stdout, having read what it wanted. The
-    command ends there, exit 0, with no traceback; stdout goes to /dev/null so nothing written
-    later (the interpreter's last flush) meets the closed pipe again."""
+INTERRUPTED = "interrupted (Ctrl-C) while invoke started or ended, around the command: {}"
+
+
+def interrupted(what: str) -> SystemExit:
+    """Ctrl-C outside a task (whose own is said by the task): one line, exit 130, where invoke
+    would end with 1 and not a word."""
+    print(INTERRUPTED.format(what), file=sys.stderr)
+    return SystemExit(130)
+
+
+def ends_as_said(fn):
+    """How a program ends outside the task: `invoke status | head -1` (the reader closed our
+    stdout, having read what it wanted) ends there, exit 0, with no traceback, stdout going to
+    /dev/null so nothing written later (the interpreter's last flush) meets the closed pipe
+    again; a Ctrl-C says so in one line, exit 130."""
 
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
@@ -53,19 +64,21 @@ def closed_stdout_ends_quietly(fn):
         except BrokenPipeError:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise SystemExit(0) from None
+        except KeyboardInterrupt:
+            raise interrupted("nothing here is left half-written; run it again") from None
 
-    wrapped.ends_quietly = True
+    wrapped.ends_as_said = True
     return wrapped
 
 
-def end_quietly_on_closed_stdout(program_class: type[Program] = Program) -> None:
+def end_as_said(program_class: type[Program] = Program) -> None:
     """Both programs that run our tasks: invoke itself (from tasks.py, whose import comes while
     invoke's own `run` is already under way: so what it calls after, the help and lists it prints
     and the task it executes) and ours (its `run`, the top)."""
     for name in ("parse_cleanup", "execute", "run"):
         method = getattr(program_class, name)
-        if not getattr(method, "ends_quietly", False):
-            setattr(program_class, name, closed_stdout_ends_quietly(method))
+        if not getattr(method, "ends_as_said", False):
+            setattr(program_class, name, ends_as_said(method))
 
 
 program = DeployToolProgram(
@@ -74,5 +87,5 @@ program = DeployToolProgram(
 
 
 def main() -> None:
-    end_quietly_on_closed_stdout(DeployToolProgram)
+    end_as_said(DeployToolProgram)
     program.run()

@@ -102,6 +102,54 @@ def test_a_mistyped_task_or_flag_is_bad_input_with_a_suggestion(tmp_path):
     assert res.stderr.strip().splitlines() == ["error: stop --grace: needs a value"]
 
 
+# the venv's invoke, with a Ctrl-C landing at a chosen moment outside any task: while the tasks load
+# (an import of the package), or in invoke's own step after they have loaded
+CTRL_C_AT = """
+import importlib.abc, sys
+from invoke import main, program
+
+class CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "deploytool.collection":
+            raise KeyboardInterrupt
+
+def ctrl_c(self, *args, **kwargs):
+    raise KeyboardInterrupt
+
+if sys.argv[1] == "load":
+    sys.meta_path.insert(0, CtrlC())
+else:
+    program.Program.parse_cleanup = ctrl_c
+sys.argv = ["invoke", "--list"]
+main.program.run()
+"""
+
+
+def test_a_ctrl_c_while_invoke_starts_is_said_in_one_line_exit_130():
+    """Ctrl-C before the task began (invoke exited 1 and said nothing, about one try in three at
+    a third of a second): one line, exit 130, as outside any task."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, piped_env
+
+    for at, words in (
+        ("load", "interrupted (Ctrl-C) before the command began: nothing was done"),
+        ("parse", "interrupted (Ctrl-C) while invoke started or ended, around the command: "),
+    ):
+        res = subprocess.run(
+            [sys.executable, "-c", CTRL_C_AT, at],
+            cwd=REPO,
+            env=piped_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 130 and len(lines) == 1, (at, res.returncode, res.stderr)
+        assert lines[0].startswith(words), (at, lines)
+
+
 def test_a_closed_stdout_ends_the_command_quietly_with_exit_0(tmp_path):
     """`invoke status | head -1`: the reader has what it wanted and closed the pipe; the command
     ends there, exit 0, with nothing on stderr (it exited 1, with a BrokenPipeError traceback
