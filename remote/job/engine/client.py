@@ -387,6 +387,18 @@ def _error_text(body: str) -> str:
         return body
 
 
+def next_try(e: Exception, n: int, eng) -> float | None:
+    """The one rule every stage asks an item again by, after its `n`-th try of e's kind went
+    wrong (`eng`: the job's EngineSpec). None: it fails, left for the next restart. 0.0: its
+    server went away under it (down, or stuck on it): asked again at once, once that server
+    answers again, until `max_requeues` (an item that takes its server down, or hangs it). Else a
+    slow engine (or a bad answer): asked again after a backoff, longer each time, until
+    `max_retries`."""
+    if isinstance(e, (EngineDown, Stuck)):
+        return None if n > eng.max_requeues else 0.0
+    return None if n > eng.max_retries else backoff(min(n - 1, 16), eng.retry_base)
+
+
 def backoff(attempt: int, base: float, cap: float = 60.0) -> float:
     """Exponential backoff with full jitter: `base`, doubling per attempt, up to a minute (or up to
     `base` itself, where a job asks for a first wait longer than that)."""

@@ -1,11 +1,11 @@
 """How a stage asks a server for one item (a row's hidden states, a held-out prompt's answer), by
-the rules the answers' window asks by: a job fault stops the job; a refusal fails the item (asked
-again by the next restart); a slow engine is asked again after a backoff, the item failing past
-`engine.max_retries`; a server that goes away under it (down, or stuck on it) is asked again at
-once, once it answers again (the pool's probe, or the watcher's server), the item failing past
-`engine.max_requeues`, and the job once every server has been down for `engine.down_deadline`. Each
-try is the pool's to count on its server: in flight, answered, stuck, down, up again (the runner's
-alerts and the status read the pool, for every stage alike)."""
+the rule the answers' window asks by (`client.next_try`): a job fault stops the job; a refusal
+fails the item (asked again by the next restart); a slow engine, or a bad answer, is asked again
+after a backoff; a server that goes away under it (down, or stuck on it) is asked again at once,
+once it answers again (the pool's probe, or the watcher's server), and the job fails once every
+server has been down for `engine.down_deadline`. Each try is the pool's to count on its server: in
+flight, answered, stuck, down, up again (the runner's alerts and the status read the pool, for
+every stage alike)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Awaitable, Callable
 
-from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, Stuck, backoff
+from ..engine.client import EngineDown, EngineError, JobFault, PermanentError, Stuck, next_try
 from ..engine.pool import Endpoint
 
 
@@ -28,9 +28,10 @@ async def ask(
     `stage` has the job, the log, its pool, stop and engine_error, fatal and retries; an item
     failed is one more of `counts.failed`."""
     eng, pool = stage.job.engine, stage.pool if ep is not None else None
-    tries = went_away = 0  # tries: each request's own key; went_away: its server gone under it
+    # tries: each request's own key; slow, went_away: the tries that went wrong, by next_try's kind
+    tries = slow = went_away = 0
     while True:
-        gone_under = False  # its server went away under it: asked again at once, once it is back
+        wait = None  # before the next try: None, at once, once its server answers again
         if ep is not None:
             ep.in_flight += 1
         try:
@@ -41,8 +42,6 @@ async def ask(
                 pool.mark_up(ep, now)
                 pool.answered(ep, tokens or 0, now)
             return
-        except AskAgain:
-            pass
         except JobFault as e:  # every item would get the same answer
             stage.engine_error = stage.fatal = str(e)
             return
@@ -54,29 +53,31 @@ async def ask(
             return
         except (EngineDown, Stuck) as e:  # not the item's try: asked again once its server is back
             stage.engine_error = str(e)
-            went_away, gone_under = went_away + 1, True
+            went_away += 1
             _went_away(pool, ep, e)
-            if went_away > eng.max_requeues:  # an item that takes its server down, or hangs it
+            if next_try(e, went_away, eng) is None:  # it takes its server down, or hangs it
                 counts.failed += 1
                 stage.log(f"{item}: its server went away under it {went_away} times, last: {e}")
                 return
-        except EngineError as e:  # slow, timed out
-            stage.engine_error = str(e)
-            stage.retries += 1
-            _errors(ep)
-            if tries >= eng.max_retries:
+        except (EngineError, AskAgain) as e:  # slow, timed out; a bad answer (its caller counts)
+            if isinstance(e, EngineError):
+                stage.engine_error = str(e)
+                stage.retries += 1
+                _errors(ep)
+            slow += 1
+            wait = next_try(e, slow, eng)
+            if wait is None:
                 counts.failed += 1
-                stage.log(f"{item}: {e}: {tries} retries, left for the next restart")
+                stage.log(f"{item}: {e or 'bad'}: {slow - 1} retries, left for the next restart")
                 return
         finally:
             if ep is not None:
                 ep.in_flight -= 1
         tries += 1
-        if gone_under and pool is not None:
-            if not ep.reachable:
-                await _until_back(stage, pool, ep)
-        else:  # a slow engine (or a bad answer): a backoff, longer with each such try
-            await pause(stage, backoff(min(tries - went_away, 6), eng.retry_base))
+        if wait is not None:  # a slow engine (or a bad answer): a backoff, longer each such try
+            await pause(stage, wait)
+        elif pool is not None and not ep.reachable:
+            await _until_back(stage, pool, ep)
         if stage.fatal is not None or stage.stop.asked:  # asked again by the next runner
             return
 

@@ -11,11 +11,12 @@ from ...common.jobspec import EngineSpec
 from ..engine.client import (
     Engine,
     EngineDown,
+    EngineError,
     JobFault,
     PermanentError,
     Stuck,
     TransientError,
-    backoff,
+    next_try,
 )
 from ..engine.kept_tokens import Keeping, KeptFile
 from ..engine.meter import StreamMeter
@@ -49,9 +50,7 @@ class Dispatcher:
     ):
         self.engine, self.pool, self.scheduler = engine, pool, scheduler
         self.writer, self.log = writer, log
-        self.max_retries = engine_cfg.max_retries
-        self.max_requeues = engine_cfg.max_requeues
-        self.retry_base = engine_cfg.retry_base
+        self.eng = engine_cfg  # its retries: client.next_try, every stage's rule
         self.down_deadline = engine_cfg.down_deadline
         self.stop = stop or StopState()  # the runner's: no new requests once asked
         self.fatal: str | None = None
@@ -267,7 +266,7 @@ class Dispatcher:
         now = time.time()
         self.pool.mark_down(ep, str(e), now)
         self.engine_error = str(e)
-        self._requeue(run, p, lambda n: f"servers went away under it {n} times: {e}", now)
+        self._requeue(run, p, e, lambda n: f"servers went away under it {n} times: {e}", now)
 
     def _stuck(self, ep: Endpoint, run: DatasetRun, p: Prompt, e: Stuck) -> None:
         """Abandoned for no progress: sent again, like a failover requeue (the server stays up: it
@@ -275,11 +274,13 @@ class Dispatcher:
         now = time.time()
         self.pool.stuck(ep, now)
         self.log(f"{run.spec.name} {p.id}: stuck on {ep.url} ({e}): abandoned, sent again")
-        self._requeue(run, p, lambda n: f"stuck {n} times, last: {e}", now)
+        self._requeue(run, p, e, lambda n: f"stuck {n} times, last: {e}", now)
 
-    def _requeue(self, run: DatasetRun, p: Prompt, why: Callable[[int], str], now: float) -> None:
+    def _requeue(
+        self, run: DatasetRun, p: Prompt, e: EngineError, why: Callable[[int], str], now: float
+    ) -> None:
         n = run.ledger.went_away(p.id)
-        if n > self.max_requeues:  # a prompt that takes every server down with it, or always hangs
+        if next_try(e, n, self.eng) is None:  # a prompt that takes every server down, or hangs
             self.writer.write_error(run, p, why(n), n)
             run.ledger.fail(p.id)
             return
@@ -292,11 +293,12 @@ class Dispatcher:
         self.engine_error = str(e)
         if e.timeout:
             ep.check_now = True  # is the server still there?
-        if n > self.max_retries:
+        wait = next_try(e, n, self.eng)
+        if wait is None:
             self.writer.write_error(run, p, f"gave up after {n} attempts: {e}", n)
             run.ledger.fail(p.id)
             return
-        run.ledger.requeue(p, time.time() + backoff(n - 1, self.retry_base))
+        run.ledger.requeue(p, time.time() + wait)
 
     def _permanent(self, run: DatasetRun, p: Prompt, e: PermanentError) -> None:
         """A prompt's own fault goes to its errors file. The job's fault (a model the server does not

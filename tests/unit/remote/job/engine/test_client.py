@@ -62,3 +62,17 @@ def test_reasoning_from_whichever_field_holds_text():
 def test_only_a_body_without_usable_choices_is_malformed(body):
     with pytest.raises((ValueError, TypeError)):
         parse_reply(body, "m")
+
+
+def test_every_stage_asks_an_item_again_by_one_rule():
+    """A slow engine: a backoff, longer each time, then the item fails past max_retries; a server
+    gone under it (down, stuck): at once, once it is back, then fails past max_requeues."""
+    from remote.common.jobspec import EngineSpec
+    from remote.job.engine.client import EngineDown, Stuck, TransientError, next_try
+
+    eng = EngineSpec(max_retries=2, retry_base=1.0)
+    waits = [next_try(TransientError("slow"), n, eng) for n in (1, 2, 3)]
+    assert 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0 and waits[2] is None
+    for e in (EngineDown("refused"), Stuck("no token for 300s")):
+        assert next_try(e, eng.max_requeues, eng) == 0.0
+        assert next_try(e, eng.max_requeues + 1, eng) is None

@@ -68,7 +68,7 @@ def test_rows_wait_for_their_file_and_a_bad_one_is_asked_again(tmp_path, monkeyp
     root = answered_root(tmp_path, {"B1": 6, "B2": 3}, {"kind": "simulate", "tokens_per_s": 1e6})
     fake = Connector(torn="B1-000002_gen0", busy="B2-000001_gen0")
     monkeypatch.setattr("remote.job.loop.runner.make_engine", lambda job, keys: fake)
-    monkeypatch.setattr("remote.job.loop.asking.backoff", lambda n, base: 0)
+    monkeypatch.setattr("remote.job.engine.client.backoff", lambda n, base: 0)
     paths = Paths(root)
     caps = Caps(caps={"B1": 4}, stage=HIDDEN_STATES)
     runner = Runner(paths, JobSpec.load(root / "job.json"), caps)
