@@ -288,7 +288,10 @@ def test_yaml_syntax_error_gives_line(tmp_path):
     )
     with pytest.raises(ConfigError) as e:
         load_config(p)
-    assert str(e.value).endswith("(while parsing a flow mapping at line 4, column 13)"), e.value
+    assert str(e.value).endswith(
+        "(while parsing a flow mapping at line 4, column 13): fix the file there (an unclosed "
+        "bracket or quote, a tab, an indent out of line)"
+    ), e.value
 
 
 def run_cli(*args, cwd):

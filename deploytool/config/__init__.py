@@ -449,6 +449,10 @@ def load_config(path: str | os.PathLike | None = None, hosts_only: bool = False)
     return parse_config(data, p.resolve())
 
 
+# what to do about it: the place is said; a parser's message is seldom the edit to make
+YAML_FIX = ": fix the file there (an unclosed bracket or quote, a tab, an indent out of line)"
+
+
 def _yaml_error(p: Path, e: yaml.YAMLError) -> ConfigError:
     if isinstance(e, yaml.MarkedYAMLError):
         mark, ctx = e.problem_mark, e.context_mark
@@ -459,8 +463,8 @@ def _yaml_error(p: Path, e: yaml.YAMLError) -> ConfigError:
             if e.context and ctx and (not mark or ctx.line != mark.line)
             else ""
         )
-        return ConfigError(f"{p}: YAML syntax error at {where}: {e.problem}{began}")
-    return ConfigError(f"{p}: YAML error: {e}")
+        return ConfigError(f"{p}: YAML syntax error at {where}: {e.problem}{began}{YAML_FIX}")
+    return ConfigError(f"{p}: YAML error: {e}{YAML_FIX}")
 
 
 _TOP_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:")

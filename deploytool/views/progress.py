@@ -75,7 +75,7 @@ def health(st: JobView, now: float) -> tuple[str, bool]:
     """The health line, and whether anything in it needs attention."""
     engine, bad = engine_text(st, now)
     parts = [engine]
-    every = sum(d.done for d in st.datasets.values())  # the job's records, every runner's
+    every = sum(d.done for d in st.datasets.values())  # the records in the targets, every runner's
     parts.append(f"errors {st.errors}")
     bad |= bool(st.errors)
     if st.stage_spec.makes_answers:  # a row of hidden states has no finish reason; a draft's
@@ -104,7 +104,11 @@ def health(st: JobView, now: float) -> tuple[str, bool]:
 def job_differs(host: str | None) -> str:
     """hosts.yaml's job is not the one the host's current release holds: said in one line, by
     status and tail alike (deploytool sets JobView.job_differs for both)."""
-    return say("hosts.yaml's job is not the one deployed: `invoke deploy` sends it", host)
+    return say(
+        "hosts.yaml's job is not the one deployed: `invoke deploy` sends it, or edit hosts.yaml "
+        "back to it (after a rollback, say)",
+        host,
+    )
 
 
 def stale_text(st: JobView, now: float) -> str | None:

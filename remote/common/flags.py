@@ -25,7 +25,7 @@ def _nonneg_float(text) -> float:
     except ValueError:
         raise ValueError(f"expected a number of seconds, got {text!r}") from None
     if x < 0:
-        raise ValueError(f"expected seconds, 0 or more, got {text}")
+        raise ValueError(f"expected seconds, 0 or more, got {x:g}")
     return x
 
 
