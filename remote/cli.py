@@ -34,7 +34,7 @@ HANDLERS: dict[type[Request], str] = {
     P.CtlRestart: "remote.host.commands.ctl:restart_command",
     P.CtlSwitch: "remote.host.commands.ctl:switch_command",
     P.CtlStop: "remote.host.commands.ctl:stop_command",
-    P.CtlStatus: "remote.host.commands.jobstate:job_status",
+    P.CtlStatus: "remote.cli:look",
     P.CtlFiles: "remote.queries.pulled_files:answer",  # reads the job's outputs and prompts
     P.CtlKeys: "remote.host.commands.ctl:keys_command",
     P.CtlFree: "remote.job.hidden.store:free_command",  # the stage's files: the job's room
@@ -70,6 +70,21 @@ def watch(paths: Paths, req: P.Watch, argv: list[str]) -> int:
     from .host.watcher import watch
 
     return watch.main(paths.root)
+
+
+def look(paths: Paths, req: P.CtlStatus):
+    """`ctl status`: the host's look (jobstate), its counts taken again from the records where the
+    runner was killed after its last status write (the queries' room reads them)."""
+    from .common.state import GONE
+    from .host.commands.jobstate import job_status
+
+    st = job_status(paths, req)
+    if st.message == GONE and st.stage_spec.makes_answers:
+        from .common.jobspec import deployed_spec
+        from .queries.recount import recount
+
+        recount(paths, st, deployed_spec())
+    return st
 
 
 def read_request(stdin) -> P.Request:

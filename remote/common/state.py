@@ -319,13 +319,16 @@ def kept_caps(paths: Paths) -> Caps:
     return Caps.read(paths.caps) or Caps()
 
 
+GONE = "the runner is gone without writing its status (killed?)"
+
+
 def job_now(paths: Paths) -> JobView:
     """The job as every view shows it: status.json with its runner looked up, and a runner gone
     without writing its verdict (killed with -9) said stopped, never running."""
     rec = RunnerRecord.live(paths.pidfile)  # first: a runner writes its verdict, then exits
     st = JobView(**vars(JobStatus.read(paths.status) or JobStatus()))
     if st.state in (JobState.STARTING, JobState.RUNNING) and not rec:
-        st.end(JobState.STOPPED, "the runner is gone without writing its status (killed?)")
+        st.end(JobState.STOPPED, GONE)
     st.runner = RunnerInfo(
         alive=rec is not None,
         pid=rec.pid if rec else None,
