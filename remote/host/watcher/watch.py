@@ -369,4 +369,8 @@ def main(root: Path) -> int:
         started_at=time.time(),
         release=str(release_dir()),
     ).write(paths.watcher_pid)
-    return Watcher(paths).run()
+    code = Watcher(paths).run()
+    # ended by itself (its lock still held: no other watcher wrote the file): no record of a
+    # watcher, so that the runner that starts one again does not take this for a death
+    paths.watcher_pid.unlink(missing_ok=True)
+    return code

@@ -27,15 +27,21 @@ class WatcherGuard:
         self._next = 0.0
 
     def check(self, now: float) -> bool:
-        """Start the watcher again if it is wanted and gone; True when it did."""
+        """Start the watcher again if it is wanted and gone; True when it did. One that ended by
+        itself (nothing to watch, a moment before a restart wanted it again) took its pid file with
+        it: started again, neither counted nor told as a death."""
         if now < self._next:
             return False
         self._next = now + CHECK_EVERY_S
         if not watcher_wanted(self.paths) or WatcherRecord.running(self.paths):
             return False
+        killed = self.paths.watcher_pid.exists()
         proc = start_watcher(self.paths, sys.executable, release_dir())
         if proc is None:  # one is starting: its lock was taken between the look and the start
             return False
+        if not killed:
+            self.log(f"the watcher had ended (nothing to watch then): started it (pid {proc.pid})")
+            return True
         self.restarts += 1
         what = f"the watcher was gone (killed?): started it again (pid {proc.pid})"
         self.log(what)

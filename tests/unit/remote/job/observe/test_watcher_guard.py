@@ -36,10 +36,30 @@ def guard(tmp_path, monkeypatch, wanted=True, recover=True, beaten=False):
 
 def test_a_dead_watcher_is_started_once_and_told(tmp_path, monkeypatch):
     g, paths, started, logged, notified = guard(tmp_path, monkeypatch)
+    gone = exited_pid()
+    WatcherRecord(pid=gone, start_time=1.0).write(paths.watcher_pid)  # killed: its record stays
     assert g.check(100.0) and len(started) == 1 and g.restarts == 1
     assert notified == [("watcher_restarted", logged[0])] and "pid 4242" in logged[0]
     assert not g.check(100.5)  # looked at every CHECK_EVERY_S, not every tick
     assert g.check(100.0 + CHECK_EVERY_S) and g.restarts == 2  # still gone: started again
+
+
+def exited_pid() -> int:
+    import subprocess
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_a_watcher_that_ended_by_itself_is_started_again_and_not_told_as_a_death(
+    tmp_path, monkeypatch
+):
+    """It exited with nothing to watch (taking its pid file) a moment before a restart wanted it
+    again: status said `watcher started again 1x by the runner (it was gone)`, a death."""
+    g, paths, started, logged, notified = guard(tmp_path, monkeypatch)
+    assert g.check(100.0) and len(started) == 1
+    assert g.restarts == 0 and notified == [] and "had ended (nothing to watch then)" in logged[0]
 
 
 def test_nothing_wanted_or_recovery_off_starts_nothing(tmp_path, monkeypatch):
