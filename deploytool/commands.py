@@ -213,7 +213,8 @@ def restart(
         doing += f"; `invoke restart --stage {FIRST.name}` takes it back to {FIRST.doing}"
     act = partial(one, dry_run=dry_run, asked=asked)
     outcome = render_restart.restart_outcome
-    return _run_to_end(config, host_spec, act, render_restart.restart_result, doing, outcome)
+    said = partial(render_restart.restart_result, drain=drain)
+    return _run_to_end(config, host_spec, act, said, doing, outcome)
 
 
 def _all_would_accept(config, host_spec, dry) -> dict:
@@ -510,10 +511,12 @@ def pull(host_spec: str | None, *, to=None, refetch=False, hidden=False, free=Fa
     )
     refused = [f"{h}:{n}" for h, r in results.items() for n in r.refused]
     if refused:
-        raise DeployToolError(
+        e = DeployToolError(
             f"local copies differ from the host's files ({', '.join(refused)}): "
             "move them aside, or download them again: `invoke pull --refetch`"
         )
+        e.host = ",".join(h for h, r in results.items() if r.refused)  # its fix acts on them
+        raise e
     return ExitCode.OK
 
 

@@ -64,8 +64,7 @@ def explain(e: Exception, binary: str, task_names) -> str:
         )
     no_value = _NO_VALUE.match(message)
     if no_value:
-        where = f"{task} " if task else ""
-        return f"{where}{_flag(no_value.group(1))}: needs a value"
+        return _needs_value(binary, task, _flag(no_value.group(1)))
     return message
 
 
@@ -127,7 +126,7 @@ def _misread_flag(program: Program, binary: str) -> str | None:
         if listed and (word in contexts or word.partition("=")[0] in context.flags):
             # a flag given many times (`--cap`) takes no next flag for its value, where invoke
             # then drops it silently: the command would run as if it were not typed
-            return f"{context.name} {listed}: needs a value"
+            return _needs_value(binary, context.name, listed)
         listed = None
         if a_value:  # `--grace -50`: the flag's value, whatever it begins with
             a_value = False
@@ -158,7 +157,13 @@ def _misread_flag(program: Program, binary: str) -> str | None:
             f"{context.name} has no flag {name}{_suggest('-' + name, flags)}; "
             f"`{binary} {context.name} --help` lists them"
         )
-    return f"{context.name} {listed}: needs a value" if listed else None
+    return _needs_value(binary, context.name, listed) if listed else None
+
+
+def _needs_value(binary: str, task: str | None, flag: str) -> str:
+    if not task:
+        return f"{flag}: needs a value"
+    return f"{task} {flag}: needs a value; `{binary} {task} --help` says what it takes"
 
 
 def parse_tasks(program: Program, parse) -> None:

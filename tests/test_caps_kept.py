@@ -534,6 +534,16 @@ def test_plan_leaves_the_datasets_a_run_leaves_out_out_of_its_totals(box):
     assert "not run (--datasets): B1, B3: in none of the totals" in out
     line = next(x for x in out.splitlines() if "tokens to do at" in x)
     assert line.strip().startswith(rows["B2"][-2]), (line, rows["B2"])  # B2's alone
+    assert "token budget" not in out
+    # a kept token budget under the plan's target is said: --apply keeps it (plan's caps went
+    # unreached, each dataset `budget reached`, with no word of it)
+    ok("invoke restart --max-tokens 600", config)
+    finish(config)
+    out = " ".join(ok("invoke plan --tokens-per-dataset 1k --tokens-per-s 100", config).split())
+    assert (
+        "a token budget of 600 per dataset is kept (`--max-tokens`): each dataset stops there, "
+        "short of these caps, `--apply` included; `invoke restart --max-tokens none` drops it"
+    ) in out, out
 
 
 def test_a_dry_run_over_a_file_cut_at_its_top_does_not_say_complete(box, tmp_path):

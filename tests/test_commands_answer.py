@@ -342,6 +342,36 @@ def test_a_runner_killed_before_its_first_minute_leaves_its_datasets_rates_to_th
         run_in(proj, "invoke stop --grace 0")
 
 
+@pytest.mark.slow
+def test_status_after_a_kill_9_counts_the_records_the_runner_wrote_after_its_last_status(
+    tmp_path,
+):
+    """A runner killed with -9 (no watcher to start it again) wrote records after its last status
+    write: status counts them, as the files, plan and report do (it said B2 31/32 over 32)."""
+    import os
+    import signal
+
+    from remote.common import procinfo
+    from tests.conftest import status, wait_for
+
+    proj, root = _project(tmp_path)
+    write_prompts(proj / "data" / "prompts" / "B1.jsonl", 20_000, "B1")  # at work at the kill
+    for line in ("invoke deploy", "invoke restart"):
+        assert run_in(proj, line).returncode == 0, line
+    pid = wait_for(
+        lambda: (st := status(root))["datasets"]["B1"]["done"] >= 50 and st["pid"],
+        what="records written",
+    )
+    os.kill(pid, signal.SIGKILL)  # answers land every few ms: some after its last status write
+    wait_for(lambda: not procinfo.alive(pid), what="the runner gone")
+    res = run_in(proj, "invoke status --json")
+    b1 = json.loads(res.stdout)["box"]["datasets"]["B1"]
+    made = [json.loads(x) for x in (root / "data" / "outputs" / "B1.jsonl").open()]
+    assert b1["done"] == len(made), (b1["done"], len(made), status(root)["datasets"]["B1"])
+    assert b1["completion_tokens"] == sum(r["usage"]["completion_tokens"] for r in made)
+    assert "B1  " in run_in(proj, "invoke status").stdout  # the table as typed, no traceback
+
+
 def test_a_local_copy_that_differs_names_the_command_that_fetches_it_again(tmp_path):
     proj, root = _project(tmp_path)
     for line in ("invoke deploy", "invoke restart --max-samples 2", "invoke tail", "invoke pull"):
@@ -358,6 +388,18 @@ def test_a_local_copy_that_differs_names_the_command_that_fetches_it_again(tmp_p
     mine.write_bytes(data[:mid] + (b"Y" if data[mid : mid + 1] != b"Y" else b"Z") + data[mid + 1 :])
     assert run_in(proj, "invoke pull --refetch").returncode == 0
     assert mine.read_bytes() == data
+    # of a host that is not the default: its fix names it (typed as said, it fetched the default)
+    spec = yaml.safe_load((proj / "hosts.yaml").read_text())
+    spec["hosts"]["spare"] = {"connect": "local", "remote_dir": str(tmp_path / "spare")}
+    spec["default_host"] = "spare"
+    (proj / "hosts.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    mine.write_bytes(b"x" + data[1:])
+    out = one_line_error(run_in(proj, "invoke pull --host box"), 1)
+    assert out.endswith("`invoke pull --refetch --host box`"), out
+    assert run_in(proj, "invoke pull --refetch --host box").returncode == 0
+    assert mine.read_bytes() == data
+    spec["default_host"] = "box"
+    (proj / "hosts.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     # typed in a folder of the project: the same pulled/ beside hosts.yaml, nothing fetched again
     (proj / "docs").mkdir()
     res = run_in(proj / "docs", "invoke pull")

@@ -245,6 +245,12 @@ def test_kill_9_of_local_deploy_mid_upload(env, tmp_path):
     assert current(env).name == r1.release
     prompts = env["host_dir"] / "data" / "prompts" / "B1.jsonl"
     assert len(prompts.read_text().splitlines()) == 20  # the old prompt file, whole
+    # the host's side of the killed deploy ends once it finds its sender gone; a deploy before
+    # that is refused as one under way (said, nothing changed): the next waits for its end
+    from remote.common.state import lock_held
+
+    lock = env["host_dir"] / "releases" / ".deploy.lock"
+    wait_for(lambda: not lock_held(lock), what="the killed deploy's host side to end")
     r2 = deploy(env)
     assert r2.prompts == ["data/prompts/B1.jsonl"]
     assert prompts.stat().st_size == big.stat().st_size

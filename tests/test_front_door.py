@@ -99,7 +99,9 @@ def test_a_mistyped_task_or_flag_is_bad_input_with_a_suggestion(tmp_path):
     ]
     res = typed("invoke stop --grace", tmp_path / "unused.yaml")  # a number flag with no number
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == ["error: stop --grace: needs a value"]
+    assert res.stderr.strip().splitlines() == [
+        "error: stop --grace: needs a value; `invoke stop --help` says what it takes"
+    ]
 
 
 # the venv's invoke, with a Ctrl-C landing at a chosen moment outside any task: while the tasks load

@@ -240,7 +240,9 @@ def test_a_long_flag_typed_with_one_dash_is_named_whole_with_its_two_dash_spelli
 def test_a_flag_given_many_times_with_no_value_is_refused_not_dropped(config, line):
     """invoke dropped a `--cap` with no value without a word: the restart then ran (a stopped job
     started again) as if it were not typed."""
-    assert reply(typed(line, config), 2) == "error: restart --cap: needs a value"
+    assert reply(typed(line, config), 2) == (
+        "error: restart --cap: needs a value; `invoke restart --help` says what it takes"
+    )
 
 
 @pytest.mark.parametrize(

@@ -51,4 +51,6 @@ def plan_host(
             continue
         cum += row.tokens_todo
         row.eta_s = int(cum / rate) if rate else None  # datasets run in job order
-    return PlanAnswer(conn.name, tokens_per_dataset, rows, rate, rate_source, answer.stage)
+    return PlanAnswer(
+        conn.name, tokens_per_dataset, rows, rate, rate_source, answer.stage, answer.max_tokens
+    )

@@ -420,6 +420,12 @@ def _plan_notes(r: PlanAnswer, beyond: bool, out: Console) -> None:
             "  beyond the cap: records of prompts past these caps (kept on the host, counted in "
             "neither done nor to do; the measured mean counts them)"
         )
+    if r.max_tokens is not None and r.max_tokens < r.tokens_per_dataset:
+        out.print(
+            f"  a token budget of {_tok(r.max_tokens)} per dataset is kept (`--max-tokens`): each "
+            "dataset stops there, short of these caps, `--apply` included; `invoke restart "
+            "--max-tokens none` drops it"
+        )
     if any(d.fewer_prompts_than_cap for d in r.datasets.values()):
         out.print(
             "  * the dataset has fewer prompts than the cap: its target is every prompt it has"

@@ -168,28 +168,40 @@ def forced_mix(r: RestartAnswer, out: Console = console) -> None:
     )
 
 
-def restart_result(r: RestartAnswer, out: Console = console) -> None:
+def _would(r: RestartAnswer) -> str:
+    """What a dry run's restart would do, in a phrase."""
+    what = {
+        "unchanged": f"leave runner pid {r.running_pid} running: it runs these caps already",
+        "live": "re-cap the running runner live (nothing lost)",
+        "restart": f"stop runner pid {r.running_pid} and start a new one",
+        "start": "start a runner",
+    }[r.mode]
+    if r.kept.stage != r.was.stage:
+        what += f", stage {r.was.stage} → {r.kept.stage}"
+    if r.kept.follows():
+        what += f", then {', then '.join(r.kept.chain())} (the watcher starts it)"
+    if r.switch is not None:  # the host would see it through alone, the model's load included
+        why = f"the server {r.switch.why}" if r.switch.why else "the server is down"
+        act = "start" if stage_of(r.switch.stage).asks_server else "stop"
+        what = f"{act} the server for the {r.switch.stage} stage first ({why}), then " + what
+    return what
+
+
+NOTHING_DRAINED = (
+    "  --drain: nothing stopped, nothing to drain (a change of caps alone goes to the running "
+    "runner); `--hard --drain` stops it, its answers in flight finished first"
+)
+
+
+def restart_result(r: RestartAnswer, out: Console = console, *, drain: bool = False) -> None:
+    """`drain`: --drain was typed (a caps-only change stops nothing for it to drain)."""
     host = f"[bold]{r.host}[/]"
     if r.job_differs:  # before anything else: what ran is the deployed job, not the one edited
         out.print(f"{host}: [yellow]{escape(job_differs(r.host))}; this ran the deployed one[/]")
     if r.dry_run:
-        what = {
-            "unchanged": f"leave runner pid {r.running_pid} running: it runs these caps already",
-            "live": "re-cap the running runner live (nothing lost)",
-            "restart": f"stop runner pid {r.running_pid} and start a new one",
-            "start": "start a runner",
-        }[r.mode]
-        if r.kept.stage != r.was.stage:
-            what += f", stage {r.was.stage} → {r.kept.stage}"
-        if r.kept.follows():
-            what += f", then {', then '.join(r.kept.chain())} (the watcher starts it)"
-        if r.switch is not None:  # the host would see it through alone, the model's load included
-            why = f"the server {r.switch.why}" if r.switch.why else "the server is down"
-            act = "start" if stage_of(r.switch.stage).asks_server else "stop"
-            what = f"{act} the server for the {r.switch.stage} stage first ({why}), then " + what
         raised_targets(r, out)
         forced_mix(r, out)
-        out.print(f"{host}: dry run: would {what}; nothing changed. The caps it would run:")
+        out.print(f"{host}: dry run: would {_would(r)}; nothing changed. The caps it would run:")
         held_back(r, out)
         caps_table(r.caps, out, r.kept, r.was)
         caps_moved(r, out)
@@ -228,6 +240,8 @@ def restart_result(r: RestartAnswer, out: Console = console) -> None:
     caps_moved(r, out)
     if r.mode == "live":
         beyond_lowered_caps(r.caps, out)
+    if drain and r.mode in ("live", "unchanged"):  # typed, and nothing stopped: said
+        out.print(NOTHING_DRAINED)
 
 
 def lowered_targets(r: RestartAnswer, out: Console = console) -> None:

@@ -351,6 +351,7 @@ class HostPlan:
     rate_basis: str = ""  # what the rate is: the last minute's, or speed.MEAN_TEXT
     state: str = ""
     stage: StageBytes | None = None
+    max_tokens: int | None = None  # the job's kept token budget per dataset (--max-tokens)
 
 
 @dataclass
@@ -361,6 +362,7 @@ class PlanAnswer:
     tokens_per_s: float | None = None
     rate_source: str | None = None  # --tokens-per-s | measured (last minute) | None
     stage: StageBytes | None = None
+    max_tokens: int | None = None  # the job's kept token budget per dataset (--max-tokens)
 
 
 @dataclass

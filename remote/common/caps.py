@@ -134,9 +134,12 @@ def parse_cap(text: str) -> tuple[str, int]:
     """'B2=2636' -> ('B2', 2636)."""
     name, sep, value = str(text).partition("=")
     if not sep:
+        typed = str(text).strip()
+        if ":" in typed:  # B2:5, the count after another sign
+            raise ValueError(f"--cap expects DS=N, got {text!r}: `--cap {typed.replace(':', '=')}`")
         raise ValueError(
-            f"--cap expects DS=N, got {text!r}: `--cap {str(text).strip() or 'B2'}=500` caps it at "
-            "500, `=all` takes it back to --max-samples"
+            f"--cap expects DS=N, got {text!r}: `--cap {typed or 'B2'}=500` caps it at 500, "
+            "`=all` takes it back to --max-samples"
         )
     check_dataset_name(name.strip())
     if "=" in value.partition(",")[2]:  # a list where one is taken: say how several are given

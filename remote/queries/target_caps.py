@@ -93,5 +93,6 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
         tokens_per_s=rate,
         rate_basis=basis,
         state=st.state,
+        max_tokens=kept_caps(paths).max_tokens,
         stage=stage_bytes(paths, req.spec, targets, simulated=job.engine.kind == "simulate"),
     )

