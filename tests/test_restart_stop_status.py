@@ -315,7 +315,15 @@ def test_runner_dying_at_start_shows_its_log(job):
     with pytest.raises(RemoteError) as e:
         restart_unwatched(conn, flags(cfg, max_samples=10))
     assert "exited with code 2" in str(e.value)
+    assert "`invoke restart` starts it again" in str(e.value)  # the way on, said
     assert any("prompts file" in line for line in e.value.details)
+    # a runner that dies at its start shows its own lines, none of the runner before it
+    restart_unwatched(conn, flags(cfg, max_samples=1, datasets="B1"))
+    wait_for(lambda: status(root)["state"] == "finished", what="a runner's end in the log")
+    with pytest.raises(RemoteError) as e:
+        restart_unwatched(conn, flags(cfg, max_samples=10, datasets="all"))
+    assert "exited with code 2" in str(e.value)
+    assert not any("finished" in line for line in e.value.details), e.value.details
 
 
 def test_not_deployed_is_one_clear_line(ssh_rig, tmp_path):

@@ -294,7 +294,9 @@ def beyond_lowered_caps(caps: dict[str, CapRow], out: Console = console) -> None
                 markup=False,
             )
             continue
-        there = f"; {d.beyond:,} records there already" if d.beyond else ""
+        there = (
+            f"; {d.beyond:,} record{'s' if d.beyond != 1 else ''} there already" if d.beyond else ""
+        )
         out.print(
             f"  {name}: {n:,} answer{'s' if n != 1 else ''} in flight beyond the new cap finish "
             f"and {'are' if n != 1 else 'is'} kept beyond it (nothing new is sent past it{there}; "

@@ -143,13 +143,15 @@ def all_pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
-def tail_lines(path, n: int, window: int = 256 * 1024, without: str | None = None) -> list[str]:
+def tail_lines(
+    path, n: int, window: int = 256 * 1024, without: str | None = None, since: int = 0
+) -> list[str]:
     """The last n lines of a (log) file (those holding `without` left out), reading at most
-    `window` bytes from its end."""
+    `window` bytes from its end, none before byte `since` (what another process wrote before)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
-            f.seek(max(0, f.tell() - window))
+            f.seek(max(since, f.tell() - window))
             lines = f.read().decode(errors="replace").splitlines()
     except FileNotFoundError:
         return []

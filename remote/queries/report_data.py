@@ -21,7 +21,7 @@ from ..common.stages import stage_of as spec_of
 from ..common.state import job_now, kept_caps
 from ..job.store import history
 from ..job.store.prompts import dataset_target
-from ..job.store.rates import IDLE_GAP_S
+from ..job.store.rates import IDLE_GAP_S, ActiveTime
 from .report_drafts import drafts_measured
 from .report_stage import stage_of
 
@@ -120,6 +120,17 @@ def throughput(made: collections.Counter) -> tuple[list[list[float]], float | No
     return points, sum(made.values()) / active_seconds(made)
 
 
+def stage_mean(paths: Paths) -> float | None:
+    """The hidden-states stage's tokens in rows over the time its rows were being made, every
+    runner's (its made.json): the figure status gives, where a row's seconds are not whole."""
+    try:
+        kept = json.loads(paths.hidden_made.read_text()).get("")
+    except (OSError, ValueError, AttributeError):
+        return None
+    made = ActiveTime.of_kept(kept)
+    return made.per_s(0.0) if made is not None else None
+
+
 def loss_curve(paths: Paths) -> ReportHistory:
     """The train stage's loss at each step its trainer logged (its metrics-<rows>.jsonl), at most
     SERIES_POINTS of them (every n-th), a gap where no step came for IDLE_GAP_S (a restart)."""
@@ -196,6 +207,7 @@ def gather(paths: Paths, req: CtlReport | None = None) -> ReportAnswer:
     for got, lengths in stage.values():
         got.hist = histogram(lengths, max(lengths, default=0))
     row_points, row_mean = throughput(rows_made)
+    row_mean = stage_mean(paths) or row_mean  # status's figure, where the stage kept it
     return ReportAnswer(
         train_curve=loss_curve(paths),
         drafts=drafts_measured(paths),

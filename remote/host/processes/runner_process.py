@@ -339,9 +339,10 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
     argv += req.own_flags().argv()
     paths.ensure()
     with open(paths.log, "ab") as log:
+        began = log.tell()  # its own lines from here: a failure shows none of the runner before
         proc = procinfo.start_detached(argv, cwd=rel, env=env, log=log)
     try:
-        st = _wait_running(paths, req, proc, token)
+        st = _wait_running(paths, req, proc, token, began)
     except HostFault:
         if caps != was and proc.poll() is not None:
             intent.keep_caps(paths, was)  # a start that failed leaves the caps as they were
@@ -360,7 +361,7 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
     )
 
 
-def _wait_running(paths: Paths, req: CtlStart, proc, token: str) -> JobStatus:
+def _wait_running(paths: Paths, req: CtlStart, proc, token: str, began: int = 0) -> JobStatus:
     deadline = time.monotonic() + req.wait
     while True:
         st = JobStatus.read(paths.status) or JobStatus()
@@ -372,14 +373,15 @@ def _wait_running(paths: Paths, req: CtlStart, proc, token: str) -> JobStatus:
             return st
         code = proc.poll()
         if code is not None or time.monotonic() > deadline:
-            why = (
-                f"the runner exited with code {code} during start-up"
-                if code is not None
-                else f"the runner did not report running within {req.wait:g}s"
-            )
-            raise HostFault(
-                "start_failed", why, log=procinfo.tail_lines(paths.log, 20, without=WATCHER_MARK)
-            )
+            if code is None:
+                why = f"the runner did not report running within {req.wait:g}s"
+            elif code < 0:
+                why = f"the runner was killed (signal {-code}) during start-up"
+            else:
+                why = f"the runner exited with code {code} during start-up"
+            log = procinfo.tail_lines(paths.log, 20, without=WATCHER_MARK, since=began)
+            fix = "its lines above (`invoke tail --log` for more); `invoke restart` starts it again"
+            raise HostFault("start_failed", why, fix=fix, log=log)
         time.sleep(0.05)
 
 

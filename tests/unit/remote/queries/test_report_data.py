@@ -182,3 +182,18 @@ def test_a_cap_past_its_files_end_reads_as_every_prompt_where_the_status_counts_
     Caps(max_samples=75, stage=HIDDEN_STATES).write(paths.caps)
     paths.status.write_text(json.dumps(JobStatus(stage=HIDDEN_STATES).to_dict()))
     assert report_data.gather(paths).datasets["B4"].target == 32
+
+
+def test_the_hidden_states_stages_mean_is_the_one_status_gives(tmp_path):
+    """The report said 79.9k tok/s where status and tail said 99.7k*: it divided by the whole
+    seconds its rows were written in; status, by the time a row was being made (made.json)."""
+    import json
+
+    from remote.common.jobspec import Paths
+    from remote.queries.report_data import stage_mean
+
+    paths = Paths(tmp_path)
+    assert stage_mean(paths) is None  # no stage yet: the rows' own times say it
+    paths.hidden_made.parent.mkdir(parents=True)
+    paths.hidden_made.write_text(json.dumps({"": [7.211, 718970], "B1": [0.417, 13758]}))
+    assert stage_mean(paths) == round(718970 / 7.211, 1)
