@@ -68,7 +68,8 @@ async def ask(
             wait = next_try(e, slow, eng)
             if wait is None:
                 counts.failed += 1
-                stage.log(f"{item}: {e or 'bad'}: {slow - 1} retries, left for the next restart")
+                why = str(e) or "a bad answer"
+                stage.log(f"{item}: {why}: {slow - 1} retries, left for the next restart")
                 return
         finally:
             if ep is not None:

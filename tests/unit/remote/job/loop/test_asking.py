@@ -41,6 +41,9 @@ def test_each_answer_of_the_engine_has_its_one_way():
     st = stage(max_retries=1)
     assert run(st, [TransientError("slow")] * 5) == ([0, 1], 1)
     assert st.logged == ["B1: p0: slow: 1 retries, left for the next restart"]
+    st = stage(max_retries=1)  # a bad answer each time (a file the server wrote bad)
+    assert run(st, [AskAgain()] * 5) == ([0, 1], 1)
+    assert st.logged == ["B1: p0: a bad answer: 1 retries, left for the next restart"]
     st = stage()
     assert run(st, [PermanentError("bad request", 400)]) == ([0], 1) and st.fatal is None
     st = stage()
