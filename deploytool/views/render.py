@@ -13,7 +13,7 @@ from rich.table import Table
 
 from remote.common.caps import DISK_MARGIN, fmt_bytes
 from remote.common.jobspec import JOB_FILE, changes_text, dataset_changes_text, job_changes
-from remote.common.status import NOT_RUN, JobView
+from remote.common.status import NOT_RUN, RESTARTING, JobView
 
 from ..errors import DeployToolError
 from .progress import (
@@ -368,6 +368,8 @@ def release_words(s: JobView) -> str:
                 s.host,
             )
         )
+    elif s.state_label == RESTARTING:  # the start a restart makes is of the deployed release
+        hint = f"deployed {deployed}: the restart under way starts it"
     else:
         hint = escape(say(f"deployed {deployed}: `invoke restart` to run it", s.host))
     return f"{verb} release {ran}; [yellow]{hint}[/]"

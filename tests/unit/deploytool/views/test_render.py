@@ -38,6 +38,14 @@ def test_status_names_the_release_that_runs_and_the_deployed_one_when_it_differs
     first = text.splitlines()[0]
     assert "runs release 4ccbed604b97" in first
     assert "deployed e3e4372be5de: `invoke restart" in first
+    # a restart under way (its stop): it starts the deployed release; no restart to type again
+    from remote.common.status import Supervision
+
+    st.stopping, st.supervision = 30.0, Supervision(restarting=True)
+    first = printed(render.status_screen, st).splitlines()[0]
+    assert "deployed e3e4372be5de: the restart under way starts it" in first, first
+    assert "invoke restart" not in first
+    st.stopping, st.supervision = None, None
     st.runner = RunnerInfo(alive=False)  # the last runner's, after it ended
     assert "ran release 4ccbed604b97" in printed(render.status_screen, st)
     st.release = "/h/releases/e3e4372be5de"
