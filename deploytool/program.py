@@ -39,16 +39,6 @@ class DeployToolProgram(Program):
             self.config.merge()
 
 
-INTERRUPTED = "interrupted (Ctrl-C) while invoke started or ended, around the command: {}"
-
-
-def interrupted(what: str) -> SystemExit:
-    """Ctrl-C outside a task (whose own is said by the task): one line, exit 130, where invoke
-    would end with 1 and not a word."""
-    print(INTERRUPTED.format(what), file=sys.stderr)
-    return SystemExit(130)
-
-
 def ends_as_said(fn):
     """How a program ends outside the task: `invoke status | head -1` (the reader closed our
     stdout, having read what it wanted) ends there, exit 0, with no traceback, stdout going to
@@ -64,8 +54,13 @@ def ends_as_said(fn):
         except BrokenPipeError:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise SystemExit(0) from None
-        except KeyboardInterrupt:
-            raise interrupted("nothing here is left half-written; run it again") from None
+        except KeyboardInterrupt:  # outside the task (it says its own): invoke would exit 1, mute
+            print(
+                "interrupted (Ctrl-C) while invoke started or ended, around the command: nothing "
+                "here is left half-written; run it again",
+                file=sys.stderr,
+            )
+            raise SystemExit(130) from None
 
     wrapped.ends_as_said = True
     return wrapped

@@ -110,10 +110,7 @@ def rollback_result(r: RolledBack, out: Console = console) -> None:
     elif r.job and r.current != r.previous:
         out.print("  job.json the same: only the code of remote/ differs")
     if r.settings_differ:
-        out.print(
-            f"  [yellow]settings differ from the records': "
-            f"{escape(dataset_changes_text(r.settings_differ))}[/]"
-        )
+        out.print(records_differ(r.settings_differ))
         ways = say(
             "a new runner is refused until they agree: `invoke status` names a release made with "
             "them (`invoke rollback --to ID`), or `invoke restart --force` to mix them",
@@ -209,14 +206,15 @@ def draft_sent(r: DeployResult, out: Console = console) -> None:
     out.print(head + "; ".join(parts))
 
 
+def records_differ(differ: dict, verb: str = "differ") -> str:
+    """`settings differ from the records': B1, B2: …`, deploy's and rollback's line alike."""
+    return f"  [yellow]settings {verb} from the records': {escape(dataset_changes_text(differ))}[/]"
+
+
 def settings_differ(r: DeployResult, out: Console = console) -> None:
     """Said at the deploy that makes it so (the user's choice, so deployed all the same), not first
     at the restart it would refuse: every dataset affected, what changed, and the ways out."""
-    would = "would differ" if r.dry_run else "differ"
-    out.print(
-        f"  [yellow]settings {would} from the records': "
-        f"{escape(dataset_changes_text(r.settings_differ))}[/]"
-    )
+    out.print(records_differ(r.settings_differ, "would differ" if r.dry_run else "differ"))
     ways = say(
         "a runner running goes on with those (a restart of caps alone re-caps it live); a new one "
         "is refused until they agree: deploy the old settings back (restore them in hosts.yaml and "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportHistory
 from ..common.caps import Target
-from ..common.codec import typed_lines
+from ..common.codec import read_json, typed_lines
 from ..common.jobspec import Paths, deployed_spec
 from ..common.protocol import CtlReport
 from ..common.records import ErrorLine, Record, TrainStep
@@ -123,11 +123,7 @@ def throughput(made: collections.Counter) -> tuple[list[list[float]], float | No
 def stage_mean(paths: Paths) -> float | None:
     """The hidden-states stage's tokens in rows over the time its rows were being made, every
     runner's (its made.json): the figure status gives, where a row's seconds are not whole."""
-    try:
-        kept = json.loads(paths.hidden_made.read_text()).get("")
-    except (OSError, ValueError, AttributeError):
-        return None
-    made = ActiveTime.of_kept(kept)
+    made = ActiveTime.of_kept((read_json(paths.hidden_made) or {}).get(""))
     return made.per_s(0.0) if made is not None else None
 
 

@@ -50,8 +50,7 @@ class Dispatcher:
     ):
         self.engine, self.pool, self.scheduler = engine, pool, scheduler
         self.writer, self.log = writer, log
-        self.eng = engine_cfg  # its retries: client.next_try, every stage's rule
-        self.down_deadline = engine_cfg.down_deadline
+        self.eng = engine_cfg  # its retries (client.next_try, every stage's rule), down_deadline
         self.stop = stop or StopState()  # the runner's: no new requests once asked
         self.fatal: str | None = None
         # when the host's watcher was last seen restarting the server: down_deadline counts from then
@@ -121,7 +120,7 @@ class Dispatcher:
                 pass
 
     def _check_down(self, now: float) -> None:
-        gone = self.pool.gone_too_long(now, self.down_deadline, self.recovering_at())
+        gone = self.pool.gone_too_long(now, self.eng.down_deadline, self.recovering_at())
         if gone and not self.fatal:
             self.fatal = f"{gone}: {self.engine_error}"
 

@@ -95,8 +95,8 @@ class HiddenStage(stage.Stage):
         as the answers' is, which stays said once it is done."""
         kept = read_json(self.paths.hidden_made) or {}
         for name, a in [("", self.active)] + [(n, st.active) for n, st in self.stages.items()]:
-            seconds, tokens = kept.get(name) or (0.0, 0)
-            a.seconds, a.tokens = float(seconds), int(tokens)
+            got = ActiveTime.of_kept(kept.get(name)) or ActiveTime()
+            a.seconds, a.tokens = got.seconds, got.tokens
         self._kept = kept  # read: from now on it may be written
 
     def _keep_made(self, now: float) -> None:
@@ -104,7 +104,7 @@ class HiddenStage(stage.Stage):
         if self._kept is None:  # a status before prepare: the last runner's not read yet
             return
         made = [("", self.active)] + [(n, st.active) for n, st in self.stages.items()]
-        kept = {n: [round(a.seconds_at(now), 3), a.tokens] for n, a in made}
+        kept = {n: a.kept(now) for n, a in made}
         if kept != self._kept:
             write_json(self.paths.hidden_made, kept, sync=False)
             self._kept = kept
