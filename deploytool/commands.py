@@ -544,7 +544,7 @@ def export(
     config = _config()
     folder = pulled = _pulled(pulled, config)
     export_mod.check_format(fmt)  # before anything is pulled
-    default = _beside_config(config, f"export-{fmt}.jsonl")
+    default = _beside_config(config, export_mod.default_name(config, host_spec, fmt))
     target = writable(default if out is None else out, "--out")
     on = f" --host {host_spec}" if host_spec else ""
     pull_first = f"(`invoke pull{on} --to {shlex.quote(folder)}`), or leave out --no-pull"

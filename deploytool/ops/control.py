@@ -50,7 +50,7 @@ def parse_run_flags(config: Config, **raw) -> RunArgs:
     if unknown:
         raise UsageError(
             f"unknown dataset {', '.join(unknown)}{suggest(unknown[0], known)}; hosts.yaml has "
-            f"{', '.join(known)}"
+            f"{', '.join(known)} (a new one goes under job.datasets there, then `invoke deploy`)"
         )
     return flags
 

@@ -441,6 +441,16 @@ def _manifest(sources, tallies, fmt, drop, per_turn, mixed, out) -> dict:
     }
 
 
+def default_name(config: Config, host_spec: str | None, fmt: str) -> str:
+    """The training file's name beside hosts.yaml: `export-<format>.jsonl` of the default hosts,
+    the hosts in it otherwise (`export-specforge-gpu2.jsonl`), so one host's export never
+    overwrites the file of others."""
+    hosts = [h.name for h in config.select_hosts(host_spec)]
+    if hosts == [h.name for h in config.select_hosts(None)]:
+        return f"export-{fmt}.jsonl"
+    return f"export-{fmt}-{'-'.join(hosts)}.jsonl"
+
+
 def wanted_datasets(config: Config, hosts, datasets: str | None) -> dict[str, list[str]]:
     """--datasets per host (None or `all`: every dataset of its job), read as restart reads it;
     UsageError for one a host lacks."""

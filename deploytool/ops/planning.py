@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remote.common.answers import PlanAnswer
+from remote.common.answers import PlanAnswer, plan_etas
 from remote.common.caps import parse_tokens
 from remote.common.jobspec import ServerSpec
 from remote.common.protocol import CtlPlan
@@ -45,12 +45,8 @@ def plan_host(
     rate = tokens_per_s or answer.tokens_per_s or None
     rate_source = "--tokens-per-s" if tokens_per_s else (answer.rate_basis or None)
     rows = answer.datasets
-    cum = 0
-    for row in rows.values():
-        if not row.selected:  # left out (--datasets): nothing of it runs, none of its time counts
-            continue
-        cum += row.tokens_todo
-        row.eta_s = int(cum / rate) if rate else None  # datasets run in job order
+    if tokens_per_s:  # the host reckoned them at its own rate
+        plan_etas(rows, tokens_per_s)
     return PlanAnswer(
         conn.name, tokens_per_dataset, rows, rate, rate_source, answer.stage, answer.max_tokens
     )

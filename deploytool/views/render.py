@@ -393,10 +393,12 @@ def plan_result(r: PlanAnswer, out: Console = console) -> None:
     out.print(t)
     _plan_notes(r, any(beyond.values()), out)
     if r.tokens_per_s:
-        total = sum(d.tokens_todo for d in r.datasets.values() if d.selected)
+        run = [d for d in r.datasets.values() if d.selected]
+        total = sum(d.tokens_todo for d in run)
+        last = max((d.eta_s or 0 for d in run), default=0)  # the last dataset's is the job's
         out.print(
             f"  {_tok(total)} tokens to do at {_tok(r.tokens_per_s)} tok/s ({r.rate_source}): "
-            f"about {_eta(total / r.tokens_per_s)}"
+            f"about {_eta(last)}"
         )
     else:
         out.print(

@@ -333,6 +333,9 @@ class Stopping:
         self.kill_at = grace + KILL_AFTER_GRACE_S  # the runner still there then is killed
         self.shown_at: float | None = None
         self.phase = None
+        # the grace of a stop already under way, another command's: the host runs one command at
+        # a time, so this one waits for that stop and its grace, not its own
+        self.another: float | None = None
 
     def __call__(self, st: JobView | None, waited: float) -> None:
         alive = st is not None and st.runner is not None and st.runner.alive
@@ -340,6 +343,8 @@ class Stopping:
             return  # a look that failed: no news, said at the next one
         if waited == 0:
             if alive:  # else the answer says there was nothing to stop
+                if st.stopping not in (None, self.grace) and not st.draining and not self.drain:
+                    self.another = st.stopping
                 how = self._how(st.in_flight, st.signalled)
                 self.out.print(f"[bold]{self.host}[/]: stopping runner pid {st.runner.pid}: {how}")
             return
@@ -355,6 +360,10 @@ class Stopping:
         flight = st.in_flight
         if not alive:  # the host ends what of it is left, then answers
             return "runner gone; ending any process of it still running", ("gone",)
+        if self.another is not None:  # when that stop began is not known here: no time left
+            return f"{flight} in flight, in the stop under way's {self.another:g}s of grace", (
+                "another",
+            )
         if self.drain:  # its SIGTERM comes once the drain is done (or timed out)
             sent = st.stopping is not None
             left = f"SIGTERM sent, {self.grace:g}s of grace" if sent else "draining"
@@ -370,6 +379,12 @@ class Stopping:
         return "the runner did not exit: killing it and its processes (SIGKILL)", ("kill",)
 
     def _how(self, flight: int, signalled: str | None = None) -> str:
+        if self.another is not None:
+            return (
+                f"stopping already: a stop under way gives the {flight} requests in flight "
+                f"{self.another:g}s of grace from its start (the host carries out one command at a "
+                "time: this one goes on once that stop is done)"
+            )
         if not flight:  # none seen yet: the status may be a second behind its first requests
             return (
                 f"SIGTERM; the requests in flight get {self.grace:g}s to finish, then the runner "

@@ -10,6 +10,7 @@ from pathlib import Path
 from remote.common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportStage
 from remote.common.caps import fmt_bytes
 from remote.common.speed import MEAN_TEXT, job_rate
+from remote.common.status import BUDGET_REACHED
 
 from .progress import beyond_text, fmt_duration, fmt_tokens
 
@@ -330,6 +331,8 @@ def page(data: ReportAnswer) -> str:
         sd = st.datasets.get(name) if st.stage_spec.makes_answers else None  # else the stage's rows
         cap = f"{d.target:,}" if d.target is not None else "-"
         budget = fmt_tokens(sd.budget) if sd and sd.budget else "-"
+        if sd and sd.state_label == BUDGET_REACHED:  # it ended the dataset, not its cap
+            budget += f" <span class='sub'>(reached: {sd.done:,} of {sd.target:,})</span>"
         mean = f"{d.mean:,.0f}" if d.mean else "-"
         err = f'<span class="bad">{d.errors:,}</span>' if d.errors else "0"
         rows.append(

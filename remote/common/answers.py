@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .caps import CapRow, Caps
+from .speed import etas
 from .stages import EXTRACT, PLAIN, SPECULATE, serving
-from .status import DraftCounts, JobView, Reload, ServerMetrics, SwitchView
+from .status import DraftCounts, JobStatus, JobView, Reload, ServerMetrics, SwitchView
 
 
 @dataclass
@@ -312,15 +313,28 @@ class PlanRow:
     tokens_todo: int = 0
     tokens_done: int = 0
     selected: bool = True  # False: the kept caps leave it out (--datasets): nothing of it runs
-    eta_s: int | None = None  # filled in locally, from the rate
-
-    @property
-    def measured(self) -> bool:
-        return self.source.startswith("measured")
+    eta_s: int | None = None  # at the host's rate (`plan_etas`), or at --tokens-per-s
 
     @property
     def fewer_prompts_than_cap(self) -> bool:
         return bool(self.prompts) and self.target < self.cap
+
+
+def plan_etas(rows: dict[str, PlanRow], rate: float | None, now: JobStatus | None = None) -> None:
+    """Each row's ETA, the way status reckons its own (`speed.etas`): at `rate`, in job order, the
+    datasets left out not run. `now`: the job's status while a runner makes answers, at its own
+    pace: a row whose target and those before it are the ones the runner runs to is never sooner
+    than status says (the longest answer in flight)."""
+    run = {n: r for n, r in rows.items() if r.selected}
+    floor, same = {}, True
+    for name, r in run.items():
+        d = now.datasets.get(name) if now else None
+        same = same and d is not None and d.target == r.target
+        if same and d.eta_s is not None:
+            floor[name] = float(d.eta_s)
+    reckoned = etas({n: float(r.tokens_todo) for n, r in run.items()}, rate or 0.0, floor)
+    for name, r in run.items():
+        r.eta_s = 0 if not r.todo else reckoned[name]
 
 
 @dataclass

@@ -181,7 +181,7 @@ def samples(text, leave_out: str = " (to leave datasets out: --datasets)") -> in
     try:
         n = int(str(text))
     except ValueError:
-        raise ValueError(f"expected a whole number or `{CLEAR}`, got {text!r}") from None
+        raise ValueError(f"expected a whole number (7000) or `{CLEAR}`, got {text!r}") from None
     if n < 1:
         raise ValueError(f"expected a number >= 1 or `{CLEAR}`, got {n}{leave_out}")
     return n

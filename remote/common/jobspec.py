@@ -77,6 +77,14 @@ class DatasetSpec:
     # `prompts`); None: the prompts after its cap
     eval_prompts: str | None = setting(None, relative_path)
 
+    def expected_tokens(self, records: int, mean: float | None) -> float:
+        """What a record still to make will take, `mean` measured over `records`: that mean once
+        MIN_MEASURED are; until then est_tokens at least (short answers end first, so a young mean
+        is too low)."""
+        if records >= MIN_MEASURED and mean is not None:
+            return mean
+        return max(mean or 0.0, float(self.est_tokens))
+
     def files(self) -> tuple[str, ...]:
         """Its prompt files on the host: the prompts, and the draft stage's own where it has one."""
         return (self.prompts, self.eval_prompts) if self.eval_prompts else (self.prompts,)

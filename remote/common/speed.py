@@ -13,20 +13,17 @@ MEAN_TEXT = "the job's mean over the time its answers were being made"  # the jo
 
 def mean_note(made: str = "answers") -> str:
     """What a starred rate is, wherever one is shown, and why the rows do not add up to the total;
-    `made`: what the stage makes (answers, rows)."""
+    `made`: what the stage makes (answers, rows). Short: it is under every status."""
+    guess = (
+        "; a starred ETA, a guess at that mean until the runner has a minute of its own"
+        if made == "answers"
+        else ""
+    )
     return (
-        f"* tokens over the time their {made} were being made, every runner's: a dataset's always "
-        "(fixed once it is complete), the job's once it has ended or while its runner has not a "
-        f"minute of its own {made} yet or finished nothing in the last one (else its last "
-        "minute's). Each row is that dataset's own speed, not a share of the total: datasets are "
-        "made side by side (at a hand-over, or several at once) on the same server, so the rows "
-        "add up to more than the job's. A starred ETA is reckoned at the job's mean: a guess until "
-        "its runner has a minute of its own"
-        + (
-            " (none where they stream: the ETA is then reckoned at what streams)"
-            if made == "answers"
-            else ""
-        )
+        f"* a mean: tokens over the time their {made} were being made, every runner's (a "
+        "dataset's row always, fixed once complete; the total once the job has ended or while its "
+        "runner has no minute of its own); each row is its dataset's own speed on a shared server, "
+        f"so the rows add up to more than the job's{guess}"
     )
 
 
@@ -40,6 +37,30 @@ def job_rate(state: str, last_minute: float, mean: float | None) -> tuple[float 
     if mean:
         return mean, True
     return None, False  # nothing made yet, or a dataset just begun in a young runner: not measured
+
+
+def eta_pace(streamed: float, last_minute: float, mean: float | None, young: bool) -> float:
+    """Tokens per second an ETA is reckoned at: what streams (answers in flight included,
+    measured within seconds of a start) where anything does; else the last minute's, or, while
+    the runner is young (its window not yet full of answers), the job's mean where that is faster."""
+    if streamed:
+        return streamed
+    return max(last_minute, mean or 0.0) if young else last_minute
+
+
+def etas(
+    left: dict[str, float], pace: float, floor: dict[str, float] | None = None
+) -> dict[str, int | None]:
+    """Each one's ETA, in the order given (datasets are made one after another, so what is left of
+    those before counts in): its `left` and theirs at `pace` (one unit: tokens, or rows), never
+    under its `floor` or theirs (the longest answer in flight, which no pace beats). None: no pace."""
+    out: dict[str, int | None] = {}
+    cum = low = 0.0
+    for name, n in left.items():
+        cum += n
+        low = max(low, (floor or {}).get(name, 0.0))
+        out[name] = int(max(cum / pace, low)) if pace > 0 else None
+    return out
 
 
 def row_rate(state: str, last_minute: float, mean: float | None) -> tuple[float | None, bool]:

@@ -467,7 +467,9 @@ class KeptStatus(Codec):
     tokens_saved: int = 0  # tokens those continuations did not make again
     started_over: int = 0  # kept answers asked again from their start (the log says why)
     bytes: int = 0  # appended to run/kept.jsonl by this runner
-    streamed_per_s: float = 0.0  # tokens/s as they stream, finished or not (last minute)
+    streamed_per_s: float = (
+        0.0  # tokens/s as they stream, finished or not (last minute): the ETA's pace, kept or not
+    )
 
 
 @dataclass

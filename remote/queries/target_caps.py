@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from ..common.answers import HostPlan, PlanRow
+import time
+
+from ..common.answers import HostPlan, PlanRow, plan_etas
 from ..common.caps import Target
 from ..common.jobspec import JOB_FILE, MIN_MEASURED, JobSpec, Paths, release_dir
 from ..common.protocol import CtlPlan
-from ..common.speed import MEAN_TEXT, job_rate
+from ..common.speed import MEAN_TEXT, eta_pace, job_rate
 from ..common.state import job_now, kept_caps
-from ..common.status import JobStatus
+from ..common.status import JobState, JobStatus
 from ..common.wire import HostFault
 from ..job.store.outputs import load_existing
 from ..job.store.prompts import PromptFile
@@ -21,10 +23,16 @@ def cap_for(tokens_per_dataset: int, mean_tokens: float) -> int:
 
 
 def plan(
-    paths: Paths, job: JobSpec, tokens_per_dataset: int, datasets: list[str] | None = None
+    paths: Paths,
+    job: JobSpec,
+    tokens_per_dataset: int,
+    datasets: list[str] | None = None,
+    now: JobStatus | None = None,
 ) -> tuple[dict, dict[str, Target]]:
     """Each dataset's row, and the records its planned cap makes the job's (one read of its
-    prompt file for both)."""
+    prompt file for both). `now`: the job's status while a runner makes answers: a dataset whose
+    planned target is the one it runs to has left what status says is left (what its answers in
+    flight have made taken off, its token budget kept), so plan and status give one figure."""
     rows, targets = {}, {}
     kept = kept_caps(paths)
     for ds in job.datasets:
@@ -33,13 +41,15 @@ def plan(
         ex = load_existing(paths.output(ds.name), update_index=False)  # the runner may be writing
         records = len(ex.ids)
         measured = sum(ex.tokens.values()) / records if records else None
+        mean = ds.expected_tokens(records, measured)  # the runner's own estimate
         if records >= MIN_MEASURED:
-            mean, source = measured, f"measured mean of {records:,} records"
+            source = f"measured mean of {records:,} records"
+        elif not records:
+            source = "est_tokens (no records yet)"
         else:  # the mean it passed over is said: a plan that differs from it reads as a bug
-            mean, source = float(ds.est_tokens), "est_tokens (no records yet)"
-            if records:
-                young = f"{records:,} records, mean {measured:,.0f}: {MIN_MEASURED} needed"
-                source = f"est_tokens ({young} to use it)"
+            young = f"{records:,} records, mean {measured:,.0f}: {MIN_MEASURED} needed to use it"
+            above = f"mean of {records:,} records, above est_tokens ({MIN_MEASURED} needed to use a lower one)"
+            source = f"est_tokens ({young})" if mean == ds.est_tokens else above
         cap = cap_for(tokens_per_dataset, mean)
         prompt_path = paths.root / ds.prompts
         ids = []
@@ -51,6 +61,10 @@ def plan(
         targets[ds.name] = Target(target, frozenset(ids[:target]) if ids else None)
         done = sum(1 for pid in ids[:target] if pid in ex.ids) if ids else min(records, cap)
         todo = max(0, target - done)
+        tokens_todo = int(todo * mean)
+        running = now.datasets.get(ds.name) if now else None
+        if running is not None and running.target == target and todo:
+            tokens_todo = running.remaining_tokens
         rows[ds.name] = {
             "prompts": len(ids),
             "records": records,
@@ -60,7 +74,7 @@ def plan(
             "target": target,
             "done": done,
             "todo": todo,
-            "tokens_todo": int(todo * mean),
+            "tokens_todo": tokens_todo,
             "tokens_done": sum(ex.tokens.values()),
             "selected": kept.selected(ds.name),
         }
@@ -68,28 +82,43 @@ def plan(
 
 
 def answer_rate(st: JobStatus) -> tuple[float | None, str]:
-    """The answers' rate as status says it (`job_rate`), and what it is (the hidden-states
-    stage's rate is of rows)."""
+    """The answers' rate an ETA is reckoned at, as status reckons its own (`speed.eta_pace`), and
+    what it is (the hidden-states stage's rate is of rows)."""
     if not st.stage_spec.makes_answers:
         return None, ""
+    if _making(st):
+        young = not st.tokens_per_s and bool(st.mean_tokens_per_s)
+        pace = eta_pace(st.kept.streamed_per_s, st.tokens_per_s, st.mean_tokens_per_s, young)
+        if pace:
+            what = "what streams now" if st.kept.streamed_per_s else "the last minute's"
+            return pace, f"{what}, as status's ETA"
     rate, mean = job_rate(st.state, st.tokens_per_s, st.mean_tokens_per_s)
     if not rate:
         return None, ""
     return rate, MEAN_TEXT if mean else "measured (last minute)"
 
 
+def _making(st: JobStatus) -> bool:
+    """A runner makes answers now, and status.json is its own of now."""
+    return st.state == JobState.RUNNING and st.fresh(time.time())
+
+
 def answer(paths: Paths, req: CtlPlan) -> HostPlan:
-    """`ctl plan`'s answer: per-dataset caps for a token budget, with the measured rate."""
+    """`ctl plan`'s answer: per-dataset caps for a token budget, and their ETAs at the rate status
+    reckons its own at."""
     if req.tokens_per_dataset <= 0:
         raise HostFault("usage", "ctl plan: --tokens-per-dataset must be positive")
     job = JobSpec.load(release_dir() / JOB_FILE)
     st = job_now(paths)
+    making = st if _making(st) and st.stage_spec.makes_answers else None
     rows, targets = plan(
-        paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None
+        paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None, making
     )
     rate, basis = answer_rate(st)
+    planned = {name: PlanRow(**row) for name, row in rows.items()}
+    plan_etas(planned, rate, making)
     return HostPlan(
-        datasets={name: PlanRow(**row) for name, row in rows.items()},
+        datasets=planned,
         tokens_per_s=rate,
         rate_basis=basis,
         state=st.state,

@@ -139,8 +139,10 @@ def keeping(job, path, runs: dict, log) -> tuple[KeptFile | None, str | None]:
 
 def kept_status(dispatcher, why_not: str | None) -> KeptStatus:
     d = dispatcher
-    if d is None or d.kept is None:
+    if d is None:
         return KeptStatus(on=False, why_not=why_not)
+    if d.kept is None:  # what streams is said all the same: plan reckons its ETAs at it, as status
+        return KeptStatus(on=False, why_not=why_not, streamed_per_s=d.meter.per_s(time.time()))
     st = d.kept.status(d.continued, d.tokens_saved, d.started_over)
     st.why_not, st.streamed_per_s = d.no_token_ids, d.meter.per_s(time.time())
     return st

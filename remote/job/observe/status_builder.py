@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...common.jobspec import JobSpec
+from ...common.speed import eta_pace, etas
 from ...common.status import DatasetState, DatasetStatus, JobState
 from ..store.datasets import DatasetRun
 from ..store.rates import RATE_WINDOW, ActiveTime, Streaming
@@ -47,19 +48,16 @@ def set_etas(
     pace: float,
     tail_s: dict[str, float] | None = None,
 ) -> None:
-    """Each dataset's ETA, in job order (datasets are made one after another, so they accumulate;
-    the last one's is the job's): given wherever the job's is (a pace), none where it is not;
-    `left` and `pace` in one unit (tokens, or the hidden-states stage's rows). `tail_s`: the
-    longest one of a dataset's answers in flight needs at its own stream's speed, which no pace
-    over the whole job can beat (the last long answer of a dataset streams alone)."""
-    cum = tail = 0.0
+    """Each dataset's ETA (`speed.etas`, in job order: the last one's is the job's): given wherever
+    the job's is (a pace), none where it is not; 0 once complete. `tail_s`: the longest one of a
+    dataset's answers in flight needs at its own stream's speed (the last long answer of a
+    dataset streams alone)."""
+    reckoned = etas({n: left.get(n, 0) for n in datasets}, pace, tail_s)
     for name, d in datasets.items():
-        cum += left.get(name, 0)
-        tail = max(tail, (tail_s or {}).get(name, 0.0))
         if d.state == DatasetState.COMPLETE:
             d.eta_s = 0
-        elif pace > 0:
-            d.eta_s = int(max(cum / pace, tail))
+        elif reckoned[name] is not None:
+            d.eta_s = reckoned[name]
 
 
 def _row(
@@ -142,7 +140,7 @@ def progress(
     mean = ran.per_s(now) if ran else None
     young = (first is None or now - first < RATE_WINDOW) and bool(mean)
     guess = young and not streamed_per_s and (mean or 0) > tok_rate
-    pace = streamed_per_s or (max(tok_rate, mean) if young else tok_rate)
+    pace = eta_pace(streamed_per_s, tok_rate, mean, young)
     for d in datasets.values() if young else ():
         d.tokens_per_s = 0.0
     set_etas(datasets, {n: d.remaining_tokens for n, d in datasets.items()}, pace, tails)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from ...common.codec import read_json, typed_lines, write_json
 from ...common.jobspec import (
-    MIN_MEASURED,
     DatasetSpec,
     Paths,
     dataset_changes_text,
@@ -143,11 +142,8 @@ class DatasetRun:
 
     @property
     def expected_tokens(self) -> float:
-        """What a record still to make will take: the mean once enough are measured; until then
-        est_tokens at least (short answers end first, so a young mean is too low)."""
-        if len(self.tokens_of) < MIN_MEASURED:
-            return max(self.mean_tokens, self.spec.est_tokens)
-        return self.mean_tokens
+        """What a record still to make will take (`DatasetSpec.expected_tokens`)."""
+        return self.spec.expected_tokens(len(self.tokens_of), self.mean_tokens)
 
     def due_now(self, now: float) -> bool:
         due = self.ledger.next_due_at()

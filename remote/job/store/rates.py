@@ -87,10 +87,13 @@ class ActiveTime:
         return ActiveTime(self.seconds + other.seconds, self.tokens + other.tokens)
 
     def per_s(self, now: float) -> float | None:
-        seconds = round(
-            self.seconds_at(now), 3
-        )  # as history keeps it: the same figure after a restart
-        return round(self.tokens / seconds, 1) if seconds >= 1 else None
+        """Tokens over the seconds; None while a request of a span under a second is in flight (a
+        figure of its first answers alone). With none in flight it is fixed, whatever its length
+        (a dataset whose rows were all made in 0.4 s has their rate)."""
+        seconds = round(self.seconds_at(now), 3)  # as history keeps it: one figure after a restart
+        if seconds <= 0 or (self.flying and seconds < 1):
+            return None
+        return round(self.tokens / seconds, 1)
 
 
 @dataclass(frozen=True)

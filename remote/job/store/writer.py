@@ -22,6 +22,7 @@ class RecordWriter:
         self.disk_full = False
         self.unwritten: list = []  # callables that each write one held line, in order
         self.bytes = RateWindow()  # bytes appended
+        self.written = [0, 0]  # this runner's records: their bytes, their tokens
         self.active = ActiveTime()  # the job's tokens and the seconds it made them in
         self.last_completion = time.time()
         self.first_completion: float | None = None  # this runner's first record
@@ -49,15 +50,19 @@ class RecordWriter:
         def write() -> None:
             run.first_record()
             run.out.append(line, p.id, tokens, str(rec.finish_reason or "null"))
-            counted = run.record_done(p, tokens, cut)
+            run.record_done(p, tokens, cut)
             if run.partials is not None:
                 run.partials.forget(p.id)
             now = time.time()
-            if counted:  # a rate of the tokens the row counts: none of a record beyond the cap
-                run.tokens.add(now, tokens)
-                run.active.add(tokens)  # its time: the dispatcher's, from each send
-                self.active.add(tokens)
+            # the rates are the dataset's speed: every answer it made, one beyond a cap lowered
+            # under it too (its time, the dispatcher's from each send, was spent; its tokens left
+            # out, a complete dataset's rate sank while those answers ended)
+            run.tokens.add(now, tokens)
+            run.active.add(tokens)
+            self.active.add(tokens)
             self.bytes.add(now, len(line))
+            self.written[0] += len(line)
+            self.written[1] += tokens
             self.last_completion = now
             self.first_completion = self.first_completion or now
             run.empty += empty
@@ -109,7 +114,10 @@ class RecordWriter:
 
     def disk(self, where, now: float, started: float) -> DiskStatus:
         d = disk_usage(where)
-        rate = self.bytes.per_s(now, started)
+        # bytes a token takes × the job's mean: the last minute's bytes come in bursts (answers end
+        # together), and hours left read from them jumped from one look to the next
+        (size, tokens), mean = self.written, self.active.per_s(now)
+        rate = size / tokens * mean if tokens and mean else self.bytes.per_s(now, started)
         free = d["free_bytes"]
         hours = round(free / rate / 3600, 1) if rate > 0 and free is not None else None
         return DiskStatus(

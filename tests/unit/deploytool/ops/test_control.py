@@ -119,5 +119,9 @@ def test_a_fault_from_the_host_carries_its_fix_and_log_lines():
 def test_run_flags_are_checked_against_hosts_yaml_before_any_host(tmp_path):
     cfg = write_config(tmp_path, {"gpu1": {"host": "127.0.0.1"}}, job=base_job())
     assert control.parse_run_flags(cfg, datasets="B1").named_datasets() == ["B1"]
-    with pytest.raises(UsageError, match="unknown dataset B9; hosts.yaml has B1"):
+    with pytest.raises(
+        UsageError,
+        match=r"unknown dataset B9; hosts.yaml has B1 \(a new one goes under job.datasets there, "
+        r"then `invoke deploy`\)",
+    ):
         control.parse_run_flags(cfg, datasets="B1,B9")

@@ -131,3 +131,15 @@ def test_the_manifest_says_each_hosts_cap_and_the_releases_of_what_was_written(t
     b.cap = 6
     m = ex._manifest([a, b], {"B8": tally}, "sharegpt", (), False, False, tmp_path / "t.jsonl")
     assert m["datasets"]["B8"]["cap"] == 6  # one cap for all: said once
+
+
+def test_one_hosts_export_never_overwrites_the_file_of_the_others(tmp_path):
+    """`invoke export -H gpu2` wrote `export-specforge.jsonl`, over the default hosts' file."""
+    from tests.conftest import write_config
+
+    box = {"connect": "local", "remote_dir": str(tmp_path / "h")}
+    cfg = write_config(tmp_path, {"gpu1": box, "gpu2": box})
+    assert ex.default_name(cfg, None, "specforge") == "export-specforge.jsonl"
+    assert ex.default_name(cfg, "gpu1", "specforge") == "export-specforge.jsonl"  # the default
+    assert ex.default_name(cfg, "gpu2", "sharegpt") == "export-sharegpt-gpu2.jsonl"
+    assert ex.default_name(cfg, "gpu1,gpu2", "specforge") == "export-specforge-gpu1-gpu2.jsonl"

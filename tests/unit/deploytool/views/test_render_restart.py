@@ -249,6 +249,33 @@ def test_a_restart_says_the_old_runners_stop_as_stop_does_and_nothing_of_a_live_
     assert quiet.getvalue() == ""
 
 
+def test_a_restart_during_another_stops_grace_says_that_stops_grace_not_its_own():
+    """`invoke stop --grace 40`, then `invoke restart` a second later: the host runs the stop to
+    its end first (one command at a time), but the restart said `the 9 requests in flight get 30s
+    to finish` and counted its own 30s down."""
+    from remote.common.status import JobView, RunnerInfo
+
+    buf = io.StringIO()
+    on_status = render_restart.Restarting("gpu1", 30.0, False, Console(file=buf, width=300))
+    old = RunnerInfo(alive=True, pid=9)
+    for second in (1.0, 2.0, 8.0):
+        on_status(JobView(state="running", in_flight=9, stopping=40.0, runner=old), second)
+    on_status(JobView(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=12)), 9.0)
+    assert buf.getvalue().splitlines() == [
+        "gpu1: stopping runner pid 9: stopping already: a stop under way gives the 9 requests in "
+        "flight 40s of grace from its start (the host carries out one command at a time: this one "
+        "goes on once that stop is done)",
+        "  gpu1: waiting 1s: 9 in flight, in the stop under way's 40s of grace",
+        "  gpu1: waiting 7s: 9 in flight, in the stop under way's 40s of grace",
+        "  gpu1: waiting 8s: runner pid 9 gone, starting the new one",
+    ]
+    own = io.StringIO()  # its own stop's grace: counted down as ever
+    on_status = render_restart.Restarting("gpu1", 30.0, False, Console(file=own, width=300))
+    on_status(JobView(state="running", in_flight=9, stopping=30.0, runner=old), 1.0)
+    on_status(JobView(state="running", in_flight=9, stopping=30.0, runner=old), 2.0)
+    assert own.getvalue().splitlines()[1] == "  gpu1: waiting 1s: 9 in flight, 29s of grace left"
+
+
 def test_answers_in_flight_past_a_cap_are_said_for_the_caps_this_restart_lowered():
     rows = {
         "B1": CapRow(5, 5, "complete", prompts=32, cap=5, was=20, beyond=3, in_flight_beyond=4),

@@ -111,3 +111,26 @@ def test_a_finished_job_has_one_rate_in_status_plan_and_report():
         report._rate(data)
         == "18.0k tok/s, the job's mean over the time its answers were being made"
     )
+
+
+def test_a_dataset_its_token_budget_ended_short_of_its_cap_is_said_so_in_the_report():
+    """status said `budget reached` (12 of 32) while the report's row read as any finished one:
+    a token budget column of `60.0k` beside 12 records and a cap of 32."""
+    from remote.common.answers import ReportAnswer
+    from remote.common.status import DatasetStatus, JobView
+
+    short = DatasetStatus(state="complete", done=12, target=32, budget=60_000, budget_reached=True)
+    whole = DatasetStatus(state="complete", done=32, target=32, budget=900_000)
+    st = JobView(state="finished", datasets={"B1": short, "B2": whole})
+    hist = Histogram(width=100, counts=[1] * 40)
+    data = ReportAnswer(
+        status=st,
+        datasets={
+            "B1": ReportDataset(records=12, target=32, hist=hist),
+            "B2": ReportDataset(records=32, target=32, hist=hist),
+        },
+    )
+    page = report.page(data)
+    b1 = page[page.index("<td>B1</td>") : page.index("<td>B2</td>")]
+    assert "60.0k <span class='sub'>(reached: 12 of 32)</span>" in b1
+    assert "reached" not in page[page.index("<td>B2</td>") :].split("</tr>")[0]

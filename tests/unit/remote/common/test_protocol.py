@@ -166,7 +166,7 @@ def test_what_is_not_the_contract_is_a_usage_fault(argv, words, capsys):
 
 def test_local_flags_name_the_flag_that_is_wrong():
     with pytest.raises(
-        ValueError, match="--max-samples: expected a whole number or `all`, got 'ten'"
+        ValueError, match="--max-samples: expected a whole number \\(7000\\) or `all`, got 'ten'"
     ):
         P.RunArgs.from_text(max_samples="ten")
     with pytest.raises(ValueError, match="--max-tokens: expected a token count"):

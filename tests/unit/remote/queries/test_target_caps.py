@@ -69,3 +69,48 @@ def test_plan_rates_the_answers_while_the_job_runs_and_by_its_mean_after():
     assert answer_rate(JobStatus(state="finished")) == (None, "")  # nothing made long enough
     stage = JobStatus(state="running", stage="hidden-states", tokens_per_s=5e5)
     assert answer_rate(stage) == (None, "")  # tokens of rows, not answers
+
+
+def test_a_plan_for_the_targets_the_runner_runs_to_gives_the_etas_status_gives(tmp_path):
+    """plan's ETA was its own (the records missing × the mean, at the last minute's rate, what is
+    in flight left out): 0m47s beside status's 2m01s at the same moment. A dataset planned to the
+    target it runs to now has what status says is left, at status's pace, and its ETA is never
+    sooner than status's (the longest answer in flight)."""
+    import time
+
+    from remote.common.answers import PlanRow, plan_etas
+    from remote.common.status import DatasetStatus, JobStatus, KeptStatus
+    from remote.queries.target_caps import answer_rate
+
+    paths, job = host(tmp_path, records=MIN_MEASURED)  # B1 plans to 100 at 400, B2 to all 10
+    st = JobStatus(state="running", updated_at=time.time(), tokens_per_s=450.0)
+    st.kept = KeptStatus(streamed_per_s=500.0)  # status's ETAs are reckoned at what streams
+    st.datasets = {  # as the runner writes them: B2's last answer in flight needs 45 s
+        "B1": DatasetStatus(
+            state="running", done=50, target=100, remaining_tokens=15_000, eta_s=30
+        ),
+        "B2": DatasetStatus(state="pending", done=0, target=10, remaining_tokens=5_000, eta_s=45),
+    }
+    rows, _ = plan(paths, job, tokens_per_dataset=40_000, now=st)
+    assert (rows["B1"]["tokens_todo"], rows["B2"]["tokens_todo"]) == (15_000, 5_000)
+    rate, basis = answer_rate(st)
+    assert (rate, basis) == (500.0, "what streams now, as status's ETA")
+    planned = {n: PlanRow(**r) for n, r in rows.items()}
+    plan_etas(planned, rate, st)
+    assert {n: r.eta_s for n, r in planned.items()} == {"B1": 30, "B2": 45}
+
+    rows, _ = plan(paths, job, tokens_per_dataset=20_000, now=st)  # B1 to 50: done, B2 sooner
+    planned = {n: PlanRow(**r) for n, r in rows.items()}
+    plan_etas(planned, rate, st)
+    assert (planned["B1"].todo, planned["B1"].eta_s, planned["B2"].eta_s) == (0, 0, 10)
+
+
+def test_a_young_mean_above_est_tokens_is_the_runners_estimate_and_said_so(tmp_path):
+    """The runner reckons a record to make at est_tokens, or at the young mean where that is
+    higher (short answers end first): plan reckons it the same way, and says which."""
+    paths, job = host(tmp_path, records=10, tokens=1500)  # B1's est_tokens is 1000
+    b1 = plan(paths, job, 30_000)[0]["B1"]
+    assert (b1["mean_tokens"], b1["cap"]) == (1500.0, 20)
+    assert b1["source"] == (
+        f"mean of 10 records, above est_tokens ({MIN_MEASURED} needed to use a lower one)"
+    )

@@ -43,5 +43,11 @@ def test_active_time_is_the_time_its_requests_were_in_flight_from_each_send():
     a.sent(20_000.0)  # sent again hours later: the gap is no time of its
     a.ended(20_002.0)
     assert a.seconds == 109.0
-    assert ActiveTime().per_s(0.0) is None and ActiveTime(0.5, 9).per_s(0.0) is None  # too short
+    assert ActiveTime().per_s(0.0) is None
+    young = ActiveTime()
+    young.sent(0.0)
+    young.add(9)
+    assert young.per_s(0.5) is None  # a span under a second still open: its first answers alone
+    young.ended(0.5)  # a dataset all made in half a second has its rate (it showed `-` for good)
+    assert young.per_s(0.5) == 18.0 == ActiveTime(0.5, 9).per_s(9e9)
     assert ActiveTime(1, 2).plus(ActiveTime(3, 4)).per_s(0.0) == 1.5

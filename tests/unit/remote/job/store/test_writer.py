@@ -64,9 +64,11 @@ def test_a_later_line_waits_behind_an_earlier_held_one():
     assert [k for _, k, *_ in run.out.lines] == [first, second]
 
 
-def test_a_record_beyond_the_cap_moves_neither_the_rows_tokens_nor_its_rate():
-    """A cap lowered live under answers in flight: their records land beyond it. The row counted
-    none of their tokens and yet its rate counted them all (`tokens 0`, `tok/s 285`)."""
+def test_a_record_beyond_the_cap_is_out_of_the_rows_tokens_and_in_its_speed():
+    """A cap lowered live under answers in flight: their records land beyond it, out of the row's
+    tokens and done. Their time was spent making them, so the rate (the dataset's speed) counts
+    their tokens too: it counted their time and not their tokens, and a complete dataset's rate
+    sank while they ended (B1 3.3k*, then 413*, with nothing of its own target made)."""
     import time
 
     from remote.job.observe.status_builder import _row
@@ -76,12 +78,40 @@ def test_a_record_beyond_the_cap_moves_neither_the_rows_tokens_nor_its_rate():
     started = time.time()
     for i in (1, 2, 3):
         run.ledger.send(run.prompts[i].id)
+        run.active.sent(started)
     run.set_target(1, None)
     for i in (1, 2, 3):
         w.write_record(run, run.prompts[i], completion(95))
-    row, _, _ = _row(run, time.time(), started, [])
-    assert (row.completion_tokens, row.tokens_per_s, row.records) == (0, 0, 3)
-    assert row.mean_tokens_per_s is None and w.active.tokens == 0
+        run.active.ended(started + 2.0)
+    row, _, _ = _row(run, started + 2.0, started, [])
+    assert (row.completion_tokens, row.done, row.records) == (0, 0, 3)
+    assert row.mean_tokens_per_s == round(3 * 95 / 2.0, 1) and w.active.tokens == 3 * 95
     answer(w, run, 0, tokens=95)  # the one in the target: counted in both
     row, _, _ = _row(run, time.time(), started, [])
-    assert row.completion_tokens == 95 and row.tokens_per_s > 0 and w.active.tokens == 95
+    assert row.completion_tokens == 95 and w.active.tokens == 4 * 95
+
+
+def test_disk_hours_left_are_the_jobs_mean_in_bytes_not_the_last_minutes_bursts(
+    tmp_path, monkeypatch
+):
+    """Answers end in bursts: the hours of output the disk holds, read from the last minute's
+    bytes, jumped from one look to the next (`~3 h`, then `~9 h`) with the job's speed unchanged.
+    They are the bytes a token takes at the job's mean speed."""
+    import time
+
+    from remote.job.store import writer as writer_mod
+    from remote.job.store.rates import ActiveTime
+
+    disk = {"free_bytes": 50 * 2**30, "total_bytes": 100 * 2**30}
+    monkeypatch.setattr(writer_mod, "disk_usage", lambda where: disk)
+    w, _, _ = writer()
+    run = dataset("B1", 8)
+    w.active = ActiveTime(seconds=100.0, tokens=10_000)  # 100 tok/s over the job's life
+    for i in range(4):
+        answer(w, run, i, tokens=50)  # a burst: 4 records now
+    size, tokens = w.written
+    assert tokens == 200 and size > 0
+    now = time.time()
+    looks = [w.disk(tmp_path, t, now - 3600) for t in (now, now + 30, now + 59)]
+    expected = round(50 * 2**30 / (size / tokens * w.active.per_s(now)) / 3600, 1)
+    assert [d.hours_left for d in looks] == [expected] * 3
