@@ -59,21 +59,21 @@ def _task(**kwargs):
 
 
 @_task()
-def hosts(c, host=""):
+def hosts(c, host=None):
     """List the configured hosts and check each one is reachable."""
-    return commands.hosts(host or None)
+    return commands.hosts(host)
 
 
 @_task(help={"dry_run": "show what would change, change nothing"})
-def deploy(c, host="", dry_run=False):
+def deploy(c, host=None, dry_run=False):
     """Sync remote/ and the job spec to the host as a new release; switch `current` atomically."""
-    return commands.deploy(host or None, dry_run=dry_run)
+    return commands.deploy(host, dry_run=dry_run)
 
 
 @_task(help={"to": "release id (default: the previous one)"})
-def rollback(c, host="", to=""):
+def rollback(c, host=None, to=""):
     """Point `current` back to the previous release."""
-    return commands.rollback(host or None, to=to or None)
+    return commands.rollback(host, to=to or None)
 
 
 RUN_FLAGS = (
@@ -94,7 +94,7 @@ RUN_HELP = helps(CtlRestart, *RUN_FLAGS, "hard", "drain", "dry_run")
 )
 def restart(
     c,
-    host="",
+    host=None,
     max_samples=None,  # None, not "": a value typed empty (`--datasets ""`) is bad input
     cap=None,
     max_tokens=None,
@@ -116,7 +116,7 @@ def restart(
     The job keeps its caps on the host: a flag changes only what it names, and a restart without
     cap flags runs the caps the job had (`all`/`none` clear one, --reset-caps every one)."""
     return commands.restart(
-        host or None,
+        host,
         hard=hard,
         drain=drain,
         dry_run=dry_run,
@@ -136,15 +136,15 @@ def restart(
 
 
 @_task(help=helps(CtlStop, "grace", "drain"))
-def stop(c, host="", grace=GRACE_S, drain=False):
+def stop(c, host=None, grace=GRACE_S, drain=False):
     """Stop the job: SIGTERM, grace period, SIGKILL of the whole process tree."""
-    return commands.stop(host or None, grace=grace, drain=drain)
+    return commands.stop(host, grace=grace, drain=drain)
 
 
 @_task(help={"json": "print the raw status as JSON"})
-def status(c, host="", json=False):
+def status(c, host=None, json=False):
     """One screen: job state, per-dataset done/target, tokens, rate, ETA, errors."""
-    return commands.status(host or None, as_json=json)
+    return commands.status(host, as_json=json)
 
 
 @_task(
@@ -153,9 +153,9 @@ def status(c, host="", json=False):
         "log": "logs/runner.log instead of the progress view: its last 20 lines, then each new one",
     }
 )
-def tail(c, host="", once=False, log=False):
+def tail(c, host=None, once=False, log=False):
     """Live per-dataset progress until the run ends; Ctrl-C detaches and never stops the job."""
-    return commands.tail(host or None, once=once, log=log)
+    return commands.tail(host, once=once, log=log)
 
 
 @_task(
@@ -166,7 +166,7 @@ def tail(c, host="", once=False, log=False):
         "stay)",
     }
 )
-def plan(c, tokens_per_dataset="", host="", tokens_per_s="", apply=False):
+def plan(c, tokens_per_dataset="", host=None, tokens_per_s="", apply=False):
     """Per-dataset caps and ETA from measured (else estimated) mean response length."""
     if not tokens_per_dataset:  # a flag like every other task's: `plan --help` is help
         raise Exit(
@@ -175,7 +175,7 @@ def plan(c, tokens_per_dataset="", host="", tokens_per_s="", apply=False):
             2,
         )
     return commands.plan(
-        host or None,
+        host,
         tokens_per_dataset=tokens_per_dataset,
         tokens_per_s=tokens_per_s or None,
         apply=apply,
@@ -191,9 +191,9 @@ def plan(c, tokens_per_dataset="", host="", tokens_per_s="", apply=False):
         "host's sha256 (the rows stay counted there)",
     }
 )
-def pull(c, host="", to=None, refetch=False, hidden_states=False, free=False):
+def pull(c, host=None, to=None, refetch=False, hidden_states=False, free=False):
     """Copy data/outputs/ back, only what is new."""
-    return commands.pull(host or None, to=to, refetch=refetch, hidden=hidden_states, free=free)
+    return commands.pull(host, to=to, refetch=refetch, hidden=hidden_states, free=free)
 
 
 @_task(
@@ -218,7 +218,7 @@ def pull(c, host="", to=None, refetch=False, hidden_states=False, free=False):
 )
 def export(
     c,
-    host="",
+    host=None,
     format="specforge",
     out=None,  # None, not "": a value typed empty is refused, never read as not given
     drop="",
@@ -232,7 +232,7 @@ def export(
 ):
     """Pull the new records, then write one training file for SpecForge, speculators or ShareGPT."""
     return commands.export(
-        host or None,
+        host,
         fmt=format,
         out=out,
         drop=drop,
@@ -247,27 +247,27 @@ def export(
 
 
 @_task(help={"out": "the HTML file to write (default: report-<host>.html beside hosts.yaml)"})
-def report(c, host="", out=None):
+def report(c, host=None, out=None):
     """One self-contained HTML page: tokens/s over time, response lengths, finish reasons, errors, caps."""
-    return commands.report(host or None, out=out)
+    return commands.report(host, out=out)
 
 
 @_task(name="start")
-def server_start(c, host=""):
+def server_start(c, host=None):
     """Start the vLLM server from hosts.yaml `server:`, wait until it answers, smoke-test it."""
-    return commands.server_start(host or None)
+    return commands.server_start(host)
 
 
 @_task(name="stop", help={"grace": f"seconds before SIGKILL (default {GRACE_S:g})"})
-def server_stop(c, host="", grace=GRACE_S):
+def server_stop(c, host=None, grace=GRACE_S):
     """Stop the vLLM server and every worker it left; wait for its GPU memory to be free."""
-    return commands.server_stop(host or None, grace=grace)
+    return commands.server_stop(host, grace=grace)
 
 
 @_task(name="status")
-def server_status(c, host=""):
+def server_status(c, host=None):
     """Server up/down, model, uptime, and running/waiting requests, KV cache, tokens/s from /metrics."""
-    return commands.server_status(host or None)
+    return commands.server_status(host)
 
 
 ns = Collection(

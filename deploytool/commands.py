@@ -107,7 +107,7 @@ def hosts(host_spec: str | None) -> int:
 
     config = _config()
     # without --host: every configured host (a newcomer's second host must show up here)
-    selected = config.select_hosts(host_spec or ",".join(config.hosts))
+    selected = config.select_hosts(",".join(config.hosts) if host_spec is None else host_spec)
     look = lambda conn: probe(conn, config.job_for(conn.name).engine)  # noqa: E731
     try:
         results, failures = on_hosts(config, selected, look, render.trusted_key), {}

@@ -79,7 +79,9 @@ def test_the_stage_runs_with_the_three_commands_and_is_kept_like_a_cap(tmp_path)
     per_token = sum(x["bytes"] for x in rows(root)) / sum(x["tokens"] for x in rows(root))
     out = ok("invoke plan --tokens-per-dataset 1k", config)
     assert "hidden-states stage at these caps:" in out
-    assert f"× {per_token:.0f} B a token: measured on the rows made); the disk has" in out
+    made = sum(x["tokens"] for x in rows(root))
+    assert f"× {per_token:.0f} B a token: measured on the rows made; {made} of the " in out
+    assert " made already); the disk has" in out
     assert "no measured answer throughput" in out  # the stage's rate is of rows, not answers
     # said stays said: a bare restart runs the stage again, and finds nothing left to do
     ok("invoke restart", config)

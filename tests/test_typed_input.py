@@ -40,7 +40,11 @@ def not_deployed(config: Path, binary: str = "invoke") -> str:
         hint = f"DEPLOYTOOL_CONFIG={shlex.quote(str(config))} invoke deploy"
     else:
         hint = f"deploytool --config {shlex.quote(str(config))} deploy"
-    return f"error: nothing deployed in {config.parent / 'h'}: run `{hint}` first"
+    return (
+        f"error: nothing deployed in {config.parent / 'h'}, no such folder on the host (a typo in "
+        f"hosts.yaml's remote_dir? a job deployed before is in another folder): run `{hint}` "
+        "first to start one there"
+    )
 
 
 def test_invoke_typed_inside_the_package_runs_the_repositorys_tasks(config):
@@ -149,6 +153,25 @@ def test_an_empty_dataset_name_is_bad_input_never_every_dataset(config, value, g
             reply(res, 2)
             == f"error: --datasets: expected dataset names, comma-separated (B2,B3), {got}"
         )
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['invoke stop -H ""', "invoke restart --host= --dry-run", 'invoke status -H " "'],
+)
+def test_an_empty_host_is_bad_input_never_the_default_host(config, line):
+    """`invoke stop -H "$HOSTS"` with HOSTS unset stopped the default host (exit 0)."""
+    said = reply(typed(line, config), 2)
+    assert said.startswith("error: --host: given empty ("), said
+    assert said.endswith("leave it out for the default host (box), or name one (--host box)")
+
+
+@pytest.mark.parametrize("value", ["box,,box", "box,"])
+def test_an_empty_name_among_hosts_is_bad_input(config, value):
+    assert reply(typed(f"invoke status -H {value}", config), 2) == (
+        f"error: --host: an empty name in '{value}': hosts are separated by one comma "
+        "(--host gpu1,gpu2)"
+    )
 
 
 def test_a_dataset_given_twice_is_bad_input_never_the_last_one_silently(config):
@@ -300,6 +323,7 @@ def test_a_hint_about_another_host_names_it_whether_one_host_failed_or_one_of_se
     hosts = {name: {"connect": "local", "remote_dir": str(tmp_path / name)} for name in ("a", "c")}
     config = write_config(tmp_path, hosts, job).path
     hint = f"`DEPLOYTOOL_CONFIG={shlex.quote(str(config))} invoke deploy --host c`"
+    (tmp_path / "c").mkdir()  # the folder is there, with no release in it
     assert reply(typed("invoke status --host c", config), 1) == (
         f"error: nothing deployed in {tmp_path / 'c'}: run {hint} first"
     )

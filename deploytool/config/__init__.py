@@ -193,12 +193,21 @@ class Config:
         return self.hosts[name]
 
     def select_hosts(self, spec: str | None) -> list[HostConfig]:
+        if spec is None:  # --host left out
+            spec = self.default_host
+        elif not spec.strip():  # typed empty (`-H "$HOSTS"` unset): never the default host
+            raise ConfigError(
+                f"--host: given empty ({spec!r}); leave it out for the default host "
+                f"({self.default_host}), or name one (--host {next(iter(self.hosts))})"
+            )
+        names = [n.strip() for n in spec.split(",")]
+        if not all(names):
+            raise ConfigError(
+                f"--host: an empty name in {spec!r}: hosts are separated by one comma "
+                "(--host gpu1,gpu2)"
+            )
         # a host named twice is one host: a command runs on it once
-        names = list(dict.fromkeys(n.strip() for n in (spec or self.default_host).split(",")))
-        names = [n for n in names if n]
-        if not names:
-            raise ConfigError("--host: no host named")
-        return [self.host(n) for n in names]
+        return [self.host(n) for n in dict.fromkeys(names)]
 
     @property
     def base_dir(self) -> Path:

@@ -57,10 +57,10 @@ def parse_run_flags(config: Config, **raw) -> RunArgs:
 
 def _argv(conn: Connector) -> list[str]:
     """`python -m remote --request`, run from the host's current release."""
-    # nothing deployed (no remote_dir, or no release in it) is an exit code of its own, never a
+    # nothing deployed (no remote_dir, or no release in it) is an exit code of each, never a
     # shell's words read back from stderr
-    gone = f"exit {ExitCode.NOT_DEPLOYED:d}"
-    script = f"cd {quote_path(conn.remote_dir)} 2>/dev/null || {gone}; [ -d current ] || {gone}; "
+    none, gone = f"exit {ExitCode.NO_REMOTE_DIR:d}", f"exit {ExitCode.NOT_DEPLOYED:d}"
+    script = f"cd {quote_path(conn.remote_dir)} 2>/dev/null || {none}; [ -d current ] || {gone}; "
     script += 'cd current && exec "$@"'
     return ["sh", "-c", script, "sh", *conn.python("-S", "-m", "remote", REQUEST_FLAG)]
 
@@ -130,6 +130,12 @@ def _answer(conn: Connector, request: Request, res: Result):
     """The typed answer on the last line of `res`, or a RemoteError that says why there is none."""
     if res.exit_code == ExitCode.NOT_DEPLOYED:
         raise RemoteError(f"nothing deployed in {conn.remote_dir}: run `invoke deploy` first")
+    if res.exit_code == ExitCode.NO_REMOTE_DIR:  # a typo there would start a job from nothing
+        raise RemoteError(
+            f"nothing deployed in {conn.remote_dir}, no such folder on the host (a typo in "
+            "hosts.yaml's remote_dir? a job deployed before is in another folder): run "
+            "`invoke deploy` first to start one there"
+        )
     what = " ".join(request.command)
     try:
         answer = read_envelope(res.answer(), type(request).answer_type())

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from remote.common.codec import atomic_file, write_json
+from remote.common.codec import atomic_file, sweep_temps, write_json
 from remote.common.protocol import CtlFiles
 from remote.common.records import prefix_hash
 
@@ -113,6 +113,7 @@ def _append_new(conn: Connector, remote: str, local: Path, start: int, end: int)
 
 def pull_host(conn: Connector, dest: Path, *, refetch: bool = False) -> PullResult:
     local_dir = Path(dest) / conn.name
+    sweep_temps(local_dir)  # an earlier pull's, cut off by a Ctrl-C or a kill
     have = {}
     for p in local_dir.iterdir() if local_dir.is_dir() else ():
         if p.is_file() and not p.name.startswith("."):

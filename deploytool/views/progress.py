@@ -313,12 +313,19 @@ def extra_lines(st: JobView, now: float) -> list[tuple[str, str]]:
     if st.strays:  # `ctl status` looks for them at every look: every view says it
         strays = f"runner processes without a pid file: {st.strays}"
         out.append((f"{strays} (restart or stop takes care of them)", "red"))
+    # a restart the host carries out starts a runner after this stop: said, not "it stops"
+    then = ", then a restart on the host starts the new runner" if st.restarting else ""
     if st.stopping is not None and not st.terminal:
-        cut = f"the {st.in_flight} in flight get {st.stopping:g}s to finish, then are cut off"
-        out.append((f"stopping: no new requests; {cut} (the next start asks them again)", "yellow"))
+        # from when the stop began, which status.json does not keep: no time left to count down
+        grace = f"{st.stopping:g}s from the stop's start"
+        cut = f"the {st.in_flight} in flight get {grace} to finish, then are cut off"
+        out.append(
+            (f"stopping: no new requests; {cut} (the next start asks them again){then}", "yellow")
+        )
     elif st.draining and not st.terminal:
         flight = f"the {st.in_flight} in flight"
-        out.append((f"draining: no new requests; {flight} finish, then it stops", "yellow"))
+        end = then or ", then it stops"
+        out.append((f"draining: no new requests; {flight} finish{end}", "yellow"))
     return out + switch_lines(st, now) + recovery_lines(st)
 
 
@@ -599,7 +606,7 @@ def plain_line(host: str, st: JobView | None, now: float, note: str | None = Non
     if st is None:
         return f"{stamp} {host}: no status yet" + (f" ({note})" if note else "")
     ds = " ".join(
-        f"{n} {d.done}/{d.target}{beyond_text(d.beyond)}"
+        f"{n} {done_text(st, n)}{beyond_text(d.beyond)}"
         + (f" {draft_text(st, d)}" if st.stage_spec.measures else "")
         + (
             f" ({state})"

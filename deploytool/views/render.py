@@ -444,12 +444,14 @@ def stage_bytes_line(s: StageBytes) -> str:
         )
     if s.made >= s.tokens:
         return f"{head} every row is made ({_tok(s.made)} tokens)"
-    rows = f"{_tok(s.tokens - s.made)} tokens of rows"
+    # what is left, never the whole: the rows made already are said beside it
+    rows = f"{_tok(s.tokens - s.made)} tokens of rows left"
+    made = f"; {_tok(s.made)} of the {_tok(s.tokens)} made already" if s.made else ""
     if s.left is None:
-        return f"{head} {rows} to make; the bytes a token takes are {s.basis}"
+        return f"{head} {rows} to make{made}; the bytes a token takes are {s.basis}"
     line = (
         f"{head} {fmt_bytes(s.left)} to write ({rows} × {fmt_bytes(s.bytes_per_token)} a token: "
-        f"{s.basis})"
+        f"{s.basis}{made})"
     )
     if s.free is None:
         return line
@@ -473,7 +475,9 @@ def pull_result(r, out: Console = console) -> None:
         return
     out.print(f"[bold]{r.host}[/]: pulled into {r.dest}: {fmt_bytes(r.bytes)} received")
     for name, f in r.files.items():
-        if f.action != "unchanged":
+        if f.action.startswith("refused"):  # nothing received: no size to say
+            out.print(f"  {f.action} {name}")
+        elif f.action != "unchanged":
             out.print(f"  {f.action:10} {name} ({fmt_bytes(f.bytes)})")
     h = r.hidden
     if h is None:

@@ -144,8 +144,8 @@ def held_back(r: RestartAnswer, out: Console = console) -> None:
         return
     fix = say(
         "the running runner goes on with the settings they were made with; deploy those again "
-        "(`invoke status` names a release on the host made with them, for `invoke rollback "
-        "--to`), or `invoke restart --force` to start the deployed release and mix them",
+        "(`invoke status` names a release on the host made with them: `invoke rollback --to ID`), "
+        "or `invoke restart --force` to start the deployed release and mix them",
         r.host,
     )
     out.print(f"  [yellow]{escape(r.held_back)}[/]: {escape(fix)}")
@@ -298,9 +298,9 @@ def beyond_lowered_caps(caps: dict[str, CapRow], out: Console = console) -> None
             f"; {d.beyond:,} record{'s' if d.beyond != 1 else ''} there already" if d.beyond else ""
         )
         out.print(
-            f"  {name}: {n:,} answer{'s' if n != 1 else ''} in flight beyond the new cap finish "
-            f"and {'are' if n != 1 else 'is'} kept beyond it (nothing new is sent past it{there}; "
-            "export leaves them out: --keep beyond_cap)",
+            f"  {name}: {n:,} answer{'s' if n != 1 else ''} in flight beyond the new cap "
+            f"{'finish and are' if n != 1 else 'finishes and is'} kept beyond it (nothing new is "
+            f"sent past it{there}; export leaves them out: --keep beyond_cap)",
             markup=False,
         )
 
@@ -439,8 +439,10 @@ class Restarting(Stopping):
 
 
 def detached(hosts: str, doing: str, out: Console = console) -> None:
-    """After a Ctrl-C: what the hosts go on doing without us."""
-    out.print(say(f"detached: the host goes on {doing}", hosts), markup=False)
+    """After a Ctrl-C: what the hosts go on doing without us (each was asked at once)."""
+    names = [h.strip() for h in hosts.split(",") if h.strip()]
+    who = "the host" if len(names) < 2 else f"each host ({', '.join(names)})"
+    out.print(say(f"detached: {who} goes on {doing}", hosts), markup=False)
 
 
 def stop_result(r: StopAnswer, out: Console = console) -> None:

@@ -433,7 +433,7 @@ class RecoverEvent:
     """One line of run/recover.jsonl: a death the watcher saw, a restart, a give-up."""
 
     at: float = 0.0
-    what: str = "?"  # server | runner
+    what: str = "?"  # server | runner | watcher (the runner starts a watcher gone again)
     event: str = "?"  # died | restarted | gave_up ...
     why: str | None = None
     log: list[str] | None = None  # a give-up: the lines of the log that say why

@@ -46,6 +46,28 @@ def atomic_file(path, mode: int = 0o644, sync: bool = True, text: bool = False):
         raise
 
 
+def sweep_temps(folder) -> int:
+    """Remove the temp files `atomic_file` left in `folder` where its process died before it could
+    (kill -9, or a thread cut off as its program exited on a Ctrl-C): those of a pid that no longer
+    runs. How many went."""
+    gone = 0
+    for p in Path(folder).glob(".*.tmp") if Path(folder).is_dir() else ():
+        pid = p.name[: -len(".tmp")].rsplit(".", 1)[-1]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or another's, reused): its file is no business of ours
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        with contextlib.suppress(OSError):
+            p.unlink()
+            gone += 1
+    return gone
+
+
 @contextlib.contextmanager
 def flocked(path, mode: int = 0o644):
     """An exclusive lock on `path` (made if missing) while the block runs; the kernel releases it

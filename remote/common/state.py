@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import procinfo
+from .answers import RecoverEvent
 from .caps import Caps
 from .codec import Codec, Record, note_line, typed_lines
 from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, ServerSpec
@@ -422,3 +423,11 @@ class Supervise(Record):
     def watched(self, what: str) -> bool:
         """Wanted, and the watcher is to keep it."""
         return self.part(what).wanted and self.recover_spec.watches(what)
+
+
+def record_event(
+    paths: Paths, what: str, event: str, why: str | None, log: list[str] | None = None
+) -> None:
+    """A line of run/recover.jsonl: a death seen, a restart, a give-up (the watcher's of the server
+    and the runner, the runner's of the watcher), what `report` lists."""
+    note_line(paths.recover_log, RecoverEvent(time.time(), what, event, why, log))

@@ -24,6 +24,7 @@ class ExitCode(enum.IntEnum):
     FAILED = 1  # the operation failed (on the host, or the connection to it); a job that failed
     BAD_INPUT = 2  # config, flags, a dataset the job lacks: nothing was done
     NOT_DEPLOYED = 97  # the host has no current release (the shell line before `python -m remote`)
+    NO_REMOTE_DIR = 96  # the host has no remote_dir at all (that shell line too)
 
 
 # each fault's code, and the exit status the host gives it

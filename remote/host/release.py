@@ -427,16 +427,28 @@ def _ran(root):
     return ran
 
 
+def _left(hist):
+    """The releases the rollbacks at the end of the history left, one after another: a rollback
+    never goes back to one of them (ids recur: a deploy of settings restored is a release that ran
+    before, and a second rollback went back to the one the first had just left)."""
+    left, j = set(), len(hist) - 1
+    while j > 0 and "at" in hist[j]:  # a rollback's entry (a deploy's has no `at`)
+        left.add(hist[j - 1].get("id"))
+        j -= 1
+    return left
+
+
 def _last_ran(rel_dir, cur, hist, ran):
-    """The last release a runner ran from, other than `cur` and still on the host, and where it
-    stands in `ran`. After a rollback along `ran` (no runner since), from where that one stopped, so
-    a second rollback goes further back."""
+    """The last release a runner ran from, other than `cur` and those the rollbacks before left,
+    still on the host, and where it stands in `ran`. After a rollback along `ran` (no runner
+    since), from where that one stopped, so a second rollback goes further back."""
     last = hist[-1] if hist else {}
     end = len(ran)
     if last.get("id") == cur and last.get("ran_len") == len(ran):
         end = last.get("ran_at", end)
+    passed = {cur, *_left(hist)}
     for i in range(end - 1, -1, -1):
-        if ran[i] != cur and os.path.isdir(os.path.join(rel_dir, ran[i])):
+        if ran[i] not in passed and os.path.isdir(os.path.join(rel_dir, ran[i])):
             return ran[i], i
     return None, None
 
@@ -466,7 +478,7 @@ def rollback(root, args):
             # never forth to a release a runner ran from after this one (ids recur: a release
             # deployed again is the same one, its history entry newer than the one it replaced)
             after = max((i for i, r in enumerate(ran) if r == cur), default=len(ran))
-            h = _back_from(hist, rel_dir, cur, newer=set(ran[after + 1 :]))
+            h = _back_from(hist, rel_dir, cur, newer=set(ran[after + 1 :]) | _left(hist))
             if h is None:
                 raise ValueError(
                     "no earlier release on the host to roll back to from this one (the first "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ..common.answers import HostPlan, PlanRow, plan_etas
-from ..common.caps import Target
+from ..common.caps import Caps, Target
 from ..common.jobspec import JOB_FILE, MIN_MEASURED, JobSpec, Paths, release_dir
 from ..common.protocol import CtlPlan
 from ..common.speed import MEAN_TEXT, eta_pace, job_rate
@@ -28,13 +28,14 @@ def plan(
     tokens_per_dataset: int,
     datasets: list[str] | None = None,
     now: JobStatus | None = None,
+    kept: Caps | None = None,
 ) -> tuple[dict, dict[str, Target]]:
     """Each dataset's row, and the records its planned cap makes the job's (one read of its
     prompt file for both). `now`: the job's status while a runner makes answers: a dataset whose
     planned target is the one it runs to has left what status says is left (what its answers in
     flight have made taken off, its token budget kept), so plan and status give one figure."""
     rows, targets = {}, {}
-    kept = kept_caps(paths)
+    kept = kept_caps(paths) if kept is None else kept
     for ds in job.datasets:
         if datasets and ds.name not in datasets:
             continue
@@ -111,9 +112,9 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
     job = JobSpec.load(release_dir() / JOB_FILE)
     st = job_now(paths)
     making = st if _making(st) and st.stage_spec.makes_answers else None
-    rows, targets = plan(
-        paths, job, req.tokens_per_dataset, list(req.datasets) if req.datasets else None, making
-    )
+    kept = kept_caps(paths)
+    chosen = list(req.datasets) if req.datasets else None
+    rows, targets = plan(paths, job, req.tokens_per_dataset, chosen, making, kept)
     rate, basis = answer_rate(st)
     planned = {name: PlanRow(**row) for name, row in rows.items()}
     plan_etas(planned, rate, making)
@@ -122,6 +123,6 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
         tokens_per_s=rate,
         rate_basis=basis,
         state=st.state,
-        max_tokens=kept_caps(paths).max_tokens,
+        max_tokens=kept.max_tokens,
         stage=stage_bytes(paths, req.spec, targets, simulated=job.engine.kind == "simulate"),
     )

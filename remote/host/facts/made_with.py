@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...common.caps import Caps
-from ...common.codec import read_json
+from ...common.codec import read_json, typed_lines
 from ...common.jobspec import JOB_FILE, Paths, deployed_spec, settings_changed
 from ...common.stages import stage_of
+from ...common.state import RanFrom
 
 
 def mixed_settings(
@@ -35,12 +36,15 @@ def mixed_settings(
 def release_made_with(paths: Paths, caps: Caps, names: list[str]) -> str | None:
     """The newest release on the host whose job has the settings the records of every one of
     `names` were made with: the one `invoke rollback --to` takes for a restart that is refused
-    (a plain rollback goes to the last release that ran, which may not have them)."""
+    (a plain rollback goes to the last release that ran, which may not have them). One a runner
+    ran from first: a release deployed and never run (a deploy cut short, an edit refused) may
+    differ in more than the settings."""
     try:
         rels = [d for d in (paths.root / "releases").iterdir() if (d / JOB_FILE).is_file()]
     except OSError:
         return None
-    for rel in sorted(rels, key=lambda d: d.stat().st_mtime, reverse=True):
+    ran = {r.release for r in typed_lines(paths.ran, RanFrom)}
+    for rel in sorted(rels, key=lambda d: (d.name in ran, d.stat().st_mtime), reverse=True):
         spec = deployed_spec(rel / JOB_FILE)
         if spec is None or not set(names) <= set(spec.dataset_names()):
             continue

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ...common import machine, metrics, procinfo
 from ...common.answers import RecoverEvent
-from ...common.codec import append_line, note_line, typed_lines
+from ...common.codec import append_line, typed_lines
 from ...common.jobspec import JOB_FILE, WATCHER_MARK, Paths
 from ...common.protocol import GPU_WAIT_S, CtlStart, CtlStop
 from ...common.recover import Budget, Observation, RecoverSpec, WedgeClock
@@ -28,6 +28,7 @@ from ...common.state import (
     ServerWanted,
     Wanted,
     kept_caps,
+    record_event,
     settle,
 )
 from ...common.status import JobState, JobStatus, ProcessState, ProcessWatch
@@ -50,12 +51,6 @@ def reason_lines(path, n: int = 8) -> list[str]:
 def _shape(cause: str, lines: list[str]) -> str:
     """A failure with its numbers (pids, times, ports) left out: two of the same read the same."""
     return re.sub(r"\d+", "#", " | ".join([cause, *lines[-2:]]))
-
-
-def record_event(
-    paths: Paths, what: str, event: str, why: str | None, log: list[str] | None = None
-):
-    note_line(paths.recover_log, RecoverEvent(time.time(), what, event, why, log))
 
 
 class Keeper:

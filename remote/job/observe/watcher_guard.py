@@ -9,7 +9,7 @@ import sys
 from typing import Callable
 
 from ...common.jobspec import Paths, release_dir
-from ...common.state import Supervise, WatcherRecord, start_watcher
+from ...common.state import Supervise, WatcherRecord, record_event, start_watcher
 
 CHECK_EVERY_S = 2.0
 
@@ -46,4 +46,6 @@ class WatcherGuard:
         what = f"the watcher was gone (killed?): started it again (pid {proc.pid})"
         self.log(what)
         self.tell("watcher_restarted", what)
+        # in the record of deaths and restarts `report` lists, as the watcher's own of the others
+        record_event(self.paths, "watcher", "restarted", "gone (killed?); the runner started it")
         return True

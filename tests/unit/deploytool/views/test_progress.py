@@ -153,6 +153,18 @@ def test_every_view_says_a_job_is_draining_until_it_stops():
     assert "draining" not in progress.plain_line("gpu1", st, 0)
 
 
+def test_a_drain_a_restart_on_the_host_makes_says_a_runner_starts_after_it():
+    """`invoke restart --drain`, detached by a Ctrl-C: status said `… finish, then it stops`."""
+    from deploytool.views import progress
+    from remote.common.status import JobView, Supervision
+
+    st = JobView(state="running", host="gpu1", in_flight=16, draining=True)
+    st.supervision = Supervision(restarting=True)
+    line = progress.plain_line("gpu1", st, 0)
+    assert "the 16 in flight finish, then a restart on the host starts the new runner" in line
+    assert "then it stops" not in line
+
+
 def test_every_view_says_a_job_is_stopping_in_its_grace_period():
     """A SIGTERM (a stop, or someone's kill): no new requests, and the grace those in flight get;
     it read `running` with nothing said until it stopped."""
@@ -165,8 +177,8 @@ def test_every_view_says_a_job_is_stopping_in_its_grace_period():
 
     st = JobView(state="running", host="gpu1", in_flight=16, stopping=30.0, draining=True)
     text = (
-        "stopping: no new requests; the 16 in flight get 30s to finish, then are cut off (the "
-        "next start asks them again)"
+        "stopping: no new requests; the 16 in flight get 30s from the stop's start to finish, "
+        "then are cut off (the next start asks them again)"
     )
     buf = io.StringIO()
     render.status_screen(st, Console(file=buf, width=200, highlight=False), now=0)
@@ -285,7 +297,9 @@ def test_a_dataset_left_out_by_datasets_is_said_not_run_in_every_view():
 
     st = JobView(state="running", host="gpu1", caps=Caps(datasets=["B2"]).to_dict())
     st.datasets = {  # B1: no target now; its rate is the mean of the runs that made it
-        "B1": DatasetStatus(state="complete", done=0, target=0, mean_tokens_per_s=734.0),
+        "B1": DatasetStatus(
+            state="complete", done=0, target=0, records=30, mean_tokens_per_s=734.0
+        ),
         "B2": DatasetStatus(state="running", done=3, target=9, tokens_per_s=120.0),
     }
     buf = io.StringIO()
@@ -293,7 +307,8 @@ def test_a_dataset_left_out_by_datasets_is_said_not_run_in_every_view():
     b1 = next(line for line in buf.getvalue().splitlines() if line.strip().startswith("B1"))
     assert "not run" in b1 and "complete" not in b1 and "734" not in b1, b1
     assert progress.mean_note() not in buf.getvalue()  # no starred mean is shown
-    assert "B1 0/0 (not run)" in progress.plain_line("gpu1", st, 0)
+    # its records stay, as status says them (tail said `B1 0/0`, as if they were gone)
+    assert "B1 30 made (not run)" in progress.plain_line("gpu1", st, 0)
     assert "B2 3/9 |" in progress.plain_line("gpu1", st, 0)
 
 

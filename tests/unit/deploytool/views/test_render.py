@@ -60,13 +60,16 @@ def test_plans_disk_line_says_what_the_stage_writes_beside_the_free_space():
     fits = StageBytes(
         tokens=80_000_000, bytes_per_token=57344.0, basis="b", free=9 * 10**12, sampled=9
     )
-    assert "4.2 TiB to write (80.0M tokens of rows × 56.0 KiB a token: b)" in line(fits)
+    assert "4.2 TiB to write (80.0M tokens of rows left × 56.0 KiB a token: b)" in line(fits)
     assert line(fits).endswith("the disk has 8.2 TiB free")
     short = StageBytes(
         tokens=80_000_000, made=60_000_000, bytes_per_token=57344.0, free=10**12, sampled=9
     )
     out = line(short)  # 1.15 TB (1.0 TiB) left for 1 TB (931.3 GiB) free
-    assert "1.0 TiB to write (20.0M tokens" in out and "it does not fit" in out
+    # what is left, said as left: a user took it for the whole stage at these caps
+    assert "1.0 TiB to write (20.0M tokens of rows left × 56.0 KiB a token: " in out
+    assert "; 60.0M of the 80.0M made already)" in out
+    assert "it does not fit" in out
     assert "lower the caps" in out
     assert "every row is made" in line(StageBytes(tokens=5, made=5, sampled=1))
     assert "the bytes a token takes are not known" in line(
@@ -135,3 +138,15 @@ def test_a_rollback_from_a_release_that_ran_says_it_went_to_the_one_that_ran_bef
         "box: current -> aaa (was bbb, from which no runner ran): the last release a runner ran "
         "from"
     ]
+
+
+def test_a_refused_file_of_a_pull_is_said_without_a_size_it_never_had():
+    """`refused: local copy is not a prefix of the host's file B1.jsonl (0 B)`: 0 B of what?"""
+    from deploytool.ops.pull import Pulled, PullResult
+
+    r = PullResult("gpu1", "pulled/gpu1")
+    r.files = {"B1.jsonl": Pulled("refused: local copy is not a prefix of the host's file")}
+    r.files["B2.jsonl"] = Pulled("appended", 2048)
+    text = printed(render.pull_result, r)
+    assert "refused: local copy is not a prefix of the host's file B1.jsonl\n" in text
+    assert "appended   B2.jsonl (2.0 KiB)" in text and "0 B" not in text

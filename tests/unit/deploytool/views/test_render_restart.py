@@ -284,6 +284,9 @@ def test_answers_in_flight_past_a_cap_are_said_for_the_caps_this_restart_lowered
     text = " ".join(printed(render_restart.beyond_lowered_caps, rows).split())
     assert "B1: 4 answers in flight beyond the new cap finish and are kept beyond it" in text
     assert "3 records there already" in text and "B2" not in text
+    rows["B1"].in_flight_beyond = 1
+    text = " ".join(printed(render_restart.beyond_lowered_caps, rows).split())
+    assert "B1: 1 answer in flight beyond the new cap finishes and is kept beyond it" in text
 
 
 def test_a_forced_restart_says_on_the_hosts_line_which_datasets_it_mixes_and_how():
@@ -364,3 +367,20 @@ def test_a_drain_typed_with_a_change_of_caps_alone_says_nothing_was_drained():
     ), out
     assert "--drain" in said(RestartAnswer(host="gpu1", mode="unchanged", pid=9))
     assert "nothing to drain" not in said(RestartAnswer(host="gpu1", mode="restart", pid=9))
+
+
+def test_a_ctrl_c_over_several_hosts_says_each_goes_on():
+    """`invoke stop --host a,b` and Ctrl-C: `detached: the host goes on …` named one host."""
+    one = printed(render_restart.detached, "gpu1", "stopping the job")
+    assert one.strip() == "detached: the host goes on stopping the job"
+    both = printed(render_restart.detached, "gpu1,gpu2", "stopping the job")
+    assert both.strip() == "detached: each host (gpu1, gpu2) goes on stopping the job"
+
+
+def test_a_recap_held_back_names_the_rollback_with_its_id_before_the_host():
+    """`invoke rollback --to --host slow` was the way it named: typed, `--to` took no value."""
+    from remote.common.answers import RestartAnswer
+
+    r = RestartAnswer(host="slow", held_back="caps given to the running runner")
+    text = " ".join(printed(render_restart.held_back, r).split())
+    assert "`invoke rollback --to ID --host slow`" in text and "--to --host" not in text

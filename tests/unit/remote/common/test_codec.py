@@ -68,3 +68,24 @@ def test_nested_records_come_back_typed_and_a_null_is_the_default(tmp_path):
     assert read_json(tmp_path / "none.json") is None
     write_json(tmp_path / "list.json", [1])
     assert read_json(tmp_path / "list.json") is None  # not an object
+
+
+def test_temps_of_a_process_gone_are_swept_and_no_other_file(tmp_path):
+    """A Ctrl-C of `invoke pull` cut its thread off mid-write: `..beyond.json.7054.tmp` stayed in
+    the pulled folder for good, pull after pull."""
+    import os
+    import subprocess
+
+    from remote.common.codec import sweep_temps
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    dead = tmp_path / f"..beyond.json.{p.pid}.tmp"
+    ours = tmp_path / f".B1.jsonl.{os.getpid()}.tmp"  # a write under way here
+    alive = tmp_path / ".caps.json.1.tmp"  # pid 1 runs
+    kept = [ours, alive, tmp_path / ".caps.json", tmp_path / "B1.jsonl", tmp_path / ".x.abc.tmp"]
+    for f in (dead, *kept):
+        f.write_text("x")
+    assert sweep_temps(tmp_path) == 1 and not dead.exists()
+    assert all(f.exists() for f in kept)
+    assert sweep_temps(tmp_path / "none") == 0

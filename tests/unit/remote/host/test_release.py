@@ -183,6 +183,21 @@ def test_a_second_rollback_never_goes_forth_to_a_release_that_ran_after(tmp_path
         release.rollback(root, {})
 
 
+def test_a_second_rollback_never_goes_back_to_the_release_the_first_left(tmp_path):
+    """A new user: 4cc ran, 8dd ran, fc0 ran, then 8dd deployed again (its settings restored).
+    rollback went to fc0, and the next rollback back to 8dd (it ran before fc0), the release just
+    left, whose settings the records refused; only a third reached 4cc."""
+    root = str(tmp_path)
+    for rid in ("4cc", "8dd", "fc0"):
+        deployed(root, rid)
+        ran(root, rid)
+    deployed(root, "8dd")
+    assert release.rollback(root, {})["current"] == "fc0"
+    assert release.rollback(root, {})["current"] == "4cc"  # one further back, past 8dd
+    deployed(root, "8dd")  # a deploy ends the chain: the last that ran, as ever
+    assert release.rollback(root, {})["current"] == "fc0"
+
+
 def test_rollback_says_what_the_two_jobs_differ_in_and_knows_a_runner_older_than_its_notes(
     tmp_path,
 ):

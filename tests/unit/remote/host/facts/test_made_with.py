@@ -31,3 +31,32 @@ def test_a_dataset_with_records_of_other_settings_is_named_with_what_changed(tmp
     assert list(mixed_settings(paths, Caps(), job_file, frozenset({"B3"}))) == ["B1", "B3"]
     assert mixed_settings(paths, Caps(datasets=["B2"]), job_file) == {}  # B1 is not run
     assert mixed_settings(paths, Caps(stage="hidden-states"), job_file) == {}
+
+
+def test_the_way_back_is_a_release_that_ran_before_a_newer_one_never_run(tmp_path):
+    """A refused restart named `a58ce0c0e6df` as the way back: the newest release with the records'
+    settings, deployed by a deploy cut short, never run, and with an est_tokens of its own."""
+    import os
+
+    from remote.common.state import note_ran
+    from remote.host.facts.made_with import release_made_with
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    base = {
+        "datasets": {"B1": {"prompts": "data/B1.jsonl"}},
+        "engine": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m1"},
+    }
+    for i, (rid, model) in enumerate((("ran1", "m1"), ("never", "m1"), ("now", "m2"))):
+        rel = tmp_path / "releases" / rid
+        rel.mkdir(parents=True)
+        (rel / "job.json").write_text(
+            json.dumps(dict(base, engine=dict(base["engine"], model=model)))
+        )
+        os.utime(rel, (1000 + i, 1000 + i))  # deployed in this order
+    spec = JobSpec.load(tmp_path / "releases" / "ran1" / "job.json")
+    paths.meta("B1").write_text(json.dumps(spec.settings(spec.datasets[0])))
+    paths.output("B1").write_text('{"id": "x"}\n')
+    assert release_made_with(paths, Caps(), ["B1"]) == "never"  # the newest with them
+    note_ran(paths, tmp_path / "releases" / "ran1")
+    assert release_made_with(paths, Caps(), ["B1"]) == "ran1"  # one that ran comes first

@@ -63,6 +63,11 @@ def test_the_caps_rows_say_each_state_as_status_says_it_a_dry_runs_under_its_cap
     assert {n: r.state for n, r in dry.items()} == states | {"B4": "pending"}
     unbudgeted = caps_summary(st, Caps(max_samples=10), caps, (), {})  # --max-tokens none
     assert unbudgeted["B1"].state == "pending" and unbudgeted["B2"].state == "running"
+    # a job stopped: its datasets at work then say the job's `stopped`; the runner a restart
+    # starts begins them, `pending` (a `--force --dry-run` said `stopped`, the restart `pending`)
+    st.end("stopped", "stopped by deploytool")
+    dry = caps_summary(st, caps, caps, (), {})
+    assert dry["B2"].state == "pending" and dry["B4"].state == "complete"
 
 
 def test_a_raise_over_a_replaced_prompt_file_says_the_new_files_prompts(tmp_path):

@@ -40,6 +40,12 @@ def test_a_dead_watcher_is_started_once_and_told(tmp_path, monkeypatch):
     WatcherRecord(pid=gone, start_time=1.0).write(paths.watcher_pid)  # killed: its record stays
     assert g.check(100.0) and len(started) == 1 and g.restarts == 1
     assert notified == [("watcher_restarted", logged[0])] and "pid 4242" in logged[0]
+    # in run/recover.jsonl, which `report` lists: it said the runner's deaths only
+    from remote.common.answers import RecoverEvent
+    from remote.common.codec import typed_lines
+
+    (event,) = typed_lines(paths.recover_log, RecoverEvent)
+    assert (event.what, event.event) == ("watcher", "restarted")
     assert not g.check(100.5)  # looked at every CHECK_EVERY_S, not every tick
     assert g.check(100.0 + CHECK_EVERY_S) and g.restarts == 2  # still gone: started again
 
