@@ -166,9 +166,9 @@ def tail(c, host=None, once=False, log=False):
         "stay)",
     }
 )
-def plan(c, tokens_per_dataset="", host=None, tokens_per_s="", apply=False):
+def plan(c, tokens_per_dataset=None, host=None, tokens_per_s=None, apply=False):
     """Per-dataset caps and ETA from measured (else estimated) mean response length."""
-    if not tokens_per_dataset:  # a flag like every other task's: `plan --help` is help
+    if tokens_per_dataset is None:  # a flag like every other task's: `plan --help` is help
         raise Exit(
             "error: plan needs a target: `invoke plan --tokens-per-dataset 10M` "
             "(`invoke plan --help` lists its flags)",
@@ -177,7 +177,7 @@ def plan(c, tokens_per_dataset="", host=None, tokens_per_s="", apply=False):
     return commands.plan(
         host,
         tokens_per_dataset=tokens_per_dataset,
-        tokens_per_s=tokens_per_s or None,
+        tokens_per_s=tokens_per_s,
         apply=apply,
     )
 
@@ -221,8 +221,8 @@ def export(
     host=None,
     format="specforge",
     out=None,  # None, not "": a value typed empty is refused, never read as not given
-    drop="",
-    keep="",
+    drop=None,
+    keep=None,
     datasets=None,
     per_turn=False,
     whole=False,

@@ -221,6 +221,43 @@ def test_a_restart_says_the_runner_it_stops_and_ctrl_c_leaves_the_host_restartin
         run_in(proj, "invoke stop --grace 0")
 
 
+def test_a_stop_typed_over_a_drain_stops_at_once_and_the_restart_that_drained_starts_nothing(
+    tmp_path, openai_server
+):
+    """`invoke restart --hard --drain` in one terminal, `invoke stop --grace 2` in another: the
+    host carries out one command at a time, so the stop waited out the whole drain (minutes of
+    answers) while saying `killing it (SIGKILL)`, and the restart then started a new runner the
+    stop had to stop again. A stop cuts a drain short: the runner gets its grace at once, and the
+    restart that drained starts nothing, saying so."""
+    from remote.common import procinfo
+    from tests.conftest import status, wait_for
+
+    srv, proj, root = _held_job(tmp_path, openai_server)  # its answers never come: a drain waits
+    assert run_in(proj, "invoke restart").returncode == 0
+    pid = status(root)["pid"]
+    wait_for(lambda: status(root)["in_flight"], what="requests held by the server")
+    drain = _at_a_terminal(proj, "restart", "--hard", "--drain")
+    try:
+        wait_for(lambda: status(root).get("draining"), what="the restart's drain under way")
+        # a dry run changes nothing and waits for nothing: it held the drain's lock, and the
+        # restart it previews (a raised cap's) said nothing for the drain's length
+        dry = run_in(proj, "invoke restart --cap B1=3 --dry-run")
+        assert dry.returncode == 0 and "B1" in dry.stdout, dry.stdout + dry.stderr
+        res = run_in(proj, "invoke stop --grace 2")  # without the cut: the drain's timeout (1 h)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "the drain under way (another command's) was cut short" in res.stdout, res.stdout
+        out, _ = drain.communicate(timeout=120)
+        assert drain.returncode == 1, out
+        assert "none started: a stop was typed while this restart drained" in out, out
+        assert "Traceback" not in out + res.stderr
+        assert not procinfo.alive(pid) and status(root)["pid"] == pid  # no runner after it
+        assert status(root)["state"] == "stopped"
+    finally:
+        drain.kill()
+        srv.hold_after = None
+        run_in(proj, "invoke stop --grace 0")
+
+
 def test_pull_and_export_with_nothing_deployed_leave_no_empty_folder(tmp_path):
     proj, _ = _project(tmp_path)
     for line in ("invoke pull", "invoke export"):

@@ -117,7 +117,7 @@ def test_pretokenized_rows_are_the_exact_tokens_of_each_reply(tmp_path):
         tmp_path,
         "sp2.jsonl",
         fmt="speculators",
-        drop=effective_drop("speculators", False, "", "empty"),
+        drop=effective_drop("speculators", False, None, "empty"),
     )
     assert len(kept) == len(out) + 1 and res.dropped == 0
 

@@ -166,6 +166,34 @@ def test_an_empty_host_is_bad_input_never_the_default_host(config, line):
     assert said.endswith("leave it out for the default host (box), or name one (--host box)")
 
 
+@pytest.mark.parametrize(
+    "line, said",
+    [
+        (
+            "invoke plan --tokens-per-dataset 10M --tokens-per-s ''",
+            "error: --tokens-per-s: expected a token count like 10M, 500k or 2500000, got ''",
+        ),
+        (
+            "invoke plan --tokens-per-dataset ''",
+            "error: --tokens-per-dataset: expected a token count like 10M, 500k or 2500000, got ''",
+        ),
+        (
+            "invoke export --no-pull --keep ''",
+            "error: --keep: expected reasons, comma-separated (empty, length, original_answers, "
+            "role_order, beyond_cap), got ''",
+        ),
+        (
+            "invoke export --no-pull --drop length,",
+            "error: --drop: expected reasons, comma-separated (empty, length, original_answers, "
+            "role_order, beyond_cap), got 'length,'",
+        ),
+    ],
+)
+def test_a_flag_typed_empty_is_bad_input_never_the_flag_left_out(config, line, said):
+    """`--tokens-per-s ''` planned at the measured speed; `--keep ''` wrote the default export."""
+    assert reply(typed(line, config), 2) == said
+
+
 @pytest.mark.parametrize("value", ["box,,box", "box,"])
 def test_an_empty_name_among_hosts_is_bad_input(config, value):
     assert reply(typed(f"invoke status -H {value}", config), 2) == (

@@ -242,8 +242,17 @@ def default_drop(fmt: str, per_turn: bool) -> set[str]:
     return drop
 
 
-def parse_reasons(flag: str, value: str) -> set[str]:
-    reasons = {r.strip() for r in value.split(",") if r.strip()}
+def parse_reasons(flag: str, value: str | None) -> set[str]:
+    """The reasons a flag names; None: the flag left out. Typed empty, it names none: bad input,
+    never read as left out."""
+    if value is None:
+        return set()
+    parts = [r.strip() for r in value.split(",")]
+    reasons = set(parts)
+    if not all(parts):
+        raise UsageError(
+            f"{flag}: expected reasons, comma-separated ({', '.join(DROP_REASONS)}), got {value!r}"
+        )
     bad = sorted(reasons - set(DROP_REASONS))
     if bad:
         raise UsageError(
@@ -253,7 +262,9 @@ def parse_reasons(flag: str, value: str) -> set[str]:
     return reasons
 
 
-def effective_drop(fmt: str, per_turn: bool, drop: str = "", keep: str = "") -> tuple[str, ...]:
+def effective_drop(
+    fmt: str, per_turn: bool, drop: str | None = None, keep: str | None = None
+) -> tuple[str, ...]:
     """The format's defaults, plus --drop, less --keep (a reason in both is a contradiction)."""
     more, less = parse_reasons("--drop", drop), parse_reasons("--keep", keep)
     both = sorted(more & less)
@@ -293,7 +304,7 @@ def export(
     per_turn: bool | None = None,
     mixed: bool = False,
     advance: Callable[[int], None] = lambda n: None,
-    drop_flags: tuple[str, str] = ("", ""),
+    drop_flags: tuple[str | None, str | None] = (None, None),
 ) -> ExportResult:
     """per_turn None: whole rows where they train only generated replies, else per-turn rows
     (choose_rows); drop None: the format's own reasons for the rows chosen, with --drop and --keep

@@ -22,7 +22,7 @@ def parse_plan_args(tokens_per_dataset: str, tokens_per_s: str | None) -> tuple[
             raise UsageError(f"{flag}: {e}") from None
 
     target = parsed("--tokens-per-dataset", tokens_per_dataset)
-    rate = float(parsed("--tokens-per-s", tokens_per_s)) if tokens_per_s else None
+    rate = float(parsed("--tokens-per-s", tokens_per_s)) if tokens_per_s is not None else None
     if target <= 0:
         raise UsageError(
             f"--tokens-per-dataset: expected a positive token count, got {tokens_per_dataset}: "

@@ -369,7 +369,7 @@ def job_eta(st: JobView) -> str:
     (they are longer than expected: when they end cannot be said)."""
     if st.ending:
         return "-"
-    if st.eta_s == 0 and st.in_flight and st.state == JobState.RUNNING:
+    if _finishing(st, st.eta_s, st.in_flight):
         return FINISHING
     if st.eta_guess is None:  # an older release's: starred wherever its rate is the mean
         _, mean = job_rate(st.state, st.tokens_per_s, st.mean_tokens_per_s)
@@ -385,9 +385,20 @@ def dataset_eta(st: JobView, name: str) -> str:
     d = st.datasets[name]
     if d.is_complete or st.ending:
         return "-"
-    if d.eta_s == 0 and d.in_flight and st.state == JobState.RUNNING:
+    if _finishing(st, d.eta_s, d.in_flight):
         return FINISHING
     return fmt_duration(d.eta_s)
+
+
+def _finishing(st: JobView, eta_s: int | None, in_flight: int) -> bool:
+    """An answers' ETA run out with answers in flight. The hidden-states stage's rows take under a
+    second each: an ETA of 0 there is under a second, never a dataset with no row made `finishing`."""
+    return (
+        eta_s == 0
+        and bool(in_flight)
+        and st.state == JobState.RUNNING
+        and st.stage_spec.makes_answers
+    )
 
 
 def dataset_rate(st: JobView, name: str) -> str:

@@ -51,13 +51,13 @@ def caps_table(
         if d.changed:
             cap = f"[bold]{_cap(d.was, d.was_selected)} → {cap}[/]"
         known = d.prompts > 0 or d.target > 0  # a stage without prompts counts its rows (train)
-        if not d.selected:  # no target: said as status says it, whatever its counts read
-            d, known = dataclasses.replace(d, state=NOT_RUN), False
+        if not d.selected:  # no target, no done of it (a live re-cap's read 0): `status` says
+            d, known = dataclasses.replace(d, state=NOT_RUN), False  # its records made
         done = f"{d.done:,}" + (f"–{d.done_most:,}" if d.done_most is not None else "")
         t.add_row(
             name,
             cap,
-            done if d.prompts or d.target else "-",
+            done if known else "-",
             (f"{d.target:,}" + ("*" if d.short_of_cap else "")) if known else "-",
             d.state or "-",
         )
@@ -333,9 +333,9 @@ class Stopping:
         self.kill_at = grace + KILL_AFTER_GRACE_S  # the runner still there then is killed
         self.shown_at: float | None = None
         self.phase = None
-        # the grace of a stop already under way, another command's: the host runs one command at
-        # a time, so this one waits for that stop and its grace, not its own
-        self.another: float | None = None
+        # a stop or a drain already under way, another command's, in words: the host carries
+        # out one command at a time, so this one waits for that one, not its own grace
+        self.another: str | None = None
 
     def __call__(self, st: JobView | None, waited: float) -> None:
         alive = st is not None and st.runner is not None and st.runner.alive
@@ -343,8 +343,7 @@ class Stopping:
             return  # a look that failed: no news, said at the next one
         if waited == 0:
             if alive:  # else the answer says there was nothing to stop
-                if st.stopping not in (None, self.grace) and not st.draining and not self.drain:
-                    self.another = st.stopping
+                self.another = self._another(st)
                 how = self._how(st.in_flight, st.signalled)
                 self.out.print(f"[bold]{self.host}[/]: stopping runner pid {st.runner.pid}: {how}")
             return
@@ -355,15 +354,25 @@ class Stopping:
         self.shown_at, self.phase = waited, phase
         self.out.print(f"  {self.host}: waiting {waited:.0f}s: {text}", markup=False)
 
+    OVERRIDES_DRAIN = True  # a stop typed over a drain gives the runner its grace at once
+
+    def _another(self, st: JobView) -> str | None:
+        """A stop or a drain of another command's that the runner is in, in words."""
+        if self.drain:
+            return None
+        if st.draining and st.stopping is None and not self.OVERRIDES_DRAIN:
+            return "the drain under way"
+        if st.stopping not in (None, self.grace):
+            return f"the stop under way's {st.stopping:g}s of grace"
+        return None
+
     def _now(self, st: JobView, alive: bool, waited: float) -> tuple[str, tuple]:
         """What goes on now, in words, and its phase (a change of phase is said at once)."""
         flight = st.in_flight
         if not alive:  # the host ends what of it is left, then answers
             return "runner gone; ending any process of it still running", ("gone",)
-        if self.another is not None:  # when that stop began is not known here: no time left
-            return f"{flight} in flight, in the stop under way's {self.another:g}s of grace", (
-                "another",
-            )
+        if self.another is not None:  # when that one began is not known here: no time left
+            return f"{flight} in flight, in {self.another}", ("another",)
         if self.drain:  # its SIGTERM comes once the drain is done (or timed out)
             sent = st.stopping is not None
             left = f"SIGTERM sent, {self.grace:g}s of grace" if sent else "draining"
@@ -379,11 +388,15 @@ class Stopping:
         return "the runner did not exit: killing it and its processes (SIGKILL)", ("kill",)
 
     def _how(self, flight: int, signalled: str | None = None) -> str:
-        if self.another is not None:
+        if self.another is not None:  # another command's, which the host carries out first
+            how = (
+                " (`invoke stop` cuts it short)"
+                if self.another.startswith("the drain")
+                else " from its start"
+            )
             return (
-                f"stopping already: a stop under way gives the {flight} requests in flight "
-                f"{self.another:g}s of grace from its start (the host carries out one command at a "
-                "time: this one goes on once that stop is done)"
+                f"stopping already: {self.another}{how} for the {flight} requests in flight; the "
+                "host carries out one command at a time: this one goes on once that one is done"
             )
         if not flight:  # none seen yet: the status may be a second behind its first requests
             return (
@@ -410,6 +423,8 @@ class Restarting(Stopping):
     """What a restart says while the host stops the runner that ran, as `stop` says it: from the
     first look that finds it asked to stop (a live re-cap, or a start, says nothing) until it is
     gone, said once (the restart's own answer follows)."""
+
+    OVERRIDES_DRAIN = False  # the host carries out the drain under way first
 
     def __init__(self, host: str, grace: float, drain: bool, out: Console = console):
         super().__init__(host, grace, drain, out)

@@ -141,6 +141,8 @@ def parse_cap(text: str) -> tuple[str, int]:
             f"--cap expects DS=N, got {text!r}: `--cap {typed or 'B2'}=500` caps it at 500, "
             "`=all` takes it back to --max-samples"
         )
+    if not name.strip():
+        raise ValueError(f"--cap expects DS=N, got {text!r}: the dataset first (`--cap B2{text}`)")
     check_dataset_name(name.strip())
     if "=" in value.partition(",")[2]:  # a list where one is taken: say how several are given
         raise ValueError(f"--cap {text!r}: one DS=N a flag: --cap B2=3 --cap B3=4")

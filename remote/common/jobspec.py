@@ -575,6 +575,8 @@ class Paths:
     pidfile = _under("run/runner.pid")
     lock = _under("run/runner.lock")
     control = _under("run/control.json")
+    # when a stop was typed over another command's drain: a restart that drained starts nothing
+    stop_asked = _under("run/stop_asked.json")
     log = _under("logs/runner.log")
     server_pid = _under("run/server.pid")
     server_log = _under("logs/server.log")

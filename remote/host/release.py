@@ -479,6 +479,14 @@ def rollback(root, args):
             # deployed again is the same one, its history entry newer than the one it replaced)
             after = max((i for i, r in enumerate(ran) if r == cur), default=len(ran))
             h = _back_from(hist, rel_dir, cur, newer=set(ran[after + 1 :]) | _left(hist))
+            if h is not None and cur in ran and h["id"] not in ran:
+                # from a release a runner ran to one none ever did (an edit deployed and refused,
+                # say): a trap, never a way back; named, it is the user's to choose
+                raise ValueError(
+                    f"no release a runner ran from before {cur} (a runner ran from it): "
+                    f"{h['id']}, deployed before it, never ran (`invoke rollback --to "
+                    f"{h['id']}` goes there all the same)"
+                )
             if h is None:
                 raise ValueError(
                     "no earlier release on the host to roll back to from this one (the first "

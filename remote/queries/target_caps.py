@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from ..common.answers import HostPlan, PlanRow, plan_etas
 from ..common.caps import Caps, Target
@@ -111,7 +112,10 @@ def answer(paths: Paths, req: CtlPlan) -> HostPlan:
         raise HostFault("usage", "ctl plan: --tokens-per-dataset must be positive")
     job = JobSpec.load(release_dir() / JOB_FILE)
     st = job_now(paths)
-    making = st if _making(st) and st.stage_spec.makes_answers else None
+    # status's figures are its runner's: a runner of a release before a deploy reckons with that
+    # release's est_tokens, not the one the plan reads
+    same = Path(st.release or "").name == release_dir().name
+    making = st if _making(st) and st.stage_spec.makes_answers and same else None
     kept = kept_caps(paths)
     chosen = list(req.datasets) if req.datasets else None
     rows, targets = plan(paths, job, req.tokens_per_dataset, chosen, making, kept)

@@ -5,6 +5,7 @@ runner_process, which the watcher uses too. (`ctl status` is jobstate.job_status
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -20,7 +21,7 @@ from ...common.wire import ExitCode, Fault, HostFault
 from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
 from ..processes import stage_switch
-from ..processes.runner_process import restart, start, stop
+from ..processes.runner_process import restart, start, stop, stop_over_drain
 from . import supervised
 from .jobstate import deployed_job
 
@@ -84,8 +85,10 @@ def restart_command(paths: Paths, req: CtlRestart) -> RestartAnswer:
 
 def _restart(paths: Paths, req: CtlRestart, unless=lambda: None) -> RestartAnswer:
     """The runner's part of a restart. `unless()`: raises where it must not start after all (a
-    stop typed while the swap before it loaded the model), checked while the intent is held."""
-    with intent.locked(paths):
+    stop typed while the swap before it loaded the model), checked while the intent is held. A
+    dry run changes nothing and holds nothing: it answers at once while another command (a drain
+    of many minutes) holds the job."""
+    with contextlib.nullcontext() if req.dry_run else intent.locked(paths):
         unless()
         # before the runner is stopped: a start that fails leaves nothing for the watcher to bring back
         out = restart(
@@ -163,7 +166,10 @@ def stop_command(paths: Paths, req: CtlStop) -> StopAnswer:
     # dropped SSH session must not leave the runner half stopped
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    over = stop_over_drain(paths, req)  # before waiting for the command that drains
     out = supervised.stop_wanted(paths, "runner", lambda: stop(paths, req))
+    if over:
+        out.found = f"{out.found}; {over}" if out.found else over
     sw = stage_switch.current(paths)
     if sw is not None and sw.runner:  # it sees the stop at its next look: no runner starts
         ended = f"the server swap for the {sw.stage} stage ends (it was at: {sw.step})"

@@ -40,6 +40,11 @@ def _lock(paths: Paths):
     return paths.run / "supervise.lock"
 
 
+def busy(paths: Paths) -> bool:
+    """A command (or the watcher's tick) holds the intent now: another waits for it."""
+    return lock_held(_lock(paths))
+
+
 def restarting(paths: Paths, data: Supervise) -> bool:
     """A restart holds the job between its stop and its start: it said so and holds the lock (a
     restart killed midway has let go of it)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
+import signal
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 from ...common import procinfo
 from ...common.answers import RecoverEvent, RestartAnswer, StopAnswer
 from ...common.caps import CapRow, Caps
-from ...common.codec import read_json, typed_lines
+from ...common.codec import read_json, typed_lines, write_json
 from ...common.jobspec import (
     JOB_FILE,
     JOB_TOKEN_ENV,
@@ -264,6 +265,46 @@ def found_runner(paths: Paths, rec: RunnerRecord | None, st: JobStatus) -> str |
         if e.what == "runner" and e.event == "restarted" and e.at >= rec.started_at
     ]
     return f"the watcher had started it again after: {after[-1]}" if after else None
+
+
+def stop_over_drain(paths: Paths, req: CtlStop) -> str | None:
+    """A stop typed while another command's drain holds the job (the host carries out one command
+    at a time, and a drain waits for every answer in flight, minutes of them): the runner is given
+    this stop's grace now, as a stop of its own would give it, and a restart that drained starts
+    no runner after it (`stop_typed_since`). What it did, in words; None where no drain was."""
+    if req.drain or not intent.busy(paths):
+        return None
+    rec = managed_runner(paths)
+    st = JobStatus.read(paths.status)
+    if rec is None or st is None or st.pid != rec.pid or not st.draining or st.terminal:
+        return None
+    write_json(paths.stop_asked, {"at": time.time()})
+    send_control(paths, rec.token, grace=req.grace)
+    kill.signal_if_same(rec.pid, rec.start_time, signal.SIGTERM, group=False)
+    return (
+        f"the drain under way (another command's) was cut short: its {st.in_flight} in flight "
+        f"got this stop's {req.grace:g}s of grace"
+    )
+
+
+def stop_typed_since(paths: Paths, t: float) -> bool:
+    """A stop was typed over a drain since `t` (`stop_over_drain`)."""
+    at = (read_json(paths.stop_asked) or {}).get("at")
+    return isinstance(at, (int, float)) and at >= t
+
+
+def _restarts_stop(paths: Paths, req: CtlRestart) -> StopAnswer:
+    """A restart's stop of the runner; a stop typed over its drain (`stop_over_drain`) ends the
+    restart there: no runner is started after it."""
+    began = time.time()
+    stopped = stop(paths, CtlStop(req.grace, req.drain, req.drain_timeout))
+    if stop_typed_since(paths, began):
+        raise HostFault(
+            "cancelled",
+            "the runner was stopped, none started: a stop was typed while this restart drained "
+            "(`invoke restart` starts it)",
+        )
+    return stopped
 
 
 def stop(paths: Paths, req: CtlStop) -> StopAnswer:
@@ -524,7 +565,7 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
             refuse_mixed_settings(paths, caps, req.force)
         # the runner ended meanwhile (finished, or killed and not yet brought back): a start
     stopping()
-    stopped = stop(paths, CtlStop(req.grace, req.drain, req.drain_timeout))
+    stopped = _restarts_stop(paths, req)
     started = start(paths, req)
     started.mode = "restart" if stopped.was_running else "start"
     started.stopped, started.lost_in_flight = stopped, stopped.lost_in_flight

@@ -354,13 +354,23 @@ class RunnerKeeper(Keeper):
         # the runner, its verdict written, has exited (pending)
         self.due_stage: str | None = None
         self.pending: str | None = None
+        self.dead: int | None = None  # the pid whose death the backoff is for
 
     def tick(self, now: float, want: RunnerWanted) -> None:
         if self.seen.state in (ProcessState.WATCHING, ProcessState.IDLE):
             self._watch(now)
+        if self.seen.state == ProcessState.BACKOFF and self._another_died():
+            # a runner a command started during the backoff, dead too: its death counted and
+            # said (the restart would have been said as after the first one's alone)
+            self.seen.move(ProcessState.WATCHING)
+            self._watch(now)
         # a first death is started again in the tick that saw it (no backoff to wait)
         if self.seen.state == ProcessState.BACKOFF and now >= (self.seen.next_try_at or 0):
             self._start(now, want)
+
+    def _another_died(self) -> bool:
+        rec = RunnerRecord.read(self.paths.pidfile)
+        return rec is not None and rec.pid not in (self.dead, 0) and not rec.alive()
 
     def _watch(self, now: float) -> None:
         rec = RunnerRecord.read(self.paths.pidfile)
@@ -390,6 +400,7 @@ class RunnerKeeper(Keeper):
             else f"the runner (pid {rec.pid}) died without being stopped (a signal, a crash, "
             "the OOM killer: see dmesg)"
         )
+        self.dead = rec.pid
         why = self._died(now, cause, reason_lines(self.paths.log))
         if why:
             self._give_up(why)

@@ -455,6 +455,9 @@ def test_an_eta_run_out_while_answers_are_still_in_flight_says_finishing_not_0m0
     assert "ETA finishing" in progress.plain_line("gpu1", st, 0)
     done = JobView(state="finished", eta_s=0)
     assert progress.all_hosts_eta([done, st], progress.totals([done, st])[2]) == "finishing"
+    st.stage = "hidden-states"  # rows of under a second: `B8 0/24 running … ETA finishing`
+    assert progress.job_eta(st) == "0m00s" and progress.dataset_eta(st, "B2") == "0m00s"
+    st.stage = "generate"
     st.in_flight = st.datasets["B2"].in_flight = 0  # nothing in flight: an ETA of nothing
     assert progress.job_eta(st) == "0m00s"
 

@@ -153,7 +153,8 @@ def test_a_dataset_left_out_reads_not_run_after_a_restart_as_in_a_dry_run_and_st
         line.split()[0]: line
         for line in printed(render_restart.restart_result, answer).splitlines()
     }
-    assert lines["B3"].split()[-4:] == ["0", "-", "not", "run"], lines["B3"]
+    # no done of a dataset with no target: it read `0` beside status's `16 made`
+    assert lines["B3"].split()[-4:] == ["-", "-", "not", "run"], lines["B3"]
     assert "complete" not in lines["B3"] and "4 → not run" in lines["B3"]
 
 
@@ -262,12 +263,22 @@ def test_a_restart_during_another_stops_grace_says_that_stops_grace_not_its_own(
         on_status(JobView(state="running", in_flight=9, stopping=40.0, runner=old), second)
     on_status(JobView(state="running", in_flight=16, runner=RunnerInfo(alive=True, pid=12)), 9.0)
     assert buf.getvalue().splitlines() == [
-        "gpu1: stopping runner pid 9: stopping already: a stop under way gives the 9 requests in "
-        "flight 40s of grace from its start (the host carries out one command at a time: this one "
-        "goes on once that stop is done)",
+        "gpu1: stopping runner pid 9: stopping already: the stop under way's 40s of grace from "
+        "its start for the 9 requests in flight; the host carries out one command at a time: "
+        "this one goes on once that one is done",
         "  gpu1: waiting 1s: 9 in flight, in the stop under way's 40s of grace",
         "  gpu1: waiting 7s: 9 in flight, in the stop under way's 40s of grace",
         "  gpu1: waiting 8s: runner pid 9 gone, starting the new one",
+    ]
+    drained = io.StringIO()  # a `stop --drain` typed before: said, never the restart's own
+    on_status = render_restart.Restarting("gpu1", 30.0, False, Console(file=drained, width=300))
+    on_status(JobView(state="running", in_flight=9, draining=True, runner=old), 1.0)
+    on_status(JobView(state="running", in_flight=7, draining=True, runner=old), 2.0)
+    assert drained.getvalue().splitlines() == [
+        "gpu1: stopping runner pid 9: stopping already: the drain under way (`invoke stop` cuts "
+        "it short) for the 9 requests in flight; the host carries out one command at a time: this "
+        "one goes on once that one is done",
+        "  gpu1: waiting 1s: 7 in flight, in the drain under way",
     ]
     own = io.StringIO()  # its own stop's grace: counted down as ever
     on_status = render_restart.Restarting("gpu1", 30.0, False, Console(file=own, width=300))

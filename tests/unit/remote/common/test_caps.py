@@ -30,6 +30,7 @@ def test_a_cap_is_ds_eq_n_and_all_clears_it():
     assert c.parse_cap("B2 = 2636") == ("B2", 2636)
     assert c.cap_change("B2=all") == ("B2", c.CLEAR) and c.cap_change("B3=7") == ("B3", 7)
     for bad, error in (("B2", "DS=N"), ("B2=x", "whole number"), ("B/2=3", "must match"),
+                       ("=3", "the dataset first \\(`--cap B2=3`\\)"),
                       ("B2=0", "N must be >= 1 .*--datasets"), ("B2=-4", "N must be >= 1")):  # fmt: skip
         with pytest.raises(ValueError, match=error):
             c.cap_change(bad)

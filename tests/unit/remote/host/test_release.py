@@ -198,6 +198,20 @@ def test_a_second_rollback_never_goes_back_to_the_release_the_first_left(tmp_pat
     assert release.rollback(root, {})["current"] == "fc0"
 
 
+def test_a_rollback_from_a_release_that_ran_never_falls_back_to_one_never_run(tmp_path):
+    """2d5 ran; fd3 (an edit the records refuse) was deployed, never ran; 2d5 deployed again. A
+    rollback went to fd3, `the release deployed before it`: a working job could no longer start."""
+    root = str(tmp_path)
+    deployed(root, "2d5")
+    ran(root, "2d5")
+    deployed(root, "fd3")
+    deployed(root, "2d5")
+    with pytest.raises(ValueError, match=r"before 2d5 \(a runner ran from it\): fd3, deployed "):
+        release.rollback(root, {})
+    assert release._current_id(root) == "2d5"  # nothing moved
+    assert release.rollback(root, {"to": "fd3"})["current"] == "fd3"  # named: the user's choice
+
+
 def test_rollback_says_what_the_two_jobs_differ_in_and_knows_a_runner_older_than_its_notes(
     tmp_path,
 ):

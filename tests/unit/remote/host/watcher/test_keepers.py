@@ -295,3 +295,32 @@ def test_the_wedge_clock_counts_the_runners_requests_by_status_jsons_one_rule(
         assert o.runner_in_flight == counted, age
         st = JobStatus.read(paths.status)
         assert st.fresh(100.0 + age) is bool(counted)  # the rule status and tail say it by
+
+
+def test_a_runner_started_by_a_command_in_a_backoff_and_killed_is_a_death_of_its_own(
+    tmp_path, monkeypatch
+):
+    """Runner 28261 died; the watcher waited its backoff; `invoke restart` started 28285, killed
+    with -9 at once. The watcher's restart then said `after: the runner (pid 28261) died`, and
+    28285's death was in no log, no recover.jsonl, no report."""
+    k, paths, _, lines = keeper(tmp_path, max_restarts=5)
+    starts = []
+
+    def start(now, want):
+        starts.append(now)
+        k.seen.attempt = k.budget.restarting(now)
+        k._restarted(now)
+
+    monkeypatch.setattr(k, "_start", start)
+    want = RunnerWanted(wanted=True)
+    first = dead_runner(paths, JobState.RUNNING)
+    k.tick(100.0, want)
+    k._died(110.0, f"the runner (pid {first}) died again", [])  # now in a backoff
+    assert k.seen.state == ProcessState.BACKOFF
+    second = dead_runner(paths, JobState.RUNNING)  # a command's runner, killed in the backoff
+    k.tick(111.0, want)
+    assert f"pid {second}" in k.seen.last_cause
+    died = [json.loads(x) for x in paths.recover_log.read_text().splitlines()]
+    assert [e["event"] for e in died].count("died") == 3 and f"pid {second}" in died[-1]["why"]
+    k.tick(k.seen.next_try_at, want)
+    assert f"after: the runner (pid {second})" in lines[-1]
