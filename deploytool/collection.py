@@ -71,9 +71,9 @@ def deploy(c, host=None, dry_run=False):
 
 
 @_task(help={"to": "release id (default: the previous one)"})
-def rollback(c, host=None, to=""):
+def rollback(c, host=None, to=None):
     """Point `current` back to the previous release."""
-    return commands.rollback(host, to=to or None)
+    return commands.rollback(host, to=to)
 
 
 RUN_FLAGS = (

@@ -161,6 +161,11 @@ def rollback(host_spec: str | None, *, to: str | None = None) -> int:
     from .ops import deploy as deploy_mod
     from .views import render
 
+    if to is not None and not to.strip():  # `--to "$ID"` with ID unset: never a plain rollback
+        raise UsageError(
+            "--to: given empty; leave it out to go back to the last release a runner ran from, "
+            "or name one (`invoke rollback --to ID`: an unknown ID lists the host's releases)"
+        )
     config = _config()
     _run(config, host_spec, lambda conn: deploy_mod.rollback_host(conn, to), render.rollback_result)
     return ExitCode.OK

@@ -12,7 +12,6 @@ project's job. It is refused with the line that reads that hosts.yaml.
 
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
 
@@ -20,17 +19,14 @@ from invoke import Exit, Program
 from invoke.exceptions import ParseError
 from invoke.parser import ParseMachine
 
+from remote.common.words import suggest
+
 from .config.locate import CONFIG_ENV
 from .errors import ExitCode
 
 _UNKNOWN = re.compile(r"^No idea what '(.*)' is!$")
 # invoke names the argument with its short flag and kind: `<Argument: grace (g) [float]>`
 _NO_VALUE = re.compile(r"^Flag <Argument: (\w+)[^>]*> needed value")
-
-
-def _suggest(word: str, choices) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _flag(name: str) -> str:
@@ -48,20 +44,18 @@ def explain(e: Exception, binary: str, task_names) -> str:
         if token.startswith("-") and task:
             flags = [f for f in context.flags if f.startswith("--")]
             return (
-                f"{task} has no flag {token}{_suggest(token, flags)}; "
+                f"{task} has no flag {token}{suggest(token, flags, quoted=False)}; "
                 f"`{binary} {task} --help` lists them"
             )
         if token.startswith("-"):
             return f"no option {token}; `{binary} --help` lists them"
         names = [repr(n) for n in task_names]
-        if task and not _suggest(repr(token), names):
+        if task and not suggest(repr(token), names, quoted=False):
             return (
                 f"{task} takes no argument {token!r} (a value goes after its flag); "
                 f"`{binary} {task} --help` lists them"
             )
-        return (
-            f"no task named {token!r}{_suggest(repr(token), names)}; `{binary} --list` lists them"
-        )
+        return f"no task named {token!r}{suggest(repr(token), names, quoted=False)}; `{binary} --list` lists them"
     no_value = _NO_VALUE.match(message)
     if no_value:
         return _needs_value(binary, task, _flag(no_value.group(1)))
@@ -154,7 +148,7 @@ def _misread_flag(program: Program, binary: str) -> str | None:
             continue  # `-Hgpu1` is -H with its value, as invoke reads it
         flags = [f for f in context.flags if f.startswith("--")]
         return (
-            f"{context.name} has no flag {name}{_suggest('-' + name, flags)}; "
+            f"{context.name} has no flag {name}{suggest('-' + name, flags, quoted=False)}; "
             f"`{binary} {context.name} --help` lists them"
         )
     return _needs_value(binary, context.name, listed) if listed else None

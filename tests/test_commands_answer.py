@@ -243,6 +243,8 @@ def test_a_stop_typed_over_a_drain_stops_at_once_and_the_restart_that_drained_st
         # restart it previews (a raised cap's) said nothing for the drain's length
         dry = run_in(proj, "invoke restart --cap B1=3 --dry-run")
         assert dry.returncode == 0 and "B1" in dry.stdout, dry.stdout + dry.stderr
+        # the runner is ending: no re-cap reaches it, the restart starts one after the drain
+        assert "live" not in dry.stdout and "would stop" in dry.stdout, dry.stdout
         res = run_in(proj, "invoke stop --grace 2")  # without the cut: the drain's timeout (1 h)
         assert res.returncode == 0, res.stdout + res.stderr
         assert "the drain under way (another command's) was cut short" in res.stdout, res.stdout
@@ -252,6 +254,15 @@ def test_a_stop_typed_over_a_drain_stops_at_once_and_the_restart_that_drained_st
         assert "Traceback" not in out + res.stderr
         assert not procinfo.alive(pid) and status(root)["pid"] == pid  # no runner after it
         assert status(root)["state"] == "stopped"
+        # a `stop --drain` cut short says what the stop cut off (it said 0, and 30s of grace)
+        assert run_in(proj, "invoke restart").returncode == 0
+        wait_for(lambda: status(root)["in_flight"], what="requests held by the server")
+        drain = _at_a_terminal(proj, "stop", "--drain")
+        wait_for(lambda: status(root).get("draining"), what="the stop's drain under way")
+        assert run_in(proj, "invoke stop --grace 1").returncode == 0
+        out, _ = drain.communicate(timeout=120)
+        cut = status(root)["abandoned"]
+        assert cut and f"requests cut off in flight: {cut} (the next start" in out, out
     finally:
         drain.kill()
         srv.hold_after = None

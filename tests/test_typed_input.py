@@ -178,6 +178,12 @@ def test_an_empty_host_is_bad_input_never_the_default_host(config, line):
             "error: --tokens-per-dataset: expected a token count like 10M, 500k or 2500000, got ''",
         ),
         (
+            "invoke rollback --to ''",
+            "error: --to: given empty; leave it out to go back to the last release a runner ran "
+            "from, or name one (`invoke rollback --to ID`: an unknown ID lists the host's "
+            "releases)",
+        ),
+        (
             "invoke export --no-pull --keep ''",
             "error: --keep: expected reasons, comma-separated (empty, length, original_answers, "
             "role_order, beyond_cap), got ''",
@@ -251,6 +257,7 @@ def test_the_server_commands_say_a_job_of_the_built_in_engine_needs_no_server(tm
         ("invoke export --format specforg", "(did you mean 'specforge'?)"),
         ("invoke export --keep lenght", "(did you mean 'length'?)"),
         ("invoke restart --cap b2=3", "unknown dataset b2 (did you mean 'B2'?)"),
+        ("invoke restart --stage hidden_states", "(did you mean 'hidden-states'?)"),
     ],
 )
 def test_a_mistyped_value_gets_a_did_you_mean_as_flags_and_keys_do(config, line, words):

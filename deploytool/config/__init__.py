@@ -36,10 +36,10 @@ from remote.common.keys import (
     setting,
     show,
     string,
-    suggest,
     tokens,
 )
 from remote.common.recover import RecoverSpec
+from remote.common.words import suggest
 
 from ..errors import ConfigError
 from .extras import parse_notify, parse_recover

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from remote.common.caps import repeated
 from remote.common.flags import Request
-from remote.common.keys import suggest
 from remote.common.protocol import GRACE_S, CtlKeys, CtlRestart, CtlStatus, CtlStop, RunArgs
 from remote.common.recover import RecoverSpec
 from remote.common.status import JobView
@@ -26,6 +25,7 @@ from remote.common.wire import (
     read_envelope,
     request_json,
 )
+from remote.common.words import suggest
 
 from ..config import Config, ServerSpec
 from ..connectors import Connector

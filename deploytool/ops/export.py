@@ -15,8 +15,8 @@ from typing import Callable
 
 from remote.common.caps import CLEAR, Caps, Target, selection
 from remote.common.codec import atomic_file
-from remote.common.keys import suggest
 from remote.common.records import Record
+from remote.common.words import suggest
 
 from ..config import Config
 from ..errors import UsageError

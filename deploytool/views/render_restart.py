@@ -48,7 +48,9 @@ def caps_table(
     short = {}  # cap -> datasets whose file has fewer prompts than it
     for name, d in caps.items():
         cap = _cap(d.cap, d.selected)
-        if d.changed:
+        if d.changed and not (d.selected or d.was_selected):  # kept for when it runs again
+            cap = f"[bold]{NOT_RUN} (cap {_cap(d.was)} → {_cap(d.cap)})[/]"
+        elif d.changed:
             cap = f"[bold]{_cap(d.was, d.was_selected)} → {cap}[/]"
         known = d.prompts > 0 or d.target > 0  # a stage without prompts counts its rows (train)
         if not d.selected:  # no target, no done of it (a live re-cap's read 0): `status` says
@@ -358,7 +360,7 @@ class Stopping:
 
     def _another(self, st: JobView) -> str | None:
         """A stop or a drain of another command's that the runner is in, in words."""
-        if self.drain:
+        if self.drain or st.signalled:  # a signal's stop holds no command: this one acts now
             return None
         if st.draining and st.stopping is None and not self.OVERRIDES_DRAIN:
             return "the drain under way"
@@ -374,8 +376,8 @@ class Stopping:
         if self.another is not None:  # when that one began is not known here: no time left
             return f"{flight} in flight, in {self.another}", ("another",)
         if self.drain:  # its SIGTERM comes once the drain is done (or timed out)
-            sent = st.stopping is not None
-            left = f"SIGTERM sent, {self.grace:g}s of grace" if sent else "draining"
+            sent = st.stopping is not None  # its grace: this one's, or a stop's typed over it
+            left = f"SIGTERM sent, {st.stopping:g}s of grace" if sent else "draining"
             return f"{flight} in flight, {left}", ("drain", sent)
         if waited < self.grace:
             return f"{flight} in flight, {self.grace - waited:.0f}s of grace left", ("grace",)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from .codec import Record
 from .stages import FIRST, STAGES, stage_of
+from .words import suggest
 
 CLEAR = "all"  # a cap flag's value that clears it: --max-samples all, --cap B3=all, --datasets all
 # the hidden states left, and 5% more, must fit the free space for the stage to go on
@@ -231,7 +232,8 @@ def selection(text) -> tuple[str, ...] | str:
 
 def stage(text) -> str:
     if str(text).strip() not in STAGES:
-        raise ValueError(f"expected one of {', '.join(STAGES)}, got {text!r}")
+        hint = suggest(str(text).strip().replace("_", "-"), STAGES)
+        raise ValueError(f"expected one of {', '.join(STAGES)}, got {text!r}{hint}")
     return str(text).strip()
 
 

@@ -114,7 +114,7 @@ class EngineSpec:
     max_retries: int = setting(8, int_in(0))
     retry_base: float = setting(1.0, number(0.0))  # first backoff in seconds; doubles, with jitter
     down_deadline: float = setting(1800.0, number(0.0))  # seconds every server may be unreachable
-    tokens_per_s: float = setting(50_000.0, number(1.0))  # simulate only: aggregate speed
+    tokens_per_s: float = setting(50_000.0, number(1.0))  # simulate only: speed at full concurrency
     stall_minutes: float = setting(10.0, number(0.0))
     metrics_interval: float = setting(10.0, number(0.0))  # between /metrics and nvidia-smi samples
     stream: bool = setting(True, boolean)  # streamed: a request that stops making progress is seen

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any, Callable
 
 from .caps import parse_tokens
+from .words import suggest
 
 
 class BadValue(ValueError):
@@ -30,14 +31,6 @@ def setting(
 def checks(cls) -> dict[str, Callable[[str, Any], Any]]:
     """key -> check of every hosts.yaml key `cls` declares, in declaration order."""
     return {f.name: f.metadata["check"] for f in dataclasses.fields(cls) if f.metadata.get("check")}
-
-
-def suggest(word: str, choices) -> str:
-    import difflib  # only for a word mistyped: the host imports this module for its dataclasses
-
-    same = [c for c in choices if str(c).lower() == str(word).lower()]  # `b2` for `B2`
-    close = same or difflib.get_close_matches(str(word), list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def show(value: Any) -> str:

@@ -479,11 +479,17 @@ def rollback(root, args):
             # deployed again is the same one, its history entry newer than the one it replaced)
             after = max((i for i, r in enumerate(ran) if r == cur), default=len(ran))
             h = _back_from(hist, rel_dir, cur, newer=set(ran[after + 1 :]) | _left(hist))
+            left = sorted(_left(hist) - {cur})
+            passed = (
+                f"; {', '.join(left)}, left by the rollbacks before this one, passed over"
+                if left
+                else ""
+            )
             if h is not None and cur in ran and h["id"] not in ran:
                 # from a release a runner ran to one none ever did (an edit deployed and refused,
                 # say): a trap, never a way back; named, it is the user's to choose
                 raise ValueError(
-                    f"no release a runner ran from before {cur} (a runner ran from it): "
+                    f"no release a runner ran from before {cur} (a runner ran from it{passed}): "
                     f"{h['id']}, deployed before it, never ran (`invoke rollback --to "
                     f"{h['id']}` goes there all the same)"
                 )
@@ -491,7 +497,7 @@ def rollback(root, args):
                 raise ValueError(
                     "no earlier release on the host to roll back to from this one (the first "
                     "deployed, or those before it pruned: deploy keeps the last `keep_releases` "
-                    "of hosts.yaml): `invoke rollback --to ID` goes to any release on the host "
+                    f"of hosts.yaml{passed}): `invoke rollback --to ID` goes to any release on the host "
                     "(an unknown ID lists them), or restore hosts.yaml's settings and `invoke "
                     "deploy`"
                 )

@@ -341,7 +341,8 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
             found = f"{found}; {gone}" if found else gone
     else:
         lost = after.abandoned
-    drained = drained and verdict
+    # a drain another stop cut short (`stop_over_drain`) is no drain: what it cut off is said
+    drained = drained and verdict and not lost
     return StopAnswer(
         stopped=sorted(targets),
         killed=killed,
@@ -510,17 +511,27 @@ def _recap_instead(rec: RunnerRecord | None, req: CtlRestart, caps: Caps, was: C
     return rec is not None and caps != was and same_stage and not req.hard
 
 
+def _takes_live(
+    st: JobStatus, rec: RunnerRecord | None, req: CtlRestart, caps: Caps, was: Caps
+) -> bool:
+    """The running runner takes the change live: of this release, of the same stage (another
+    stage is another runner; a re-cap of the draft stage's held-out prompts, which follow the
+    caps, starts it again on the new ones), and not ending (draining, or in a stop's grace: a dry
+    run during another command's drain said `re-cap live`, the restart after it started one)."""
+    same_release = rec is not None and Path(rec.release or "").resolve() == release_dir()
+    ending = rec is not None and st.pid == rec.pid and not st.terminal
+    ending = ending and (st.draining or st.stopping is not None)
+    live = same_release and not req.hard and caps.stage == was.stage and not ending
+    return live and (stage_of(caps.stage).live_recap or caps == was)
+
+
 def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnswer:
     """A live re-cap where the running runner can take it (nothing, where nothing changes);
     otherwise `stopping()`, the runner stopped and a new one started."""
     was, caps = caps_change(paths, req)
     rec = managed_runner(paths)
-    same_release = rec is not None and Path(rec.release or "").resolve() == release_dir()
-    # another stage is another runner: a change of stage is never live; nor a re-cap of the draft
-    # stage's held-out prompts, which follow the caps (the runner starts again on the new ones)
-    live = same_release and not req.hard and caps.stage == was.stage
-    live = live and (stage_of(caps.stage).live_recap or caps == was)
     st = JobStatus.read(paths.status) or JobStatus()
+    live = _takes_live(st, rec, req, caps, was)
     held = forced = None
     if not live:  # what the new runner would refuse, before the running one is stopped
         answering = _answering(st, rec)

@@ -234,8 +234,9 @@ def load_existing(path: Path, log=None, update_index: bool = True) -> Existing:
     ids, toks, ends, finishes = ids[:keep], toks[:keep], ends[:keep], finishes[:keep]
     if ends:
         prev = ends[-2] if len(ends) > 1 else 0
+        last = ends[-3:]  # its last offsets rise (with one or two records: paired with itself)
         if (
-            any(a >= b for a, b in zip(ends[-3:], ends[-2:]))
+            any(a >= b for a, b in zip(last, last[1:]))
             or _record_at(path, prev, ends[-1]) != ids[-1]
         ):
             if log:

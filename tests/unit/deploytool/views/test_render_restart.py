@@ -207,9 +207,10 @@ def test_a_stop_says_what_it_found_in_its_one_line():
 
     buf = io.StringIO()  # a second SIGTERM is "now" to the runner: no grace is promised
     on_status = render_restart.Stopping("gpu1", 30.0, False, Console(file=buf, width=200))
-    on_status(
-        JobView(state="running", in_flight=3, signalled="SIGTERM", runner=RunnerInfo(True, 9)), 0
-    )
+    signalled = JobView(
+        state="running", in_flight=3, signalled="SIGTERM", stopping=5.0, runner=RunnerInfo(True, 9)
+    )  # its grace, not this stop's: no command holds the host, this one acts at once
+    on_status(signalled, 0)
     assert buf.getvalue() == (
         "gpu1: stopping runner pid 9: stopping already, after a SIGTERM not of deploytool's; "
         "SIGTERM again cuts off the 3 requests in flight now\n"
@@ -395,3 +396,10 @@ def test_a_recap_held_back_names_the_rollback_with_its_id_before_the_host():
     r = RestartAnswer(host="slow", held_back="caps given to the running runner")
     text = " ".join(printed(render_restart.held_back, r).split())
     assert "`invoke rollback --to ID --host slow`" in text and "--to --host" not in text
+
+
+def test_a_cap_changed_on_a_dataset_left_out_is_said_not_hidden():
+    """`restart --cap B8=4` with B8 left out read `B8  not run → not run`."""
+    rows = {"B8": CapRow(0, 0, "", prompts=16, cap=4, was=None, selected=False, was_selected=False)}
+    line = printed(render_restart.caps_table, rows).splitlines()[1]
+    assert "not run (cap all → 4)" in line, line

@@ -188,7 +188,8 @@ def test_local_flags_name_the_flag_that_is_wrong():
         (dict(cap=["B2=-1"]), "N must be >= 1"),
         (
             dict(stage="hidden"),
-            "--stage: expected one of generate, hidden-states, train, draft, baseline, got 'hidden'",
+            "--stage: expected one of generate, hidden-states, train, draft, baseline, got "
+            "'hidden' (did you mean 'hidden-states'?)",
         ),
         (dict(baseline=True), "--baseline follows the draft stage"),
         (dict(stage="generate", baseline=True), "--baseline follows the draft stage"),

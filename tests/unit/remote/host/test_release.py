@@ -194,6 +194,8 @@ def test_a_second_rollback_never_goes_back_to_the_release_the_first_left(tmp_pat
     deployed(root, "8dd")
     assert release.rollback(root, {})["current"] == "fc0"
     assert release.rollback(root, {})["current"] == "4cc"  # one further back, past 8dd
+    with pytest.raises(ValueError, match="8dd, fc0, left by the rollbacks before this one, passed"):
+        release.rollback(root, {})  # nothing before 4cc: said with what it passed over
     deployed(root, "8dd")  # a deploy ends the chain: the last that ran, as ever
     assert release.rollback(root, {})["current"] == "fc0"
 

@@ -92,6 +92,17 @@ def test_an_index_that_does_not_match_is_rebuilt(tmp_path):
     assert logged and "rebuilding the index" in logged[0]
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_an_index_that_matches_is_kept_however_few_its_records(tmp_path, n):
+    """A dataset of one or two records had its index rebuilt at every start, the log saying
+    `its index does not match it` of an index that matched byte for byte."""
+    path = tmp_path / "B1.jsonl"
+    write(path, n)
+    load_existing(path)  # the index written
+    logged = []
+    assert len(load_existing(path, log=logged.append).ids) == n and not logged
+
+
 def test_the_finish_reason_of_every_record_is_known_from_the_index_and_the_file(tmp_path):
     path = tmp_path / "B1.jsonl"
     f = AppendFile(path, indexed=True)
