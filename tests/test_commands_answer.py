@@ -248,6 +248,7 @@ def test_a_stop_typed_over_a_drain_stops_at_once_and_the_restart_that_drained_st
         res = run_in(proj, "invoke stop --grace 2")  # without the cut: the drain's timeout (1 h)
         assert res.returncode == 0, res.stdout + res.stderr
         assert "the drain under way (another command's) was cut short" in res.stdout, res.stdout
+        assert f"box: stopped [{pid}]" in res.stdout and "no runner was running" not in res.stdout
         out, _ = drain.communicate(timeout=120)
         assert drain.returncode == 1, out
         assert "none started: a stop was typed while this restart drained" in out, out
@@ -263,6 +264,7 @@ def test_a_stop_typed_over_a_drain_stops_at_once_and_the_restart_that_drained_st
         out, _ = drain.communicate(timeout=120)
         cut = status(root)["abandoned"]
         assert cut and f"requests cut off in flight: {cut} (the next start" in out, out
+        assert "its drain was cut short by a stop typed meanwhile" in out, out
     finally:
         drain.kill()
         srv.hold_after = None

@@ -21,7 +21,13 @@ from ...common.wire import ExitCode, Fault, HostFault
 from ..facts import intent
 from ..preflight import engine_problem, model_message, model_problem
 from ..processes import stage_switch
-from ..processes.runner_process import restart, start, stop, stop_over_drain
+from ..processes.runner_process import (
+    restart,
+    start,
+    stop,
+    stop_over_drain,
+    stopped_over_drain,
+)
 from . import supervised
 from .jobstate import deployed_job
 
@@ -168,8 +174,8 @@ def stop_command(paths: Paths, req: CtlStop) -> StopAnswer:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     over = stop_over_drain(paths, req)  # before waiting for the command that drains
     out = supervised.stop_wanted(paths, "runner", lambda: stop(paths, req))
-    if over:
-        out.found = f"{out.found}; {over}" if out.found else over
+    if over is not None:
+        out = stopped_over_drain(paths, over, out)
     sw = stage_switch.current(paths)
     if sw is not None and sw.runner:  # it sees the stop at its next look: no runner starts
         ended = f"the server swap for the {sw.stage} stage ends (it was at: {sw.step})"

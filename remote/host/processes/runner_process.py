@@ -267,11 +267,11 @@ def found_runner(paths: Paths, rec: RunnerRecord | None, st: JobStatus) -> str |
     return f"the watcher had started it again after: {after[-1]}" if after else None
 
 
-def stop_over_drain(paths: Paths, req: CtlStop) -> str | None:
+def stop_over_drain(paths: Paths, req: CtlStop) -> RunnerRecord | None:
     """A stop typed while another command's drain holds the job (the host carries out one command
     at a time, and a drain waits for every answer in flight, minutes of them): the runner is given
     this stop's grace now, as a stop of its own would give it, and a restart that drained starts
-    no runner after it (`stop_typed_since`). What it did, in words; None where no drain was."""
+    no runner after it (`stop_typed_since`). The runner it stopped; None where no drain was."""
     if req.drain or not intent.busy(paths):
         return None
     rec = managed_runner(paths)
@@ -281,10 +281,19 @@ def stop_over_drain(paths: Paths, req: CtlStop) -> str | None:
     write_json(paths.stop_asked, {"at": time.time()})
     send_control(paths, rec.token, grace=req.grace)
     kill.signal_if_same(rec.pid, rec.start_time, signal.SIGTERM, group=False)
-    return (
-        f"the drain under way (another command's) was cut short: its {st.in_flight} in flight "
-        f"got this stop's {req.grace:g}s of grace"
-    )
+    return rec
+
+
+def stopped_over_drain(paths: Paths, rec: RunnerRecord, out: StopAnswer) -> StopAnswer:
+    """The answer of a stop that cut a drain short: the runner is its to say stopped (gone before
+    this stop held the job, it read `no runner was running`), and what it cut off."""
+    st = JobStatus.read(paths.status) or JobStatus()
+    said = "the drain under way (another command's) was cut short"
+    if not out.was_running:
+        out.was_running, out.stopped, out.found = True, [rec.pid], None
+        out.lost_in_flight = st.abandoned if st.pid == rec.pid else out.lost_in_flight
+    out.found = f"{out.found}; {said}" if out.found else said
+    return out
 
 
 def stop_typed_since(paths: Paths, t: float) -> bool:
@@ -320,8 +329,12 @@ def stop(paths: Paths, req: CtlStop) -> StopAnswer:
     in_flight_before = before.in_flight
     drained = False
     if req.drain and rec:
+        began = time.time()
         send_control(paths, token, drain=True)
         drained = not kill.wait_gone({rec.pid: rec.start_time}, req.drain_timeout)
+        if stop_typed_since(paths, began):  # said on this side too, not a drain that ended
+            cut = "its drain was cut short by a stop typed meanwhile"
+            found = f"{found}; {cut}" if found else cut
     if rec:
         # the runner itself lets in-flight work finish for `grace`, then writes its final status;
         # our SIGKILL comes a little later, only for a runner that does not stop by itself

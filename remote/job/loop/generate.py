@@ -151,7 +151,7 @@ class GenerateStage(stage.Stage):
             eta_s=p.eta_s,
             eta_guess=p.guess,
             last_completion_at=self.writer.last_completion,
-            disk=self.writer.disk(self.paths.outputs, now, self.runner.started_at),
+            disk=self.writer.disk(self.paths.outputs, now, self.runner.started_at, p.pace),
             kept=continuation.kept_status(d, self.kept_why_not),
             made={n: a.kept(now) for n, a in self.made().items()},
         )

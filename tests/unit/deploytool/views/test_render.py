@@ -150,3 +150,17 @@ def test_a_refused_file_of_a_pull_is_said_without_a_size_it_never_had():
     text = printed(render.pull_result, r)
     assert "refused: local copy is not a prefix of the host's file B1.jsonl\n" in text
     assert "appended   B2.jsonl (2.0 KiB)" in text and "0 B" not in text
+
+
+def test_a_rate_of_finished_answers_far_below_what_streams_says_what_streams():
+    """256 answers of 8k tokens in flight, few finished: `total 0 tokens, 5* tok/s, ETA 21m39s`
+    while the engine made 1.5k tok/s (the ETA's own pace)."""
+    from remote.common.status import DatasetStatus, JobView, KeptStatus
+
+    st = JobView(state="running", mean_tokens_per_s=5.0, in_flight=256, eta_s=1299)
+    st.datasets = {"B1": DatasetStatus("running", 0, 256, 0, 256, in_flight=256, eta_s=1299)}
+    st.kept = KeptStatus(streamed_per_s=1500.0)
+    total = next(x for x in printed(render.status_screen, st).splitlines() if "  total " in x)
+    assert "5* tok/s (1.5k tok/s streaming, answers in flight included), ETA" in total, total
+    st.tokens_per_s = 1400.0  # the last minute's finished answers near it: nothing to add
+    assert "streaming" not in printed(render.status_screen, st)

@@ -36,6 +36,20 @@ def keeper(tmp_path, **spec):
     return k, paths, notified, lines
 
 
+def decided_starts(k, monkeypatch) -> list[float]:
+    """The keeper's starts, the decision only (the start itself is the end-to-end tests'): when
+    each came, in a list filled as they come."""
+    starts = []
+
+    def start(now, want):
+        starts.append(now)
+        k.seen.attempt = k.budget.restarting(now)
+        k._restarted(now)
+
+    monkeypatch.setattr(k, "_start", start)
+    return starts
+
+
 def test_a_runner_that_finished_by_itself_is_not_restarted(tmp_path):
     k, paths, _, lines = keeper(tmp_path)
     paths.ensure()
@@ -63,14 +77,7 @@ def test_a_runner_stopped_by_a_signal_not_of_deploytool_is_started_again_saying_
 
 def test_a_runner_that_died_comes_back_at_once_then_after_a_doubling_backoff(tmp_path, monkeypatch):
     k, paths, notified, lines = keeper(tmp_path, max_restarts=3)
-    starts = []
-
-    def start(now, want):  # the decision only: the start itself is the end-to-end tests'
-        starts.append(now)
-        k.seen.attempt = k.budget.restarting(now)
-        k._restarted(now)
-
-    monkeypatch.setattr(k, "_start", start)
+    starts = decided_starts(k, monkeypatch)
     want = RunnerWanted(wanted=True)
     pid = dead_runner(paths, JobState.RUNNING)
     k.tick(100.0, want)
@@ -304,14 +311,7 @@ def test_a_runner_started_by_a_command_in_a_backoff_and_killed_is_a_death_of_its
     with -9 at once. The watcher's restart then said `after: the runner (pid 28261) died`, and
     28285's death was in no log, no recover.jsonl, no report."""
     k, paths, _, lines = keeper(tmp_path, max_restarts=5)
-    starts = []
-
-    def start(now, want):
-        starts.append(now)
-        k.seen.attempt = k.budget.restarting(now)
-        k._restarted(now)
-
-    monkeypatch.setattr(k, "_start", start)
+    decided_starts(k, monkeypatch)
     want = RunnerWanted(wanted=True)
     first = dead_runner(paths, JobState.RUNNING)
     k.tick(100.0, want)
