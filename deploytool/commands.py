@@ -39,8 +39,8 @@ def _config_to_look(doing: str):
     except ConfigError as e:
         config = _config(hosts_only=True)
         print(
-            f"hosts.yaml: {e}; {doing} needs only the host's entry: going on (the deployed "
-            "job is not compared with it)",
+            f"{e}; {doing} needs only the host's entry: going on (the deployed job is not "
+            "compared with it)",
             file=sys.stderr,
         )
         return config

@@ -305,7 +305,8 @@ def test_cli_bad_config_exits_2_with_one_line_and_no_traceback(tmp_path):
     res = run_cli("--config", p, "hosts", cwd=tmp_path)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
-    assert lines == ['error: hosts.gpu1.port: expected an integer 1-65535, got "abc"']
+    # the file it is in, named: `recover.bogus_key: unknown key` at a deploy named none
+    assert lines == [f'error: {p}: hosts.gpu1.port: expected an integer 1-65535, got "abc"']
 
 
 def test_cli_unknown_host_exits_2(tmp_path):
@@ -350,5 +351,6 @@ def test_a_token_count_at_or_below_zero_is_said_one_way(tmp_path):
         with pytest.raises(ConfigError) as e:
             load_config(write(tmp_path, data))
         assert str(e.value) == (
-            f"job.datasets.B1.est_tokens: expected a positive token count, got {bad}"
+            f"{tmp_path / 'hosts.yaml'}: job.datasets.B1.est_tokens: expected a positive token "
+            f"count, got {bad}"
         ), str(e.value)

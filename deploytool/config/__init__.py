@@ -453,9 +453,14 @@ def load_config(path: str | os.PathLike | None = None, hosts_only: bool = False)
         data = _hosts_sections(text) if hosts_only else None
         if data is None:
             raise _yaml_error(p, e) from None
-    if hosts_only and isinstance(data, dict):
-        return dataclasses.replace(parse_config(_hosts_alone(data), p.resolve()), hosts_only=True)
-    return parse_config(data, p.resolve())
+    try:
+        if hosts_only and isinstance(data, dict):
+            return dataclasses.replace(
+                parse_config(_hosts_alone(data), p.resolve()), hosts_only=True
+            )
+        return parse_config(data, p.resolve())
+    except ConfigError as e:  # the file it is in: `recover.bogus_key: unknown key` named none
+        raise ConfigError(f"{p}: {e}") from None
 
 
 # what to do about it: the place is said; a parser's message is seldom the edit to make

@@ -27,4 +27,4 @@ def test_recover_config_defaults_overrides_and_errors(tmp_path):
     ):
         with pytest.raises(ConfigError) as e:
             write_config(tmp_path, hosts, job=base_job(), recover=bad)
-        assert str(e.value).startswith(key)
+        assert str(e.value).startswith(f"{tmp_path / 'hosts.yaml'}: {key}")  # the file named
