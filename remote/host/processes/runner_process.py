@@ -186,7 +186,12 @@ def prompts_replaced(paths: Paths, st: JobStatus) -> dict[str, int]:
 
 
 def refuse_mixed_settings(
-    paths: Paths, caps: Caps, force: bool, job: Path | None = None, answering=frozenset()
+    paths: Paths,
+    caps: Caps,
+    force: bool,
+    job: Path | None = None,
+    answering=frozenset(),
+    stopped: bool = False,
 ) -> str | None:
     """What a new runner refuses as it starts, refused before anything is stopped or started,
     naming every dataset it would refuse (the first alone would hide the rest until the next try).
@@ -208,10 +213,17 @@ def refuse_mixed_settings(
         return dataset_changes_text(mixed)
     if mixed:
         back = rollback_to(release_made_with(paths, caps, list(mixed)))
+        # `stopped`: a restart's stop came first, its grace writing answers the check before it
+        # did not see; said so, never "nothing was stopped"
+        done = (
+            "the runner was stopped (its answers in flight were written as it stopped), none "
+            "started"
+            if stopped
+            else "nothing was stopped or started"
+        )
         raise HostFault(
             "settings",
-            f"{dataset_changes_text(mixed)}: a new runner would refuse to mix them; nothing was "
-            "stopped or started",
+            f"{dataset_changes_text(mixed)}: a new runner would refuse to mix them; {done}",
             fix=f"deploy the settings they were made with again (restore them in hosts.yaml and "
             f"`invoke deploy`{back}), move their data/outputs/<DS>.jsonl aside, or restart with "
             "--force to mix them (the runner resumes them with the new settings)",
@@ -385,8 +397,11 @@ def lock_is_free(paths: Paths) -> bool:
     return not lock_held(paths.lock)
 
 
-def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer:
-    """Start the runner detached from `rel` (this release) and wait until it reports running."""
+def start(
+    paths: Paths, req: CtlStart, rel: Path | None = None, stopped: bool = False
+) -> RestartAnswer:
+    """Start the runner detached from `rel` (this release) and wait until it reports running;
+    `stopped`: a restart stopped the runner before it (its refusal says so)."""
     if not lock_is_free(paths) or managed_runner(paths):
         rec = managed_runner(paths)
         raise HostFault(
@@ -396,7 +411,7 @@ def start(paths: Paths, req: CtlStart, rel: Path | None = None) -> RestartAnswer
         )
     rel = rel or release_dir()
     was, caps = caps_change(paths, req, rel / JOB_FILE)
-    forced = refuse_mixed_settings(paths, caps, req.force, rel / JOB_FILE)
+    forced = refuse_mixed_settings(paths, caps, req.force, rel / JOB_FILE, stopped=stopped)
     allowed = server_process.allowed_pids(paths, job_engine_port()) | trainer_pids(paths)
     gpu_report = gpu.check(allowed, force=req.force_gpu)
     token = secrets.token_hex(12)
@@ -590,7 +605,7 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
         # the runner ended meanwhile (finished, or killed and not yet brought back): a start
     stopping()
     stopped = _restarts_stop(paths, req)
-    started = start(paths, req)
+    started = start(paths, req, stopped=stopped.was_running)
     started.mode = "restart" if stopped.was_running else "start"
     started.stopped, started.lost_in_flight = stopped, stopped.lost_in_flight
     return started

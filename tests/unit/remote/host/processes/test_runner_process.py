@@ -415,3 +415,34 @@ def test_a_cap_of_a_dataset_the_job_no_longer_has_is_dropped_and_one_named_refus
     assert (caps.caps, caps.datasets, caps.max_samples) == ({"B1": 5}, ["B1"], 300)
     with pytest.raises(HostFault, match="unknown dataset B9"):
         caps_change(paths, RunArgs(cap=(("B9", 5),)), job_file)
+
+
+def test_a_refusal_after_a_restarts_stop_never_says_nothing_was_stopped(tmp_path):
+    """A caps-only restart whose check before the stop saw no record of the running runner's
+    settings: its grace wrote some, the start refused them, and the answer said `nothing was
+    stopped or started` of a job it had stopped."""
+    import json
+
+    import pytest
+
+    from remote.common.jobspec import JobSpec
+    from remote.common.wire import HostFault
+    from remote.host.processes.runner_process import refuse_mixed_settings
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    job = {
+        "datasets": {"B1": {"prompts": "data/B1.jsonl"}},
+        "engine": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m2"},
+    }
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps(job))
+    spec = JobSpec.load(job_file)
+    paths.meta("B1").write_text(json.dumps(dict(spec.settings(spec.datasets[0]), model="m1")))
+    paths.output("B1").write_text('{"id": "x"}\n')
+    with pytest.raises(HostFault, match="nothing was stopped or started"):
+        refuse_mixed_settings(paths, Caps(), False, job_file)
+    with pytest.raises(HostFault) as e:
+        refuse_mixed_settings(paths, Caps(), False, job_file, stopped=True)
+    assert "the runner was stopped" in str(e.value.fault.message)
+    assert "nothing was stopped" not in str(e.value.fault.message)
