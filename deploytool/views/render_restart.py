@@ -337,7 +337,7 @@ class Stopping:
         self.phase = None
         # a stop or a drain already under way, another command's, in words: the host carries
         # out one command at a time, so this one waits for that one, not its own grace
-        self.another: str | None = None
+        self.another: tuple[str, str] | None = None
 
     def __call__(self, st: JobView | None, waited: float) -> None:
         alive = st is not None and st.runner is not None and st.runner.alive
@@ -358,14 +358,15 @@ class Stopping:
 
     OVERRIDES_DRAIN = True  # a stop typed over a drain gives the runner its grace at once
 
-    def _another(self, st: JobView) -> str | None:
-        """A stop or a drain of another command's that the runner is in, in words."""
+    def _another(self, st: JobView) -> tuple[str, str] | None:
+        """A stop or a drain of another command's that the runner is in: its words, and what
+        they leave to say about it."""
         if self.drain or st.signalled:  # a signal's stop holds no command: this one acts now
             return None
         if st.draining and st.stopping is None and not self.OVERRIDES_DRAIN:
-            return "the drain under way"
+            return "the drain under way", " (`invoke stop` cuts it short)"
         if st.stopping not in (None, self.grace):
-            return f"the stop under way's {st.stopping:g}s of grace"
+            return f"the stop under way's {st.stopping:g}s of grace", " from its start"
         return None
 
     def _now(self, st: JobView, alive: bool, waited: float) -> tuple[str, tuple]:
@@ -374,7 +375,7 @@ class Stopping:
         if not alive:  # the host ends what of it is left, then answers
             return "runner gone; ending any process of it still running", ("gone",)
         if self.another is not None:  # when that one began is not known here: no time left
-            return f"{flight} in flight, in {self.another}", ("another",)
+            return f"{flight} in flight, in {self.another[0]}", ("another",)
         if self.drain:  # its SIGTERM comes once the drain is done (or timed out)
             sent = st.stopping is not None  # its grace: this one's, or a stop's typed over it
             left = f"SIGTERM sent, {st.stopping:g}s of grace" if sent else "draining"
@@ -391,14 +392,10 @@ class Stopping:
 
     def _how(self, flight: int, signalled: str | None = None) -> str:
         if self.another is not None:  # another command's, which the host carries out first
-            how = (
-                " (`invoke stop` cuts it short)"
-                if self.another.startswith("the drain")
-                else " from its start"
-            )
+            what, how = self.another
             return (
-                f"stopping already: {self.another}{how} for the {flight} requests in flight; the "
-                "host carries out one command at a time: this one goes on once that one is done"
+                f"stopping already: {what}{how} for the {flight} requests in flight; the host "
+                "carries out one command at a time: this one goes on once that one is done"
             )
         if not flight:  # none seen yet: the status may be a second behind its first requests
             return (

@@ -211,8 +211,10 @@ class DatasetStatus(Codec):
     def under(self, target: int, done: int, budget: int | None) -> DatasetStatus:
         """As it would stand under another target and token budget (a dry run's), by the runner's
         own rule as far as these counts tell: its tokens are those of the target it has now, and
-        its answers in flight go on."""
-        if (target, done, budget) == (self.target, self.done, self.budget):
+        its answers in flight go on. A state the job's end left on it (`stopped`: no dataset's
+        word) is reckoned anew, as the runner a restart starts begins it."""
+        same = (target, done, budget) == (self.target, self.done, self.budget)
+        if same and self.state in set(DatasetState):
             return self
         reached = budget is not None and self.completion_tokens >= budget
         state = DatasetState.of(
@@ -467,9 +469,8 @@ class KeptStatus(Codec):
     tokens_saved: int = 0  # tokens those continuations did not make again
     started_over: int = 0  # kept answers asked again from their start (the log says why)
     bytes: int = 0  # appended to run/kept.jsonl by this runner
-    streamed_per_s: float = (
-        0.0  # tokens/s as they stream, finished or not (last minute): the ETA's pace, kept or not
-    )
+    # tokens/s as they stream, finished or not (last minute): the ETA's pace, kept or not
+    streamed_per_s: float = 0.0
 
 
 @dataclass

@@ -478,11 +478,12 @@ def rollback(root, args):
             # never forth to a release a runner ran from after this one (ids recur: a release
             # deployed again is the same one, its history entry newer than the one it replaced)
             after = max((i for i, r in enumerate(ran) if r == cur), default=len(ran))
-            h = _back_from(hist, rel_dir, cur, newer=set(ran[after + 1 :]) | _left(hist))
-            left = sorted(_left(hist) - {cur})
+            left = _left(hist)
+            h = _back_from(hist, rel_dir, cur, newer=set(ran[after + 1 :]) | left)
             passed = (
-                f"; {', '.join(left)}, left by the rollbacks before this one, passed over"
-                if left
+                f"; {', '.join(sorted(left - {cur}))}, left by the rollbacks before this one, "
+                "passed over"
+                if left - {cur}
                 else ""
             )
             if h is not None and cur in ran and h["id"] not in ran:

@@ -7,7 +7,6 @@ by hand, by its command line *and* a working directory or --root inside this rem
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import secrets
 import signal
@@ -42,7 +41,6 @@ from ...common.state import (
     settle,
 )
 from ...common.status import (
-    DatasetState,
     DatasetStatus,
     JobState,
     JobStatus,
@@ -130,18 +128,6 @@ def planned_state(row: CapRow, d: DatasetStatus | None, caps: Caps) -> str:
         return ""
     if row.done_most is not None:
         return "?"
-    if d is not None and d.state not in set(DatasetState):
-        # the job's word at its end (`stopped`): the runner the restart starts begins it anew
-        fresh = DatasetState.of(
-            done=d.done,
-            target=d.target,
-            left=d.done < d.target,
-            in_flight=0,
-            failed=0,
-            busy=False,
-            budget_reached=d.budget_reached,
-        )
-        d = dataclasses.replace(d, state=fresh, in_flight=0)
     return (d or DatasetStatus()).under(row.target, row.done, caps.max_tokens).state_label
 
 
