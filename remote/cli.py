@@ -75,7 +75,7 @@ def watch(paths: Paths, req: P.Watch, argv: list[str]) -> int:
 def look(paths: Paths, req: P.CtlStatus):
     """`ctl status`: the host's look (jobstate), its counts taken again from the records where the
     runner was killed after its last status write (the queries' room reads them)."""
-    from .common.state import GONE
+    from .common.status import GONE
     from .host.commands.jobstate import job_status
 
     st = job_status(paths, req)

@@ -13,6 +13,7 @@ from rich.text import Text
 from remote.common.speed import job_rate, mean_note, row_rate
 from remote.common.status import (
     BUDGET_REACHED,
+    DIED,
     DRAINING,
     NOT_RUN,
     RECOVERING,
@@ -283,7 +284,11 @@ def recovery_lines(st: JobView) -> list[tuple[str, str]]:
             add(say(f"GAVE UP on the {what}: {w.why}; {again}", st.host), "bold red")
             out.extend((f"    {line}", "red") for line in w.log[-3:])
         elif w.restarts:  # done and over: said where the job is shown whole, not on each line
-            add(f"{what} restarted {w.restarts}x by the watcher; last cause: {w.last_cause}", DIM)
+            add(
+                f"{what} restarted {w.restarts}x by the watcher since a command last started it; "
+                f"last cause: {w.last_cause}",
+                DIM,
+            )
     if st.watcher_restarts:
         add(f"watcher started again {st.watcher_restarts}x by the runner (it was gone)", DIM)
     if sup.note:
@@ -452,6 +457,7 @@ def kept_line(st: JobView) -> str | None:
 STATE_STYLE = {
     JobState.FINISHED: "green",
     JobState.FAILED: "red",
+    DIED: "red",
     JobState.STOPPED: "yellow",
     RECOVERING: "yellow",
     SWITCHING: "yellow",

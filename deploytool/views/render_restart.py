@@ -383,8 +383,9 @@ class Stopping:
         if waited < self.grace:
             return f"{flight} in flight, {self.grace - waited:.0f}s of grace left", ("grace",)
         if waited < self.kill_at:
+            # no count: the look's may be a second behind; the answer gives the runner's own
             return (
-                f"grace over: the runner cuts off its {flight} in flight and exits; killed at "
+                "grace over: the runner cuts off what is still in flight and exits; killed at "
                 f"{self.kill_at:g}s if it has not",
                 ("over",),
             )

@@ -18,7 +18,7 @@ from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, Se
 from .protocol import CtlRestart, RunArgs
 from .records import prefix_hash
 from .recover import RecoverSpec
-from .status import JobState, JobStatus, JobView, RunnerInfo, SwitchView
+from .status import GONE, JobState, JobStatus, JobView, RunnerInfo, SwitchView
 
 # ------------------------------------------------------------------ the processes' records
 
@@ -318,9 +318,6 @@ def kept_caps(paths: Paths) -> Caps:
     """The job's caps as the host keeps them (none kept: every prompt of every dataset); written
     only through host/facts/intent.keep_caps."""
     return Caps.read(paths.caps) or Caps()
-
-
-GONE = "the runner is gone without writing its status (killed?)"
 
 
 def job_now(paths: Paths) -> JobView:

@@ -65,6 +65,8 @@ SWITCHING = "switching"  # a job whose server the host starts again for the next
 STOPPING = "stopping"  # a runner in a stop's grace: its file still says running
 DRAINING = "draining"  # a runner that sends nothing new and lets its answers in flight finish
 RESTARTING = "restarting"  # a restart under way on the host, between its stop and its start
+DIED = "died"  # a runner gone without its verdict (killed) that nothing starts again
+GONE = "the runner is gone without writing its status (killed?)"
 # status.json's one staleness rule: a runner rewrites it every second, so one not rewritten for
 # this long is no runner at work now (wedged, its disk stalled): status and tail say so alike
 # (JobStatus.stale_for), and the watcher's wedge clock no longer counts the requests it says are
@@ -607,13 +609,16 @@ class JobView(JobStatus):
         runner in a stop's grace is stopping, one letting its answers in flight finish is draining
         (it writes `running` until its verdict, and `running` with an ETA reads as a job that goes
         on); a runner stopped or ended by a restart the host is carrying out is restarting
-        (neither the watcher's recovery nor the end: a start follows)."""
+        (neither the watcher's recovery nor the end: a start follows); a runner killed that
+        nothing starts again died (`stopped` reads as a stop someone typed)."""
         if self.switching:
             return SWITCHING
         if self.restarting and (self.terminal or self.stopping is not None or self.draining):
             return RESTARTING
         if self.terminal and self.state != JobState.FINISHED and not self.job_ended:
             return RECOVERING
+        if self.state == JobState.STOPPED and self.message == GONE:  # no stop of anyone's
+            return DIED
         if self.stopping is not None and not self.terminal:
             return STOPPING
         if self.draining and not self.terminal:

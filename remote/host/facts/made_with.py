@@ -26,8 +26,14 @@ def mixed_settings(
     for ds in spec.datasets:
         if not caps.selected(ds.name):  # the runner opens none of its files
             continue
-        meta = read_json(paths.meta(ds.name))
-        changed = settings_changed(meta, spec.settings(ds)) if meta else {}
+        meta = read_json(paths.meta(ds.name)) or {}
+        now = spec.settings(ds)
+        changed = settings_changed(meta, now) if meta else {}
+        forced = meta.get("accepted")
+        if ds.name in answering and isinstance(forced, dict):
+            # the running runner took these with --force and has made none yet: its stop's
+            # grace writes its first records with them, which a runner of `now` then refuses
+            changed = changed or settings_changed(forced, now, accepted=False)
         if changed and (ds.name in answering or has_records(paths.output(ds.name))):
             out[ds.name] = changed
     return out

@@ -517,6 +517,32 @@ def _answering(st: JobStatus, rec: RunnerRecord | None) -> frozenset:
     return frozenset(n for n, d in st.datasets.items() if d.in_flight)
 
 
+STATUS_WRITE_WAIT_S = 3.0  # the runner writes status.json each second
+
+
+def _answering_now(
+    paths: Paths, caps: Caps, st: JobStatus, rec: RunnerRecord | None, job: Path | None = None
+) -> tuple[JobStatus, frozenset]:
+    """The running runner's status and the datasets it has answers in flight for, whose records
+    its stop's grace may write with its own settings. status.json is up to a second old: a
+    dataset whose first answers went out since reads as none in flight (a restart typed just
+    after another mixed the settings after its stop). Where that could change the verdict, a
+    status written after now is waited for."""
+    answering = _answering(st, rec)
+    if rec is None or not rec.alive():
+        return st, answering
+    every = frozenset(job_datasets(job))
+    if mixed_settings(paths, caps, job, every) == mixed_settings(paths, caps, job, answering):
+        return st, answering
+    since, deadline = time.time(), time.monotonic() + STATUS_WRITE_WAIT_S
+    while time.monotonic() < deadline and rec.alive():
+        fresh = JobStatus.read(paths.status)
+        if fresh is not None and (fresh.pid != rec.pid or fresh.updated_at > since):
+            return fresh, _answering(fresh, rec)
+        time.sleep(0.05)
+    return st, answering
+
+
 def _recap_instead(rec: RunnerRecord | None, req: CtlRestart, caps: Caps, was: Caps) -> bool:
     """A change of caps alone, for a runner running (of another release: a deploy since) what a new
     one would refuse to start with: given to that runner live instead. A bare restart, --hard, or
@@ -548,7 +574,7 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     live = _takes_live(st, rec, req, caps, was)
     held = forced = None
     if not live:  # what the new runner would refuse, before the running one is stopped
-        answering = _answering(st, rec)
+        st, answering = _answering_now(paths, caps, st, rec)
         mixed = {} if req.force else mixed_settings(paths, caps, answering=answering)
         if mixed and _recap_instead(rec, req, caps, was):
             # the running runner keeps making records with the settings they were made with: a

@@ -63,6 +63,7 @@ class Keeper:
         self.seen = ProcessWatch(of=spec.max_restarts)  # what status shows of this process
         self.budget = Budget(spec)
         self.budget.restarts = self._restarts_so_far(paths)
+        self._count_restarts()
         self.last_start_failure: str | None = None  # the last start's failure, numbers left out
         self.gave_up_at = 0.0
 
@@ -72,6 +73,13 @@ class Keeper:
         old ones). Each death since a command last wanted it (a restart, as at first) and since the
         last give-up began one; the last death, if nothing came after it, is counted again when
         this keeper finds the process dead."""
+        events = self._since_wanted(paths)
+        if events and events[-1].event == "died":
+            events.pop()
+        return [e.at for e in events if e.event == "died"]
+
+    def _since_wanted(self, paths: Paths) -> list[RecoverEvent]:
+        """This process's events since a command last wanted it and since the last give-up."""
         since = intent.read(paths).part(self.what).changed_at or 0.0
         events = [
             e
@@ -79,10 +87,12 @@ class Keeper:
             if e.what == self.what and e.at > since
         ]
         after = max((i + 1 for i, e in enumerate(events) if e.event == "gave_up"), default=0)
-        events = events[after:]
-        if events and events[-1].event == "died":
-            events.pop()
-        return [e.at for e in events if e.event == "died"]
+        return events[after:]
+
+    def _count_restarts(self) -> None:
+        """What status says: the restarts since a command last started it, whichever watcher
+        made them (one started again after a kill counts its predecessor's)."""
+        self.seen.restarts = sum(e.event == "restarted" for e in self._since_wanted(self.paths))
 
     def log(self, msg: str) -> None:
         """Said in the watcher's log and in the runner's: one who reads that (or follows it with
@@ -140,12 +150,12 @@ class Keeper:
     def _restarted(self, now: float, extra: str = "") -> None:
         self.seen.move(ProcessState.WATCHING)
         self.last_start_failure = None  # a start that worked: the next failure is news again
-        self.seen.restarts += 1
         msg = (
             f"{self.what} restarted (attempt {self.seen.attempt} of {self.spec.max_restarts}) after: "
             f"{self.seen.why}{extra}"
         )
         record_event(self.paths, self.what, "restarted", self.seen.why)
+        self._count_restarts()
         self.log(msg)
         self.seen.why = None
         self.tell(f"{self.what}_restarted", msg)

@@ -30,7 +30,10 @@ def test_status_and_tail_say_recovering_gave_up_and_unsupervised():
     assert (
         "RECOVERING server: the server process is gone; attempt 2 of 5, next try in 0m20s" in text
     )
-    assert "runner restarted 1x by the watcher; last cause: the runner (pid 9) died" in text
+    assert (
+        "runner restarted 1x by the watcher since a command last started it; last cause: the "
+        "runner (pid 9) died" in text
+    )
     line = progress.plain_line("gpu1", st, 0)
     assert (
         "RECOVERING server" in line and "reboot" not in line
@@ -266,8 +269,9 @@ def test_stop_says_how_it_goes_at_the_first_second_each_change_and_every_five_se
         "waiting 16s: 16 in flight, 14s of grace left",
         "waiting 21s: 16 in flight, 9s of grace left",
         "waiting 26s: 16 in flight, 4s of grace left",
-        "waiting 30s: grace over: the runner cuts off its 16 in flight and exits; killed at 33s "
-        "if it has not",
+        # no count: a `stop --grace 1` said `cuts off its 0 in flight`, then `cut off: 3`
+        "waiting 30s: grace over: the runner cuts off what is still in flight and exits; killed "
+        "at 33s if it has not",
         "waiting 33s: the runner did not exit: killing it and its processes (SIGKILL)",
         # never "SIGKILL next" for a runner gone: what is left is its processes, if any
         "waiting 35s: runner gone; ending any process of it still running",

@@ -56,7 +56,7 @@ def test_a_datasets_state_is_one_rule_for_every_stage():
 
 
 def test_a_job_whose_runner_the_watcher_starts_again_is_said_recovering_not_stopped():
-    from remote.common.status import JobView, ProcessWatch, Supervision
+    from remote.common.status import GONE, JobView, ProcessWatch, Supervision
 
     def job(state, runner=None, supervised=True):
         sup = Supervision(supervised=supervised, runner=runner)
@@ -72,6 +72,11 @@ def test_a_job_whose_runner_the_watcher_starts_again_is_said_recovering_not_stop
         and job("finished").state_label == "finished"
     )
     assert JobView(state="stopped").state_label == "stopped"
+    # runner and watcher both killed (-9): nobody stopped it, nobody starts it again
+    gone = JobView(state="stopped", message=GONE, supervision=Supervision(supervised=False))
+    assert gone.state_label == "died"
+    gone.supervision = Supervision(supervised=True, runner=backoff)
+    assert gone.state_label == "recovering"  # the watcher at work says what comes
 
 
 def test_a_restart_under_way_on_the_host_and_a_drain_are_said_as_such():

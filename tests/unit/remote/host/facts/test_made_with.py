@@ -29,6 +29,12 @@ def test_a_dataset_with_records_of_other_settings_is_named_with_what_changed(tmp
     assert list(got) == ["B1"] and "model" in got["B1"]
     # answers in flight are records its stop's grace may write
     assert list(mixed_settings(paths, Caps(), job_file, frozenset({"B3"}))) == ["B1", "B3"]
+    # a --force took model m1 for B3's records to come (none made yet: its meta still says the
+    # job's own): a runner of m2 opens it, unless the forced runner's grace writes one first
+    paths.meta("B3").write_text(json.dumps(dict(made, accepted=dict(made, model="m1"))))
+    assert list(mixed_settings(paths, Caps(), job_file)) == ["B1"]
+    got = mixed_settings(paths, Caps(), job_file, frozenset({"B3"}))
+    assert list(got) == ["B1", "B3"] and got["B3"] == {"model": ("m1", "m2")}
     assert mixed_settings(paths, Caps(datasets=["B2"]), job_file) == {}  # B1 is not run
     assert mixed_settings(paths, Caps(stage="hidden-states"), job_file) == {}
 

@@ -262,6 +262,64 @@ def test_a_restart_refuses_first_what_the_new_runner_would_refuse_and_nothing_mo
         refuse_mixed_settings(paths, Caps(), False, job_file, answering=frozenset({"B1"}))
 
 
+def test_a_restart_reads_what_is_in_flight_from_a_status_written_after_it_was_typed(tmp_path):
+    """status.json is written each second: a restart typed just after another read a runner's
+    first status (nothing in flight yet), stopped it, and its grace wrote B1's first records with
+    the forced settings; the start after it was refused. Where in-flight answers could change the
+    verdict, a status written after the restart began is waited for (an event, not a delay)."""
+    import json
+    import threading
+    import time
+
+    import pytest
+
+    from remote.common.jobspec import JobSpec
+    from remote.host.facts.made_with import mixed_settings
+    from remote.host.processes import runner_process as rp
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    job = {
+        "datasets": {n: {"prompts": f"data/{n}.jsonl"} for n in ("B1", "B2")},
+        "engine": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m2"},
+    }
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps(job))
+    spec = JobSpec.load(job_file)
+    made = spec.settings(spec.datasets[0])
+    paths.meta("B1").write_text(json.dumps(dict(made, model="m1")))  # none made yet, with m1
+    paths.meta("B2").write_text(json.dumps(made))
+    rec = _live_runner()
+    first = JobStatus(pid=rec.pid, updated_at=time.time() - 0.5)  # nothing in flight yet
+    first.write(paths.status)
+    looked = []
+    real_read = JobStatus.read
+
+    def read_and_note(path):
+        looked.append(path)
+        return real_read(path)
+
+    def runner_writes_its_next():  # once the restart has looked at the status again
+        while not looked:
+            time.sleep(0.005)
+        busy = {"B1": DatasetStatus(in_flight=3), "B2": DatasetStatus(in_flight=1)}
+        JobStatus(pid=rec.pid, updated_at=time.time() + 1, datasets=busy).write(paths.status)
+
+    t = threading.Thread(target=runner_writes_its_next)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(rp.JobStatus, "read", staticmethod(read_and_note))
+        t.start()
+        st, answering = rp._answering_now(paths, Caps(), first, rec, job_file)
+    t.join()
+    assert answering == {"B1", "B2"} and st.datasets["B1"].in_flight == 3
+    assert list(mixed_settings(paths, Caps(), job_file, answering)) == ["B1"]
+    # nothing it could be in flight for would change the verdict: the status at hand is kept
+    paths.meta("B1").write_text(json.dumps(made))
+    looked.clear()
+    assert rp._answering_now(paths, Caps(), first, rec, job_file) == (first, frozenset())
+    assert not looked
+
+
 def test_a_refusal_names_every_dataset_it_would_mix_those_changed_alike_together(tmp_path):
     import json
 

@@ -324,3 +324,28 @@ def test_a_runner_started_by_a_command_in_a_backoff_and_killed_is_a_death_of_its
     assert [e["event"] for e in died].count("died") == 3 and f"pid {second}" in died[-1]["why"]
     k.tick(k.seen.next_try_at, want)
     assert f"after: the runner (pid {second})" in lines[-1]
+
+
+def test_the_restarts_status_counts_are_those_since_a_command_last_started_it(tmp_path):
+    """`runner restarted 1x by the watcher` after three restarts: the count was this watcher's own,
+    reset when it was started again. Counted from run/recover.jsonl since the command's start,
+    whichever watcher made them, and never those before that start."""
+    import time
+
+    from remote.common.answers import RecoverEvent
+    from remote.common.codec import note_line
+    from remote.common.state import record_event
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    note_line(paths.recover_log, RecoverEvent(1.0, "runner", "restarted", "before the command"))
+    intent.change(paths, runner={"wanted": True})
+    for _ in range(2):
+        record_event(paths, "runner", "died", "killed")
+        record_event(paths, "runner", "restarted", "killed")
+    record_event(paths, "server", "restarted", "another process's")
+    k, _, _, _ = keeper(tmp_path)  # a watcher started again after a kill
+    assert k.seen.restarts == 2
+    k.seen.why = "killed"
+    k._restarted(time.time())
+    assert k.seen.restarts == 3
