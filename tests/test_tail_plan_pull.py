@@ -252,7 +252,7 @@ def test_tail_notices_a_runner_killed_without_status(tmp_path):
         sleep=lambda s: None,
         max_seconds=5,
     )
-    assert rc == 1 and "stopped" in buf.getvalue()
+    assert rc == 1 and "local: died |" in buf.getvalue()  # killed: no stop of anyone's
 
 
 def test_tail_sees_the_job_as_status_does_the_watcher_gone_included(tmp_path):
