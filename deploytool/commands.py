@@ -491,10 +491,16 @@ def _pulled(folder: str | None, config) -> str:
 
 def _beside_config(config, name: str) -> str:
     """A default output's path: beside hosts.yaml, said from the folder the command is typed in
-    (`report-gpu1.html` at the project's root, `../report-gpu1.html` in a folder of it)."""
+    (`report-gpu1.html` at the project's root, `../report-gpu1.html` in a folder of it); a
+    hosts.yaml elsewhere (DEPLOYTOOL_CONFIG) gets the whole path, not `../../tmp/x/report.html`."""
     import os
 
-    return os.path.relpath(config.base_dir / name)
+    rel = os.path.relpath(config.base_dir / name)
+    return (
+        rel
+        if not rel.startswith(os.path.join(os.pardir, os.pardir))
+        else str(config.base_dir / name)
+    )
 
 
 def pull(host_spec: str | None, *, to=None, refetch=False, hidden=False, free=False) -> int:

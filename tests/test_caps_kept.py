@@ -229,7 +229,7 @@ def test_a_restart_that_changes_nothing_touches_nothing_and_a_dataset_not_deploy
         assert differs in ok("invoke status", config)  # said wherever the job is looked at
         answer = ok("invoke restart", config)
         assert "caps unchanged" in answer  # no B9 kept to fail on
-        assert differs in answer and "this ran the deployed one" in answer
+        assert differs in answer and "the runner goes on with the release it runs" in answer
     finally:
         typed("invoke stop --grace 0", config)
     # stopped is stopped wherever the job is shown: no dataset running, nothing on its way

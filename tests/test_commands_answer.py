@@ -342,6 +342,34 @@ def test_status_after_a_restart_with_nothing_to_do_gives_the_jobs_own_rate(tmp_p
     assert "tokens over the time their answers were being made" in res.stdout
 
 
+def test_a_cap_lowered_on_datasets_left_out_is_said_then_and_when_they_run_again(tmp_path):
+    """`restart --datasets B1 --max-samples 10` lowered every dataset's cap with no word (the table
+    said `all → not run`); `restart --datasets all` then said `targets go up: B2 (not run → 10)`
+    with all of B2 done and 14 of its records out of the counts and the export."""
+    proj, root = _project(tmp_path)
+    spec = yaml.safe_load((proj / "hosts.yaml").read_text())
+    for name in ("B1", "B2"):
+        write_prompts(proj / "data" / "prompts" / f"{name}.jsonl", 24, name)
+        spec["job"]["datasets"][name] = {"prompts": f"data/prompts/{name}.jsonl", "est_tokens": 100}
+    (proj / "hosts.yaml").write_text(yaml.safe_dump(spec))
+    for line in ("invoke deploy", "invoke restart", "invoke tail"):
+        assert run_in(proj, line).returncode == 0, line
+    res = run_in(proj, "invoke restart --datasets B1 --max-samples 10")
+    assert res.returncode == 0, res.stdout + res.stderr
+    row = next(x for x in res.stdout.splitlines() if x.split()[:1] == ["B2"])
+    assert "all → not run (cap 10)" in row, res.stdout
+    assert "caps changed of datasets not run now, kept for when they run again: B2 (all → 10)" in (
+        res.stdout
+    )
+    for line in ("invoke restart --datasets all --dry-run", "invoke restart --datasets all"):
+        res = run_in(proj, line)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "go up" not in res.stdout, res.stdout  # all ten done: nothing to raise
+        row = next(x for x in res.stdout.splitlines() if x.split()[:1] == ["B2"])
+        assert row.split()[-3:] == ["10", "10", "complete"], row  # never `0–10 ?`
+        assert "targets go down: B2 (not run → 10: 14 beyond it)" in res.stdout, res.stdout
+
+
 @pytest.mark.slow
 def test_a_runner_killed_before_its_first_minute_leaves_its_datasets_rates_to_the_next(tmp_path):
     """A dataset's rate is fixed once it is complete, a kill -9 of the runner that made it

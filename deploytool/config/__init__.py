@@ -357,7 +357,7 @@ def parse_config(data: Any, path: Path) -> Config:
 
 def _parse_config(data: Any, path: Path) -> Config:
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
+        raise ConfigError("expected a mapping at the top level")  # the file is named where read
     check_keys("", data, ("default_host", "defaults", "hosts", "job", "server", "recover"))
     defaults = fields_of("defaults", mapping("defaults", data.get("defaults")), HOST_FIELDS)
     hosts_raw = mapping("hosts", data.get("hosts"), optional=False)

@@ -51,7 +51,8 @@ def caps_table(
         if d.changed and not (d.selected or d.was_selected):  # kept for when it runs again
             cap = f"[bold]{NOT_RUN} (cap {_cap(d.was)} → {_cap(d.cap)})[/]"
         elif d.changed:
-            cap = f"[bold]{_cap(d.was, d.was_selected)} → {cap}[/]"
+            held = f" (cap {_cap(d.cap)})" if not d.selected and d.cap != d.was else ""
+            cap = f"[bold]{_cap(d.was, d.was_selected)} → {cap}{held}[/]"
         known = d.prompts > 0 or d.target > 0  # a stage without prompts counts its rows (train)
         if not d.selected:  # no target, no done of it (a live re-cap's read 0): `status` says
             d, known = dataclasses.replace(d, state=NOT_RUN), False  # its records made
@@ -198,8 +199,15 @@ NOTHING_DRAINED = (
 def restart_result(r: RestartAnswer, out: Console = console, *, drain: bool = False) -> None:
     """`drain`: --drain was typed (a caps-only change stops nothing for it to drain)."""
     host = f"[bold]{r.host}[/]"
-    if r.job_differs:  # before anything else: what ran is the deployed job, not the one edited
-        out.print(f"{host}: [yellow]{escape(job_differs(r.host))}; this ran the deployed one[/]")
+    if r.job_differs:  # before anything else: what runs is a deployed job, not the one edited
+        started = (r.release or "").rstrip("/").rsplit("/", 1)[-1]
+        if r.dry_run:
+            what = "this would run the deployed one"
+        elif started:  # a deploy while it ran may have put another there since
+            what = f"this started release {started}"
+        else:
+            what = "the runner goes on with the release it runs"
+        out.print(f"{host}: [yellow]{escape(job_differs(r.host))}; {what}[/]")
     if r.dry_run:
         raised_targets(r, out)
         forced_mix(r, out)
@@ -249,11 +257,28 @@ def restart_result(r: RestartAnswer, out: Console = console, *, drain: bool = Fa
 def lowered_targets(r: RestartAnswer, out: Console = console) -> None:
     """Caps this command lowered under records made: one line, as a raise is said (a plan
     --apply took B8 from 32 to 7 with its 25 records beyond said nowhere)."""
-    parts = []
+    alike: dict[tuple[str, int], list[str]] = {}  # (was → now, beyond) -> names, said together
     for name, d in r.caps.items():
         lowered = d.cap is not None and (d.was is None or d.cap < d.was)
         if lowered and d.selected and d.was_selected and d.beyond:
-            parts.append(f"{name} ({_cap(d.was, True)} → {d.cap:,}: {d.beyond:,} beyond it)")
+            alike.setdefault((f"{_cap(d.was, True)} → {d.cap:,}", d.beyond), []).append(name)
+        elif d.selected and not d.was_selected and d.beyond:  # a cap lowered while left out
+            alike.setdefault((f"{NOT_RUN} → {_cap(d.cap)}", d.beyond), []).append(name)
+    parts = [
+        f"{', '.join(names)} ({how}: {n:,} beyond {'it' if len(names) == 1 else 'each'})"
+        for (how, n), names in alike.items()
+    ]
+    left: dict[str, list[str]] = {}  # `--datasets B1 --max-samples 10`: every dataset's cap
+    for name, d in r.caps.items():
+        if d.was_selected and not d.selected and d.cap != d.was:
+            left.setdefault(f"{_cap(d.was)} → {_cap(d.cap)}", []).append(name)
+    if left:
+        said = "; ".join(f"{', '.join(names)} ({how})" for how, names in left.items())
+        out.print(
+            f"  caps changed of datasets not run now, kept for when they run again: {said} "
+            "(`--cap NAME=N` caps one dataset alone)",
+            markup=False,
+        )
     if parts:
         out.print(
             f"  targets go down: {'; '.join(parts)}: those records stay on the host, out of the "
@@ -338,6 +363,8 @@ class Stopping:
         # a stop or a drain already under way, another command's, in words: the host carries
         # out one command at a time, so this one waits for that one, not its own grace
         self.another: tuple[str, str] | None = None
+        self.pid: int | None = None  # the runner it stops
+        self.began = 0.0  # when its grace began: later where a restart's new runner came first
 
     def __call__(self, st: JobView | None, waited: float) -> None:
         alive = st is not None and st.runner is not None and st.runner.alive
@@ -345,11 +372,21 @@ class Stopping:
             return  # a look that failed: no news, said at the next one
         if waited == 0:
             if alive:  # else the answer says there was nothing to stop
-                self.another = self._another(st)
+                self.another, self.pid = self._another(st), st.runner.pid
                 how = self._how(st.in_flight, st.signalled)
                 self.out.print(f"[bold]{self.host}[/]: stopping runner pid {st.runner.pid}: {how}")
             return
-        text, phase = self._now(st, alive, waited)
+        if alive and self.pid is not None and st.runner.pid != self.pid:
+            # the restart whose stop it waited on started a runner: that one is stopped now
+            self.another, self.pid, self.began = self._another(st), st.runner.pid, waited
+            self.shown_at = self.phase = None
+            self.out.print(
+                f"  {self.host}: the command before this one started runner pid {self.pid}: "
+                f"stopping it: {self._how(st.in_flight)}",
+                markup=False,
+            )
+            return
+        text, phase = self._now(st, alive, waited - self.began)
         due = self.shown_at is None or waited - self.shown_at >= self.SAY_EVERY_S
         if not due and phase == self.phase:
             return

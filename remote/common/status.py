@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from itertools import zip_longest
 
-from .caps import Caps
+from .caps import CapRow, Caps
 from .codec import Codec, Record
 from .stages import FIRST, StageSpec, stage_of
 
@@ -231,6 +231,16 @@ class DatasetStatus(Codec):
         return replace(
             self, state=state, target=target, done=done, budget=budget, budget_reached=reached
         )
+
+
+def planned_state(row: CapRow, d: DatasetStatus | None, caps: Caps) -> str:
+    """A dry run's state of a dataset under the caps it would run: what status would then say,
+    as far as the counts tell (`?` where its done is a range; none where nothing is known)."""
+    if not row.selected or not row.prompts:
+        return ""
+    if row.done_most is not None:
+        return "?"
+    return (d or DatasetStatus()).under(row.target, row.done, caps.max_tokens).state_label
 
 
 @dataclass

@@ -1,15 +1,16 @@
-"""A runner killed with -9 writes no last status: the answers it appended after its last status write
-(a second of them, more on a slow disk) are in the records and not in status.json, and nothing
-rewrites it until the next runner. Where the look says so, each dataset's counts are taken from its
-records again, as the next runner counts them (its target: the first N prompts of its file as it is
-now, N the status's own)."""
+"""A dataset's records counted again, as the next runner counts them (its target: the first N prompts
+of its file as it is now), where the status cannot tell: a runner killed with -9 writes no last
+status (the answers it appended after its last status write are in the records, not in
+status.json, and nothing rewrites it until the next runner); a restart's dry run that moves a
+target over records no status counts (a dataset run again after --datasets left it out)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from ..common.answers import RestartAnswer
 from ..common.jobspec import JobSpec, Paths
-from ..common.status import DatasetState, JobView
+from ..common.status import DatasetState, JobStatus, JobView, planned_state
 from ..job.store.outputs import load_existing
 from ..job.store.prompts import dataset_target
 
@@ -38,3 +39,24 @@ def recount(paths: Paths, st: JobView, job: JobSpec | None) -> None:
             state=DatasetState.COMPLETE if done >= d.target else d.state,
         )
     st.completion_tokens = sum(d.completion_tokens for d in st.datasets.values())
+
+
+def count_in_targets(paths: Paths, out: RestartAnswer, job: JobSpec | None) -> None:
+    """A restart's rows whose done the status could only bound (`done_most`: a target moved over
+    records it does not place) counted exactly, in place, with the records beyond the target and
+    the state they give (a dataset run again after --datasets left it out read `0–10 ?`, and a
+    raise, though all ten were made)."""
+    specs = {ds.name: ds for ds in job.datasets} if job else {}
+    st = JobStatus.read(paths.status) or JobStatus()
+    for name, row in out.caps.items():
+        spec = specs.get(name)
+        if row.done_most is None or spec is None:
+            continue
+        target = dataset_target(paths, spec, row.target)
+        if target.ids is None:
+            continue
+        ex = load_existing(paths.output(name), update_index=False)  # nothing written: a look
+        row.done = sum(1 for i in ex.ids if i in target.ids)
+        row.done_most, row.beyond = None, len(ex.ids) - row.done
+        d = st.datasets.get(name) if st.stage == out.kept.stage else None
+        row.state = planned_state(row, d, out.kept)

@@ -34,6 +34,9 @@ def job_status(paths: Paths, req: CtlStatus | None = None) -> JobView:
     # younger than that is being started (by the watcher, a restart), not a stray to warn of
     st.strays = [p for p in strays if (age := procinfo.age_s(p)) is None or age >= STARTING_S]
     st.supervision = watch.supervision(paths)
+    if st.settings_differ and (st.supervision.note or "").endswith(watch.BROUGHT_BACK):
+        # that restart is refused until the settings agree: the release line says how
+        st.supervision.note += " once the deployed settings agree with the records' (see above)"
     sw = StageSwitch.read(paths.switch)
     st.switch = sw.view() if sw is not None else None
     st.token = None
@@ -48,7 +51,10 @@ def settings_differ(paths: Paths, st: JobView) -> list[str]:
     deployed = st.current_release
     if not deployed or not ran or os.path.basename(ran.rstrip("/")) == os.path.basename(deployed):
         return []
-    return list(mixed_settings(paths, kept_caps(paths), paths.root / "current" / JOB_FILE))
+    mine = st.runner is not None and st.runner.alive and st.pid == st.runner.pid
+    flying = frozenset(n for n, d in st.datasets.items() if mine and d.in_flight)
+    job = paths.root / "current" / JOB_FILE
+    return list(mixed_settings(paths, kept_caps(paths), job, flying))  # as the restart reckons
 
 
 def deployed_job(paths: Paths) -> str | None:

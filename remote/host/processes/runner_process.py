@@ -41,11 +41,11 @@ from ...common.state import (
     settle,
 )
 from ...common.status import (
-    DatasetStatus,
     JobState,
     JobStatus,
     count_prompts,
     file_identity,
+    planned_state,
 )
 from ...common.wire import HostFault
 from ..facts import gpu, intent, kill
@@ -119,16 +119,6 @@ def caps_summary(
             row.state = planned_state(row, d, caps)
         rows[n] = row
     return rows
-
-
-def planned_state(row: CapRow, d: DatasetStatus | None, caps: Caps) -> str:
-    """A dry run's state of a dataset under the caps it would run: what status would then say,
-    as far as the counts tell (`?` where its done is a range; none where nothing is known)."""
-    if not row.selected or not row.prompts:
-        return ""
-    if row.done_most is not None:
-        return "?"
-    return (d or DatasetStatus()).under(row.target, row.done, caps.max_tokens).state_label
 
 
 def uncounted(

@@ -91,8 +91,11 @@ class Keeper:
 
     def _count_restarts(self) -> None:
         """What status says: the restarts since a command last started it, whichever watcher
-        made them (one started again after a kill counts its predecessor's)."""
-        self.seen.restarts = sum(e.event == "restarted" for e in self._since_wanted(self.paths))
+        made them (one started again after a kill counts its predecessor's, and says its cause)."""
+        restarts = [e for e in self._since_wanted(self.paths) if e.event == "restarted"]
+        self.seen.restarts = len(restarts)
+        if restarts and self.seen.last_cause is None:
+            self.seen.last_cause = restarts[-1].why
 
     def log(self, msg: str) -> None:
         """Said in the watcher's log and in the runner's: one who reads that (or follows it with

@@ -85,6 +85,9 @@ def stop(paths: Paths) -> bool:
     return True
 
 
+BROUGHT_BACK = "`invoke restart` brings it back"
+
+
 def supervision(paths: Paths) -> Supervision:
     """What status shows: is the job supervised, is a recovery under way, what happened before."""
     data = intent.read(paths)
@@ -107,7 +110,7 @@ def supervision(paths: Paths) -> Supervision:
         else:  # both killed: nothing on the host brings either back
             sup.note = (
                 "unsupervised: the watcher is not running (nor the runner, which would start it "
-                "again); `invoke restart` brings it back"
+                f"again); {BROUGHT_BACK}"
             )
     elif rec and not ws.on_boot:
         # the setting that would spare that restart is named, and whether it can work here

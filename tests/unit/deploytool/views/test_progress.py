@@ -290,6 +290,37 @@ def test_stop_says_how_it_goes_at_the_first_second_each_change_and_every_five_se
     ]
 
 
+def test_a_stop_that_waited_on_a_restart_says_the_new_runner_it_stops_with_its_own_grace():
+    """`invoke stop` typed 2 s into `restart --force --grace 5`: it waited on the restart, which
+    started runner 6247, and stopped that one with its own 30 s, while it said `in the stop under
+    way's 5s of grace` for 31 s under the old pid."""
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views.render_restart import Stopping
+    from remote.common.status import JobView, RunnerInfo
+
+    buf = io.StringIO()
+    on_status = Stopping("sim1", 30.0, False, Console(file=buf, width=300))
+    old = RunnerInfo(alive=True, pid=6005)
+    on_status(JobView(state="running", in_flight=8, stopping=5.0, runner=old), 0.0)
+    on_status(JobView(state="stopped", runner=RunnerInfo(alive=False)), 3.0)
+    new = JobView(state="running", in_flight=8, runner=RunnerInfo(alive=True, pid=6247))
+    for second in (4.0, 5.0, 9.0, 10.0):
+        on_status(new, second)
+    lines = [" ".join(line.split()) for line in buf.getvalue().splitlines()]
+    assert "the stop under way's 5s of grace" in lines[0] and "6005" in lines[0]
+    assert lines[1:] == [
+        "sim1: waiting 3s: runner gone; ending any process of it still running",
+        "sim1: the command before this one started runner pid 6247: stopping it: SIGTERM; the 8 "
+        "requests in flight get 30s to finish, then the runner cuts off the rest and exits (killed "
+        "at 33s if it has not)",
+        "sim1: waiting 5s: 8 in flight, 29s of grace left",
+        "sim1: waiting 10s: 8 in flight, 24s of grace left",  # every 5 s, as before
+    ]
+
+
 def test_a_dataset_left_out_by_datasets_is_said_not_run_in_every_view():
     import io
 

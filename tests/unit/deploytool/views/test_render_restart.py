@@ -403,3 +403,44 @@ def test_a_cap_changed_on_a_dataset_left_out_is_said_not_hidden():
     rows = {"B8": CapRow(0, 0, "", prompts=16, cap=4, was=None, selected=False, was_selected=False)}
     line = printed(render_restart.caps_table, rows).splitlines()[1]
     assert "not run (cap all → 4)" in line, line
+
+
+def test_hosts_yaml_differing_says_what_this_restart_ran_never_a_dry_run_ran():
+    """`restart --dry-run` said `this ran the deployed one`; a restart that a deploy overtook
+    started the release before it, and said the same."""
+    import io
+
+    from rich.console import Console
+
+    from deploytool.views.render_restart import restart_result
+    from remote.common.answers import RestartAnswer
+
+    said = {}
+    for name, answer in {
+        "dry": RestartAnswer(mode="start", dry_run=True),
+        "started": RestartAnswer(mode="start", pid=7, release="/h/releases/a10f0c", state="running"),
+        "live": RestartAnswer(mode="live", pid=7, state="running"),
+    }.items():
+        answer.host, answer.job_differs = "sim2", True
+        buf = io.StringIO()
+        restart_result(answer, Console(file=buf, width=400))
+        said[name] = buf.getvalue().splitlines()[0]
+    assert said["dry"].endswith("; this would run the deployed one")
+    assert said["started"].endswith("; this started release a10f0c")
+    assert said["live"].endswith("; the runner goes on with the release it runs")
+
+
+def test_caps_lowered_on_datasets_left_out_are_said_when_set_and_when_they_run_again():
+    from remote.common.answers import RestartAnswer
+
+    gone = CapRow(cap=10, was=None, selected=False, was_selected=True)
+    left = RestartAnswer(mode="start", host="h", caps={"B1": CapRow(cap=10), "B2": gone})
+    text = printed(render_restart.caps_moved, left)
+    assert "caps changed of datasets not run now, kept for when they run again: B2 (all → 10)" in (
+        text
+    )
+    back = CapRow(cap=10, was=10, was_selected=False, done=10, target=10, prompts=24, beyond=14)
+    again = RestartAnswer(mode="start", host="h", caps={"B2": back, "B3": back})
+    text = printed(render_restart.caps_moved, again)
+    assert "targets go down: B2, B3 (not run → 10: 14 beyond each)" in text, text
+    assert printed(render_restart.raised_targets, again) == ""  # all ten done: nothing goes up

@@ -135,6 +135,29 @@ def test_the_plan_says_what_the_records_of_each_dataset_were_made_with(tmp_path)
             (outputs / f"{name}.jsonl").write_text(lines)
     plan = release.plan(str(tmp_path), {"datasets": ["B1", "B2", "B3", "B4"]})
     assert plan["made_with"] == {"B1": {"sampling": {"temperature": 1.0}}}
+    # the live runner has answers in flight for B3, taken with a --force of temperature 0.7 and
+    # none made yet: its stop's grace writes them with 0.7 (rollback named B1 alone, and the
+    # restart after it refused B1 and B3)
+    import json
+    import os
+
+    from remote.common import procinfo
+
+    (outputs / "B3.meta.json").write_text(
+        json.dumps(
+            {"sampling": {"temperature": 1.0}, "accepted": {"sampling": {"temperature": 0.7}}}
+        )
+    )
+    me = os.getpid()  # stands in for the runner
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "runner.pid").write_text(
+        json.dumps({"pid": me, "start_time": procinfo.start_time(me), "token": "t"})
+    )
+    (tmp_path / "run" / "status.json").write_text(
+        json.dumps({"pid": me, "datasets": {"B3": {"in_flight": 2}}})
+    )
+    plan = release.plan(str(tmp_path), {"datasets": ["B1", "B2", "B3", "B4"]})
+    assert plan["made_with"]["B3"] == {"sampling": {"temperature": 0.7}}
 
 
 def ran(root: str, rid: str) -> None:

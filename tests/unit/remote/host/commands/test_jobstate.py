@@ -55,3 +55,25 @@ def test_a_runner_being_started_is_no_stray_until_it_has_had_a_starts_seconds(
     assert job_status(Paths(tmp_path)).strays == [4242]
     age["s"] = None  # an age that cannot be read hides no stray
     assert job_status(Paths(tmp_path)).strays == [4242]
+
+
+def test_a_job_nothing_brings_back_names_a_restart_only_with_the_settings_it_needs(
+    tmp_path, monkeypatch
+):
+    """Runner and watcher killed, the deployed release of other sampling: status said `invoke
+    restart brings it back`, and that restart was refused (the records' settings differ)."""
+    from remote.host.commands import jobstate
+    from remote.host.facts import intent
+
+    paths = Paths(tmp_path)
+    paths.ensure()
+    JobStatus(state=JobState.RUNNING, pid=123).write(paths.status)
+    intent.change(paths, runner={"wanted": True})
+    note = job_status(paths).supervision.note
+    assert note.endswith("`invoke restart` brings it back"), note
+    monkeypatch.setattr(jobstate, "settings_differ", lambda paths, st: ["B1"])
+    monkeypatch.setattr(jobstate, "release_made_with", lambda paths, caps, names: "r0")
+    note = job_status(paths).supervision.note
+    assert note.endswith(
+        "brings it back once the deployed settings agree with the records' (see above)"
+    )

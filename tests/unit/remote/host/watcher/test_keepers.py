@@ -340,12 +340,13 @@ def test_the_restarts_status_counts_are_those_since_a_command_last_started_it(tm
     paths.ensure()
     note_line(paths.recover_log, RecoverEvent(1.0, "runner", "restarted", "before the command"))
     intent.change(paths, runner={"wanted": True})
-    for _ in range(2):
-        record_event(paths, "runner", "died", "killed")
-        record_event(paths, "runner", "restarted", "killed")
+    for why in ("killed", "the runner (pid 9) died"):
+        record_event(paths, "runner", "died", why)
+        record_event(paths, "runner", "restarted", why)
     record_event(paths, "server", "restarted", "another process's")
     k, _, _, _ = keeper(tmp_path)  # a watcher started again after a kill
     assert k.seen.restarts == 2
+    assert k.seen.last_cause == "the runner (pid 9) died"  # `last cause: None` before
     k.seen.why = "killed"
     k._restarted(time.time())
     assert k.seen.restarts == 3
