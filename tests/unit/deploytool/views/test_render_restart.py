@@ -418,7 +418,9 @@ def test_hosts_yaml_differing_says_what_this_restart_ran_never_a_dry_run_ran():
     said = {}
     for name, answer in {
         "dry": RestartAnswer(mode="start", dry_run=True),
-        "started": RestartAnswer(mode="start", pid=7, release="/h/releases/a10f0c", state="running"),
+        "started": RestartAnswer(
+            mode="start", pid=7, release="/h/releases/a10f0c", state="running"
+        ),
         "live": RestartAnswer(mode="live", pid=7, state="running"),
     }.items():
         answer.host, answer.job_differs = "sim2", True
