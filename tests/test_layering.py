@@ -242,7 +242,6 @@ def test_unit_tests_mirror_the_tree():
 # modules with no unit test of their own, each with where it is tested instead
 NO_UNIT_TEST = {
     "deploytool/__main__.py": "two lines: `python -m deploytool`, run by every test that types a command",
-    "deploytool/commands.py": "the commands as typed: test_front_door, test_commands_answer",
     "deploytool/connectors/ssh.py": "against a real sshd: test_connectors, test_deploy",
     "deploytool/ops/pull_hidden.py": "pull --hidden-states --free on the local host: test_hidden_stage",
     "deploytool/program.py": "the invoke program as typed: test_startup, test_front_door",
