@@ -367,7 +367,7 @@ def test_a_cap_lowered_on_datasets_left_out_is_said_then_and_when_they_run_again
         assert "go up" not in res.stdout, res.stdout  # all ten done: nothing to raise
         row = next(x for x in res.stdout.splitlines() if x.split()[:1] == ["B2"])
         assert row.split()[-3:] == ["10", "10", "complete"], row  # never `0–10 ?`
-        assert "targets go down: B2 (not run → 10: 14 beyond it)" in res.stdout, res.stdout
+        assert "targets below the records made: B2 (run again at 10: 14 beyond it)" in res.stdout
 
 
 @pytest.mark.slow

@@ -258,12 +258,14 @@ def lowered_targets(r: RestartAnswer, out: Console = console) -> None:
     """Caps this command lowered under records made: one line, as a raise is said (a plan
     --apply took B8 from 32 to 7 with its 25 records beyond said nowhere)."""
     alike: dict[tuple[str, int], list[str]] = {}  # (was → now, beyond) -> names, said together
+    down = False  # a cap this command lowered (else only datasets run again under theirs)
     for name, d in r.caps.items():
         lowered = d.cap is not None and (d.was is None or d.cap < d.was)
         if lowered and d.selected and d.was_selected and d.beyond:
             alike.setdefault((f"{_cap(d.was, True)} → {d.cap:,}", d.beyond), []).append(name)
+            down = True
         elif d.selected and not d.was_selected and d.beyond:  # a cap lowered while left out
-            alike.setdefault((f"{NOT_RUN} → {_cap(d.cap)}", d.beyond), []).append(name)
+            alike.setdefault((f"run again at {_cap(d.cap)}", d.beyond), []).append(name)
     parts = [
         f"{', '.join(names)} ({how}: {n:,} beyond {'it' if len(names) == 1 else 'each'})"
         for (how, n), names in alike.items()
@@ -280,9 +282,10 @@ def lowered_targets(r: RestartAnswer, out: Console = console) -> None:
             markup=False,
         )
     if parts:
+        head = "targets go down" if down else "targets below the records made"
         out.print(
-            f"  targets go down: {'; '.join(parts)}: those records stay on the host, out of the "
-            "counts and of export (--keep beyond_cap exports them)",
+            f"  {head}: {'; '.join(parts)}: those records stay on the host, out of the counts and "
+            "of export (--keep beyond_cap exports them)",
             markup=False,
         )
 
@@ -302,6 +305,14 @@ def caps_dropped(r: RestartAnswer, out: Console = console) -> None:
                 f"  {name}: its kept cap of {cap:,} dropped: the deployed job has no {name} (put "
                 "back, it runs at the job's default cap unless given one: `--cap "
                 f"{name}={cap}`)",
+                markup=False,
+            )
+    chosen = r.kept.datasets or []
+    for name in r.was.datasets or []:
+        if name not in chosen and name not in r.caps:  # a selection that kept it goes on without
+            out.print(
+                f"  {name}: no longer among the datasets run (--datasets): the deployed job has no "
+                f"{name} (put back, `--datasets {','.join([*chosen, name])}` runs it again)",
                 markup=False,
             )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from remote.common.answers import Histogram, RecoverEvent, ReportAnswer, ReportDataset, ReportStage
 from remote.common.caps import fmt_bytes
 from remote.common.speed import MEAN_TEXT, job_rate
-from remote.common.status import BUDGET_REACHED
+from remote.common.status import BUDGET_REACHED, NOT_RUN
 
 from .progress import beyond_text, fmt_duration, fmt_tokens
 
@@ -330,6 +330,8 @@ def page(data: ReportAnswer) -> str:
     for name, d in ds.items():
         sd = st.datasets.get(name) if st.stage_spec.makes_answers else None  # else the stage's rows
         cap = f"{d.target:,}" if d.target is not None else "-"
+        if name in st.not_run:  # as status says it (its records still read here, as export's)
+            cap = NOT_RUN + (f" <span class='sub'>(cap {d.target:,})</span>" if d.target else "")
         budget = fmt_tokens(sd.budget) if sd and sd.budget else "-"
         if sd and sd.state_label == BUDGET_REACHED:  # it ended the dataset, not its cap
             budget += f" <span class='sub'>(reached: {sd.done:,} of {sd.target:,})</span>"

@@ -299,10 +299,42 @@ def _complete(tmp, rid, files, base_dir, base):
     _write_json(os.path.join(tmp, MANIFEST), {"id": rid, "files": files, "created": time.time()})
 
 
+RESTARTING = "restarting"  # intent.RESTARTING: the runner's `why` while a restart holds the job
+
+
+def _refuse_during_restart(root):
+    """A restart between its stop and its start (it holds the job's lock, run/supervise.lock):
+    `current` switched now is not what it starts (the release it runs from), so a rollback said
+    done while the restart started the release it left, whose records then mixed the settings.
+    One killed midway has let go of the lock: nothing to wait for."""
+    import fcntl
+
+    runner = (_read_json(os.path.join(root, "run", "supervise.json"), {}) or {}).get("runner")
+    if not isinstance(runner, dict) or runner.get("wanted") or runner.get("why") != RESTARTING:
+        return
+    try:
+        fd = os.open(os.path.join(root, "run", "supervise.lock"), os.O_RDWR)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ValueError(
+            "a restart on this host is stopping the runner to start the release deployed when it "
+            "was typed; nothing was changed: run this again once it has ended (`invoke status` "
+            "shows it)"
+        ) from None
+    except OSError:
+        return  # no locks on this filesystem: nothing is guarded there
+    finally:
+        os.close(fd)
+
+
 def apply(root, args, stream):
     """Build releases/<id> from the upload + hard links to the base release; switch current; prune.
     A draft's files go to a version folder of their own, switched to with the release."""
     root = os.path.expanduser(root)
+    _refuse_during_restart(root)
     for d in ("releases", "data/prompts", "data/outputs", DRAFT_COPIES, "run", "logs"):
         os.makedirs(os.path.join(root, d), exist_ok=True)
     with _one_at_a_time(root):  # held already where the folder was there before
@@ -463,6 +495,7 @@ def rollback(root, args):
     """To the last release a runner ran from (one deployed and refused never ran: going there
     would only repeat it), or, where none did, to the one deployed before; `to` names one."""
     root = os.path.expanduser(root)
+    _refuse_during_restart(root)
     rel_dir = os.path.join(root, "releases")
     cur = _current_id(root)
     hist = _read_json(os.path.join(rel_dir, HISTORY), []) or []

@@ -49,8 +49,9 @@ def plan(
         elif not records:
             source = "est_tokens (no records yet)"
         else:  # the mean it passed over is said: a plan that differs from it reads as a bug
-            young = f"{records:,} records, mean {measured:,.0f}: {MIN_MEASURED} needed to use it"
-            above = f"mean of {records:,} records, above est_tokens ({MIN_MEASURED} needed to use a lower one)"
+            made = f"{records:,} record{'s' if records != 1 else ''}"
+            young = f"{made}, mean {measured:,.0f}: {MIN_MEASURED} needed to use it"
+            above = f"mean of {made}, above est_tokens ({MIN_MEASURED} needed to use a lower one)"
             source = f"est_tokens ({young})" if mean == ds.est_tokens else above
         cap = cap_for(tokens_per_dataset, mean)
         prompt_path = paths.root / ds.prompts

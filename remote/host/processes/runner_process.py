@@ -115,6 +115,8 @@ def caps_summary(
             # the same target over a file deployed since: its first prompts may be others now
             # (lines cut at its top), so the status's count may not hold (the runner counts anew)
             row.done, row.done_most = 0, min(d.records, target)
+        if replaced is not None and answers and selected and row.done_most is None:
+            row.beyond = max(0, d.records - row.done)  # as the run will count them: said alike
         if replaced is not None:
             row.state = planned_state(row, d, caps)
         rows[n] = row
@@ -228,7 +230,15 @@ def caps_change(paths: Paths, flags: RunArgs, job: Path | None = None) -> tuple[
             unknown=unknown,
         )
     caps = flags.applied_to(was)
-    return was, caps.only(known) if known else caps
+    caps = caps.only(known) if known else caps
+    if caps.datasets == [] and stage_of(caps.stage).makes_answers:  # every one it ran taken out
+        raise HostFault(
+            "unknown_dataset",
+            f"the datasets this job runs (--datasets {','.join(was.datasets or [])}, kept) are none "
+            f"of the deployed job's ({', '.join(known)}); nothing was stopped or started",
+            fix="say which run: `invoke restart --datasets all` (or their names)",
+        )
+    return was, caps
 
 
 # ------------------------------------------------------------------ stopping

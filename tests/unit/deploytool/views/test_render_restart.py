@@ -444,5 +444,25 @@ def test_caps_lowered_on_datasets_left_out_are_said_when_set_and_when_they_run_a
     back = CapRow(cap=10, was=10, was_selected=False, done=10, target=10, prompts=24, beyond=14)
     again = RestartAnswer(mode="start", host="h", caps={"B2": back, "B3": back})
     text = printed(render_restart.caps_moved, again)
-    assert "targets go down: B2, B3 (not run → 10: 14 beyond each)" in text, text
+    assert "targets below the records made: B2, B3 (run again at 10: 14 beyond each)" in text, text
     assert printed(render_restart.raised_targets, again) == ""  # all ten done: nothing goes up
+
+
+def test_a_dataset_the_job_lost_leaves_the_selection_said_with_the_way_back():
+    """B4 out of hosts.yaml, deployed, then back: `its kept cap dropped … put back, it runs` while
+    the kept --datasets B1,B4 had become B1 alone, and B4 never ran."""
+    from remote.common.answers import RestartAnswer
+
+    r = RestartAnswer(
+        mode="start",
+        host="c",
+        caps={"B1": CapRow(cap=None)},
+        kept=Caps(datasets=["B1"]),
+        was=Caps(datasets=["B1", "B4"], caps={"B4": 3}),
+    )
+    text = " ".join(printed(render_restart.caps_dropped, r).split())
+    assert "B4: its kept cap of 3 dropped" in text
+    assert (
+        "B4: no longer among the datasets run (--datasets): the deployed job has no B4 (put back, "
+        "`--datasets B1,B4` runs it again)"
+    ) in text

@@ -134,3 +134,22 @@ def test_a_dataset_its_token_budget_ended_short_of_its_cap_is_said_so_in_the_rep
     b1 = page[page.index("<td>B1</td>") : page.index("<td>B2</td>")]
     assert "60.0k <span class='sub'>(reached: 12 of 32)</span>" in b1
     assert "reached" not in page[page.index("<td>B2</td>") :].split("</tr>")[0]
+
+
+def test_a_dataset_left_out_by_datasets_reads_not_run_as_status_says_it():
+    """report's cap column read `0` for B3 and B4 while status said `not run`."""
+    from remote.common.answers import ReportAnswer
+    from remote.common.status import DatasetStatus, JobView
+
+    st = JobView(state="finished", datasets={"B1": DatasetStatus(done=4, target=4)}, not_run=["B3"])
+    hist = Histogram(width=100, counts=[1] * 40)
+    data = ReportAnswer(
+        status=st,
+        datasets={
+            "B1": ReportDataset(records=4, target=4, hist=hist),
+            "B3": ReportDataset(records=22, target=22, hist=hist),
+        },
+    )
+    page = report.page(data)
+    b3 = page[page.index("<td>B3</td>") :].split("</tr>")[0]
+    assert "<td>not run <span class='sub'>(cap 22)</span></td>" in b3, b3

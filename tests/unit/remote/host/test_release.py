@@ -306,3 +306,28 @@ def test_a_deploy_prunes_releases_that_never_ran_before_those_that_ran(tmp_path)
     left = sorted(p.name for p in (tmp_path / "releases").iterdir() if not p.name.startswith("."))
     assert "ran1" in left and "ran2" in left and "new4" in left, left
     assert release.rollback(root, {})["current"] == "ran2"
+
+
+def test_a_deploy_or_rollback_while_a_restart_holds_the_job_changes_nothing(tmp_path):
+    """`restart --force` in its stop's grace, then `rollback`: said done, while the restart started
+    the release it left (its own), whose records then mixed the settings. Refused while a restart
+    holds the job; one killed midway (the lock let go) refuses nothing."""
+    from pathlib import Path
+
+    from remote.common.jobspec import Paths
+    from remote.host.facts import intent
+
+    assert release.RESTARTING == intent.RESTARTING  # said as text there (standalone source)
+    root = str(tmp_path)
+    deployed(root, "aa1")
+    deployed(root, "bb2")
+    paths = Paths(Path(root))
+    with intent.locked(paths):
+        intent.change(paths, runner={"wanted": False, "why": intent.RESTARTING})
+        before = sorted(p.name for p in (tmp_path / "releases").iterdir())
+        for act in (lambda: release.rollback(root, {}), lambda: deployed(root, "cc3")):
+            with pytest.raises(ValueError, match="a restart on this host is stopping the runner"):
+                act()
+        assert os.readlink(tmp_path / "current").endswith("bb2")
+        assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == before
+    assert release.rollback(root, {})["current"] == "aa1"  # the restart gone: as before

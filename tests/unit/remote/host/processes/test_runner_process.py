@@ -68,6 +68,11 @@ def test_the_caps_rows_say_each_state_as_status_says_it_a_dry_runs_under_its_cap
     st.end("stopped", "stopped by deploytool")
     dry = caps_summary(st, caps, caps, (), {})
     assert dry["B2"].state == "pending" and dry["B4"].state == "complete"
+    # a dry run lowering a complete dataset's cap says the records beyond it, as the run then
+    # does (`--cap B1=5 --dry-run` said nothing, the restart `30 → 5: 25 beyond it`)
+    st.datasets["B4"] = DatasetStatus("complete", 30, 30, 30, 40)
+    dry = caps_summary(st, Caps(caps={"B4": 5}), Caps(), (), {})
+    assert (dry["B4"].done, dry["B4"].target, dry["B4"].beyond) == (5, 5, 25)
 
 
 def test_a_raise_over_a_replaced_prompt_file_says_the_new_files_prompts(tmp_path):
@@ -473,6 +478,12 @@ def test_a_cap_of_a_dataset_the_job_no_longer_has_is_dropped_and_one_named_refus
     assert (caps.caps, caps.datasets, caps.max_samples) == ({"B1": 5}, ["B1"], 300)
     with pytest.raises(HostFault, match="unknown dataset B9"):
         caps_change(paths, RunArgs(cap=(("B9", 5),)), job_file)
+    # every dataset it ran taken out: it ran nothing and said `finished` (an empty --datasets
+    # typed is refused; this one is too, until the selection is said again)
+    keep_caps(paths, Caps(datasets=["B9"]))
+    with pytest.raises(HostFault, match=r"--datasets B9, kept\) are none of the deployed job's"):
+        caps_change(paths, RunArgs(), job_file)
+    assert caps_change(paths, RunArgs(datasets="all"), job_file)[1].datasets is None
 
 
 def test_a_refusal_after_a_restarts_stop_never_says_nothing_was_stopped(tmp_path):
