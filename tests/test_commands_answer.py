@@ -448,6 +448,10 @@ def test_status_after_a_kill_9_counts_the_records_the_runner_wrote_after_its_las
     assert b1["done"] == len(made), (b1["done"], len(made), status(root)["datasets"]["B1"])
     assert b1["completion_tokens"] == sum(r["usage"]["completion_tokens"] for r in made)
     assert "B1  " in run_in(proj, "invoke status").stdout  # the table as typed, no traceback
+    # the dry run of the restart that starts it again says what that restart then says
+    dry = run_in(proj, "invoke restart --dry-run").stdout
+    row = next(x.split() for x in dry.splitlines() if x.split()[:1] == ["B1"])
+    assert row[-1] == "pending", dry  # `running`, for a runner killed
 
 
 def test_a_local_copy_that_differs_names_the_command_that_fetches_it_again(tmp_path):

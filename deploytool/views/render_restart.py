@@ -388,12 +388,12 @@ class Stopping:
                 self.out.print(f"[bold]{self.host}[/]: stopping runner pid {st.runner.pid}: {how}")
             return
         if alive and self.pid is not None and st.runner.pid != self.pid:
-            # the restart whose stop it waited on started a runner: that one is stopped now
+            # started while this waited (by the restart it waited on, or the watcher): stopped now
             self.another, self.pid, self.began = self._another(st), st.runner.pid, waited
             self.shown_at = self.phase = None
             self.out.print(
-                f"  {self.host}: the command before this one started runner pid {self.pid}: "
-                f"stopping it: {self._how(st.in_flight)}",
+                f"  {self.host}: runner pid {self.pid} was started meanwhile: stopping it: "
+                f"{self._how(st.in_flight)}",
                 markup=False,
             )
             return

@@ -41,6 +41,7 @@ from ...common.state import (
     settle,
 )
 from ...common.status import (
+    GONE,
     JobState,
     JobStatus,
     count_prompts,
@@ -571,6 +572,8 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     was, caps = caps_change(paths, req)
     rec = managed_runner(paths)
     st = JobStatus.read(paths.status) or JobStatus()
+    if rec is None and st.state in (JobState.STARTING, JobState.RUNNING):
+        st.end(JobState.STOPPED, GONE)  # killed: nothing in flight (a dry run said `running`)
     live = _takes_live(st, rec, req, caps, was)
     held = forced = None
     if not live:  # what the new runner would refuse, before the running one is stopped

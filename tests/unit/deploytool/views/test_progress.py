@@ -313,7 +313,7 @@ def test_a_stop_that_waited_on_a_restart_says_the_new_runner_it_stops_with_its_o
     assert "the stop under way's 5s of grace" in lines[0] and "6005" in lines[0]
     assert lines[1:] == [
         "sim1: waiting 3s: runner gone; ending any process of it still running",
-        "sim1: the command before this one started runner pid 6247: stopping it: SIGTERM; the 8 "
+        "sim1: runner pid 6247 was started meanwhile: stopping it: SIGTERM; the 8 "
         "requests in flight get 30s to finish, then the runner cuts off the rest and exits (killed "
         "at 33s if it has not)",
         "sim1: waiting 5s: 8 in flight, 29s of grace left",
