@@ -495,7 +495,7 @@ def test_the_datasets_a_run_leaves_out_are_said_where_its_rows_are_shown(box):
     finish(config)
     ok("invoke restart --datasets B2 --max-samples 3", config)
     finish(config)
-    said = "not run (--datasets): B1, B3: their records are kept, in none of these figures"
+    said = "not run (--datasets): B1, B3: their records are kept, out of the rows and the total"
     out = ok("invoke status", config)
     assert said in out and not [x for x in out.splitlines() if x.split()[:1] == ["B1"]], out
     assert status(root)["not_run"] == ["B1", "B3"]

@@ -271,6 +271,39 @@ def test_a_stop_typed_over_a_drain_stops_at_once_and_the_restart_that_drained_st
         run_in(proj, "invoke stop --grace 0")
 
 
+def test_a_stop_typed_over_a_restarts_grace_stops_at_once_and_the_restart_starts_nothing(
+    tmp_path, openai_server
+):
+    """`invoke restart --hard --grace 40` in one terminal, `invoke stop` in another: the stop
+    waited out the restart's grace, the restart started a runner, and the stop then stopped that
+    one with a grace of its own (62 s, and 8 requests sent only to be cut off). As over a drain,
+    the stop gives the runner its grace at once and the restart under way starts nothing."""
+    from remote.common import procinfo
+    from tests.conftest import status, wait_for
+
+    srv, proj, root = _held_job(tmp_path, openai_server)  # its answers never come: a grace is whole
+    assert run_in(proj, "invoke restart").returncode == 0
+    pid = status(root)["pid"]
+    wait_for(lambda: status(root)["in_flight"], what="requests held by the server")
+    restart = _at_a_terminal(proj, "restart", "--hard", "--grace", "600")
+    try:
+        wait_for(lambda: status(root).get("stopping") == 600, what="the restart's grace under way")
+        res = run_in(proj, "invoke stop --grace 1")  # without the cut: 600 s, then another runner
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "the restart under way (another command's) was cut short" in res.stdout, res.stdout
+        assert "stopping already" not in res.stdout, res.stdout
+        assert f"box: stopped [{pid}]" in res.stdout, res.stdout
+        out, _ = restart.communicate(timeout=120)
+        assert restart.returncode == 1, out
+        assert "none started: a stop was typed while this restart stopped the runner" in out, out
+        assert "Traceback" not in out + res.stderr
+        assert not procinfo.alive(pid) and status(root)["pid"] == pid  # no runner after it
+    finally:
+        restart.kill()
+        srv.hold_after = None
+        run_in(proj, "invoke stop --grace 0")
+
+
 def test_pull_and_export_with_nothing_deployed_leave_no_empty_folder(tmp_path):
     proj, _ = _project(tmp_path)
     for line in ("invoke pull", "invoke export"):

@@ -310,8 +310,9 @@ def extra_lines(st: JobView, now: float) -> list[tuple[str, str]]:
     if left := st.not_run:
         out.append(
             (
-                f"not run (--datasets): {', '.join(left)}: their records are kept, in none of these "
-                "figures (`invoke restart --datasets all` runs every dataset)",
+                f"not run (--datasets): {', '.join(left)}: their records are kept, out of the "
+                "rows and the total tokens (a starred mean is the whole job's); `invoke restart "
+                "--datasets all` runs every dataset",
                 DIM,
             )
         )

@@ -404,12 +404,15 @@ class Stopping:
         self.shown_at, self.phase = waited, phase
         self.out.print(f"  {self.host}: waiting {waited:.0f}s: {text}", markup=False)
 
-    OVERRIDES_DRAIN = True  # a stop typed over a drain gives the runner its grace at once
+    # a stop typed over a drain, or over a restart's stop, gives the runner its grace at once
+    OVERRIDES_DRAIN = True
 
     def _another(self, st: JobView) -> tuple[str, str] | None:
         """A stop or a drain of another command's that the runner is in: its words, and what
         they leave to say about it."""
         if self.drain or st.signalled:  # a signal's stop holds no command: this one acts now
+            return None
+        if self.OVERRIDES_DRAIN and st.restarting:  # the restart's grace is cut to this one's
             return None
         if st.draining and st.stopping is None and not self.OVERRIDES_DRAIN:
             return "the drain under way", " (`invoke stop` cuts it short)"

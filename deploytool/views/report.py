@@ -295,6 +295,15 @@ counted: the stage never makes it again.</p>
 <div class="grid">{cards}</div>"""
 
 
+def _run_share(st, ds: dict) -> str:
+    """Where --datasets leaves some out: the tokens of those run, the figure status totals (the
+    report reads every dataset's records, as export does)."""
+    if not st.not_run:
+        return ""
+    run = sum(d.tokens for name, d in ds.items() if name not in st.not_run)
+    return f" ({fmt_tokens(run)} in the datasets run)"
+
+
 def _rate(data: ReportAnswer) -> str:
     """The answers' rate as status says it (`job_rate`); in another stage, the answers' mean from
     their records' times (status.json holds that stage's rates)."""
@@ -365,7 +374,7 @@ def page(data: ReportAnswer) -> str:
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>deploytool report: {html.escape(host)}</title><style>{CSS}</style></head><body>
 <h1>{html.escape(host)}: {html.escape(state)}</h1>
-<p class="sub">Made {made} · {fmt_tokens(answers)} response tokens · {rate} ·
+<p class="sub">Made {made} · {fmt_tokens(answers)} response tokens{_run_share(st, ds)} · {rate} ·
 {html.escape(starts_text(data.runner_starts, len(hist.starts)))} · model {html.escape(st.engine.model or "?")}
 {(" · " + html.escape(st.message)) if st.message else ""}</p>
 <h2>Caps, records and tokens</h2>

@@ -266,28 +266,45 @@ def found_runner(paths: Paths, rec: RunnerRecord | None, st: JobStatus) -> str |
     return f"the watcher had started it again after: {after[-1]}" if after else None
 
 
+CUT = {  # what a stop typed over another command's cuts short: how each side says it
+    "drain": ("the drain under way (another command's) was cut short", "drained"),
+    "restart": (
+        "the restart under way (another command's) was cut short: it starts no runner",
+        "stopped the runner",
+    ),
+}
+
+
 def stop_over_drain(paths: Paths, req: CtlStop) -> RunnerRecord | None:
-    """A stop typed while another command's drain holds the job (the host carries out one command
-    at a time, and a drain waits for every answer in flight, minutes of them): the runner is given
-    this stop's grace now, as a stop of its own would give it, and a restart that drained starts
-    no runner after it (`stop_typed_since`). The runner it stopped; None where no drain was."""
+    """A stop typed while another command's drain, or a restart's stop, holds the job (the host
+    carries out one command at a time: a drain waits for every answer in flight, minutes of them,
+    and a restart would start a runner for this stop to stop again): the runner is given this
+    stop's grace now, as a stop of its own would give it, and a restart under way starts no runner
+    after it (`stop_typed_since`). The runner it stopped; None where neither was."""
     if req.drain or not intent.busy(paths):
         return None
     rec = managed_runner(paths)
     st = JobStatus.read(paths.status)
-    if rec is None or st is None or st.pid != rec.pid or not st.draining or st.terminal:
+    if rec is None or st is None or st.pid != rec.pid or st.terminal:
         return None
-    write_json(paths.stop_asked, {"at": time.time()})
+    restarting = st.stopping is not None and intent.restarting(paths, intent.read(paths))
+    if not (st.draining or restarting):
+        return None
+    write_json(paths.stop_asked, {"at": time.time(), "cut": "drain" if st.draining else "restart"})
     send_control(paths, rec.token, grace=req.grace)
     kill.signal_if_same(rec.pid, rec.start_time, signal.SIGTERM, group=False)
     return rec
 
 
+def _cut(paths: Paths) -> tuple[str, str]:
+    return CUT.get((read_json(paths.stop_asked) or {}).get("cut"), CUT["drain"])
+
+
 def stopped_over_drain(paths: Paths, rec: RunnerRecord, out: StopAnswer) -> StopAnswer:
-    """The answer of a stop that cut a drain short: the runner is its to say stopped (gone before
-    this stop held the job, it read `no runner was running`), and what it cut off."""
+    """The answer of a stop that cut another command's short: the runner is its to say stopped
+    (gone before this stop held the job, it read `no runner was running`), and what it cut off."""
     st = JobStatus.read(paths.status) or JobStatus()
-    said = "the drain under way (another command's) was cut short"
+    said = _cut(paths)[0]
     if not out.was_running:
         out.was_running, out.stopped, out.found = True, [rec.pid], None
         out.lost_in_flight = st.abandoned if st.pid == rec.pid else out.lost_in_flight
@@ -296,21 +313,21 @@ def stopped_over_drain(paths: Paths, rec: RunnerRecord, out: StopAnswer) -> Stop
 
 
 def stop_typed_since(paths: Paths, t: float) -> bool:
-    """A stop was typed over a drain since `t` (`stop_over_drain`)."""
+    """A stop was typed over a drain or a restart's stop since `t` (`stop_over_drain`)."""
     at = (read_json(paths.stop_asked) or {}).get("at")
     return isinstance(at, (int, float)) and at >= t
 
 
 def _restarts_stop(paths: Paths, req: CtlRestart) -> StopAnswer:
-    """A restart's stop of the runner; a stop typed over its drain (`stop_over_drain`) ends the
-    restart there: no runner is started after it."""
+    """A restart's stop of the runner; a stop typed over its drain or its grace
+    (`stop_over_drain`) ends the restart there: no runner is started after it."""
     began = time.time()
     stopped = stop(paths, CtlStop(req.grace, req.drain, req.drain_timeout))
     if stop_typed_since(paths, began):
         raise HostFault(
             "cancelled",
-            "the runner was stopped, none started: a stop was typed while this restart drained "
-            "(`invoke restart` starts it)",
+            f"the runner was stopped, none started: a stop was typed while this restart "
+            f"{_cut(paths)[1]} (`invoke restart` starts it)",
         )
     return stopped
 

@@ -63,6 +63,7 @@ class Keeper:
         self.seen = ProcessWatch(of=spec.max_restarts)  # what status shows of this process
         self.budget = Budget(spec)
         self.budget.restarts = self._restarts_so_far(paths)
+        self.counted_since = intent.read(paths).part(self.what).changed_at or 0.0
         self._count_restarts()
         self.last_start_failure: str | None = None  # the last start's failure, numbers left out
         self.gave_up_at = 0.0
@@ -103,6 +104,13 @@ class Keeper:
         self.watcher_log(msg)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         append_line(self.paths.log, f"{stamp} {WATCHER_MARK} {msg}\n".encode(errors="replace"))
+
+    def recount(self, want: Wanted) -> None:
+        """A command changed what is wanted (a restart typed, say): the restarts status says are
+        counted anew from it (they read `1x … since a command last started it` after one had)."""
+        if (want.changed_at or 0.0) != self.counted_since:
+            self.counted_since = want.changed_at or 0.0
+            self._count_restarts()
 
     def anew(self, want: Wanted) -> bool:
         """Given up on, then wanted again by a command (a restart typed since): watched from here

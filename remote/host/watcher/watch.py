@@ -178,6 +178,7 @@ class Watcher:
             alive = False
             for keeper in (self.server, self.runner):
                 if data.watched(keeper.what):
+                    keeper.recount(data.part(keeper.what))
                     keeper.anew(data.part(keeper.what))
                     keeper.tick(now, data.part(keeper.what))
                     data = intent.read(self.paths)  # a keeper may have changed it (a give-up)

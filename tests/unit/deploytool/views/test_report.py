@@ -153,3 +153,6 @@ def test_a_dataset_left_out_by_datasets_reads_not_run_as_status_says_it():
     page = report.page(data)
     b3 = page[page.index("<td>B3</td>") :].split("</tr>")[0]
     assert "<td>not run <span class='sub'>(cap 22)</span></td>" in b3, b3
+    # its headline's tokens said beside those of the datasets run, status's total
+    data.datasets["B1"].tokens, data.datasets["B3"].tokens = 400, 2_200
+    assert "2.6k response tokens (400 in the datasets run)" in report.page(data)

@@ -350,3 +350,9 @@ def test_the_restarts_status_counts_are_those_since_a_command_last_started_it(tm
     k.seen.why = "killed"
     k._restarted(time.time())
     assert k.seen.restarts == 3
+    # a restart typed: none since (it read `1x … since a command last started it` after one)
+    k.recount(intent.read(paths).runner)
+    assert k.seen.restarts == 3  # nothing changed: nothing counted anew
+    intent.change(paths, runner={"wanted": True})
+    k.recount(intent.read(paths).runner)
+    assert k.seen.restarts == 0
