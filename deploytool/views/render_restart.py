@@ -359,6 +359,10 @@ def restart_outcome(results: dict, failures: dict, out: Console = console) -> No
     out.print(escape(say("restart: " + "; ".join(parts), failed)), highlight=False)
 
 
+def _requests(n: int) -> str:
+    return f"{n:,} request{'s' if n != 1 else ''}"
+
+
 class Stopping:
     """What `stop` says while the host waits: what it stops, then how it goes, at the first second,
     at each change of phase (the grace spent, the runner's kill due, the runner gone) and every
@@ -446,7 +450,7 @@ class Stopping:
         if self.another is not None:  # another command's, which the host carries out first
             what, how = self.another
             return (
-                f"stopping already: {what}{how} for the {flight} requests in flight; the host "
+                f"stopping already: {what}{how} for the {_requests(flight)} in flight; the host "
                 "carries out one command at a time: this one goes on once that one is done"
             )
         if not flight:  # none seen yet: the status may be a second behind its first requests
@@ -457,7 +461,7 @@ class Stopping:
         if signalled:  # the runner takes a second signal as "now"
             return (
                 f"stopping already, after a {signalled} not of deploytool's; SIGTERM again cuts "
-                f"off the {flight} requests in flight now"
+                f"off the {_requests(flight)} in flight now"
             )
         if self.drain:
             return (
@@ -465,7 +469,8 @@ class Stopping:
                 f"{self.grace:g}s of grace, and the runner exits (killed if it does not)"
             )
         return (
-            f"SIGTERM; the {flight} requests in flight get {self.grace:g}s to finish, then the "
+            f"SIGTERM; the {_requests(flight)} in flight {'gets' if flight == 1 else 'get'} "
+            f"{self.grace:g}s to finish, then the "
             f"runner cuts off the rest and exits (killed at {self.kill_at:g}s if it has not)"
         )
 

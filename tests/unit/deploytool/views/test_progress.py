@@ -311,6 +311,11 @@ def test_a_stop_that_waited_on_a_restart_says_the_new_runner_it_stops_with_its_o
         on_status(new, second)
     lines = [" ".join(line.split()) for line in buf.getvalue().splitlines()]
     assert "the stop under way's 5s of grace" in lines[0] and "6005" in lines[0]
+    one = io.StringIO()  # `the 1 requests in flight get 25s`
+    Stopping("sim1", 25.0, False, Console(file=one, width=300))(
+        JobView(state="running", in_flight=1, runner=RunnerInfo(alive=True, pid=7)), 0.0
+    )
+    assert "the 1 request in flight gets 25s to finish" in one.getvalue()
     assert lines[1:] == [
         "sim1: waiting 3s: runner gone; ending any process of it still running",
         "sim1: runner pid 6247 was started meanwhile: stopping it: SIGTERM; the 8 "

@@ -113,24 +113,24 @@ def test_a_finished_job_has_one_rate_in_status_plan_and_report():
     )
 
 
+def _answer(st, **rows):
+    """A report's answer: each dataset's (records, target), alike otherwise."""
+    from remote.common.answers import ReportAnswer
+
+    hist = Histogram(width=100, counts=[1] * 40)
+    made = {n: ReportDataset(records=r, target=t, hist=hist) for n, (r, t) in rows.items()}
+    return ReportAnswer(status=st, datasets=made)
+
+
 def test_a_dataset_its_token_budget_ended_short_of_its_cap_is_said_so_in_the_report():
     """status said `budget reached` (12 of 32) while the report's row read as any finished one:
     a token budget column of `60.0k` beside 12 records and a cap of 32."""
-    from remote.common.answers import ReportAnswer
     from remote.common.status import DatasetStatus, JobView
 
     short = DatasetStatus(state="complete", done=12, target=32, budget=60_000, budget_reached=True)
     whole = DatasetStatus(state="complete", done=32, target=32, budget=900_000)
     st = JobView(state="finished", datasets={"B1": short, "B2": whole})
-    hist = Histogram(width=100, counts=[1] * 40)
-    data = ReportAnswer(
-        status=st,
-        datasets={
-            "B1": ReportDataset(records=12, target=32, hist=hist),
-            "B2": ReportDataset(records=32, target=32, hist=hist),
-        },
-    )
-    page = report.page(data)
+    page = report.page(_answer(st, B1=(12, 32), B2=(32, 32)))
     b1 = page[page.index("<td>B1</td>") : page.index("<td>B2</td>")]
     assert "60.0k <span class='sub'>(reached: 12 of 32)</span>" in b1
     assert "reached" not in page[page.index("<td>B2</td>") :].split("</tr>")[0]
@@ -138,18 +138,10 @@ def test_a_dataset_its_token_budget_ended_short_of_its_cap_is_said_so_in_the_rep
 
 def test_a_dataset_left_out_by_datasets_reads_not_run_as_status_says_it():
     """report's cap column read `0` for B3 and B4 while status said `not run`."""
-    from remote.common.answers import ReportAnswer
     from remote.common.status import DatasetStatus, JobView
 
     st = JobView(state="finished", datasets={"B1": DatasetStatus(done=4, target=4)}, not_run=["B3"])
-    hist = Histogram(width=100, counts=[1] * 40)
-    data = ReportAnswer(
-        status=st,
-        datasets={
-            "B1": ReportDataset(records=4, target=4, hist=hist),
-            "B3": ReportDataset(records=22, target=22, hist=hist),
-        },
-    )
+    data = _answer(st, B1=(4, 4), B3=(22, 22))
     page = report.page(data)
     b3 = page[page.index("<td>B3</td>") :].split("</tr>")[0]
     assert "<td>not run <span class='sub'>(cap 22)</span></td>" in b3, b3
