@@ -298,6 +298,18 @@ def test_a_stop_typed_over_a_restarts_grace_stops_at_once_and_the_restart_starts
         assert "none started: a stop was typed while this restart stopped the runner" in out, out
         assert "Traceback" not in out + res.stderr
         assert not procinfo.alive(pid) and status(root)["pid"] == pid  # no runner after it
+        # a shorter stop over a stop's grace takes over too (`--grace 1` waited out 15 s)
+        assert run_in(proj, "invoke restart").returncode == 0
+        pid = status(root)["pid"]
+        wait_for(lambda: status(root)["in_flight"], what="requests held by the server")
+        restart = _at_a_terminal(proj, "stop", "--grace", "600")
+        wait_for(lambda: status(root).get("stopping") == 600, what="the first stop's grace")
+        res = run_in(proj, "invoke stop --grace 1")
+        assert "the stop under way (another command's) was cut to this one's grace" in res.stdout
+        assert f"box: stopped [{pid}]" in res.stdout and "stopping already" not in res.stdout
+        out, _ = restart.communicate(timeout=120)
+        assert restart.returncode == 0 and "Traceback" not in out, out
+        assert not procinfo.alive(pid)
     finally:
         restart.kill()
         srv.hold_after = None

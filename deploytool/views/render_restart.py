@@ -408,7 +408,7 @@ class Stopping:
         self.shown_at, self.phase = waited, phase
         self.out.print(f"  {self.host}: waiting {waited:.0f}s: {text}", markup=False)
 
-    # a stop typed over a drain, or over a restart's stop, gives the runner its grace at once
+    # a stop typed over a drain, a restart's stop or a longer stop gives the runner its grace now
     OVERRIDES_DRAIN = True
 
     def _another(self, st: JobView) -> tuple[str, str] | None:
@@ -416,7 +416,8 @@ class Stopping:
         they leave to say about it."""
         if self.drain or st.signalled:  # a signal's stop holds no command: this one acts now
             return None
-        if self.OVERRIDES_DRAIN and st.restarting:  # the restart's grace is cut to this one's
+        shorter = st.stopping is not None and self.grace < st.stopping
+        if self.OVERRIDES_DRAIN and (st.restarting or shorter):  # its grace is cut to this one's
             return None
         if st.draining and st.stopping is None and not self.OVERRIDES_DRAIN:
             return "the drain under way", " (`invoke stop` cuts it short)"

@@ -272,15 +272,17 @@ CUT = {  # what a stop typed over another command's cuts short: how each side sa
         "the restart under way (another command's) was cut short: it starts no runner",
         "stopped the runner",
     ),
+    "stop": ("the stop under way (another command's) was cut to this one's grace", "stopped"),
 }
 
 
 def stop_over_drain(paths: Paths, req: CtlStop) -> RunnerRecord | None:
-    """A stop typed while another command's drain, or a restart's stop, holds the job (the host
-    carries out one command at a time: a drain waits for every answer in flight, minutes of them,
-    and a restart would start a runner for this stop to stop again): the runner is given this
-    stop's grace now, as a stop of its own would give it, and a restart under way starts no runner
-    after it (`stop_typed_since`). The runner it stopped; None where neither was."""
+    """A stop typed while another command's drain, a restart's stop, or a stop of a longer grace
+    holds the job (the host carries out one command at a time: a drain waits for every answer in
+    flight, minutes of them, and a restart would start a runner for this stop to stop again): the
+    runner is given this stop's grace now, as a stop of its own would give it, and a restart under
+    way starts no runner after it (`stop_typed_since`). The runner it stopped; None where none
+    of those was."""
     if req.drain or not intent.busy(paths):
         return None
     rec = managed_runner(paths)
@@ -288,9 +290,11 @@ def stop_over_drain(paths: Paths, req: CtlStop) -> RunnerRecord | None:
     if rec is None or st is None or st.pid != rec.pid or st.terminal:
         return None
     restarting = st.stopping is not None and intent.restarting(paths, intent.read(paths))
-    if not (st.draining or restarting):
+    shorter = st.stopping is not None and req.grace < st.stopping  # another stop's, cut to this
+    if not (st.draining or restarting or shorter):
         return None
-    write_json(paths.stop_asked, {"at": time.time(), "cut": "drain" if st.draining else "restart"})
+    cut = "drain" if st.draining else "restart" if restarting else "stop"
+    write_json(paths.stop_asked, {"at": time.time(), "cut": cut})
     send_control(paths, rec.token, grace=req.grace)
     kill.signal_if_same(rec.pid, rec.start_time, signal.SIGTERM, group=False)
     return rec
