@@ -18,7 +18,7 @@ from .jobspec import JOB_TOKEN_ENV, SERVER_TOKEN_ENV, WATCH_TOKEN_ENV, Paths, Se
 from .protocol import CtlRestart, RunArgs
 from .records import prefix_hash
 from .recover import RecoverSpec
-from .status import GONE, JobState, JobStatus, JobView, RunnerInfo, SwitchView
+from .status import JobState, JobStatus, JobView, RunnerInfo, SwitchView
 
 # ------------------------------------------------------------------ the processes' records
 
@@ -324,9 +324,7 @@ def job_now(paths: Paths) -> JobView:
     """The job as every view shows it: status.json with its runner looked up, and a runner gone
     without writing its verdict (killed with -9) said stopped, never running."""
     rec = RunnerRecord.live(paths.pidfile)  # first: a runner writes its verdict, then exits
-    st = JobView(**vars(JobStatus.read(paths.status) or JobStatus()))
-    if st.state in (JobState.STARTING, JobState.RUNNING) and not rec:
-        st.end(JobState.STOPPED, GONE)
+    st = JobView(**vars(JobStatus.read(paths.status) or JobStatus())).gone_unless(rec is not None)
     st.runner = RunnerInfo(
         alive=rec is not None,
         pid=rec.pid if rec else None,

@@ -564,6 +564,18 @@ class JobStatus(Record):
         """The stage its caps ask to follow it once finished (the baseline after the draft)."""
         return Caps.from_dict(self.caps or {}).follows()
 
+    def gone_unless(self, alive: bool) -> JobStatus:
+        """A runner gone without writing its verdict (killed with -9) said stopped, never running."""
+        if not alive and self.state in (JobState.STARTING, JobState.RUNNING):
+            self.end(JobState.STOPPED, GONE)
+        return self
+
+    def answering(self, pid: int | None) -> frozenset:
+        """The datasets runner `pid` has answers in flight for, where this status is its."""
+        if pid is None or self.pid != pid:
+            return frozenset()
+        return frozenset(n for n, d in self.datasets.items() if d.in_flight)
+
     def end(self, state: str, message: str, at: float | None = None) -> JobStatus:
         """The job's verdict, whoever says it: nothing is in flight any more, and a dataset that was
         running is as the job is now. Its rates stay: they say how it went."""

@@ -51,8 +51,7 @@ def settings_differ(paths: Paths, st: JobView) -> list[str]:
     deployed = st.current_release
     if not deployed or not ran or os.path.basename(ran.rstrip("/")) == os.path.basename(deployed):
         return []
-    mine = st.runner is not None and st.runner.alive and st.pid == st.runner.pid
-    flying = frozenset(n for n, d in st.datasets.items() if mine and d.in_flight)
+    flying = st.answering(st.runner.pid if st.runner and st.runner.alive else None)
     job = paths.root / "current" / JOB_FILE
     return list(mixed_settings(paths, kept_caps(paths), job, flying))  # as the restart reckons
 

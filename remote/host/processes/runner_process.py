@@ -41,7 +41,6 @@ from ...common.state import (
     settle,
 )
 from ...common.status import (
-    GONE,
     JobState,
     JobStatus,
     count_prompts,
@@ -534,9 +533,7 @@ def recap(paths: Paths, rec: RunnerRecord, caps: Caps, was: Caps) -> JobStatus |
 
 def _answering(st: JobStatus, rec: RunnerRecord | None) -> frozenset:
     """The datasets the running runner has answers in flight for (its status, if it is its)."""
-    if rec is None or st.pid != rec.pid:
-        return frozenset()
-    return frozenset(n for n, d in st.datasets.items() if d.in_flight)
+    return st.answering(rec.pid if rec else None)
 
 
 STATUS_WRITE_WAIT_S = 3.0  # the runner writes status.json each second
@@ -592,9 +589,8 @@ def restart(paths: Paths, req: CtlRestart, stopping=lambda: None) -> RestartAnsw
     otherwise `stopping()`, the runner stopped and a new one started."""
     was, caps = caps_change(paths, req)
     rec = managed_runner(paths)
-    st = JobStatus.read(paths.status) or JobStatus()
-    if rec is None and st.state in (JobState.STARTING, JobState.RUNNING):
-        st.end(JobState.STOPPED, GONE)  # killed: nothing in flight (a dry run said `running`)
+    # killed: nothing in flight (a dry run said `running`)
+    st = (JobStatus.read(paths.status) or JobStatus()).gone_unless(rec is not None)
     live = _takes_live(st, rec, req, caps, was)
     held = forced = None
     if not live:  # what the new runner would refuse, before the running one is stopped

@@ -144,3 +144,14 @@ def test_status_json_is_stale_past_stale_after_while_the_job_has_not_ended():
     assert JobStatus(state="running").stale_for(1e9) is None  # never written: nothing to age
     st.state = "failed"  # a verdict is never rewritten
     assert st.stale_for(1e9) is None
+
+
+def test_answers_in_flight_are_a_runners_own_and_a_killed_runners_none():
+    from remote.common.status import GONE, DatasetStatus, JobStatus
+
+    busy = {"B1": DatasetStatus(in_flight=2), "B2": DatasetStatus()}
+    st = JobStatus(state="running", pid=9, datasets=busy)
+    assert st.answering(9) == {"B1"} and st.answering(8) == frozenset() == st.answering(None)
+    assert st.gone_unless(True).state == "running"
+    st.gone_unless(False)
+    assert (st.state, st.message, st.answering(9)) == ("stopped", GONE, frozenset())
